@@ -1,0 +1,31 @@
+//! The `potluck` binary: argument parsing and wiring only.
+
+use clap::{Parser, Subcommand};
+
+/// potluck: a payment-channel node and a round-based custodial wallet.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Decode a peer-protocol packet given as hex and print it.
+    DecodePacket {
+        /// The protobuf-encoded `pkt` (a frame's plaintext), as hex.
+        hex: String,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::DecodePacket { hex } => {
+            let bytes = hex::decode(hex.trim())?;
+            let _ = bytes;
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Packets of the peer channel protocol (proto2): encoding, checked decoding and the field-parity rule.

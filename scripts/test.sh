@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs every test of the workspace. Works on a fresh machine: installs the
+# test runner if it is missing and makes sure PostgreSQL (for the store's
+# tests) is up.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v cargo-nextest >/dev/null 2>&1; then
+  cargo install cargo-nextest --locked
+fi
+
+# The store's tests run against PostgreSQL on 127.0.0.1:5432 (trust auth,
+# database `test`) as well as SQLite.
+if command -v pg_isready >/dev/null 2>&1 && ! pg_isready -h 127.0.0.1 -p 5432 -q; then
+  if command -v pg_ctlcluster >/dev/null 2>&1; then
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
+  fi
+fi
+
+cargo nextest run --workspace --all-targets --no-fail-fast "$@"
+cargo test --workspace --doc --quiet
