@@ -1,1 +1,15 @@
-//! The chain layer: the `Chain` trait, a Bitcoin Core JSON-RPC client and the embedded development chain.
+//! The chain layer: the [`Chain`] trait the services program against, a
+//! Bitcoin Core JSON-RPC client ([`BitcoindRpc`]), and the embedded
+//! development chain ([`DevChain`]) that serves the same RPC subset.
+
+pub mod api;
+pub mod dev;
+pub mod rpc;
+pub mod tips;
+
+pub use api::{Chain, ChainError, ChainFuture, Tip, TxStatus, UnspentOutput};
+pub use dev::{DevChain, DevChainConfig, DevChainError, RunningDevChain};
+pub use rpc::client::{Auth, BitcoindRpc, RpcConfig, RpcError};
+pub use tips::{TipEvent, TipStream};
+
+pub use bitcoin;

@@ -1,0 +1,599 @@
+//! The embedded development chain: regtest rules on real consensus objects,
+//! persisted in a data directory, usable in-process ([`DevChain`] implements
+//! [`crate::Chain`]) or over Bitcoin Core's JSON-RPC ([`DevChain::start`]).
+
+pub mod json;
+pub mod server;
+pub mod state;
+pub mod store;
+pub mod validation;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bitcoin::secp256k1::{Secp256k1, SecretKey};
+use bitcoin::{
+    Address, Amount, Block, BlockHash, CompressedPublicKey, FeeRate, Network, OutPoint, Script,
+    ScriptBuf, Transaction, TxOut, Txid,
+};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::api::{Chain, ChainError, ChainFuture, Tip, TxStatus, UnspentOutput};
+use crate::tips::TipStream;
+use state::{Accepted, ChainState};
+use store::{Store, StoreError};
+use validation::{Coin, TxReject, COINBASE_MATURITY};
+
+/// Blocks mined to the faucet when a data directory is created, so that one
+/// coinbase is mature and the faucet can pay at once.
+pub const INITIAL_BLOCKS: u32 = COINBASE_MATURITY + 1;
+/// Fee rate of faucet payments.
+const FAUCET_FEE_SAT_VB: u32 = 2;
+
+/// Why a development-chain operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DevChainError {
+    /// Reading or writing the data directory failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A stored or submitted block does not validate.
+    #[error("block rejected: {0}")]
+    Block(String),
+    /// A transaction was refused.
+    #[error(transparent)]
+    Tx(#[from] TxReject),
+    /// The faucet has no mature coin large enough.
+    #[error("faucet has insufficient funds for {0}")]
+    InsufficientFunds(Amount),
+    /// Block or transaction unknown.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The faucet key file is unreadable.
+    #[error("faucet key: {0}")]
+    Key(String),
+    /// Binding or serving the RPC port failed.
+    #[error("rpc server: {0}")]
+    Server(String),
+}
+
+/// How to run a development chain.
+#[derive(Debug, Clone)]
+pub struct DevChainConfig {
+    /// Where blocks, the mempool, the faucet key and the RPC cookie live.
+    pub data_dir: PathBuf,
+    /// Mine a block (to the faucet) this often; `None` = only on demand.
+    pub block_interval: Option<Duration>,
+    /// Serve JSON-RPC here (port 0 picks a free port); `None` = in-process only.
+    pub rpc_bind: Option<SocketAddr>,
+    /// RPC user and password; `None` writes a cookie file `<data_dir>/.cookie`.
+    pub rpc_auth: Option<(String, String)>,
+}
+
+impl DevChainConfig {
+    /// In-process chain in `data_dir`, no interval mining, no RPC.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            data_dir: data_dir.into(),
+            block_interval: None,
+            rpc_bind: None,
+            rpc_auth: None,
+        }
+    }
+}
+
+struct Core {
+    state: ChainState,
+    store: Store,
+}
+
+struct Inner {
+    core: Mutex<Core>,
+    faucet_key: SecretKey,
+    faucet_script: ScriptBuf,
+    secp: Secp256k1<bitcoin::secp256k1::All>,
+    tip_poll: Duration,
+}
+
+/// A handle on the development chain; clones share the same chain.
+#[derive(Clone)]
+pub struct DevChain {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for DevChain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DevChain").finish_non_exhaustive()
+    }
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl DevChain {
+    /// Opens the chain in `dir` (created if missing), replaying stored blocks.
+    /// A new directory starts with [`INITIAL_BLOCKS`] blocks paying the faucet.
+    ///
+    /// # Errors
+    /// IO errors, or stored data that does not validate.
+    pub fn open(dir: &Path) -> Result<Self, DevChainError> {
+        let (store, loaded) = Store::open(dir)?;
+        let faucet_key = load_or_create_key(&dir.join("faucet.key"))?;
+        let secp = Secp256k1::new();
+        let faucet_script = ScriptBuf::new_p2wpkh(
+            &CompressedPublicKey(faucet_key.public_key(&secp)).wpubkey_hash(),
+        );
+        let mut state = ChainState::new();
+        let fresh = loaded.blocks.is_empty();
+        for block in loaded.blocks {
+            state
+                .insert_known(block)
+                .map_err(|e| DevChainError::Block(e.0))?;
+        }
+        state.mark_invalid(loaded.invalid);
+        state.activate_best_chain(now());
+        for tx in &loaded.mempool {
+            // Stored transactions that are no longer valid are dropped, as Core does.
+            let _ = state.accept_to_mempool(tx, now(), None, false);
+        }
+        let chain = Self {
+            inner: Arc::new(Inner {
+                core: Mutex::new(Core { state, store }),
+                faucet_key,
+                faucet_script,
+                secp,
+                tip_poll: Duration::from_millis(100),
+            }),
+        };
+        if fresh {
+            let script = chain.inner.faucet_script.clone();
+            chain.mine(INITIAL_BLOCKS, &script)?;
+        }
+        tracing::info!(dir = %dir.display(), height = chain.height(), "development chain open");
+        Ok(chain)
+    }
+
+    fn core(&self) -> MutexGuard<'_, Core> {
+        // A panic while holding the lock leaves a consistent state (every
+        // mutation completes or rolls back before it can panic), so recover.
+        self.inner.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` on the chain state under the lock.
+    pub fn with_state<R>(&self, f: impl FnOnce(&ChainState) -> R) -> R {
+        f(&self.core().state)
+    }
+
+    /// Height of the active tip.
+    pub fn height(&self) -> u32 {
+        self.core().state.height()
+    }
+
+    /// The script the faucet's coins pay to.
+    pub fn faucet_script(&self) -> &Script {
+        &self.inner.faucet_script
+    }
+
+    /// Mines `n` blocks paying `script`, including valid mempool transactions.
+    ///
+    /// # Errors
+    /// Store errors (the blocks stay connected in memory).
+    pub fn mine(&self, n: u32, script: &Script) -> Result<Vec<BlockHash>, DevChainError> {
+        let mut core = self.core();
+        let mut hashes = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            let block = core
+                .state
+                .mine_block(script, now() as u32)
+                .map_err(|e| DevChainError::Block(e.0))?;
+            core.store.append_block(&block)?;
+            hashes.push(block.block_hash());
+        }
+        save_mempool(&core)?;
+        Ok(hashes)
+    }
+
+    /// Validates a block (scripts included) and connects it on the tip.
+    ///
+    /// # Errors
+    /// [`DevChainError::Block`] with Core's reason.
+    pub fn submit_block(&self, block: Block) -> Result<(), DevChainError> {
+        let mut core = self.core();
+        core.state
+            .connect_block(block.clone(), true)
+            .map_err(|e| DevChainError::Block(e.0))?;
+        core.store.append_block(&block)?;
+        save_mempool(&core)?;
+        Ok(())
+    }
+
+    /// Accepts a transaction to the mempool (`sendrawtransaction`); a
+    /// transaction already there is accepted again without change.
+    ///
+    /// # Errors
+    /// [`TxReject`] with Core's reason.
+    pub fn send_raw(
+        &self,
+        tx: &Transaction,
+        max_fee_rate: Option<FeeRate>,
+    ) -> Result<Txid, DevChainError> {
+        let mut core = self.core();
+        let txid = tx.compute_txid();
+        if core.state.mempool_entry(&txid).is_some() {
+            return Ok(txid);
+        }
+        core.state
+            .accept_to_mempool(tx, now(), max_fee_rate, false)?;
+        save_mempool(&core)?;
+        Ok(txid)
+    }
+
+    /// Checks a transaction without adding it (`testmempoolaccept`).
+    ///
+    /// # Errors
+    /// [`TxReject`] with Core's reason.
+    pub fn test_accept(
+        &self,
+        tx: &Transaction,
+        max_fee_rate: Option<FeeRate>,
+    ) -> Result<Accepted, TxReject> {
+        self.core()
+            .state
+            .accept_to_mempool(tx, now(), max_fee_rate, true)
+    }
+
+    /// `invalidateblock`.
+    ///
+    /// # Errors
+    /// Unknown block or store error.
+    pub fn invalidate(&self, hash: BlockHash) -> Result<(), DevChainError> {
+        let mut core = self.core();
+        core.state
+            .invalidate(hash, now())
+            .map_err(|e| DevChainError::NotFound(e.0))?;
+        persist_marks(&core)
+    }
+
+    /// `reconsiderblock`.
+    ///
+    /// # Errors
+    /// Unknown block or store error.
+    pub fn reconsider(&self, hash: BlockHash) -> Result<(), DevChainError> {
+        let mut core = self.core();
+        core.state
+            .reconsider(hash, now())
+            .map_err(|e| DevChainError::NotFound(e.0))?;
+        persist_marks(&core)
+    }
+
+    /// Pays `amount` to `script` from the faucet (the dev chain's own key,
+    /// which every interval block pays), spending one coin, change back to
+    /// the faucet, at 2 sat/vB. Unconfirmed faucet change may be spent.
+    ///
+    /// # Errors
+    /// [`DevChainError::InsufficientFunds`] when no single mature coin suffices.
+    pub fn faucet(&self, script: &Script, amount: Amount) -> Result<Txid, DevChainError> {
+        let mut core = self.core();
+        let state = &core.state;
+        let spend_height = state.height() + 1;
+        let mut candidates: Vec<(OutPoint, Coin)> = state
+            .utxos_for(&self.inner.faucet_script)
+            .into_iter()
+            .filter(|(op, c)| {
+                state.mempool_spender(op).is_none()
+                    && (!c.coinbase || spend_height - c.height >= COINBASE_MATURITY)
+            })
+            .collect();
+        for e in state.mempool_entries() {
+            let txid = e.tx.compute_txid();
+            for (vout, o) in e.tx.output.iter().enumerate() {
+                let op = OutPoint {
+                    txid,
+                    vout: vout as u32,
+                };
+                if o.script_pubkey == self.inner.faucet_script
+                    && state.mempool_spender(&op).is_none()
+                {
+                    candidates.push((
+                        op,
+                        Coin {
+                            txout: o.clone(),
+                            height: spend_height,
+                            coinbase: false,
+                        },
+                    ));
+                }
+            }
+        }
+        let rate = FeeRate::from_sat_per_vb_u32(FAUCET_FEE_SAT_VB);
+        let needed = amount + rate.fee_vb(200).unwrap_or(Amount::ZERO);
+        // The smallest coin that covers the payment keeps big coins for later.
+        let Some((outpoint, coin)) = candidates
+            .into_iter()
+            .filter(|(_, c)| c.txout.value >= needed)
+            .min_by_key(|(_, c)| c.txout.value)
+        else {
+            return Err(DevChainError::InsufficientFunds(amount));
+        };
+        let input = wallet::SpendableOutput {
+            outpoint,
+            txout: coin.txout.clone(),
+            path: wallet::KeyPath::receive(0), // not used: signed with the faucet key below
+        };
+        let payment = TxOut {
+            value: amount,
+            script_pubkey: script.to_owned(),
+        };
+        let mut built =
+            wallet::build_transaction(&[input], &[payment], Some(&self.inner.faucet_script), rate)
+                .map_err(|e| DevChainError::Tx(TxReject::rejected(e.to_string())))?;
+        wallet::sign_p2wpkh_input(
+            &self.inner.secp,
+            &mut built.tx,
+            0,
+            coin.txout.value,
+            &self.inner.faucet_key,
+        )
+        .map_err(|e| DevChainError::Key(e.to_string()))?;
+        let accepted = core
+            .state
+            .accept_to_mempool(&built.tx, now(), None, false)?;
+        save_mempool(&core)?;
+        Ok(accepted.txid)
+    }
+
+    /// Starts the chain: opens `config.data_dir`, and spawns interval mining
+    /// and the JSON-RPC server as configured. Must run inside a tokio runtime.
+    ///
+    /// # Errors
+    /// Open errors, or the RPC address cannot be bound.
+    pub async fn start(config: DevChainConfig) -> Result<RunningDevChain, DevChainError> {
+        let dir = config.data_dir.clone();
+        let chain = tokio::task::spawn_blocking(move || DevChain::open(&dir))
+            .await
+            .map_err(|e| DevChainError::Server(e.to_string()))??;
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let mut tasks = Vec::new();
+        if let Some(interval) = config.block_interval.filter(|d| !d.is_zero()) {
+            let miner = chain.clone();
+            let mut stop = shutdown_rx.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut ticker = tokio::time::interval(interval);
+                ticker.tick().await; // the first tick is immediate
+                loop {
+                    tokio::select! {
+                        _ = ticker.tick() => {}
+                        _ = stop.changed() => return,
+                    }
+                    let m = miner.clone();
+                    let res = tokio::task::spawn_blocking(move || {
+                        let script = m.faucet_script().to_owned();
+                        m.mine(1, &script)
+                    })
+                    .await;
+                    if let Ok(Err(e)) = res {
+                        tracing::warn!(error = %e, "interval block failed");
+                    }
+                }
+            }));
+        }
+        let mut rpc_addr = None;
+        let mut cookie = None;
+        if let Some(bind) = config.rpc_bind {
+            let (user, password) = match &config.rpc_auth {
+                Some(up) => up.clone(),
+                None => {
+                    let path = config.data_dir.join(".cookie");
+                    let secret = random_hex(32)?;
+                    store::write_atomic(&path, format!("__cookie__:{secret}").as_bytes())?;
+                    cookie = Some(path);
+                    ("__cookie__".to_owned(), secret)
+                }
+            };
+            let listener = tokio::net::TcpListener::bind(bind)
+                .await
+                .map_err(|e| DevChainError::Server(format!("bind {bind}: {e}")))?;
+            let addr = listener
+                .local_addr()
+                .map_err(|e| DevChainError::Server(e.to_string()))?;
+            rpc_addr = Some(addr);
+            let app = server::router(chain.clone(), &user, &password, shutdown_tx.clone());
+            let mut stop = shutdown_rx.clone();
+            tasks.push(tokio::spawn(async move {
+                let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                });
+                if let Err(e) = serve.await {
+                    tracing::error!(error = %e, "rpc server failed");
+                }
+            }));
+            tracing::info!(%addr, "development chain RPC listening");
+        }
+        Ok(RunningDevChain {
+            chain,
+            rpc_addr,
+            cookie,
+            shutdown: shutdown_tx,
+            tasks,
+        })
+    }
+}
+
+fn save_mempool(core: &Core) -> Result<(), DevChainError> {
+    let txs: Vec<&Transaction> = core
+        .state
+        .mempool_entries()
+        .into_iter()
+        .map(|e| &e.tx)
+        .collect();
+    core.store.write_mempool(&txs)?;
+    Ok(())
+}
+
+fn persist_marks(core: &Core) -> Result<(), DevChainError> {
+    let invalid: Vec<BlockHash> = core.state.invalid().iter().copied().collect();
+    core.store.write_invalid(&invalid)?;
+    save_mempool(core)
+}
+
+fn random_hex(len: usize) -> Result<String, DevChainError> {
+    let mut bytes = vec![0u8; len];
+    getrandom::getrandom(&mut bytes).map_err(|e| DevChainError::Key(e.to_string()))?;
+    Ok(hex::encode(bytes))
+}
+
+fn load_or_create_key(path: &Path) -> Result<SecretKey, DevChainError> {
+    match std::fs::read_to_string(path) {
+        Ok(s) => {
+            let bytes = hex::decode(s.trim()).map_err(|e| DevChainError::Key(e.to_string()))?;
+            SecretKey::from_slice(&bytes).map_err(|e| DevChainError::Key(e.to_string()))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let hex_key = random_hex(32)?;
+            let bytes = hex::decode(&hex_key).map_err(|e| DevChainError::Key(e.to_string()))?;
+            let key =
+                SecretKey::from_slice(&bytes).map_err(|e| DevChainError::Key(e.to_string()))?;
+            store::write_atomic(path, hex_key.as_bytes())?;
+            Ok(key)
+        }
+        Err(e) => Err(DevChainError::Key(format!("{}: {e}", path.display()))),
+    }
+}
+
+/// A started development chain: the handle, its RPC address and cookie.
+#[derive(Debug)]
+pub struct RunningDevChain {
+    /// In-process handle (implements [`Chain`]).
+    pub chain: DevChain,
+    /// Where JSON-RPC listens, if enabled.
+    pub rpc_addr: Option<SocketAddr>,
+    /// The cookie file, when no user/password was configured.
+    pub cookie: Option<PathBuf>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RunningDevChain {
+    /// `http://ADDR/` of the RPC server, if enabled.
+    pub fn rpc_url(&self) -> Option<String> {
+        self.rpc_addr.map(|a| format!("http://{a}/"))
+    }
+
+    /// Resolves when the `stop` RPC was called or [`RunningDevChain::shutdown`] ran.
+    pub async fn stopped(&self) {
+        let mut rx = self.shutdown.subscribe();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+
+    /// Stops mining and the RPC server, and waits for them.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        if let Some(c) = &self.cookie {
+            // Core deletes its cookie on shutdown; so do we.
+            let _ = std::fs::remove_file(c);
+        }
+    }
+}
+
+fn reject_to_chain(e: DevChainError) -> ChainError {
+    match e {
+        DevChainError::Tx(r) => ChainError::Rejected {
+            code: r.kind.code(),
+            reason: r.reason,
+        },
+        DevChainError::NotFound(m) => ChainError::NotFound(m),
+        other => ChainError::Unavailable(other.to_string()),
+    }
+}
+
+impl Chain for DevChain {
+    fn tip(&self) -> ChainFuture<'_, Tip> {
+        let t = self.with_state(|s| Tip {
+            height: s.height(),
+            hash: s.tip_hash(),
+        });
+        Box::pin(async move { Ok(t) })
+    }
+
+    fn block_hash(&self, height: u32) -> ChainFuture<'_, Option<BlockHash>> {
+        let h = self.with_state(|s| s.hash_at(height));
+        Box::pin(async move { Ok(h) })
+    }
+
+    fn block(&self, hash: BlockHash) -> ChainFuture<'_, Block> {
+        let b = self.with_state(|s| s.entry(&hash).map(|e| (*e.block).clone()));
+        Box::pin(async move { b.ok_or_else(|| ChainError::NotFound(format!("block {hash}"))) })
+    }
+
+    fn transaction(&self, txid: Txid) -> ChainFuture<'_, Option<TxStatus>> {
+        let r = self.with_state(|s| {
+            if let Some(e) = s.mempool_entry(&txid) {
+                return Some(TxStatus {
+                    tx: e.tx.clone(),
+                    confirmations: 0,
+                    block_hash: None,
+                });
+            }
+            let (hash, pos) = s.tx_location(&txid)?;
+            let entry = s.entry(&hash)?;
+            let tx = entry.block.txdata.get(pos)?.clone();
+            Some(TxStatus {
+                tx,
+                confirmations: s.height() - entry.height + 1,
+                block_hash: Some(hash),
+            })
+        });
+        Box::pin(async move { Ok(r) })
+    }
+
+    fn broadcast(&self, tx: Transaction) -> ChainFuture<'_, Txid> {
+        let r = self.send_raw(&tx, None).map_err(reject_to_chain);
+        Box::pin(async move { r })
+    }
+
+    fn in_mempool(&self, txid: Txid) -> ChainFuture<'_, bool> {
+        let r = self.with_state(|s| s.mempool_entry(&txid).is_some());
+        Box::pin(async move { Ok(r) })
+    }
+
+    fn unspent_output(&self, outpoint: OutPoint) -> ChainFuture<'_, Option<UnspentOutput>> {
+        let r = self.with_state(|s| {
+            let coin = s.mempool_coin(&outpoint)?;
+            let confirmed = s.utxo(&outpoint).is_some();
+            Some(UnspentOutput {
+                value: coin.txout.value,
+                script_pubkey: coin.txout.script_pubkey,
+                confirmations: if confirmed {
+                    s.height() - coin.height + 1
+                } else {
+                    0
+                },
+                coinbase: coin.coinbase,
+            })
+        });
+        Box::pin(async move { Ok(r) })
+    }
+
+    fn estimate_fee(&self, _target_blocks: u16) -> ChainFuture<'_, Option<FeeRate>> {
+        let r = self.with_state(|s| s.min_relay_fee());
+        Box::pin(async move { Ok(Some(r)) })
+    }
+
+    fn tips(&self) -> TipStream {
+        TipStream::poll(Arc::new(self.clone()), self.inner.tip_poll)
+    }
+}
+
+/// The regtest address of a script, for display.
+pub fn regtest_address(script: &Script) -> Option<Address> {
+    Address::from_script(script, Network::Regtest).ok()
+}

@@ -1,0 +1,921 @@
+//! The development chain's state: the block tree, the active chain, the UTXO
+//! set with undo data, a transaction index and the mempool. Synchronous and
+//! free of IO; [`super::DevChain`] wraps it with persistence and a lock.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use bitcoin::block::{Header, Version as BlockVersion};
+use bitcoin::blockdata::constants::genesis_block;
+use bitcoin::hashes::Hash as _;
+use bitcoin::pow::CompactTarget;
+use bitcoin::script::Builder;
+use bitcoin::transaction::Version;
+use bitcoin::{
+    absolute::LockTime, Amount, Block, BlockHash, FeeRate, Network, OutPoint, Script, ScriptBuf,
+    Sequence, Transaction, TxIn, TxMerkleNode, TxOut, Txid, Witness, Wtxid,
+};
+
+use super::validation::{
+    check_standard, check_transaction, check_tx_inputs, is_final, sequence_locks_ok,
+    verify_scripts, BlockContext, Coin, RejectKind, TxReject,
+};
+
+/// Regtest's proof-of-work limit, used for every block (no retargeting on regtest).
+pub const REGTEST_BITS: u32 = 0x207f_ffff;
+/// Regtest halves the subsidy every 150 blocks.
+const HALVING_INTERVAL: u32 = 150;
+/// Default minimum relay fee rate: 1 sat/vB, as Bitcoin Core.
+pub const DEFAULT_MIN_RELAY_SAT_VB: u32 = 1;
+
+/// A block refused by consensus checks, with Core's reject reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BlockReject(pub String);
+
+/// A block the state knows, on the active chain or not.
+#[derive(Debug, Clone)]
+pub struct BlockEntry {
+    /// The block.
+    pub block: Arc<Block>,
+    /// Its height.
+    pub height: u32,
+    /// Arrival order (first seen wins among equal-height tips).
+    seq: u64,
+    /// Whether it has been fully validated once (scripts included).
+    validated: bool,
+}
+
+/// A transaction waiting in the mempool.
+#[derive(Debug, Clone)]
+pub struct MempoolEntry {
+    /// The transaction.
+    pub tx: Transaction,
+    /// inputs − outputs.
+    pub fee: Amount,
+    /// Virtual size.
+    pub vsize: u64,
+    /// UNIX time of arrival.
+    pub time: u64,
+    /// Tip height at arrival.
+    pub height: u32,
+    seq: u64,
+}
+
+/// What acceptance to the mempool measured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Accepted {
+    /// The txid.
+    pub txid: Txid,
+    /// The wtxid.
+    pub wtxid: Wtxid,
+    /// Fee paid.
+    pub fee: Amount,
+    /// Virtual size.
+    pub vsize: u64,
+}
+
+/// Block subsidy at `height` under regtest's halving schedule.
+pub fn subsidy(height: u32) -> Amount {
+    let halvings = height / HALVING_INTERVAL;
+    if halvings >= 64 {
+        return Amount::ZERO;
+    }
+    Amount::from_sat(50 * 100_000_000 >> halvings)
+}
+
+/// The full state of the development chain.
+#[derive(Debug, Clone)]
+pub struct ChainState {
+    index: HashMap<BlockHash, BlockEntry>,
+    active: Vec<BlockHash>,
+    invalid: HashSet<BlockHash>,
+    utxo: HashMap<OutPoint, Coin>,
+    undo: HashMap<BlockHash, Vec<(OutPoint, Coin)>>,
+    tx_index: HashMap<Txid, (BlockHash, usize)>,
+    mempool: HashMap<Txid, MempoolEntry>,
+    spent_by: HashMap<OutPoint, Txid>,
+    seq: u64,
+    min_relay: FeeRate,
+}
+
+impl Default for ChainState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ChainState {
+    /// A chain holding only the regtest genesis block.
+    pub fn new() -> Self {
+        let genesis = genesis_block(Network::Regtest);
+        let hash = genesis.block_hash();
+        let mut index = HashMap::new();
+        index.insert(
+            hash,
+            BlockEntry {
+                block: Arc::new(genesis),
+                height: 0,
+                seq: 0,
+                validated: true,
+            },
+        );
+        Self {
+            index,
+            active: vec![hash],
+            invalid: HashSet::new(),
+            utxo: HashMap::new(),
+            undo: HashMap::new(),
+            tx_index: HashMap::new(),
+            mempool: HashMap::new(),
+            spent_by: HashMap::new(),
+            seq: 1,
+            min_relay: FeeRate::from_sat_per_vb_u32(DEFAULT_MIN_RELAY_SAT_VB),
+        }
+    }
+
+    /// Minimum relay fee rate.
+    pub fn min_relay_fee(&self) -> FeeRate {
+        self.min_relay
+    }
+
+    /// Height of the active tip.
+    pub fn height(&self) -> u32 {
+        (self.active.len() - 1) as u32
+    }
+
+    /// Hash of the active tip.
+    pub fn tip_hash(&self) -> BlockHash {
+        self.active[self.active.len() - 1]
+    }
+
+    /// Hash of the active block at `height`.
+    pub fn hash_at(&self, height: u32) -> Option<BlockHash> {
+        self.active.get(height as usize).copied()
+    }
+
+    /// A known block (active or not).
+    pub fn entry(&self, hash: &BlockHash) -> Option<&BlockEntry> {
+        self.index.get(hash)
+    }
+
+    /// Whether `hash` is on the active chain.
+    pub fn is_active(&self, hash: &BlockHash) -> bool {
+        self.index
+            .get(hash)
+            .is_some_and(|e| self.hash_at(e.height) == Some(*hash))
+    }
+
+    /// Blocks marked invalid (by `invalidateblock` or failed validation).
+    pub fn invalid(&self) -> &HashSet<BlockHash> {
+        &self.invalid
+    }
+
+    /// Median time past of the active block at `height` (BIP113).
+    pub fn median_time_past(&self, height: u32) -> u32 {
+        let start = height.saturating_sub(10);
+        let mut times: Vec<u32> = (start..=height)
+            .filter_map(|h| self.hash_at(h))
+            .filter_map(|h| self.index.get(&h))
+            .map(|e| e.block.header.time)
+            .collect();
+        times.sort_unstable();
+        times.get(times.len() / 2).copied().unwrap_or(0)
+    }
+
+    /// The context of the next block on the active tip.
+    pub fn next_context(&self) -> BlockContext {
+        BlockContext {
+            height: self.height() + 1,
+            prev_median_time: self.median_time_past(self.height()),
+        }
+    }
+
+    /// Confirmed unspent output.
+    pub fn utxo(&self, outpoint: &OutPoint) -> Option<&Coin> {
+        self.utxo.get(outpoint)
+    }
+
+    /// Every confirmed unspent output paying `script` (for the faucet).
+    pub fn utxos_for(&self, script: &Script) -> Vec<(OutPoint, Coin)> {
+        self.utxo
+            .iter()
+            .filter(|(_, c)| c.txout.script_pubkey.as_script() == script)
+            .map(|(o, c)| (*o, c.clone()))
+            .collect()
+    }
+
+    /// The mempool transaction spending `outpoint`, if any.
+    pub fn mempool_spender(&self, outpoint: &OutPoint) -> Option<Txid> {
+        self.spent_by.get(outpoint).copied()
+    }
+
+    /// A coin as the mempool sees it: confirmed and not spent in the mempool,
+    /// or created by a mempool transaction and not yet spent.
+    pub fn mempool_coin(&self, outpoint: &OutPoint) -> Option<Coin> {
+        if self.spent_by.contains_key(outpoint) {
+            return None;
+        }
+        if let Some(c) = self.utxo.get(outpoint) {
+            return Some(c.clone());
+        }
+        let entry = self.mempool.get(&outpoint.txid)?;
+        let txout = entry.tx.output.get(outpoint.vout as usize)?.clone();
+        Some(Coin {
+            txout,
+            height: self.height() + 1,
+            coinbase: false,
+        })
+    }
+
+    /// Mempool entries in arrival order.
+    pub fn mempool_entries(&self) -> Vec<&MempoolEntry> {
+        let mut v: Vec<&MempoolEntry> = self.mempool.values().collect();
+        v.sort_by_key(|e| e.seq);
+        v
+    }
+
+    /// A mempool entry.
+    pub fn mempool_entry(&self, txid: &Txid) -> Option<&MempoolEntry> {
+        self.mempool.get(txid)
+    }
+
+    /// Where a confirmed transaction is: block hash and position.
+    pub fn tx_location(&self, txid: &Txid) -> Option<(BlockHash, usize)> {
+        self.tx_index.get(txid).copied()
+    }
+
+    /// Checks `tx` against consensus and relay policy for the next block and,
+    /// unless `test_only`, adds it to the mempool.
+    ///
+    /// Replacement policy: first seen. A transaction that spends an output
+    /// already spent by a mempool transaction is rejected
+    /// (`txn-mempool-conflict`), whatever its fee.
+    ///
+    /// # Errors
+    /// Core's reject reason and code kind.
+    pub fn accept_to_mempool(
+        &mut self,
+        tx: &Transaction,
+        now: u64,
+        max_fee_rate: Option<FeeRate>,
+        test_only: bool,
+    ) -> Result<Accepted, TxReject> {
+        check_transaction(tx)?;
+        if tx.is_coinbase() {
+            return Err(TxReject::rejected("coinbase"));
+        }
+        check_standard(tx)?;
+        let ctx = self.next_context();
+        if !is_final(tx, ctx) {
+            return Err(TxReject::rejected("non-final"));
+        }
+        let txid = tx.compute_txid();
+        if self.mempool.contains_key(&txid) {
+            return Err(TxReject::rejected("txn-already-in-mempool"));
+        }
+        if tx
+            .input
+            .iter()
+            .any(|i| self.spent_by.contains_key(&i.previous_output))
+        {
+            return Err(TxReject::rejected("txn-mempool-conflict"));
+        }
+        let mut coins = Vec::with_capacity(tx.input.len());
+        for input in &tx.input {
+            match self.mempool_coin(&input.previous_output) {
+                Some(c) => coins.push(c),
+                None => {
+                    let confirmed = (0..tx.output.len() as u32)
+                        .any(|vout| self.utxo.contains_key(&OutPoint { txid, vout }))
+                        || self.tx_index.contains_key(&txid);
+                    return Err(if confirmed {
+                        TxReject {
+                            kind: RejectKind::AlreadyInChain,
+                            reason: "Transaction outputs already in utxo set".into(),
+                        }
+                    } else {
+                        TxReject::error("bad-txns-inputs-missingorspent")
+                    });
+                }
+            }
+        }
+        let coin_refs: Vec<&Coin> = coins.iter().collect();
+        let fee = check_tx_inputs(tx, &coin_refs, ctx.height)?;
+        if !sequence_locks_ok(tx, &coin_refs, ctx, |h| {
+            self.median_time_past(h.saturating_sub(1))
+        }) {
+            return Err(TxReject::rejected("non-BIP68-final"));
+        }
+        let vsize = tx.vsize() as u64;
+        let min_fee = self.min_relay.fee_vb(vsize).unwrap_or(Amount::MAX_MONEY);
+        if fee < min_fee {
+            return Err(TxReject::rejected(format!(
+                "min relay fee not met, {} < {}",
+                fee.to_sat(),
+                min_fee.to_sat()
+            )));
+        }
+        if let Some(max) = max_fee_rate {
+            if max > FeeRate::ZERO && fee > max.fee_vb(vsize).unwrap_or(Amount::MAX_MONEY) {
+                return Err(TxReject::error("max-fee-exceeded"));
+            }
+        }
+        verify_scripts(tx, &coin_refs)?;
+        let accepted = Accepted {
+            txid,
+            wtxid: tx.compute_wtxid(),
+            fee,
+            vsize,
+        };
+        if !test_only {
+            for input in &tx.input {
+                self.spent_by.insert(input.previous_output, txid);
+            }
+            let seq = self.next_seq();
+            let height = self.height();
+            self.mempool.insert(
+                txid,
+                MempoolEntry {
+                    tx: tx.clone(),
+                    fee,
+                    vsize,
+                    time: now,
+                    height,
+                    seq,
+                },
+            );
+        }
+        Ok(accepted)
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    /// Removes `txid` and every mempool transaction that spends its outputs.
+    fn remove_with_descendants(&mut self, txid: Txid) {
+        let mut stack = vec![txid];
+        while let Some(id) = stack.pop() {
+            let Some(entry) = self.mempool.remove(&id) else {
+                continue;
+            };
+            for input in &entry.tx.input {
+                if self.spent_by.get(&input.previous_output) == Some(&id) {
+                    self.spent_by.remove(&input.previous_output);
+                }
+            }
+            for vout in 0..entry.tx.output.len() as u32 {
+                if let Some(child) = self.spent_by.get(&OutPoint { txid: id, vout }) {
+                    stack.push(*child);
+                }
+            }
+        }
+    }
+
+    /// Builds a block template on the active tip: mempool transactions in
+    /// arrival order that are valid in the next block, and a coinbase paying
+    /// `payout` the subsidy plus fees, with the BIP141 witness commitment.
+    pub fn block_template(&self, payout: &Script, time: u32) -> Block {
+        let ctx = self.next_context();
+        let mut created: HashMap<OutPoint, Coin> = HashMap::new();
+        let mut spent: HashSet<OutPoint> = HashSet::new();
+        let mut txs = Vec::new();
+        let mut fees = Amount::ZERO;
+        let mut weight = 4_000u64; // room for header and coinbase
+        for entry in self.mempool_entries() {
+            let tx = &entry.tx;
+            if weight + tx.weight().to_wu() > super::validation::MAX_BLOCK_WEIGHT {
+                continue;
+            }
+            if !is_final(tx, ctx) {
+                continue;
+            }
+            let mut coins = Vec::with_capacity(tx.input.len());
+            let mut missing = false;
+            for i in &tx.input {
+                if spent.contains(&i.previous_output) {
+                    missing = true;
+                    break;
+                }
+                match self
+                    .utxo
+                    .get(&i.previous_output)
+                    .or_else(|| created.get(&i.previous_output))
+                {
+                    Some(c) => coins.push(c.clone()),
+                    None => {
+                        missing = true;
+                        break;
+                    }
+                }
+            }
+            if missing {
+                continue;
+            }
+            let refs: Vec<&Coin> = coins.iter().collect();
+            let Ok(fee) = check_tx_inputs(tx, &refs, ctx.height) else {
+                continue;
+            };
+            if !sequence_locks_ok(tx, &refs, ctx, |h| {
+                self.median_time_past(h.saturating_sub(1))
+            }) {
+                continue;
+            }
+            let txid = tx.compute_txid();
+            for i in &tx.input {
+                spent.insert(i.previous_output);
+            }
+            for (vout, o) in tx.output.iter().enumerate() {
+                created.insert(
+                    OutPoint {
+                        txid,
+                        vout: vout as u32,
+                    },
+                    Coin {
+                        txout: o.clone(),
+                        height: ctx.height,
+                        coinbase: false,
+                    },
+                );
+            }
+            fees += fee;
+            weight += tx.weight().to_wu();
+            txs.push(tx.clone());
+        }
+        assemble_block(
+            self.tip_hash(),
+            ctx.height,
+            time,
+            payout,
+            subsidy(ctx.height) + fees,
+            txs,
+        )
+    }
+
+    /// Validates `block` fully and connects it on the active tip.
+    ///
+    /// # Errors
+    /// Core's block reject reason; the state is unchanged on error.
+    pub fn connect_block(&mut self, block: Block, check_scripts: bool) -> Result<(), BlockReject> {
+        let hash = block.block_hash();
+        if self.is_active(&hash) {
+            return Err(BlockReject("duplicate".into()));
+        }
+        if block.header.prev_blockhash != self.tip_hash() {
+            return Err(BlockReject("bad-prevblk".into()));
+        }
+        let height = self.height() + 1;
+        let seq = self.index.get(&hash).map(|e| e.seq);
+        let validated = self.index.get(&hash).is_some_and(|e| e.validated);
+        let undo = self.apply_block(&block, height, check_scripts && !validated)?;
+        let seq = match seq {
+            Some(s) => s,
+            None => self.next_seq(),
+        };
+        for (pos, tx) in block.txdata.iter().enumerate() {
+            let txid = tx.compute_txid();
+            self.tx_index.insert(txid, (hash, pos));
+            if self.mempool.contains_key(&txid) {
+                // Included: drop it from the mempool, keep its descendants.
+                if let Some(e) = self.mempool.remove(&txid) {
+                    for i in &e.tx.input {
+                        self.spent_by.remove(&i.previous_output);
+                    }
+                }
+            }
+        }
+        // Mempool transactions that conflict with the block are now invalid.
+        for tx in block.txdata.iter().skip(1) {
+            for i in &tx.input {
+                if let Some(other) = self.spent_by.get(&i.previous_output).copied() {
+                    self.remove_with_descendants(other);
+                }
+            }
+        }
+        self.undo.insert(hash, undo);
+        self.index.insert(
+            hash,
+            BlockEntry {
+                block: Arc::new(block),
+                height,
+                seq,
+                validated: true,
+            },
+        );
+        self.active.push(hash);
+        Ok(())
+    }
+
+    /// Checks `block` against the UTXO set and applies it, returning the undo
+    /// data; rolls back and fails on the first invalid transaction.
+    fn apply_block(
+        &mut self,
+        block: &Block,
+        height: u32,
+        check_scripts: bool,
+    ) -> Result<Vec<(OutPoint, Coin)>, BlockReject> {
+        let header = &block.header;
+        if header.bits != CompactTarget::from_consensus(REGTEST_BITS) {
+            return Err(BlockReject("bad-diffbits".into()));
+        }
+        if header.validate_pow(header.target()).is_err() {
+            return Err(BlockReject("high-hash".into()));
+        }
+        let prev_mtp = self.median_time_past(self.height());
+        if header.time <= prev_mtp {
+            return Err(BlockReject("time-too-old".into()));
+        }
+        let Some(coinbase) = block.txdata.first().filter(|t| t.is_coinbase()) else {
+            return Err(BlockReject("bad-cb-missing".into()));
+        };
+        if block.txdata.iter().skip(1).any(|t| t.is_coinbase()) {
+            return Err(BlockReject("bad-cb-multiple".into()));
+        }
+        if !block.check_merkle_root() {
+            return Err(BlockReject("bad-txnmrklroot".into()));
+        }
+        if !block.check_witness_commitment() {
+            return Err(BlockReject("bad-witness-merkle-match".into()));
+        }
+        if block.weight().to_wu() > super::validation::MAX_BLOCK_WEIGHT {
+            return Err(BlockReject("bad-blk-weight".into()));
+        }
+        if block.bip34_block_height().ok() != Some(u64::from(height)) {
+            return Err(BlockReject("bad-cb-height".into()));
+        }
+        let ctx = BlockContext {
+            height,
+            prev_median_time: prev_mtp,
+        };
+        let mut undo: Vec<(OutPoint, Coin)> = Vec::new();
+        let mut added: Vec<OutPoint> = Vec::new();
+        let result = self.apply_txs(block, ctx, check_scripts, &mut undo, &mut added);
+        match result {
+            Ok(fees) => {
+                let paid: Amount = coinbase.output.iter().map(|o| o.value).sum();
+                if paid > subsidy(height) + fees {
+                    self.rollback(undo, added);
+                    return Err(BlockReject("bad-cb-amount".into()));
+                }
+                Ok(undo)
+            }
+            Err(e) => {
+                self.rollback(undo, added);
+                Err(e)
+            }
+        }
+    }
+
+    fn apply_txs(
+        &mut self,
+        block: &Block,
+        ctx: BlockContext,
+        check_scripts: bool,
+        undo: &mut Vec<(OutPoint, Coin)>,
+        added: &mut Vec<OutPoint>,
+    ) -> Result<Amount, BlockReject> {
+        let mut fees = Amount::ZERO;
+        let reject = |r: TxReject| BlockReject(r.reason);
+        for tx in &block.txdata {
+            check_transaction(tx).map_err(reject)?;
+            let txid = tx.compute_txid();
+            if !tx.is_coinbase() {
+                if !is_final(tx, ctx) {
+                    return Err(BlockReject("bad-txns-nonfinal".into()));
+                }
+                let mut coins = Vec::with_capacity(tx.input.len());
+                for i in &tx.input {
+                    let Some(c) = self.utxo.remove(&i.previous_output) else {
+                        return Err(BlockReject("bad-txns-inputs-missingorspent".into()));
+                    };
+                    undo.push((i.previous_output, c.clone()));
+                    coins.push(c);
+                }
+                let refs: Vec<&Coin> = coins.iter().collect();
+                fees += check_tx_inputs(tx, &refs, ctx.height).map_err(reject)?;
+                if !sequence_locks_ok(tx, &refs, ctx, |h| {
+                    self.median_time_past(h.saturating_sub(1))
+                }) {
+                    return Err(BlockReject("bad-txns-nonfinal".into()));
+                }
+                if check_scripts {
+                    verify_scripts(tx, &refs).map_err(reject)?;
+                }
+            }
+            for (vout, o) in tx.output.iter().enumerate() {
+                if o.script_pubkey.is_op_return() {
+                    continue; // provably unspendable: never enters the UTXO set
+                }
+                let op = OutPoint {
+                    txid,
+                    vout: vout as u32,
+                };
+                if self.utxo.contains_key(&op) {
+                    return Err(BlockReject("bad-txns-BIP30".into()));
+                }
+                self.utxo.insert(
+                    op,
+                    Coin {
+                        txout: o.clone(),
+                        height: ctx.height,
+                        coinbase: tx.is_coinbase(),
+                    },
+                );
+                added.push(op);
+            }
+        }
+        Ok(fees)
+    }
+
+    fn rollback(&mut self, undo: Vec<(OutPoint, Coin)>, added: Vec<OutPoint>) {
+        for op in added {
+            self.utxo.remove(&op);
+        }
+        for (op, coin) in undo {
+            self.utxo.insert(op, coin);
+        }
+    }
+
+    /// Disconnects the active tip (never genesis) and returns its block.
+    pub fn disconnect_tip(&mut self) -> Option<Arc<Block>> {
+        if self.active.len() <= 1 {
+            return None;
+        }
+        let hash = self.active.pop()?;
+        let entry = self.index.get(&hash)?.clone();
+        for tx in &entry.block.txdata {
+            let txid = tx.compute_txid();
+            for vout in 0..tx.output.len() as u32 {
+                self.utxo.remove(&OutPoint { txid, vout });
+            }
+            self.tx_index.remove(&txid);
+        }
+        for (op, coin) in self.undo.remove(&hash).unwrap_or_default() {
+            self.utxo.insert(op, coin);
+        }
+        Some(entry.block)
+    }
+
+    /// Adds a block to the tree without connecting it (used when loading).
+    ///
+    /// # Errors
+    /// If its parent is unknown.
+    pub fn insert_known(&mut self, block: Block) -> Result<(), BlockReject> {
+        let hash = block.block_hash();
+        if self.index.contains_key(&hash) {
+            return Ok(());
+        }
+        let Some(parent) = self.index.get(&block.header.prev_blockhash) else {
+            return Err(BlockReject("prev-blk-not-found".into()));
+        };
+        let height = parent.height + 1;
+        let seq = self.next_seq();
+        // Blocks on disk were fully validated when first accepted.
+        self.index.insert(
+            hash,
+            BlockEntry {
+                block: Arc::new(block),
+                height,
+                seq,
+                validated: true,
+            },
+        );
+        Ok(())
+    }
+
+    /// Marks blocks invalid without reorganising (used when loading).
+    pub fn mark_invalid(&mut self, hashes: impl IntoIterator<Item = BlockHash>) {
+        self.invalid.extend(hashes);
+    }
+
+    fn children(&self) -> HashMap<BlockHash, Vec<BlockHash>> {
+        let mut map: HashMap<BlockHash, Vec<BlockHash>> = HashMap::new();
+        for (h, e) in &self.index {
+            if e.height > 0 {
+                map.entry(e.block.header.prev_blockhash)
+                    .or_default()
+                    .push(*h);
+            }
+        }
+        map
+    }
+
+    fn descendants(&self, hash: BlockHash) -> Vec<BlockHash> {
+        let children = self.children();
+        let mut out = vec![hash];
+        let mut i = 0;
+        while i < out.len() {
+            if let Some(c) = children.get(&out[i]) {
+                out.extend(c.iter().copied());
+            }
+            i += 1;
+        }
+        out
+    }
+
+    /// `invalidateblock`: marks `hash` and its descendants invalid and moves
+    /// to the best remaining chain. Returns the disconnected transactions'
+    /// fate through the mempool (re-accepted where still valid).
+    ///
+    /// # Errors
+    /// Unknown block, or genesis.
+    pub fn invalidate(&mut self, hash: BlockHash, now: u64) -> Result<(), BlockReject> {
+        let Some(entry) = self.index.get(&hash) else {
+            return Err(BlockReject("Block not found".into()));
+        };
+        if entry.height == 0 {
+            return Err(BlockReject("cannot invalidate genesis".into()));
+        }
+        let bad = self.descendants(hash);
+        self.invalid.extend(bad);
+        self.activate_best_chain(now);
+        Ok(())
+    }
+
+    /// `reconsiderblock`: clears the invalid mark of `hash`, its ancestors and
+    /// descendants, and moves to the best chain.
+    ///
+    /// # Errors
+    /// Unknown block.
+    pub fn reconsider(&mut self, hash: BlockHash, now: u64) -> Result<(), BlockReject> {
+        if !self.index.contains_key(&hash) {
+            return Err(BlockReject("Block not found".into()));
+        }
+        for h in self.descendants(hash) {
+            self.invalid.remove(&h);
+        }
+        let mut cur = hash;
+        while let Some(e) = self.index.get(&cur) {
+            self.invalid.remove(&cur);
+            if e.height == 0 {
+                break;
+            }
+            cur = e.block.header.prev_blockhash;
+        }
+        self.activate_best_chain(now);
+        Ok(())
+    }
+
+    /// Moves the active chain to the most-work valid tip (all regtest blocks
+    /// have equal work, so the highest; the current tip wins ties, then the
+    /// first seen), re-adding disconnected transactions to the mempool.
+    pub fn activate_best_chain(&mut self, now: u64) {
+        loop {
+            let current = self.tip_hash();
+            let best = self
+                .index
+                .iter()
+                .filter(|(h, _)| !self.invalid.contains(*h))
+                .max_by(|(ha, a), (hb, b)| {
+                    a.height
+                        .cmp(&b.height)
+                        .then_with(|| (**ha == current).cmp(&(**hb == current)))
+                        .then_with(|| b.seq.cmp(&a.seq))
+                })
+                .map(|(h, _)| *h);
+            let Some(best) = best else { return };
+            if best == current {
+                // The tip may itself be invalid: disconnect down to a valid block.
+                if !self.invalid.contains(&current) {
+                    return;
+                }
+            }
+            // Path from best back to the active chain.
+            let mut branch = Vec::new();
+            let mut cur = best;
+            while !self.is_active(&cur) {
+                branch.push(cur);
+                match self.index.get(&cur) {
+                    Some(e) => cur = e.block.header.prev_blockhash,
+                    None => return,
+                }
+            }
+            let fork_height = self.index.get(&cur).map_or(0, |e| e.height);
+            let mut disconnected = Vec::new();
+            while self.height() > fork_height {
+                if let Some(b) = self.disconnect_tip() {
+                    disconnected.push(b);
+                }
+            }
+            let old_mempool: Vec<Transaction> = self
+                .mempool_entries()
+                .into_iter()
+                .map(|e| e.tx.clone())
+                .collect();
+            self.mempool.clear();
+            self.spent_by.clear();
+            let mut failed = false;
+            for h in branch.iter().rev() {
+                let Some(block) = self.index.get(h).map(|e| (*e.block).clone()) else {
+                    break;
+                };
+                if self.connect_block(block, true).is_err() {
+                    let bad = self.descendants(*h);
+                    self.invalid.extend(bad);
+                    failed = true;
+                    break;
+                }
+            }
+            // Disconnected transactions go back first (oldest block first), then the old mempool.
+            for block in disconnected.iter().rev() {
+                for tx in block.txdata.iter().skip(1) {
+                    let _ = self.accept_to_mempool(tx, now, None, false);
+                }
+            }
+            for tx in old_mempool {
+                let _ = self.accept_to_mempool(&tx, now, None, false);
+            }
+            if !failed {
+                return;
+            }
+        }
+    }
+
+    /// Mines a block with [`ChainState::block_template`] at `time` (raised to
+    /// median time past + 1 if needed) and connects it.
+    pub fn mine_block(&mut self, payout: &Script, time: u32) -> Result<Arc<Block>, BlockReject> {
+        let time = time.max(self.median_time_past(self.height()) + 1);
+        let mut block = self.block_template(payout, time);
+        grind(&mut block.header);
+        let hash = block.block_hash();
+        // Template transactions were script-checked on mempool entry (the
+        // role of Core's script cache), so they are not verified twice.
+        self.connect_block(block, false)?;
+        self.index
+            .get(&hash)
+            .map(|e| e.block.clone())
+            .ok_or_else(|| BlockReject("lost".into()))
+    }
+}
+
+/// Assembles a block: coinbase (BIP34 height, witness reserved value, payout,
+/// witness commitment), then `txs`; header with regtest bits, not yet ground.
+pub fn assemble_block(
+    prev: BlockHash,
+    height: u32,
+    time: u32,
+    payout: &Script,
+    coinbase_value: Amount,
+    txs: Vec<Transaction>,
+) -> Block {
+    let mut witness = Witness::new();
+    witness.push([0u8; 32]);
+    let coinbase = Transaction {
+        version: Version::TWO,
+        lock_time: LockTime::ZERO,
+        input: vec![TxIn {
+            previous_output: OutPoint::null(),
+            // BIP34 height, plus OP_0 so the script is at least 2 bytes (bad-cb-length).
+            script_sig: Builder::new()
+                .push_int(i64::from(height))
+                .push_int(0)
+                .into_script(),
+            sequence: Sequence::MAX,
+            witness,
+        }],
+        output: vec![TxOut {
+            value: coinbase_value,
+            script_pubkey: payout.to_owned(),
+        }],
+    };
+    let mut txdata = Vec::with_capacity(txs.len() + 1);
+    txdata.push(coinbase);
+    txdata.extend(txs);
+    let mut block = Block {
+        header: Header {
+            version: BlockVersion::from_consensus(0x2000_0000),
+            prev_blockhash: prev,
+            merkle_root: TxMerkleNode::all_zeros(),
+            time,
+            bits: CompactTarget::from_consensus(REGTEST_BITS),
+            nonce: 0,
+        },
+        txdata,
+    };
+    if let Some(root) = block.witness_root() {
+        let commitment = Block::compute_witness_commitment(&root, &[0u8; 32]);
+        let mut script = vec![0x6a, 0x24, 0xaa, 0x21, 0xa9, 0xed];
+        script.extend_from_slice(commitment.as_byte_array());
+        block.txdata[0].output.push(TxOut {
+            value: Amount::ZERO,
+            script_pubkey: ScriptBuf::from_bytes(script),
+        });
+    }
+    if let Some(root) = block.compute_merkle_root() {
+        block.header.merkle_root = root;
+    }
+    block
+}
+
+/// Finds a nonce that meets the header's target (about two tries on regtest).
+pub fn grind(header: &mut Header) {
+    let target = header.target();
+    while header.validate_pow(target).is_err() {
+        header.nonce = header.nonce.wrapping_add(1);
+        if header.nonce == 0 {
+            header.time += 1;
+        }
+    }
+}

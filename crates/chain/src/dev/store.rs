@@ -1,0 +1,195 @@
+//! Persistence of the development chain in its data directory.
+//!
+//! - `blocks.dat`: every block ever accepted, in arrival order, each as a
+//!   4-byte little-endian length and the consensus encoding. Append-only; a
+//!   torn record at the end (a crash mid-write) is cut off when loading.
+//! - `invalid.txt`: hashes marked by `invalidateblock`, one per line.
+//! - `mempool.dat`: the mempool, same record format as blocks, rewritten on change.
+//! - `faucet.key`: the hex secret key of the faucet that coinbases pay to.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use bitcoin::consensus::{deserialize, serialize};
+use bitcoin::{Block, BlockHash, Transaction};
+
+/// Why the data directory could not be read or written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// File system error.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// A record that does not decode.
+    #[error("{path}: corrupt record at byte {offset}: {reason}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// Where the record starts.
+        offset: u64,
+        /// What failed.
+        reason: String,
+    },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// The files of one development chain.
+#[derive(Debug)]
+pub struct Store {
+    dir: PathBuf,
+    blocks: File,
+}
+
+/// Everything read back from disk.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// Blocks in arrival order.
+    pub blocks: Vec<Block>,
+    /// Invalidated block hashes.
+    pub invalid: Vec<BlockHash>,
+    /// Mempool transactions in arrival order.
+    pub mempool: Vec<Transaction>,
+}
+
+impl Store {
+    /// Opens (creating if needed) the data directory and reads its contents.
+    ///
+    /// # Errors
+    /// IO errors and corrupt records (other than a torn last record).
+    pub fn open(dir: &Path) -> Result<(Self, Loaded), StoreError> {
+        fs::create_dir_all(dir).map_err(io_err(dir))?;
+        let blocks_path = dir.join("blocks.dat");
+        let (blocks, good_len) = read_records::<Block>(&blocks_path)?;
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&blocks_path)
+            .map_err(io_err(&blocks_path))?;
+        // Drop a torn tail so the next append starts on a record boundary.
+        file.set_len(good_len).map_err(io_err(&blocks_path))?;
+        let invalid_path = dir.join("invalid.txt");
+        let invalid = match fs::read_to_string(&invalid_path) {
+            Ok(s) => s
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| {
+                    l.trim()
+                        .parse::<BlockHash>()
+                        .map_err(|e| StoreError::Corrupt {
+                            path: invalid_path.clone(),
+                            offset: 0,
+                            reason: e.to_string(),
+                        })
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(io_err(&invalid_path)(e)),
+        };
+        let (mempool, _) = read_records::<Transaction>(&dir.join("mempool.dat"))?;
+        Ok((
+            Self {
+                dir: dir.to_owned(),
+                blocks: file,
+            },
+            Loaded {
+                blocks,
+                invalid,
+                mempool,
+            },
+        ))
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Appends a block.
+    ///
+    /// # Errors
+    /// IO errors.
+    pub fn append_block(&mut self, block: &Block) -> Result<(), StoreError> {
+        let bytes = serialize(block);
+        let mut record = Vec::with_capacity(bytes.len() + 4);
+        record.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        record.extend_from_slice(&bytes);
+        let path = self.dir.join("blocks.dat");
+        self.blocks.write_all(&record).map_err(io_err(&path))?;
+        self.blocks.flush().map_err(io_err(&path))
+    }
+
+    /// Rewrites the invalid-block list.
+    ///
+    /// # Errors
+    /// IO errors.
+    pub fn write_invalid(&self, hashes: &[BlockHash]) -> Result<(), StoreError> {
+        let text: String = hashes.iter().map(|h| format!("{h}\n")).collect();
+        write_atomic(&self.dir.join("invalid.txt"), text.as_bytes())
+    }
+
+    /// Rewrites the mempool file.
+    ///
+    /// # Errors
+    /// IO errors.
+    pub fn write_mempool(&self, txs: &[&Transaction]) -> Result<(), StoreError> {
+        let mut out = Vec::new();
+        for tx in txs {
+            let bytes = serialize(*tx);
+            out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+            out.extend_from_slice(&bytes);
+        }
+        write_atomic(&self.dir.join("mempool.dat"), &out)
+    }
+}
+
+/// Writes through a temporary file and a rename, so a crash leaves the old or the new file.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    let tmp = path.with_extension("tmp");
+    fs::write(&tmp, bytes).map_err(io_err(&tmp))?;
+    fs::rename(&tmp, path).map_err(io_err(path))
+}
+
+/// Reads length-prefixed records; returns them and the length of the intact prefix.
+fn read_records<T: bitcoin::consensus::Decodable>(
+    path: &Path,
+) -> Result<(Vec<T>, u64), StoreError> {
+    let mut bytes = Vec::new();
+    match File::open(path) {
+        Ok(mut f) => {
+            f.read_to_end(&mut bytes).map_err(io_err(path))?;
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
+        Err(e) => return Err(io_err(path)(e)),
+    }
+    let mut out = Vec::new();
+    let mut pos = 0usize;
+    while pos + 4 <= bytes.len() {
+        let mut len_bytes = [0u8; 4];
+        len_bytes.copy_from_slice(&bytes[pos..pos + 4]);
+        let len = u32::from_le_bytes(len_bytes) as usize;
+        let Some(record) = bytes.get(pos + 4..pos + 4 + len) else {
+            break; // torn tail
+        };
+        let item = deserialize::<T>(record).map_err(|e| StoreError::Corrupt {
+            path: path.to_owned(),
+            offset: pos as u64,
+            reason: e.to_string(),
+        })?;
+        out.push(item);
+        pos += 4 + len;
+    }
+    Ok((out, pos as u64))
+}

@@ -1,0 +1,372 @@
+//! Consensus and relay checks of the development chain, as pure functions over
+//! a view of the spent coins: Bitcoin Core's rules and reject strings.
+
+use bitcoin::consensus::encode::serialize;
+use bitcoin::{Amount, OutPoint, Transaction, TxOut};
+
+/// `SCRIPT_VERIFY_P2SH` in libbitcoinconsensus.
+const VERIFY_P2SH: u32 = 1 << 0;
+/// `SCRIPT_VERIFY_DERSIG`.
+const VERIFY_DERSIG: u32 = 1 << 2;
+/// `SCRIPT_VERIFY_NULLDUMMY`.
+const VERIFY_NULLDUMMY: u32 = 1 << 4;
+/// `SCRIPT_VERIFY_CHECKLOCKTIMEVERIFY` (BIP65).
+const VERIFY_CHECKLOCKTIMEVERIFY: u32 = 1 << 9;
+/// `SCRIPT_VERIFY_CHECKSEQUENCEVERIFY` (BIP112).
+const VERIFY_CHECKSEQUENCEVERIFY: u32 = 1 << 10;
+/// `SCRIPT_VERIFY_WITNESS` (BIP141/143).
+const VERIFY_WITNESS: u32 = 1 << 11;
+
+/// Every soft fork up to segwit: regtest activates them all from height 1.
+/// Taproot spends are not checked because libbitcoinconsensus's per-input
+/// API (as wrapped by rust-bitcoin 0.32) has no spent-outputs argument.
+pub const SCRIPT_FLAGS: u32 = VERIFY_P2SH
+    | VERIFY_DERSIG
+    | VERIFY_NULLDUMMY
+    | VERIFY_CHECKLOCKTIMEVERIFY
+    | VERIFY_CHECKSEQUENCEVERIFY
+    | VERIFY_WITNESS;
+
+/// Blocks a coinbase output must wait before it is spent.
+pub const COINBASE_MATURITY: u32 = 100;
+/// Largest block weight (BIP141).
+pub const MAX_BLOCK_WEIGHT: u64 = 4_000_000;
+/// Largest standard transaction weight (Bitcoin Core policy).
+pub const MAX_STANDARD_TX_WEIGHT: u64 = 400_000;
+/// Smallest standard non-witness size (Bitcoin Core policy, CVE-2017-12842).
+pub const MIN_STANDARD_TX_NONWITNESS_SIZE: usize = 65;
+/// Locktime values below this are block heights, above are UNIX times.
+const LOCKTIME_THRESHOLD: u32 = 500_000_000;
+
+/// Which Bitcoin Core RPC error code a rejection maps to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RejectKind {
+    /// `RPC_VERIFY_REJECTED` (-26): invalid or against policy.
+    Rejected,
+    /// `RPC_VERIFY_ERROR` (-25): missing or spent inputs, and other general failures.
+    Error,
+    /// `RPC_VERIFY_ALREADY_IN_CHAIN` (-27).
+    AlreadyInChain,
+}
+
+impl RejectKind {
+    /// The Bitcoin Core RPC error code.
+    pub fn code(self) -> i32 {
+        match self {
+            RejectKind::Rejected => crate::rpc::codes::RPC_VERIFY_REJECTED,
+            RejectKind::Error => crate::rpc::codes::RPC_VERIFY_ERROR,
+            RejectKind::AlreadyInChain => crate::rpc::codes::RPC_VERIFY_ALREADY_IN_CHAIN,
+        }
+    }
+}
+
+/// A transaction rejected, with Bitcoin Core's reject reason string.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct TxReject {
+    /// Which RPC code the reason maps to.
+    pub kind: RejectKind,
+    /// Core's reject reason, e.g. `bad-txns-inputs-missingorspent`.
+    pub reason: String,
+}
+
+impl TxReject {
+    pub(crate) fn rejected(reason: impl Into<String>) -> Self {
+        Self {
+            kind: RejectKind::Rejected,
+            reason: reason.into(),
+        }
+    }
+    pub(crate) fn error(reason: impl Into<String>) -> Self {
+        Self {
+            kind: RejectKind::Error,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// A spendable output with where it was created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Coin {
+    /// Value and script.
+    pub txout: TxOut,
+    /// Height of the block that created it (tip + 1 for mempool outputs).
+    pub height: u32,
+    /// Whether it is a coinbase output (subject to maturity).
+    pub coinbase: bool,
+}
+
+/// Where a transaction is being checked: the block it would be in.
+#[derive(Debug, Clone, Copy)]
+pub struct BlockContext {
+    /// Height of the block that would include the transaction.
+    pub height: u32,
+    /// Median time past of the block before it (BIP113).
+    pub prev_median_time: u32,
+}
+
+/// Context-free checks (Core's `CheckTransaction`).
+///
+/// # Errors
+/// The Core reject reason.
+pub fn check_transaction(tx: &Transaction) -> Result<(), TxReject> {
+    if tx.input.is_empty() {
+        return Err(TxReject::rejected("bad-txns-vin-empty"));
+    }
+    if tx.output.is_empty() {
+        return Err(TxReject::rejected("bad-txns-vout-empty"));
+    }
+    if tx.base_size() * 4 > MAX_BLOCK_WEIGHT as usize {
+        return Err(TxReject::rejected("bad-txns-oversize"));
+    }
+    let mut total = Amount::ZERO;
+    for o in &tx.output {
+        if o.value > Amount::MAX_MONEY {
+            return Err(TxReject::rejected("bad-txns-vout-toolarge"));
+        }
+        total = match total.checked_add(o.value) {
+            Some(t) if t <= Amount::MAX_MONEY => t,
+            _ => return Err(TxReject::rejected("bad-txns-txouttotal-toolarge")),
+        };
+    }
+    let mut seen = std::collections::HashSet::with_capacity(tx.input.len());
+    for i in &tx.input {
+        if !seen.insert(i.previous_output) {
+            return Err(TxReject::rejected("bad-txns-inputs-duplicate"));
+        }
+    }
+    if tx.is_coinbase() {
+        let len = tx.input[0].script_sig.len();
+        if !(2..=100).contains(&len) {
+            return Err(TxReject::rejected("bad-cb-length"));
+        }
+    } else if tx
+        .input
+        .iter()
+        .any(|i| i.previous_output == OutPoint::null())
+    {
+        return Err(TxReject::rejected("bad-txns-prevout-null"));
+    }
+    Ok(())
+}
+
+/// Whether `tx` is final in a block at `ctx` (Core's `IsFinalTx` with BIP113).
+pub fn is_final(tx: &Transaction, ctx: BlockContext) -> bool {
+    let lock = tx.lock_time.to_consensus_u32();
+    if lock == 0 {
+        return true;
+    }
+    let cutoff = if lock < LOCKTIME_THRESHOLD {
+        ctx.height
+    } else {
+        ctx.prev_median_time
+    };
+    if lock < cutoff {
+        return true;
+    }
+    tx.input.iter().all(|i| i.sequence.0 == u32::MAX)
+}
+
+/// BIP68 relative locks of `tx`'s inputs, checked against `ctx`.
+///
+/// `coins[i]` is the coin input `i` spends; `median_time_before(h)` gives the
+/// median time past of the block at height `h - 1` (the coin's "time").
+pub fn sequence_locks_ok(
+    tx: &Transaction,
+    coins: &[&Coin],
+    ctx: BlockContext,
+    median_time_before: impl Fn(u32) -> u32,
+) -> bool {
+    // BIP68 applies only to version 2 and later.
+    if tx.version.0 < 2 {
+        return true;
+    }
+    let mut min_height: i64 = -1;
+    let mut min_time: i64 = -1;
+    for (input, coin) in tx.input.iter().zip(coins) {
+        let seq = input.sequence.0;
+        if seq & (1 << 31) != 0 {
+            continue; // disable flag
+        }
+        let value = i64::from(seq & 0xffff);
+        if seq & (1 << 22) != 0 {
+            let coin_time = i64::from(median_time_before(coin.height));
+            min_time = min_time.max(coin_time + (value << 9) - 1);
+        } else {
+            min_height = min_height.max(i64::from(coin.height) + value - 1);
+        }
+    }
+    min_height < i64::from(ctx.height) && min_time < i64::from(ctx.prev_median_time)
+}
+
+/// Checks inputs against the coins they spend (maturity, value) and returns the fee.
+///
+/// # Errors
+/// Core's reject reasons for immature coinbase spends and value overflows.
+pub fn check_tx_inputs(
+    tx: &Transaction,
+    coins: &[&Coin],
+    spend_height: u32,
+) -> Result<Amount, TxReject> {
+    let mut value_in = Amount::ZERO;
+    for coin in coins {
+        if coin.coinbase {
+            let depth = spend_height.saturating_sub(coin.height);
+            if depth < COINBASE_MATURITY {
+                return Err(TxReject::rejected(format!(
+                    "bad-txns-premature-spend-of-coinbase, tried to spend coinbase at depth {depth}"
+                )));
+            }
+        }
+        value_in = value_in
+            .checked_add(coin.txout.value)
+            .filter(|v| *v <= Amount::MAX_MONEY)
+            .ok_or_else(|| TxReject::rejected("bad-txns-inputvalues-outofrange"))?;
+    }
+    let value_out: Amount = tx.output.iter().map(|o| o.value).sum();
+    if value_in < value_out {
+        return Err(TxReject::rejected(format!(
+            "bad-txns-in-belowout, value in ({}) < value out ({})",
+            value_in.to_btc(),
+            value_out.to_btc()
+        )));
+    }
+    Ok(value_in - value_out)
+}
+
+/// Verifies every input's script with libbitcoinconsensus.
+///
+/// # Errors
+/// `mandatory-script-verify-flag-failed (…)` naming the input.
+pub fn verify_scripts(tx: &Transaction, coins: &[&Coin]) -> Result<(), TxReject> {
+    let bytes = serialize(tx);
+    for (index, coin) in coins.iter().enumerate() {
+        bitcoin::consensus::validation::verify_script_with_flags(
+            &coin.txout.script_pubkey,
+            index,
+            coin.txout.value,
+            &bytes,
+            SCRIPT_FLAGS,
+        )
+        .map_err(|e| {
+            TxReject::rejected(format!(
+                "mandatory-script-verify-flag-failed (input {index}: {e})"
+            ))
+        })?;
+    }
+    Ok(())
+}
+
+/// Relay policy checks that do not need the inputs (a subset of Core's `IsStandardTx`).
+///
+/// # Errors
+/// Core's reject reasons: `version`, `tx-size`, `tx-size-small`, `scriptsig-not-pushonly`, `dust`.
+pub fn check_standard(tx: &Transaction) -> Result<(), TxReject> {
+    if !(1..=3).contains(&tx.version.0) {
+        return Err(TxReject::rejected("version"));
+    }
+    if tx.weight().to_wu() > MAX_STANDARD_TX_WEIGHT {
+        return Err(TxReject::rejected("tx-size"));
+    }
+    if tx.base_size() < MIN_STANDARD_TX_NONWITNESS_SIZE {
+        return Err(TxReject::rejected("tx-size-small"));
+    }
+    if tx.input.iter().any(|i| !i.script_sig.is_push_only()) {
+        return Err(TxReject::rejected("scriptsig-not-pushonly"));
+    }
+    if tx
+        .output
+        .iter()
+        .any(|o| !o.script_pubkey.is_op_return() && o.value < o.script_pubkey.minimal_non_dust())
+    {
+        return Err(TxReject::rejected("dust"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bitcoin::absolute::LockTime;
+    use bitcoin::transaction::Version;
+    use bitcoin::{ScriptBuf, Sequence, TxIn, Witness};
+
+    fn tx(version: i32, lock: u32, seq: u32) -> Transaction {
+        Transaction {
+            version: Version(version),
+            lock_time: LockTime::from_consensus(lock),
+            input: vec![TxIn {
+                previous_output: OutPoint::new(bitcoin::Txid::from_byte_array([1; 32]), 0),
+                script_sig: ScriptBuf::new(),
+                sequence: Sequence(seq),
+                witness: Witness::new(),
+            }],
+            output: vec![TxOut {
+                value: Amount::from_sat(1000),
+                script_pubkey: ScriptBuf::new(),
+            }],
+        }
+    }
+    use bitcoin::hashes::Hash as _;
+
+    #[test]
+    fn finality_follows_core() {
+        let ctx = BlockContext {
+            height: 100,
+            prev_median_time: 1_600_000_000,
+        };
+        assert!(is_final(&tx(2, 99, 0), ctx));
+        assert!(!is_final(&tx(2, 100, 0), ctx));
+        assert!(is_final(&tx(2, 100, u32::MAX), ctx));
+        assert!(is_final(&tx(2, 1_599_999_999, 0), ctx));
+        assert!(!is_final(&tx(2, 1_600_000_000, 0), ctx));
+    }
+
+    #[test]
+    fn bip68_height_and_time_locks() {
+        let coin = Coin {
+            txout: TxOut::NULL,
+            height: 50,
+            coinbase: false,
+        };
+        let ctx = BlockContext {
+            height: 60,
+            prev_median_time: 10_000,
+        };
+        // 10 blocks relative: coin at 50 spendable in block 60.
+        assert!(sequence_locks_ok(&tx(2, 0, 10), &[&coin], ctx, |_| 0));
+        assert!(!sequence_locks_ok(&tx(2, 0, 11), &[&coin], ctx, |_| 0));
+        // Version 1 and the disable flag ignore the lock.
+        assert!(sequence_locks_ok(&tx(1, 0, 11), &[&coin], ctx, |_| 0));
+        assert!(sequence_locks_ok(
+            &tx(2, 0, (1 << 31) | 11),
+            &[&coin],
+            ctx,
+            |_| 0
+        ));
+        // Time lock of 2 units (1024 s) from a coin time of 8_000.
+        let t = (1 << 22) | 2;
+        assert!(sequence_locks_ok(&tx(2, 0, t), &[&coin], ctx, |_| 8_000));
+        assert!(!sequence_locks_ok(&tx(2, 0, t), &[&coin], ctx, |_| 9_000));
+    }
+
+    #[test]
+    fn immature_coinbase_and_overspend() {
+        let coin = Coin {
+            txout: TxOut {
+                value: Amount::from_sat(500),
+                script_pubkey: ScriptBuf::new(),
+            },
+            height: 10,
+            coinbase: true,
+        };
+        let err = check_tx_inputs(&tx(2, 0, 0), &[&coin], 109).unwrap_err();
+        assert!(
+            err.reason
+                .starts_with("bad-txns-premature-spend-of-coinbase"),
+            "{err}"
+        );
+        let err = check_tx_inputs(&tx(2, 0, 0), &[&coin], 110).unwrap_err();
+        assert!(err.reason.starts_with("bad-txns-in-belowout"), "{err}");
+    }
+}
