@@ -542,7 +542,14 @@ impl ChainState {
         if block.weight().to_wu() > super::validation::MAX_BLOCK_WEIGHT {
             return Err(BlockReject("bad-blk-weight".into()));
         }
-        if block.bip34_block_height().ok() != Some(u64::from(height)) {
+        // BIP34 as Core checks it: the script starts with `CScript() << height`
+        // (OP_1..OP_16 for small heights, which rust-bitcoin's parser refuses).
+        let expected = Builder::new().push_int(i64::from(height)).into_script();
+        if !coinbase.input[0]
+            .script_sig
+            .as_bytes()
+            .starts_with(expected.as_bytes())
+        {
             return Err(BlockReject("bad-cb-height".into()));
         }
         let ctx = BlockContext {
