@@ -1,5 +1,7 @@
 //! The `potluck` binary: argument parsing and wiring only.
 
+mod chain_cmd;
+
 use clap::{Parser, Subcommand};
 
 /// potluck: a payment-channel node and a round-based custodial wallet.
@@ -17,6 +19,8 @@ enum Command {
         /// The protobuf-encoded `pkt` (a frame's plaintext), as hex.
         hex: String,
     },
+    /// Run the development chain (regtest rules) with a bitcoind-style JSON-RPC server.
+    Chain(chain_cmd::ChainArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -27,5 +31,6 @@ fn main() -> anyhow::Result<()> {
             let _ = bytes;
             Ok(())
         }
+        Command::Chain(args) => chain_cmd::run(args),
     }
 }

@@ -1,0 +1,90 @@
+//! `potluck chain`: the development chain as a standalone process speaking
+//! the bitcoind JSON-RPC subset.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use chain::{DevChain, DevChainConfig};
+
+/// Flags of `potluck chain` (each also `POTLUCK_<FLAG>`).
+#[derive(Debug, clap::Args)]
+pub struct ChainArgs {
+    /// Address of the JSON-RPC server.
+    #[arg(long, env = "POTLUCK_RPC_BIND", default_value = "127.0.0.1:18443")]
+    pub rpc_bind: SocketAddr,
+    /// Directory for blocks, mempool, faucet key and the `.cookie` file.
+    #[arg(long, env = "POTLUCK_DATA_DIR", default_value = "./potluck-data/chain")]
+    pub data_dir: PathBuf,
+    /// RPC user (without it, a cookie file is written in the data directory).
+    #[arg(long, env = "POTLUCK_RPC_USER", requires = "rpc_password")]
+    pub rpc_user: Option<String>,
+    /// RPC password.
+    #[arg(
+        long,
+        env = "POTLUCK_RPC_PASSWORD",
+        requires = "rpc_user",
+        hide_env_values = true
+    )]
+    pub rpc_password: Option<String>,
+    /// Seconds between blocks mined to the faucet; 0 = blocks only on demand.
+    #[arg(long, env = "POTLUCK_BLOCK_INTERVAL", default_value_t = 15)]
+    pub block_interval: u64,
+}
+
+/// Runs the chain until Ctrl-C, SIGTERM or the `stop` RPC.
+///
+/// # Errors
+/// The data directory cannot be opened or the address cannot be bound.
+pub fn run(args: ChainArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let config = DevChainConfig {
+            data_dir: args.data_dir.clone(),
+            block_interval: (args.block_interval > 0)
+                .then(|| Duration::from_secs(args.block_interval)),
+            rpc_bind: Some(args.rpc_bind),
+            rpc_auth: args.rpc_user.zip(args.rpc_password),
+        };
+        let running = DevChain::start(config).await.with_context(|| {
+            format!(
+                "starting the development chain in {}",
+                args.data_dir.display()
+            )
+        })?;
+        let addr = running.rpc_addr.context("rpc server did not start")?;
+        println!(
+            "potluck chain: regtest at height {}, JSON-RPC on http://{addr}/",
+            running.chain.height()
+        );
+        if let Some(cookie) = &running.cookie {
+            println!("cookie: {}", cookie.display());
+        }
+        tokio::select! {
+            _ = running.stopped() => {}
+            r = tokio::signal::ctrl_c() => r.context("waiting for Ctrl-C")?,
+            _ = terminate() => {}
+        }
+        running.shutdown().await;
+        Ok(())
+    })
+}
+
+#[cfg(unix)]
+async fn terminate() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut s) => {
+            s.recv().await;
+        }
+        Err(_) => std::future::pending::<()>().await,
+    }
+}
+
+#[cfg(not(unix))]
+async fn terminate() {
+    std::future::pending::<()>().await
+}

@@ -1,0 +1,147 @@
+//! Black-box tests of `potluck chain`: the real binary, driven over JSON-RPC.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use chain::{Auth, BitcoindRpc, RpcConfig, RpcError};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn spawn(args: &[&str], envs: &[(&str, &str)]) -> Child {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_potluck"));
+    cmd.arg("chain")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    cmd.spawn().unwrap()
+}
+
+/// Waits until the RPC answers (the cookie appears first when cookie auth is used).
+async fn connect(url: &str, auth: Auth, cookie: Option<&Path>) -> BitcoindRpc {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if cookie.is_none_or(|c| c.exists()) {
+            let mut cfg = RpcConfig::new(url, auth.clone());
+            cfg.retries = 0;
+            cfg.timeout = Duration::from_secs(10);
+            let c = BitcoindRpc::new(cfg).unwrap();
+            if c.get_block_count().await.is_ok() {
+                return c;
+            }
+        }
+        assert!(Instant::now() < deadline, "potluck chain did not come up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("potluck chain did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test]
+async fn chain_serves_rpc_with_cookie_stops_and_keeps_its_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("chain");
+    let port = free_port().to_string();
+    let bind = format!("127.0.0.1:{port}");
+    let url = format!("http://{bind}/");
+    let args = [
+        "--rpc-bind",
+        &bind,
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--block-interval",
+        "0",
+    ];
+    let mut child = spawn(&args, &[]);
+    let cookie = data.join(".cookie");
+    let c = connect(&url, Auth::Cookie(cookie.clone()), Some(&cookie)).await;
+    assert!(std::fs::read_to_string(&cookie)
+        .unwrap()
+        .starts_with("__cookie__:"));
+
+    // A fresh chain starts with a mature faucet coinbase.
+    assert_eq!(c.get_block_count().await.unwrap(), 101);
+    let info = c.get_blockchain_info().await.unwrap();
+    assert_eq!(info.chain, "regtest");
+    let w = wallet::Wallet::from_seed(&[5u8; 32], bitcoin::Network::Regtest).unwrap();
+    let address = w.derive_address(0, 0).unwrap();
+    let txid = c
+        .send_to_address(&address, bitcoin::Amount::from_sat(50_000))
+        .await
+        .unwrap();
+    assert_eq!(c.get_raw_mempool().await.unwrap(), vec![txid]);
+    let hashes = c.generate_to_address(2, &address).await.unwrap();
+    assert_eq!(c.get_best_block_hash().await.unwrap(), hashes[1]);
+
+    assert_eq!(c.stop().await.unwrap(), "Bitcoin Core stopping");
+    assert!(wait_exit(&mut child, Duration::from_secs(20)).success());
+    assert!(!cookie.exists(), "the cookie is removed on shutdown");
+
+    let mut child = spawn(&args, &[]);
+    let c = connect(&url, Auth::Cookie(cookie.clone()), Some(&cookie)).await;
+    assert_eq!(c.get_block_count().await.unwrap(), 103);
+    assert_eq!(c.get_best_block_hash().await.unwrap(), hashes[1]);
+    let raw = c.get_raw_transaction(&txid).await.unwrap().unwrap();
+    assert_eq!(raw.compute_txid(), txid);
+    c.stop().await.unwrap();
+    assert!(wait_exit(&mut child, Duration::from_secs(20)).success());
+}
+
+#[tokio::test]
+async fn chain_takes_flags_from_env_and_mines_on_an_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("c");
+    let bind = format!("127.0.0.1:{}", free_port());
+    let url = format!("http://{bind}/");
+    let envs = [
+        ("POTLUCK_RPC_BIND", bind.as_str()),
+        ("POTLUCK_DATA_DIR", data.to_str().unwrap()),
+        ("POTLUCK_RPC_USER", "alice"),
+        ("POTLUCK_RPC_PASSWORD", "s3cret"),
+        ("POTLUCK_BLOCK_INTERVAL", "1"),
+    ];
+    let mut child = spawn(&[], &envs);
+    let c = connect(&url, Auth::UserPass("alice".into(), "s3cret".into()), None).await;
+    assert!(
+        !data.join(".cookie").exists(),
+        "no cookie with user/password"
+    );
+    let start = c.get_block_count().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while c.get_block_count().await.unwrap() < start + 2 {
+        assert!(Instant::now() < deadline, "no interval blocks");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let wrong = BitcoindRpc::new(RpcConfig::new(
+        &url,
+        Auth::UserPass("alice".into(), "nope".into()),
+    ))
+    .unwrap();
+    assert_eq!(
+        wrong.get_block_count().await.unwrap_err(),
+        RpcError::Auth(401)
+    );
+    c.stop().await.unwrap();
+    assert!(wait_exit(&mut child, Duration::from_secs(20)).success());
+}
