@@ -190,7 +190,7 @@ fn named_to_positional(method: &str, o: &Map<String, Value>) -> Vec<Value> {
         .collect()
 }
 
-fn arg<'a>(params: &'a [Value], i: usize) -> Option<&'a Value> {
+fn arg(params: &[Value], i: usize) -> Option<&Value> {
     params.get(i).filter(|v| !v.is_null())
 }
 
@@ -509,7 +509,7 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
             if !(1..=1008).contains(&target) {
                 return Err(fail(
                     RPC_INVALID_PARAMETER,
-                    format!("Invalid conf_target, must be between 1 and 1008"),
+                    "Invalid conf_target, must be between 1 and 1008",
                 ));
             }
             // No fee market on the development chain: the minimum relay fee confirms at once.
