@@ -626,3 +626,74 @@ fn check_value(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost_types::field_descriptor_proto::{Label, Type};
+
+    /// The hand-written tables must say exactly what `proto/peer.proto` says.
+    #[test]
+    fn tables_match_peer_proto() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../proto");
+        let fds = protox::compile(["peer.proto"], [root]).expect("peer.proto compiles");
+        let file = &fds.file[0];
+        assert_eq!(file.message_type.len(), ALL.len(), "one table per message");
+        let anchor_offer: Vec<i32> = file.enum_type[0].value.iter().map(|v| v.number()).collect();
+        assert_eq!(anchor_offer, ANCHOR_OFFER);
+
+        for desc in &file.message_type {
+            let schema = ALL
+                .iter()
+                .find(|s| s.name == desc.name())
+                .unwrap_or_else(|| panic!("no table for {}", desc.name()));
+            assert_eq!(schema.fields.len(), desc.field.len(), "{}", schema.name);
+            assert!(
+                schema.oneofs.len() <= 2,
+                "the walk tracks at most two oneofs"
+            );
+            let oneof_names: Vec<&str> = desc.oneof_decl.iter().map(|o| o.name()).collect();
+            let ours: Vec<&str> = schema.oneofs.iter().map(|o| o.name).collect();
+            assert_eq!(ours, oneof_names, "{}", schema.name);
+            for f in &desc.field {
+                let at = format!("{}.{}", schema.name, f.name());
+                let ours = schema
+                    .fields
+                    .iter()
+                    .find(|s| s.name == f.name())
+                    .unwrap_or_else(|| panic!("{at} missing from table"));
+                assert_eq!(i64::from(ours.number), i64::from(f.number()), "{at}");
+                let presence = match (f.label(), f.oneof_index) {
+                    (Label::Required, None) => Presence::Required,
+                    (Label::Optional, None) => Presence::Optional,
+                    (Label::Optional, Some(o)) => Presence::Oneof(o as usize),
+                    other => panic!("{at}: unexpected label {other:?}"),
+                };
+                assert_eq!(ours.presence, presence, "{at}");
+                let kind_ok = match (f.r#type(), ours.kind) {
+                    (Type::Fixed64, Kind::Fixed64)
+                    | (Type::Uint32, Kind::Uint32)
+                    | (Type::Uint64, Kind::Uint64)
+                    | (Type::Int32, Kind::Int32)
+                    | (Type::Int64, Kind::Int64)
+                    | (Type::Sint64, Kind::Sint64)
+                    | (Type::Bool, Kind::Bool)
+                    | (Type::Bytes, Kind::Bytes)
+                    | (Type::String, Kind::String) => true,
+                    (Type::Enum, Kind::Enum(values)) => values == ANCHOR_OFFER,
+                    (Type::Message, Kind::Message(inner)) => {
+                        f.type_name() == format!(".potluck.peer.{}", inner.name)
+                    }
+                    _ => false,
+                };
+                assert!(kind_ok, "{at}: type {:?} vs {:?}", f.r#type(), ours.kind);
+            }
+        }
+        // The two oneofs the seed calls "exactly one", and only those.
+        let exact: Vec<&str> = ALL
+            .iter()
+            .flat_map(|s| s.oneofs.iter().filter(|o| o.exactly_one).map(|o| o.name))
+            .collect();
+        assert_eq!(exact, ["locktime", "pkt"]);
+    }
+}
