@@ -175,6 +175,14 @@ impl ChainPubkey {
         }
     }
 
+    /// The key, to be sent in the 65-byte uncompressed form (only peers other than potluck do).
+    pub fn uncompressed(key: PublicKey) -> Self {
+        ChainPubkey {
+            key,
+            compressed: false,
+        }
+    }
+
     /// The secp256k1 point.
     pub fn public_key(&self) -> PublicKey {
         self.key
