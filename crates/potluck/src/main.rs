@@ -1,5 +1,6 @@
 //! The `potluck` binary: argument parsing and wiring only.
 
+use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
 /// potluck: a payment-channel node and a round-based custodial wallet.
@@ -23,8 +24,9 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::DecodePacket { hex } => {
-            let bytes = hex::decode(hex.trim())?;
-            let _ = bytes;
+            let bytes = hex::decode(hex.trim()).context("the packet is not valid hex")?;
+            let packet = wire::Packet::decode(&bytes).context("the packet does not decode")?;
+            println!("{} ({}): {packet:#?}", packet.name(), packet.case());
             Ok(())
         }
     }

@@ -4,7 +4,11 @@ use std::fmt;
 
 /// A packet that must not be accepted. Every variant is fatal for the session.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DecodeError {
+pub struct DecodeError(Box<Inner>);
+
+// Boxed so that `Result<_, DecodeError>` stays two words on the decoder's hot path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Inner {
     kind: DecodeErrorKind,
     /// Field names from `pkt` down to the message that failed, outermost first.
     path: Vec<&'static str>,
@@ -125,44 +129,41 @@ pub enum DecodeErrorKind {
 
 impl DecodeError {
     pub(crate) fn new(kind: DecodeErrorKind) -> Self {
-        DecodeError {
+        DecodeError(Box::new(Inner {
             kind,
             path: Vec::new(),
-        }
+        }))
     }
 
     /// Records that the error happened inside `field` of the enclosing message.
     pub(crate) fn within(mut self, field: &'static str) -> Self {
-        self.path.insert(0, field);
+        self.0.path.insert(0, field);
         self
     }
 
     /// What was wrong.
     pub fn kind(&self) -> &DecodeErrorKind {
-        &self.kind
+        &self.0.kind
     }
 
     /// Field names from the top of the packet down to where it failed (e.g. `["auth", "node_id"]`).
     pub fn path(&self) -> &[&'static str] {
-        &self.path
+        &self.0.path
     }
 }
 
 impl fmt::Display for DecodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.path.is_empty() {
-            write!(f, "{}", self.kind)
+        if self.0.path.is_empty() {
+            write!(f, "{}", self.0.kind)
         } else {
-            write!(f, "{} (at pkt.{})", self.kind, self.path.join("."))
+            write!(f, "{} (at pkt.{})", self.0.kind, self.0.path.join("."))
         }
     }
 }
 
-impl std::error::Error for DecodeError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.kind)
-    }
-}
+// The kind is part of the message already, so it is not repeated as a source.
+impl std::error::Error for DecodeError {}
 
 impl From<DecodeErrorKind> for DecodeError {
     fn from(kind: DecodeErrorKind) -> Self {

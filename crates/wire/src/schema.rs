@@ -76,6 +76,21 @@ pub(crate) struct MessageSchema {
     pub(crate) name: &'static str,
     pub(crate) fields: &'static [FieldSchema],
     pub(crate) oneofs: &'static [OneofSchema],
+    /// Field number → index in `fields` (or [`NO_FIELD`]); every known number is below 64.
+    lookup: [u8; 64],
+    /// Every field is a required fixed64 numbered 1..=n (`sha256_hash`, `signature`).
+    all_fixed64: bool,
+}
+
+const NO_FIELD: u8 = u8::MAX;
+
+impl MessageSchema {
+    /// The index in `fields` of the field with this number, if known.
+    #[inline]
+    fn index_of(&self, number: u64) -> Option<usize> {
+        let slot = *self.lookup.get(usize::try_from(number).ok()?)?;
+        (slot != NO_FIELD).then_some(usize::from(slot))
+    }
 }
 
 const WIRE_VARINT: u8 = 0;
@@ -120,10 +135,24 @@ const fn msg(
     fields: &'static [FieldSchema],
     oneofs: &'static [OneofSchema],
 ) -> MessageSchema {
+    let mut lookup = [NO_FIELD; 64];
+    let mut all_fixed64 = !fields.is_empty();
+    let mut i = 0;
+    while i < fields.len() {
+        let f = &fields[i];
+        all_fixed64 &= matches!(f.kind, Kind::Fixed64)
+            && matches!(f.presence, Presence::Required)
+            && f.number as usize == i + 1;
+        // A number of 64 or more fails to compile here: widen `lookup` then.
+        lookup[fields[i].number as usize] = i as u8;
+        i += 1;
+    }
     MessageSchema {
         name,
         fields,
         oneofs,
+        lookup,
+        all_fixed64,
     }
 }
 
@@ -385,7 +414,15 @@ impl<'a> Reader<'a> {
         })
     }
 
+    #[inline]
     fn varint(&mut self) -> Result<u64, DecodeError> {
+        // Most keys and small values are one byte.
+        if let Some(&byte) = self.buf.first() {
+            if byte < 0x80 {
+                self.buf = &self.buf[1..];
+                return Ok(u64::from(byte));
+            }
+        }
         let mut value: u64 = 0;
         for (i, &byte) in self.buf.iter().enumerate().take(10) {
             // The tenth byte may only carry the top bit of a u64.
@@ -405,6 +442,7 @@ impl<'a> Reader<'a> {
         }))
     }
 
+    #[inline]
     fn take(&mut self, len: u64, what: &'static str) -> Result<&'a [u8], DecodeError> {
         match usize::try_from(len) {
             Ok(len) if len <= self.buf.len() => {
@@ -478,6 +516,11 @@ fn check_at(buf: &[u8], schema: &'static MessageSchema, depth: u32) -> Result<()
     if depth >= MAX_DEPTH {
         return Err(DecodeErrorKind::TooDeep.into());
     }
+    // Hashes and signatures are most of every packet's bytes; their canonical
+    // encoding (each word once, in order) is recognised without the general walk.
+    if schema.all_fixed64 && is_canonical_fixed64(buf, schema.fields.len()) {
+        return Ok(());
+    }
     let mut r = Reader {
         buf,
         message: schema.name,
@@ -489,11 +532,7 @@ fn check_at(buf: &[u8], schema: &'static MessageSchema, depth: u32) -> Result<()
 
     while !r.buf.is_empty() {
         let (number, wire_type) = r.key()?;
-        let Some(index) = schema
-            .fields
-            .iter()
-            .position(|f| u64::from(f.number) == number)
-        else {
+        let Some(index) = schema.index_of(number) else {
             if number % 2 == 0 {
                 return Err(DecodeErrorKind::UnknownEvenField {
                     message: schema.name,
@@ -555,6 +594,17 @@ fn check_at(buf: &[u8], schema: &'static MessageSchema, depth: u32) -> Result<()
     Ok(())
 }
 
+/// `buf` is exactly fields 1..=n, each a fixed64 once, in order.
+#[inline]
+fn is_canonical_fixed64(buf: &[u8], n: usize) -> bool {
+    buf.len() == 9 * n
+        && buf
+            .chunks_exact(9)
+            .zip(1u8..)
+            .all(|(chunk, number)| chunk[0] == (number << 3) | WIRE_FIXED64)
+}
+
+#[inline]
 fn check_value(
     r: &mut Reader<'_>,
     schema: &'static MessageSchema,
