@@ -2,6 +2,7 @@
 
 mod chain_cmd;
 
+use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
 /// potluck: a payment-channel node and a round-based custodial wallet.
@@ -27,8 +28,9 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::DecodePacket { hex } => {
-            let bytes = hex::decode(hex.trim())?;
-            let _ = bytes;
+            let bytes = hex::decode(hex.trim()).context("the packet is not valid hex")?;
+            let packet = wire::Packet::decode(&bytes).context("the packet does not decode")?;
+            println!("{} ({}): {packet:#?}", packet.name(), packet.case());
             Ok(())
         }
         Command::Chain(args) => chain_cmd::run(args),

@@ -444,7 +444,7 @@ fn persist_marks(core: &Core) -> Result<(), DevChainError> {
 
 fn random_hex(len: usize) -> Result<String, DevChainError> {
     let mut bytes = vec![0u8; len];
-    getrandom::getrandom(&mut bytes).map_err(|e| DevChainError::Key(e.to_string()))?;
+    getrandom::fill(&mut bytes).map_err(|e| DevChainError::Key(e.to_string()))?;
     Ok(hex::encode(bytes))
 }
 
