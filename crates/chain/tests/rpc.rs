@@ -632,3 +632,62 @@ async fn in_process_chain_matches_rpc_view() {
     assert_eq!(local.block_at(t.height).await.unwrap(), Some(block));
     node.shutdown().await;
 }
+
+#[tokio::test]
+async fn silent_server_times_out() {
+    // Accepts connections and never answers.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hold = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((sock, _)) = listener.accept().await {
+            open.push(sock);
+        }
+    });
+    let mut cfg = RpcConfig::new(
+        format!("http://{addr}/"),
+        Auth::UserPass("u".into(), "p".into()),
+    );
+    cfg.timeout = Duration::from_millis(200);
+    cfg.retries = 1;
+    let c = BitcoindRpc::new(cfg).unwrap();
+    let t0 = std::time::Instant::now();
+    assert_eq!(
+        c.get_block_count().await.unwrap_err(),
+        RpcError::Timeout(Duration::from_millis(200))
+    );
+    // One retry after 100 ms: two time-outs and a back-off.
+    assert!(t0.elapsed() >= Duration::from_millis(500));
+    hold.abort();
+}
+
+#[tokio::test]
+async fn unconfirmed_chains_relay_and_confirm_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, c) = start(dir.path()).await;
+    // The second faucet payment spends the first one's unconfirmed change.
+    let a = c
+        .send_to_address(&other_address(), Amount::from_sat(30_000))
+        .await
+        .unwrap();
+    let b = c
+        .send_to_address(&other_address(), Amount::from_sat(40_000))
+        .await
+        .unwrap();
+    let entry: serde_json::Value = c
+        .call("getmempoolentry", serde_json::json!([b.to_string()]))
+        .await
+        .unwrap();
+    assert_eq!(entry["depends"], serde_json::json!([a.to_string()]));
+    let verbose: serde_json::Value = c
+        .call("getrawmempool", serde_json::json!([true]))
+        .await
+        .unwrap();
+    assert_eq!(verbose.as_object().unwrap().len(), 2);
+    let hash = c.generate_to_address(1, &other_address()).await.unwrap()[0];
+    let block = c.get_block(&hash).await.unwrap();
+    let txids: Vec<_> = block.txdata.iter().map(|t| t.compute_txid()).collect();
+    assert_eq!(&txids[1..], &[a, b]);
+    assert!(c.get_raw_mempool().await.unwrap().is_empty());
+    node.shutdown().await;
+}

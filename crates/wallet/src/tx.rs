@@ -502,3 +502,58 @@ mod tests {
             .unwrap();
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use bitcoin::{Network, Txid};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Funds are conserved, the fee pays the rate on the signed size, and
+        /// no output is dust, whatever the inputs, payments and rate.
+        #[test]
+        fn build_conserves_funds_and_pays_the_rate(
+            input_sats in prop::collection::vec(1_000u64..5_000_000, 1..6),
+            pay_sats in prop::collection::vec(294u64..2_000_000, 0..4),
+            rate in 1u64..60,
+            with_change in any::<bool>(),
+        ) {
+            let w = Wallet::from_seed(&[42u8; 32], Network::Regtest).unwrap();
+            let inputs: Vec<SpendableOutput> = input_sats.iter().enumerate().map(|(i, s)| {
+                let path = KeyPath::receive(i as u32);
+                SpendableOutput {
+                    outpoint: OutPoint { txid: Txid::from_byte_array([i as u8; 32]), vout: 0 },
+                    txout: TxOut { value: Amount::from_sat(*s), script_pubkey: w.derive(path).unwrap().address.script_pubkey() },
+                    path,
+                }
+            }).collect();
+            let payments: Vec<TxOut> = pay_sats.iter().map(|s| TxOut {
+                value: Amount::from_sat(*s),
+                script_pubkey: w.derive_address(0, 100).unwrap().script_pubkey(),
+            }).collect();
+            let change = w.derive_address(1, 0).unwrap().script_pubkey();
+            let rate = FeeRate::from_sat_per_vb(rate).unwrap();
+            match w.build_signed(&inputs, &payments, with_change.then_some(change.as_script()), rate) {
+                Ok(built) => {
+                    let ins: Amount = input_sats.iter().map(|s| Amount::from_sat(*s)).sum();
+                    let outs: Amount = built.tx.output.iter().map(|o| o.value).sum();
+                    prop_assert_eq!(outs + built.fee, ins);
+                    prop_assert!(built.fee >= rate.fee_vb(built.tx.vsize() as u64).unwrap());
+                    for o in &built.tx.output {
+                        prop_assert!(o.value >= dust_threshold(&o.script_pubkey));
+                    }
+                }
+                Err(SpendError::Build(BuildError::InsufficientFunds { available, needed })) => {
+                    prop_assert!(available < needed);
+                }
+                Err(SpendError::Build(BuildError::NoOutputs)) => {
+                    prop_assert!(payments.is_empty() && !with_change);
+                }
+                Err(e) => prop_assert!(false, "unexpected {e}"),
+            }
+        }
+    }
+}

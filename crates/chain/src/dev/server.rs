@@ -458,7 +458,7 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
                 if verbose {
                     let m: Map<String, Value> = entries
                         .iter()
-                        .map(|e| (e.tx.compute_txid().to_string(), mempool_entry_json(e)))
+                        .map(|e| (e.tx.compute_txid().to_string(), mempool_entry_json(s, e)))
                         .collect();
                     Value::Object(m)
                 } else {
@@ -473,7 +473,7 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
             let txid: Txid = parse_hash(req_str(p, 0, "txid")?, "txid")?;
             chain.with_state(|s| {
                 s.mempool_entry(&txid)
-                    .map(mempool_entry_json)
+                    .map(|e| mempool_entry_json(s, e))
                     .ok_or_else(|| fail(RPC_INVALID_ADDRESS_OR_KEY, "Transaction not in mempool"))
             })
         }
@@ -581,14 +581,24 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
     }
 }
 
-fn mempool_entry_json(e: &super::state::MempoolEntry) -> Value {
+fn mempool_entry_json(s: &super::state::ChainState, e: &super::state::MempoolEntry) -> Value {
+    // Core lists only the parents that are themselves in the mempool.
+    let mut depends: Vec<String> =
+        e.tx.input
+            .iter()
+            .map(|i| i.previous_output.txid)
+            .filter(|t| s.mempool_entry(t).is_some())
+            .map(|t| t.to_string())
+            .collect();
+    depends.dedup();
     json!({
         "vsize": e.vsize,
         "weight": e.tx.weight().to_wu(),
         "time": e.time,
         "height": e.height,
         "fees": {"base": shapes::btc(e.fee), "modified": shapes::btc(e.fee)},
-        "depends": e.tx.input.iter().map(|i| i.previous_output.txid.to_string()).collect::<Vec<_>>(),
+        "depends": depends,
+        // First-seen policy: nothing in this mempool can be replaced.
         "bip125-replaceable": false,
     })
 }

@@ -193,3 +193,48 @@ fn read_records<T: bitcoin::consensus::Decodable>(
     }
     Ok((out, pos as u64))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bitcoin::blockdata::constants::genesis_block;
+    use bitcoin::Network;
+
+    #[test]
+    fn torn_tail_is_cut_and_appends_continue() {
+        let dir = tempfile::tempdir().unwrap();
+        let block = genesis_block(Network::Regtest);
+        {
+            let (mut store, loaded) = Store::open(dir.path()).unwrap();
+            assert!(loaded.blocks.is_empty());
+            store.append_block(&block).unwrap();
+            store.append_block(&block).unwrap();
+        }
+        // Simulate a crash in the middle of a third record.
+        let path = dir.path().join("blocks.dat");
+        let mut bytes = fs::read(&path).unwrap();
+        let one = bytes.len() / 2;
+        bytes.extend_from_slice(&bytes[..one - 10].to_vec());
+        fs::write(&path, &bytes).unwrap();
+        {
+            let (mut store, loaded) = Store::open(dir.path()).unwrap();
+            assert_eq!(loaded.blocks, vec![block.clone(), block.clone()]);
+            assert_eq!(fs::metadata(&path).unwrap().len(), 2 * one as u64);
+            store.append_block(&block).unwrap();
+        }
+        let (_, loaded) = Store::open(dir.path()).unwrap();
+        assert_eq!(loaded.blocks.len(), 3);
+    }
+
+    #[test]
+    fn corrupt_record_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut bytes = 5u32.to_le_bytes().to_vec();
+        bytes.extend_from_slice(&[1, 2, 3, 4, 5]);
+        fs::write(dir.path().join("blocks.dat"), bytes).unwrap();
+        assert!(matches!(
+            Store::open(dir.path()),
+            Err(StoreError::Corrupt { offset: 0, .. })
+        ));
+    }
+}
