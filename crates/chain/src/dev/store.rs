@@ -214,7 +214,8 @@ mod tests {
         let path = dir.path().join("blocks.dat");
         let mut bytes = fs::read(&path).unwrap();
         let one = bytes.len() / 2;
-        bytes.extend_from_slice(&bytes[..one - 10].to_vec());
+        let torn = bytes[..one - 10].to_vec();
+        bytes.extend_from_slice(&torn);
         fs::write(&path, &bytes).unwrap();
         {
             let (mut store, loaded) = Store::open(dir.path()).unwrap();
