@@ -340,7 +340,7 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
                 "chainwork": shapes::chainwork(s.height()),
                 "size_on_disk": 0,
                 "pruned": false,
-                "warnings": "",
+                "warnings": [],
             })
         })),
         "getblockcount" => Ok(json!(chain.height())),
@@ -562,7 +562,7 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
             }
         }
         "getnetworkinfo" => Ok(json!({
-            "version": 260000,
+            "version": 280000,
             "subversion": "/potluck-devchain:0.1.0/",
             "protocolversion": 70016,
             "localrelay": true,
@@ -570,7 +570,7 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
             "connections": 0,
             "relayfee": shapes::btc(Amount::from_sat(chain.with_state(|s| s.min_relay_fee()).to_sat_per_kwu() * 4)),
             "incrementalfee": 0.00001,
-            "warnings": "",
+            "warnings": [],
         })),
         "uptime" => Ok(json!(0)),
         "stop" => {
@@ -582,23 +582,38 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
 }
 
 fn mempool_entry_json(s: &super::state::ChainState, e: &super::state::MempoolEntry) -> Value {
-    // Core lists only the parents that are themselves in the mempool.
-    let mut depends: Vec<String> =
-        e.tx.input
-            .iter()
-            .map(|i| i.previous_output.txid)
-            .filter(|t| s.mempool_entry(t).is_some())
-            .map(|t| t.to_string())
-            .collect();
-    depends.dedup();
+    let txid = e.tx.compute_txid();
+    // Core's package statistics count the transaction itself.
+    let sum = |ids: &[Txid]| {
+        ids.iter()
+            .filter_map(|t| s.mempool_entry(t))
+            .fold((e.vsize, e.fee), |(v, f), x| (v + x.vsize, f + x.fee))
+    };
+    let ancestors = s.mempool_ancestors(&txid, false);
+    let descendants = s.mempool_descendants(&txid, false);
+    let (ancestor_size, ancestor_fees) = sum(&ancestors);
+    let (descendant_size, descendant_fees) = sum(&descendants);
+    let ids = |v: Vec<Txid>| v.iter().map(ToString::to_string).collect::<Vec<_>>();
     json!({
         "vsize": e.vsize,
         "weight": e.tx.weight().to_wu(),
         "time": e.time,
         "height": e.height,
-        "fees": {"base": shapes::btc(e.fee), "modified": shapes::btc(e.fee)},
-        "depends": depends,
+        "descendantcount": descendants.len() + 1,
+        "descendantsize": descendant_size,
+        "ancestorcount": ancestors.len() + 1,
+        "ancestorsize": ancestor_size,
+        "wtxid": e.tx.compute_wtxid().to_string(),
+        "fees": {
+            "base": shapes::btc(e.fee),
+            "modified": shapes::btc(e.fee),
+            "ancestor": shapes::btc(ancestor_fees),
+            "descendant": shapes::btc(descendant_fees),
+        },
+        "depends": ids(s.mempool_ancestors(&txid, true)),
+        "spentby": ids(s.mempool_descendants(&txid, true)),
         // First-seen policy: nothing in this mempool can be replaced.
         "bip125-replaceable": false,
+        "unbroadcast": false,
     })
 }

@@ -240,6 +240,50 @@ impl ChainState {
         self.mempool.get(txid)
     }
 
+    /// Mempool transactions `txid` spends from, directly (`direct`) or transitively.
+    pub fn mempool_ancestors(&self, txid: &Txid, direct: bool) -> Vec<Txid> {
+        self.walk_mempool(txid, direct, |s, id| {
+            s.mempool.get(id).map_or_else(Vec::new, |e| {
+                e.tx.input
+                    .iter()
+                    .map(|i| i.previous_output.txid)
+                    .filter(|t| s.mempool.contains_key(t))
+                    .collect()
+            })
+        })
+    }
+
+    /// Mempool transactions spending `txid`'s outputs, directly or transitively.
+    pub fn mempool_descendants(&self, txid: &Txid, direct: bool) -> Vec<Txid> {
+        self.walk_mempool(txid, direct, |s, id| {
+            s.mempool.get(id).map_or_else(Vec::new, |e| {
+                (0..e.tx.output.len() as u32)
+                    .filter_map(|vout| s.spent_by.get(&OutPoint { txid: *id, vout }).copied())
+                    .collect()
+            })
+        })
+    }
+
+    fn walk_mempool(
+        &self,
+        start: &Txid,
+        direct: bool,
+        next: impl Fn(&Self, &Txid) -> Vec<Txid>,
+    ) -> Vec<Txid> {
+        let mut seen: Vec<Txid> = Vec::new();
+        let mut stack = next(self, start);
+        while let Some(id) = stack.pop() {
+            if seen.contains(&id) {
+                continue;
+            }
+            seen.push(id);
+            if !direct {
+                stack.extend(next(self, &id));
+            }
+        }
+        seen
+    }
+
     /// Where a confirmed transaction is: block hash and position.
     pub fn tx_location(&self, txid: &Txid) -> Option<(BlockHash, usize)> {
         self.tx_index.get(txid).copied()
