@@ -6,12 +6,14 @@
 
 pub mod address;
 pub mod hd;
+pub mod seed;
 pub mod tx;
 
 pub use address::{validate_address, AddressError};
 pub use hd::{
     mnemonic_from_entropy, DerivedKey, KeyPath, Wallet, WalletError, CHANGE_BRANCH, RECEIVE_BRANCH,
 };
+pub use seed::{load_or_create as load_or_create_seed, SeedFileError};
 pub use tx::{
     build_transaction, dust_threshold, p2wpkh_input_vsize, sign_p2wpkh_input, BuildError,
     BuiltTransaction, SignError, SpendError, SpendableOutput,

@@ -170,6 +170,11 @@ impl DevChain {
         f(&self.core().state)
     }
 
+    /// Bytes of block data in the data directory.
+    pub fn size_on_disk(&self) -> u64 {
+        self.core().store.size_on_disk()
+    }
+
     /// Height of the active tip.
     pub fn height(&self) -> u32 {
         self.core().state.height()

@@ -322,27 +322,30 @@ fn block_not_found() -> RpcFailure {
 fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFailure> {
     let chain = &st.chain;
     match method {
-        "getblockchaininfo" => Ok(chain.with_state(|s| {
-            let tip = s
-                .entry(&s.tip_hash())
-                .map(|e| e.block.header.time)
-                .unwrap_or(0);
-            json!({
-                "chain": "regtest",
-                "blocks": s.height(),
-                "headers": s.height(),
-                "bestblockhash": s.tip_hash().to_string(),
-                "difficulty": shapes::REGTEST_DIFFICULTY,
-                "time": tip,
-                "mediantime": s.median_time_past(s.height()),
-                "verificationprogress": 1,
-                "initialblockdownload": false,
-                "chainwork": shapes::chainwork(s.height()),
-                "size_on_disk": 0,
-                "pruned": false,
-                "warnings": [],
-            })
-        })),
+        "getblockchaininfo" => {
+            let size_on_disk = chain.size_on_disk();
+            Ok(chain.with_state(|s| {
+                let tip = s
+                    .entry(&s.tip_hash())
+                    .map(|e| e.block.header.time)
+                    .unwrap_or(0);
+                json!({
+                    "chain": "regtest",
+                    "blocks": s.height(),
+                    "headers": s.height(),
+                    "bestblockhash": s.tip_hash().to_string(),
+                    "difficulty": shapes::REGTEST_DIFFICULTY,
+                    "time": tip,
+                    "mediantime": s.median_time_past(s.height()),
+                    "verificationprogress": 1,
+                    "initialblockdownload": false,
+                    "chainwork": shapes::chainwork(s.height()),
+                    "size_on_disk": size_on_disk,
+                    "pruned": false,
+                    "warnings": [],
+                })
+            }))
+        }
         "getblockcount" => Ok(json!(chain.height())),
         "getbestblockhash" => Ok(json!(chain.with_state(|s| s.tip_hash().to_string()))),
         "getblockhash" => {

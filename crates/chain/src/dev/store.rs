@@ -6,6 +6,8 @@
 //! - `invalid.txt`: hashes marked by `invalidateblock`, one per line.
 //! - `mempool.dat`: the mempool, same record format as blocks, rewritten on change.
 //! - `faucet.key`: the hex secret key of the faucet that coinbases pay to.
+//! - `.lock`: the process id of the owner while the chain is open, so that two
+//!   processes never append to the same `blocks.dat`.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -26,6 +28,14 @@ pub enum StoreError {
         /// The cause.
         #[source]
         source: io::Error,
+    },
+    /// Another live process has the directory open.
+    #[error("{path} is in use by process {pid}")]
+    Locked {
+        /// The lock file.
+        path: PathBuf,
+        /// The owner's process id.
+        pid: u32,
     },
     /// A record that does not decode.
     #[error("{path}: corrupt record at byte {offset}: {reason}")]
@@ -51,6 +61,53 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
 pub struct Store {
     dir: PathBuf,
     blocks: File,
+    _lock: DirLock,
+}
+
+/// Ownership of a data directory: a `.lock` file holding our process id,
+/// removed on drop. A lock whose process is gone (crash, SIGKILL) is taken over.
+#[derive(Debug)]
+struct DirLock {
+    path: PathBuf,
+}
+
+impl DirLock {
+    fn acquire(dir: &Path) -> Result<Self, StoreError> {
+        let path = dir.join(".lock");
+        for _ in 0..2 {
+            match OpenOptions::new().write(true).create_new(true).open(&path) {
+                Ok(mut f) => {
+                    f.write_all(std::process::id().to_string().as_bytes())
+                        .map_err(io_err(&path))?;
+                    return Ok(Self { path });
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    let owner = fs::read_to_string(&path)
+                        .ok()
+                        .and_then(|s| s.trim().parse::<u32>().ok());
+                    if let Some(pid) = owner.filter(|pid| process_alive(*pid)) {
+                        return Err(StoreError::Locked { path, pid });
+                    }
+                    // Stale: its owner is gone.
+                    fs::remove_file(&path).map_err(io_err(&path))?;
+                }
+                Err(e) => return Err(io_err(&path)(e)),
+            }
+        }
+        Err(StoreError::Locked { path, pid: 0 })
+    }
+}
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+/// Whether a process with `pid` exists (Linux `/proc`; elsewhere a lock is
+/// always considered stale, which loses only the protection, not data).
+fn process_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// Everything read back from disk.
@@ -71,6 +128,7 @@ impl Store {
     /// IO errors and corrupt records (other than a torn last record).
     pub fn open(dir: &Path) -> Result<(Self, Loaded), StoreError> {
         fs::create_dir_all(dir).map_err(io_err(dir))?;
+        let lock = DirLock::acquire(dir)?;
         let blocks_path = dir.join("blocks.dat");
         let (blocks, good_len) = read_records::<Block>(&blocks_path)?;
         let file = OpenOptions::new()
@@ -103,6 +161,7 @@ impl Store {
             Self {
                 dir: dir.to_owned(),
                 blocks: file,
+                _lock: lock,
             },
             Loaded {
                 blocks,
@@ -115,6 +174,11 @@ impl Store {
     /// The data directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Bytes of block data on disk (Core's `size_on_disk`).
+    pub fn size_on_disk(&self) -> u64 {
+        self.blocks.metadata().map_or(0, |m| m.len())
     }
 
     /// Appends a block.
@@ -225,6 +289,22 @@ mod tests {
         }
         let (_, loaded) = Store::open(dir.path()).unwrap();
         assert_eq!(loaded.blocks.len(), 3);
+    }
+
+    #[test]
+    fn a_directory_has_one_owner_and_stale_locks_are_taken_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = Store::open(dir.path()).unwrap();
+        assert!(matches!(
+            Store::open(dir.path()),
+            Err(StoreError::Locked { pid, .. }) if pid == std::process::id()
+        ));
+        drop(first);
+        let again = Store::open(dir.path()).unwrap();
+        drop(again);
+        // A lock left by a process that no longer exists.
+        fs::write(dir.path().join(".lock"), u32::MAX.to_string()).unwrap();
+        Store::open(dir.path()).unwrap();
     }
 
     #[test]

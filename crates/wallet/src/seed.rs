@@ -1,0 +1,127 @@
+//! The wallet's seed on disk: a BIP39 mnemonic in a file that only the owner
+//! may read, created with fresh entropy on first use.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use bitcoin::Network;
+
+use crate::hd::{mnemonic_from_entropy, Wallet, WalletError};
+
+/// Why the seed file could not be read or created.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SeedFileError {
+    /// File system error.
+    #[error("{path}: {source}")]
+    Io {
+        /// The seed file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// The operating system's random source failed.
+    #[error("no entropy: {0}")]
+    Entropy(String),
+    /// The file does not hold a valid mnemonic.
+    #[error("{path}: {source}")]
+    Invalid {
+        /// The seed file.
+        path: PathBuf,
+        /// What is wrong with it.
+        #[source]
+        source: WalletError,
+    },
+}
+
+/// Reads the mnemonic in `path`, or creates the file with a new 24-word
+/// mnemonic (256 bits from the OS) if it does not exist, then opens the
+/// wallet with an empty passphrase.
+///
+/// The file is created with mode 0600 on Unix and never overwritten.
+///
+/// # Errors
+/// See [`SeedFileError`].
+pub fn load_or_create(path: &Path, network: Network) -> Result<Wallet, SeedFileError> {
+    let io_err = |source| SeedFileError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let phrase = match fs::read_to_string(path) {
+        Ok(s) => s.trim().to_owned(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let mut entropy = [0u8; 32];
+            getrandom::fill(&mut entropy).map_err(|e| SeedFileError::Entropy(e.to_string()))?;
+            let phrase =
+                mnemonic_from_entropy(&entropy).map_err(|source| SeedFileError::Invalid {
+                    path: path.to_owned(),
+                    source,
+                })?;
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                fs::create_dir_all(dir).map_err(io_err)?;
+            }
+            let mut options = fs::OpenOptions::new();
+            options.write(true).create_new(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+            let mut file = options.open(path).map_err(io_err)?;
+            file.write_all(format!("{phrase}\n").as_bytes())
+                .map_err(io_err)?;
+            file.sync_all().map_err(io_err)?;
+            phrase
+        }
+        Err(e) => return Err(io_err(e)),
+    };
+    Wallet::from_mnemonic(&phrase, "", network).map_err(|source| SeedFileError::Invalid {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn creates_once_then_reloads_the_same_wallet() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub").join("wallet.seed");
+        let a = load_or_create(&path, Network::Regtest).unwrap();
+        let text = fs::read_to_string(&path).unwrap();
+        assert_eq!(text.split_whitespace().count(), 24);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(
+                fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+                0o600
+            );
+        }
+        let b = load_or_create(&path, Network::Regtest).unwrap();
+        assert_eq!(
+            a.derive_address(0, 3).unwrap(),
+            b.derive_address(0, 3).unwrap()
+        );
+        assert_eq!(fs::read_to_string(&path).unwrap(), text);
+        // Another file, another wallet.
+        let c = load_or_create(&dir.path().join("other"), Network::Regtest).unwrap();
+        assert_ne!(
+            a.derive_address(0, 0).unwrap(),
+            c.derive_address(0, 0).unwrap()
+        );
+    }
+
+    #[test]
+    fn garbage_is_invalid_not_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wallet.seed");
+        fs::write(&path, "not a mnemonic").unwrap();
+        assert!(matches!(
+            load_or_create(&path, Network::Regtest),
+            Err(SeedFileError::Invalid { .. })
+        ));
+        assert_eq!(fs::read_to_string(&path).unwrap(), "not a mnemonic");
+    }
+}
