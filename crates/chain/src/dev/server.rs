@@ -515,10 +515,11 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
                     "Invalid conf_target, must be between 1 and 1008",
                 ));
             }
-            // No fee market on the development chain: the minimum relay fee confirms at once.
+            // No fee market on the development chain: the minimum relay fee confirms
+            // in the next block. Core answers a target of 1 for 2, so do we.
             let rate = chain.with_state(|s| s.min_relay_fee());
             let btc_per_kvb = Amount::from_sat(rate.to_sat_per_kwu() * 4);
-            Ok(json!({"feerate": shapes::btc(btc_per_kvb), "blocks": 1.max(target.min(2))}))
+            Ok(json!({"feerate": shapes::btc(btc_per_kvb), "blocks": target.max(2)}))
         }
         "generatetoaddress" => {
             let n = req_i64(p, 0, "nblocks")?;
