@@ -38,6 +38,14 @@ pub struct ChainArgs {
 /// # Errors
 /// The data directory cannot be opened or the address cannot be bound.
 pub fn run(args: ChainArgs) -> anyhow::Result<()> {
+    // Logs go to stderr, `RUST_LOG` filters (default info). Another command
+    // may have installed a subscriber already; then that one is kept.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -79,6 +79,16 @@ async fn chain_serves_rpc_with_cookie_stops_and_keeps_its_blocks() {
     assert!(std::fs::read_to_string(&cookie)
         .unwrap()
         .starts_with("__cookie__:"));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&cookie).unwrap().permissions().mode();
+        assert_eq!(
+            mode & 0o777,
+            0o600,
+            "the cookie is readable by its owner only"
+        );
+    }
 
     // A fresh chain starts with a mature faucet coinbase.
     assert_eq!(c.get_block_count().await.unwrap(), 101);

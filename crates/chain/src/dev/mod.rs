@@ -396,7 +396,7 @@ impl DevChain {
                 None => {
                     let path = config.data_dir.join(".cookie");
                     let secret = random_hex(32)?;
-                    store::write_atomic(&path, format!("__cookie__:{secret}").as_bytes())?;
+                    store::write_secret(&path, format!("__cookie__:{secret}").as_bytes())?;
                     cookie = Some(path);
                     ("__cookie__".to_owned(), secret)
                 }
@@ -464,7 +464,7 @@ fn load_or_create_key(path: &Path) -> Result<SecretKey, DevChainError> {
             let bytes = hex::decode(&hex_key).map_err(|e| DevChainError::Key(e.to_string()))?;
             let key =
                 SecretKey::from_slice(&bytes).map_err(|e| DevChainError::Key(e.to_string()))?;
-            store::write_atomic(path, hex_key.as_bytes())?;
+            store::write_secret(path, hex_key.as_bytes())?;
             Ok(key)
         }
         Err(e) => Err(DevChainError::Key(format!("{}: {e}", path.display()))),

@@ -221,8 +221,26 @@ impl Store {
 
 /// Writes through a temporary file and a rename, so a crash leaves the old or the new file.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    write_atomic_mode(path, bytes, 0o644)
+}
+
+/// As [`write_atomic`], readable by the owner only (secrets: cookie, keys).
+pub(crate) fn write_secret(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    write_atomic_mode(path, bytes, 0o600)
+}
+
+fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<(), StoreError> {
     let tmp = path.with_extension("tmp");
-    fs::write(&tmp, bytes).map_err(io_err(&tmp))?;
+    let _ = fs::remove_file(&tmp);
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, mode);
+    #[cfg(not(unix))]
+    let _ = mode;
+    let mut file = options.open(&tmp).map_err(io_err(&tmp))?;
+    file.write_all(bytes).map_err(io_err(&tmp))?;
+    drop(file);
     fs::rename(&tmp, path).map_err(io_err(path))
 }
 
