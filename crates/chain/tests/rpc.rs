@@ -691,3 +691,104 @@ async fn unconfirmed_chains_relay_and_confirm_together() {
     assert!(c.get_raw_mempool().await.unwrap().is_empty());
     node.shutdown().await;
 }
+
+/// One raw HTTP exchange: status code and JSON body.
+async fn raw_post(addr: std::net::SocketAddr, auth: &str, body: &str) -> (u16, serde_json::Value) {
+    use base64::Engine as _;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let token = base64::engine::general_purpose::STANDARD.encode(auth);
+    let req = format!(
+        "POST / HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {token}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let status: u16 = text[9..12].parse().unwrap();
+    let json = text.split("\r\n\r\n").nth(1).unwrap_or("");
+    (
+        status,
+        serde_json::from_str(json).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+#[tokio::test]
+async fn http_behaviour_matches_core() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, _c) = start(dir.path()).await;
+    let addr = node.rpc_addr.unwrap();
+    let auth = std::fs::read_to_string(node.cookie.as_ref().unwrap()).unwrap();
+
+    // JSON-RPC 1.0: errors are HTTP 500, an unknown method 404.
+    let (status, body) = raw_post(
+        addr,
+        &auth,
+        r#"{"id":7,"method":"getblockhash","params":[1000000]}"#,
+    )
+    .await;
+    assert_eq!(status, 500);
+    assert_eq!(body["error"]["code"], -8);
+    assert_eq!(body["error"]["message"], "Block height out of range");
+    assert_eq!(
+        (body["id"].clone(), body["result"].clone()),
+        (serde_json::json!(7), serde_json::Value::Null)
+    );
+    let (status, body) = raw_post(addr, &auth, r#"{"id":1,"method":"nosuch"}"#).await;
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (404, serde_json::json!(-32601))
+    );
+    let (status, body) = raw_post(addr, &auth, "{not json").await;
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (500, serde_json::json!(-32700))
+    );
+
+    // JSON-RPC 2.0: HTTP 200, no `result` member on errors.
+    let (status, body) = raw_post(
+        addr,
+        &auth,
+        r#"{"jsonrpc":"2.0","id":"a","method":"getblockhash","params":[1000000]}"#,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(body["error"]["code"], -8);
+    assert!(body.get("result").is_none());
+
+    // Named parameters and batches.
+    let (status, body) = raw_post(
+        addr,
+        &auth,
+        r#"{"id":1,"method":"getblockhash","params":{"height":0}}"#,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        body["result"],
+        "0f9188f13cb7b2c71f2a335e3a4fc328bf5beb436012afca590b1a11466e2206"
+    );
+    let (status, body) = raw_post(
+        addr,
+        &auth,
+        r#"[{"id":1,"method":"getblockcount"},{"id":2,"method":"nosuch"}]"#,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(body[0]["result"], 101);
+    assert_eq!(body[1]["error"]["code"], -32601);
+
+    // Wrong type of a parameter: -3, as Core.
+    let (_, body) = raw_post(
+        addr,
+        &auth,
+        r#"{"id":1,"method":"getblockhash","params":["zero"]}"#,
+    )
+    .await;
+    assert_eq!(body["error"]["code"], -3);
+    // Bad credentials: 401 without a body.
+    let (status, body) = raw_post(addr, "__cookie__:nope", r#"{"method":"getblockcount"}"#).await;
+    assert_eq!((status, body), (401, serde_json::Value::Null));
+    node.shutdown().await;
+}
