@@ -74,8 +74,8 @@ async fn ten_thousand_packets_each_way_concurrently() {
     assert_eq!(a.remote_node_id(), public(&key(0x22)));
     assert_eq!(b.remote_node_id(), public(&key(0x11)));
 
-    let (mut a_rx, mut a_tx) = a.into_split();
-    let (mut b_rx, mut b_tx) = b.into_split();
+    let (a_rx, a_tx) = a.into_split();
+    let (b_rx, b_tx) = b.into_split();
     let send = |seed: u64, mut tx: session::SessionWriter| {
         tokio::spawn(async move {
             let mut rng = Rng(seed);
