@@ -27,39 +27,47 @@ fn frames(c: &mut Criterion) {
     for size in [64usize, 1024, 65536] {
         group.throughput(Throughput::Bytes(size as u64));
         let payload = vec![0x5au8; size];
-        group.bench_with_input(BenchmarkId::new("seal_open", size), &payload, |b, payload| {
-            let k = keys();
-            let mut sealer = Sealer::new(&k);
-            let mut opener = Opener::new(&k);
-            let mut buf = Vec::with_capacity(HEADER_LEN + padded_len(size));
-            b.iter(|| {
-                buf.clear();
-                sealer.seal_into(black_box(payload), &mut buf).unwrap();
-                let (plain, _) = opener.open_from(&buf).unwrap().unwrap();
-                black_box(plain);
-            })
-        });
+        group.bench_with_input(
+            BenchmarkId::new("seal_open", size),
+            &payload,
+            |b, payload| {
+                let k = keys();
+                let mut sealer = Sealer::new(&k);
+                let mut opener = Opener::new(&k);
+                let mut buf = Vec::with_capacity(HEADER_LEN + padded_len(size));
+                b.iter(|| {
+                    buf.clear();
+                    sealer.seal_into(black_box(payload), &mut buf).unwrap();
+                    let (plain, _) = opener.open_from(&buf).unwrap().unwrap();
+                    black_box(plain);
+                })
+            },
+        );
         // The same cryptographic work with nothing around it: encrypt + MAC, then MAC check + decrypt.
-        group.bench_with_input(BenchmarkId::new("raw_ctr_hmac", size), &payload, |b, payload| {
-            let k = keys();
-            let mut enc = Aes128Ctr::new(&k.aes_key.into(), &k.iv.into());
-            let mut dec = Aes128Ctr::new(&k.aes_key.into(), &k.iv.into());
-            let mac = Hmac::<sha2::Sha256>::new_from_slice(&k.hmac_key).unwrap();
-            let mut buf = vec![0u8; padded_len(size)];
-            b.iter(|| {
-                buf[..size].copy_from_slice(black_box(payload));
-                enc.apply_keystream(&mut buf);
-                let mut m = mac.clone();
-                m.update(&buf);
-                let tag = m.finalize().into_bytes();
-                let mut m = mac.clone();
-                m.update(&buf);
-                m.verify_slice(&tag).unwrap();
-                let mut plain = buf.clone();
-                dec.apply_keystream(&mut plain);
-                black_box(plain);
-            })
-        });
+        group.bench_with_input(
+            BenchmarkId::new("raw_ctr_hmac", size),
+            &payload,
+            |b, payload| {
+                let k = keys();
+                let mut enc = Aes128Ctr::new(&k.aes_key.into(), &k.iv.into());
+                let mut dec = Aes128Ctr::new(&k.aes_key.into(), &k.iv.into());
+                let mac = Hmac::<sha2::Sha256>::new_from_slice(&k.hmac_key).unwrap();
+                let mut buf = vec![0u8; padded_len(size)];
+                b.iter(|| {
+                    buf[..size].copy_from_slice(black_box(payload));
+                    enc.apply_keystream(&mut buf);
+                    let mut m = mac.clone();
+                    m.update(&buf);
+                    let tag = m.finalize().into_bytes();
+                    let mut m = mac.clone();
+                    m.update(&buf);
+                    m.verify_slice(&tag).unwrap();
+                    let mut plain = buf.clone();
+                    dec.apply_keystream(&mut plain);
+                    black_box(plain);
+                })
+            },
+        );
     }
     group.finish();
 }
@@ -71,7 +79,9 @@ fn handshakes(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
     let addr = listener.local_addr().unwrap();
     let (a, b) = (
         SecretKey::from_slice(&[0x11; 32]).unwrap(),
