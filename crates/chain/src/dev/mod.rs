@@ -318,11 +318,13 @@ impl DevChain {
         }
         let rate = FeeRate::from_sat_per_vb_u32(FAUCET_FEE_SAT_VB);
         let needed = amount + rate.fee_vb(200).unwrap_or(Amount::ZERO);
-        // The smallest coin that covers the payment keeps big coins for later.
+        // The smallest coin that covers the payment keeps big coins for
+        // later; among equals the oldest, which a reorg is least likely to
+        // make immature again (and the choice is deterministic).
         let Some((outpoint, coin)) = candidates
             .into_iter()
             .filter(|(_, c)| c.txout.value >= needed)
-            .min_by_key(|(_, c)| c.txout.value)
+            .min_by_key(|(op, c)| (c.txout.value, c.height, *op))
         else {
             return Err(DevChainError::InsufficientFunds(amount));
         };
