@@ -29,6 +29,19 @@ elif kind == "payloads":
     # mode byte 1 (tamper), then the vector plaintexts separated by 0xff
     items = ["01" + "ff".join(p["protobuf_hex"] for p in pk["packets"][:6])]
     items += ["00" + "".join(f["frame"] for f in tr["frames"] if f["from"] == "B")]
+elif kind == "rpc":
+    # JSON-RPC bodies for the development chain's server
+    reqs = [
+        '{"method":"getblockchaininfo","id":1}',
+        '{"jsonrpc":"2.0","id":"a","method":"getblockhash","params":{"height":0}}',
+        '[{"method":"getblockcount"},{"method":"getblock","params":["0f9188f13cb7b2c71f2a335e3a4fc328bf5beb436012afca590b1a11466e2206",2]}]',
+        '{"method":"sendrawtransaction","params":["0200000001aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa0000000000ffffffff0100e1f50500000000160014aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa00000000"]}',
+        '{"method":"testmempoolaccept","params":[["00"],0.1]}',
+        '{"method":"gettxout","params":["00000000000000000000000000000000000000000000000000000000000000aa",0,true]}',
+        '{"method":"getrawmempool","params":[true]}',
+        '{"method":"invalidateblock","params":["0f9188f13cb7b2c71f2a335e3a4fc328bf5beb436012afca590b1a11466e2206"]}',
+    ]
+    items = [r.encode().hex() for r in reqs]
 elif kind == "stream":
     # chunk size byte, then B's recorded stream: session key, authenticate, hello, ...
     stream = tr["B"]["session_pubkey_sent_first_33_bytes"] + "".join(f["frame"] for f in tr["frames"] if f["from"] == "B")
@@ -48,3 +61,5 @@ run() { # run TARGET KIND
 run pkt_decode pkt
 run frame_open payloads
 run handshake stream
+run rpc_request rpc
+run chain_store none

@@ -82,27 +82,40 @@ async fn handle(State(st): State<ServerState>, headers: HeaderMap, body: Bytes) 
         )
             .into_response();
     }
-    let request: Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(_) => {
-            let body = json!({"result": null, "error": {"code": RPC_PARSE_ERROR, "message": "Parse error"}, "id": null});
-            return json_response(StatusCode::INTERNAL_SERVER_ERROR, &body);
-        }
-    };
     let st2 = st.clone();
     // Handlers take the chain lock and may mine; keep them off the async workers.
-    let result = tokio::task::spawn_blocking(move || match request {
-        Value::Array(batch) => {
-            let replies: Vec<Value> = batch.into_iter().map(|r| handle_one(&st2, r).1).collect();
-            (StatusCode::OK, Value::Array(replies))
-        }
-        single => handle_one(&st2, single),
-    })
-    .await;
+    let result = tokio::task::spawn_blocking(move || process(&st2, &body)).await;
     match result {
         Ok((status, body)) => json_response(status, &body),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
+}
+
+/// Parses a request body (single or batch) and runs it.
+fn process(st: &ServerState, body: &[u8]) -> (StatusCode, Value) {
+    let request: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(_) => {
+            let e = fail(RPC_PARSE_ERROR, "Parse error");
+            return (StatusCode::INTERNAL_SERVER_ERROR, error_body(&e, Value::Null, false));
+        }
+    };
+    match request {
+        Value::Array(batch) => {
+            let replies: Vec<Value> = batch.into_iter().map(|r| handle_one(st, r).1).collect();
+            (StatusCode::OK, Value::Array(replies))
+        }
+        single => handle_one(st, single),
+    }
+}
+
+/// Runs one authenticated request body as the server would and returns the
+/// HTTP status and the reply (for fuzzing and tests; `stop` has no effect).
+pub fn handle_body(chain: &DevChain, body: &[u8]) -> (u16, Value) {
+    let (shutdown, _) = watch::channel(false);
+    let st = ServerState { chain: chain.clone(), expected_auth: String::new(), shutdown };
+    let (status, reply) = process(&st, body);
+    (status.as_u16(), reply)
 }
 
 fn json_response(status: StatusCode, body: &Value) -> Response {
