@@ -792,3 +792,43 @@ async fn http_behaviour_matches_core() {
     assert_eq!((status, body), (401, serde_json::Value::Null));
     node.shutdown().await;
 }
+
+#[tokio::test]
+async fn absurd_fee_is_refused_unless_maxfeerate_is_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, c) = start(dir.path()).await;
+    let w = wallet();
+    let coin = fund(&c, &w, KeyPath::receive(0), Amount::from_sat(2_000_000)).await;
+    let pay = TxOut {
+        value: Amount::from_sat(1_000),
+        script_pubkey: other_address().script_pubkey(),
+    };
+    // No change: 1,999,000 sat of fee on 110 vB, above 0.10 BTC/kvB.
+    let built = w
+        .build_signed(
+            std::slice::from_ref(&coin),
+            &[pay],
+            None,
+            FeeRate::from_sat_per_vb(1).unwrap(),
+        )
+        .unwrap();
+    let (code, reason) = rejected(c.broadcast(built.tx.clone()).await.unwrap_err());
+    assert_eq!(code, codes::RPC_VERIFY_ERROR);
+    assert_eq!(
+        reason,
+        "Fee exceeds maximum configured by user (e.g. -maxtxfee, maxfeerate)"
+    );
+    // In process, the same guard.
+    let local = node.chain.clone();
+    assert!(matches!(
+        local.broadcast(built.tx.clone()).await,
+        Err(ChainError::Rejected { code: -25, .. })
+    ));
+    let hex = bitcoin::consensus::encode::serialize_hex(&built.tx);
+    let txid: bitcoin::Txid = c
+        .call("sendrawtransaction", serde_json::json!([hex, 0]))
+        .await
+        .unwrap();
+    assert_eq!(txid, built.tx.compute_txid());
+    node.shutdown().await;
+}

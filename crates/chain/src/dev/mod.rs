@@ -30,6 +30,9 @@ use validation::{Coin, TxReject, COINBASE_MATURITY};
 /// Blocks mined to the faucet when a data directory is created, so that one
 /// coinbase is mature and the faucet can pay at once.
 pub const INITIAL_BLOCKS: u32 = COINBASE_MATURITY + 1;
+/// `sendrawtransaction`'s default `maxfeerate`: 0.10 BTC/kvB (Core's
+/// `DEFAULT_MAX_RAW_TX_FEE_RATE`), 2,500,000 sat per 1,000 weight units.
+pub const DEFAULT_MAX_FEE_RATE: FeeRate = FeeRate::from_sat_per_kwu(2_500_000);
 /// Fee rate of faucet payments.
 const FAUCET_FEE_SAT_VB: u32 = 2;
 
@@ -563,7 +566,10 @@ impl Chain for DevChain {
     }
 
     fn broadcast(&self, tx: Transaction) -> ChainFuture<'_, Txid> {
-        let r = self.send_raw(&tx, None).map_err(reject_to_chain);
+        // The same guard as `sendrawtransaction` on a real node.
+        let r = self
+            .send_raw(&tx, Some(DEFAULT_MAX_FEE_RATE))
+            .map_err(reject_to_chain);
         Box::pin(async move { r })
     }
 

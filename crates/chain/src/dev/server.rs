@@ -97,7 +97,10 @@ fn process(st: &ServerState, body: &[u8]) -> (StatusCode, Value) {
         Ok(v) => v,
         Err(_) => {
             let e = fail(RPC_PARSE_ERROR, "Parse error");
-            return (StatusCode::INTERNAL_SERVER_ERROR, error_body(&e, Value::Null, false));
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                error_body(&e, Value::Null, false),
+            );
         }
     };
     match request {
@@ -113,7 +116,11 @@ fn process(st: &ServerState, body: &[u8]) -> (StatusCode, Value) {
 /// HTTP status and the reply (for fuzzing and tests; `stop` has no effect).
 pub fn handle_body(chain: &DevChain, body: &[u8]) -> (u16, Value) {
     let (shutdown, _) = watch::channel(false);
-    let st = ServerState { chain: chain.clone(), expected_auth: String::new(), shutdown };
+    let st = ServerState {
+        chain: chain.clone(),
+        expected_auth: String::new(),
+        shutdown,
+    };
     let (status, reply) = process(&st, body);
     (status.as_u16(), reply)
 }
@@ -300,7 +307,7 @@ fn btc_amount(v: &Value) -> Result<Amount, RpcFailure> {
 /// `maxfeerate` in BTC/kvB; 0 disables the check; default 0.10.
 fn max_fee_rate(params: &[Value], i: usize) -> Result<Option<FeeRate>, RpcFailure> {
     let amount = match arg(params, i) {
-        None => Amount::from_sat(10_000_000),
+        None => return Ok(Some(super::DEFAULT_MAX_FEE_RATE)),
         Some(v) => btc_amount(v)?,
     };
     if amount == Amount::ZERO {
