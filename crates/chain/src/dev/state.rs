@@ -588,6 +588,7 @@ impl ChainState {
         }
         // BIP34 as Core checks it: the script starts with `CScript() << height`
         // (OP_1..OP_16 for small heights, which rust-bitcoin's parser refuses).
+        // `is_coinbase` above guarantees exactly one input.
         let expected = Builder::new().push_int(i64::from(height)).into_script();
         if !coinbase.input[0]
             .script_sig
