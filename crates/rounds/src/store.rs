@@ -904,3 +904,7 @@ pub fn unix_now() -> i64 {
         .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
         .unwrap_or(0)
 }
+
+#[cfg(test)]
+#[path = "store_tests.rs"]
+mod tests;

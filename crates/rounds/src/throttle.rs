@@ -8,9 +8,9 @@
 //! - an attempt while any of its keys is locked is refused (429) before the
 //!   password is checked, so a correct password is refused too, and the
 //!   refused attempt is not counted;
-//! - failures decay one step per `max(lockout(n), decay_floor)` without
-//!   failures (decay_floor 60 s, so slow guessing below the threshold still
-//!   accumulates);
+//! - once a lockout has ended, failures decay one step per
+//!   `max(lockout(n), decay_floor)` without failures (decay_floor 60 s, so
+//!   slow guessing below the threshold still accumulates);
 //! - a key whose lockout expired and whose count decayed to zero is removed
 //!   by a sweep that runs at most once per `sweep_interval` (60 s), from
 //!   failure recording and from reads;
@@ -135,7 +135,9 @@ impl LoginThrottle {
     }
 
     fn decayed(&self, free: u32, e: &Entry, now: Instant) -> (u32, Instant) {
-        let (mut n, mut t) = (e.failures, e.last_failure);
+        // Decay starts when the lockout ends, so waiting out a lockout and
+        // failing again always doubles it.
+        let (mut n, mut t) = (e.failures, e.locked_until.max(e.last_failure));
         while n > 0 {
             let p = self.period(free, n);
             match t.checked_add(p) {
@@ -151,11 +153,11 @@ impl LoginThrottle {
 
     /// When the entry has fully decayed and its lockout expired.
     fn expiry(&self, free: u32, e: &Entry) -> Instant {
-        let mut t = e.last_failure;
+        let mut t = e.locked_until.max(e.last_failure);
         for n in (1..=e.failures).rev() {
             t = t.checked_add(self.period(free, n)).unwrap_or(t);
         }
-        t.max(e.locked_until)
+        t
     }
 
     fn maybe_sweep(&self, st: &mut State, now: Instant) {
