@@ -1,10 +1,6 @@
-//! Deposit-address derivation and address validation behind the `AddressBook` trait, with a BIP84 implementation.
+//! Deposit-address derivation and address validation behind the `AddressBook` trait, implemented with the shared HD wallet.
 
-use std::str::FromStr;
-
-use bitcoin::bip32::{ChildNumber, DerivationPath, Xpriv, Xpub};
-use bitcoin::secp256k1::{All, Secp256k1};
-use bitcoin::{Address, Network};
+use bitcoin::Network;
 
 /// Why an address was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -44,19 +40,21 @@ pub trait AddressBook: Send + Sync + 'static {
     fn validate(&self, address: &str) -> Result<(), AddressError>;
 }
 
-/// BIP84 (P2WPKH) addresses from a seed: users at `m/84'/coin'/0'/0/index`,
-/// the default fee address at `m/84'/coin'/1'/0/0`.
+/// The derivation branch (below the BIP84 account) of the service's own
+/// default fee address, apart from users' receive branch 0 and change branch 1.
+pub const FEE_BRANCH: u32 = 2;
+
+/// Addresses from the shared HD wallet (`crates/wallet`): user `i` at
+/// `m/84'/coin'/0'/0/i`, the default fee address at `m/84'/coin'/0'/2/0`;
+/// validation by the wallet's validator (the same one withdrawals use).
 pub struct Bip84AddressBook {
-    network: Network,
-    secp: Secp256k1<All>,
-    users: Xpub,
-    fee: Xpub,
+    wallet: wallet::Wallet,
 }
 
 impl std::fmt::Debug for Bip84AddressBook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Bip84AddressBook")
-            .field("network", &self.network)
+            .field("network", &self.wallet.network())
             .finish_non_exhaustive()
     }
 }
@@ -67,48 +65,36 @@ impl Bip84AddressBook {
     /// # Errors
     /// [`AddressError::Derivation`] for a seed of bad length.
     pub fn from_seed(seed: &[u8], network: Network) -> Result<Self, AddressError> {
-        let secp = Secp256k1::new();
-        let master =
-            Xpriv::new_master(network, seed).map_err(|e| AddressError::Derivation(e.to_string()))?;
-        let coin = if network == Network::Bitcoin { 0 } else { 1 };
-        let branch = |account: u32| -> Result<Xpub, AddressError> {
-            let path = DerivationPath::from_str(&format!("m/84'/{coin}'/{account}'/0"))
-                .map_err(|e| AddressError::Derivation(e.to_string()))?;
-            let xpriv = master
-                .derive_priv(&secp, &path)
-                .map_err(|e| AddressError::Derivation(e.to_string()))?;
-            Ok(Xpub::from_priv(&secp, &xpriv))
-        };
-        let users = branch(0)?;
-        let fee = branch(1)?;
-        Ok(Self { network, secp, users, fee })
+        let wallet = wallet::Wallet::from_seed(seed, network)
+            .map_err(|e| AddressError::Derivation(e.to_string()))?;
+        Ok(Self { wallet })
     }
 
-    fn derive(&self, xpub: &Xpub, index: u32) -> Result<String, AddressError> {
-        let child = ChildNumber::from_normal_idx(index)
-            .map_err(|e| AddressError::Derivation(e.to_string()))?;
-        let key = xpub
-            .ckd_pub(&self.secp, child)
-            .map_err(|e| AddressError::Derivation(e.to_string()))?;
-        Ok(Address::p2wpkh(&key.to_pub(), self.network).to_string())
+    fn derive(&self, branch: u32, index: u32) -> Result<String, AddressError> {
+        self.wallet
+            .derive_address(branch, index)
+            .map(|a| a.to_string())
+            .map_err(|e| AddressError::Derivation(e.to_string()))
     }
 }
 
 impl AddressBook for Bip84AddressBook {
     fn user_address(&self, index: u32) -> Result<String, AddressError> {
-        self.derive(&self.users, index)
+        self.derive(wallet::RECEIVE_BRANCH, index)
     }
 
     fn default_fee_address(&self) -> Result<String, AddressError> {
-        self.derive(&self.fee, 0)
+        self.derive(FEE_BRANCH, 0)
     }
 
     fn validate(&self, address: &str) -> Result<(), AddressError> {
-        let parsed = Address::from_str(address).map_err(|_| AddressError::Malformed)?;
-        parsed
-            .require_network(self.network)
-            .map(|_| ())
-            .map_err(|_| AddressError::WrongNetwork { expected: self.network })
+        match wallet::validate_address(address, self.wallet.network()) {
+            Ok(_) => Ok(()),
+            Err(wallet::AddressError::WrongNetwork { expected, .. }) => {
+                Err(AddressError::WrongNetwork { expected })
+            }
+            Err(_) => Err(AddressError::Malformed),
+        }
     }
 }
 

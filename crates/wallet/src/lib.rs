@@ -1,0 +1,20 @@
+//! The HD wallet shared by the node and the rounds service: BIP39 seeds, BIP84
+//! P2WPKH keys and addresses, address validation, transaction building with a
+//! fee rate and a dust rule, and segwit v0 signing.
+//!
+//! Money is always [`bitcoin::Amount`] and fee rates [`bitcoin::FeeRate`].
+
+pub mod address;
+pub mod hd;
+pub mod tx;
+
+pub use address::{validate_address, AddressError};
+pub use hd::{
+    mnemonic_from_entropy, DerivedKey, KeyPath, Wallet, WalletError, CHANGE_BRANCH, RECEIVE_BRANCH,
+};
+pub use tx::{
+    build_transaction, dust_threshold, p2wpkh_input_vsize, sign_p2wpkh_input, BuildError,
+    BuiltTransaction, SignError, SpendError, SpendableOutput,
+};
+
+pub use bitcoin;
