@@ -2,6 +2,8 @@
 
 use clap::{Parser, Subcommand};
 
+mod serve_cmd;
+
 /// potluck: a payment-channel node and a round-based custodial wallet.
 #[derive(Debug, Parser)]
 #[command(version, about)]
@@ -17,6 +19,8 @@ enum Command {
         /// The protobuf-encoded `pkt` (a frame's plaintext), as hex.
         hex: String,
     },
+    /// Run the round-based custodial wallet HTTP service.
+    Serve(serve_cmd::ServeArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -27,5 +31,6 @@ fn main() -> anyhow::Result<()> {
             let _ = bytes;
             Ok(())
         }
+        Command::Serve(args) => serve_cmd::run(args),
     }
 }
