@@ -397,8 +397,11 @@ impl Store {
         self.create_user_with(username, password_hash, derive, move || {
             let pool = pool.clone();
             async move {
+                // One atomic increment per attempt, so concurrent
+                // registrations get distinct indexes on both backends.
                 let next: i64 = sqlx::query_scalar(
-                    "SELECT COALESCE(MAX(derivation_index), -1) + 1 FROM users",
+                    "UPDATE derivation_counter SET next_index = next_index + 1 WHERE id = 1 \
+                     RETURNING next_index - 1",
                 )
                 .fetch_one(&pool)
                 .await?;

@@ -50,3 +50,11 @@ CREATE TABLE audit_log (
     diff TEXT NOT NULL,
     details TEXT NOT NULL
 );
+
+-- Hands out derivation indexes atomically (one row, incremented per
+-- registration); the unique key on users.derivation_index stays the guard.
+CREATE TABLE derivation_counter (
+    id BIGINT PRIMARY KEY CHECK (id = 1),
+    next_index BIGINT NOT NULL
+);
+INSERT INTO derivation_counter (id, next_index) VALUES (1, 0);
