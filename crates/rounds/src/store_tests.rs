@@ -163,7 +163,7 @@ async fn case_collision_blocks_the_upgrade(b: Backend) {
     for (i, name) in ["Bob", "bob", "BOB", "amy", "Carl", "carl"].iter().enumerate() {
         sqlx::query("INSERT INTO users (username, password_hash, derivation_index, address, created_at) VALUES ($1, 'h', $2, 'a', 0)")
             .bind(*name)
-            .bind(i as i64)
+            .bind(100 + i as i64)
             .execute(s.pool())
             .await
             .unwrap();
