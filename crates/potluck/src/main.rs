@@ -20,7 +20,7 @@ enum Command {
         hex: String,
     },
     /// Run the round-based custodial wallet HTTP service.
-    Serve(serve_cmd::ServeArgs),
+    Serve(Box<serve_cmd::ServeArgs>),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -31,6 +31,6 @@ fn main() -> anyhow::Result<()> {
             let _ = bytes;
             Ok(())
         }
-        Command::Serve(args) => serve_cmd::run(args),
+        Command::Serve(args) => serve_cmd::run(*args),
     }
 }

@@ -55,7 +55,11 @@ pub struct ServeArgs {
     #[arg(long, env = "POTLUCK_LOGIN_MAX_LOCKOUT_SECS", default_value_t = 900)]
     login_max_lockout_secs: u64,
     /// Hard cap of keys tracked by the login throttle.
-    #[arg(long, env = "POTLUCK_LOGIN_THROTTLE_MAX_KEYS", default_value_t = 50_000)]
+    #[arg(
+        long,
+        env = "POTLUCK_LOGIN_THROTTLE_MAX_KEYS",
+        default_value_t = 50_000
+    )]
     login_throttle_max_keys: usize,
     /// Registrations per client IP per window.
     #[arg(long, env = "POTLUCK_REGISTRATION_QUOTA", default_value_t = 5)]
@@ -64,7 +68,11 @@ pub struct ServeArgs {
     #[arg(long, env = "POTLUCK_REGISTRATION_WINDOW_SECS", default_value_t = 3600)]
     registration_window_secs: u64,
     /// Hard cap of IPs tracked by the registration quota.
-    #[arg(long, env = "POTLUCK_REGISTRATION_QUOTA_MAX_KEYS", default_value_t = 50_000)]
+    #[arg(
+        long,
+        env = "POTLUCK_REGISTRATION_QUOTA_MAX_KEYS",
+        default_value_t = 50_000
+    )]
     registration_quota_max_keys: usize,
     /// Concurrent stream subscribers in total.
     #[arg(long, env = "POTLUCK_MAX_STREAM_SUBSCRIBERS", default_value_t = 500)]
@@ -164,11 +172,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
-        let app = Application::build(config).await.context("potluck serve could not start")?;
+        let app = Application::build(config)
+            .await
+            .context("potluck serve could not start")?;
         // Tests and scripts read the bound address from this line.
         println!("potluck serve listening on http://{}", app.local_addr());
         tracing::info!(addr = %app.local_addr(), "listening");
-        app.run_until_stopped(shutdown_signal()).await.context("server failed")?;
+        app.run_until_stopped(shutdown_signal())
+            .await
+            .context("server failed")?;
         tracing::info!("stopped");
         Ok(())
     })
@@ -187,15 +199,31 @@ mod tests {
 
     #[test]
     fn production_defaults_are_owasp_and_the_documented_limits() {
-        let c = Wrapper::try_parse_from(["serve"]).unwrap().serve.into_config();
-        assert_eq!(c.hash_params, HashParams { memory_kib: 19_456, iterations: 2, parallelism: 1 });
+        let c = Wrapper::try_parse_from(["serve"])
+            .unwrap()
+            .serve
+            .into_config();
+        assert_eq!(
+            c.hash_params,
+            HashParams {
+                memory_kib: 19_456,
+                iterations: 2,
+                parallelism: 1
+            }
+        );
         assert_eq!(c.bind, "127.0.0.1:8080".parse().unwrap());
         assert_eq!(c.trusted_proxy_hops, 1);
         assert_eq!(c.network, bitcoin::Network::Regtest);
-        assert_eq!((c.throttle.user_free_failures, c.throttle.ip_free_failures), (5, 20));
+        assert_eq!(
+            (c.throttle.user_free_failures, c.throttle.ip_free_failures),
+            (5, 20)
+        );
         assert_eq!(c.throttle.max_lockout, Duration::from_secs(900));
         assert_eq!(c.throttle.max_keys, 50_000);
-        assert_eq!((c.quota.limit, c.quota.window), (5, Duration::from_secs(3600)));
+        assert_eq!(
+            (c.quota.limit, c.quota.window),
+            (5, Duration::from_secs(3600))
+        );
         assert_eq!((c.stream.max_subscribers, c.stream.max_per_ip), (500, 5));
         assert_eq!(c.keep_alive, Duration::from_secs(15));
         assert!(c.admin_token.is_none());

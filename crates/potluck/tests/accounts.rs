@@ -17,14 +17,24 @@ both_databases!(
 );
 
 fn now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
 }
 
 fn sign(secret: &[u8], header: &str, claims: serde_json::Value) -> String {
-    let input = format!("{}.{}", URL_SAFE_NO_PAD.encode(header), URL_SAFE_NO_PAD.encode(claims.to_string()));
+    let input = format!(
+        "{}.{}",
+        URL_SAFE_NO_PAD.encode(header),
+        URL_SAFE_NO_PAD.encode(claims.to_string())
+    );
     let mut mac = <Hmac<sha2::Sha256> as Mac>::new_from_slice(secret).unwrap();
     mac.update(input.as_bytes());
-    format!("{input}.{}", URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes()))
+    format!(
+        "{input}.{}",
+        URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
+    )
 }
 
 async fn registration_rules_and_login(db: Db) {
@@ -49,14 +59,29 @@ async fn registration_rules_and_login(db: Db) {
         ("carol", "1234567", "password_too_short"),
     ] {
         let r = s.register(name, pw, "10.0.0.3").await;
-        assert_eq!((r.status, r.code()), (422, code.to_string()), "{name:?}: {}", r.text());
+        assert_eq!(
+            (r.status, r.code()),
+            (422, code.to_string()),
+            "{name:?}: {}",
+            r.text()
+        );
         let d = &r.json()["detail"];
         assert!(d["message"].is_string() && d["params"].is_object());
     }
-    assert_eq!(s.register(&"y".repeat(32), "password123", "10.0.0.3").await.status, 201);
+    assert_eq!(
+        s.register(&"y".repeat(32), "password123", "10.0.0.3")
+            .await
+            .status,
+        201
+    );
     // Password length counts code points: 8 two-byte characters pass.
-    assert_eq!(s.register("umlaut", "ääääääää", "10.0.0.3").await.status, 201);
-    let r = s.post("/auth/register", &[], json!({"username": "x"})).await;
+    assert_eq!(
+        s.register("umlaut", "ääääääää", "10.0.0.3").await.status,
+        201
+    );
+    let r = s
+        .post("/auth/register", &[], json!({"username": "x"}))
+        .await;
     assert_eq!((r.status, r.code()), (422, "invalid_body".into()));
 
     // Each user gets a distinct address.
@@ -67,9 +92,17 @@ async fn registration_rules_and_login(db: Db) {
     let r = s.login("BOB.SMITH-1", "password123", "10.0.0.5").await;
     assert_eq!(r.status, 200, "{}", r.text());
     let t = r.json();
-    assert_eq!((t["token_type"].as_str(), t["expires_in"].as_i64()), (Some("bearer"), Some(86_400)));
+    assert_eq!(
+        (t["token_type"].as_str(), t["expires_in"].as_i64()),
+        (Some("bearer"), Some(86_400))
+    );
     let token = t["access_token"].as_str().unwrap().to_string();
-    let me = s.get("/users/me", &[("authorization", &format!("Bearer {token}"))]).await;
+    let me = s
+        .get(
+            "/users/me",
+            &[("authorization", &format!("Bearer {token}"))],
+        )
+        .await;
     assert_eq!(me.status, 200);
     assert_eq!(
         me.json(),
@@ -113,7 +146,11 @@ async fn concurrent_case_variants_register_once(db: Db) {
                 "POST",
                 "/auth/register",
                 &[("x-forwarded-for", &format!("10.2.0.{i}"))],
-                Some(json!({"username": format!("par{i}"), "password": "password123"}).to_string().into_bytes()),
+                Some(
+                    json!({"username": format!("par{i}"), "password": "password123"})
+                        .to_string()
+                        .into_bytes(),
+                ),
             )
             .await
         }));
@@ -132,36 +169,75 @@ async fn tokens_are_checked_strictly(db: Db) {
     let env = Env::new(db).await;
     let s = env.start(&[]).await;
     let token = s.user("tess", "10.3.0.1").await;
-    let secret = hex::decode(std::fs::read_to_string(env.data_dir.join("jwt-secret")).unwrap().trim()).unwrap();
+    let secret = hex::decode(
+        std::fs::read_to_string(env.data_dir.join("jwt-secret"))
+            .unwrap()
+            .trim(),
+    )
+    .unwrap();
     let me = |t: String| {
         let s = &s;
-        async move { s.get("/users/me", &[("authorization", &format!("Bearer {t}"))]).await }
+        async move {
+            s.get("/users/me", &[("authorization", &format!("Bearer {t}"))])
+                .await
+        }
     };
     assert_eq!(me(token.clone()).await.status, 200);
     assert_eq!(s.get("/users/me", &[]).await.code(), "not_authenticated");
     assert_eq!(s.get("/users/me", &[]).await.status, 401);
-    let claims: serde_json::Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(token.split('.').nth(1).unwrap()).unwrap()).unwrap();
+    let claims: serde_json::Value = serde_json::from_slice(
+        &URL_SAFE_NO_PAD
+            .decode(token.split('.').nth(1).unwrap())
+            .unwrap(),
+    )
+    .unwrap();
     let sub = claims["sub"].as_str().unwrap().to_string();
     assert_eq!(claims["tv"], 0);
-    assert_eq!(claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap(), 86_400);
+    assert_eq!(
+        claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap(),
+        86_400
+    );
     // Correctly signed by the real secret, but past exp.
-    let expired = sign(&secret, r#"{"alg":"HS256","typ":"JWT"}"#, json!({"sub": sub, "tv": 0, "iat": now() - 90_000, "exp": now() - 10}));
+    let expired = sign(
+        &secret,
+        r#"{"alg":"HS256","typ":"JWT"}"#,
+        json!({"sub": sub, "tv": 0, "iat": now() - 90_000, "exp": now() - 10}),
+    );
     let r = me(expired).await;
     assert_eq!((r.status, r.code()), (401, "session_expired".into()));
     // Same secret, another algorithm name / alg none / unsigned.
-    let hs512 = sign(&secret, r#"{"alg":"HS512","typ":"JWT"}"#, json!({"sub": sub, "tv": 0, "iat": now(), "exp": now() + 100}));
+    let hs512 = sign(
+        &secret,
+        r#"{"alg":"HS512","typ":"JWT"}"#,
+        json!({"sub": sub, "tv": 0, "iat": now(), "exp": now() + 100}),
+    );
     let none = format!(
         "{}.{}.",
         URL_SAFE_NO_PAD.encode(r#"{"alg":"none","typ":"JWT"}"#),
-        URL_SAFE_NO_PAD.encode(json!({"sub": sub, "tv": 0, "iat": now(), "exp": now() + 100}).to_string())
+        URL_SAFE_NO_PAD
+            .encode(json!({"sub": sub, "tv": 0, "iat": now(), "exp": now() + 100}).to_string())
     );
-    let bad_sig = sign(b"not the secret", r#"{"alg":"HS256","typ":"JWT"}"#, json!({"sub": sub, "tv": 0, "iat": now(), "exp": now() + 100}));
-    for t in [hs512, none, bad_sig, "garbage".to_string(), format!("{token}x")] {
+    let bad_sig = sign(
+        b"not the secret",
+        r#"{"alg":"HS256","typ":"JWT"}"#,
+        json!({"sub": sub, "tv": 0, "iat": now(), "exp": now() + 100}),
+    );
+    for t in [
+        hs512,
+        none,
+        bad_sig,
+        "garbage".to_string(),
+        format!("{token}x"),
+    ] {
         let r = me(t.clone()).await;
         assert_eq!((r.status, r.code()), (401, "invalid_token".into()), "{t}");
     }
     // tv mismatch (a well-signed token of an older token version) is session_expired.
-    let future_tv = sign(&secret, r#"{"alg":"HS256","typ":"JWT"}"#, json!({"sub": sub, "tv": 5, "iat": now(), "exp": now() + 100}));
+    let future_tv = sign(
+        &secret,
+        r#"{"alg":"HS256","typ":"JWT"}"#,
+        json!({"sub": sub, "tv": 5, "iat": now(), "exp": now() + 100}),
+    );
     assert_eq!(me(future_tv).await.code(), "session_expired");
     s.stop().await;
     env.cleanup().await;
@@ -172,32 +248,69 @@ async fn change_password_rotates_sessions(db: Db) {
     let s = env.start(&[]).await;
     let old = s.user("Carol", "10.4.0.1").await;
     let auth = |t: &str| vec![("authorization".to_string(), format!("Bearer {t}"))];
-    let hdr = |v: &Vec<(String, String)>| v.iter().map(|(a, b)| (a.clone(), b.clone())).collect::<Vec<_>>();
+    let hdr = |v: &Vec<(String, String)>| {
+        v.iter()
+            .map(|(a, b)| (a.clone(), b.clone()))
+            .collect::<Vec<_>>()
+    };
     let change = |t: String, cur: &'static str, new: &'static str| {
         let s = &s;
         let h = hdr(&auth(&t));
         async move {
             let hh: Vec<(&str, &str)> = h.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
-            s.post("/users/me/change-password", &hh, json!({"current_password": cur, "new_password": new})).await
+            s.post(
+                "/users/me/change-password",
+                &hh,
+                json!({"current_password": cur, "new_password": new}),
+            )
+            .await
         }
     };
     let r = change(old.clone(), "wrongpassword", "newpassword1").await;
     assert_eq!(r.status, 400);
     assert_eq!(r.code(), "current_password_incorrect");
-    assert_eq!(r.json()["detail"]["message"], "current password is incorrect");
+    assert_eq!(
+        r.json()["detail"]["message"],
+        "current password is incorrect"
+    );
     let r = change(old.clone(), "password123", "short").await;
     assert_eq!((r.status, r.code()), (422, "password_too_short".into()));
     assert_eq!(r.json()["detail"]["params"]["min_length"], 8);
     let r = change(old.clone(), "password123", "newpassword1").await;
     assert_eq!(r.status, 200, "{}", r.text());
     let fresh = r.json()["access_token"].as_str().unwrap().to_string();
-    let me_old = s.get("/users/me", &[("authorization", &format!("Bearer {old}"))]).await;
-    assert_eq!((me_old.status, me_old.code()), (401, "session_expired".into()));
-    assert_eq!(s.get("/users/me", &[("authorization", &format!("Bearer {fresh}"))]).await.status, 200);
-    assert_eq!(s.login("carol", "password123", "10.4.0.2").await.status, 401);
-    assert_eq!(s.login("carol", "newpassword1", "10.4.0.2").await.status, 200);
+    let me_old = s
+        .get("/users/me", &[("authorization", &format!("Bearer {old}"))])
+        .await;
+    assert_eq!(
+        (me_old.status, me_old.code()),
+        (401, "session_expired".into())
+    );
+    assert_eq!(
+        s.get(
+            "/users/me",
+            &[("authorization", &format!("Bearer {fresh}"))]
+        )
+        .await
+        .status,
+        200
+    );
+    assert_eq!(
+        s.login("carol", "password123", "10.4.0.2").await.status,
+        401
+    );
+    assert_eq!(
+        s.login("carol", "newpassword1", "10.4.0.2").await.status,
+        200
+    );
     // Unauthenticated change-password is refused.
-    let r = s.post("/users/me/change-password", &[], json!({"current_password": "a", "new_password": "b"})).await;
+    let r = s
+        .post(
+            "/users/me/change-password",
+            &[],
+            json!({"current_password": "a", "new_password": "b"}),
+        )
+        .await;
     assert_eq!((r.status, r.code()), (401, "not_authenticated".into()));
     s.stop().await;
     env.cleanup().await;
@@ -208,10 +321,17 @@ async fn unparseable_stored_hash_is_a_wrong_password(db: Db) {
     let s = env.start(&[]).await;
     s.user("mallory", "10.5.0.1").await;
     let pool = env.pool().await;
-    sqlx::query("UPDATE users SET password_hash = 'not-a-phc-string' WHERE username = 'mallory'").execute(&pool).await.unwrap();
+    sqlx::query("UPDATE users SET password_hash = 'not-a-phc-string' WHERE username = 'mallory'")
+        .execute(&pool)
+        .await
+        .unwrap();
     pool.close().await;
     let r = s.login("mallory", "password123", "10.5.0.2").await;
-    assert_eq!((r.status, r.code()), (401, "invalid_credentials".into()), "never a 500");
+    assert_eq!(
+        (r.status, r.code()),
+        (401, "invalid_credentials".into()),
+        "never a 500"
+    );
     assert!(s.log().contains("unparseable"), "logged as an error");
     s.stop().await;
     env.cleanup().await;

@@ -5,11 +5,17 @@ mod support;
 use serde_json::json;
 use support::{Db, Env};
 
-both_databases!(case_collisions_stop_the_start, openapi_documents_every_route, operational_endpoints);
+both_databases!(
+    case_collisions_stop_the_start,
+    openapi_documents_every_route,
+    operational_endpoints
+);
 
 async fn case_collisions_stop_the_start(db: Db) {
     let env = Env::new(db).await;
-    let store = potluck_rounds::store::Store::connect(&env.database_url(), 1).await.unwrap();
+    let store = potluck_rounds::store::Store::connect(&env.database_url(), 1)
+        .await
+        .unwrap();
     store.migrate_to(1).await.unwrap();
     for (i, name) in ["Bob", "bob", "alice"].iter().enumerate() {
         sqlx::query("INSERT INTO users (username, password_hash, derivation_index, address, created_at) VALUES ($1, 'x', $2, 'a', 0)")
@@ -22,9 +28,15 @@ async fn case_collisions_stop_the_start(db: Db) {
     store.close().await;
     let (status, stderr) = env.run_to_exit(&[]).await;
     assert!(!status.success(), "the service must not start");
-    assert!(stderr.contains("Bob") && stderr.contains("bob"), "names the collisions: {stderr}");
+    assert!(
+        stderr.contains("Bob") && stderr.contains("bob"),
+        "names the collisions: {stderr}"
+    );
     let pool = env.pool().await;
-    let names: Vec<String> = sqlx::query_scalar("SELECT username FROM users ORDER BY id").fetch_all(&pool).await.unwrap();
+    let names: Vec<String> = sqlx::query_scalar("SELECT username FROM users ORDER BY id")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
     assert_eq!(names, ["Bob", "bob", "alice"], "nothing merged or renamed");
     pool.close().await;
     env.cleanup().await;
@@ -56,7 +68,10 @@ async fn openapi_documents_every_route(db: Db) {
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
     let paths = doc["paths"].as_object().unwrap();
     for (method, path) in ROUTES {
-        assert!(paths.get(*path).and_then(|p| p.get(*method)).is_some(), "{method} {path} missing from /openapi.json");
+        assert!(
+            paths.get(*path).and_then(|p| p.get(*method)).is_some(),
+            "{method} {path} missing from /openapi.json"
+        );
     }
     // And every documented operation is really served (not the 404 fallback, not 405).
     let mut count = 0;
@@ -66,16 +81,29 @@ async fn openapi_documents_every_route(db: Db) {
                 continue; // long-lived; covered by the stream tests
             }
             let concrete = path.replace("{username}", "someone");
-            let body = if method == "get" { None } else { Some(b"{}".to_vec()) };
+            let body = if method == "get" {
+                None
+            } else {
+                Some(b"{}".to_vec())
+            };
             let r = support::request(s.addr, &method.to_uppercase(), &concrete, &[], body).await;
             assert_ne!(r.status, 405, "{method} {path}");
             if r.status == 404 {
-                assert_ne!(r.text(), json!({"detail": {"code": "not_found", "message": "not found", "params": {}}}).to_string(), "{method} {path} is not routed");
+                assert_ne!(
+                    r.text(),
+                    json!({"detail": {"code": "not_found", "message": "not found", "params": {}}})
+                        .to_string(),
+                    "{method} {path} is not routed"
+                );
             }
             count += 1;
         }
     }
-    assert_eq!(count + 1, ROUTES.len(), "no undocumented extras and none missing");
+    assert_eq!(
+        count + 1,
+        ROUTES.len(),
+        "no undocumented extras and none missing"
+    );
     s.stop().await;
     env.cleanup().await;
 }
@@ -85,18 +113,34 @@ async fn operational_endpoints(db: Db) {
     let s = env.start(&["--body-limit-bytes", "1024"]).await;
     let r = s.get("/healthz", &[]).await;
     assert_eq!((r.status, r.json()), (200, json!({"status": "ok"})));
-    assert!(r.header("x-request-id").is_some_and(|v| !v.is_empty()), "request ids are assigned");
+    assert!(
+        r.header("x-request-id").is_some_and(|v| !v.is_empty()),
+        "request ids are assigned"
+    );
     let r = s.get("/healthz", &[("x-request-id", "abc-123")]).await;
     assert_eq!(r.header("x-request-id"), Some("abc-123"), "and propagated");
     let r = s.get("/no/such/path", &[]).await;
     assert_eq!((r.status, r.code()), (404, "not_found".into()));
-    let big = json!({"username": "x".repeat(4000), "password": "password123"}).to_string().into_bytes();
+    let big = json!({"username": "x".repeat(4000), "password": "password123"})
+        .to_string()
+        .into_bytes();
     let r = support::request(s.addr, "POST", "/auth/register", &[], Some(big)).await;
     assert_eq!(r.status, 413, "body size limit");
     let metrics = s.get("/metrics", &[]).await;
-    assert!(metrics.header("content-type").unwrap().starts_with("text/plain"));
-    assert!(metrics.text().contains("potluck_http_requests_total{method=\"GET\",route=\"/healthz\",status=\"200\"} 2"), "{}", metrics.text());
-    assert!(metrics.text().contains("potluck_http_request_duration_seconds_bucket"));
+    assert!(metrics
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/plain"));
+    assert!(
+        metrics.text().contains(
+            "potluck_http_requests_total{method=\"GET\",route=\"/healthz\",status=\"200\"} 2"
+        ),
+        "{}",
+        metrics.text()
+    );
+    assert!(metrics
+        .text()
+        .contains("potluck_http_request_duration_seconds_bucket"));
     s.stop().await;
     env.cleanup().await;
 }
@@ -106,12 +150,25 @@ async fn defaults_hash_with_owasp_parameters() {
     // No Argon2 flags: the production defaults are in force.
     let env = Env::new(Db::Sqlite).await;
     let s = env.start_raw(&[]).await;
-    assert_eq!(s.register("owasp", "password123", "10.0.0.1").await.status, 201);
+    assert_eq!(
+        s.register("owasp", "password123", "10.0.0.1").await.status,
+        201
+    );
     let pool = env.pool().await;
-    let hash: String = sqlx::query_scalar("SELECT password_hash FROM users WHERE username = 'owasp'").fetch_one(&pool).await.unwrap();
+    let hash: String =
+        sqlx::query_scalar("SELECT password_hash FROM users WHERE username = 'owasp'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
     pool.close().await;
-    assert!(hash.starts_with("$argon2id$v=19$m=19456,t=2,p=1$"), "{hash}");
-    assert_eq!(s.login("owasp", "password123", "10.0.0.1").await.status, 200);
+    assert!(
+        hash.starts_with("$argon2id$v=19$m=19456,t=2,p=1$"),
+        "{hash}"
+    );
+    assert_eq!(
+        s.login("owasp", "password123", "10.0.0.1").await.status,
+        200
+    );
     s.stop().await;
     env.cleanup().await;
 }

@@ -33,10 +33,19 @@ async fn global_cap_and_per_ip_eviction(db: Db) {
     let sixth = EventStream::open(s.addr, "100.64.0.0").await;
     assert_eq!(sixth.status, 200);
     let started = std::time::Instant::now();
-    assert!(streams[0].closed_within(Duration::from_secs(1)).await, "oldest closed within 1 s");
+    assert!(
+        streams[0].closed_within(Duration::from_secs(1)).await,
+        "oldest closed within 1 s"
+    );
     assert!(started.elapsed() < Duration::from_secs(1));
-    assert!(!streams[1].closed_within(Duration::from_millis(300)).await, "the others stay open");
-    assert!(!streams[5].closed_within(Duration::from_millis(100)).await, "other IPs untouched");
+    assert!(
+        !streams[1].closed_within(Duration::from_millis(300)).await,
+        "the others stay open"
+    );
+    assert!(
+        !streams[5].closed_within(Duration::from_millis(100)).await,
+        "other IPs untouched"
+    );
     assert_eq!(s.metric("potluck_stream_subscribers").await, 500.0);
     // Everyone, including the newcomer, gets notifications.
     assert_eq!(s.admin_post("/admin/pause", json!({})).await.status, 200);
@@ -52,7 +61,12 @@ async fn notifications_keepalive_and_coalescing(db: Db) {
     let s = env.start(&["--stream-keepalive-secs", "1"]).await;
     let mut st = EventStream::open(s.addr, "100.70.0.1").await;
     assert_eq!(st.status, 200);
-    let h = |k: &str| st.headers.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let h = |k: &str| {
+        st.headers
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+    };
     assert_eq!(h("content-type").as_deref(), Some("text/event-stream"));
     assert!(h("cache-control").unwrap().contains("no-cache"));
     assert_eq!(h("x-accel-buffering").as_deref(), Some("no"));
@@ -60,21 +74,40 @@ async fn notifications_keepalive_and_coalescing(db: Db) {
     // Idle: keep-alive comments, no messages.
     assert_eq!(st.count_refetches(Duration::from_millis(2500)).await, 0);
     let text = String::from_utf8_lossy(&st.buf).into_owned();
-    assert!(text.contains(": keep-alive") || text.contains(":keep-alive"), "{text:?}");
+    assert!(
+        text.contains(": keep-alive") || text.contains(":keep-alive"),
+        "{text:?}"
+    );
     assert!(!text.contains("data: refetch"));
     // A change: one content-free message, delivered at once (not buffered).
     let t0 = std::time::Instant::now();
     s.admin_post("/admin/pause", json!({})).await;
     assert!(st.next_refetch(Duration::from_secs(2)).await);
-    assert!(t0.elapsed() < Duration::from_millis(500), "{:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t0.elapsed()
+    );
     // A burst of changes: never more messages than publishes, at least one,
     // and nothing left over afterwards.
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..20 {
         let addr = s.addr;
         tasks.spawn(async move {
-            let path = if i % 2 == 0 { "/admin/resume" } else { "/admin/pause" };
-            support::request(addr, "POST", path, &[("x-admin-token", support::ADMIN)], None).await.status
+            let path = if i % 2 == 0 {
+                "/admin/resume"
+            } else {
+                "/admin/pause"
+            };
+            support::request(
+                addr,
+                "POST",
+                path,
+                &[("x-admin-token", support::ADMIN)],
+                None,
+            )
+            .await
+            .status
         });
     }
     while let Some(r) = tasks.join_next().await {
@@ -82,7 +115,11 @@ async fn notifications_keepalive_and_coalescing(db: Db) {
     }
     let n = st.count_refetches(Duration::from_millis(700)).await;
     assert!((1..=20).contains(&n), "{n}");
-    assert_eq!(st.count_refetches(Duration::from_millis(500)).await, 0, "no backlog is replayed");
+    assert_eq!(
+        st.count_refetches(Duration::from_millis(500)).await,
+        0,
+        "no backlog is replayed"
+    );
     s.stop().await;
     env.cleanup().await;
 }
@@ -93,10 +130,20 @@ async fn graceful_shutdown_closes_streams(db: Db) {
     let mut st = EventStream::open(s.addr, "100.71.0.1").await;
     assert_eq!(st.status, 200);
     let pid = s.child.id().unwrap();
-    let killed = tokio::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().await.unwrap();
+    let killed = tokio::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .await
+        .unwrap();
     assert!(killed.success());
-    assert!(st.closed_within(Duration::from_secs(5)).await, "shutdown ends open streams");
-    let status = tokio::time::timeout(Duration::from_secs(10), s.child.wait()).await.expect("exits").unwrap();
+    assert!(
+        st.closed_within(Duration::from_secs(5)).await,
+        "shutdown ends open streams"
+    );
+    let status = tokio::time::timeout(Duration::from_secs(10), s.child.wait())
+        .await
+        .expect("exits")
+        .unwrap();
     assert!(status.success(), "{status:?}");
     env.cleanup().await;
 }

@@ -169,13 +169,16 @@ async fn register(
     validate_username(&body.username)?;
     validate_password("password", &body.password)?;
     if state.store.user_by_name(&body.username).await?.is_some() {
-        return Err(ApiError::UsernameTaken { username: body.username });
+        return Err(ApiError::UsernameTaken {
+            username: body.username,
+        });
     }
     // The quota is checked (and a slot held) before the costly hash.
-    let reservation = state
-        .quota
-        .reserve(ip, Instant::now())
-        .map_err(|wait| ApiError::RegistrationQuotaExceeded { retry_after_secs: retry_secs(wait).max(1) })?;
+    let reservation = state.quota.reserve(ip, Instant::now()).map_err(|wait| {
+        ApiError::RegistrationQuotaExceeded {
+            retry_after_secs: retry_secs(wait).max(1),
+        }
+    })?;
     let hash = state
         .hasher
         .hash(body.password)
@@ -216,11 +219,21 @@ async fn login(
     let name_valid = validate_username(&body.username).is_ok();
     let user_key = ThrottleKey::User(body.username.to_ascii_lowercase());
     let ip_key = ThrottleKey::Ip(ip);
-    let keys: Vec<ThrottleKey> = if name_valid { vec![user_key.clone(), ip_key] } else { vec![ip_key] };
+    let keys: Vec<ThrottleKey> = if name_valid {
+        vec![user_key.clone(), ip_key]
+    } else {
+        vec![ip_key]
+    };
     if let Some(wait) = state.throttle.check(&keys, Instant::now()) {
-        return Err(ApiError::TooManyAttempts { retry_after_secs: retry_secs(wait).max(1) });
+        return Err(ApiError::TooManyAttempts {
+            retry_after_secs: retry_secs(wait).max(1),
+        });
     }
-    let user = if name_valid { state.store.user_by_name(&body.username).await? } else { None };
+    let user = if name_valid {
+        state.store.user_by_name(&body.username).await?
+    } else {
+        None
+    };
     let mut password = body.password;
     if password.len() > MAX_PASSWORD_LENGTH * 4 {
         password.truncate(0);
@@ -288,7 +301,9 @@ async fn change_password(
     // passwords count against the user's login throttle key.
     let key = [ThrottleKey::User(user.username.to_ascii_lowercase())];
     if let Some(wait) = state.throttle.check(&key, Instant::now()) {
-        return Err(ApiError::TooManyAttempts { retry_after_secs: retry_secs(wait).max(1) });
+        return Err(ApiError::TooManyAttempts {
+            retry_after_secs: retry_secs(wait).max(1),
+        });
     }
     let row = state
         .store
@@ -329,17 +344,35 @@ mod tests {
         assert!(validate_username("Bob").is_ok());
         assert!(validate_username("a.b-c_9").is_ok());
         assert!(validate_username(&"x".repeat(32)).is_ok());
-        assert_eq!(validate_username("").unwrap_err().code(), "username_too_short");
-        assert_eq!(validate_username("ab").unwrap_err().code(), "username_too_short");
-        assert_eq!(validate_username(&"x".repeat(33)).unwrap_err().code(), "username_too_long");
-        assert_eq!(validate_username("bob smith").unwrap_err().code(), "username_invalid_characters");
-        assert_eq!(validate_username("bøb").unwrap_err().code(), "username_invalid_characters");
+        assert_eq!(
+            validate_username("").unwrap_err().code(),
+            "username_too_short"
+        );
+        assert_eq!(
+            validate_username("ab").unwrap_err().code(),
+            "username_too_short"
+        );
+        assert_eq!(
+            validate_username(&"x".repeat(33)).unwrap_err().code(),
+            "username_too_long"
+        );
+        assert_eq!(
+            validate_username("bob smith").unwrap_err().code(),
+            "username_invalid_characters"
+        );
+        assert_eq!(
+            validate_username("bøb").unwrap_err().code(),
+            "username_invalid_characters"
+        );
     }
 
     #[test]
     fn password_rule_counts_code_points() {
         assert!(validate_password("password", "ääääääää").is_ok());
-        assert_eq!(validate_password("password", "1234567").unwrap_err().code(), "password_too_short");
+        assert_eq!(
+            validate_password("password", "1234567").unwrap_err().code(),
+            "password_too_short"
+        );
     }
 
     #[test]

@@ -111,8 +111,14 @@ mod tests {
         // BIP84's published vector: mnemonic "abandon … about", m/84'/0'/0'/0/0.
         let seed = hex::decode("5eb00bbddcf069084889a8ab9155568165f5c453ccb85e70811aaed6f6da5fc19a5ac40b389cd370d086206dec8aa6c43daea6690f20ad3d8d48b2d2ce9e38e4").unwrap();
         let b = Bip84AddressBook::from_seed(&seed, Network::Bitcoin).unwrap();
-        assert_eq!(b.user_address(0).unwrap(), "bc1qcr8te4kr609gcawutmrza0j4xv80jy8z306fyu");
-        assert_eq!(b.user_address(1).unwrap(), "bc1qnjg0jd8228aq7egyzacy8cys3knf9xvrerkf9g");
+        assert_eq!(
+            b.user_address(0).unwrap(),
+            "bc1qcr8te4kr609gcawutmrza0j4xv80jy8z306fyu"
+        );
+        assert_eq!(
+            b.user_address(1).unwrap(),
+            "bc1qnjg0jd8228aq7egyzacy8cys3knf9xvrerkf9g"
+        );
     }
 
     #[test]
@@ -133,9 +139,14 @@ mod tests {
         let mainnet = book(Network::Bitcoin).user_address(0).unwrap();
         assert_eq!(
             b.validate(&mainnet),
-            Err(AddressError::WrongNetwork { expected: Network::Regtest })
+            Err(AddressError::WrongNetwork {
+                expected: Network::Regtest
+            })
         );
-        assert_eq!(b.validate("bcrt1qnotanaddress"), Err(AddressError::Malformed));
+        assert_eq!(
+            b.validate("bcrt1qnotanaddress"),
+            Err(AddressError::Malformed)
+        );
         assert_eq!(b.validate(""), Err(AddressError::Malformed));
     }
 }

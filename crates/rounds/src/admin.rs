@@ -57,10 +57,14 @@ fn int_field(name: &str, v: &Value, min: i64, max: i64) -> Result<i64, AdminErro
         .as_i64()
         .ok_or_else(|| AdminError::Validation(format!("{name} must be an integer")))?;
     if n < min {
-        return Err(AdminError::Validation(format!("{name} must be at least {min}")));
+        return Err(AdminError::Validation(format!(
+            "{name} must be at least {min}"
+        )));
     }
     if n > max {
-        return Err(AdminError::Validation(format!("{name} must be at most {max}")));
+        return Err(AdminError::Validation(format!(
+            "{name} must be at most {max}"
+        )));
     }
     Ok(n)
 }
@@ -69,7 +73,10 @@ fn int_field(name: &str, v: &Value, min: i64, max: i64) -> Result<i64, AdminErro
 ///
 /// # Errors
 /// [`AdminError::Validation`].
-pub fn parse_patch(body: &Value, validate_address: impl Fn(&str) -> Result<(), AddressError>) -> Result<ConfigPatch, AdminError> {
+pub fn parse_patch(
+    body: &Value,
+    validate_address: impl Fn(&str) -> Result<(), AddressError>,
+) -> Result<ConfigPatch, AdminError> {
     let obj = body
         .as_object()
         .ok_or_else(|| AdminError::Validation("body must be a JSON object".into()))?;
@@ -92,17 +99,26 @@ pub fn parse_patch(body: &Value, validate_address: impl Fn(&str) -> Result<(), A
             "round_duration_seconds" => {
                 patch.round_duration_seconds = Some(int_field(key, v, 1, 604_800)?)
             }
-            "min_bet_sats" => patch.min_bet_sats = Some(int_field(key, v, DUST_LIMIT_SATS, MAX_MONEY_SATS)?),
-            "min_withdrawal_sats" => {
-                patch.min_withdrawal_sats = Some(int_field(key, v, DUST_LIMIT_SATS, MAX_MONEY_SATS)?)
+            "min_bet_sats" => {
+                patch.min_bet_sats = Some(int_field(key, v, DUST_LIMIT_SATS, MAX_MONEY_SATS)?)
             }
-            "deposit_confirmations" => patch.deposit_confirmations = Some(int_field(key, v, 1, 100)?),
+            "min_withdrawal_sats" => {
+                patch.min_withdrawal_sats =
+                    Some(int_field(key, v, DUST_LIMIT_SATS, MAX_MONEY_SATS)?)
+            }
+            "deposit_confirmations" => {
+                patch.deposit_confirmations = Some(int_field(key, v, 1, 100)?)
+            }
             "paused" => {
                 return Err(AdminError::Validation(
                     "paused is read-only here; use POST /admin/pause or POST /admin/resume".into(),
                 ))
             }
-            other => return Err(AdminError::Validation(format!("{other} is not a config field"))),
+            other => {
+                return Err(AdminError::Validation(format!(
+                    "{other} is not a config field"
+                )))
+            }
         }
     }
     Ok(patch)
@@ -111,7 +127,10 @@ pub fn parse_patch(body: &Value, validate_address: impl Fn(&str) -> Result<(), A
 /// The service configuration.
 #[utoipa::path(get, path = "/admin/config", tag = "admin", security(("admin_token" = [])),
     responses((status = 200, body = ServiceConfig), (status = 403, body = AdminErrorBody)))]
-async fn get_config(State(state): State<AppState>, _admin: Admin) -> Result<Json<ServiceConfig>, AdminError> {
+async fn get_config(
+    State(state): State<AppState>,
+    _admin: Admin,
+) -> Result<Json<ServiceConfig>, AdminError> {
     Ok(Json(state.store.config().await?))
 }
 
@@ -147,14 +166,20 @@ async fn set_paused(state: &AppState, paused: bool) -> Result<Json<ServiceConfig
 /// Pause: no new bets, withdrawals or round transitions. Idempotent.
 #[utoipa::path(post, path = "/admin/pause", tag = "admin", security(("admin_token" = [])),
     responses((status = 200, body = ServiceConfig), (status = 403, body = AdminErrorBody)))]
-async fn pause(State(state): State<AppState>, _admin: Admin) -> Result<Json<ServiceConfig>, AdminError> {
+async fn pause(
+    State(state): State<AppState>,
+    _admin: Admin,
+) -> Result<Json<ServiceConfig>, AdminError> {
     set_paused(&state, true).await
 }
 
 /// Resume after a pause. Idempotent.
 #[utoipa::path(post, path = "/admin/resume", tag = "admin", security(("admin_token" = [])),
     responses((status = 200, body = ServiceConfig), (status = 403, body = AdminErrorBody)))]
-async fn resume(State(state): State<AppState>, _admin: Admin) -> Result<Json<ServiceConfig>, AdminError> {
+async fn resume(
+    State(state): State<AppState>,
+    _admin: Admin,
+) -> Result<Json<ServiceConfig>, AdminError> {
     set_paused(&state, false).await
 }
 
@@ -188,8 +213,11 @@ async fn reset_password(
     let new_password = body
         .get("new_password")
         .and_then(Value::as_str)
-        .ok_or_else(|| AdminError::Validation("new_password is required and must be a string".into()))?;
-    validate_password("new_password", new_password).map_err(|e| AdminError::Validation(e.to_string()))?;
+        .ok_or_else(|| {
+            AdminError::Validation("new_password is required and must be a string".into())
+        })?;
+    validate_password("new_password", new_password)
+        .map_err(|e| AdminError::Validation(e.to_string()))?;
     if state.store.user_by_name(&username).await?.is_none() {
         return Err(AdminError::NotFound(format!("user {username} not found")));
     }
@@ -203,7 +231,10 @@ async fn reset_password(
         .reset_password(&username, &hash, ACTOR)
         .await?
         .ok_or_else(|| AdminError::NotFound(format!("user {username} not found")))?;
-    Ok(Json(ResetDone { username, token_version }))
+    Ok(Json(ResetDone {
+        username,
+        token_version,
+    }))
 }
 
 /// Paging of the audit log.
@@ -233,14 +264,24 @@ async fn audit(
     _admin: Admin,
     query: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<AuditPage>, AdminError> {
-    let Query(q) = query.map_err(|e| AdminError::Validation(format!("invalid query: {}", e.body_text())))?;
+    let Query(q) =
+        query.map_err(|e| AdminError::Validation(format!("invalid query: {}", e.body_text())))?;
     let limit = q.limit.unwrap_or(50);
     if !(1..=200).contains(&limit) {
-        return Err(AdminError::Validation("limit must be between 1 and 200".into()));
+        return Err(AdminError::Validation(
+            "limit must be between 1 and 200".into(),
+        ));
     }
     let entries = state.store.audit_page(limit, q.before_id).await?;
-    let next_before_id = if entries.len() as i64 == limit { entries.last().map(|e| e.id) } else { None };
-    Ok(Json(AuditPage { entries, next_before_id }))
+    let next_before_id = if entries.len() as i64 == limit {
+        entries.last().map(|e| e.id)
+    } else {
+        None
+    };
+    Ok(Json(AuditPage {
+        entries,
+        next_before_id,
+    }))
 }
 
 #[cfg(test)]
@@ -258,21 +299,48 @@ mod tests {
 
     #[test]
     fn zero_and_out_of_range_are_rejected_naming_field_and_rule() {
-        assert_eq!(msg(parse_patch(&json!({"fee_rate_sat_vb": 0}), ok).unwrap_err()), "fee_rate_sat_vb must be at least 1");
-        assert_eq!(msg(parse_patch(&json!({"round_duration_seconds": 0}), ok).unwrap_err()), "round_duration_seconds must be at least 1");
-        assert_eq!(msg(parse_patch(&json!({"fee_rate_sat_vb": 10_001}), ok).unwrap_err()), "fee_rate_sat_vb must be at most 10000");
-        assert_eq!(msg(parse_patch(&json!({"min_bet_sats": 293}), ok).unwrap_err()), "min_bet_sats must be at least 294");
-        assert!(msg(parse_patch(&json!({"paused": true}), ok).unwrap_err()).starts_with("paused is read-only"));
-        assert_eq!(msg(parse_patch(&json!({"colour": 1}), ok).unwrap_err()), "colour is not a config field");
-        assert_eq!(msg(parse_patch(&json!({"fee_rate_sat_vb": "5"}), ok).unwrap_err()), "fee_rate_sat_vb must be an integer");
-        let p = parse_patch(&json!({"fee_rate_sat_vb": 1, "round_duration_seconds": 604_800}), ok).unwrap();
+        assert_eq!(
+            msg(parse_patch(&json!({"fee_rate_sat_vb": 0}), ok).unwrap_err()),
+            "fee_rate_sat_vb must be at least 1"
+        );
+        assert_eq!(
+            msg(parse_patch(&json!({"round_duration_seconds": 0}), ok).unwrap_err()),
+            "round_duration_seconds must be at least 1"
+        );
+        assert_eq!(
+            msg(parse_patch(&json!({"fee_rate_sat_vb": 10_001}), ok).unwrap_err()),
+            "fee_rate_sat_vb must be at most 10000"
+        );
+        assert_eq!(
+            msg(parse_patch(&json!({"min_bet_sats": 293}), ok).unwrap_err()),
+            "min_bet_sats must be at least 294"
+        );
+        assert!(msg(parse_patch(&json!({"paused": true}), ok).unwrap_err())
+            .starts_with("paused is read-only"));
+        assert_eq!(
+            msg(parse_patch(&json!({"colour": 1}), ok).unwrap_err()),
+            "colour is not a config field"
+        );
+        assert_eq!(
+            msg(parse_patch(&json!({"fee_rate_sat_vb": "5"}), ok).unwrap_err()),
+            "fee_rate_sat_vb must be an integer"
+        );
+        let p = parse_patch(
+            &json!({"fee_rate_sat_vb": 1, "round_duration_seconds": 604_800}),
+            ok,
+        )
+        .unwrap();
         assert_eq!(p.fee_rate_sat_vb, Some(1));
         assert_eq!(p.round_duration_seconds, Some(604_800));
     }
 
     #[test]
     fn address_errors_are_distinct() {
-        let wrong = |_: &str| Err(AddressError::WrongNetwork { expected: bitcoin::Network::Regtest });
+        let wrong = |_: &str| {
+            Err(AddressError::WrongNetwork {
+                expected: bitcoin::Network::Regtest,
+            })
+        };
         let bad = |_: &str| Err(AddressError::Malformed);
         let a = msg(parse_patch(&json!({"fee_address": "x"}), wrong).unwrap_err());
         let b = msg(parse_patch(&json!({"fee_address": "x"}), bad).unwrap_err());

@@ -103,7 +103,8 @@ fn load_or_create_secret(path: &Path, len: usize) -> Result<Vec<u8>, StartupErro
         source,
     };
     match std::fs::read_to_string(path) {
-        Ok(text) => hex::decode(text.trim()).map_err(|_| StartupError::CorruptSecret(path.display().to_string())),
+        Ok(text) => hex::decode(text.trim())
+            .map_err(|_| StartupError::CorruptSecret(path.display().to_string())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let mut bytes = vec![0u8; len];
             rand::Rng::fill(&mut rand::thread_rng(), bytes.as_mut_slice());
@@ -134,7 +135,12 @@ impl Modify for SecuritySchemes {
         let components = openapi.components.get_or_insert_with(Default::default);
         components.add_security_scheme(
             "bearer",
-            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).bearer_format("JWT").build()),
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("JWT")
+                    .build(),
+            ),
         );
         components.add_security_scheme(
             "admin_token",
@@ -165,7 +171,11 @@ async fn metrics(State(state): State<AppState>) -> Response {
 /// This document.
 #[utoipa::path(get, path = "/openapi.json", tag = "ops", responses((status = 200, body = Object)))]
 async fn openapi_json() -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], openapi_document().to_string()).into_response()
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        openapi_document().to_string(),
+    )
+        .into_response()
 }
 
 async fn not_found() -> ApiError {
@@ -181,7 +191,10 @@ fn api_routes(config: &Config) -> OpenApiRouter<AppState> {
         .routes(routes!(healthz))
         .routes(routes!(metrics))
         .routes(routes!(openapi_json))
-        .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, config.request_timeout));
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            config.request_timeout,
+        ));
     timed.merge(crate::rounds_api::stream_router())
 }
 
@@ -190,7 +203,8 @@ pub fn openapi_document() -> &'static str {
     static DOC: OnceLock<String> = OnceLock::new();
     DOC.get_or_init(|| {
         let (_, api) = api_routes(&Config::new(".".into())).split_for_parts();
-        api.to_json().unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+        api.to_json()
+            .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     })
 }
 
@@ -212,7 +226,13 @@ async fn observe(State(metrics): State<Arc<Metrics>>, request: Request, next: Ne
     let mut response = next.run(request).instrument(span.clone()).await;
     let status = response.status();
     metrics.record(method.as_str(), &route, status.as_u16(), started.elapsed());
-    span.in_scope(|| tracing::debug!(status = status.as_u16(), elapsed_ms = started.elapsed().as_millis() as u64, "request done"));
+    span.in_scope(|| {
+        tracing::debug!(
+            status = status.as_u16(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "request done"
+        )
+    });
     if let Ok(v) = HeaderValue::from_str(&id) {
         response.headers_mut().insert("x-request-id", v);
     }
@@ -255,13 +275,17 @@ impl Application {
         };
         let seed = load_or_create_secret(&data_dir.join("wallet-seed"), 32)?;
         let addresses: Arc<dyn AddressBook> = Arc::new(
-            Bip84AddressBook::from_seed(&seed, config.network).map_err(|e| StartupError::Wallet(e.to_string()))?,
+            Bip84AddressBook::from_seed(&seed, config.network)
+                .map_err(|e| StartupError::Wallet(e.to_string()))?,
         );
-        let store = Store::connect(&config.effective_database_url(), config.max_db_connections).await?;
+        let store =
+            Store::connect(&config.effective_database_url(), config.max_db_connections).await?;
         store.migrate().await?;
         store
             .init_config(&ServiceConfig {
-                fee_address: addresses.default_fee_address().map_err(|e| StartupError::Wallet(e.to_string()))?,
+                fee_address: addresses
+                    .default_fee_address()
+                    .map_err(|e| StartupError::Wallet(e.to_string()))?,
                 fee_rate_sat_vb: 2,
                 round_duration_seconds: config.default_round_duration_seconds,
                 min_bet_sats: 1_000,
@@ -290,12 +314,19 @@ impl Application {
         };
         let listener = tokio::net::TcpListener::bind(state.config.bind)
             .await
-            .map_err(|source| StartupError::Bind { addr: state.config.bind, source })?;
+            .map_err(|source| StartupError::Bind {
+                addr: state.config.bind,
+                source,
+            })?;
         let local_addr = listener.local_addr().map_err(|source| StartupError::Bind {
             addr: state.config.bind,
             source,
         })?;
-        Ok(Self { listener, local_addr, state })
+        Ok(Self {
+            listener,
+            local_addr,
+            state,
+        })
     }
 
     /// The bound address.
@@ -318,17 +349,23 @@ impl Application {
     ///
     /// # Errors
     /// I/O errors of the server.
-    pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
         let hub = self.state.hub.clone();
         let store = self.state.store.clone();
         let app = router(self.state);
-        axum::serve(self.listener, app.into_make_service_with_connect_info::<SocketAddr>())
-            .with_graceful_shutdown(async move {
-                shutdown.await;
-                tracing::info!("shutting down: closing streams, finishing requests");
-                hub.shutdown();
-            })
-            .await?;
+        axum::serve(
+            self.listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            tracing::info!("shutting down: closing streams, finishing requests");
+            hub.shutdown();
+        })
+        .await?;
         store.close().await;
         Ok(())
     }

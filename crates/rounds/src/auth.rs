@@ -23,17 +23,26 @@ pub struct AuthUser {
 }
 
 fn bearer(parts: &Parts) -> Option<&str> {
-    let value = parts.headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
+    let value = parts
+        .headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
     let (scheme, token) = value.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then_some(token.trim())
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
 }
 
 async fn authenticate(parts: &Parts, state: &AppState) -> Result<AuthUser, ApiError> {
     let token = bearer(parts).ok_or(ApiError::NotAuthenticated)?;
-    let claims = state.tokens.verify(token, unix_now()).map_err(|e| match e {
-        TokenError::Expired => ApiError::SessionExpired,
-        _ => ApiError::InvalidToken,
-    })?;
+    let claims = state
+        .tokens
+        .verify(token, unix_now())
+        .map_err(|e| match e {
+            TokenError::Expired => ApiError::SessionExpired,
+            _ => ApiError::InvalidToken,
+        })?;
     let id: i64 = claims.sub.parse().map_err(|_| ApiError::InvalidToken)?;
     let (username, stored_tv) = state
         .store
@@ -53,7 +62,10 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<AuthUser, ApiEr
 impl FromRequestParts<AppState> for AuthUser {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
         authenticate(parts, state).await
     }
 }
@@ -66,7 +78,10 @@ pub struct MaybeUser(pub Option<AuthUser>);
 impl FromRequestParts<AppState> for MaybeUser {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
         if bearer(parts).is_none() {
             return Ok(MaybeUser(None));
         }
@@ -85,7 +100,11 @@ pub struct AdminKey(Option<[u8; 32]>);
 
 impl std::fmt::Debug for AdminKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() { "AdminKey(set)" } else { "AdminKey(disabled)" })
+        f.write_str(if self.0.is_some() {
+            "AdminKey(set)"
+        } else {
+            "AdminKey(disabled)"
+        })
     }
 }
 
@@ -127,7 +146,10 @@ pub struct Admin;
 impl FromRequestParts<AppState> for Admin {
     type Rejection = AdminError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
         let presented = parts.headers.get("x-admin-token").map(|v| v.as_bytes());
         state.admin_key.check(presented).map(|()| Admin)
     }
@@ -162,7 +184,10 @@ impl FromRequest<AppState> for AdminJson {
     async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
         match axum::Json::<serde_json::Value>::from_request(req, state).await {
             Ok(axum::Json(v)) => Ok(AdminJson(v)),
-            Err(e) => Err(AdminError::Validation(format!("invalid JSON body: {}", e.body_text()))),
+            Err(e) => Err(AdminError::Validation(format!(
+                "invalid JSON body: {}",
+                e.body_text()
+            ))),
         }
     }
 }

@@ -46,12 +46,19 @@ fn parse_ip(s: &str) -> Option<IpAddr> {
 impl FromRequestParts<AppState> for ClientIp {
     type Rejection = std::convert::Infallible;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
         let peer = parts
             .extensions
             .get::<ConnectInfo<SocketAddr>>()
             .map_or(IpAddr::from([127, 0, 0, 1]), |c| c.0.ip());
-        Ok(ClientIp(client_ip(&parts.headers, peer, state.config.trusted_proxy_hops)))
+        Ok(ClientIp(client_ip(
+            &parts.headers,
+            peer,
+            state.config.trusted_proxy_hops,
+        )))
     }
 }
 
@@ -69,12 +76,24 @@ mod tests {
     #[test]
     fn rightmost_trusted_entry() {
         let peer: IpAddr = "10.0.0.1".parse().unwrap();
-        assert_eq!(client_ip(&h("6.6.6.6, 1.2.3.4"), peer, 1), "1.2.3.4".parse::<IpAddr>().unwrap());
-        assert_eq!(client_ip(&h("6.6.6.6, 1.2.3.4"), peer, 2), "6.6.6.6".parse::<IpAddr>().unwrap());
-        assert_eq!(client_ip(&h("1.2.3.4"), peer, 3), "1.2.3.4".parse::<IpAddr>().unwrap());
+        assert_eq!(
+            client_ip(&h("6.6.6.6, 1.2.3.4"), peer, 1),
+            "1.2.3.4".parse::<IpAddr>().unwrap()
+        );
+        assert_eq!(
+            client_ip(&h("6.6.6.6, 1.2.3.4"), peer, 2),
+            "6.6.6.6".parse::<IpAddr>().unwrap()
+        );
+        assert_eq!(
+            client_ip(&h("1.2.3.4"), peer, 3),
+            "1.2.3.4".parse::<IpAddr>().unwrap()
+        );
         assert_eq!(client_ip(&HeaderMap::new(), peer, 1), peer);
         assert_eq!(client_ip(&h("1.2.3.4"), peer, 0), peer);
         assert_eq!(client_ip(&h("garbage"), peer, 1), peer);
-        assert_eq!(client_ip(&h("[::1]:80"), peer, 1), "::1".parse::<IpAddr>().unwrap());
+        assert_eq!(
+            client_ip(&h("[::1]:80"), peer, 1),
+            "::1".parse::<IpAddr>().unwrap()
+        );
     }
 }

@@ -38,7 +38,12 @@ impl CurrentRound {
     /// # Errors
     /// Store failures, or [`StoreError::Corrupt`] when no round exists.
     pub async fn snapshot(&self, store: &Store) -> Result<RoundSnapshot, StoreError> {
-        if let Some((at, snap)) = self.cached.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        if let Some((at, snap)) = self
+            .cached
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
             if at.elapsed() < self.ttl {
                 return Ok(snap.clone());
             }
@@ -57,7 +62,8 @@ impl CurrentRound {
             .ok_or_else(|| StoreError::Corrupt("no round exists".into()))?;
         let paused = store.config().await?.paused;
         let snap = RoundSnapshot { round, paused };
-        *self.cached.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), snap.clone()));
+        *self.cached.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((Instant::now(), snap.clone()));
         Ok(snap)
     }
 }

@@ -189,7 +189,8 @@ impl IntoResponse for ApiError {
             }
             other => other.to_string(),
         };
-        let body = json!({"detail": {"code": self.code(), "message": message, "params": self.params()}});
+        let body =
+            json!({"detail": {"code": self.code(), "message": message, "params": self.params()}});
         let mut response = (self.status(), axum::Json(body)).into_response();
         if let ApiError::TooManyAttempts { retry_after_secs }
         | ApiError::RegistrationQuotaExceeded { retry_after_secs } = self

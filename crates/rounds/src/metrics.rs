@@ -64,17 +64,36 @@ impl Metrics {
     /// The Prometheus exposition text.
     pub fn render(&self, g: Gauges) -> String {
         let mut out = String::new();
-        let _ = writeln!(out, "# HELP potluck_http_requests_total HTTP requests by route and status.");
+        let _ = writeln!(
+            out,
+            "# HELP potluck_http_requests_total HTTP requests by route and status."
+        );
         let _ = writeln!(out, "# TYPE potluck_http_requests_total counter");
-        for ((m, r, s), n) in self.requests.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        for ((m, r, s), n) in self
+            .requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
             let _ = writeln!(
                 out,
                 "potluck_http_requests_total{{method=\"{m}\",route=\"{r}\",status=\"{s}\"}} {n}"
             );
         }
-        let _ = writeln!(out, "# HELP potluck_http_request_duration_seconds Request latency by route.");
-        let _ = writeln!(out, "# TYPE potluck_http_request_duration_seconds histogram");
-        for ((m, r), h) in self.latency.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        let _ = writeln!(
+            out,
+            "# HELP potluck_http_request_duration_seconds Request latency by route."
+        );
+        let _ = writeln!(
+            out,
+            "# TYPE potluck_http_request_duration_seconds histogram"
+        );
+        for ((m, r), h) in self
+            .latency
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
             for (i, b) in BUCKETS.iter().enumerate() {
                 let _ = writeln!(
                     out,
@@ -99,11 +118,31 @@ impl Metrics {
             );
         }
         for (name, help, v) in [
-            ("potluck_stream_subscribers", "Open SSE streams.", g.stream_subscribers),
-            ("potluck_login_throttle_keys", "Keys tracked by the login throttle.", g.login_throttle_keys),
-            ("potluck_registration_quota_keys", "IPs tracked by the registration quota.", g.registration_quota_keys),
-            ("potluck_password_hashes_in_flight", "Password hashes running now.", g.password_hashes_in_flight),
-            ("potluck_password_hash_concurrency", "Permitted concurrent password hashes.", g.password_hash_concurrency),
+            (
+                "potluck_stream_subscribers",
+                "Open SSE streams.",
+                g.stream_subscribers,
+            ),
+            (
+                "potluck_login_throttle_keys",
+                "Keys tracked by the login throttle.",
+                g.login_throttle_keys,
+            ),
+            (
+                "potluck_registration_quota_keys",
+                "IPs tracked by the registration quota.",
+                g.registration_quota_keys,
+            ),
+            (
+                "potluck_password_hashes_in_flight",
+                "Password hashes running now.",
+                g.password_hashes_in_flight,
+            ),
+            (
+                "potluck_password_hash_concurrency",
+                "Permitted concurrent password hashes.",
+                g.password_hash_concurrency,
+            ),
         ] {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
         }
@@ -120,7 +159,10 @@ mod tests {
         let m = Metrics::default();
         m.record("GET", "/rounds/current", 200, Duration::from_millis(3));
         m.record("GET", "/rounds/current", 200, Duration::from_millis(30));
-        let text = m.render(Gauges { stream_subscribers: 4, ..Gauges::default() });
+        let text = m.render(Gauges {
+            stream_subscribers: 4,
+            ..Gauges::default()
+        });
         assert!(text.contains("potluck_http_requests_total{method=\"GET\",route=\"/rounds/current\",status=\"200\"} 2"));
         assert!(text.contains("le=\"0.005\"} 1"));
         assert!(text.contains("le=\"+Inf\"} 2"));

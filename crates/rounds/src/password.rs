@@ -93,8 +93,13 @@ impl PasswordHasher {
     /// # Errors
     /// [`HashError::Params`] for parameters Argon2 refuses.
     pub fn new(params: HashParams, concurrency: usize) -> Result<Self, HashError> {
-        let p = Params::new(params.memory_kib, params.iterations, params.parallelism, None)
-            .map_err(|e| HashError::Params(e.to_string()))?;
+        let p = Params::new(
+            params.memory_kib,
+            params.iterations,
+            params.parallelism,
+            None,
+        )
+        .map_err(|e| HashError::Params(e.to_string()))?;
         let argon = Argon2::new(Algorithm::Argon2id, Version::V0x13, p);
         let mut random = [0u8; 32];
         rand::Rng::fill(&mut rand::thread_rng(), &mut random);
@@ -150,7 +155,11 @@ impl PasswordHasher {
     ///
     /// # Errors
     /// [`HashError::Join`] if the blocking task died.
-    pub async fn verify(&self, password: String, stored: Option<String>) -> Result<Verdict, HashError> {
+    pub async fn verify(
+        &self,
+        password: String,
+        stored: Option<String>,
+    ) -> Result<Verdict, HashError> {
         let _permit = self
             .permits
             .acquire()
@@ -205,18 +214,39 @@ mod tests {
         let h = PasswordHasher::new(CHEAP, 2).unwrap();
         let stored = h.hash("correct horse".into()).await.unwrap();
         assert!(stored.starts_with("$argon2id$v=19$m=64,t=1,p=1$"));
-        assert_eq!(h.verify("correct horse".into(), Some(stored.clone())).await.unwrap(), Verdict::Match);
-        assert_eq!(h.verify("wrong horse".into(), Some(stored)).await.unwrap(), Verdict::Mismatch);
+        assert_eq!(
+            h.verify("correct horse".into(), Some(stored.clone()))
+                .await
+                .unwrap(),
+            Verdict::Match
+        );
+        assert_eq!(
+            h.verify("wrong horse".into(), Some(stored)).await.unwrap(),
+            Verdict::Mismatch
+        );
         assert_eq!(h.verify("x".into(), None).await.unwrap(), Verdict::Mismatch);
-        assert_eq!(h.verify("x".into(), Some("garbage".into())).await.unwrap(), Verdict::CorruptHash);
+        assert_eq!(
+            h.verify("x".into(), Some("garbage".into())).await.unwrap(),
+            Verdict::CorruptHash
+        );
     }
 
     #[tokio::test]
     async fn owasp_defaults_produce_owasp_hashes() {
-        assert_eq!(HashParams::default(), HashParams { memory_kib: 19_456, iterations: 2, parallelism: 1 });
+        assert_eq!(
+            HashParams::default(),
+            HashParams {
+                memory_kib: 19_456,
+                iterations: 2,
+                parallelism: 1
+            }
+        );
         let h = PasswordHasher::new(HashParams::default(), 1).unwrap();
         let stored = h.hash("password1".into()).await.unwrap();
-        assert!(stored.starts_with("$argon2id$v=19$m=19456,t=2,p=1$"), "{stored}");
+        assert!(
+            stored.starts_with("$argon2id$v=19$m=19456,t=2,p=1$"),
+            "{stored}"
+        );
     }
 
     #[test]

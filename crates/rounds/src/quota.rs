@@ -230,13 +230,19 @@ mod tests {
         assert_eq!(q.reserve(ip(1), at).unwrap_err(), Duration::from_secs(3500));
         // Waiting never lengthens the next wait.
         let later = at + Duration::from_secs(1000);
-        assert_eq!(q.reserve(ip(1), later).unwrap_err(), Duration::from_secs(2500));
+        assert_eq!(
+            q.reserve(ip(1), later).unwrap_err(),
+            Duration::from_secs(2500)
+        );
         // Other IPs are unaffected.
         assert!(q.reserve(ip(2), at).is_ok());
         // When the oldest leaves, one more fits; then the next oldest rules.
         let t_free = t0 + Duration::from_secs(3600);
         q.reserve(ip(1), t_free).unwrap().commit(t_free);
-        assert_eq!(q.reserve(ip(1), t_free).unwrap_err(), Duration::from_secs(10));
+        assert_eq!(
+            q.reserve(ip(1), t_free).unwrap_err(),
+            Duration::from_secs(10)
+        );
     }
 
     #[test]
@@ -249,7 +255,11 @@ mod tests {
         }
         assert_eq!(q.used(ip(1), t0), 0);
         let held: Vec<_> = (0..5).map(|_| q.reserve(ip(1), t0).unwrap()).collect();
-        assert_eq!(q.reserve(ip(1), t0).unwrap_err(), Duration::from_secs(1), "in-flight slots fill the quota");
+        assert_eq!(
+            q.reserve(ip(1), t0).unwrap_err(),
+            Duration::from_secs(1),
+            "in-flight slots fill the quota"
+        );
         drop(held);
         assert!(q.reserve(ip(1), t0).is_ok());
     }
@@ -257,7 +267,10 @@ mod tests {
     #[test]
     fn cap_evicts_keys_with_room_before_full_ones() {
         let t0 = Instant::now();
-        let policy = QuotaPolicy { max_keys: 100, ..QuotaPolicy::default() };
+        let policy = QuotaPolicy {
+            max_keys: 100,
+            ..QuotaPolicy::default()
+        };
         let q = RegistrationQuota::new(policy, t0);
         for _ in 0..5 {
             q.reserve(ip(999_999), t0).unwrap().commit(t0);
@@ -268,7 +281,9 @@ mod tests {
             assert!(q.len() <= 100);
         }
         // The full key survived the flood of keys with room left.
-        assert!(q.reserve(ip(999_999), t0 + Duration::from_secs(20)).is_err());
+        assert!(q
+            .reserve(ip(999_999), t0 + Duration::from_secs(20))
+            .is_err());
     }
 
     #[test]

@@ -79,13 +79,20 @@ impl RoundView {
 /// The current round; works logged out.
 #[utoipa::path(get, path = "/rounds/current", tag = "rounds", security((), ("bearer" = [])),
     responses((status = 200, body = RoundView)))]
-async fn current_round(State(state): State<AppState>, MaybeUser(user): MaybeUser) -> Result<Json<RoundView>, ApiError> {
+async fn current_round(
+    State(state): State<AppState>,
+    MaybeUser(user): MaybeUser,
+) -> Result<Json<RoundView>, ApiError> {
     let snapshot = state.rounds.snapshot(&state.store).await?;
     let played = match user {
         Some(u) => state.store.user_played(snapshot.round.id, u.id).await?,
         None => false,
     };
-    Ok(Json(RoundView::new(&snapshot.round, played, snapshot.paused)))
+    Ok(Json(RoundView::new(
+        &snapshot.round,
+        played,
+        snapshot.paused,
+    )))
 }
 
 fn events(sub: Subscription) -> impl Stream<Item = Result<Event, Infallible>> {
@@ -103,9 +110,19 @@ fn events(sub: Subscription) -> impl Stream<Item = Result<Event, Infallible>> {
         (status = 200, description = "text/event-stream", content_type = "text/event-stream", body = String),
         (status = 503, description = "stream_capacity: past the global subscriber cap", body = ErrorBody),
     ))]
-async fn round_stream(State(state): State<AppState>, ClientIp(ip): ClientIp) -> Result<impl IntoResponse, ApiError> {
-    let sub = state.hub.subscribe(ip).map_err(|_| ApiError::StreamCapacity)?;
-    let sse = Sse::new(events(sub)).keep_alive(KeepAlive::new().interval(state.config.keep_alive).text("keep-alive"));
+async fn round_stream(
+    State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
+) -> Result<impl IntoResponse, ApiError> {
+    let sub = state
+        .hub
+        .subscribe(ip)
+        .map_err(|_| ApiError::StreamCapacity)?;
+    let sse = Sse::new(events(sub)).keep_alive(
+        KeepAlive::new()
+            .interval(state.config.keep_alive)
+            .text("keep-alive"),
+    );
     Ok((
         [
             // Proxies must neither buffer nor compress the stream.

@@ -348,11 +348,12 @@ impl Store {
         .execute(&self.pool)
         .await?;
         for m in self.migrations().iter().filter(|m| m.version <= target) {
-            let applied: Option<i64> =
-                sqlx::query_scalar("SELECT version FROM potluck_schema_migrations WHERE version = $1")
-                    .bind(m.version)
-                    .fetch_optional(&self.pool)
-                    .await?;
+            let applied: Option<i64> = sqlx::query_scalar(
+                "SELECT version FROM potluck_schema_migrations WHERE version = $1",
+            )
+            .bind(m.version)
+            .fetch_optional(&self.pool)
+            .await?;
             if applied.is_some() {
                 continue;
             }
@@ -376,7 +377,11 @@ impl Store {
             .execute(&mut *tx)
             .await?;
             tx.commit().await?;
-            tracing::info!(version = m.version, description = m.description, "applied migration");
+            tracing::info!(
+                version = m.version,
+                description = m.description,
+                "applied migration"
+            );
         }
         Ok(())
     }
@@ -432,7 +437,9 @@ impl Store {
             let index_u32 = u32::try_from(index)
                 .ok()
                 .filter(|i| *i < (1 << 31))
-                .ok_or_else(|| StoreError::Address(format!("derivation index {index} out of range")))?;
+                .ok_or_else(|| {
+                    StoreError::Address(format!("derivation index {index} out of range"))
+                })?;
             let address = derive(index_u32).map_err(StoreError::Address)?;
             let result = sqlx::query(
                 "INSERT INTO users (username, password_hash, token_version, derivation_index, address, created_at) \
@@ -636,13 +643,12 @@ impl Store {
     /// # Errors
     /// Database failures.
     pub async fn user_played(&self, round_id: i64, user_id: i64) -> Result<bool, StoreError> {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM bets WHERE round_id = $1 AND user_id = $2",
-        )
-        .bind(round_id)
-        .bind(user_id)
-        .fetch_one(&self.pool)
-        .await?;
+        let n: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM bets WHERE round_id = $1 AND user_id = $2")
+                .bind(round_id)
+                .bind(user_id)
+                .fetch_one(&self.pool)
+                .await?;
         Ok(n > 0)
     }
 
@@ -673,7 +679,9 @@ impl Store {
     /// # Errors
     /// Database failures, or [`StoreError::Corrupt`] when the row is missing.
     pub async fn config(&self) -> Result<ServiceConfig, StoreError> {
-        let row = sqlx::query(CONFIG_SELECT).fetch_optional(&self.pool).await?;
+        let row = sqlx::query(CONFIG_SELECT)
+            .fetch_optional(&self.pool)
+            .await?;
         match row {
             Some(r) => config_from_row(&r),
             None => Err(StoreError::Corrupt("service_config row missing".into())),
@@ -716,7 +724,14 @@ impl Store {
         .bind(after.deposit_confirmations)
         .execute(&mut *tx)
         .await?;
-        insert_audit(&mut tx, "config_updated", actor, &diff, &Value::Object(Map::new())).await?;
+        insert_audit(
+            &mut tx,
+            "config_updated",
+            actor,
+            &diff,
+            &Value::Object(Map::new()),
+        )
+        .await?;
         tx.commit().await?;
         Ok((after, diff))
     }
@@ -793,7 +808,8 @@ impl Store {
     }
 }
 
-const CONFIG_SELECT: &str = "SELECT fee_address, fee_rate_sat_vb, round_duration_seconds, min_bet_sats, \
+const CONFIG_SELECT: &str =
+    "SELECT fee_address, fee_rate_sat_vb, round_duration_seconds, min_bet_sats, \
      min_withdrawal_sats, deposit_confirmations, paused FROM service_config WHERE id = 1";
 
 /// Takes the write lock before reading (SQLite would otherwise fail a
@@ -813,14 +829,16 @@ async fn insert_audit(
     diff: &ConfigDiff,
     details: &Value,
 ) -> Result<(), StoreError> {
-    sqlx::query("INSERT INTO audit_log (at, event, actor, diff, details) VALUES ($1, $2, $3, $4, $5)")
-        .bind(unix_now())
-        .bind(event)
-        .bind(actor)
-        .bind(Value::Object(diff.clone()).to_string())
-        .bind(details.to_string())
-        .execute(&mut **tx)
-        .await?;
+    sqlx::query(
+        "INSERT INTO audit_log (at, event, actor, diff, details) VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(unix_now())
+    .bind(event)
+    .bind(actor)
+    .bind(Value::Object(diff.clone()).to_string())
+    .bind(details.to_string())
+    .execute(&mut **tx)
+    .await?;
     Ok(())
 }
 

@@ -7,7 +7,8 @@ use super::*;
 
 /// The PostgreSQL server used by tests (override with POTLUCK_TEST_PG).
 fn pg_admin_url() -> String {
-    std::env::var("POTLUCK_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+    std::env::var("POTLUCK_TEST_PG")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
 /// A fresh, empty database; dropped by `cleanup`.
@@ -23,17 +24,30 @@ impl TestDb {
         match backend {
             Backend::Sqlite => {
                 let path = std::env::temp_dir().join(format!("{unique}.db"));
-                let store = Store::connect(&format!("sqlite://{}", path.display()), 4).await.unwrap();
-                Self { store, pg_name: None, sqlite_path: Some(path) }
+                let store = Store::connect(&format!("sqlite://{}", path.display()), 4)
+                    .await
+                    .unwrap();
+                Self {
+                    store,
+                    pg_name: None,
+                    sqlite_path: Some(path),
+                }
             }
             Backend::Postgres => {
                 let admin = Store::connect(&pg_admin_url(), 1).await.unwrap();
-                sqlx::raw_sql(&format!("CREATE DATABASE {unique}")).execute(admin.pool()).await.unwrap();
+                sqlx::raw_sql(&format!("CREATE DATABASE {unique}"))
+                    .execute(admin.pool())
+                    .await
+                    .unwrap();
                 admin.close().await;
                 let base = pg_admin_url();
                 let url = format!("{}/{unique}", &base[..base.rfind('/').unwrap()]);
                 let store = Store::connect(&url, 4).await.unwrap();
-                Self { store, pg_name: Some(unique), sqlite_path: None }
+                Self {
+                    store,
+                    pg_name: Some(unique),
+                    sqlite_path: None,
+                }
             }
         }
     }
@@ -42,7 +56,10 @@ impl TestDb {
         self.store.close().await;
         if let Some(name) = self.pg_name {
             let admin = Store::connect(&pg_admin_url(), 1).await.unwrap();
-            sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(admin.pool()).await.unwrap();
+            sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .execute(admin.pool())
+                .await
+                .unwrap();
             admin.close().await;
         }
         if let Some(path) = self.sqlite_path {
@@ -95,10 +112,19 @@ async fn users_are_unique_ignoring_case_and_get_distinct_indexes(b: Backend) {
     let s = &db.store;
     s.migrate().await.unwrap();
     let bob = s.create_user("Bob", "h1", addr).await.unwrap();
-    assert_eq!((bob.username.as_str(), bob.derivation_index, bob.address.as_str()), ("Bob", 0, "addr-0"));
+    assert_eq!(
+        (
+            bob.username.as_str(),
+            bob.derivation_index,
+            bob.address.as_str()
+        ),
+        ("Bob", 0, "addr-0")
+    );
     let amy = s.create_user("amy", "h2", addr).await.unwrap();
     assert_eq!(amy.derivation_index, 1);
-    assert!(matches!(s.create_user("bOB", "h3", addr).await, Err(StoreError::UsernameTaken(n)) if n == "bOB"));
+    assert!(
+        matches!(s.create_user("bOB", "h3", addr).await, Err(StoreError::UsernameTaken(n)) if n == "bOB")
+    );
     let found = s.user_by_name("BOB").await.unwrap().unwrap();
     assert_eq!(found.username, "Bob", "stored as typed");
     assert_eq!(s.user_by_id(amy.id).await.unwrap().unwrap().username, "amy");
@@ -118,8 +144,14 @@ async fn concurrent_case_variants_give_one_account(b: Backend) {
             db.store.create_user(&lower, "h", addr)
         );
         let oks = [a.is_ok(), c.is_ok()].iter().filter(|x| **x).count();
-        assert_eq!(oks, 1, "exactly one of two concurrent case variants is created");
-        let err = if a.is_err() { a.unwrap_err() } else { c.unwrap_err() };
+        assert_eq!(
+            oks, 1,
+            "exactly one of two concurrent case variants is created"
+        );
+        let err = match (a, c) {
+            (Err(e), _) | (_, Err(e)) => e,
+            _ => unreachable!("one of them failed"),
+        };
         assert!(matches!(err, StoreError::UsernameTaken(_)), "{err:?}");
     }
     db.cleanup().await;
@@ -139,7 +171,10 @@ async fn derivation_index_collision_retries_then_conflicts(b: Backend) {
         })
         .await
         .unwrap_err();
-    assert!(matches!(err, StoreError::DerivationIndexConflict), "{err:?}");
+    assert!(
+        matches!(err, StoreError::DerivationIndexConflict),
+        "{err:?}"
+    );
     assert_eq!(calls.load(Ordering::SeqCst), DERIVATION_INDEX_ATTEMPTS);
     // A collision followed by a free index succeeds on the retry.
     let c = Arc::new(AtomicU32::new(0));
@@ -160,7 +195,10 @@ async fn case_collision_blocks_the_upgrade(b: Backend) {
     let db = TestDb::new(b).await;
     let s = &db.store;
     s.migrate_to(1).await.unwrap();
-    for (i, name) in ["Bob", "bob", "BOB", "amy", "Carl", "carl"].iter().enumerate() {
+    for (i, name) in ["Bob", "bob", "BOB", "amy", "Carl", "carl"]
+        .iter()
+        .enumerate()
+    {
         sqlx::query("INSERT INTO users (username, password_hash, derivation_index, address, created_at) VALUES ($1, 'h', $2, 'a', 0)")
             .bind(*name)
             .bind(100 + i as i64)
@@ -170,22 +208,40 @@ async fn case_collision_blocks_the_upgrade(b: Backend) {
     }
     let err = s.migrate().await.unwrap_err();
     match &err {
-        StoreError::CaseCollisions { version, collisions } => {
+        StoreError::CaseCollisions {
+            version,
+            collisions,
+        } => {
             assert_eq!(*version, CASE_INSENSITIVE_USERNAMES);
-            assert_eq!(collisions, &vec![vec!["BOB".to_string(), "Bob".into(), "bob".into()], vec!["Carl".into(), "carl".into()]]);
+            assert_eq!(
+                collisions,
+                &vec![
+                    vec!["BOB".to_string(), "Bob".into(), "bob".into()],
+                    vec!["Carl".into(), "carl".into()]
+                ]
+            );
         }
         other => panic!("unexpected {other:?}"),
     }
     assert!(err.to_string().contains("Bob"));
     // Nothing merged or renamed, and the upgrade is still pending.
-    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM users").fetch_one(s.pool()).await.unwrap();
+    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM users")
+        .fetch_one(s.pool())
+        .await
+        .unwrap();
     assert_eq!(n, 6);
-    let v: i64 = sqlx::query_scalar("SELECT MAX(version) FROM potluck_schema_migrations").fetch_one(s.pool()).await.unwrap();
+    let v: i64 = sqlx::query_scalar("SELECT MAX(version) FROM potluck_schema_migrations")
+        .fetch_one(s.pool())
+        .await
+        .unwrap();
     assert_eq!(v, 1);
     // After the operator resolves the collisions, the upgrade runs.
     sqlx::query("UPDATE users SET username = username || '_' || id WHERE username IN ('bob', 'BOB', 'carl')").execute(s.pool()).await.unwrap();
     s.migrate().await.unwrap();
-    assert!(matches!(s.create_user("AMY", "h", addr).await, Err(StoreError::UsernameTaken(_))));
+    assert!(matches!(
+        s.create_user("AMY", "h", addr).await,
+        Err(StoreError::UsernameTaken(_))
+    ));
     db.cleanup().await;
 }
 
@@ -196,12 +252,28 @@ async fn password_changes_bump_token_version(b: Backend) {
     s.init_config(&config()).await.unwrap();
     let u = s.create_user("Dora", "old", addr).await.unwrap();
     assert_eq!(s.change_password(u.id, 0, "new").await.unwrap(), Some(1));
-    assert_eq!(s.change_password(u.id, 0, "newer").await.unwrap(), None, "stale session cannot change it");
-    assert_eq!(s.token_version(u.id).await.unwrap(), Some(("Dora".into(), 1)));
-    assert_eq!(s.reset_password("dORA", "reset", "admin").await.unwrap(), Some(("Dora".into(), 2)));
-    assert_eq!(s.reset_password("nobody", "reset", "admin").await.unwrap(), None);
+    assert_eq!(
+        s.change_password(u.id, 0, "newer").await.unwrap(),
+        None,
+        "stale session cannot change it"
+    );
+    assert_eq!(
+        s.token_version(u.id).await.unwrap(),
+        Some(("Dora".into(), 1))
+    );
+    assert_eq!(
+        s.reset_password("dORA", "reset", "admin").await.unwrap(),
+        Some(("Dora".into(), 2))
+    );
+    assert_eq!(
+        s.reset_password("nobody", "reset", "admin").await.unwrap(),
+        None
+    );
     let row = s.user_by_id(u.id).await.unwrap().unwrap();
-    assert_eq!((row.password_hash.as_str(), row.token_version), ("reset", 2));
+    assert_eq!(
+        (row.password_hash.as_str(), row.token_version),
+        ("reset", 2)
+    );
     let audit = s.audit_page(10, None).await.unwrap();
     assert_eq!(audit.len(), 1);
     assert_eq!(audit[0].event, "password_reset");
@@ -214,40 +286,70 @@ async fn config_updates_are_audited_with_diffs(b: Backend) {
     let s = &db.store;
     s.migrate().await.unwrap();
     s.init_config(&config()).await.unwrap();
-    s.init_config(&ServiceConfig { fee_rate_sat_vb: 99, ..config() }).await.unwrap();
+    s.init_config(&ServiceConfig {
+        fee_rate_sat_vb: 99,
+        ..config()
+    })
+    .await
+    .unwrap();
     assert_eq!(s.config().await.unwrap(), config(), "init never overwrites");
-    let patch = ConfigPatch { fee_rate_sat_vb: Some(5), round_duration_seconds: Some(120), ..Default::default() };
+    let patch = ConfigPatch {
+        fee_rate_sat_vb: Some(5),
+        round_duration_seconds: Some(120),
+        ..Default::default()
+    };
     let (after, diff) = s.update_config(&patch, "admin").await.unwrap();
     assert_eq!(after.fee_rate_sat_vb, 5);
-    assert_eq!(Value::Object(diff), serde_json::json!({"fee_rate_sat_vb": {"before": 2, "after": 5}}));
+    assert_eq!(
+        Value::Object(diff),
+        serde_json::json!({"fee_rate_sat_vb": {"before": 2, "after": 5}})
+    );
     // A no-op writes nothing.
     let (_, diff) = s.update_config(&patch, "admin").await.unwrap();
     assert!(diff.is_empty());
-    assert_eq!(s.set_paused(true, "admin").await.unwrap().1, true);
-    assert_eq!(s.set_paused(true, "admin").await.unwrap().1, false);
+    assert!(s.set_paused(true, "admin").await.unwrap().1);
+    assert!(!s.set_paused(true, "admin").await.unwrap().1);
     assert!(s.config().await.unwrap().paused);
-    assert_eq!(s.set_paused(false, "admin").await.unwrap().1, true);
+    assert!(s.set_paused(false, "admin").await.unwrap().1);
     let all = s.audit_page(10, None).await.unwrap();
     let events: Vec<&str> = all.iter().map(|e| e.event.as_str()).collect();
     assert_eq!(events, ["resumed", "paused", "config_updated"]);
-    assert_eq!(all[2].diff, serde_json::json!({"fee_rate_sat_vb": {"before": 2, "after": 5}}));
+    assert_eq!(
+        all[2].diff,
+        serde_json::json!({"fee_rate_sat_vb": {"before": 2, "after": 5}})
+    );
     assert!(all[2].at.ends_with('Z'));
     let page = s.audit_page(2, None).await.unwrap();
     assert_eq!(page.len(), 2);
     let rest = s.audit_page(2, Some(page[1].id)).await.unwrap();
-    assert_eq!(rest.iter().map(|e| e.event.as_str()).collect::<Vec<_>>(), ["config_updated"]);
+    assert_eq!(
+        rest.iter().map(|e| e.event.as_str()).collect::<Vec<_>>(),
+        ["config_updated"]
+    );
     // Concurrent updates serialise: every change is audited exactly once.
     let mut tasks = Vec::new();
     for rate in 10..20 {
         let s = s.clone();
         tasks.push(tokio::spawn(async move {
-            s.update_config(&ConfigPatch { fee_rate_sat_vb: Some(rate), ..Default::default() }, "admin").await.unwrap()
+            s.update_config(
+                &ConfigPatch {
+                    fee_rate_sat_vb: Some(rate),
+                    ..Default::default()
+                },
+                "admin",
+            )
+            .await
+            .unwrap()
         }));
     }
     for t in tasks {
         t.await.unwrap();
     }
-    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM audit_log WHERE event = 'config_updated'").fetch_one(s.pool()).await.unwrap();
+    let n: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM audit_log WHERE event = 'config_updated'")
+            .fetch_one(s.pool())
+            .await
+            .unwrap();
     assert_eq!(n, 11);
     db.cleanup().await;
 }
@@ -261,17 +363,25 @@ async fn first_round_is_created_once(b: Backend) {
     let (r1, r2) = tokio::join!(s.ensure_round(1000), s.ensure_round(1000));
     let (r1, r2) = (r1.unwrap(), r2.unwrap());
     assert_eq!(r1, r2);
-    assert_eq!((r1.status.as_str(), r1.opened_at, r1.closes_at), ("open", 1000, 1120));
-    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM rounds").fetch_one(s.pool()).await.unwrap();
+    assert_eq!(
+        (r1.status.as_str(), r1.opened_at, r1.closes_at),
+        ("open", 1000, 1120)
+    );
+    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM rounds")
+        .fetch_one(s.pool())
+        .await
+        .unwrap();
     assert_eq!(n, 1);
     let u = s.create_user("eve", "h", addr).await.unwrap();
     assert!(!s.user_played(r1.id, u.id).await.unwrap());
-    sqlx::query("INSERT INTO bets (round_id, user_id, amount_sats, created_at) VALUES ($1, $2, 5000, 0)")
-        .bind(r1.id)
-        .bind(u.id)
-        .execute(s.pool())
-        .await
-        .unwrap();
+    sqlx::query(
+        "INSERT INTO bets (round_id, user_id, amount_sats, created_at) VALUES ($1, $2, 5000, 0)",
+    )
+    .bind(r1.id)
+    .bind(u.id)
+    .execute(s.pool())
+    .await
+    .unwrap();
     assert!(s.user_played(r1.id, u.id).await.unwrap());
     db.cleanup().await;
 }

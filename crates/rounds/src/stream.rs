@@ -201,7 +201,9 @@ mod tests {
     }
 
     async fn quiet(sub: &Subscription) -> bool {
-        tokio::time::timeout(Duration::from_millis(50), sub.next()).await.is_err()
+        tokio::time::timeout(Duration::from_millis(50), sub.next())
+            .await
+            .is_err()
     }
 
     #[tokio::test]
@@ -219,7 +221,10 @@ mod tests {
 
     #[tokio::test]
     async fn global_cap_and_per_ip_eviction() {
-        let hub = StreamHub::new(StreamPolicy { max_subscribers: 10, max_per_ip: 5 });
+        let hub = StreamHub::new(StreamPolicy {
+            max_subscribers: 10,
+            max_per_ip: 5,
+        });
         let a: Vec<_> = (0..5).map(|_| hub.subscribe(ip(1)).unwrap()).collect();
         let b: Vec<_> = (0..5).map(|i| hub.subscribe(ip(10 + i)).unwrap()).collect();
         assert_eq!(hub.len(), 10);

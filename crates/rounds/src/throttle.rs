@@ -165,8 +165,7 @@ impl LoginThrottle {
             return;
         }
         st.last_sweep = now;
-        st.entries
-            .retain(|k, e| now < self.expiry(self.free(k), e));
+        st.entries.retain(|k, e| now < self.expiry(self.free(k), e));
     }
 
     /// How long the attempt must wait, if any of `keys` is locked at `now`.
@@ -279,7 +278,10 @@ mod tests {
             assert_eq!(th.check(&k, now), None);
             th.record_failure(&k, now);
             let wait = th.check(&k, now).unwrap();
-            assert!(wait == (last * 2).min(Duration::from_secs(900)), "{wait:?} after {last:?}");
+            assert!(
+                wait == (last * 2).min(Duration::from_secs(900)),
+                "{wait:?} after {last:?}"
+            );
             last = wait;
         }
         assert_eq!(last, Duration::from_secs(900));
@@ -338,13 +340,13 @@ mod tests {
         // A locked key that must survive the flood: it is far from expiry.
         let victim = user("victim");
         for _ in 0..10 {
-            th.record_failure(&[victim.clone()], t0);
+            th.record_failure(std::slice::from_ref(&victim), t0);
         }
         for i in 0..120_000u32 {
             th.record_failure(&[ip(i)], t0 + Duration::from_millis(u64::from(i) / 10));
             assert!(th.len() <= policy.max_keys);
         }
-        assert_eq!(th.len() <= 50_000, true);
+        assert!(th.len() <= 50_000);
         assert!(th.len() > 49_000);
         assert!(th.check(&[victim], t0 + Duration::from_secs(12)).is_some());
     }

@@ -99,23 +99,32 @@ impl TokenKeys {
     /// [`TokenError`] saying why it was refused.
     pub fn verify(&self, token: &str, now: i64) -> Result<Claims, TokenError> {
         let mut parts = token.split('.');
-        let (Some(h), Some(p), Some(s), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+        let (Some(h), Some(p), Some(s), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
         else {
             return Err(TokenError::Malformed);
         };
-        let header_json = URL_SAFE_NO_PAD.decode(h).map_err(|_| TokenError::Malformed)?;
-        let header: Header = serde_json::from_slice(&header_json).map_err(|_| TokenError::Malformed)?;
+        let header_json = URL_SAFE_NO_PAD
+            .decode(h)
+            .map_err(|_| TokenError::Malformed)?;
+        let header: Header =
+            serde_json::from_slice(&header_json).map_err(|_| TokenError::Malformed)?;
         if header.alg != "HS256" {
             return Err(TokenError::WrongAlgorithm);
         }
-        let sig = URL_SAFE_NO_PAD.decode(s).map_err(|_| TokenError::Malformed)?;
+        let sig = URL_SAFE_NO_PAD
+            .decode(s)
+            .map_err(|_| TokenError::Malformed)?;
         let mut mac = self.mac();
         mac.update(h.as_bytes());
         mac.update(b".");
         mac.update(p.as_bytes());
         // verify_slice compares in constant time.
-        mac.verify_slice(&sig).map_err(|_| TokenError::BadSignature)?;
-        let payload = URL_SAFE_NO_PAD.decode(p).map_err(|_| TokenError::Malformed)?;
+        mac.verify_slice(&sig)
+            .map_err(|_| TokenError::BadSignature)?;
+        let payload = URL_SAFE_NO_PAD
+            .decode(p)
+            .map_err(|_| TokenError::Malformed)?;
         let claims: Claims = serde_json::from_slice(&payload).map_err(|_| TokenError::Malformed)?;
         if now >= claims.exp {
             return Err(TokenError::Expired);
@@ -152,7 +161,15 @@ mod tests {
         let k = TokenKeys::new(b"0123456789abcdef0123456789abcdef");
         let t = k.issue(7, 3, 1000);
         let c = k.verify(&t, 1001).unwrap();
-        assert_eq!(c, Claims { sub: "7".into(), tv: 3, iat: 1000, exp: 1000 + 86_400 });
+        assert_eq!(
+            c,
+            Claims {
+                sub: "7".into(),
+                tv: 3,
+                iat: 1000,
+                exp: 1000 + 86_400
+            }
+        );
     }
 
     #[test]
@@ -167,7 +184,12 @@ mod tests {
         let k = TokenKeys::new(key);
         let t = k.issue(7, 0, 1000);
         assert_eq!(k.verify(&t, 1000 + 86_400), Err(TokenError::Expired));
-        let claims = Claims { sub: "7".into(), tv: 0, iat: 1000, exp: 999_999 };
+        let claims = Claims {
+            sub: "7".into(),
+            tv: 0,
+            iat: 1000,
+            exp: 999_999,
+        };
         let hs512 = forge(r#"{"alg":"HS512","typ":"JWT"}"#, &claims, key, true);
         assert_eq!(k.verify(&hs512, 1001), Err(TokenError::WrongAlgorithm));
         let none = format!(
@@ -176,7 +198,12 @@ mod tests {
             URL_SAFE_NO_PAD.encode(serde_json::to_vec(&claims).unwrap())
         );
         assert_eq!(k.verify(&none, 1001), Err(TokenError::WrongAlgorithm));
-        let other_key = forge(r#"{"alg":"HS256","typ":"JWT"}"#, &claims, b"another secret", false);
+        let other_key = forge(
+            r#"{"alg":"HS256","typ":"JWT"}"#,
+            &claims,
+            b"another secret",
+            false,
+        );
         assert_eq!(k.verify(&other_key, 1001), Err(TokenError::BadSignature));
         let good = forge(r#"{"alg":"HS256","typ":"JWT"}"#, &claims, key, false);
         assert!(k.verify(&good, 1001).is_ok());
@@ -184,7 +211,10 @@ mod tests {
         let mut parts: Vec<&str> = t.split('.').collect();
         let evil = URL_SAFE_NO_PAD.encode(br#"{"sub":"1","tv":0,"iat":1000,"exp":99999999}"#);
         parts[1] = &evil;
-        assert_eq!(k.verify(&parts.join("."), 1001), Err(TokenError::BadSignature));
+        assert_eq!(
+            k.verify(&parts.join("."), 1001),
+            Err(TokenError::BadSignature)
+        );
         assert_eq!(k.verify("a.b", 1001), Err(TokenError::Malformed));
         assert_eq!(k.verify("", 1001), Err(TokenError::Malformed));
     }

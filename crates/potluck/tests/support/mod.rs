@@ -22,7 +22,8 @@ pub enum Db {
 pub const ADMIN: &str = "test-admin-token";
 
 fn pg_base() -> String {
-    std::env::var("POTLUCK_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+    std::env::var("POTLUCK_TEST_PG")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
 fn pg_url(name: &str) -> String {
@@ -32,7 +33,11 @@ fn pg_url(name: &str) -> String {
 
 async fn pg_exec(sql: &str) {
     sqlx::any::install_default_drivers();
-    let pool = sqlx::any::AnyPoolOptions::new().max_connections(1).connect(&pg_base()).await.unwrap();
+    let pool = sqlx::any::AnyPoolOptions::new()
+        .max_connections(1)
+        .connect(&pg_base())
+        .await
+        .unwrap();
     sqlx::raw_sql(sql).execute(&pool).await.unwrap();
     pool.close().await;
 }
@@ -55,7 +60,11 @@ impl Env {
         } else {
             None
         };
-        Self { db, data_dir, pg_name }
+        Self {
+            db,
+            data_dir,
+            pg_name,
+        }
     }
 
     pub fn database_url(&self) -> String {
@@ -72,7 +81,11 @@ impl Env {
             Db::Sqlite => format!("{}?mode=rwc", self.database_url()),
             Db::Postgres => self.database_url(),
         };
-        sqlx::any::AnyPoolOptions::new().max_connections(2).connect(&url).await.unwrap()
+        sqlx::any::AnyPoolOptions::new()
+            .max_connections(2)
+            .connect(&url)
+            .await
+            .unwrap()
     }
 
     fn base_args(&self) -> Vec<String> {
@@ -101,20 +114,32 @@ impl Env {
         .await
         .expect("binary exits")
         .unwrap();
-        (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     }
 
     /// Starts the server with cheap Argon2 parameters (tests only; production
     /// defaults are OWASP, proven by `defaults_hash_with_owasp_parameters`).
     pub async fn start(&self, extra: &[&str]) -> Server {
-        let mut args = vec!["--argon2-memory-kib", "64", "--argon2-iterations", "1", "--admin-token", ADMIN];
+        let mut args = vec![
+            "--argon2-memory-kib",
+            "64",
+            "--argon2-iterations",
+            "1",
+            "--admin-token",
+            ADMIN,
+        ];
         args.extend_from_slice(extra);
         self.start_raw(&args).await
     }
 
     /// Starts the server with exactly `extra` beyond bind/data-dir/database.
     pub async fn start_raw(&self, extra: &[&str]) -> Server {
-        let log = self.data_dir.join(format!("server-{:08x}.log", rand::random::<u32>()));
+        let log = self
+            .data_dir
+            .join(format!("server-{:08x}.log", rand::random::<u32>()));
         let mut child = Command::new(env!("CARGO_BIN_EXE_potluck"))
             .args(self.base_args())
             .args(extra)
@@ -131,8 +156,19 @@ impl Env {
             .await
             .expect("server printed its address")
             .unwrap()
-            .unwrap_or_else(|| panic!("server exited: {}", std::fs::read_to_string(&log).unwrap_or_default()));
-        let addr: SocketAddr = line.rsplit("http://").next().unwrap().trim().parse().unwrap();
+            .unwrap_or_else(|| {
+                panic!(
+                    "server exited: {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                )
+            });
+        let addr: SocketAddr = line
+            .rsplit("http://")
+            .next()
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
         // Keep draining stdout so the child never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         Server { child, addr, log }
@@ -167,22 +203,44 @@ impl Server {
     }
 
     pub async fn post(&self, path: &str, headers: &[(&str, &str)], body: Value) -> Resp {
-        request(self.addr, "POST", path, headers, Some(body.to_string().into_bytes())).await
+        request(
+            self.addr,
+            "POST",
+            path,
+            headers,
+            Some(body.to_string().into_bytes()),
+        )
+        .await
     }
 
     pub async fn put(&self, path: &str, headers: &[(&str, &str)], body: Value) -> Resp {
-        request(self.addr, "PUT", path, headers, Some(body.to_string().into_bytes())).await
+        request(
+            self.addr,
+            "PUT",
+            path,
+            headers,
+            Some(body.to_string().into_bytes()),
+        )
+        .await
     }
 
     /// Registers from `ip`; returns the response.
     pub async fn register(&self, name: &str, password: &str, ip: &str) -> Resp {
-        self.post("/auth/register", &[("x-forwarded-for", ip)], serde_json::json!({"username": name, "password": password}))
-            .await
+        self.post(
+            "/auth/register",
+            &[("x-forwarded-for", ip)],
+            serde_json::json!({"username": name, "password": password}),
+        )
+        .await
     }
 
     pub async fn login(&self, name: &str, password: &str, ip: &str) -> Resp {
-        self.post("/auth/login", &[("x-forwarded-for", ip)], serde_json::json!({"username": name, "password": password}))
-            .await
+        self.post(
+            "/auth/login",
+            &[("x-forwarded-for", ip)],
+            serde_json::json!({"username": name, "password": password}),
+        )
+        .await
     }
 
     /// Registers and logs in; returns the token.
@@ -227,7 +285,10 @@ pub struct Resp {
 
 impl Resp {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 
     pub fn text(&self) -> String {
@@ -235,16 +296,26 @@ impl Resp {
     }
 
     pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
     }
 
     /// `detail.code` of a structured error.
     pub fn code(&self) -> String {
-        self.json()["detail"]["code"].as_str().unwrap_or_else(|| panic!("no code: {}", self.text())).to_string()
+        self.json()["detail"]["code"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no code: {}", self.text()))
+            .to_string()
     }
 }
 
-fn request_bytes(method: &str, path: &str, headers: &[(&str, &str)], body: Option<&[u8]>, close: bool) -> Vec<u8> {
+fn request_bytes(
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+    close: bool,
+) -> Vec<u8> {
     let mut req = format!("{method} {path} HTTP/1.1\r\nhost: test\r\n");
     if close {
         req.push_str("connection: close\r\n");
@@ -253,7 +324,10 @@ fn request_bytes(method: &str, path: &str, headers: &[(&str, &str)], body: Optio
         req.push_str(&format!("{k}: {v}\r\n"));
     }
     if let Some(b) = body {
-        req.push_str(&format!("content-type: application/json\r\ncontent-length: {}\r\n", b.len()));
+        req.push_str(&format!(
+            "content-type: application/json\r\ncontent-length: {}\r\n",
+            b.len()
+        ));
     }
     req.push_str("\r\n");
     let mut bytes = req.into_bytes();
@@ -265,7 +339,14 @@ fn request_bytes(method: &str, path: &str, headers: &[(&str, &str)], body: Optio
 
 fn parse_head(head: &str) -> (u16, Vec<(String, String)>) {
     let mut lines = head.split("\r\n");
-    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
     let headers = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
@@ -275,9 +356,9 @@ fn parse_head(head: &str) -> (u16, Vec<(String, String)>) {
 
 fn dechunk(mut data: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    loop {
-        let Some(pos) = data.windows(2).position(|w| w == b"\r\n") else { break };
-        let size = usize::from_str_radix(std::str::from_utf8(&data[..pos]).unwrap().trim(), 16).unwrap_or(0);
+    while let Some(pos) = data.windows(2).position(|w| w == b"\r\n") {
+        let size = usize::from_str_radix(std::str::from_utf8(&data[..pos]).unwrap().trim(), 16)
+            .unwrap_or(0);
         if size == 0 {
             break;
         }
@@ -289,21 +370,41 @@ fn dechunk(mut data: &[u8]) -> Vec<u8> {
 }
 
 /// One request on a fresh connection (`connection: close`).
-pub async fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: Option<Vec<u8>>) -> Resp {
+pub async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<Vec<u8>>,
+) -> Resp {
     let fut = async {
         let mut s = TcpStream::connect(addr).await.unwrap();
-        s.write_all(&request_bytes(method, path, headers, body.as_deref(), true)).await.unwrap();
+        s.write_all(&request_bytes(method, path, headers, body.as_deref(), true))
+            .await
+            .unwrap();
         let mut raw = Vec::new();
         s.read_to_end(&mut raw).await.unwrap();
-        let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("response head");
+        let split = raw
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("response head");
         let (status, headers) = parse_head(std::str::from_utf8(&raw[..split]).unwrap());
         let mut body = raw[split + 4..].to_vec();
-        if headers.iter().any(|(k, v)| k == "transfer-encoding" && v.contains("chunked")) {
+        if headers
+            .iter()
+            .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"))
+        {
             body = dechunk(&body);
         }
-        Resp { status, headers, body }
+        Resp {
+            status,
+            headers,
+            body,
+        }
     };
-    tokio::time::timeout(Duration::from_secs(30), fut).await.expect("request timed out")
+    tokio::time::timeout(Duration::from_secs(30), fut)
+        .await
+        .expect("request timed out")
 }
 
 /// An open event stream.
@@ -320,7 +421,13 @@ impl EventStream {
     pub async fn open(addr: SocketAddr, ip: &str) -> EventStream {
         let mut stream = TcpStream::connect(addr).await.unwrap();
         stream
-            .write_all(&request_bytes("GET", "/rounds/stream", &[("x-forwarded-for", ip), ("accept", "text/event-stream")], None, true))
+            .write_all(&request_bytes(
+                "GET",
+                "/rounds/stream",
+                &[("x-forwarded-for", ip), ("accept", "text/event-stream")],
+                None,
+                true,
+            ))
             .await
             .unwrap();
         let mut raw = Vec::new();
@@ -329,12 +436,21 @@ impl EventStream {
             if let Some(p) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
                 break p;
             }
-            let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut chunk)).await.expect("stream head").unwrap();
+            let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut chunk))
+                .await
+                .expect("stream head")
+                .unwrap();
             assert!(n > 0, "connection closed before the head");
             raw.extend_from_slice(&chunk[..n]);
         };
         let (status, headers) = parse_head(std::str::from_utf8(&raw[..split]).unwrap());
-        EventStream { status, headers, stream, buf: raw[split + 4..].to_vec(), consumed: 0 }
+        EventStream {
+            status,
+            headers,
+            stream,
+            buf: raw[split + 4..].to_vec(),
+            consumed: 0,
+        }
     }
 
     /// Reads for at most `wait`; returns false on EOF.
@@ -351,7 +467,10 @@ impl EventStream {
     }
 
     fn count_unconsumed(&self, needle: &[u8]) -> usize {
-        self.buf[self.consumed..].windows(needle.len()).filter(|w| *w == needle).count()
+        self.buf[self.consumed..]
+            .windows(needle.len())
+            .filter(|w| *w == needle)
+            .count()
     }
 
     /// Waits until a `data: refetch` message arrives (true) or `wait` passes.
