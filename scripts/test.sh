@@ -17,5 +17,5 @@ if command -v pg_isready >/dev/null 2>&1 && ! pg_isready -h 127.0.0.1 -p 5432 -q
   fi
 fi
 
-cargo nextest run --workspace --all-targets --no-fail-fast "$@"
+cargo nextest run --workspace --no-fail-fast "$@"
 cargo test --workspace --doc --quiet

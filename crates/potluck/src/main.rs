@@ -1,5 +1,6 @@
 //! The `potluck` binary: argument parsing and wiring only.
 
+use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
 mod serve_cmd;
@@ -27,8 +28,9 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::DecodePacket { hex } => {
-            let bytes = hex::decode(hex.trim())?;
-            let _ = bytes;
+            let bytes = hex::decode(hex.trim()).context("the packet is not valid hex")?;
+            let packet = wire::Packet::decode(&bytes).context("the packet does not decode")?;
+            println!("{} ({}): {packet:#?}", packet.name(), packet.case());
             Ok(())
         }
         Command::Serve(args) => serve_cmd::run(*args),
