@@ -58,7 +58,22 @@ async fn global_cap_and_per_ip_eviction(db: Db) {
 
 async fn notifications_keepalive_and_coalescing(db: Db) {
     let env = Env::new(db).await;
-    let s = env.start(&["--stream-keepalive-secs", "1"]).await;
+    // A 1 s request time-out that the stream must be exempt from, and an
+    // Argon2 cost that makes registration exceed it.
+    let s = env
+        .start_raw(&[
+            "--stream-keepalive-secs",
+            "1",
+            "--request-timeout-secs",
+            "1",
+            "--argon2-memory-kib",
+            "32768",
+            "--argon2-iterations",
+            "2",
+            "--admin-token",
+            support::ADMIN,
+        ])
+        .await;
     let mut st = EventStream::open(s.addr, "100.70.0.1").await;
     assert_eq!(st.status, 200);
     let h = |k: &str| {
@@ -120,6 +135,10 @@ async fn notifications_keepalive_and_coalescing(db: Db) {
         0,
         "no backlog is replayed"
     );
+    // The stream outlived the 1 s time-out; ordinary requests do not.
+    assert!(!st.closed_within(Duration::from_millis(200)).await);
+    let r = s.register("slowpoke", "password123", "100.70.0.2").await;
+    assert_eq!(r.status, 408, "request time-out: {}", r.text());
     s.stop().await;
     env.cleanup().await;
 }
