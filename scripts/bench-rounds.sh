@@ -25,9 +25,11 @@ echo "== 1. GET /rounds/current, 64 connections, ${DUR}s (bare axum baseline, th
 wrk -t2 -c64 -d"${DUR}s" --latency http://127.0.0.1:18081/rounds/current
 wrk -t2 -c64 -d"${DUR}s" --latency http://127.0.0.1:18080/rounds/current
 
-echo "== 2. raw Argon2id (OWASP) on $CONC threads, then POST /auth/login (hashing concurrency $CONC)"
-$EX/argon2_raw "$CONC" "$DUR"
-wrk -t2 -c16 -d"${DUR}s" --latency -s scripts/bench/login.lua http://127.0.0.1:18080/auth/login
+echo "== 2. raw Argon2id (OWASP) on $CONC threads vs POST /auth/login (hashing concurrency $CONC), alternated twice"
+for _ in 1 2; do
+  $EX/argon2_raw "$CONC" "$DUR"
+  wrk -t1 -c8 -d"${DUR}s" --latency -s scripts/bench/login.lua http://127.0.0.1:18080/auth/login
+done
 
 echo "== 3. GET /rounds/current p99 (4 connections) while a login flood (32 connections) saturates hashing"
 wrk -t1 -c32 -d"$((DUR + 4))s" -s scripts/bench/login.lua http://127.0.0.1:18080/auth/login >"$TMP/flood.txt" &
