@@ -70,6 +70,8 @@ async fn notifications_keepalive_and_coalescing(db: Db) {
             "32768",
             "--argon2-iterations",
             "2",
+            "--hashing-concurrency",
+            "1",
             "--admin-token",
             support::ADMIN,
         ])
@@ -137,8 +139,33 @@ async fn notifications_keepalive_and_coalescing(db: Db) {
     );
     // The stream outlived the 1 s time-out; ordinary requests do not.
     assert!(!st.closed_within(Duration::from_millis(200)).await);
-    let r = s.register("slowpoke", "password123", "100.70.0.2").await;
-    assert_eq!(r.status, 408, "request time-out: {}", r.text());
+    // Ten registrations queue behind one hashing permit: the later ones
+    // exceed the 1 s time-out.
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..10 {
+        let addr = s.addr;
+        tasks.spawn(async move {
+            let body = json!({"username": format!("slowpoke{i}"), "password": "password123"});
+            support::request(
+                addr,
+                "POST",
+                "/auth/register",
+                &[("x-forwarded-for", &format!("100.72.0.{i}"))],
+                Some(body.to_string().into_bytes()),
+            )
+            .await
+            .status
+        });
+    }
+    let mut statuses = Vec::new();
+    while let Some(st) = tasks.join_next().await {
+        statuses.push(st.unwrap());
+    }
+    assert!(statuses.contains(&408), "request time-out: {statuses:?}");
+    assert!(
+        statuses.iter().all(|s| *s == 201 || *s == 408),
+        "{statuses:?}"
+    );
     s.stop().await;
     env.cleanup().await;
 }
