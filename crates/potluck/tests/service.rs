@@ -8,7 +8,8 @@ use support::{Db, Env};
 both_databases!(
     case_collisions_stop_the_start,
     openapi_documents_every_route,
-    operational_endpoints
+    operational_endpoints,
+    hashing_does_not_stall_other_requests,
 );
 
 async fn case_collisions_stop_the_start(db: Db) {
@@ -169,6 +170,66 @@ async fn defaults_hash_with_owasp_parameters() {
         s.login("owasp", "password123", "10.0.0.1").await.status,
         200
     );
+    s.stop().await;
+    env.cleanup().await;
+}
+
+async fn hashing_does_not_stall_other_requests(db: Db) {
+    let env = Env::new(db).await;
+    let s = env
+        .start_raw(&[
+            "--argon2-memory-kib",
+            "8192",
+            "--argon2-iterations",
+            "2",
+            "--hashing-concurrency",
+            "1",
+            "--admin-token",
+            support::ADMIN,
+        ])
+        .await;
+    assert_eq!(
+        s.register("hasher", "password123", "10.0.0.1").await.status,
+        201
+    );
+    // A queue of logins, each a full Argon2 verification behind one permit.
+    let mut flood = tokio::task::JoinSet::new();
+    for i in 0..24 {
+        let addr = s.addr;
+        flood.spawn(async move {
+            let body = json!({"username": "hasher", "password": "password123"})
+                .to_string()
+                .into_bytes();
+            support::request(
+                addr,
+                "POST",
+                "/auth/login",
+                &[("x-forwarded-for", &format!("10.1.0.{i}"))],
+                Some(body),
+            )
+            .await
+            .status
+        });
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let mut slowest = std::time::Duration::ZERO;
+    for _ in 0..20 {
+        let t = std::time::Instant::now();
+        assert_eq!(s.get("/rounds/current", &[]).await.status, 200);
+        assert_eq!(s.admin_get("/admin/config").await.status, 200);
+        slowest = slowest.max(t.elapsed());
+    }
+    assert!(
+        s.metric("potluck_password_hashes_in_flight").await >= 1.0,
+        "the flood was still hashing"
+    );
+    assert!(
+        slowest < std::time::Duration::from_millis(500),
+        "reads waited on hashing: {slowest:?}"
+    );
+    while let Some(st) = flood.join_next().await {
+        assert_eq!(st.unwrap(), 200);
+    }
     s.stop().await;
     env.cleanup().await;
 }
