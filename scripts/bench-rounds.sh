@@ -25,8 +25,8 @@ echo "== 1. GET /rounds/current, 64 connections, ${DUR}s (bare axum baseline, th
 wrk -t2 -c64 -d"${DUR}s" --latency http://127.0.0.1:18081/rounds/current
 wrk -t2 -c64 -d"${DUR}s" --latency http://127.0.0.1:18080/rounds/current
 
-echo "== 2. raw Argon2id (OWASP) on $CONC threads vs POST /auth/login (hashing concurrency $CONC), alternated twice"
-for _ in 1 2; do
+echo "== 2. raw Argon2id (OWASP) on $CONC threads vs POST /auth/login (hashing concurrency $CONC), alternated ${LOGIN_ROUNDS:-2} times"
+for _ in $(seq "${LOGIN_ROUNDS:-2}"); do
   $EX/argon2_raw "$CONC" "$DUR"
   wrk -t1 -c8 -d"${DUR}s" --latency -s scripts/bench/login.lua http://127.0.0.1:18080/auth/login
 done
