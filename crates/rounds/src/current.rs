@@ -15,6 +15,8 @@ pub struct RoundSnapshot {
     pub round: RoundRow,
     /// The pause flag.
     pub paused: bool,
+    /// The anonymous caller's answer, serialised once per refresh.
+    pub anonymous_json: axum::body::Bytes,
 }
 
 /// The cache.
@@ -61,7 +63,15 @@ impl CurrentRound {
             .await?
             .ok_or_else(|| StoreError::Corrupt("no round exists".into()))?;
         let paused = store.config().await?.paused;
-        let snap = RoundSnapshot { round, paused };
+        let view = crate::rounds_api::RoundView::new(&round, false, paused);
+        let anonymous_json = serde_json::to_vec(&view)
+            .map_err(|e| StoreError::Corrupt(format!("round view: {e}")))?
+            .into();
+        let snap = RoundSnapshot {
+            round,
+            paused,
+            anonymous_json,
+        };
         *self.cached.lock().unwrap_or_else(|p| p.into_inner()) =
             Some((Instant::now(), snap.clone()));
         Ok(snap)

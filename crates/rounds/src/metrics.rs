@@ -1,6 +1,6 @@
 //! Prometheus text-format metrics: request counts and latency per route, plus gauges read from the service's state at scrape time.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -17,11 +17,18 @@ struct Histogram {
     sum: f64,
 }
 
-/// Counters and histograms of HTTP traffic.
+#[derive(Debug, Default, Clone)]
+struct RouteStats {
+    /// (status, count); few distinct statuses per route, so a vector.
+    statuses: Vec<(u16, u64)>,
+    latency: Histogram,
+}
+
+/// Counters and histograms of HTTP traffic. Keyed by route, then method, so
+/// the steady state records a request without allocating.
 #[derive(Debug, Default)]
 pub struct Metrics {
-    requests: Mutex<BTreeMap<(String, String, u16), u64>>,
-    latency: Mutex<BTreeMap<(String, String), Histogram>>,
+    routes: Mutex<HashMap<String, Vec<(String, RouteStats)>>>,
 }
 
 /// Values sampled from the service when metrics are scraped.
@@ -42,16 +49,25 @@ pub struct Gauges {
 impl Metrics {
     /// Records one finished request; `route` is the matched route template.
     pub fn record(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
-        {
-            let mut r = self.requests.lock().unwrap_or_else(|p| p.into_inner());
-            *r.entry((method.to_string(), route.to_string(), status))
-                .or_insert(0) += 1;
+        let mut routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
+        let methods = match routes.get_mut(route) {
+            Some(m) => m,
+            None => routes.entry(route.to_string()).or_default(),
+        };
+        let idx = match methods.iter().position(|(m, _)| m == method) {
+            Some(i) => i,
+            None => {
+                methods.push((method.to_string(), RouteStats::default()));
+                methods.len() - 1
+            }
+        };
+        let stats = &mut methods[idx].1;
+        match stats.statuses.iter_mut().find(|(s, _)| *s == status) {
+            Some((_, n)) => *n += 1,
+            None => stats.statuses.push((status, 1)),
         }
         let secs = elapsed.as_secs_f64();
-        let mut l = self.latency.lock().unwrap_or_else(|p| p.into_inner());
-        let h = l
-            .entry((method.to_string(), route.to_string()))
-            .or_default();
+        let h = &mut stats.latency;
         h.count += 1;
         h.sum += secs;
         for (i, b) in BUCKETS.iter().enumerate() {
@@ -59,6 +75,20 @@ impl Metrics {
                 h.counts[i] += 1;
             }
         }
+    }
+
+    /// A sorted copy for rendering.
+    fn snapshot(&self) -> Vec<(String, String, RouteStats)> {
+        let routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<_> = routes
+            .iter()
+            .flat_map(|(r, ms)| {
+                ms.iter()
+                    .map(move |(m, st)| (m.clone(), r.clone(), st.clone()))
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.1, &a.0).cmp(&(&b.1, &b.0)));
+        out
     }
 
     /// The Prometheus exposition text.
@@ -69,16 +99,16 @@ impl Metrics {
             "# HELP potluck_http_requests_total HTTP requests by route and status."
         );
         let _ = writeln!(out, "# TYPE potluck_http_requests_total counter");
-        for ((m, r, s), n) in self
-            .requests
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-        {
-            let _ = writeln!(
-                out,
-                "potluck_http_requests_total{{method=\"{m}\",route=\"{r}\",status=\"{s}\"}} {n}"
-            );
+        let snapshot = self.snapshot();
+        for (m, r, st) in &snapshot {
+            let mut statuses = st.statuses.clone();
+            statuses.sort_unstable();
+            for (s, n) in statuses {
+                let _ = writeln!(
+                    out,
+                    "potluck_http_requests_total{{method=\"{m}\",route=\"{r}\",status=\"{s}\"}} {n}"
+                );
+            }
         }
         let _ = writeln!(
             out,
@@ -88,12 +118,8 @@ impl Metrics {
             out,
             "# TYPE potluck_http_request_duration_seconds histogram"
         );
-        for ((m, r), h) in self
-            .latency
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-        {
+        for (m, r, st) in &snapshot {
+            let h = &st.latency;
             for (i, b) in BUCKETS.iter().enumerate() {
                 let _ = writeln!(
                     out,

@@ -5,7 +5,7 @@ use std::convert::Infallible;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::stream::{self, Stream};
 use serde::{Deserialize, Serialize};
@@ -82,17 +82,18 @@ impl RoundView {
 async fn current_round(
     State(state): State<AppState>,
     MaybeUser(user): MaybeUser,
-) -> Result<Json<RoundView>, ApiError> {
+) -> Result<Response, ApiError> {
     let snapshot = state.rounds.snapshot(&state.store).await?;
-    let played = match user {
-        Some(u) => state.store.user_played(snapshot.round.id, u.id).await?,
-        None => false,
+    let Some(user) = user else {
+        // The hot anonymous path serves the body rendered at refresh.
+        return Ok((
+            [(header::CONTENT_TYPE, "application/json")],
+            snapshot.anonymous_json,
+        )
+            .into_response());
     };
-    Ok(Json(RoundView::new(
-        &snapshot.round,
-        played,
-        snapshot.paused,
-    )))
+    let played = state.store.user_played(snapshot.round.id, user.id).await?;
+    Ok(Json(RoundView::new(&snapshot.round, played, snapshot.paused)).into_response())
 }
 
 fn events(sub: Subscription) -> impl Stream<Item = Result<Event, Infallible>> {
