@@ -5,6 +5,8 @@ mod chain_cmd;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
+mod serve_cmd;
+
 /// potluck: a payment-channel node and a round-based custodial wallet.
 #[derive(Debug, Parser)]
 #[command(version, about)]
@@ -22,6 +24,8 @@ enum Command {
     },
     /// Run the development chain (regtest rules) with a bitcoind-style JSON-RPC server.
     Chain(chain_cmd::ChainArgs),
+    /// Run the round-based custodial wallet HTTP service.
+    Serve(Box<serve_cmd::ServeArgs>),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -34,5 +38,6 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Chain(args) => chain_cmd::run(args),
+        Command::Serve(args) => serve_cmd::run(*args),
     }
 }

@@ -1,0 +1,231 @@
+//! `potluck serve`: flags (each also `POTLUCK_<FLAG>`) mapped onto the rounds service's typed config, then run until SIGINT/SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use potluck_rounds::password::HashParams;
+use potluck_rounds::{Application, Config};
+
+/// Flags of `potluck serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on (port 0 picks a free port; the bound address is printed).
+    #[arg(long, env = "POTLUCK_BIND", default_value = "127.0.0.1:8080")]
+    bind: SocketAddr,
+    /// Holds the SQLite database, the token secret and the wallet seed.
+    #[arg(long, env = "POTLUCK_DATA_DIR", default_value = "./potluck-data")]
+    data_dir: PathBuf,
+    /// sqlite://FILE or postgres://…; default: SQLite in the data directory.
+    #[arg(long, env = "POTLUCK_DATABASE_URL")]
+    database_url: Option<String>,
+    /// bitcoin, testnet, testnet4, signet or regtest.
+    #[arg(long, env = "POTLUCK_NETWORK", default_value = "regtest")]
+    network: bitcoin::Network,
+    /// Token for the X-Admin-Token header; unset or empty disables admin access.
+    #[arg(long, env = "POTLUCK_ADMIN_TOKEN")]
+    admin_token: Option<String>,
+    /// Reverse proxies in front of the service that append to X-Forwarded-For.
+    #[arg(long, env = "POTLUCK_TRUSTED_PROXY_HOPS", default_value_t = 1)]
+    trusted_proxy_hops: usize,
+    /// Session-token signing secret; by default generated once into the data directory.
+    #[arg(long, env = "POTLUCK_JWT_SECRET", hide_env_values = true)]
+    jwt_secret: Option<String>,
+    /// Argon2id memory in KiB (OWASP: 19456).
+    #[arg(long, env = "POTLUCK_ARGON2_MEMORY_KIB", default_value_t = HashParams::OWASP.memory_kib)]
+    argon2_memory_kib: u32,
+    /// Argon2id passes (OWASP: 2).
+    #[arg(long, env = "POTLUCK_ARGON2_ITERATIONS", default_value_t = HashParams::OWASP.iterations)]
+    argon2_iterations: u32,
+    /// Argon2id lanes (OWASP: 1).
+    #[arg(long, env = "POTLUCK_ARGON2_PARALLELISM", default_value_t = HashParams::OWASP.parallelism)]
+    argon2_parallelism: u32,
+    /// Password hashes that may run at once (default: one per CPU core).
+    #[arg(long, env = "POTLUCK_HASHING_CONCURRENCY")]
+    hashing_concurrency: Option<usize>,
+    /// Failed logins per username before lockouts start.
+    #[arg(long, env = "POTLUCK_LOGIN_USER_FREE_FAILURES", default_value_t = 5)]
+    login_user_free_failures: u32,
+    /// Failed logins per client IP before lockouts start.
+    #[arg(long, env = "POTLUCK_LOGIN_IP_FREE_FAILURES", default_value_t = 20)]
+    login_ip_free_failures: u32,
+    /// Longest login lockout, seconds.
+    #[arg(long, env = "POTLUCK_LOGIN_MAX_LOCKOUT_SECS", default_value_t = 900)]
+    login_max_lockout_secs: u64,
+    /// Hard cap of keys tracked by the login throttle.
+    #[arg(
+        long,
+        env = "POTLUCK_LOGIN_THROTTLE_MAX_KEYS",
+        default_value_t = 50_000
+    )]
+    login_throttle_max_keys: usize,
+    /// Registrations per client IP per window.
+    #[arg(long, env = "POTLUCK_REGISTRATION_QUOTA", default_value_t = 5)]
+    registration_quota: usize,
+    /// The registration quota's rolling window, seconds.
+    #[arg(long, env = "POTLUCK_REGISTRATION_WINDOW_SECS", default_value_t = 3600)]
+    registration_window_secs: u64,
+    /// Hard cap of IPs tracked by the registration quota.
+    #[arg(
+        long,
+        env = "POTLUCK_REGISTRATION_QUOTA_MAX_KEYS",
+        default_value_t = 50_000
+    )]
+    registration_quota_max_keys: usize,
+    /// Concurrent stream subscribers in total.
+    #[arg(long, env = "POTLUCK_MAX_STREAM_SUBSCRIBERS", default_value_t = 500)]
+    max_stream_subscribers: usize,
+    /// Concurrent streams per client IP.
+    #[arg(long, env = "POTLUCK_MAX_STREAMS_PER_IP", default_value_t = 5)]
+    max_streams_per_ip: usize,
+    /// Seconds between keep-alive comments on an idle stream.
+    #[arg(long, env = "POTLUCK_STREAM_KEEPALIVE_SECS", default_value_t = 15)]
+    stream_keepalive_secs: u64,
+    /// Time-out of every request except the stream, seconds.
+    #[arg(long, env = "POTLUCK_REQUEST_TIMEOUT_SECS", default_value_t = 30)]
+    request_timeout_secs: u64,
+    /// Largest accepted request body, bytes.
+    #[arg(long, env = "POTLUCK_BODY_LIMIT_BYTES", default_value_t = 65_536)]
+    body_limit_bytes: usize,
+    /// Round length of a fresh install (afterwards: PUT /admin/config).
+    #[arg(long, env = "POTLUCK_ROUND_DURATION_SECONDS", default_value_t = 120)]
+    round_duration_seconds: i64,
+    /// Database connections in the pool.
+    #[arg(long, env = "POTLUCK_DB_CONNECTIONS", default_value_t = 16)]
+    db_connections: u32,
+}
+
+impl ServeArgs {
+    /// The service configuration these flags describe.
+    pub fn into_config(self) -> Config {
+        let mut c = Config::new(self.data_dir);
+        c.bind = self.bind;
+        c.database_url = self.database_url;
+        c.network = self.network;
+        c.admin_token = self.admin_token;
+        c.trusted_proxy_hops = self.trusted_proxy_hops;
+        c.jwt_secret = self.jwt_secret;
+        c.hash_params = HashParams {
+            memory_kib: self.argon2_memory_kib,
+            iterations: self.argon2_iterations,
+            parallelism: self.argon2_parallelism,
+        };
+        if let Some(n) = self.hashing_concurrency {
+            c.hashing_concurrency = n.max(1);
+        }
+        c.throttle.user_free_failures = self.login_user_free_failures;
+        c.throttle.ip_free_failures = self.login_ip_free_failures;
+        c.throttle.max_lockout = Duration::from_secs(self.login_max_lockout_secs);
+        c.throttle.max_keys = self.login_throttle_max_keys.max(1);
+        c.quota.limit = self.registration_quota;
+        c.quota.window = Duration::from_secs(self.registration_window_secs);
+        c.quota.max_keys = self.registration_quota_max_keys.max(1);
+        c.stream.max_subscribers = self.max_stream_subscribers;
+        c.stream.max_per_ip = self.max_streams_per_ip.max(1);
+        c.keep_alive = Duration::from_secs(self.stream_keepalive_secs.max(1));
+        c.request_timeout = Duration::from_secs(self.request_timeout_secs.max(1));
+        c.body_limit_bytes = self.body_limit_bytes;
+        c.default_round_duration_seconds = self.round_duration_seconds.max(1);
+        c.max_db_connections = self.db_connections.max(1);
+        c
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}
+
+/// Runs the service until SIGINT or SIGTERM.
+///
+/// # Errors
+/// Start-up failures (including a refused schema upgrade) and server errors.
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("POTLUCK_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    let config = args.into_config();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let app = Application::build(config)
+            .await
+            .context("potluck serve could not start")?;
+        // Tests and scripts read the bound address from this line.
+        println!("potluck serve listening on http://{}", app.local_addr());
+        tracing::info!(addr = %app.local_addr(), "listening");
+        app.run_until_stopped(shutdown_signal())
+            .await
+            .context("server failed")?;
+        tracing::info!("stopped");
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    #[test]
+    fn production_defaults_are_owasp_and_the_documented_limits() {
+        let c = Wrapper::try_parse_from(["serve"])
+            .unwrap()
+            .serve
+            .into_config();
+        assert_eq!(
+            c.hash_params,
+            HashParams {
+                memory_kib: 19_456,
+                iterations: 2,
+                parallelism: 1
+            }
+        );
+        assert_eq!(c.bind, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(c.trusted_proxy_hops, 1);
+        assert_eq!(c.network, bitcoin::Network::Regtest);
+        assert_eq!(
+            (c.throttle.user_free_failures, c.throttle.ip_free_failures),
+            (5, 20)
+        );
+        assert_eq!(c.throttle.max_lockout, Duration::from_secs(900));
+        assert_eq!(c.throttle.max_keys, 50_000);
+        assert_eq!(
+            (c.quota.limit, c.quota.window),
+            (5, Duration::from_secs(3600))
+        );
+        assert_eq!((c.stream.max_subscribers, c.stream.max_per_ip), (500, 5));
+        assert_eq!(c.keep_alive, Duration::from_secs(15));
+        assert!(c.admin_token.is_none());
+    }
+}

@@ -1,0 +1,544 @@
+//! Black-box test support: starts the real `potluck serve` binary on a free port against a fresh SQLite or PostgreSQL database, and a minimal HTTP/1.1 client.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::process::{Child, Command};
+
+/// Which database a server runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Db {
+    Sqlite,
+    Postgres,
+}
+
+pub const ADMIN: &str = "test-admin-token";
+
+fn pg_base() -> String {
+    std::env::var("POTLUCK_TEST_PG")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+fn pg_url(name: &str) -> String {
+    let base = pg_base();
+    format!("{}/{name}", &base[..base.rfind('/').unwrap()])
+}
+
+async fn pg_exec(sql: &str) {
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::any::AnyPoolOptions::new()
+        .max_connections(1)
+        .connect(&pg_base())
+        .await
+        .unwrap();
+    sqlx::raw_sql(sql).execute(&pool).await.unwrap();
+    pool.close().await;
+}
+
+/// A fresh database and data directory, not yet used by a server.
+pub struct Env {
+    pub db: Db,
+    pub data_dir: PathBuf,
+    pub pg_name: Option<String>,
+}
+
+impl Env {
+    pub async fn new(db: Db) -> Self {
+        let unique = format!("potluck_bb_{:016x}", rand::random::<u64>());
+        let data_dir = std::env::temp_dir().join(&unique);
+        std::fs::create_dir_all(&data_dir).unwrap();
+        let pg_name = if db == Db::Postgres {
+            pg_exec(&format!("CREATE DATABASE {unique}")).await;
+            Some(unique)
+        } else {
+            None
+        };
+        Self {
+            db,
+            data_dir,
+            pg_name,
+        }
+    }
+
+    pub fn database_url(&self) -> String {
+        match &self.pg_name {
+            Some(n) => pg_url(n),
+            None => format!("sqlite://{}", self.data_dir.join("potluck.db").display()),
+        }
+    }
+
+    /// A pool on the service's database, for reaching around the API.
+    pub async fn pool(&self) -> sqlx::AnyPool {
+        sqlx::any::install_default_drivers();
+        let url = match self.db {
+            Db::Sqlite => format!("{}?mode=rwc", self.database_url()),
+            Db::Postgres => self.database_url(),
+        };
+        sqlx::any::AnyPoolOptions::new()
+            .max_connections(2)
+            .connect(&url)
+            .await
+            .unwrap()
+    }
+
+    fn base_args(&self) -> Vec<String> {
+        vec![
+            "serve".into(),
+            "--bind".into(),
+            "127.0.0.1:0".into(),
+            "--data-dir".into(),
+            self.data_dir.display().to_string(),
+            "--database-url".into(),
+            self.database_url(),
+        ]
+    }
+
+    /// Runs the binary to completion (for start-up failures).
+    pub async fn run_to_exit(&self, extra: &[&str]) -> (std::process::ExitStatus, String) {
+        let out = tokio::time::timeout(
+            Duration::from_secs(30),
+            Command::new(env!("CARGO_BIN_EXE_potluck"))
+                .args(self.base_args())
+                .args(extra)
+                .env_remove("RUST_LOG")
+                .stdin(Stdio::null())
+                .output(),
+        )
+        .await
+        .expect("binary exits")
+        .unwrap();
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Starts the server with cheap Argon2 parameters (tests only; production
+    /// defaults are OWASP, proven by `defaults_hash_with_owasp_parameters`).
+    pub async fn start(&self, extra: &[&str]) -> Server {
+        let mut args = vec![
+            "--argon2-memory-kib",
+            "64",
+            "--argon2-iterations",
+            "1",
+            "--admin-token",
+            ADMIN,
+        ];
+        args.extend_from_slice(extra);
+        self.start_raw(&args).await
+    }
+
+    /// Starts the server with exactly `extra` beyond bind/data-dir/database.
+    pub async fn start_raw(&self, extra: &[&str]) -> Server {
+        let log = self
+            .data_dir
+            .join(format!("server-{:08x}.log", rand::random::<u32>()));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_potluck"))
+            .args(self.base_args())
+            .args(extra)
+            .env("POTLUCK_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("server printed its address")
+            .unwrap()
+            .unwrap_or_else(|| {
+                panic!(
+                    "server exited: {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                )
+            });
+        let addr: SocketAddr = line
+            .rsplit("http://")
+            .next()
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // Keep draining stdout so the child never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Server { child, addr, log }
+    }
+
+    pub async fn cleanup(self) {
+        if let Some(n) = &self.pg_name {
+            pg_exec(&format!("DROP DATABASE IF EXISTS {n} WITH (FORCE)")).await;
+        }
+        let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
+}
+
+/// A running server process.
+pub struct Server {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub log: PathBuf,
+}
+
+impl Server {
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub async fn stop(mut self) {
+        let _ = self.child.kill().await;
+    }
+
+    pub async fn get(&self, path: &str, headers: &[(&str, &str)]) -> Resp {
+        request(self.addr, "GET", path, headers, None).await
+    }
+
+    pub async fn post(&self, path: &str, headers: &[(&str, &str)], body: Value) -> Resp {
+        request(
+            self.addr,
+            "POST",
+            path,
+            headers,
+            Some(body.to_string().into_bytes()),
+        )
+        .await
+    }
+
+    pub async fn put(&self, path: &str, headers: &[(&str, &str)], body: Value) -> Resp {
+        request(
+            self.addr,
+            "PUT",
+            path,
+            headers,
+            Some(body.to_string().into_bytes()),
+        )
+        .await
+    }
+
+    /// Registers from `ip`; returns the response.
+    pub async fn register(&self, name: &str, password: &str, ip: &str) -> Resp {
+        self.post(
+            "/auth/register",
+            &[("x-forwarded-for", ip)],
+            serde_json::json!({"username": name, "password": password}),
+        )
+        .await
+    }
+
+    pub async fn login(&self, name: &str, password: &str, ip: &str) -> Resp {
+        self.post(
+            "/auth/login",
+            &[("x-forwarded-for", ip)],
+            serde_json::json!({"username": name, "password": password}),
+        )
+        .await
+    }
+
+    /// Registers and logs in; returns the token.
+    pub async fn user(&self, name: &str, ip: &str) -> String {
+        let r = self.register(name, "password123", ip).await;
+        assert_eq!(r.status, 201, "{}", r.text());
+        let r = self.login(name, "password123", ip).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["access_token"].as_str().unwrap().to_string()
+    }
+
+    pub async fn admin_get(&self, path: &str) -> Resp {
+        self.get(path, &[("x-admin-token", ADMIN)]).await
+    }
+
+    pub async fn admin_post(&self, path: &str, body: Value) -> Resp {
+        self.post(path, &[("x-admin-token", ADMIN)], body).await
+    }
+
+    pub async fn admin_put(&self, path: &str, body: Value) -> Resp {
+        self.put(path, &[("x-admin-token", ADMIN)], body).await
+    }
+
+    pub async fn metric(&self, name: &str) -> f64 {
+        let text = self.get("/metrics", &[]).await.text();
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("metric {name} missing"))
+            .trim()
+            .parse()
+            .unwrap()
+    }
+}
+
+/// A response.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+
+    /// `detail.code` of a structured error.
+    pub fn code(&self) -> String {
+        self.json()["detail"]["code"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no code: {}", self.text()))
+            .to_string()
+    }
+}
+
+fn request_bytes(
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+    close: bool,
+) -> Vec<u8> {
+    let mut req = format!("{method} {path} HTTP/1.1\r\nhost: test\r\n");
+    if close {
+        req.push_str("connection: close\r\n");
+    }
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if let Some(b) = body {
+        req.push_str(&format!(
+            "content-type: application/json\r\ncontent-length: {}\r\n",
+            b.len()
+        ));
+    }
+    req.push_str("\r\n");
+    let mut bytes = req.into_bytes();
+    if let Some(b) = body {
+        bytes.extend_from_slice(b);
+    }
+    bytes
+}
+
+fn parse_head(head: &str) -> (u16, Vec<(String, String)>) {
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    (status, headers)
+}
+
+fn dechunk(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(pos) = data.windows(2).position(|w| w == b"\r\n") {
+        let size = usize::from_str_radix(std::str::from_utf8(&data[..pos]).unwrap().trim(), 16)
+            .unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        let start = pos + 2;
+        out.extend_from_slice(&data[start..(start + size).min(data.len())]);
+        data = &data[(start + size + 2).min(data.len())..];
+    }
+    out
+}
+
+/// One request on a fresh connection (`connection: close`).
+pub async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<Vec<u8>>,
+) -> Resp {
+    let fut = async {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(&request_bytes(method, path, headers, body.as_deref(), true))
+            .await
+            .unwrap();
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).await.unwrap();
+        let split = raw
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("response head");
+        let (status, headers) = parse_head(std::str::from_utf8(&raw[..split]).unwrap());
+        let mut body = raw[split + 4..].to_vec();
+        if headers
+            .iter()
+            .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"))
+        {
+            body = dechunk(&body);
+        }
+        Resp {
+            status,
+            headers,
+            body,
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), fut)
+        .await
+        .expect("request timed out")
+}
+
+/// An open event stream.
+pub struct EventStream {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    stream: TcpStream,
+    /// Bytes received after the head, unparsed.
+    pub buf: Vec<u8>,
+    consumed: usize,
+}
+
+impl EventStream {
+    pub async fn open(addr: SocketAddr, ip: &str) -> EventStream {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(&request_bytes(
+                "GET",
+                "/rounds/stream",
+                &[("x-forwarded-for", ip), ("accept", "text/event-stream")],
+                None,
+                true,
+            ))
+            .await
+            .unwrap();
+        let mut raw = Vec::new();
+        let mut chunk = [0u8; 4096];
+        let split = loop {
+            if let Some(p) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+                break p;
+            }
+            let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut chunk))
+                .await
+                .expect("stream head")
+                .unwrap();
+            assert!(n > 0, "connection closed before the head");
+            raw.extend_from_slice(&chunk[..n]);
+        };
+        let (status, headers) = parse_head(std::str::from_utf8(&raw[..split]).unwrap());
+        EventStream {
+            status,
+            headers,
+            stream,
+            buf: raw[split + 4..].to_vec(),
+            consumed: 0,
+        }
+    }
+
+    /// Reads for at most `wait`; returns false on EOF.
+    async fn fill(&mut self, wait: Duration) -> bool {
+        let mut chunk = [0u8; 4096];
+        match tokio::time::timeout(wait, self.stream.read(&mut chunk)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => false,
+            Ok(Ok(n)) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                true
+            }
+            Err(_) => true,
+        }
+    }
+
+    fn count_unconsumed(&self, needle: &[u8]) -> usize {
+        self.buf[self.consumed..]
+            .windows(needle.len())
+            .filter(|w| *w == needle)
+            .count()
+    }
+
+    /// Waits until a `data: refetch` message arrives (true) or `wait` passes.
+    pub async fn next_refetch(&mut self, wait: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let rest = &self.buf[self.consumed..];
+            if let Some(p) = rest.windows(13).position(|w| w == b"data: refetch") {
+                self.consumed += p + 13;
+                return true;
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline || !self.fill(deadline - now).await {
+                return false;
+            }
+        }
+    }
+
+    /// Collects everything for `wait` and counts `data: refetch` messages.
+    pub async fn count_refetches(&mut self, wait: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + wait;
+        while tokio::time::Instant::now() < deadline {
+            if !self.fill(deadline - tokio::time::Instant::now()).await {
+                break;
+            }
+        }
+        let n = self.count_unconsumed(b"data: refetch");
+        self.consumed = self.buf.len();
+        n
+    }
+
+    /// Whether the server ends the stream (EOF or final chunk) within `wait`.
+    pub async fn closed_within(&mut self, wait: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if self.buf.windows(5).any(|w| w == b"0\r\n\r\n") {
+                return true;
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            if !self.fill(deadline - now).await {
+                return true;
+            }
+        }
+    }
+
+    /// The body after the head, for 503 answers.
+    pub async fn rest(mut self) -> String {
+        while self.fill(Duration::from_secs(2)).await {
+            if self.buf.ends_with(b"}") {
+                break;
+            }
+        }
+        String::from_utf8_lossy(&self.buf).into_owned()
+    }
+}
+
+/// Generates a SQLite and a PostgreSQL variant of each test.
+#[macro_export]
+macro_rules! both_databases {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::support::Db::Sqlite).await })*
+        }
+        mod postgres {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::support::Db::Postgres).await })*
+        }
+    };
+}

@@ -1,0 +1,101 @@
+//! Benchmark: opens N subscribers on GET /rounds/stream (5 per client IP via X-Forwarded-For), triggers K publishes through POST /admin/pause and /admin/resume, and reports the delivery latency from sending the admin request to each subscriber reading `data: refetch`.
+//!
+//! `cargo run --release -p potluck-rounds --example sse_fanout -- ADDR ADMIN_TOKEN SUBSCRIBERS PUBLISHES`
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+#[tokio::main]
+async fn main() {
+    let mut args = std::env::args().skip(1);
+    let addr: SocketAddr = args
+        .next()
+        .unwrap_or_else(|| "127.0.0.1:18080".into())
+        .parse()
+        .expect("addr");
+    let token = args.next().unwrap_or_else(|| "bench".into());
+    let subscribers: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(500);
+    let publishes: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(20);
+    // The time each publish was triggered; subscribers read it on arrival.
+    let (tx, rx) = watch::channel(Instant::now());
+    let samples = Arc::new(Mutex::new(Vec::<Duration>::new()));
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(subscribers);
+    for i in 0..subscribers {
+        let rx = rx.clone();
+        let samples = samples.clone();
+        let ready = ready_tx.clone();
+        tokio::spawn(async move {
+            let mut s = TcpStream::connect(addr).await.expect("connect");
+            let req = format!(
+                "GET /rounds/stream HTTP/1.1\r\nhost: b\r\nx-forwarded-for: 10.{}.{}.1\r\n\r\n",
+                (i / 5) / 256,
+                (i / 5) % 256
+            );
+            s.write_all(req.as_bytes()).await.expect("write");
+            let mut buf = vec![0u8; 4096];
+            let mut seen_head = false;
+            loop {
+                let n = match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                let arrived = Instant::now();
+                let text = String::from_utf8_lossy(&buf[..n]);
+                if !seen_head && text.contains("\r\n\r\n") {
+                    seen_head = true;
+                    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+                    let _ = ready.send(()).await;
+                }
+                let events = text.matches("data: refetch").count();
+                if events > 0 {
+                    let sent = *rx.borrow();
+                    samples.lock().expect("lock").push(arrived - sent);
+                }
+            }
+        });
+    }
+    for _ in 0..subscribers {
+        ready_rx.recv().await.expect("subscriber ready");
+    }
+    for k in 0..publishes {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let path = if k % 2 == 0 {
+            "/admin/pause"
+        } else {
+            "/admin/resume"
+        };
+        let sent = Instant::now();
+        tx.send_replace(sent);
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        let req = format!("POST {path} HTTP/1.1\r\nhost: b\r\nx-admin-token: {token}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
+        s.write_all(req.as_bytes()).await.expect("write");
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).await.expect("read");
+        assert!(
+            out.starts_with(b"HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&out)
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let mut v = samples.lock().expect("lock").clone();
+    v.sort();
+    let pct = |p: f64| {
+        v[((v.len() as f64 * p).ceil() as usize)
+            .saturating_sub(1)
+            .min(v.len() - 1)]
+    };
+    println!(
+        "subscribers={subscribers} publishes={publishes} deliveries={} (expected {}) p50={:.2}ms p99={:.2}ms max={:.2}ms",
+        v.len(),
+        subscribers * publishes,
+        pct(0.50).as_secs_f64() * 1e3,
+        pct(0.99).as_secs_f64() * 1e3,
+        v.last().copied().unwrap_or_default().as_secs_f64() * 1e3
+    );
+}

@@ -1,0 +1,79 @@
+//! A short-lived in-process copy of the current round and the pause flag, so the hot GET /rounds/current does not hit the database on every request.
+//!
+//! Writers in this process refresh it at once; the time-to-live bounds how
+//! stale it can be against writes by other processes sharing the database.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::store::{RoundRow, Store, StoreError};
+
+/// What GET /rounds/current needs besides the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoundSnapshot {
+    /// The newest round.
+    pub round: RoundRow,
+    /// The pause flag.
+    pub paused: bool,
+    /// The anonymous caller's answer, serialised once per refresh.
+    pub anonymous_json: axum::body::Bytes,
+}
+
+/// The cache.
+#[derive(Debug)]
+pub struct CurrentRound {
+    ttl: Duration,
+    cached: Mutex<Option<(Instant, RoundSnapshot)>>,
+}
+
+impl CurrentRound {
+    /// A cache whose entries live `ttl`.
+    pub fn new(ttl: Duration) -> Self {
+        Self {
+            ttl,
+            cached: Mutex::new(None),
+        }
+    }
+
+    /// The snapshot, read from the store when missing or older than the TTL.
+    ///
+    /// # Errors
+    /// Store failures, or [`StoreError::Corrupt`] when no round exists.
+    pub async fn snapshot(&self, store: &Store) -> Result<RoundSnapshot, StoreError> {
+        if let Some((at, snap)) = self
+            .cached
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            if at.elapsed() < self.ttl {
+                return Ok(snap.clone());
+            }
+        }
+        self.refresh(store).await
+    }
+
+    /// Re-reads the snapshot now (after a write by this process).
+    ///
+    /// # Errors
+    /// As [`CurrentRound::snapshot`].
+    pub async fn refresh(&self, store: &Store) -> Result<RoundSnapshot, StoreError> {
+        let round = store
+            .current_round()
+            .await?
+            .ok_or_else(|| StoreError::Corrupt("no round exists".into()))?;
+        let paused = store.config().await?.paused;
+        let view = crate::rounds_api::RoundView::new(&round, false, paused);
+        let anonymous_json = serde_json::to_vec(&view)
+            .map_err(|e| StoreError::Corrupt(format!("round view: {e}")))?
+            .into();
+        let snap = RoundSnapshot {
+            round,
+            paused,
+            anonymous_json,
+        };
+        *self.cached.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((Instant::now(), snap.clone()));
+        Ok(snap)
+    }
+}

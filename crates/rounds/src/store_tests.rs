@@ -1,0 +1,387 @@
+//! Store tests, each run on SQLite and on PostgreSQL (a fresh database per test).
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use super::*;
+
+/// The PostgreSQL server used by tests (override with POTLUCK_TEST_PG).
+fn pg_admin_url() -> String {
+    std::env::var("POTLUCK_TEST_PG")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// A fresh, empty database; dropped by `cleanup`.
+struct TestDb {
+    store: Store,
+    pg_name: Option<String>,
+    sqlite_path: Option<std::path::PathBuf>,
+}
+
+impl TestDb {
+    async fn new(backend: Backend) -> Self {
+        let unique = format!("potluck_t_{:016x}", rand::random::<u64>());
+        match backend {
+            Backend::Sqlite => {
+                let path = std::env::temp_dir().join(format!("{unique}.db"));
+                let store = Store::connect(&format!("sqlite://{}", path.display()), 4)
+                    .await
+                    .unwrap();
+                Self {
+                    store,
+                    pg_name: None,
+                    sqlite_path: Some(path),
+                }
+            }
+            Backend::Postgres => {
+                let admin = Store::connect(&pg_admin_url(), 1).await.unwrap();
+                sqlx::raw_sql(&format!("CREATE DATABASE {unique}"))
+                    .execute(admin.pool())
+                    .await
+                    .unwrap();
+                admin.close().await;
+                let base = pg_admin_url();
+                let url = format!("{}/{unique}", &base[..base.rfind('/').unwrap()]);
+                let store = Store::connect(&url, 4).await.unwrap();
+                Self {
+                    store,
+                    pg_name: Some(unique),
+                    sqlite_path: None,
+                }
+            }
+        }
+    }
+
+    async fn cleanup(self) {
+        self.store.close().await;
+        if let Some(name) = self.pg_name {
+            let admin = Store::connect(&pg_admin_url(), 1).await.unwrap();
+            sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .execute(admin.pool())
+                .await
+                .unwrap();
+            admin.close().await;
+        }
+        if let Some(path) = self.sqlite_path {
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+            }
+        }
+    }
+}
+
+fn addr(i: u32) -> Result<String, String> {
+    Ok(format!("addr-{i}"))
+}
+
+fn config() -> ServiceConfig {
+    ServiceConfig {
+        fee_address: "fee".into(),
+        fee_rate_sat_vb: 2,
+        round_duration_seconds: 120,
+        min_bet_sats: 1000,
+        min_withdrawal_sats: 1000,
+        deposit_confirmations: 1,
+        paused: false,
+    }
+}
+
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[tokio::test] async fn $name() { super::$name(super::Backend::Sqlite).await })*
+        }
+        mod postgres {
+            $(#[tokio::test] async fn $name() { super::$name(super::Backend::Postgres).await })*
+        }
+    };
+}
+
+both_backends!(
+    users_are_unique_ignoring_case_and_get_distinct_indexes,
+    concurrent_case_variants_give_one_account,
+    derivation_index_collision_retries_then_conflicts,
+    case_collision_blocks_the_upgrade,
+    password_changes_bump_token_version,
+    config_updates_are_audited_with_diffs,
+    first_round_is_created_once,
+);
+
+async fn users_are_unique_ignoring_case_and_get_distinct_indexes(b: Backend) {
+    let db = TestDb::new(b).await;
+    let s = &db.store;
+    s.migrate().await.unwrap();
+    let bob = s.create_user("Bob", "h1", addr).await.unwrap();
+    assert_eq!(
+        (
+            bob.username.as_str(),
+            bob.derivation_index,
+            bob.address.as_str()
+        ),
+        ("Bob", 0, "addr-0")
+    );
+    let amy = s.create_user("amy", "h2", addr).await.unwrap();
+    assert_eq!(amy.derivation_index, 1);
+    assert!(
+        matches!(s.create_user("bOB", "h3", addr).await, Err(StoreError::UsernameTaken(n)) if n == "bOB")
+    );
+    let found = s.user_by_name("BOB").await.unwrap().unwrap();
+    assert_eq!(found.username, "Bob", "stored as typed");
+    assert_eq!(s.user_by_id(amy.id).await.unwrap().unwrap().username, "amy");
+    assert!(s.user_by_name("carol").await.unwrap().is_none());
+    // Migrating again is a no-op.
+    s.migrate().await.unwrap();
+    db.cleanup().await;
+}
+
+async fn concurrent_case_variants_give_one_account(b: Backend) {
+    let db = TestDb::new(b).await;
+    db.store.migrate().await.unwrap();
+    for round in 0..5 {
+        let (upper, lower) = (format!("Racer{round}"), format!("racer{round}"));
+        let (a, c) = tokio::join!(
+            db.store.create_user(&upper, "h", addr),
+            db.store.create_user(&lower, "h", addr)
+        );
+        let oks = [a.is_ok(), c.is_ok()].iter().filter(|x| **x).count();
+        assert_eq!(
+            oks, 1,
+            "exactly one of two concurrent case variants is created"
+        );
+        let err = match (a, c) {
+            (Err(e), _) | (_, Err(e)) => e,
+            _ => unreachable!("one of them failed"),
+        };
+        assert!(matches!(err, StoreError::UsernameTaken(_)), "{err:?}");
+    }
+    db.cleanup().await;
+}
+
+async fn derivation_index_collision_retries_then_conflicts(b: Backend) {
+    let db = TestDb::new(b).await;
+    let s = &db.store;
+    s.migrate().await.unwrap();
+    s.create_user("first", "h", addr).await.unwrap();
+    let calls = Arc::new(AtomicU32::new(0));
+    let c = calls.clone();
+    let err = s
+        .create_user_with("second", "h", addr, move || {
+            c.fetch_add(1, Ordering::SeqCst);
+            async { Ok(0) }
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::DerivationIndexConflict),
+        "{err:?}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), DERIVATION_INDEX_ATTEMPTS);
+    // A collision followed by a free index succeeds on the retry.
+    let c = Arc::new(AtomicU32::new(0));
+    let c2 = c.clone();
+    let user = s
+        .create_user_with("third", "h", addr, move || {
+            let n = c2.fetch_add(1, Ordering::SeqCst);
+            async move { Ok(if n == 0 { 0 } else { 7 }) }
+        })
+        .await
+        .unwrap();
+    assert_eq!(user.derivation_index, 7);
+    assert!(s.user_by_name("second").await.unwrap().is_none());
+    db.cleanup().await;
+}
+
+async fn case_collision_blocks_the_upgrade(b: Backend) {
+    let db = TestDb::new(b).await;
+    let s = &db.store;
+    s.migrate_to(1).await.unwrap();
+    for (i, name) in ["Bob", "bob", "BOB", "amy", "Carl", "carl"]
+        .iter()
+        .enumerate()
+    {
+        sqlx::query("INSERT INTO users (username, password_hash, derivation_index, address, created_at) VALUES ($1, 'h', $2, 'a', 0)")
+            .bind(*name)
+            .bind(100 + i as i64)
+            .execute(s.pool())
+            .await
+            .unwrap();
+    }
+    let err = s.migrate().await.unwrap_err();
+    match &err {
+        StoreError::CaseCollisions {
+            version,
+            collisions,
+        } => {
+            assert_eq!(*version, CASE_INSENSITIVE_USERNAMES);
+            assert_eq!(
+                collisions,
+                &vec![
+                    vec!["BOB".to_string(), "Bob".into(), "bob".into()],
+                    vec!["Carl".into(), "carl".into()]
+                ]
+            );
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(err.to_string().contains("Bob"));
+    // Nothing merged or renamed, and the upgrade is still pending.
+    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM users")
+        .fetch_one(s.pool())
+        .await
+        .unwrap();
+    assert_eq!(n, 6);
+    let v: i64 = sqlx::query_scalar("SELECT MAX(version) FROM potluck_schema_migrations")
+        .fetch_one(s.pool())
+        .await
+        .unwrap();
+    assert_eq!(v, 1);
+    // After the operator resolves the collisions, the upgrade runs.
+    sqlx::query("UPDATE users SET username = username || '_' || id WHERE username IN ('bob', 'BOB', 'carl')").execute(s.pool()).await.unwrap();
+    s.migrate().await.unwrap();
+    assert!(matches!(
+        s.create_user("AMY", "h", addr).await,
+        Err(StoreError::UsernameTaken(_))
+    ));
+    db.cleanup().await;
+}
+
+async fn password_changes_bump_token_version(b: Backend) {
+    let db = TestDb::new(b).await;
+    let s = &db.store;
+    s.migrate().await.unwrap();
+    s.init_config(&config()).await.unwrap();
+    let u = s.create_user("Dora", "old", addr).await.unwrap();
+    assert_eq!(s.change_password(u.id, 0, "new").await.unwrap(), Some(1));
+    assert_eq!(
+        s.change_password(u.id, 0, "newer").await.unwrap(),
+        None,
+        "stale session cannot change it"
+    );
+    assert_eq!(
+        s.token_version(u.id).await.unwrap(),
+        Some(("Dora".into(), 1))
+    );
+    assert_eq!(
+        s.reset_password("dORA", "reset", "admin").await.unwrap(),
+        Some(("Dora".into(), 2))
+    );
+    assert_eq!(
+        s.reset_password("nobody", "reset", "admin").await.unwrap(),
+        None
+    );
+    let row = s.user_by_id(u.id).await.unwrap().unwrap();
+    assert_eq!(
+        (row.password_hash.as_str(), row.token_version),
+        ("reset", 2)
+    );
+    let audit = s.audit_page(10, None).await.unwrap();
+    assert_eq!(audit.len(), 1);
+    assert_eq!(audit[0].event, "password_reset");
+    assert_eq!(audit[0].details["username"], "Dora");
+    db.cleanup().await;
+}
+
+async fn config_updates_are_audited_with_diffs(b: Backend) {
+    let db = TestDb::new(b).await;
+    let s = &db.store;
+    s.migrate().await.unwrap();
+    s.init_config(&config()).await.unwrap();
+    s.init_config(&ServiceConfig {
+        fee_rate_sat_vb: 99,
+        ..config()
+    })
+    .await
+    .unwrap();
+    assert_eq!(s.config().await.unwrap(), config(), "init never overwrites");
+    let patch = ConfigPatch {
+        fee_rate_sat_vb: Some(5),
+        round_duration_seconds: Some(120),
+        ..Default::default()
+    };
+    let (after, diff) = s.update_config(&patch, "admin").await.unwrap();
+    assert_eq!(after.fee_rate_sat_vb, 5);
+    assert_eq!(
+        Value::Object(diff),
+        serde_json::json!({"fee_rate_sat_vb": {"before": 2, "after": 5}})
+    );
+    // A no-op writes nothing.
+    let (_, diff) = s.update_config(&patch, "admin").await.unwrap();
+    assert!(diff.is_empty());
+    assert!(s.set_paused(true, "admin").await.unwrap().1);
+    assert!(!s.set_paused(true, "admin").await.unwrap().1);
+    assert!(s.config().await.unwrap().paused);
+    assert!(s.set_paused(false, "admin").await.unwrap().1);
+    let all = s.audit_page(10, None).await.unwrap();
+    let events: Vec<&str> = all.iter().map(|e| e.event.as_str()).collect();
+    assert_eq!(events, ["resumed", "paused", "config_updated"]);
+    assert_eq!(
+        all[2].diff,
+        serde_json::json!({"fee_rate_sat_vb": {"before": 2, "after": 5}})
+    );
+    assert!(all[2].at.ends_with('Z'));
+    let page = s.audit_page(2, None).await.unwrap();
+    assert_eq!(page.len(), 2);
+    let rest = s.audit_page(2, Some(page[1].id)).await.unwrap();
+    assert_eq!(
+        rest.iter().map(|e| e.event.as_str()).collect::<Vec<_>>(),
+        ["config_updated"]
+    );
+    // Concurrent updates serialise: every change is audited exactly once.
+    let mut tasks = Vec::new();
+    for rate in 10..20 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            s.update_config(
+                &ConfigPatch {
+                    fee_rate_sat_vb: Some(rate),
+                    ..Default::default()
+                },
+                "admin",
+            )
+            .await
+            .unwrap()
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let n: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM audit_log WHERE event = 'config_updated'")
+            .fetch_one(s.pool())
+            .await
+            .unwrap();
+    assert_eq!(n, 11);
+    db.cleanup().await;
+}
+
+async fn first_round_is_created_once(b: Backend) {
+    let db = TestDb::new(b).await;
+    let s = &db.store;
+    s.migrate().await.unwrap();
+    s.init_config(&config()).await.unwrap();
+    assert!(s.current_round().await.unwrap().is_none());
+    let (r1, r2) = tokio::join!(s.ensure_round(1000), s.ensure_round(1000));
+    let (r1, r2) = (r1.unwrap(), r2.unwrap());
+    assert_eq!(r1, r2);
+    assert_eq!(
+        (r1.status.as_str(), r1.opened_at, r1.closes_at),
+        ("open", 1000, 1120)
+    );
+    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM rounds")
+        .fetch_one(s.pool())
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    let u = s.create_user("eve", "h", addr).await.unwrap();
+    assert!(!s.user_played(r1.id, u.id).await.unwrap());
+    sqlx::query(
+        "INSERT INTO bets (round_id, user_id, amount_sats, created_at) VALUES ($1, $2, 5000, 0)",
+    )
+    .bind(r1.id)
+    .bind(u.id)
+    .execute(s.pool())
+    .await
+    .unwrap();
+    assert!(s.user_played(r1.id, u.id).await.unwrap());
+    db.cleanup().await;
+}
