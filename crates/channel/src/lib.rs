@@ -1,0 +1,6 @@
+//! Sans-IO payment channels: the channel state machine of the peer protocol
+//! and the segwit transactions it signs (DESIGN.md §3, PROTOCOL-NOTES §6–§8).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+#![warn(missing_docs)]
+
+pub mod shachain;
