@@ -4,4 +4,6 @@
 #![warn(missing_docs)]
 
 pub mod funding;
+pub mod script;
 pub mod shachain;
+pub mod tx;
