@@ -143,8 +143,11 @@ impl CState {
             ours: Side::default(),
             theirs: Side::default(),
         };
-        let total = anchor_sat.checked_mul(1000).ok_or(FundingError::AnchorTooSmall)?;
-        c.rebalance(total, 0, false).map_err(|_| FundingError::AnchorTooSmall)?;
+        let total = anchor_sat
+            .checked_mul(1000)
+            .ok_or(FundingError::AnchorTooSmall)?;
+        c.rebalance(total, 0, false)
+            .map_err(|_| FundingError::AnchorTooSmall)?;
         Ok(c)
     }
 
@@ -155,8 +158,12 @@ impl CState {
         nonfunder_total: u64,
         nonfunder_paying: bool,
     ) -> Result<(), FundingError> {
-        let (fp, ff, np, nff) =
-            split_fee(funder_total, nonfunder_total, nonfunder_paying, self.fee_sat * 1000)?;
+        let (fp, ff, np, nff) = split_fee(
+            funder_total,
+            nonfunder_total,
+            nonfunder_paying,
+            self.fee_sat * 1000,
+        )?;
         let (funder, nonfunder) = if self.we_fund {
             (&mut self.ours, &mut self.theirs)
         } else {
@@ -362,7 +369,10 @@ mod tests {
         assert_eq!(a.sum_msat(), 999_999_000);
         // The close vector: to_us 939999, to_them 50000 is a 60000 sat fee split after a
         // 50000 sat payment... check our split gives the non-funder half when it can.
-        let paid = CState::initial(1_000_000, 10_000, true).unwrap().pay(Who::Us, 100_000_000).unwrap();
+        let paid = CState::initial(1_000_000, 10_000, true)
+            .unwrap()
+            .pay(Who::Us, 100_000_000)
+            .unwrap();
         assert_eq!(paid.theirs.fee_msat, 5_000_000);
         assert_eq!(paid.theirs.pay_msat, 95_000_000);
         assert_eq!(paid.ours.pay_msat, 1_000_000_000 - 100_000_000 - 5_000_000);
@@ -388,7 +398,11 @@ mod tests {
     fn htlc_fulfil_and_fail_move_money() {
         let c = CState::initial(1_000_000, 10_000, false).unwrap();
         assert_eq!(c.theirs.pay_msat, 990_000_000);
-        let h = Htlc { amount_msat: 50_000_000, r_hash: Sha256::hash(b"x"), expiry: Locktime::Blocks(100) };
+        let h = Htlc {
+            amount_msat: 50_000_000,
+            r_hash: Sha256::hash(b"x"),
+            expiry: Locktime::Blocks(100),
+        };
         let c1 = c.add_htlc(Who::Them, h).unwrap();
         assert_eq!(c1.sum_msat(), 1_000_000_000);
         assert_eq!(c1.add_htlc(Who::Them, h), Err(FundingError::DuplicateHtlc));
@@ -396,7 +410,10 @@ mod tests {
         assert_eq!(ok.ours.total_msat(), 50_000_000);
         let back = c1.remove_htlc(Who::Them, &h.r_hash, false).unwrap();
         assert_eq!(back, c);
-        assert_eq!(c1.remove_htlc(Who::Us, &h.r_hash, true), Err(FundingError::NoSuchHtlc));
+        assert_eq!(
+            c1.remove_htlc(Who::Us, &h.r_hash, true),
+            Err(FundingError::NoSuchHtlc)
+        );
         assert_eq!(c1.mirror().mirror(), c1);
     }
 }

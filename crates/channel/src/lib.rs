@@ -3,7 +3,15 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs)]
 
+pub mod channel;
 pub mod funding;
 pub mod script;
 pub mod shachain;
 pub mod tx;
+
+pub use channel::{
+    apply_change, Action, AnchorRole, Change, Channel, ChannelConfig, ChannelError, ChannelSecrets,
+    CommandError, Event, Rejected, State,
+};
+pub use funding::{CState, Htlc, Side, Who};
+pub use shachain::RevocationSecrets;

@@ -104,7 +104,10 @@ impl RevocationSecrets {
     /// Out of order, or inconsistent with the stored preimages.
     pub fn check(&self, n: u64, preimage: &Preimage) -> Result<(), ShachainError> {
         if n != self.next {
-            return Err(ShachainError::OutOfOrder { got: n, expected: self.next });
+            return Err(ShachainError::OutOfOrder {
+                got: n,
+                expected: self.next,
+            });
         }
         let index = !n;
         let pos = trailing_zeros(index) as usize;
@@ -124,7 +127,10 @@ impl RevocationSecrets {
         self.check(n, preimage)?;
         let index = !n;
         let pos = (trailing_zeros(index) as usize).min(64);
-        let entry = Known { index, hash: preimage.0 };
+        let entry = Known {
+            index,
+            hash: preimage.0,
+        };
         if pos < self.known.len() {
             self.known[pos] = entry;
         } else {
@@ -164,13 +170,20 @@ mod tests {
     fn shachain_vectors() {
         let v = vectors();
         let sc = &v["shachain"];
-        let seed: [u8; 32] = hex::decode(sc["seed"].as_str().unwrap()).unwrap().try_into().unwrap();
+        let seed: [u8; 32] = hex::decode(sc["seed"].as_str().unwrap())
+            .unwrap()
+            .try_into()
+            .unwrap();
         let entries = sc["entries"].as_array().unwrap();
         assert_eq!(entries.len(), 6);
         for e in entries {
             let n: u64 = e["index"].as_str().unwrap().parse().unwrap();
             let p = preimage_from_seed(&seed, n);
-            assert_eq!(hex::encode(p.0), e["preimage"].as_str().unwrap(), "preimage {n}");
+            assert_eq!(
+                hex::encode(p.0),
+                e["preimage"].as_str().unwrap(),
+                "preimage {n}"
+            );
             let h = revocation_hash_from_seed(&seed, n);
             assert_eq!(
                 hex::encode(h.to_byte_array()),
@@ -187,7 +200,11 @@ mod tests {
         for n in 0..2000u64 {
             store.insert(n, &preimage_from_seed(&seed, n)).unwrap();
             assert!(store.slots() <= 65);
-            assert!(store.slots() <= 12, "2000 entries need at most 12 slots, got {}", store.slots());
+            assert!(
+                store.slots() <= 12,
+                "2000 entries need at most 12 slots, got {}",
+                store.slots()
+            );
         }
         for n in 0..2000u64 {
             assert_eq!(store.get(n), Some(preimage_from_seed(&seed, n)), "n={n}");
@@ -209,12 +226,17 @@ mod tests {
         assert_eq!(store, before);
         assert_eq!(
             store.insert(5, &preimage_from_seed(&seed, 5)),
-            Err(ShachainError::OutOfOrder { got: 5, expected: 1 })
+            Err(ShachainError::OutOfOrder {
+                got: 5,
+                expected: 1
+            })
         );
         store.insert(1, &preimage_from_seed(&seed, 1)).unwrap();
         // A preimage from another seed is inconsistent once it has to derive older ones.
         let mut other = store.clone();
-        other.insert(2, &preimage_from_seed(&[8; 32], 2)).unwrap_or(());
+        other
+            .insert(2, &preimage_from_seed(&[8; 32], 2))
+            .unwrap_or(());
         assert!(other.insert(3, &preimage_from_seed(&[8; 32], 3)).is_err());
     }
 }

@@ -17,8 +17,8 @@ use wire::Sha256;
 
 use crate::funding::{CState, Htlc};
 use crate::script::{
-    anchor_script, cltv_value, htlc_offered_script, htlc_received_script,
-    revocable_script, sorted_keys, LocktimeError,
+    anchor_script, cltv_value, htlc_offered_script, htlc_received_script, revocable_script,
+    sorted_keys, LocktimeError,
 };
 
 /// Outputs below this many satoshis are not created (Bitcoin Core's P2PKH dust limit,
@@ -104,7 +104,10 @@ pub fn p2wpkh(key: &PublicKey) -> ScriptBuf {
 pub fn commitment_locks(n: u64) -> (LockTime, Sequence) {
     let lock = 0x2000_0000 | (n & 0x00ff_ffff) as u32;
     let seq = 0x8000_0000 | ((n >> 24) & 0x00ff_ffff) as u32;
-    (LockTime::from_consensus(lock), Sequence::from_consensus(seq))
+    (
+        LockTime::from_consensus(lock),
+        Sequence::from_consensus(seq),
+    )
 }
 
 /// The commitment number encoded by [`commitment_locks`], if `tx` carries one.
@@ -204,7 +207,10 @@ pub fn commitment_tx(
         }],
         output: outputs
             .iter()
-            .map(|o| TxOut { value: o.value, script_pubkey: o.script_pubkey.clone() })
+            .map(|o| TxOut {
+                value: o.value,
+                script_pubkey: o.script_pubkey.clone(),
+            })
             .collect(),
     };
     Ok(Commitment { tx, outputs })
@@ -221,10 +227,15 @@ pub fn close_tx(
     let mut outs: Vec<TxOut> = [(a_final, a_sat), (b_final, b_sat)]
         .into_iter()
         .filter(|(_, v)| *v >= DUST_LIMIT_SAT)
-        .map(|(k, v)| TxOut { value: Amount::from_sat(v), script_pubkey: p2wpkh(k) })
+        .map(|(k, v)| TxOut {
+            value: Amount::from_sat(v),
+            script_pubkey: p2wpkh(k),
+        })
         .collect();
     outs.sort_by(|x, y| {
-        x.value.cmp(&y.value).then_with(|| x.script_pubkey.as_bytes().cmp(y.script_pubkey.as_bytes()))
+        x.value
+            .cmp(&y.value)
+            .then_with(|| x.script_pubkey.as_bytes().cmp(y.script_pubkey.as_bytes()))
     });
     Transaction {
         version: Version::TWO,
@@ -240,7 +251,12 @@ pub fn close_tx(
 }
 
 /// The BIP143 digest for input `index` spending a P2WSH output.
-pub fn p2wsh_sighash(tx: &Transaction, index: usize, witness_script: &ScriptBuf, value: Amount) -> Message {
+pub fn p2wsh_sighash(
+    tx: &Transaction,
+    index: usize,
+    witness_script: &ScriptBuf,
+    value: Amount,
+) -> Message {
     let mut cache = SighashCache::new(tx);
     let h = cache
         .p2wsh_signature_hash(index, witness_script, value, EcdsaSighashType::All)
@@ -273,7 +289,12 @@ pub fn verify_anchor_spend(
     let mut sig = *sig;
     // Accept high-S like the reference does (PROTOCOL-NOTES §3); the witness gets low-S.
     sig.normalize_s();
-    secp.verify_ecdsa(&p2wsh_sighash(tx, 0, anchor_script, anchor_value), &sig, key).is_ok()
+    secp.verify_ecdsa(
+        &p2wsh_sighash(tx, 0, anchor_script, anchor_value),
+        &sig,
+        key,
+    )
+    .is_ok()
 }
 
 fn der_all(sig: &Signature) -> Vec<u8> {
@@ -292,7 +313,11 @@ pub fn finalize_anchor_spend(
 ) {
     let script = anchor_script(key_a, key_b);
     let (first, _) = sorted_keys(key_a, key_b);
-    let (mut s1, mut s2) = if first == *key_a { (*sig_a, *sig_b) } else { (*sig_b, *sig_a) };
+    let (mut s1, mut s2) = if first == *key_a {
+        (*sig_a, *sig_b)
+    } else {
+        (*sig_b, *sig_a)
+    };
     s1.normalize_s();
     s2.normalize_s();
     let mut w = Witness::new();
@@ -368,7 +393,10 @@ pub fn sweep_tx(
     }
     let total: u64 = inputs.iter().map(|i| i.value.to_sat()).sum();
     if total < fee_sat + DUST_LIMIT_SAT {
-        return Err(TxError::FeeTooHigh { inputs_sat: total, fee_sat });
+        return Err(TxError::FeeTooHigh {
+            inputs_sat: total,
+            fee_sat,
+        });
     }
     let mut tx = Transaction {
         version: Version::TWO,
@@ -382,7 +410,10 @@ pub fn sweep_tx(
                 witness: Witness::new(),
             })
             .collect(),
-        output: vec![TxOut { value: Amount::from_sat(total - fee_sat), script_pubkey: destination }],
+        output: vec![TxOut {
+            value: Amount::from_sat(total - fee_sat),
+            script_pubkey: destination,
+        }],
     };
     let secp = Secp256k1::signing_only();
     let mut witnesses = Vec::with_capacity(inputs.len());
@@ -403,7 +434,10 @@ pub fn sweep_tx(
                     w.push(pk.serialize());
                     w
                 }
-                SweepWitness::Script { witness_script, secret } => {
+                SweepWitness::Script {
+                    witness_script,
+                    secret,
+                } => {
                     let h = cache
                         .p2wsh_signature_hash(idx, witness_script, i.value, EcdsaSighashType::All)
                         .map(|h| h.to_byte_array())
@@ -448,13 +482,17 @@ pub(crate) mod tests {
 
     pub(crate) fn verify_fails(tx: &Transaction, spent: &[(OutPoint, TxOut)]) {
         assert!(
-            tx.verify(|op| spent.iter().find(|(o, _)| o == op).map(|(_, t)| t.clone())).is_err(),
+            tx.verify(|op| spent.iter().find(|(o, _)| o == op).map(|(_, t)| t.clone()))
+                .is_err(),
             "verification unexpectedly passed"
         );
     }
 
     fn anchor() -> (OutPoint, TxOut) {
-        let op = OutPoint { txid: Txid::from_byte_array([0xab; 32]), vout: 1 };
+        let op = OutPoint {
+            txid: Txid::from_byte_array([0xab; 32]),
+            vout: 1,
+        };
         let out = TxOut {
             value: Amount::from_sat(1_000_000),
             script_pubkey: anchor_script(&pk(0x21), &pk(0x22)).to_p2wsh(),
@@ -468,10 +506,24 @@ pub(crate) mod tests {
         let c = CState::initial(1_000_000, 10_000, true).unwrap();
         let c = c.pay(Who::Us, 300_000_000).unwrap();
         let c = c
-            .add_htlc(Who::Us, Htlc { amount_msat: 50_000_000, r_hash: r1.hash(), expiry: Locktime::Blocks(500) })
+            .add_htlc(
+                Who::Us,
+                Htlc {
+                    amount_msat: 50_000_000,
+                    r_hash: r1.hash(),
+                    expiry: Locktime::Blocks(500),
+                },
+            )
             .unwrap();
         let c = c
-            .add_htlc(Who::Them, Htlc { amount_msat: 70_000_000, r_hash: r2.hash(), expiry: Locktime::Blocks(600) })
+            .add_htlc(
+                Who::Them,
+                Htlc {
+                    amount_msat: 70_000_000,
+                    r_hash: r2.hash(),
+                    expiry: Locktime::Blocks(600),
+                },
+            )
             .unwrap();
         (c, r1, r2)
     }
@@ -491,23 +543,51 @@ pub(crate) mod tests {
         let script = anchor_script(&pk(0x21), &pk(0x22));
         let s1 = sign_anchor_spend(&cm.tx, &script, out.value, &sk(0x21));
         let s2 = sign_anchor_spend(&cm.tx, &script, out.value, &sk(0x22));
-        assert!(verify_anchor_spend(&cm.tx, &script, out.value, &s2, &pk(0x22)));
-        assert!(!verify_anchor_spend(&cm.tx, &script, out.value, &s2, &pk(0x21)));
+        assert!(verify_anchor_spend(
+            &cm.tx,
+            &script,
+            out.value,
+            &s2,
+            &pk(0x22)
+        ));
+        assert!(!verify_anchor_spend(
+            &cm.tx,
+            &script,
+            out.value,
+            &s2,
+            &pk(0x21)
+        ));
         finalize_anchor_spend(&mut cm.tx, &pk(0x22), &s2, &pk(0x21), &s1);
         cm
     }
 
     fn spent_of(cm: &Commitment, i: usize) -> (OutPoint, TxOut) {
-        (OutPoint { txid: cm.tx.compute_txid(), vout: i as u32 }, cm.tx.output[i].clone())
+        (
+            OutPoint {
+                txid: cm.tx.compute_txid(),
+                vout: i as u32,
+            },
+            cm.tx.output[i].clone(),
+        )
     }
 
-    fn sweep_one(cm: &Commitment, i: usize, secret: Vec<u8>, key: u8, seq: u32, lock: u32) -> Transaction {
+    fn sweep_one(
+        cm: &Commitment,
+        i: usize,
+        secret: Vec<u8>,
+        key: u8,
+        seq: u32,
+        lock: u32,
+    ) -> Transaction {
         let (op, out) = spent_of(cm, i);
         sweep_tx(
             &[SweepInput {
                 outpoint: op,
                 value: out.value,
-                witness: SweepWitness::Script { witness_script: cm.outputs[i].witness_script.clone(), secret },
+                witness: SweepWitness::Script {
+                    witness_script: cm.outputs[i].witness_script.clone(),
+                    secret,
+                },
                 sequence: Sequence::from_consensus(seq),
                 key: sk(key),
             }],
@@ -539,7 +619,12 @@ pub(crate) mod tests {
         // A wrong signature fails full verification.
         let mut bad = cm.tx.clone();
         let script = anchor_script(&pk(0x21), &pk(0x22));
-        let s1 = sign_anchor_spend(&close_tx(anchor().0, &pk(1), 1000, &pk(2), 1000), &script, Amount::from_sat(1_000_000), &sk(0x21));
+        let s1 = sign_anchor_spend(
+            &close_tx(anchor().0, &pk(1), 1000, &pk(2), 1000),
+            &script,
+            Amount::from_sat(1_000_000),
+            &sk(0x21),
+        );
         let s2 = sign_anchor_spend(&bad, &script, Amount::from_sat(1_000_000), &sk(0x22));
         finalize_anchor_spend(&mut bad, &pk(0x21), &s1, &pk(0x22), &s2);
         verify_fails(&bad, &[anchor()]);
@@ -552,7 +637,10 @@ pub(crate) mod tests {
             let tx = Transaction {
                 version: Version::TWO,
                 lock_time: l,
-                input: vec![TxIn { sequence: s, ..TxIn::default() }],
+                input: vec![TxIn {
+                    sequence: s,
+                    ..TxIn::default()
+                }],
                 output: vec![],
             };
             assert_eq!(commitment_number(&tx), Some(n));
@@ -582,27 +670,66 @@ pub(crate) mod tests {
         verify_fails(&sweep_one(&cm, i, vec![], 0x31, 9, 0), &[spent_of(&cm, i)]);
         verify_fails(&sweep_one(&cm, i, vec![], 0x32, 10, 0), &[spent_of(&cm, i)]);
         // The other side takes it with the revocation preimage, at once.
-        verify(&sweep_one(&cm, i, rev.0.to_vec(), 0x32, 0xffff_fffe, 0), &[spent_of(&cm, i)]);
+        verify(
+            &sweep_one(&cm, i, rev.0.to_vec(), 0x32, 0xffff_fffe, 0),
+            &[spent_of(&cm, i)],
+        );
         // Offered HTLC: refund to owner after expiry 500 and delay.
         let i = index_of(&cm, |k| matches!(k, OutputKind::HtlcOffered(_)));
-        verify(&sweep_one(&cm, i, vec![], 0x31, 10, 500), &[spent_of(&cm, i)]);
-        verify_fails(&sweep_one(&cm, i, vec![], 0x31, 10, 499), &[spent_of(&cm, i)]);
+        verify(
+            &sweep_one(&cm, i, vec![], 0x31, 10, 500),
+            &[spent_of(&cm, i)],
+        );
+        verify_fails(
+            &sweep_one(&cm, i, vec![], 0x31, 10, 499),
+            &[spent_of(&cm, i)],
+        );
         // …or to the other side with R, or with the revocation preimage.
-        verify(&sweep_one(&cm, i, r1.0.to_vec(), 0x32, 0xffff_fffe, 0), &[spent_of(&cm, i)]);
-        verify(&sweep_one(&cm, i, rev.0.to_vec(), 0x32, 0xffff_fffe, 0), &[spent_of(&cm, i)]);
-        verify_fails(&sweep_one(&cm, i, r2.0.to_vec(), 0x32, 0xffff_fffe, 0), &[spent_of(&cm, i)]);
+        verify(
+            &sweep_one(&cm, i, r1.0.to_vec(), 0x32, 0xffff_fffe, 0),
+            &[spent_of(&cm, i)],
+        );
+        verify(
+            &sweep_one(&cm, i, rev.0.to_vec(), 0x32, 0xffff_fffe, 0),
+            &[spent_of(&cm, i)],
+        );
+        verify_fails(
+            &sweep_one(&cm, i, r2.0.to_vec(), 0x32, 0xffff_fffe, 0),
+            &[spent_of(&cm, i)],
+        );
         // Received HTLC: owner with R after delay; other after expiry 600 or with revocation.
         let i = index_of(&cm, |k| matches!(k, OutputKind::HtlcReceived(_)));
-        verify(&sweep_one(&cm, i, r2.0.to_vec(), 0x31, 10, 0), &[spent_of(&cm, i)]);
-        verify_fails(&sweep_one(&cm, i, r2.0.to_vec(), 0x31, 3, 0), &[spent_of(&cm, i)]);
-        verify(&sweep_one(&cm, i, vec![], 0x32, 0xffff_fffe, 600), &[spent_of(&cm, i)]);
-        verify_fails(&sweep_one(&cm, i, vec![], 0x32, 0xffff_fffe, 599), &[spent_of(&cm, i)]);
-        verify(&sweep_one(&cm, i, rev.0.to_vec(), 0x32, 0xffff_fffe, 0), &[spent_of(&cm, i)]);
+        verify(
+            &sweep_one(&cm, i, r2.0.to_vec(), 0x31, 10, 0),
+            &[spent_of(&cm, i)],
+        );
+        verify_fails(
+            &sweep_one(&cm, i, r2.0.to_vec(), 0x31, 3, 0),
+            &[spent_of(&cm, i)],
+        );
+        verify(
+            &sweep_one(&cm, i, vec![], 0x32, 0xffff_fffe, 600),
+            &[spent_of(&cm, i)],
+        );
+        verify_fails(
+            &sweep_one(&cm, i, vec![], 0x32, 0xffff_fffe, 599),
+            &[spent_of(&cm, i)],
+        );
+        verify(
+            &sweep_one(&cm, i, rev.0.to_vec(), 0x32, 0xffff_fffe, 0),
+            &[spent_of(&cm, i)],
+        );
         // The other side's P2WPKH output.
         let i = index_of(&cm, |k| matches!(k, OutputKind::ToOther));
         let (op, out) = spent_of(&cm, i);
         let t = sweep_tx(
-            &[SweepInput { outpoint: op, value: out.value, witness: SweepWitness::P2wpkh, sequence: Sequence::MAX, key: sk(0x32) }],
+            &[SweepInput {
+                outpoint: op,
+                value: out.value,
+                witness: SweepWitness::P2wpkh,
+                sequence: Sequence::MAX,
+                key: sk(0x32),
+            }],
             p2wpkh(&pk(0x32)),
             500,
             LockTime::ZERO,
@@ -621,12 +748,18 @@ pub(crate) mod tests {
         let est = sweep_weight(&[SweepInput {
             outpoint: OutPoint::null(),
             value: Amount::ZERO,
-            witness: SweepWitness::Script { witness_script: cm.outputs[i].witness_script.clone(), secret: vec![] },
+            witness: SweepWitness::Script {
+                witness_script: cm.outputs[i].witness_script.clone(),
+                secret: vec![],
+            },
             sequence: Sequence::MAX,
             key: sk(1),
         }]);
         let real = t.weight().to_wu();
-        assert!(est >= real && est <= real + 16, "estimate {est} real {real}");
+        assert!(
+            est >= real && est <= real + 16,
+            "estimate {est} real {real}"
+        );
         assert!(sweep_tx(&[], p2wpkh(&pk(1)), 0, LockTime::ZERO).is_err());
     }
 }
