@@ -871,6 +871,14 @@ impl Channel {
 
     fn on_commitment_seen(&mut self, tx: &Transaction) -> Result<Vec<Action>, CommandError> {
         let txid = tx.compute_txid();
+        if self
+            .onchain
+            .as_ref()
+            .is_some_and(|oc| oc.commitment.tx.compute_txid() == txid)
+        {
+            // Already handled (we broadcast it ourselves, or saw it before).
+            return Ok(Vec::new());
+        }
         let cs = self.cs()?.clone();
         // Closing transaction?
         if tx.lock_time == LockTime::ZERO && commitment_number(tx).is_none() {
