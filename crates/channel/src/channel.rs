@@ -276,15 +276,20 @@ pub enum ChannelError {
     Tx(#[from] TxError),
 }
 
-/// A rejected packet: the error and the `error` packet to send before hanging up.
+/// A rejected packet: send [`Rejected::reply`] (an `error` packet), then hang up.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{error}")]
 pub struct Rejected {
     /// What went wrong.
     #[source]
     pub error: ChannelError,
-    /// `error{problem}` for the peer.
-    pub reply: Packet,
+}
+
+impl Rejected {
+    /// The `error{problem}` packet for the peer, `problem` being the error's text.
+    pub fn reply(&self) -> Packet {
+        Packet::error(self.error.to_string())
+    }
 }
 
 /// Why an owner command was refused; the channel is unchanged and nothing is sent.
@@ -1177,10 +1182,7 @@ impl Channel {
                 *self = next;
                 Ok(actions)
             }
-            Err(error) => {
-                let reply = Packet::error(error.to_string());
-                Err(Rejected { error, reply })
-            }
+            Err(error) => Err(Rejected { error }),
         }
     }
 

@@ -168,8 +168,7 @@ proptest! {
         a_funds in any::<bool>(),
         ops in proptest::collection::vec(op(), 1000),
     ) {
-        let mut cfg = ChannelConfig::default();
-        cfg.commitment_fee_sat = 20_000;
+        let cfg = ChannelConfig { commitment_fee_sat: 20_000, ..Default::default() };
         let mut w = World { p: Pair::new(a_funds, cfg), preimages: HashMap::new(), counter: 0, completed: 0 };
         w.p.open();
         for op in &ops {

@@ -229,7 +229,7 @@ fn every_packet_in_every_state_is_rejected_unless_allowed_and_nothing_changes() 
             let err = res.expect_err(&format!("{} accepted in {:?}", pkt.name(), ch.state()));
             assert_eq!(err.error, ChannelError::UnexpectedPacket(pkt.name()));
             assert_eq!(
-                err.reply,
+                err.reply(),
                 Packet::error(format!("Unexpected packet {}", pkt.name()))
             );
             assert_eq!(
@@ -262,7 +262,7 @@ fn rejected_unchanged(ch: &mut Channel, pkt: &Packet) -> ChannelError {
         .expect_err("must be rejected");
     assert_eq!(ch, &before, "state changed");
     assert!(
-        matches!(&err.reply, Packet::Error(e) if e.problem.as_deref() == Some(err.error.to_string().as_str()))
+        matches!(&err.reply(), Packet::Error(e) if e.problem.as_deref() == Some(err.error.to_string().as_str()))
     );
     err.error
 }

@@ -132,9 +132,6 @@ fn open_with_b_funding_and_htlc_routefail_timeout_decline() {
         )
         .is_err());
     // ...and an expiry beyond B's range is declined with cannot_route.
-    let mut cfg_a = ChannelConfig::default();
-    cfg_a.max_htlc_expiry_blocks = 100_000;
-    let _ = cfg_a;
     let far = Locktime::Blocks(p.chain.height + 5_000);
     assert!(matches!(
         p.a.ch.add_htlc(1_000_000, r(5).hash(), far, p.now),
@@ -169,8 +166,10 @@ fn decline_insufficient_funds_carries_funding() {
     }
     // Through the real path: A accepts expiries up to 10 blocks ahead only; B's HTLC
     // expiring in 50 is declined with cannot_route and B is told.
-    let mut short = ChannelConfig::default();
-    short.max_htlc_expiry_blocks = 10;
+    let short = ChannelConfig {
+        max_htlc_expiry_blocks: 10,
+        ..Default::default()
+    };
     let mut p2 = Pair::new_with(true, short, ChannelConfig::default());
     p2.open();
     let acts = p2.a.ch.pay(100_000_000).unwrap();
@@ -234,8 +233,10 @@ fn simultaneous_proposals_resolve_by_priority() {
 
 #[test]
 fn unilateral_close_claims_after_delay_and_htlc_fulfilled_on_chain() {
-    let mut cfg = ChannelConfig::default();
-    cfg.delay = Locktime::Blocks(20);
+    let cfg = ChannelConfig {
+        delay: Locktime::Blocks(20),
+        ..Default::default()
+    };
     let mut p = Pair::new(true, cfg);
     p.open();
     let acts = p.a.ch.pay(2_000_000_000).unwrap();
