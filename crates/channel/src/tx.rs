@@ -763,3 +763,53 @@ pub(crate) mod tests {
         assert!(sweep_tx(&[], p2wpkh(&pk(1)), 0, LockTime::ZERO).is_err());
     }
 }
+
+#[cfg(test)]
+mod weight_tests {
+    use super::tests::{pk, sk};
+    use super::*;
+    use crate::funding::Who;
+    use bitcoin::Txid;
+    use wire::{Locktime, Preimage};
+
+    fn signed_weight(c: &CState) -> u64 {
+        let op = OutPoint {
+            txid: Txid::from_byte_array([1; 32]),
+            vout: 0,
+        };
+        let keys = CommitmentKeys {
+            owner_final: pk(0x31),
+            other_final: pk(0x32),
+            delay_csv: 144,
+            revocation_hash: Preimage([3; 32]).hash(),
+        };
+        let mut cm = commitment_tx(op, c, &keys, 1).unwrap();
+        let script = anchor_script(&pk(0x21), &pk(0x22));
+        let s1 = sign_anchor_spend(&cm.tx, &script, Amount::from_sat(c.anchor_sat), &sk(0x21));
+        let s2 = sign_anchor_spend(&cm.tx, &script, Amount::from_sat(c.anchor_sat), &sk(0x22));
+        finalize_anchor_spend(&mut cm.tx, &pk(0x21), &s1, &pk(0x22), &s2);
+        cm.tx.weight().to_wu()
+    }
+
+    #[test]
+    fn documented_commitment_weights() {
+        let c = CState::initial(1_000_000, 10_000, true)
+            .unwrap()
+            .pay(Who::Us, 100_000_000)
+            .unwrap();
+        let base = signed_weight(&c);
+        let h = Htlc {
+            amount_msat: 5_000_000,
+            r_hash: Preimage([4; 32]).hash(),
+            expiry: Locktime::Blocks(900),
+        };
+        let one = signed_weight(&c.add_htlc(Who::Us, h).unwrap());
+        // docs/channel.md: about 720 WU, +172 WU per HTLC output (signature lengths vary by a byte).
+        assert!((715..=725).contains(&base), "base {base}");
+        assert!(
+            (170..=174).contains(&(one - base)),
+            "per HTLC {}",
+            one - base
+        );
+    }
+}
