@@ -244,6 +244,9 @@ pub enum ChannelError {
     /// `open_channel` violates our limits.
     #[error("bad open_channel: {0}")]
     BadOpen(String),
+    /// `close_channel` asks for a fee that the balances cannot pay.
+    #[error("bad close_channel: {0}")]
+    BadClose(String),
     /// The anchor does not match what was agreed.
     #[error("bad anchor: {0}")]
     BadAnchor(String),
@@ -1373,7 +1376,8 @@ impl Channel {
                         return Ok(vec![decline_funds(needed_msat)]);
                     }
                     Err(FundingError::FeeUnaffordable) => {
-                        let need = u64::from(htlc.amount_msat) + self.cs()?.fee_sat * 1000;
+                        let need = u64::from(htlc.amount_msat)
+                            .saturating_add(self.cs()?.fee_sat.saturating_mul(1000));
                         return Ok(vec![decline_funds(need)]);
                     }
                     _ => {}
@@ -1559,7 +1563,7 @@ impl Channel {
         }
         let mut tx = self
             .close_transaction(c.close_fee)
-            .map_err(|e| ChannelError::BadOpen(format!("close_fee {}: {e}", c.close_fee)))?;
+            .map_err(|e| ChannelError::BadClose(format!("close_fee {}: {e}", c.close_fee)))?;
         self.check_sig(&tx, &c.sig, "close_channel.sig")?;
         let sig = self.sign(&tx)?;
         let (their, _) = self.params()?;
@@ -1577,7 +1581,7 @@ impl Channel {
     fn on_close_complete(&mut self, c: &CloseChannelComplete) -> Result<Vec<Action>, ChannelError> {
         let mut tx = self
             .close_transaction(self.closing_fee_sat)
-            .map_err(|e| ChannelError::BadOpen(e.to_string()))?;
+            .map_err(|e| ChannelError::BadClose(e.to_string()))?;
         self.check_sig(&tx, &c.sig, "close_channel_complete.sig")?;
         let sig = self.sign(&tx)?;
         let (their, _) = self.params()?;

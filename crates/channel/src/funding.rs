@@ -158,12 +158,12 @@ impl CState {
         nonfunder_total: u64,
         nonfunder_paying: bool,
     ) -> Result<(), FundingError> {
-        let (fp, ff, np, nff) = split_fee(
-            funder_total,
-            nonfunder_total,
-            nonfunder_paying,
-            self.fee_sat * 1000,
-        )?;
+        let fee_msat = self
+            .fee_sat
+            .checked_mul(1000)
+            .ok_or(FundingError::FeeUnaffordable)?;
+        let (fp, ff, np, nff) =
+            split_fee(funder_total, nonfunder_total, nonfunder_paying, fee_msat)?;
         let (funder, nonfunder) = if self.we_fund {
             (&mut self.ours, &mut self.theirs)
         } else {

@@ -451,3 +451,27 @@ fn bad_open_parameters_are_rejected() {
     }
     assert!(c.handle_packet(&Packet::Open(wont), 0).is_ok());
 }
+
+#[test]
+fn close_with_unpayable_fee_or_bad_signature_is_rejected() {
+    let mut p = live();
+    let sig = junk_sig();
+    for fee in [u64::MAX, 20_000_000] {
+        let pkt = Packet::Close(CloseChannel {
+            sig,
+            close_fee: fee,
+        });
+        assert!(matches!(
+            rejected_unchanged(&mut p.b.ch, &pkt),
+            ChannelError::BadOpen(_)
+        ));
+    }
+    let pkt = Packet::Close(CloseChannel {
+        sig,
+        close_fee: 5_000,
+    });
+    assert_eq!(
+        rejected_unchanged(&mut p.b.ch, &pkt),
+        ChannelError::BadSignature("close_channel.sig")
+    );
+}
