@@ -463,7 +463,7 @@ fn close_with_unpayable_fee_or_bad_signature_is_rejected() {
         });
         assert!(matches!(
             rejected_unchanged(&mut p.b.ch, &pkt),
-            ChannelError::BadOpen(_)
+            ChannelError::BadClose(_)
         ));
     }
     let pkt = Packet::Close(CloseChannel {
