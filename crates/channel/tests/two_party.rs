@@ -264,7 +264,11 @@ fn unilateral_close_claims_after_delay_and_htlc_fulfilled_on_chain() {
     assert_eq!(p.a.ch.state(), State::OnChain);
     assert_eq!(p.b.ch.state(), State::OnChain);
     // B got its direct output at once.
-    assert!(!p.b.broadcast.is_empty() || p.chain.mined.len() >= 3);
+    let b_final = channel::tx::p2wpkh(&support::final_pubkey(2));
+    assert!(
+        p.chain.mined.iter().any(|t| t.output[0].script_pubkey == b_final && t.output[0].value.to_sat() > 1_900_000),
+        "B's direct output swept to its final key"
+    );
     p.mine_broadcasts();
     // B learns R for A's HTLC and claims it on chain with R, before expiry.
     let acts = p.b.ch.fulfill_htlc(r(5)).unwrap();
@@ -341,4 +345,46 @@ fn revoked_commitment_is_punished_with_everything() {
     p.chain.mine(&penalty).unwrap();
     // The cheater's own delayed claim is now impossible.
     assert!(p.chain.utxos.keys().all(|op| op.txid != old.compute_txid()));
+}
+
+#[test]
+fn their_unilateral_close_we_sweep_ours_and_refund_our_htlc_after_expiry() {
+    let mut p = Pair::new(true, ChannelConfig::default());
+    p.open();
+    let acts = p.a.ch.pay(2_000_000_000).unwrap();
+    p.a.absorb(acts);
+    p.run();
+    let expiry = p.chain.height + 30;
+    let now = p.now;
+    let acts =
+        p.a.ch
+            .add_htlc(700_000_000, r(8).hash(), Locktime::Blocks(expiry), now)
+            .unwrap();
+    p.a.absorb(acts);
+    p.run();
+    // B goes on chain; A sweeps its direct output at once.
+    let acts = p.b.ch.force_close().unwrap();
+    p.b.absorb(acts);
+    let mined_before = p.chain.mined.len();
+    p.mine_broadcasts();
+    let commitment = p.chain.mined[mined_before].clone();
+    assert!(p.a.events.contains(&Event::OnChain {
+        txid: commitment.compute_txid(),
+        owner: Who::Them
+    }));
+    let a_sweep = p
+        .chain
+        .mined
+        .iter()
+        .skip(mined_before + 1)
+        .find(|t| t.input[0].previous_output.txid == commitment.compute_txid())
+        .expect("A's direct output swept");
+    assert!(a_sweep.output[0].value.to_sat() > 7_000_000);
+    // A's HTLC refund waits for the expiry, then is minable.
+    let (refund, csv, lt) = p.a.later.pop().expect("refund scheduled");
+    assert_eq!((csv, lt), (0, expiry));
+    assert!(p.chain.check(&refund).unwrap_err().contains("nLockTime"));
+    p.advance(30);
+    p.chain.mine(&refund).unwrap();
+    assert!(refund.output[0].value.to_sat() > 699_000);
 }

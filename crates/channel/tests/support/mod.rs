@@ -259,6 +259,13 @@ impl Pair {
 
     /// Mines every pending broadcast of both nodes and tells both channels.
     pub fn mine_broadcasts(&mut self) {
+        // Seeing one transaction may make a node broadcast another: repeat until quiet.
+        while !self.a.broadcast.is_empty() || !self.b.broadcast.is_empty() {
+            self.mine_round();
+        }
+    }
+
+    fn mine_round(&mut self) {
         for who in [true, false] {
             let txs: Vec<Transaction> = std::mem::take(&mut self.node(who).broadcast);
             for tx in txs {
