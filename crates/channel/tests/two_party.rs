@@ -266,7 +266,7 @@ fn unilateral_close_claims_after_delay_and_htlc_fulfilled_on_chain() {
     // B got its direct output at once.
     let b_final = channel::tx::p2wpkh(&support::final_pubkey(2));
     assert!(
-        p.chain.mined.iter().any(|t| t.output[0].script_pubkey == b_final && t.output[0].value.to_sat() > 1_900_000),
+        p.chain.mined.iter().any(|t| t.output[0].script_pubkey == b_final && t.output[0].value.to_sat() > 1_690_000),
         "B's direct output swept to its final key"
     );
     p.mine_broadcasts();
