@@ -1,0 +1,182 @@
+//! proptest: 1,000 random mixed updates between two in-memory channels; after
+//! every completed update both sides agree on every balance and HTLC and the
+//! total never changes.
+
+mod support;
+
+use std::collections::HashMap;
+
+use channel::{ChannelConfig, State};
+use proptest::prelude::*;
+use support::{Pair, ANCHOR_SAT};
+use wire::{Locktime, Preimage, Sha256};
+
+#[derive(Debug, Clone)]
+enum Op {
+    Pay {
+        from_a: bool,
+        permille: u16,
+    },
+    Add {
+        from_a: bool,
+        permille: u16,
+        expiry: u8,
+    },
+    Fulfill {
+        pick: u8,
+    },
+    Routefail {
+        pick: u8,
+    },
+    Timeout {
+        pick: u8,
+    },
+    /// Both sides propose payments at the same moment.
+    Both {
+        a_permille: u16,
+        b_permille: u16,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (any::<bool>(), 1u16..300).prop_map(|(from_a, permille)| Op::Pay { from_a, permille }),
+        3 => (any::<bool>(), 1u16..200, 2u8..60).prop_map(|(from_a, permille, expiry)| Op::Add { from_a, permille, expiry }),
+        2 => any::<u8>().prop_map(|pick| Op::Fulfill { pick }),
+        1 => any::<u8>().prop_map(|pick| Op::Routefail { pick }),
+        1 => any::<u8>().prop_map(|pick| Op::Timeout { pick }),
+        2 => (1u16..300, 1u16..300).prop_map(|(a_permille, b_permille)| Op::Both { a_permille, b_permille }),
+    ]
+}
+
+struct World {
+    p: Pair,
+    preimages: HashMap<Sha256, Preimage>,
+    counter: u64,
+    completed: usize,
+}
+
+impl World {
+    fn share(&self, from_a: bool, permille: u16) -> u64 {
+        let n = if from_a { &self.p.a } else { &self.p.b };
+        let total = n.ch.balances().unwrap().ours.total_msat();
+        (total / 1000 * u64::from(permille)).min(u64::from(u32::MAX))
+    }
+
+    fn done(&mut self) {
+        self.p.run();
+        assert_eq!(self.p.a.ch.state(), State::Normal);
+        assert_eq!(self.p.b.ch.state(), State::Normal);
+        self.p.assert_agree();
+        let n = self.p.a.ch.commitment_number() as usize;
+        assert!(n >= self.completed, "commitment numbers only increase");
+        self.completed = n;
+    }
+
+    fn htlc(&self, pick: u8) -> Option<(bool, channel::Htlc)> {
+        let cs = self.p.a.ch.balances()?;
+        let mut all: Vec<(bool, channel::Htlc)> =
+            cs.ours.htlcs.iter().map(|h| (true, *h)).collect();
+        all.extend(cs.theirs.htlcs.iter().map(|h| (false, *h)));
+        if all.is_empty() {
+            return None;
+        }
+        Some(all[pick as usize % all.len()])
+    }
+
+    fn apply(&mut self, op: &Op) {
+        let now = self.p.now;
+        match *op {
+            Op::Pay { from_a, permille } => {
+                let amt = self.share(from_a, permille);
+                if let Ok(acts) = self.p.node(from_a).ch.pay(amt) {
+                    self.p.node(from_a).absorb(acts);
+                }
+            }
+            Op::Add {
+                from_a,
+                permille,
+                expiry,
+            } => {
+                self.counter += 1;
+                let mut r = [0u8; 32];
+                r[..8].copy_from_slice(&self.counter.to_le_bytes());
+                let r = Preimage(r);
+                self.preimages.insert(r.hash(), r);
+                let amt = self.share(from_a, permille);
+                let exp = Locktime::Blocks(self.p.chain.height + u32::from(expiry));
+                if let Ok(acts) = self.p.node(from_a).ch.add_htlc(amt, r.hash(), exp, now) {
+                    self.p.node(from_a).absorb(acts);
+                }
+            }
+            Op::Fulfill { pick } | Op::Routefail { pick } => {
+                let Some((offered_by_a, h)) = self.htlc(pick) else {
+                    return;
+                };
+                let receiver_a = !offered_by_a;
+                let res = if matches!(op, Op::Fulfill { .. }) {
+                    let r = self.preimages[&h.r_hash];
+                    self.p.node(receiver_a).ch.fulfill_htlc(r)
+                } else {
+                    self.p.node(receiver_a).ch.routefail_htlc(h.r_hash)
+                };
+                let acts = res.expect("receiver can always settle an HTLC");
+                self.p.node(receiver_a).absorb(acts);
+            }
+            Op::Timeout { pick } => {
+                let Some((offered_by_a, h)) = self.htlc(pick) else {
+                    return;
+                };
+                let Locktime::Blocks(b) = h.expiry else {
+                    unreachable!()
+                };
+                if self.p.chain.height < b {
+                    let d = b - self.p.chain.height;
+                    self.p.advance(d);
+                }
+                let now = self.p.now;
+                let acts = self
+                    .p
+                    .node(offered_by_a)
+                    .ch
+                    .timeout_htlc(h.r_hash, now)
+                    .expect("expired");
+                self.p.node(offered_by_a).absorb(acts);
+            }
+            Op::Both {
+                a_permille,
+                b_permille,
+            } => {
+                let (x, y) = (self.share(true, a_permille), self.share(false, b_permille));
+                if let Ok(acts) = self.p.a.ch.pay(x) {
+                    self.p.a.absorb(acts);
+                }
+                if let Ok(acts) = self.p.b.ch.pay(y) {
+                    self.p.b.absorb(acts);
+                }
+            }
+        }
+        self.done();
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3, max_shrink_iters: 50, ..ProptestConfig::default() })]
+
+    #[test]
+    fn thousand_random_updates_keep_both_sides_in_agreement(
+        a_funds in any::<bool>(),
+        ops in proptest::collection::vec(op(), 1000),
+    ) {
+        let cfg = ChannelConfig { commitment_fee_sat: 20_000, ..Default::default() };
+        let mut w = World { p: Pair::new(a_funds, cfg), preimages: HashMap::new(), counter: 0, completed: 0 };
+        w.p.open();
+        for op in &ops {
+            w.apply(op);
+        }
+        let cs = w.p.a.ch.balances().unwrap();
+        prop_assert_eq!(cs.sum_msat(), ANCHOR_SAT * 1000);
+        prop_assert!(w.completed >= 500, "only {} updates completed", w.completed);
+        prop_assert!(w.p.a.ch.revocation_slots() <= 12);
+    }
+}

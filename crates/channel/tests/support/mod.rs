@@ -1,0 +1,372 @@
+//! Two channels back to back in memory, a virtual clock and a fake chain that
+//! checks every transaction by full script verification (when built with the
+//! `bitcoinconsensus` feature, as the dev-dependency is) plus nLockTime and
+//! BIP68 relative locks against its own heights.
+#![allow(dead_code)]
+
+use std::collections::{HashMap, VecDeque};
+
+use bitcoin::absolute::LockTime;
+use bitcoin::{Amount, OutPoint, Sequence, Transaction, TxOut, Txid};
+use channel::tx::{p2wpkh, sweep_tx, SweepInput, SweepWitness};
+use channel::{Action, AnchorRole, Channel, ChannelConfig, ChannelSecrets, Event, State};
+use secp256k1::{PublicKey, Secp256k1, SecretKey};
+use wire::Packet;
+
+/// A tiny chain: a UTXO set with confirmation heights.
+#[derive(Debug, Clone, Default)]
+pub struct FakeChain {
+    pub height: u32,
+    pub utxos: HashMap<OutPoint, (TxOut, u32)>,
+    pub mined: Vec<Transaction>,
+    pub verify_scripts: bool,
+}
+
+impl FakeChain {
+    pub fn new() -> Self {
+        FakeChain {
+            height: 100,
+            verify_scripts: true,
+            ..Default::default()
+        }
+    }
+
+    /// Adds a coin out of thin air (the wallet's funding coin).
+    pub fn grant(&mut self, out: TxOut) -> OutPoint {
+        let op = OutPoint {
+            txid: Txid::from_raw_hash(bitcoin::hashes::Hash::hash(&self.utxos.len().to_le_bytes())),
+            vout: 0,
+        };
+        self.utxos.insert(op, (out, self.height));
+        op
+    }
+
+    /// Checks `tx` like a node would at the next block; Err(reason) if not minable.
+    pub fn check(&self, tx: &Transaction) -> Result<(), String> {
+        let next = self.height + 1;
+        let mut any_nonfinal = false;
+        for i in &tx.input {
+            let (_, conf) = self
+                .utxos
+                .get(&i.previous_output)
+                .ok_or("missing or spent input")?;
+            if i.sequence != Sequence::MAX {
+                any_nonfinal = true;
+            }
+            let s = i.sequence.to_consensus_u32();
+            if tx.version.0 >= 2 && s & (1 << 31) == 0 && s & (1 << 22) == 0 {
+                let need = s & 0xffff;
+                if next < conf + need {
+                    return Err(format!(
+                        "BIP68: {need} confirmations needed, has {}",
+                        next - conf
+                    ));
+                }
+            }
+        }
+        let lt = tx.lock_time.to_consensus_u32();
+        if any_nonfinal && lt != 0 && lt < 500_000_000 && lt >= next {
+            return Err(format!("nLockTime {lt} not reached at {next}"));
+        }
+        if self.verify_scripts {
+            tx.verify(|op| self.utxos.get(op).map(|(o, _)| o.clone()))
+                .map_err(|e| format!("script verification: {e:?}"))?;
+        }
+        let ins: u64 = tx
+            .input
+            .iter()
+            .map(|i| self.utxos[&i.previous_output].0.value.to_sat())
+            .sum();
+        let outs: u64 = tx.output.iter().map(|o| o.value.to_sat()).sum();
+        if outs > ins {
+            return Err("outputs exceed inputs".into());
+        }
+        Ok(())
+    }
+
+    /// Mines `tx` in a new block.
+    pub fn mine(&mut self, tx: &Transaction) -> Result<(), String> {
+        self.check(tx)?;
+        self.height += 1;
+        for i in &tx.input {
+            self.utxos.remove(&i.previous_output);
+        }
+        let txid = tx.compute_txid();
+        for (vout, o) in tx.output.iter().enumerate() {
+            self.utxos.insert(
+                OutPoint {
+                    txid,
+                    vout: vout as u32,
+                },
+                (o.clone(), self.height),
+            );
+        }
+        self.mined.push(tx.clone());
+        Ok(())
+    }
+
+    pub fn confirmations(&self, op: &OutPoint) -> u32 {
+        self.utxos
+            .get(op)
+            .map(|(_, h)| self.height + 1 - h)
+            .unwrap_or(0)
+    }
+}
+
+/// One side: its channel and what it asked the caller to do.
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub ch: Channel,
+    pub outbox: VecDeque<Packet>,
+    pub broadcast: Vec<Transaction>,
+    pub later: Vec<(Transaction, u32, u32)>,
+    pub events: Vec<Event>,
+    pub persists: usize,
+    pub watched: Vec<OutPoint>,
+}
+
+impl Node {
+    pub fn new(ch: Channel) -> Self {
+        Node {
+            ch,
+            outbox: VecDeque::new(),
+            broadcast: vec![],
+            later: vec![],
+            events: vec![],
+            persists: 0,
+            watched: vec![],
+        }
+    }
+
+    pub fn absorb(&mut self, actions: Vec<Action>) {
+        for a in actions {
+            match a {
+                Action::Send(p) => self.outbox.push_back(p),
+                Action::Broadcast(tx) => self.broadcast.push(tx),
+                Action::BroadcastLater {
+                    tx,
+                    csv_blocks,
+                    lock_time,
+                } => self.later.push((tx, csv_blocks, lock_time)),
+                Action::WatchOutput(op) => self.watched.push(op),
+                Action::Persist => self.persists += 1,
+                Action::Notify(e) => self.events.push(e),
+            }
+        }
+    }
+}
+
+pub fn secrets(tag: u8) -> ChannelSecrets {
+    ChannelSecrets {
+        commit_key: SecretKey::from_slice(&[tag; 32]).unwrap(),
+        final_key: SecretKey::from_slice(&[tag.wrapping_add(0x40); 32]).unwrap(),
+        revocation_seed: [tag.wrapping_add(0x80); 32],
+    }
+}
+
+pub fn wallet_key() -> SecretKey {
+    SecretKey::from_slice(&[0x99; 32]).unwrap()
+}
+
+pub fn final_pubkey(tag: u8) -> PublicKey {
+    PublicKey::from_secret_key(&Secp256k1::new(), &secrets(tag).final_key)
+}
+
+/// Two channels wired back to back.
+#[derive(Debug, Clone)]
+pub struct Pair {
+    pub a: Node,
+    pub b: Node,
+    pub now: u64,
+    pub chain: FakeChain,
+}
+
+pub const ANCHOR_SAT: u64 = 10_000_000;
+
+impl Pair {
+    /// A and B; `a_funds` picks who creates the anchor.
+    pub fn new(a_funds: bool, config: ChannelConfig) -> Pair {
+        Self::new_with(a_funds, config.clone(), config)
+    }
+
+    /// As [`Pair::new`] with a configuration per side.
+    pub fn new_with(a_funds: bool, config: ChannelConfig, config_b: ChannelConfig) -> Pair {
+        let (ra, rb) = if a_funds {
+            (
+                AnchorRole::Fund {
+                    anchor_sat: ANCHOR_SAT,
+                },
+                AnchorRole::Accept,
+            )
+        } else {
+            (
+                AnchorRole::Accept,
+                AnchorRole::Fund {
+                    anchor_sat: ANCHOR_SAT,
+                },
+            )
+        };
+        Pair {
+            a: Node::new(Channel::new(config.clone(), secrets(1), ra)),
+            b: Node::new(Channel::new(config_b, secrets(2), rb)),
+            now: 1_700_000_000,
+            chain: FakeChain::new(),
+        }
+    }
+
+    pub fn node(&mut self, a: bool) -> &mut Node {
+        if a {
+            &mut self.a
+        } else {
+            &mut self.b
+        }
+    }
+
+    /// Delivers one packet from `from_a`'s outbox; returns false if none.
+    pub fn deliver_one(&mut self, from_a: bool) -> bool {
+        let now = self.now;
+        let (src, dst) = if from_a {
+            (&mut self.a, &mut self.b)
+        } else {
+            (&mut self.b, &mut self.a)
+        };
+        let Some(p) = src.outbox.pop_front() else {
+            return false;
+        };
+        let before = dst.ch.clone();
+        match dst.ch.handle_packet(&p, now) {
+            Ok(actions) => dst.absorb(actions),
+            Err(r) => panic!(
+                "{} rejected {}: {} (state {:?})",
+                if from_a { "B" } else { "A" },
+                p.name(),
+                r.error,
+                before.state()
+            ),
+        }
+        true
+    }
+
+    /// Delivers packets, alternating sides, until both outboxes are empty.
+    pub fn run(&mut self) {
+        let mut steps = 0;
+        while self.deliver_one(true) | self.deliver_one(false) {
+            steps += 1;
+            assert!(steps < 10_000, "no quiescence");
+        }
+        self.mine_broadcasts();
+    }
+
+    /// Mines every pending broadcast of both nodes and tells both channels.
+    pub fn mine_broadcasts(&mut self) {
+        // Seeing one transaction may make a node broadcast another: repeat until quiet.
+        while !self.a.broadcast.is_empty() || !self.b.broadcast.is_empty() {
+            self.mine_round();
+        }
+    }
+
+    fn mine_round(&mut self) {
+        for who in [true, false] {
+            let txs: Vec<Transaction> = std::mem::take(&mut self.node(who).broadcast);
+            for tx in txs {
+                let txid = tx.compute_txid();
+                if self.chain.mined.iter().any(|t| t.compute_txid() == txid) {
+                    continue;
+                }
+                self.chain
+                    .mine(&tx)
+                    .unwrap_or_else(|e| panic!("broadcast tx not minable: {e}\n{tx:#?}"));
+                for w in [true, false] {
+                    let acts = self.node(w).ch.spend_seen(&tx).unwrap();
+                    self.node(w).absorb(acts);
+                }
+            }
+        }
+    }
+
+    /// Mines empty blocks.
+    pub fn advance(&mut self, blocks: u32) {
+        for _ in 0..blocks {
+            self.chain.height += 1;
+            let h = self.chain.height;
+            for w in [true, false] {
+                let acts = self.node(w).ch.block_height(h);
+                self.node(w).absorb(acts);
+            }
+        }
+        self.now += 600 * u64::from(blocks);
+    }
+
+    /// Runs the whole opening: open, anchor, signatures, depth, open_complete.
+    pub fn open(&mut self) {
+        let h = self.chain.height;
+        for w in [true, false] {
+            self.node(w).ch.block_height(h);
+            let acts = self.node(w).ch.start().unwrap();
+            self.node(w).absorb(acts);
+        }
+        self.run();
+        let funder_a = self
+            .a
+            .events
+            .iter()
+            .any(|e| matches!(e, Event::AnchorNeeded { .. }));
+        let funder = self.node(funder_a);
+        let Some(Event::AnchorNeeded {
+            script_pubkey,
+            amount,
+        }) = funder
+            .events
+            .iter()
+            .find(|e| matches!(e, Event::AnchorNeeded { .. }))
+            .cloned()
+        else {
+            panic!("no AnchorNeeded");
+        };
+        let coin_value = amount.to_sat() + 1_000;
+        let coin = self.chain.grant(TxOut {
+            value: Amount::from_sat(coin_value),
+            script_pubkey: p2wpkh(&PublicKey::from_secret_key(
+                &Secp256k1::new(),
+                &wallet_key(),
+            )),
+        });
+        let anchor = sweep_tx(
+            &[SweepInput {
+                outpoint: coin,
+                value: Amount::from_sat(coin_value),
+                witness: SweepWitness::P2wpkh,
+                sequence: Sequence::MAX,
+                key: wallet_key(),
+            }],
+            script_pubkey,
+            1_000,
+            LockTime::ZERO,
+        )
+        .unwrap();
+        let acts = self.node(funder_a).ch.anchor_created(anchor, 0).unwrap();
+        self.node(funder_a).absorb(acts);
+        self.run();
+        let op = self.a.ch.anchor_outpoint().unwrap();
+        assert_eq!(Some(op), self.b.ch.anchor_outpoint());
+        let depth = self.chain.confirmations(&op);
+        assert!(depth >= 1, "anchor mined");
+        for w in [true, false] {
+            let acts = self.node(w).ch.anchor_depth(depth);
+            self.node(w).absorb(acts);
+        }
+        self.run();
+        assert_eq!(self.a.ch.state(), State::Normal);
+        assert_eq!(self.b.ch.state(), State::Normal);
+    }
+
+    /// Both sides agree on every balance and HTLC, and nothing was created or lost.
+    pub fn assert_agree(&self) {
+        let a = self.a.ch.balances().unwrap();
+        let b = self.b.ch.balances().unwrap();
+        assert_eq!(a, &b.mirror(), "A and B disagree");
+        assert_eq!(a.sum_msat(), ANCHOR_SAT * 1000, "funds not conserved");
+        assert_eq!(self.a.ch.commitment_number(), self.b.ch.commitment_number());
+        assert_ne!(self.a.ch.has_priority(), self.b.ch.has_priority());
+    }
+}

@@ -1,0 +1,390 @@
+//! Two channels back to back in memory on a virtual clock and a fake chain
+//! that script-verifies every transaction it mines.
+
+mod support;
+
+use bitcoin_hashes::Hash;
+use channel::{Change, ChannelConfig, CommandError, Event, State, Who};
+use support::{Pair, ANCHOR_SAT};
+use wire::{DeclineReason, Locktime, Packet, Preimage};
+
+fn r(n: u8) -> Preimage {
+    Preimage([n; 32])
+}
+
+#[test]
+fn open_with_a_funding_pay_htlc_and_close() {
+    let mut p = Pair::new(true, ChannelConfig::default());
+    p.open();
+    assert!(p.a.events.contains(&Event::Live) && p.b.events.contains(&Event::Live));
+    assert!(p.a.ch.has_priority(), "the funder starts with priority");
+    p.assert_agree();
+    let fee = ChannelConfig::default().commitment_fee_sat;
+    assert_eq!(
+        p.a.ch.balances().unwrap().ours.pay_msat,
+        (ANCHOR_SAT - fee) * 1000
+    );
+
+    let acts = p.a.ch.pay(1_000_000_000).unwrap();
+    p.a.absorb(acts);
+    p.run();
+    p.assert_agree();
+    let b = p.b.ch.balances().unwrap();
+    assert_eq!(b.ours.total_msat(), 1_000_000_000);
+    assert_eq!(
+        b.ours.fee_msat,
+        fee * 1000 / 2,
+        "non-funder pays half the fee once it can"
+    );
+
+    // HTLC from B to A, fulfilled by A.
+    let h = p.chain.height;
+    let acts =
+        p.b.ch
+            .add_htlc(200_000_000, r(7).hash(), Locktime::Blocks(h + 50), p.now)
+            .unwrap();
+    p.b.absorb(acts);
+    p.run();
+    p.assert_agree();
+    assert_eq!(p.a.ch.balances().unwrap().theirs.htlcs.len(), 1);
+    let acts = p.a.ch.fulfill_htlc(r(7)).unwrap();
+    p.a.absorb(acts);
+    p.run();
+    p.assert_agree();
+    assert_eq!(p.b.ch.balances().unwrap().ours.total_msat(), 800_000_000);
+    assert!(p.b.events.iter().any(|e| matches!(
+        e,
+        Event::UpdateCompleted {
+            by: Who::Them,
+            change: Change::Fulfill(_)
+        }
+    )));
+
+    // Cooperative close: both broadcast the same transaction, which verifies.
+    let acts = p.b.ch.close().unwrap();
+    p.b.absorb(acts);
+    p.run();
+    assert_eq!(p.a.ch.state(), State::Closed);
+    assert_eq!(p.b.ch.state(), State::Closed);
+    let close = p.chain.mined.last().unwrap().clone();
+    assert_eq!(close.output.len(), 2);
+    let total: u64 = close.output.iter().map(|o| o.value.to_sat()).sum();
+    assert_eq!(total, ANCHOR_SAT - ChannelConfig::default().close_fee_sat);
+    assert!(close
+        .output
+        .iter()
+        .any(|o| o.value.to_sat() == 800_000 - ChannelConfig::default().close_fee_sat / 2));
+}
+
+#[test]
+fn open_with_b_funding_and_htlc_routefail_timeout_decline() {
+    let mut p = Pair::new(false, ChannelConfig::default());
+    p.open();
+    assert!(p.b.ch.has_priority());
+    p.assert_agree();
+    let h = p.chain.height;
+    // A owns nothing: its HTLC command is refused locally.
+    assert!(matches!(
+        p.a.ch
+            .add_htlc(1_000, r(1).hash(), Locktime::Blocks(h + 10), p.now),
+        Err(CommandError::Funding(_))
+    ));
+    // B offers two HTLCs; A route-fails one; the other times out.
+    for (n, amt) in [(2u8, 300_000_000u64), (3, 100_000_000)] {
+        let acts =
+            p.b.ch
+                .add_htlc(amt, r(n).hash(), Locktime::Blocks(h + 10), p.now)
+                .unwrap();
+        p.b.absorb(acts);
+        p.run();
+        p.assert_agree();
+    }
+    let acts = p.a.ch.routefail_htlc(r(2).hash()).unwrap();
+    p.a.absorb(acts);
+    p.run();
+    p.assert_agree();
+    assert!(matches!(
+        p.b.ch.timeout_htlc(r(3).hash(), p.now),
+        Err(CommandError::NotExpired)
+    ));
+    p.advance(10);
+    let acts = p.b.ch.timeout_htlc(r(3).hash(), p.now).unwrap();
+    p.b.absorb(acts);
+    p.run();
+    p.assert_agree();
+    let fee = ChannelConfig::default().commitment_fee_sat;
+    assert_eq!(
+        p.b.ch.balances().unwrap().ours.pay_msat,
+        (ANCHOR_SAT - fee) * 1000
+    );
+    // Pay A something, then A offers more than it has: the command is refused...
+    let acts = p.b.ch.pay(50_000_000).unwrap();
+    p.b.absorb(acts);
+    p.run();
+    assert!(p
+        .a
+        .ch
+        .add_htlc(
+            90_000_000,
+            r(4).hash(),
+            Locktime::Blocks(p.chain.height + 10),
+            p.now
+        )
+        .is_err());
+    // ...and an expiry beyond B's range is declined with cannot_route.
+    let far = Locktime::Blocks(p.chain.height + 5_000);
+    assert!(matches!(
+        p.a.ch.add_htlc(1_000_000, r(5).hash(), far, p.now),
+        Err(CommandError::BadExpiry(_))
+    ));
+}
+
+#[test]
+fn decline_insufficient_funds_carries_funding() {
+    let mut p = Pair::new(true, ChannelConfig::default());
+    p.open();
+    let acts = p.a.ch.pay(20_000_000).unwrap();
+    p.a.absorb(acts);
+    p.run();
+    // B owns 20_000_000 msat, its half fee share is 5_000_000 msat. Forge a proposal B could not afford
+    // (the command would refuse it), as a peer might send.
+    let pkt = Packet::UpdateAddHtlc(wire::UpdateAddHtlc {
+        revocation_hash: Hash::hash(b"x"),
+        amount_msat: 30_000_000,
+        r_hash: r(9).hash(),
+        expiry: Locktime::Blocks(p.chain.height + 10),
+    });
+    let before = p.a.ch.clone();
+    let acts = p.a.ch.handle_packet(&pkt, p.now).unwrap();
+    assert_eq!(p.a.ch, before, "a decline changes nothing");
+    match &acts[..] {
+        [channel::Action::Send(Packet::UpdateDeclineHtlc(d))] => match d.reason {
+            Some(DeclineReason::InsufficientFunds(f)) => assert_eq!(f.fixed(), 30_000),
+            ref other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
+    // Through the real path: A accepts expiries up to 10 blocks ahead only; B's HTLC
+    // expiring in 50 is declined with cannot_route and B is told.
+    let short = ChannelConfig {
+        max_htlc_expiry_blocks: 10,
+        ..Default::default()
+    };
+    let mut p2 = Pair::new_with(true, short, ChannelConfig::default());
+    p2.open();
+    let acts = p2.a.ch.pay(100_000_000).unwrap();
+    p2.a.absorb(acts);
+    p2.run();
+    let before = p2.b.ch.balances().unwrap().clone();
+    let acts =
+        p2.b.ch
+            .add_htlc(
+                1_000_000,
+                r(1).hash(),
+                Locktime::Blocks(p2.chain.height + 50),
+                p2.now,
+            )
+            .unwrap();
+    p2.b.absorb(acts);
+    p2.run();
+    assert_eq!(p2.b.ch.state(), State::Normal);
+    assert_eq!(p2.b.ch.balances().unwrap(), &before);
+    assert!(p2.b.events.iter().any(|e| matches!(
+        e,
+        Event::Declined {
+            reason: Some(DeclineReason::CannotRoute(true)),
+            ..
+        }
+    )));
+    p2.assert_agree();
+}
+
+#[test]
+fn simultaneous_proposals_resolve_by_priority() {
+    let mut p = Pair::new(true, ChannelConfig::default());
+    p.open();
+    let acts = p.a.ch.pay(3_000_000_000).unwrap();
+    p.a.absorb(acts);
+    p.run();
+    for round in 0..6 {
+        let high_is_a = p.a.ch.has_priority();
+        let acts = p.a.ch.pay(1_000_000).unwrap();
+        p.a.absorb(acts);
+        let acts = p.b.ch.pay(2_000_000).unwrap();
+        p.b.absorb(acts);
+        // Both proposals cross on the wire.
+        p.run();
+        p.assert_agree();
+        assert_eq!(p.a.ch.state(), State::Normal, "round {round}");
+        assert_eq!(p.b.ch.state(), State::Normal);
+        let loser = if high_is_a { &p.b } else { &p.a };
+        assert!(loser
+            .events
+            .iter()
+            .any(|e| matches!(e, Event::ProposalDeferred(_))));
+    }
+    // Six rounds of two updates each: both payments went through every time.
+    let b = p.b.ch.balances().unwrap();
+    assert_eq!(
+        b.ours.total_msat(),
+        3_000_000_000 + 6 * 1_000_000 - 6 * 2_000_000
+    );
+}
+
+#[test]
+fn unilateral_close_claims_after_delay_and_htlc_fulfilled_on_chain() {
+    let cfg = ChannelConfig {
+        delay: Locktime::Blocks(20),
+        ..Default::default()
+    };
+    let mut p = Pair::new(true, cfg);
+    p.open();
+    let acts = p.a.ch.pay(2_000_000_000).unwrap();
+    p.a.absorb(acts);
+    p.run();
+    let expiry = p.chain.height + 40;
+    let acts =
+        p.a.ch
+            .add_htlc(500_000_000, r(5).hash(), Locktime::Blocks(expiry), p.now)
+            .unwrap();
+    p.a.absorb(acts);
+    p.run();
+    let acts =
+        p.b.ch
+            .add_htlc(300_000_000, r(6).hash(), Locktime::Blocks(expiry), p.now)
+            .unwrap();
+    p.b.absorb(acts);
+    p.run();
+    p.assert_agree();
+
+    // A goes on chain with its latest commitment.
+    let acts = p.a.ch.force_close().unwrap();
+    p.a.absorb(acts);
+    p.mine_broadcasts();
+    assert_eq!(p.a.ch.state(), State::OnChain);
+    assert_eq!(p.b.ch.state(), State::OnChain);
+    // B got its direct output at once.
+    let b_final = channel::tx::p2wpkh(&support::final_pubkey(2));
+    assert!(
+        p.chain.mined.iter().any(|t| t.output[0].script_pubkey == b_final && t.output[0].value.to_sat() > 1_690_000),
+        "B's direct output swept to its final key"
+    );
+    p.mine_broadcasts();
+    // B learns R for A's HTLC and claims it on chain with R, before expiry.
+    let acts = p.b.ch.fulfill_htlc(r(5)).unwrap();
+    assert_eq!(acts.len(), 1);
+    p.b.absorb(acts);
+    let before = p.chain.mined.len();
+    p.mine_broadcasts();
+    assert_eq!(p.chain.mined.len(), before + 1, "HTLC claim with R mined");
+    let claim = p.chain.mined.last().unwrap();
+    assert!(claim.output[0].value.to_sat() > 499_000);
+    // A's delayed claims: not before the delay, then yes.
+    let later = std::mem::take(&mut p.a.later);
+    assert_eq!(later.len(), 2, "to-self and the offered HTLC refund");
+    let (to_self, csv, _) = later.iter().find(|(_, _, lt)| *lt == 0).unwrap().clone();
+    assert_eq!(csv, 20);
+    assert!(p.chain.check(&to_self).unwrap_err().contains("BIP68"));
+    p.advance(20);
+    p.chain.mine(&to_self).unwrap();
+    // The refund of A's HTLC was spent by B with R: A's refund now fails.
+    let (refund, _, lt) = later.iter().find(|(_, _, lt)| *lt != 0).unwrap().clone();
+    assert_eq!(lt, expiry);
+    p.advance(40);
+    assert!(p.chain.check(&refund).is_err());
+    // A claims B's HTLC (offered to A) with R after the delay.
+    let acts = p.a.ch.fulfill_htlc(r(6)).unwrap();
+    let [channel::Action::BroadcastLater { tx, .. }] = &acts[..] else {
+        panic!("{acts:?}")
+    };
+    p.chain.mine(tx).unwrap();
+}
+
+#[test]
+fn revoked_commitment_is_punished_with_everything() {
+    let mut p = Pair::new(true, ChannelConfig::default());
+    p.open();
+    let acts = p.a.ch.pay(4_000_000_000).unwrap();
+    p.a.absorb(acts);
+    p.run();
+    let h = p.chain.height;
+    for (who_a, n) in [(true, 1u8), (false, 2)] {
+        let now = p.now;
+        let acts = p
+            .node(who_a)
+            .ch
+            .add_htlc(100_000_000, r(n).hash(), Locktime::Blocks(h + 30), now)
+            .unwrap();
+        p.node(who_a).absorb(acts);
+        p.run();
+    }
+    // A keeps this commitment (with both HTLCs), then pays B and so revokes it.
+    let old = p.a.ch.signed_commitment().unwrap();
+    let old_n = p.a.ch.commitment_number();
+    let acts = p.a.ch.pay(1_000_000_000).unwrap();
+    p.a.absorb(acts);
+    p.run();
+    p.assert_agree();
+    // A cheats.
+    p.chain.mine(&old).unwrap();
+    let acts = p.b.ch.spend_seen(&old).unwrap();
+    p.b.absorb(acts);
+    assert!(p.b.events.contains(&Event::CheatDetected {
+        commitment_number: old_n
+    }));
+    assert_eq!(p.b.broadcast.len(), 1);
+    let penalty = p.b.broadcast.pop().unwrap();
+    assert_eq!(
+        penalty.input.len(),
+        old.output.len(),
+        "the penalty spends every output"
+    );
+    assert_eq!(penalty.output.len(), 1);
+    let old_total: u64 = old.output.iter().map(|o| o.value.to_sat()).sum();
+    assert!(penalty.output[0].value.to_sat() > old_total - 2_000);
+    p.chain.mine(&penalty).unwrap();
+    // The cheater's own delayed claim is now impossible.
+    assert!(p.chain.utxos.keys().all(|op| op.txid != old.compute_txid()));
+}
+
+#[test]
+fn their_unilateral_close_we_sweep_ours_and_refund_our_htlc_after_expiry() {
+    let mut p = Pair::new(true, ChannelConfig::default());
+    p.open();
+    let acts = p.a.ch.pay(2_000_000_000).unwrap();
+    p.a.absorb(acts);
+    p.run();
+    let expiry = p.chain.height + 30;
+    let now = p.now;
+    let acts =
+        p.a.ch
+            .add_htlc(700_000_000, r(8).hash(), Locktime::Blocks(expiry), now)
+            .unwrap();
+    p.a.absorb(acts);
+    p.run();
+    // B goes on chain; A sweeps its direct output at once.
+    let acts = p.b.ch.force_close().unwrap();
+    p.b.absorb(acts);
+    let mined_before = p.chain.mined.len();
+    p.mine_broadcasts();
+    let commitment = p.chain.mined[mined_before].clone();
+    assert!(p.a.events.contains(&Event::OnChain {
+        txid: commitment.compute_txid(),
+        owner: Who::Them
+    }));
+    let a_sweep = p
+        .chain
+        .mined
+        .iter()
+        .skip(mined_before + 1)
+        .find(|t| t.input[0].previous_output.txid == commitment.compute_txid())
+        .expect("A's direct output swept");
+    assert!(a_sweep.output[0].value.to_sat() > 7_000_000);
+    // A's HTLC refund waits for the expiry, then is minable.
+    let (refund, csv, lt) = p.a.later.pop().expect("refund scheduled");
+    assert_eq!((csv, lt), (0, expiry));
+    assert!(p.chain.check(&refund).unwrap_err().contains("nLockTime"));
+    p.advance(30);
+    p.chain.mine(&refund).unwrap();
+    assert!(refund.output[0].value.to_sat() > 699_000);
+}
