@@ -25,9 +25,14 @@ fs = json.loads((vectors / "full_session_40361e3dd.json").read_text())
 frames = tr["frames"] + fs["A_to_B"] + fs["B_to_A"]
 if kind == "pkt":
     items = [p["protobuf_hex"] for p in pk["packets"]] + [f["plaintext_protobuf"] for f in frames]
-elif kind == "frame":
-    for who in ("A", "B"):
-        items.append("".join(f["frame"] for f in tr["frames"] if f["from"] == who))
+elif kind == "payloads":
+    # mode byte 1 (tamper), then the vector plaintexts separated by 0xff
+    items = ["01" + "ff".join(p["protobuf_hex"] for p in pk["packets"][:6])]
+    items += ["00" + "".join(f["frame"] for f in tr["frames"] if f["from"] == "B")]
+elif kind == "stream":
+    # chunk size byte, then B's recorded stream: session key, authenticate, hello, ...
+    stream = tr["B"]["session_pubkey_sent_first_33_bytes"] + "".join(f["frame"] for f in tr["frames"] if f["from"] == "B")
+    items = ["ff" + stream, "07" + stream, "21" + stream]
 for h in items:
     b = bytes.fromhex(h)
     (out / hashlib.sha256(b).hexdigest()[:16]).write_bytes(b)
@@ -41,3 +46,5 @@ run() { # run TARGET KIND
 }
 
 run pkt_decode pkt
+run frame_open payloads
+run handshake stream
