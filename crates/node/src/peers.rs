@@ -152,32 +152,32 @@ async fn run_peer(
     tokio::select! {
         received = reader.recv() => match received {
             Ok(Packet::Error(e)) => {
-                return format!("peer sent error: {}", e.problem.as_deref().unwrap_or(""));
+                format!("peer sent error: {}", e.problem.as_deref().unwrap_or(""))
             }
             Ok(other) => {
                 // No channel is open on this session, so no packet can be expected here.
                 let problem = format!("Unexpected packet {}", other.name());
                 let _ = writer.send(&Packet::error(problem.clone())).await;
-                return problem;
+                problem
             }
             Err(SessionError::Decode(e)) => {
                 let _ = writer.send(&Packet::error(format!("Bad packet: {e}"))).await;
-                return format!("bad packet: {e}");
+                format!("bad packet: {e}")
             }
-            Err(e) => return e.to_string(),
+            Err(e) => e.to_string(),
         },
         command = commands.recv() => match command {
             Some(PeerCommand::Disconnect(problem)) => {
                 let _ = writer.send(&Packet::error(problem.clone())).await;
                 let _ = writer.shutdown().await;
-                return format!("disconnected: {problem}");
+                format!("disconnected: {problem}")
             }
-            None => return "node dropped the peer".into(),
+            None => "node dropped the peer".into(),
         },
         _ = shutdown.changed() => {
             let _ = writer.send(&Packet::error("Shutting down")).await;
             let _ = writer.shutdown().await;
-            return "node shutting down".into();
+            "node shutting down".into()
         }
     }
 }
