@@ -38,14 +38,7 @@ pub struct ChainArgs {
 /// # Errors
 /// The data directory cannot be opened or the address cannot be bound.
 pub fn run(args: ChainArgs) -> anyhow::Result<()> {
-    // Logs go to stderr, `RUST_LOG` filters (default info). Another command
-    // may have installed a subscriber already; then that one is kept.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    crate::init_logging();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -75,24 +68,9 @@ pub fn run(args: ChainArgs) -> anyhow::Result<()> {
         tokio::select! {
             _ = running.stopped() => {}
             r = tokio::signal::ctrl_c() => r.context("waiting for Ctrl-C")?,
-            _ = terminate() => {}
+            _ = crate::terminate() => {}
         }
         running.shutdown().await;
         Ok(())
     })
-}
-
-#[cfg(unix)]
-async fn terminate() {
-    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(mut s) => {
-            s.recv().await;
-        }
-        Err(_) => std::future::pending::<()>().await,
-    }
-}
-
-#[cfg(not(unix))]
-async fn terminate() {
-    std::future::pending::<()>().await
 }

@@ -1,6 +1,8 @@
 //! The `potluck` binary: argument parsing and wiring only.
 
 mod chain_cmd;
+mod cli_cmd;
+mod node_cmd;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
@@ -26,6 +28,10 @@ enum Command {
     Chain(chain_cmd::ChainArgs),
     /// Run the round-based custodial wallet HTTP service.
     Serve(Box<serve_cmd::ServeArgs>),
+    /// Run a payment-channel node: peers over the encrypted v3 session, a JSON-RPC control API.
+    Node(node_cmd::NodeArgs),
+    /// Call a running node's control API (getinfo, connect, listpeers, disconnect, stop).
+    Cli(cli_cmd::CliArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -39,5 +45,27 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Chain(args) => chain_cmd::run(args),
         Command::Serve(args) => serve_cmd::run(*args),
+        Command::Node(args) => node_cmd::run(args),
+        Command::Cli(args) => cli_cmd::run(args),
     }
+}
+
+/// Logs go to stderr, filtered by `RUST_LOG` (default info); an installed subscriber is kept.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Resolves on SIGTERM (never on platforms without it).
+async fn terminate() {
+    #[cfg(unix)]
+    if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        s.recv().await;
+        return;
+    }
+    std::future::pending::<()>().await
 }

@@ -1,0 +1,256 @@
+//! The payment-channel peer daemon: accepts and dials peers over the v3 session, and serves the control API.
+//!
+//! [`start`] binds the peer listener and the control API, writes the cookie
+//! and returns a [`RunningNode`]. Each peer runs in its own task
+//! (`peers.rs`); the control API (`rpc.rs`) is JSON-RPC over HTTP with the
+//! cookie as Basic auth, the same scheme as Bitcoin Core. Channels over the
+//! sessions arrive with `crates/channel`; until then every channel packet is
+//! answered with `error{"Unexpected packet …"}`.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod identity;
+mod peers;
+mod rpc;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chain::Chain;
+use secp256k1::{PublicKey, Secp256k1, SecretKey};
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinHandle;
+
+pub use peers::PeerInfo;
+
+/// Settings of a node.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Where peers connect.
+    pub listen: SocketAddr,
+    /// Where the control API listens (keep it on loopback).
+    pub rpc_bind: SocketAddr,
+    /// Node key, cookie and, later, channel state.
+    pub data_dir: PathBuf,
+    /// The chain the node's channels live on.
+    pub network: bitcoin::Network,
+    /// Session settings (handshake time-out).
+    pub session: session::Config,
+    /// At most this many sessions at once, handshakes included.
+    pub max_peers: usize,
+}
+
+impl NodeConfig {
+    /// Defaults of DESIGN §6: peers on 127.0.0.1:9735, control API on 127.0.0.1:9736, regtest.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        NodeConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9735)),
+            rpc_bind: SocketAddr::from(([127, 0, 0, 1], 9736)),
+            data_dir: data_dir.into(),
+            network: bitcoin::Network::Regtest,
+            session: session::Config::default(),
+            max_peers: 1000,
+        }
+    }
+}
+
+/// Why the node could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// A file in the data directory could not be used.
+    #[error("{0}: {1}")]
+    Io(PathBuf, #[source] std::io::Error),
+    /// The node key file is not a valid key.
+    #[error("{0} does not hold a valid node key")]
+    BadNodeKey(PathBuf),
+    /// The operating system gave no randomness.
+    #[error("no randomness: {0}")]
+    Random(String),
+    /// An address could not be bound.
+    #[error("cannot bind {0}: {1}")]
+    Bind(SocketAddr, #[source] std::io::Error),
+}
+
+/// Shared by the listener, the peer tasks and the control API.
+pub(crate) struct NodeState {
+    node_key: SecretKey,
+    node_id: PublicKey,
+    p2p_addr: SocketAddr,
+    network: bitcoin::Network,
+    session: session::Config,
+    chain: Arc<dyn Chain>,
+    cookie_password: String,
+    peers: Arc<peers::Peers>,
+    slots: Arc<Semaphore>,
+    shutdown: watch::Sender<bool>,
+}
+
+impl NodeState {
+    fn request_shutdown(&self) {
+        let _ = self.shutdown.send(true);
+    }
+
+    /// Dials a peer and attaches the session once it is up (hello included).
+    async fn connect(&self, addr: SocketAddr) -> Result<PublicKey, String> {
+        let slot = Arc::clone(&self.slots)
+            .try_acquire_owned()
+            .map_err(|_| "too many peers".to_string())?;
+        let session = session::connect(addr, &self.node_key, &self.session)
+            .await
+            .map_err(|e| e.to_string())?;
+        if session.remote_node_id() == self.node_id {
+            let _ = session.close("Connected to self").await;
+            return Err("that address is this node".into());
+        }
+        self.peers
+            .attach(session, addr, self.shutdown.subscribe(), slot)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// A started node.
+pub struct RunningNode {
+    /// This node's id (public node key).
+    pub node_id: PublicKey,
+    /// The bound peer address.
+    pub p2p_addr: SocketAddr,
+    /// The bound control API address.
+    pub rpc_addr: SocketAddr,
+    /// The cookie file for the control API.
+    pub cookie_path: PathBuf,
+    state: Arc<NodeState>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RunningNode {
+    /// Known peers.
+    pub fn peers(&self) -> Vec<PeerInfo> {
+        self.state.peers.list()
+    }
+
+    /// Resolves once shutdown was requested (by `stop` or [`RunningNode::shutdown`]).
+    pub async fn stopped(&self) {
+        let mut rx = self.state.shutdown.subscribe();
+        let _ = rx.wait_for(|stop| *stop).await;
+    }
+
+    /// Stops the node: peers get `error{"Shutting down"}`, the cookie is removed.
+    pub async fn shutdown(self) {
+        self.state.request_shutdown();
+        for task in self.tasks {
+            let _ = task.await;
+        }
+        // Give peer tasks a moment to say goodbye.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let _ = std::fs::remove_file(&self.cookie_path);
+    }
+}
+
+/// Starts a node on `chain`.
+///
+/// # Errors
+/// The data directory cannot be used or an address cannot be bound.
+pub async fn start(config: NodeConfig, chain: Arc<dyn Chain>) -> Result<RunningNode, NodeError> {
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|e| NodeError::Io(config.data_dir.clone(), e))?;
+    let node_key = identity::load_or_create_node_key(&config.data_dir)?;
+    let node_id = PublicKey::from_secret_key(&Secp256k1::signing_only(), &node_key);
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| NodeError::Bind(config.listen, e))?;
+    let p2p_addr = listener
+        .local_addr()
+        .map_err(|e| NodeError::Bind(config.listen, e))?;
+    let rpc_listener = TcpListener::bind(config.rpc_bind)
+        .await
+        .map_err(|e| NodeError::Bind(config.rpc_bind, e))?;
+    let rpc_addr = rpc_listener
+        .local_addr()
+        .map_err(|e| NodeError::Bind(config.rpc_bind, e))?;
+    let (cookie_path, cookie_password) = identity::write_cookie(&config.data_dir)?;
+    let (shutdown, _) = watch::channel(false);
+    let state = Arc::new(NodeState {
+        node_key,
+        node_id,
+        p2p_addr,
+        network: config.network,
+        session: config.session.clone(),
+        chain,
+        cookie_password,
+        peers: Arc::new(peers::Peers::default()),
+        slots: Arc::new(Semaphore::new(config.max_peers)),
+        shutdown,
+    });
+
+    let accept_task = tokio::spawn(accept_loop(Arc::clone(&state), listener));
+    let rpc_state = Arc::clone(&state);
+    let mut rpc_shutdown = state.shutdown.subscribe();
+    let rpc_task = tokio::spawn(async move {
+        let app = rpc::router(rpc_state);
+        let served = axum::serve(rpc_listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = rpc_shutdown.wait_for(|stop| *stop).await;
+            })
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "control API stopped");
+        }
+    });
+    tracing::info!(%node_id, peers = %p2p_addr, control = %rpc::describe(rpc_addr), "node started");
+    Ok(RunningNode {
+        node_id,
+        p2p_addr,
+        rpc_addr,
+        cookie_path,
+        state,
+        tasks: vec![accept_task, rpc_task],
+    })
+}
+
+/// Accepts peers until shutdown; each handshake runs in its own task under the peer cap.
+async fn accept_loop(state: Arc<NodeState>, listener: TcpListener) {
+    let mut shutdown = state.shutdown.subscribe();
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        };
+        let (stream, address) = match accepted {
+            Ok(a) => {
+                backoff = Duration::from_millis(10);
+                a
+            }
+            Err(e) => {
+                // Out of file descriptors and the like: wait instead of spinning.
+                tracing::warn!(error = %e, ?backoff, "accept failed");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+                continue;
+            }
+        };
+        let Ok(slot) = Arc::clone(&state.slots).try_acquire_owned() else {
+            tracing::warn!(%address, "peer refused: too many peers");
+            continue;
+        };
+        let state = Arc::clone(&state);
+        tokio::spawn(async move {
+            match session::accept(stream, &state.node_key, &state.session).await {
+                Ok(session) => {
+                    if let Err(e) = state
+                        .peers
+                        .attach(session, address, state.shutdown.subscribe(), slot)
+                        .await
+                    {
+                        tracing::info!(%address, error = %e, "peer refused");
+                    }
+                }
+                Err(e) => tracing::info!(%address, error = %e, "handshake failed"),
+            }
+        });
+    }
+}

@@ -1,0 +1,232 @@
+//! The control API: JSON-RPC over HTTP `POST /`, Basic auth with the cookie, as Bitcoin Core does.
+//!
+//! Requests may be JSON-RPC 2.0 (`"jsonrpc": "2.0"`, errors in a 200
+//! response) or Core-style 1.0 (errors with HTTP 500), so that both generic
+//! JSON-RPC clients and bitcoind-style ones (`potluck cli`) work.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use base64::Engine as _;
+use serde_json::{json, Value};
+use subtle::ConstantTimeEq as _;
+
+use crate::identity::COOKIE_USER;
+use crate::NodeState;
+
+/// JSON-RPC error codes used here (the standard ones, and Core's "misc error").
+mod codes {
+    pub const PARSE_ERROR: i64 = -32700;
+    pub const INVALID_REQUEST: i64 = -32600;
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const INVALID_PARAMS: i64 = -32602;
+    pub const MISC_ERROR: i64 = -1;
+}
+
+/// A method's failure: a code and a message for the caller.
+#[derive(Debug)]
+pub(crate) struct RpcFailure {
+    code: i64,
+    message: String,
+}
+
+impl RpcFailure {
+    fn new(code: i64, message: impl Into<String>) -> Self {
+        RpcFailure {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+pub(crate) fn router(state: Arc<NodeState>) -> Router {
+    Router::new().route("/", post(handle)).with_state(state)
+}
+
+fn authorized(state: &NodeState, headers: &HeaderMap) -> bool {
+    let Some(value) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let Some(encoded) = value.strip_prefix("Basic ") else {
+        return false;
+    };
+    let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(encoded.trim()) else {
+        return false;
+    };
+    let expected = format!("{COOKIE_USER}:{}", state.cookie_password);
+    // Constant time, so that the cookie cannot be guessed byte by byte.
+    decoded.ct_eq(expected.as_bytes()).into()
+}
+
+async fn handle(State(state): State<Arc<NodeState>>, headers: HeaderMap, body: Bytes) -> Response {
+    if !authorized(&state, &headers) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Basic realm=\"potluck node\"")],
+        )
+            .into_response();
+    }
+    let request: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return reply(
+                true,
+                Value::Null,
+                Err(RpcFailure::new(
+                    codes::PARSE_ERROR,
+                    format!("Parse error: {e}"),
+                )),
+            )
+        }
+    };
+    let v2 = request.get("jsonrpc").and_then(Value::as_str) == Some("2.0");
+    let id = request.get("id").cloned().unwrap_or(Value::Null);
+    let Some(method) = request.get("method").and_then(Value::as_str) else {
+        return reply(
+            v2,
+            id,
+            Err(RpcFailure::new(
+                codes::INVALID_REQUEST,
+                "Invalid request: no method",
+            )),
+        );
+    };
+    let params = match request.get("params") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) => a.clone(),
+        Some(_) => {
+            return reply(
+                v2,
+                id,
+                Err(RpcFailure::new(
+                    codes::INVALID_PARAMS,
+                    "params must be an array",
+                )),
+            )
+        }
+    };
+    tracing::debug!(method, "control rpc");
+    let result = dispatch(&state, method, &params).await;
+    reply(v2, id, result)
+}
+
+fn reply(v2: bool, id: Value, result: Result<Value, RpcFailure>) -> Response {
+    match (v2, result) {
+        (true, Ok(result)) => {
+            Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response()
+        }
+        (true, Err(e)) => Json(json!({
+            "jsonrpc": "2.0", "id": id, "error": {"code": e.code, "message": e.message}
+        }))
+        .into_response(),
+        (false, Ok(result)) => {
+            Json(json!({"result": result, "error": null, "id": id})).into_response()
+        }
+        (false, Err(e)) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Json(
+                json!({"result": null, "error": {"code": e.code, "message": e.message}, "id": id}),
+            ),
+        )
+            .into_response(),
+    }
+}
+
+fn param_str<'a>(params: &'a [Value], index: usize, name: &str) -> Result<&'a str, RpcFailure> {
+    params
+        .get(index)
+        .and_then(Value::as_str)
+        .ok_or_else(|| RpcFailure::new(codes::INVALID_PARAMS, format!("missing {name}")))
+}
+
+async fn dispatch(
+    state: &Arc<NodeState>,
+    method: &str,
+    params: &[Value],
+) -> Result<Value, RpcFailure> {
+    match method {
+        "getinfo" => {
+            let tip = state
+                .chain
+                .tip()
+                .await
+                .map_err(|e| RpcFailure::new(codes::MISC_ERROR, format!("chain: {e}")))?;
+            Ok(json!({
+                "node_id": state.node_id.to_string(),
+                "listen": state.p2p_addr.to_string(),
+                "network": state.network.to_string(),
+                "block_height": tip.height,
+            }))
+        }
+        "connect" => {
+            let target = param_str(params, 0, "HOST:PORT")?;
+            let addr = tokio::net::lookup_host(target)
+                .await
+                .ok()
+                .and_then(|mut a| a.next())
+                .ok_or_else(|| {
+                    RpcFailure::new(codes::INVALID_PARAMS, format!("cannot resolve {target}"))
+                })?;
+            let node_id = state.connect(addr).await.map_err(|e| {
+                RpcFailure::new(codes::MISC_ERROR, format!("connect to {addr} failed: {e}"))
+            })?;
+            Ok(json!({ "node_id": node_id.to_string() }))
+        }
+        "listpeers" => {
+            let peers: Vec<Value> = state
+                .peers
+                .list()
+                .into_iter()
+                .map(|p| {
+                    json!({
+                        "node_id": p.node_id.to_string(),
+                        "address": p.address.to_string(),
+                        "connected": p.connected,
+                        "channel_state": null,
+                    })
+                })
+                .collect();
+            Ok(json!({ "peers": peers }))
+        }
+        "disconnect" => {
+            let id = param_str(params, 0, "PEER_ID")?;
+            let node_id: secp256k1::PublicKey = id.parse().map_err(|_| {
+                RpcFailure::new(codes::INVALID_PARAMS, format!("not a node id: {id}"))
+            })?;
+            if state
+                .peers
+                .disconnect(&node_id, "Disconnected by operator")
+                .await
+            {
+                Ok(json!({}))
+            } else {
+                Err(RpcFailure::new(
+                    codes::MISC_ERROR,
+                    format!("not connected to {id}"),
+                ))
+            }
+        }
+        "stop" => {
+            state.request_shutdown();
+            Ok(json!("potluck node stopping"))
+        }
+        other => Err(RpcFailure::new(
+            codes::METHOD_NOT_FOUND,
+            format!("Method not found: {other}"),
+        )),
+    }
+}
+
+/// The address the control API is bound to, for logs.
+pub(crate) fn describe(addr: SocketAddr) -> String {
+    format!("http://{addr}/")
+}

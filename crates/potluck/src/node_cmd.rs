@@ -1,0 +1,111 @@
+//! `potluck node`: the payment-channel peer daemon, on the embedded development chain or Bitcoin Core.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use chain::{Auth, BitcoindRpc, Chain, DevChain, DevChainConfig, RpcConfig};
+
+/// Flags of `potluck node` (each also `POTLUCK_<FLAG>`).
+#[derive(Debug, clap::Args)]
+pub struct NodeArgs {
+    /// Address for peer connections.
+    #[arg(long, env = "POTLUCK_LISTEN", default_value = "127.0.0.1:9735")]
+    pub listen: SocketAddr,
+    /// Address of the control API (JSON-RPC; keep it on loopback).
+    #[arg(long, env = "POTLUCK_RPC_BIND", default_value = "127.0.0.1:9736")]
+    pub rpc_bind: SocketAddr,
+    /// Node key, cookie, and the embedded chain (under `chain/`).
+    #[arg(long, env = "POTLUCK_DATA_DIR", default_value = "./potluck-data/node")]
+    pub data_dir: PathBuf,
+    /// bitcoin, testnet, signet or regtest.
+    #[arg(long, env = "POTLUCK_NETWORK", default_value = "regtest")]
+    pub network: bitcoin::Network,
+    /// Bitcoin Core's JSON-RPC URL; without it the development chain runs in process.
+    #[arg(long, env = "POTLUCK_BITCOIND_URL")]
+    pub bitcoind_url: Option<String>,
+    /// Bitcoin Core's cookie file.
+    #[arg(
+        long,
+        env = "POTLUCK_BITCOIND_COOKIE",
+        conflicts_with = "bitcoind_user"
+    )]
+    pub bitcoind_cookie: Option<PathBuf>,
+    /// Bitcoin Core RPC user.
+    #[arg(long, env = "POTLUCK_BITCOIND_USER", requires = "bitcoind_password")]
+    pub bitcoind_user: Option<String>,
+    /// Bitcoin Core RPC password.
+    #[arg(long, env = "POTLUCK_BITCOIND_PASSWORD", hide_env_values = true)]
+    pub bitcoind_password: Option<String>,
+    /// Development chain: seconds between blocks; 0 = only on demand.
+    #[arg(long, env = "POTLUCK_DEV_BLOCK_INTERVAL", default_value_t = 15)]
+    pub dev_block_interval: u64,
+    /// Development chain: also serve its JSON-RPC here (cookie in `<data-dir>/chain/.cookie`).
+    #[arg(long, env = "POTLUCK_DEV_CHAIN_RPC_BIND")]
+    pub dev_chain_rpc_bind: Option<SocketAddr>,
+}
+
+/// Runs the node until Ctrl-C, SIGTERM or the `stop` method.
+///
+/// # Errors
+/// Bad flags, an unusable data directory, or an address that cannot be bound.
+pub fn run(args: NodeArgs) -> anyhow::Result<()> {
+    crate::init_logging();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let (chain, dev): (Arc<dyn Chain>, _) = match &args.bitcoind_url {
+            Some(url) => {
+                let auth = match (&args.bitcoind_cookie, &args.bitcoind_user, &args.bitcoind_password) {
+                    (Some(cookie), _, _) => Auth::Cookie(cookie.clone()),
+                    (None, Some(user), Some(password)) => Auth::UserPass(user.clone(), password.clone()),
+                    _ => bail!("--bitcoind-url needs --bitcoind-cookie or --bitcoind-user and --bitcoind-password"),
+                };
+                let rpc = BitcoindRpc::new(RpcConfig::new(url.clone(), auth))
+                    .context("configuring the Bitcoin Core client")?;
+                (Arc::new(rpc), None)
+            }
+            None => {
+                if args.network != bitcoin::Network::Regtest {
+                    bail!("the development chain runs regtest only; give --bitcoind-url for {}", args.network);
+                }
+                let running = DevChain::start(DevChainConfig {
+                    data_dir: args.data_dir.join("chain"),
+                    block_interval: (args.dev_block_interval > 0)
+                        .then(|| Duration::from_secs(args.dev_block_interval)),
+                    rpc_bind: args.dev_chain_rpc_bind,
+                    rpc_auth: None,
+                })
+                .await
+                .context("starting the development chain")?;
+                (Arc::new(running.chain.clone()), Some(running))
+            }
+        };
+        let mut config = node::NodeConfig::new(&args.data_dir);
+        config.listen = args.listen;
+        config.rpc_bind = args.rpc_bind;
+        config.network = args.network;
+        let running = node::start(config, chain).await.context("starting the node")?;
+        println!(
+            "potluck node {} peers on {} control on http://{}/",
+            running.node_id, running.p2p_addr, running.rpc_addr
+        );
+        if let Some(url) = dev.as_ref().and_then(|d| d.rpc_url()) {
+            println!("development chain JSON-RPC on {url}");
+        }
+        tokio::select! {
+            _ = running.stopped() => {}
+            r = tokio::signal::ctrl_c() => r.context("waiting for Ctrl-C")?,
+            _ = crate::terminate() => {}
+        }
+        running.shutdown().await;
+        if let Some(dev) = dev {
+            dev.shutdown().await;
+        }
+        Ok(())
+    })
+}
