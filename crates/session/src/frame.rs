@@ -83,6 +83,15 @@ fn hmac_with(key: &[u8; 32]) -> HmacSha256 {
     <HmacSha256 as hmac::digest::KeyInit>::new(&block.into())
 }
 
+/// Where [`Opener::open_in_place`] left the payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenedFrame {
+    /// The payload's bytes within the buffer.
+    pub payload: std::ops::Range<usize>,
+    /// Bytes of the buffer the frame took.
+    pub frame_len: usize,
+}
+
 /// Seals payloads into frames for one direction.
 pub struct Sealer {
     cipher: Aes128Ctr,
@@ -198,19 +207,48 @@ impl Opener {
             // The caller read the wrong amount; to the peer this is the same as a bad MAC.
             return Err(FrameError::BadHmac);
         }
+        let mut frame = Vec::with_capacity(HEADER_LEN + body.len());
+        frame.extend_from_slice(header);
+        frame.extend_from_slice(body);
+        let opened = self.open_in_place(&mut frame)?.ok_or(FrameError::BadHmac)?;
+        frame.truncate(opened.payload.end);
+        frame.drain(..opened.payload.start);
+        Ok(frame)
+    }
+
+    /// Opens the first complete frame in `buf` in place, without copying or allocating.
+    ///
+    /// Returns `Ok(None)` while the frame is incomplete; once it is whole the
+    /// ciphertext in `buf` is replaced by the plaintext, and the payload is
+    /// `buf[opened.payload]`; the caller drops `opened.frame_len` bytes.
+    /// After an error the opener must not be used again: the session is over.
+    ///
+    /// # Errors
+    /// As [`Opener::open`].
+    pub fn open_in_place(&mut self, buf: &mut [u8]) -> Result<Option<OpenedFrame>, FrameError> {
+        let Some(header) = buf.first_chunk::<HEADER_LEN>() else {
+            return Ok(None);
+        };
+        let len = self.payload_len(header)?;
+        let frame_len = HEADER_LEN + padded_len(len);
+        let Some(frame) = buf.get_mut(..frame_len) else {
+            return Ok(None);
+        };
+        let (header, body) = frame.split_at_mut(HEADER_LEN);
         let mut mac = self.mac.clone();
         mac.update(&header[32..]);
         mac.update(body);
         mac.verify_slice(&header[..32])
             .map_err(|_| FrameError::BadHmac)?;
-        let mut plain = body.to_vec();
-        self.cipher.apply_keystream(&mut plain);
-        if plain[len..].iter().any(|&b| b != 0) {
+        self.cipher.apply_keystream(body);
+        if body[len..].iter().any(|&b| b != 0) {
             return Err(FrameError::BadPadding);
         }
-        plain.truncate(len);
         self.received += len as u64;
-        Ok(plain)
+        Ok(Some(OpenedFrame {
+            payload: HEADER_LEN..HEADER_LEN + len,
+            frame_len,
+        }))
     }
 
     /// Opens the first complete frame in `buf`, if there is one.
@@ -263,6 +301,32 @@ mod tests {
             );
         }
         assert_eq!(opener.total_received(), sealer.total_sent());
+    }
+
+    #[test]
+    fn in_place_matches_copying_open() {
+        let mut sealer = Sealer::new(&keys(2));
+        let mut copying = Opener::new(&keys(2));
+        let mut in_place = Opener::new(&keys(2));
+        let mut stream = Vec::new();
+        for len in [3usize, 16, 100] {
+            sealer
+                .seal_into(&vec![len as u8; len], &mut stream)
+                .unwrap();
+        }
+        let mut at = 0;
+        while at < stream.len() {
+            let (expected, used) = copying.open_from(&stream[at..]).unwrap().unwrap();
+            let mut rest = stream[at..].to_vec();
+            assert_eq!(in_place.open_in_place(&mut rest[..used - 1]), Ok(None));
+            let opened = in_place.open_in_place(&mut rest).unwrap().unwrap();
+            assert_eq!(rest[opened.payload.clone()], expected[..]);
+            assert_eq!(opened.frame_len, used);
+            at += used;
+        }
+        let mut bad = sealer.seal(b"x").unwrap();
+        bad[0] ^= 1;
+        assert_eq!(in_place.open_in_place(&mut bad), Err(FrameError::BadHmac));
     }
 
     #[test]

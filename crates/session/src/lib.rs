@@ -12,7 +12,9 @@ mod handshake;
 pub mod keys;
 mod transport;
 
-pub use frame::{padded_len, FrameError, Opener, SealError, Sealer, HEADER_LEN, MAX_PAYLOAD};
+pub use frame::{
+    padded_len, FrameError, OpenedFrame, Opener, SealError, Sealer, HEADER_LEN, MAX_PAYLOAD,
+};
 pub use handshake::{Established, Handshake, HandshakeError, Progress, HELLO};
 pub use keys::{DirectionKeys, SessionKeys, SESSION_KEY_LEN};
 pub use transport::{

@@ -279,9 +279,10 @@ impl SessionReader {
     /// As [`Session::recv`], without the farewell.
     pub async fn recv(&mut self) -> Result<Packet, SessionError> {
         loop {
-            if let Some((payload, used)) = self.opener.open_from(&self.buf)? {
-                self.buf.advance(used);
-                return Ok(Packet::decode(&payload)?);
+            if let Some(opened) = self.opener.open_in_place(&mut self.buf)? {
+                let packet = Packet::decode(&self.buf[opened.payload]);
+                self.buf.advance(opened.frame_len);
+                return Ok(packet?);
             }
             reserve_for_frame(&mut self.buf);
             if self.read.read_buf(&mut self.buf).await? == 0 {
