@@ -50,9 +50,10 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-/// Logs go to stderr, filtered by `RUST_LOG` (default info); an installed subscriber is kept.
+/// Logs go to stderr, filtered by `POTLUCK_LOG`, else `RUST_LOG` (default info); an installed subscriber is kept.
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let filter = tracing_subscriber::EnvFilter::try_from_env("POTLUCK_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -159,13 +159,7 @@ async fn shutdown_signal() {
 /// # Errors
 /// Start-up failures (including a refused schema upgrade) and server errors.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("POTLUCK_LOG")
-        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    crate::init_logging();
     let config = args.into_config();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
