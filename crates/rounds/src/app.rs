@@ -244,6 +244,7 @@ pub fn router(state: AppState) -> Router {
     let (routes, _) = api_routes(&state.config).split_for_parts();
     let metrics = state.metrics.clone();
     routes
+        .merge(crate::dashboard::router())
         .fallback(not_found)
         .layer(RequestBodyLimitLayer::new(state.config.body_limit_bytes))
         .layer(axum::middleware::from_fn_with_state(metrics, observe))

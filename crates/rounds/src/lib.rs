@@ -11,6 +11,7 @@ pub mod auth;
 pub mod client_ip;
 pub mod config;
 pub mod current;
+pub mod dashboard;
 pub mod error;
 pub mod metrics;
 pub mod password;
