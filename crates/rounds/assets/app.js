@@ -426,6 +426,7 @@
     $("pot").dataset.sats = r.pot_sats;
     $("bettors").textContent = String(r.bettors);
     show($("you-played"), Boolean(r.user_played));
+    show($("bet-form"), Boolean(state.token));
     const canBet = r.status === "open" && !r.paused && Boolean(state.token);
     $("bet-btn").disabled = !canBet;
     tick();
@@ -761,6 +762,8 @@
   function route() {
     const view = currentView();
     for (const s of document.querySelectorAll(".view")) show(s, s.id === "view-" + view);
+    show($("round-section"), view === "play" || view === "auth");
+    show($("account-card"), view === "play");
     show($("logout-btn"), Boolean(state.token));
     if (!state.token) show($("whoami"), false);
     for (const a of document.querySelectorAll("header nav a")) {

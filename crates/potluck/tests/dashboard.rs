@@ -1,0 +1,595 @@
+//! The dashboard in a real browser: headless Chromium driven over WebDriver (chromedriver) against the real `potluck serve` binary; plus the page's HTTP contract.
+//!
+//! Needs Debian's `chromium`, `chromium-driver` and `zbar-tools` (the QR code
+//! on the page is decoded by `zbarimg`); `.ci/run` installs them. The tests
+//! write screenshots of each main screen to `docs/screenshots/`.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{json, Value};
+use support::{Db, Env, Server, ADMIN};
+use tokio::process::{Child, Command};
+
+/// Generous: the machine may be busy with other builds.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A chromedriver process; each [`Browser`] is its own session (own profile,
+/// own storage), so two of them are two independent browser contexts.
+struct Driver {
+    child: Child,
+    url: String,
+}
+
+impl Driver {
+    async fn start() -> Driver {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("chromedriver (Debian package chromium-driver) is installed");
+        let url = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Ok(s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+                drop(s);
+                break;
+            }
+            assert!(Instant::now() < deadline, "chromedriver did not start");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Driver { child, url }
+    }
+
+    async fn browser(&self, server: &Server) -> Browser {
+        let mut caps = serde_json::Map::new();
+        let mut options = json!({
+            "args": [
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--window-size=1280,1100",
+                "--lang=en-US",
+            ]
+        });
+        if std::path::Path::new("/usr/bin/chromium").exists() {
+            options["binary"] = json!("/usr/bin/chromium");
+        }
+        caps.insert("goog:chromeOptions".into(), options);
+        let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(caps)
+            .connect(&self.url)
+            .await
+            .expect("a chromium session");
+        Browser {
+            client,
+            base: format!("http://{}", server.addr),
+        }
+    }
+
+    async fn stop(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+/// One browser session on the dashboard.
+struct Browser {
+    client: Client,
+    base: String,
+}
+
+impl Browser {
+    async fn open(&self, fragment: &str) {
+        self.client
+            .goto(&format!("{}/{fragment}", self.base))
+            .await
+            .unwrap();
+    }
+
+    async fn js(&self, script: &str) -> Value {
+        self.client.execute(script, vec![]).await.unwrap()
+    }
+
+    /// Polls `script` (a JS expression) until it is truthy; returns its value.
+    async fn wait_js(&self, what: &str, script: &str) -> Value {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let v = self.js(&format!("return ({script});")).await;
+            let truthy = match &v {
+                Value::Null => false,
+                Value::Bool(b) => *b,
+                Value::String(s) => !s.is_empty(),
+                Value::Number(n) => n.as_f64() != Some(0.0),
+                _ => true,
+            };
+            if truthy {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until `#id` is visible and its text contains `needle`; returns the text.
+    async fn wait_text(&self, id: &str, needle: &str) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let text = self.text(id).await;
+            if text.contains(needle) && self.visible(id).await {
+                return text;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "#{id} never showed {needle:?}; last text {text:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn text(&self, id: &str) -> String {
+        self.js(&format!(
+            "const e = document.getElementById('{id}'); return e ? e.textContent : null;"
+        ))
+        .await
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+    }
+
+    async fn visible(&self, id: &str) -> bool {
+        self.js(&format!(
+            "const e = document.getElementById('{id}'); return !!e && e.offsetParent !== null;"
+        ))
+        .await
+            == json!(true)
+    }
+
+    async fn fill(&self, id: &str, value: &str) {
+        let e = self.client.find(Locator::Id(id)).await.unwrap();
+        e.clear().await.unwrap();
+        e.send_keys(value).await.unwrap();
+    }
+
+    async fn click(&self, css: &str) {
+        self.client
+            .find(Locator::Css(css))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+    }
+
+    /// Saves a screenshot of the whole window as `docs/screenshots/{name}.png`.
+    async fn screenshot(&self, name: &str) {
+        let png = self.client.screenshot().await.unwrap();
+        assert!(png.starts_with(b"\x89PNG"), "a PNG");
+        let dir = screenshots_dir();
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+    }
+
+    async fn close(self) {
+        let _ = self.client.close().await;
+    }
+}
+
+fn screenshots_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/screenshots")
+}
+
+/// Decodes the QR code in `png` with zbarimg (Debian `zbar-tools`).
+fn decode_qr(png: &[u8]) -> String {
+    let path = std::env::temp_dir().join(format!("potluck-qr-{:08x}.png", rand::random::<u32>()));
+    std::fs::write(&path, png).unwrap();
+    let out = std::process::Command::new("zbarimg")
+        .args(["--raw", "-q"])
+        .arg(&path)
+        .output()
+        .expect("zbarimg (Debian package zbar-tools) is installed");
+    let _ = std::fs::remove_file(&path);
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn page_and_assets_are_served_with_their_headers() {
+    let env = Env::new(Db::Sqlite).await;
+    let s = env.start(&[]).await;
+    let page = s.get("/", &[]).await;
+    assert_eq!(page.status, 200);
+    assert_eq!(page.header("content-type"), Some("text/html; charset=utf-8"));
+    let csp = page.header("content-security-policy").unwrap().to_string();
+    assert!(csp.contains("script-src 'self'") && csp.contains("default-src 'none'"));
+    assert_eq!(page.header("x-content-type-options"), Some("nosniff"));
+    let html = page.text();
+    let mut total = page.body.len();
+    let mut names = Vec::new();
+    for part in html.split("\"/assets/").skip(1) {
+        let name = &part[..part.find('"').unwrap()];
+        let r = s.get(&format!("/assets/{name}"), &[]).await;
+        assert_eq!(r.status, 200, "{name}");
+        let expected = match name.rsplit('.').next().unwrap() {
+            "js" => "text/javascript; charset=utf-8",
+            "css" => "text/css; charset=utf-8",
+            "svg" => "image/svg+xml",
+            other => panic!("unexpected asset type {other}"),
+        };
+        assert_eq!(r.header("content-type"), Some(expected), "{name}");
+        total += r.body.len();
+        names.push(name.to_string());
+    }
+    assert!(names.len() >= 5, "{names:?}");
+    // The first load, every asset once: the issue's budget is 200 KB.
+    assert!(total < 200 * 1024, "first load {total} bytes");
+    println!("first load: {total} bytes in {} files", names.len() + 1);
+
+    // Revalidation: the same ETag answers 304 without a body.
+    let r = s.get("/assets/app.js", &[]).await;
+    let tag = r.header("etag").unwrap().to_string();
+    assert_eq!(r.header("cache-control"), Some("no-cache"));
+    let again = s.get("/assets/app.js", &[("if-none-match", &tag)]).await;
+    assert_eq!(again.status, 304);
+    assert!(again.body.is_empty());
+
+    // Fragment routing: no other path is the page.
+    for path in ["/assets/nope.js", "/assets/", "/index.html", "/play", "/admin"] {
+        let r = s.get(path, &[]).await;
+        assert_eq!(r.status, 404, "{path}");
+        assert_eq!(r.code(), "not_found", "{path}");
+    }
+    s.stop().await;
+    env.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accounts_errors_and_translations_in_the_browser() {
+    let env = Env::new(Db::Sqlite).await;
+    let s = env.start(&[]).await;
+    let driver = Driver::start().await;
+    let b = driver.browser(&s).await;
+    b.open("").await;
+    b.wait_text("login-form", "Log in").await;
+    // The public round is shown logged out, with a running countdown.
+    b.wait_js("round id", "document.getElementById('round-id').textContent.startsWith('#')")
+        .await;
+    b.wait_text("live-status", "live").await;
+    b.screenshot("login").await;
+
+    // Validation errors come through the client's own table.
+    b.fill("register-username", "al").await;
+    b.fill("register-password", "password123").await;
+    b.click("#register-form button[type=submit]").await;
+    b.wait_text("register-error", "The username must have at least 3 characters.")
+        .await;
+    b.fill("register-username", "alice").await;
+    b.fill("register-password", "short").await;
+    b.click("#register-form button[type=submit]").await;
+    b.wait_text("register-error", "The password must have at least 8 characters.")
+        .await;
+
+    // The same code in German, with the page's texts.
+    b.client
+        .find(Locator::Id("lang"))
+        .await
+        .unwrap()
+        .select_by_value("de")
+        .await
+        .unwrap();
+    b.wait_text("login-form", "Anmelden").await;
+    b.click("#register-form button[type=submit]").await;
+    b.wait_text("register-error", "Das Passwort braucht mindestens 8 Zeichen.")
+        .await;
+    // A code the table does not know falls back to the server's message.
+    let fallback = b
+        .js("return Potluck.errorText({code: 'brand_new_code', message: 'the server says so', params: {}});")
+        .await;
+    assert_eq!(fallback, json!("the server says so"));
+    // Amounts in sats and BTC from the `_sats` params, in the page's language.
+    assert_eq!(
+        b.js("return Potluck.t('err_bet_too_small', {min_bet_sats: 123456789});")
+            .await,
+        json!("Der kleinste Einsatz ist 123.456.789 sats (1,23456789 BTC).")
+    );
+    b.client
+        .find(Locator::Id("lang"))
+        .await
+        .unwrap()
+        .select_by_value("en")
+        .await
+        .unwrap();
+    assert_eq!(
+        b.js("return Potluck.fmtSats(1000);").await,
+        json!("1,000 sats (0.00001000 BTC)")
+    );
+
+    // Register: logged in at once, the address with its QR code.
+    b.fill("register-username", "Alice").await;
+    b.fill("register-password", "password123").await;
+    b.click("#register-form button[type=submit]").await;
+    let address = b.wait_text("address", "bcrt1q").await;
+    let me = s.login("Alice", "password123", "10.0.0.1").await;
+    let token = me.json()["access_token"].as_str().unwrap().to_string();
+    let api_me = s
+        .get("/users/me", &[("authorization", &format!("Bearer {token}"))])
+        .await
+        .json();
+    assert_eq!(address, api_me["address"].as_str().unwrap());
+    b.wait_text("whoami", "Alice").await;
+    b.wait_text("balance", "0 sats (0.00000000 BTC)").await;
+    let qr = b
+        .client
+        .find(Locator::Id("qr"))
+        .await
+        .unwrap()
+        .screenshot()
+        .await
+        .unwrap();
+    assert_eq!(decode_qr(&qr), address, "the QR code decodes to the address");
+    b.screenshot("wallet").await;
+
+    // Taken name (ignoring case) in a second tab of the same session is
+    // not needed: log out, try to register it again.
+    b.click("#logout-btn").await;
+    b.wait_text("notice", "You are logged out.").await;
+    b.fill("register-username", "ALICE").await;
+    b.fill("register-password", "password123").await;
+    b.click("#register-form button[type=submit]").await;
+    b.wait_text("register-error", "The username ALICE is already taken.")
+        .await;
+
+    // Wrong password, then the right one.
+    b.fill("login-username", "alice").await;
+    b.fill("login-password", "wrong-password").await;
+    b.click("#login-form button[type=submit]").await;
+    b.wait_text("login-error", "Wrong username or password.").await;
+    b.fill("login-password", "password123").await;
+    b.click("#login-form button[type=submit]").await;
+    b.wait_text("whoami", "Alice").await;
+
+    // The token survives a reload (kept for the browser session)...
+    b.client.refresh().await.unwrap();
+    b.wait_text("address", &address).await;
+    // ...until the operator resets the password: the next fetch is
+    // answered session_expired and the page says so.
+    let r = s
+        .admin_post(
+            "/admin/users/alice/reset-password",
+            json!({"new_password": "new-password-1"}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    b.client.refresh().await.unwrap();
+    b.wait_text("notice", "Your session has expired; please log in again.")
+        .await;
+    b.wait_text("login-form", "Log in").await;
+    assert!(!b.visible("account-card").await);
+    assert_eq!(
+        b.js("return sessionStorage.getItem('potluck.token');").await,
+        Value::Null,
+        "the dead token is dropped"
+    );
+
+    b.close().await;
+    driver.stop().await;
+    s.stop().await;
+    env.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_journey_in_the_browser_with_polling_fallback() {
+    let env = Env::new(Db::Sqlite).await;
+    // No stream slots at all: every stream attempt gets 503, so the page
+    // must fall back to polling.
+    let s = env.start(&["--max-stream-subscribers", "0"]).await;
+    let driver = Driver::start().await;
+    let b = driver.browser(&s).await;
+    b.open("#/admin").await;
+    b.wait_text("live-status", "polling").await;
+
+    // Wrong token: the service's bare-string denial, nothing unlocked.
+    b.fill("admin-token", "not-the-token").await;
+    b.click("#admin-login button[type=submit]").await;
+    let denial = s
+        .get("/admin/config", &[("x-admin-token", "not-the-token")])
+        .await
+        .json()["detail"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    b.wait_text("admin-login-error", &denial).await;
+    assert!(!b.visible("admin-panel").await);
+
+    b.fill("admin-token", ADMIN).await;
+    b.click("#admin-login button[type=submit]").await;
+    b.wait_js("config form", "document.getElementById('cfg-fee_rate_sat_vb')")
+        .await;
+    let stored = b
+        .js("return JSON.stringify({...localStorage}) + JSON.stringify({...sessionStorage}) + document.cookie;")
+        .await;
+    assert!(
+        !stored.as_str().unwrap().contains(ADMIN),
+        "the admin token is stored nowhere: {stored}"
+    );
+    let before = s.admin_get("/admin/config").await.json();
+
+    // One invalid value among valid ones: the field's error inline, nothing saved.
+    b.fill("cfg-fee_rate_sat_vb", "0").await;
+    b.fill("cfg-round_duration_seconds", "90").await;
+    b.click("#config-form button[type=submit]").await;
+    b.wait_text("cfg-error-fee_rate_sat_vb", "fee_rate_sat_vb must be at least 1")
+        .await;
+    b.screenshot("admin-config-error").await;
+    assert_eq!(s.admin_get("/admin/config").await.json(), before);
+
+    // Fixed: saved, and the audit log shows the diff.
+    b.fill("cfg-fee_rate_sat_vb", "7").await;
+    b.click("#config-form button[type=submit]").await;
+    b.wait_text("config-saved", "Saved.").await;
+    let after = s.admin_get("/admin/config").await.json();
+    assert_eq!(after["fee_rate_sat_vb"], 7);
+    assert_eq!(after["round_duration_seconds"], 90);
+    let diff = b
+        .wait_js(
+            "the config_updated entry",
+            "(() => { const r = document.querySelector('#audit-list tr[data-event=config_updated]'); return r && r.textContent; })()",
+        )
+        .await;
+    let diff = diff.as_str().unwrap();
+    assert!(
+        diff.contains(&format!("fee_rate_sat_vb: {}→ 7", before["fee_rate_sat_vb"]))
+            || diff.contains(&format!("fee_rate_sat_vb: {} → 7", before["fee_rate_sat_vb"])),
+        "{diff}"
+    );
+    assert!(diff.contains("round_duration_seconds"), "{diff}");
+
+    // Pause and resume, each audited; the players' banner follows.
+    b.click("#pause-btn").await;
+    b.wait_text("admin-paused-state", "paused").await;
+    b.wait_js(
+        "the paused entry",
+        "document.querySelector('#audit-list tr[data-event=paused]')",
+    )
+    .await;
+    assert_eq!(s.get("/rounds/current", &[]).await.json()["paused"], true);
+    b.wait_text("paused-banner", "paused for maintenance").await;
+    b.screenshot("admin").await;
+    b.click("#resume-btn").await;
+    b.wait_text("admin-paused-state", "running").await;
+    b.wait_js(
+        "the resumed entry",
+        "document.querySelector('#audit-list tr[data-event=resumed]')",
+    )
+    .await;
+    let events = b
+        .js("return [...document.querySelectorAll('#audit-list tr')].map(r => r.dataset.event);")
+        .await;
+    assert_eq!(events, json!(["resumed", "paused", "config_updated"]));
+    b.wait_js(
+        "the banner to go",
+        "document.getElementById('paused-banner').hidden",
+    )
+    .await;
+
+    // A change made elsewhere reaches the page by polling (no stream slot).
+    let r = s.admin_post("/admin/pause", json!({})).await;
+    assert_eq!(r.status, 200);
+    b.wait_text("paused-banner", "paused for maintenance").await;
+    assert_eq!(b.text("live-status").await, "polling");
+
+    // The token is forgotten on reload.
+    b.client.refresh().await.unwrap();
+    b.wait_js(
+        "the token form",
+        "document.getElementById('admin-login').offsetParent !== null",
+    )
+    .await;
+    assert!(!b.visible("admin-panel").await);
+
+    b.close().await;
+    driver.stop().await;
+    s.stop().await;
+    env.cleanup().await;
+}
+
+/// The verify view's arithmetic, checked against an independent Rust
+/// computation of the same rule (DESIGN §4.1) on a made-up round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn draw_verification_in_the_browser_matches_the_rule() {
+    use sha2::{Digest, Sha256};
+    let env = Env::new(Db::Sqlite).await;
+    let s = env.start(&[]).await;
+    let driver = Driver::start().await;
+    let b = driver.browser(&s).await;
+    b.open("").await;
+    b.wait_js("the scripts", "window.PotluckDraw && window.Potluck").await;
+
+    let round_id: u64 = 4242;
+    let block_hash = "0f9188f13cb7b2c71f2a335e3a4fc328bf5beb436012afca590b1a11466e2206";
+    let bets = [
+        (7u64, "alice", 25_000u64, "aa".repeat(32)),
+        (3, "Bob", 10_000, "bb".repeat(32)),
+        (12, "carol.x", 65_000, "cc".repeat(32)),
+    ];
+    let mut ordered = bets.to_vec();
+    ordered.sort_by_key(|b| b.0);
+    let lines: String = ordered
+        .iter()
+        .map(|(id, u, a, t)| format!("{id}:{u}:{a}:{t}\n"))
+        .collect();
+    let commitment = Sha256::digest(lines.as_bytes());
+    let mut pre = hex::decode(block_hash).unwrap();
+    pre.extend_from_slice(&round_id.to_be_bytes());
+    pre.extend_from_slice(&commitment);
+    let seed = Sha256::digest(&pre);
+    let pot: u64 = bets.iter().map(|b| b.2).sum();
+    // 256-bit big-endian mod pot, by long division over the bytes.
+    let ticket = seed
+        .iter()
+        .fold(0u128, |acc, &byte| ((acc << 8) | u128::from(byte)) % u128::from(pot))
+        as u64;
+    let mut start = 0;
+    let mut winner = None;
+    for (id, u, a, _) in &ordered {
+        if ticket >= start && ticket < start + a {
+            winner = Some((*id, u.to_string()));
+        }
+        start += a;
+    }
+    let (winner_id, winner_name) = winner.unwrap();
+    let round = json!({
+        "id": round_id, "status": "closed", "pot_sats": pot,
+        "draw": {
+            "tip_height_at_close": 100, "block_height": 101, "block_hash": block_hash,
+            "bets_commitment": hex::encode(commitment), "seed": hex::encode(seed),
+            "ticket": ticket, "winner": {"username": winner_name, "bet_id": winner_id},
+            "bets": bets.iter().map(|(id, u, a, t)| json!({"bet_id": id, "username": u, "amount_sats": a, "txid": t})).collect::<Vec<_>>(),
+        }
+    });
+    let run = |round: Value| {
+        let client = b.client.clone();
+        async move {
+            client
+                .execute_async(
+                    "const [round, done] = arguments; PotluckDraw.verify(round).then(v => done({ok: v.ok, seed: v.seed, commitment: v.commitment, ticket: String(v.ticket), winner: v.winner.bet_id, failed: v.checks.filter(c => c.ok === false).map(c => c.name)}), e => done({error: String(e)}));",
+                    vec![round],
+                )
+                .await
+                .unwrap()
+        }
+    };
+    let v = run(round.clone()).await;
+    assert_eq!(v["ok"], true, "{v}");
+    assert_eq!(v["seed"], hex::encode(seed));
+    assert_eq!(v["commitment"], hex::encode(commitment));
+    assert_eq!(v["ticket"], ticket.to_string());
+    assert_eq!(v["winner"], winner_id);
+    // A published draw that does not follow from its inputs is caught.
+    let mut forged = round.clone();
+    forged["draw"]["winner"]["bet_id"] = json!(if winner_id == 3 { 7 } else { 3 });
+    forged["draw"]["winner"]["username"] = json!("mallory");
+    forged["draw"]["bets"][0]["amount_sats"] = json!(25_001);
+    let v = run(forged).await;
+    assert_eq!(v["ok"], false, "{v}");
+    assert!(
+        v["failed"].as_array().unwrap().contains(&json!("bets_commitment")),
+        "{v}"
+    );
+
+    b.close().await;
+    driver.stop().await;
+    s.stop().await;
+    env.cleanup().await;
+}
