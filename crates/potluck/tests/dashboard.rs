@@ -15,6 +15,40 @@ use serde_json::{json, Value};
 use support::{Db, Env, Server, ADMIN};
 use tokio::process::{Child, Command};
 
+/// Every `detail.code` the service answers (crates/rounds error types).
+const SERVICE_CODES: &[&str] = &[
+    "not_authenticated",
+    "invalid_token",
+    "session_expired",
+    "invalid_credentials",
+    "current_password_incorrect",
+    "username_taken",
+    "derivation_index_conflict",
+    "too_many_attempts",
+    "registration_quota_exceeded",
+    "stream_capacity",
+    "not_found",
+    "internal_error",
+    "invalid_body",
+    "password_too_short",
+    "password_too_long",
+    "username_too_short",
+    "username_too_long",
+    "username_invalid_characters",
+    "paused",
+    "insufficient_funds",
+    "amount_below_dust",
+    "broadcast_rejected",
+    "funds_busy",
+    "bet_below_minimum",
+    "round_not_open",
+    "invalid_address",
+    "address_wrong_network",
+    "withdrawal_below_minimum",
+    "no_round_played",
+    "faucet_amount_invalid",
+];
+
 /// Generous: the machine may be busy with other builds.
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -210,7 +244,10 @@ async fn page_and_assets_are_served_with_their_headers() {
     let s = env.start(&[]).await;
     let page = s.get("/", &[]).await;
     assert_eq!(page.status, 200);
-    assert_eq!(page.header("content-type"), Some("text/html; charset=utf-8"));
+    assert_eq!(
+        page.header("content-type"),
+        Some("text/html; charset=utf-8")
+    );
     let csp = page.header("content-security-policy").unwrap().to_string();
     assert!(csp.contains("script-src 'self'") && csp.contains("default-src 'none'"));
     assert_eq!(page.header("x-content-type-options"), Some("nosniff"));
@@ -245,7 +282,13 @@ async fn page_and_assets_are_served_with_their_headers() {
     assert!(again.body.is_empty());
 
     // Fragment routing: no other path is the page.
-    for path in ["/assets/nope.js", "/assets/", "/index.html", "/play", "/admin"] {
+    for path in [
+        "/assets/nope.js",
+        "/assets/",
+        "/index.html",
+        "/play",
+        "/admin",
+    ] {
         let r = s.get(path, &[]).await;
         assert_eq!(r.status, 404, "{path}");
         assert_eq!(r.code(), "not_found", "{path}");
@@ -263,8 +306,11 @@ async fn accounts_errors_and_translations_in_the_browser() {
     b.open("").await;
     b.wait_text("login-form", "Log in").await;
     // The public round is shown logged out, with a running countdown.
-    b.wait_js("round id", "document.getElementById('round-id').textContent.startsWith('#')")
-        .await;
+    b.wait_js(
+        "round id",
+        "document.getElementById('round-id').textContent.startsWith('#')",
+    )
+    .await;
     b.wait_text("live-status", "live").await;
     b.screenshot("login").await;
 
@@ -272,13 +318,19 @@ async fn accounts_errors_and_translations_in_the_browser() {
     b.fill("register-username", "al").await;
     b.fill("register-password", "password123").await;
     b.click("#register-form button[type=submit]").await;
-    b.wait_text("register-error", "The username must have at least 3 characters.")
-        .await;
+    b.wait_text(
+        "register-error",
+        "The username must have at least 3 characters.",
+    )
+    .await;
     b.fill("register-username", "alice").await;
     b.fill("register-password", "short").await;
     b.click("#register-form button[type=submit]").await;
-    b.wait_text("register-error", "The password must have at least 8 characters.")
-        .await;
+    b.wait_text(
+        "register-error",
+        "The password must have at least 8 characters.",
+    )
+    .await;
 
     // The same code in German, with the page's texts.
     b.client
@@ -290,8 +342,11 @@ async fn accounts_errors_and_translations_in_the_browser() {
         .unwrap();
     b.wait_text("login-form", "Anmelden").await;
     b.click("#register-form button[type=submit]").await;
-    b.wait_text("register-error", "Das Passwort braucht mindestens 8 Zeichen.")
-        .await;
+    b.wait_text(
+        "register-error",
+        "Das Passwort braucht mindestens 8 Zeichen.",
+    )
+    .await;
     // A code the table does not know falls back to the server's message.
     let fallback = b
         .js("return Potluck.errorText({code: 'brand_new_code', message: 'the server says so', params: {}});")
@@ -299,10 +354,23 @@ async fn accounts_errors_and_translations_in_the_browser() {
     assert_eq!(fallback, json!("the server says so"));
     // Amounts in sats and BTC from the `_sats` params, in the page's language.
     assert_eq!(
-        b.js("return Potluck.t('err_bet_too_small', {min_bet_sats: 123456789});")
+        b.js("return Potluck.t('err_bet_below_minimum', {min_bet_sats: 123456789});")
             .await,
         json!("Der kleinste Einsatz ist 123.456.789 sats (1,23456789 BTC).")
     );
+    // Both languages cover every text and every code the service answers.
+    let missing = b
+        .js("const {en, de} = PotluckI18n.tables; return Object.keys(en).filter(k => !(k in de)).concat(Object.keys(de).filter(k => !(k in en)));")
+        .await;
+    assert_eq!(missing, json!([]));
+    for code in SERVICE_CODES {
+        assert_eq!(
+            b.js(&format!("return 'err_{code}' in PotluckI18n.tables.en;"))
+                .await,
+            json!(true),
+            "no translation for {code}"
+        );
+    }
     b.client
         .find(Locator::Id("lang"))
         .await
@@ -323,7 +391,10 @@ async fn accounts_errors_and_translations_in_the_browser() {
     let me = s.login("Alice", "password123", "10.0.0.1").await;
     let token = me.json()["access_token"].as_str().unwrap().to_string();
     let api_me = s
-        .get("/users/me", &[("authorization", &format!("Bearer {token}"))])
+        .get(
+            "/users/me",
+            &[("authorization", &format!("Bearer {token}"))],
+        )
         .await
         .json();
     assert_eq!(address, api_me["address"].as_str().unwrap());
@@ -337,7 +408,11 @@ async fn accounts_errors_and_translations_in_the_browser() {
         .screenshot()
         .await
         .unwrap();
-    assert_eq!(decode_qr(&qr), address, "the QR code decodes to the address");
+    assert_eq!(
+        decode_qr(&qr),
+        address,
+        "the QR code decodes to the address"
+    );
     b.screenshot("wallet").await;
 
     // Taken name (ignoring case) in a second tab of the same session is
@@ -354,7 +429,8 @@ async fn accounts_errors_and_translations_in_the_browser() {
     b.fill("login-username", "alice").await;
     b.fill("login-password", "wrong-password").await;
     b.click("#login-form button[type=submit]").await;
-    b.wait_text("login-error", "Wrong username or password.").await;
+    b.wait_text("login-error", "Wrong username or password.")
+        .await;
     b.fill("login-password", "password123").await;
     b.click("#login-form button[type=submit]").await;
     b.wait_text("whoami", "Alice").await;
@@ -377,7 +453,8 @@ async fn accounts_errors_and_translations_in_the_browser() {
     b.wait_text("login-form", "Log in").await;
     assert!(!b.visible("account-card").await);
     assert_eq!(
-        b.js("return sessionStorage.getItem('potluck.token');").await,
+        b.js("return sessionStorage.getItem('potluck.token');")
+            .await,
         Value::Null,
         "the dead token is dropped"
     );
@@ -414,8 +491,11 @@ async fn admin_journey_in_the_browser_with_polling_fallback() {
 
     b.fill("admin-token", ADMIN).await;
     b.click("#admin-login button[type=submit]").await;
-    b.wait_js("config form", "document.getElementById('cfg-fee_rate_sat_vb')")
-        .await;
+    b.wait_js(
+        "config form",
+        "document.getElementById('cfg-fee_rate_sat_vb')",
+    )
+    .await;
     let stored = b
         .js("return JSON.stringify({...localStorage}) + JSON.stringify({...sessionStorage}) + document.cookie;")
         .await;
@@ -429,8 +509,11 @@ async fn admin_journey_in_the_browser_with_polling_fallback() {
     b.fill("cfg-fee_rate_sat_vb", "0").await;
     b.fill("cfg-round_duration_seconds", "90").await;
     b.click("#config-form button[type=submit]").await;
-    b.wait_text("cfg-error-fee_rate_sat_vb", "fee_rate_sat_vb must be at least 1")
-        .await;
+    b.wait_text(
+        "cfg-error-fee_rate_sat_vb",
+        "fee_rate_sat_vb must be at least 1",
+    )
+    .await;
     b.screenshot("admin-config-error").await;
     assert_eq!(s.admin_get("/admin/config").await.json(), before);
 
@@ -449,8 +532,13 @@ async fn admin_journey_in_the_browser_with_polling_fallback() {
         .await;
     let diff = diff.as_str().unwrap();
     assert!(
-        diff.contains(&format!("fee_rate_sat_vb: {}→ 7", before["fee_rate_sat_vb"]))
-            || diff.contains(&format!("fee_rate_sat_vb: {} → 7", before["fee_rate_sat_vb"])),
+        diff.contains(&format!(
+            "fee_rate_sat_vb: {}→ 7",
+            before["fee_rate_sat_vb"]
+        )) || diff.contains(&format!(
+            "fee_rate_sat_vb: {} → 7",
+            before["fee_rate_sat_vb"]
+        )),
         "{diff}"
     );
     assert!(diff.contains("round_duration_seconds"), "{diff}");
@@ -514,7 +602,8 @@ async fn draw_verification_in_the_browser_matches_the_rule() {
     let driver = Driver::start().await;
     let b = driver.browser(&s).await;
     b.open("").await;
-    b.wait_js("the scripts", "window.PotluckDraw && window.Potluck").await;
+    b.wait_js("the scripts", "window.PotluckDraw && window.Potluck")
+        .await;
 
     let round_id: u64 = 4242;
     let block_hash = "0f9188f13cb7b2c71f2a335e3a4fc328bf5beb436012afca590b1a11466e2206";
@@ -536,10 +625,9 @@ async fn draw_verification_in_the_browser_matches_the_rule() {
     let seed = Sha256::digest(&pre);
     let pot: u64 = bets.iter().map(|b| b.2).sum();
     // 256-bit big-endian mod pot, by long division over the bytes.
-    let ticket = seed
-        .iter()
-        .fold(0u128, |acc, &byte| ((acc << 8) | u128::from(byte)) % u128::from(pot))
-        as u64;
+    let ticket = seed.iter().fold(0u128, |acc, &byte| {
+        ((acc << 8) | u128::from(byte)) % u128::from(pot)
+    }) as u64;
     let mut start = 0;
     let mut winner = None;
     for (id, u, a, _) in &ordered {
@@ -584,7 +672,10 @@ async fn draw_verification_in_the_browser_matches_the_rule() {
     let v = run(forged).await;
     assert_eq!(v["ok"], false, "{v}");
     assert!(
-        v["failed"].as_array().unwrap().contains(&json!("bets_commitment")),
+        v["failed"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("bets_commitment")),
         "{v}"
     );
 

@@ -713,7 +713,8 @@
         continue;
       }
       const p = round.payout;
-      const waiting = round.status === "payout_failed" || (p && p.status === "failed") ||
+      const waiting = round.status === "payout_failed" ||
+        (p && (p.status === "broadcast_failed" || p.status === "failed")) ||
         (round.status === "paying_out" && !(p && p.txid));
       if (!waiting) continue;
       shown++;

@@ -100,7 +100,10 @@ fn serve(index: usize, request: &HeaderMap) -> Response {
     // `no-cache` = revalidate every time: an upgraded binary is picked up at
     // once, while an unchanged asset costs a 304 without a body.
     let headers = [
-        (header::CONTENT_TYPE, HeaderValue::from_static(asset.content_type)),
+        (
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(asset.content_type),
+        ),
         (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
         (
             header::ETAG,
@@ -114,7 +117,10 @@ fn serve(index: usize, request: &HeaderMap) -> Response {
             header::X_CONTENT_TYPE_OPTIONS,
             HeaderValue::from_static("nosniff"),
         ),
-        (header::REFERRER_POLICY, HeaderValue::from_static("no-referrer")),
+        (
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("no-referrer"),
+        ),
         (header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")),
     ];
     if fresh {
