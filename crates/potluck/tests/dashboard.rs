@@ -684,3 +684,57 @@ async fn draw_verification_in_the_browser_matches_the_rule() {
     s.stop().await;
     env.cleanup().await;
 }
+
+/// The page's QR encoder at every version it produces (1–10, with and
+/// without version information), decoded by an independent decoder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qr_codes_of_every_size_decode() {
+    let env = Env::new(Db::Sqlite).await;
+    let s = env.start(&[]).await;
+    let driver = Driver::start().await;
+    let b = driver.browser(&s).await;
+    b.open("").await;
+    b.wait_js("the scripts", "window.PotluckQr").await;
+    let mut versions = Vec::new();
+    for len in [1usize, 14, 26, 42, 62, 84, 106, 122, 152, 180, 213] {
+        let text: String = (0..len)
+            .map(|i| char::from(b"bcrt1qABCDEFGHJKLMNPQRSTUVWXYZ0123456789:/?&=.-_"[i * 7 % 47]))
+            .collect();
+        let modules = b
+            .client
+            .execute(
+                "const [text] = arguments; const box = document.createElement('div'); box.id = 'qr-probe';
+                 const svg = PotluckQr.svg(text); const n = PotluckQr.matrix(text).length;
+                 svg.setAttribute('width', String((n + 8) * 4)); svg.setAttribute('height', String((n + 8) * 4));
+                 box.append(svg); document.getElementById('qr-probe')?.remove(); document.body.prepend(box);
+                 return n;",
+                vec![json!(text)],
+            )
+            .await
+            .unwrap()
+            .as_u64()
+            .unwrap();
+        versions.push((modules - 17) / 4);
+        let png = b
+            .client
+            .find(Locator::Css("#qr-probe svg"))
+            .await
+            .unwrap()
+            .screenshot()
+            .await
+            .unwrap();
+        assert_eq!(decode_qr(&png), text, "{len} bytes, {modules} modules");
+    }
+    assert_eq!(versions, vec![1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    let too_long = b
+        .js("try { PotluckQr.matrix('x'.repeat(214)); return 'encoded'; } catch (e) { return String(e.message); }")
+        .await;
+    assert!(
+        too_long.as_str().unwrap().contains("too long"),
+        "{too_long}"
+    );
+    b.close().await;
+    driver.stop().await;
+    s.stop().await;
+    env.cleanup().await;
+}
