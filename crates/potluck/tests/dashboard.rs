@@ -314,6 +314,19 @@ async fn accounts_errors_and_translations_in_the_browser() {
     b.wait_text("live-status", "live").await;
     b.screenshot("login").await;
 
+    // A dropped stream: five newer streams from the same IP evict the
+    // page's; it polls, then reconnects after its back-off.
+    let mut evictors = Vec::new();
+    for _ in 0..5 {
+        evictors.push(support::EventStream::open(s.addr, "127.0.0.1").await);
+    }
+    b.wait_js(
+        "polling, then live again",
+        "(() => { const h = Potluck.state.liveHistory; const i = h.lastIndexOf('polling'); return i > 0 && h.indexOf('live') < i && h[h.length - 1] === 'live'; })()",
+    )
+    .await;
+    drop(evictors);
+
     // Validation errors come through the client's own table.
     b.fill("register-username", "al").await;
     b.fill("register-password", "password123").await;

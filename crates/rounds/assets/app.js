@@ -23,6 +23,8 @@
     reveal: null,
     auditBefore: null,
     live: "connecting",
+    // Every change of the live state, for the curious (and the tests).
+    liveHistory: [],
   };
   if (!window.PotluckI18n.languages.includes(state.lang)) state.lang = "en";
 
@@ -215,6 +217,7 @@
   };
 
   function setLive(mode) {
+    if (state.live !== mode) state.liveHistory.push(mode);
     state.live = mode;
     const e = $("live-status");
     e.dataset.state = mode;
