@@ -650,13 +650,19 @@ async fn draw_verification_in_the_browser_matches_the_rule() {
         start += a;
     }
     let (winner_id, winner_name) = winner.unwrap();
+    let mut ranges = std::collections::HashMap::new();
+    let mut at = 0;
+    for (id, _, a, _) in &ordered {
+        ranges.insert(*id, (at, at + a));
+        at += a;
+    }
     let round = json!({
         "id": round_id, "status": "closed", "pot_sats": pot,
         "draw": {
             "tip_height_at_close": 100, "block_height": 101, "block_hash": block_hash,
             "bets_commitment": hex::encode(commitment), "seed": hex::encode(seed),
             "ticket": ticket, "winner": {"username": winner_name, "bet_id": winner_id},
-            "bets": bets.iter().map(|(id, u, a, t)| json!({"bet_id": id, "username": u, "amount_sats": a, "txid": t})).collect::<Vec<_>>(),
+            "bets": bets.iter().map(|(id, u, a, t)| json!({"bet_id": id, "username": u, "amount_sats": a, "txid": t, "range_start": ranges[id].0, "range_end": ranges[id].1})).collect::<Vec<_>>(),
         }
     });
     let run = |round: Value| {
@@ -677,20 +683,37 @@ async fn draw_verification_in_the_browser_matches_the_rule() {
     assert_eq!(v["commitment"], hex::encode(commitment));
     assert_eq!(v["ticket"], ticket.to_string());
     assert_eq!(v["winner"], winner_id);
-    // A published draw that does not follow from its inputs is caught.
-    let mut forged = round.clone();
-    forged["draw"]["winner"]["bet_id"] = json!(if winner_id == 3 { 7 } else { 3 });
-    forged["draw"]["winner"]["username"] = json!("mallory");
-    forged["draw"]["bets"][0]["amount_sats"] = json!(25_001);
-    let v = run(forged).await;
-    assert_eq!(v["ok"], false, "{v}");
-    assert!(
-        v["failed"]
-            .as_array()
-            .unwrap()
-            .contains(&json!("bets_commitment")),
-        "{v}"
-    );
+    // A published draw that does not follow from its inputs is caught,
+    // each forgery by its own check.
+    let other = if winner_id == 3 { 7 } else { 3 };
+    let forgeries: [(&str, Box<dyn Fn(&mut Value)>); 4] = [
+        (
+            "winner",
+            Box::new(move |r: &mut Value| r["draw"]["winner"]["bet_id"] = json!(other)),
+        ),
+        (
+            "bets_commitment",
+            Box::new(|r: &mut Value| r["draw"]["bets"][0]["amount_sats"] = json!(25_001)),
+        ),
+        (
+            "ranges",
+            Box::new(|r: &mut Value| r["draw"]["bets"][1]["range_end"] = json!(1)),
+        ),
+        (
+            "seed",
+            Box::new(|r: &mut Value| r["draw"]["seed"] = json!("00".repeat(32))),
+        ),
+    ];
+    for (check, forge) in forgeries {
+        let mut forged = round.clone();
+        forge(&mut forged);
+        let v = run(forged).await;
+        assert_eq!(v["ok"], false, "{check}: {v}");
+        assert!(
+            v["failed"].as_array().unwrap().contains(&json!(check)),
+            "{check}: {v}"
+        );
+    }
 
     b.close().await;
     driver.stop().await;

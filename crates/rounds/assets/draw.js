@@ -93,6 +93,12 @@
         start = end;
       }
       check("ticket", draw.ticket, ticket.toString());
+      if (bets.some((b) => b.range_start !== undefined && b.range_start !== null)) {
+        const fmt = (list) => list.map((r) => `${r[0]}-${r[1]}`).join(" ");
+        check("ranges",
+          fmt(bets.map((b) => [b.range_start, b.range_end])),
+          fmt(ranges.map((r) => [r.start, r.end])));
+      }
       if (draw.winner) {
         check("winner", `${draw.winner.bet_id}:${draw.winner.username}`,
           `${winner.bet_id}:${winner.username}`);
