@@ -448,9 +448,28 @@ async fn accounts_errors_and_translations_in_the_browser() {
     b.click("#login-form button[type=submit]").await;
     b.wait_text("whoami", "Alice").await;
 
+    // Change the password: a wrong current one is refused, then the page
+    // carries on with the fresh token.
+    b.fill("current-password", "not-my-password").await;
+    b.fill("new-password", "password456").await;
+    b.click("#password-form button[type=submit]").await;
+    b.wait_text("password-error", "The current password is incorrect.")
+        .await;
+    b.fill("current-password", "password123").await;
+    b.click("#password-form button[type=submit]").await;
+    b.wait_text("notice", "Password changed.").await;
+    let r = s
+        .get(
+            "/users/me",
+            &[("authorization", &format!("Bearer {token}"))],
+        )
+        .await;
+    assert_eq!(r.code(), "session_expired", "older sessions end");
+
     // The token survives a reload (kept for the browser session)...
     b.client.refresh().await.unwrap();
     b.wait_text("address", &address).await;
+    b.wait_text("whoami", "Alice").await;
     // ...until the operator resets the password: the next fetch is
     // answered session_expired and the page says so.
     let r = s

@@ -830,6 +830,25 @@
       location.hash = "#/";
     });
 
+    $("password-form").addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      setError("password-error", "");
+      const current = $("current-password").value;
+      const next = $("new-password").value;
+      if (!current || !next) return setError("password-error", t("required"));
+      try {
+        // The answer is a fresh token: this session goes on, the others end.
+        const r = await api("POST", "/users/me/change-password",
+          { current_password: current, new_password: next });
+        setToken(r.access_token);
+        $("current-password").value = "";
+        $("new-password").value = "";
+        notice(t("password_changed"), "ok");
+      } catch (e) {
+        setError("password-error", errorText(e));
+      }
+    });
+
     $("copy-address").addEventListener("click", async () => {
       try {
         await navigator.clipboard.writeText($("address").textContent);
