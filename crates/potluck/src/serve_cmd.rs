@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Args;
 use potluck_rounds::password::HashParams;
-use potluck_rounds::{Application, Config};
+use potluck_rounds::{Application, ChainSource, Config};
 
 /// Flags of `potluck serve`.
 #[derive(Debug, Args)]
@@ -95,11 +95,38 @@ pub struct ServeArgs {
     /// Database connections in the pool.
     #[arg(long, env = "POTLUCK_DB_CONNECTIONS", default_value_t = 16)]
     db_connections: u32,
+    /// Bitcoin Core JSON-RPC URL; without it the development chain runs in process (regtest only).
+    #[arg(long, env = "POTLUCK_BITCOIND_URL")]
+    bitcoind_url: Option<String>,
+    /// Bitcoin Core cookie file (default auth with --bitcoind-url).
+    #[arg(
+        long,
+        env = "POTLUCK_BITCOIND_COOKIE",
+        conflicts_with = "bitcoind_user"
+    )]
+    bitcoind_cookie: Option<PathBuf>,
+    /// Bitcoin Core RPC user (with --bitcoind-password).
+    #[arg(long, env = "POTLUCK_BITCOIND_USER", requires = "bitcoind_password")]
+    bitcoind_user: Option<String>,
+    /// Bitcoin Core RPC password.
+    #[arg(
+        long,
+        env = "POTLUCK_BITCOIND_PASSWORD",
+        hide_env_values = true,
+        requires = "bitcoind_user"
+    )]
+    bitcoind_password: Option<String>,
+    /// Development chain: seconds between blocks (0 = blocks only on demand).
+    #[arg(long, env = "POTLUCK_DEV_BLOCK_INTERVAL", default_value_t = 15)]
+    dev_block_interval: u64,
+    /// Development chain: serve its bitcoind-style JSON-RPC here (cookie in <data-dir>/chain/.cookie).
+    #[arg(long, env = "POTLUCK_DEV_CHAIN_RPC_BIND")]
+    dev_chain_rpc_bind: Option<SocketAddr>,
 }
 
 impl ServeArgs {
     /// The service configuration these flags describe.
-    pub fn into_config(self) -> Config {
+    pub fn into_config(self) -> anyhow::Result<Config> {
         let mut c = Config::new(self.data_dir);
         c.bind = self.bind;
         c.database_url = self.database_url;
@@ -129,7 +156,24 @@ impl ServeArgs {
         c.body_limit_bytes = self.body_limit_bytes;
         c.default_round_duration_seconds = self.round_duration_seconds.max(1);
         c.max_db_connections = self.db_connections.max(1);
-        c
+        c.chain = match self.bitcoind_url {
+            Some(url) => {
+                let auth = match (self.bitcoind_user, self.bitcoind_password, self.bitcoind_cookie) {
+                    (Some(u), Some(p), _) => chain::Auth::UserPass(u, p),
+                    (_, _, Some(cookie)) => chain::Auth::Cookie(cookie),
+                    _ => anyhow::bail!(
+                        "--bitcoind-url needs --bitcoind-cookie FILE or --bitcoind-user and --bitcoind-password"
+                    ),
+                };
+                ChainSource::Bitcoind { url, auth }
+            }
+            None => ChainSource::Dev {
+                block_interval: (self.dev_block_interval > 0)
+                    .then(|| Duration::from_secs(self.dev_block_interval)),
+                rpc_bind: self.dev_chain_rpc_bind,
+            },
+        };
+        Ok(c)
     }
 }
 
@@ -160,7 +204,7 @@ async fn shutdown_signal() {
 /// Start-up failures (including a refused schema upgrade) and server errors.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     crate::init_logging();
-    let config = args.into_config();
+    let config = args.into_config()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -196,7 +240,8 @@ mod tests {
         let c = Wrapper::try_parse_from(["serve"])
             .unwrap()
             .serve
-            .into_config();
+            .into_config()
+            .unwrap();
         assert_eq!(
             c.hash_params,
             HashParams {
@@ -221,5 +266,50 @@ mod tests {
         assert_eq!((c.stream.max_subscribers, c.stream.max_per_ip), (500, 5));
         assert_eq!(c.keep_alive, Duration::from_secs(15));
         assert!(c.admin_token.is_none());
+        match c.chain {
+            ChainSource::Dev {
+                block_interval,
+                rpc_bind,
+            } => {
+                assert_eq!(block_interval, Some(Duration::from_secs(15)));
+                assert!(rpc_bind.is_none());
+            }
+            other => panic!("default chain is the dev chain, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn bitcoind_needs_credentials_and_interval_zero_means_on_demand() {
+        let err = Wrapper::try_parse_from(["serve", "--bitcoind-url", "http://127.0.0.1:8332/"])
+            .unwrap()
+            .serve
+            .into_config();
+        assert!(err.is_err());
+        let c = Wrapper::try_parse_from([
+            "serve",
+            "--bitcoind-url",
+            "http://127.0.0.1:8332/",
+            "--bitcoind-user",
+            "u",
+            "--bitcoind-password",
+            "p",
+        ])
+        .unwrap()
+        .serve
+        .into_config()
+        .unwrap();
+        assert!(matches!(c.chain, ChainSource::Bitcoind { .. }));
+        let c = Wrapper::try_parse_from(["serve", "--dev-block-interval", "0"])
+            .unwrap()
+            .serve
+            .into_config()
+            .unwrap();
+        assert!(matches!(
+            c.chain,
+            ChainSource::Dev {
+                block_interval: None,
+                ..
+            }
+        ));
     }
 }

@@ -270,14 +270,15 @@ async fn me(State(state): State<AppState>, user: AuthUser) -> Result<Json<Me>, A
         .user_by_id(user.id)
         .await?
         .ok_or(ApiError::SessionExpired)?;
-    // Part 1 has no chain watcher yet: nothing can be credited, so the
-    // balances are zero until deposits are followed.
+    let confirmations = state.store.config().await?.deposit_confirmations;
+    let (balance_sats, pending_balance_sats, has_pending) =
+        state.store.balances(user.id, confirmations).await?;
     Ok(Json(Me {
         username: row.username,
         address: row.address,
-        balance_sats: 0,
-        pending_balance_sats: 0,
-        has_pending: false,
+        balance_sats,
+        pending_balance_sats,
+        has_pending,
     }))
 }
 

@@ -48,7 +48,7 @@ pub const FEE_BRANCH: u32 = 2;
 /// `m/84'/coin'/0'/0/i`, the default fee address at `m/84'/coin'/0'/2/0`;
 /// validation by the wallet's validator (the same one withdrawals use).
 pub struct Bip84AddressBook {
-    wallet: wallet::Wallet,
+    wallet: std::sync::Arc<wallet::Wallet>,
 }
 
 impl std::fmt::Debug for Bip84AddressBook {
@@ -67,7 +67,14 @@ impl Bip84AddressBook {
     pub fn from_seed(seed: &[u8], network: Network) -> Result<Self, AddressError> {
         let wallet = wallet::Wallet::from_seed(seed, network)
             .map_err(|e| AddressError::Derivation(e.to_string()))?;
-        Ok(Self { wallet })
+        Ok(Self {
+            wallet: std::sync::Arc::new(wallet),
+        })
+    }
+
+    /// The book of a loaded wallet (the one that signs).
+    pub fn new(wallet: std::sync::Arc<wallet::Wallet>) -> Self {
+        Self { wallet }
     }
 
     fn derive(&self, branch: u32, index: u32) -> Result<String, AddressError> {

@@ -21,8 +21,10 @@ use utoipa_axum::routes;
 
 use crate::address::{AddressBook, Bip84AddressBook};
 use crate::auth::AdminKey;
+use crate::config::ChainSource;
 use crate::config::Config;
 use crate::current::CurrentRound;
+use crate::engine::Engine;
 use crate::error::ApiError;
 use crate::metrics::{Gauges, Metrics};
 use crate::password::PasswordHasher;
@@ -60,6 +62,10 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Cached current round.
     pub rounds: Arc<CurrentRound>,
+    /// The chain watcher and rounds engine (also signs bets and withdrawals).
+    pub engine: Arc<Engine>,
+    /// The embedded development chain, when the service runs one (faucet).
+    pub dev_chain: Option<chain::DevChain>,
 }
 
 /// Why the service could not start.
@@ -86,6 +92,9 @@ pub enum StartupError {
     /// Password hashing parameters were refused.
     #[error("password hashing: {0}")]
     Hashing(String),
+    /// The chain could not be started or reached.
+    #[error("chain: {0}")]
+    Chain(String),
     /// The listener could not be bound.
     #[error("bind {addr}: {source}")]
     Bind {
@@ -183,10 +192,11 @@ async fn not_found() -> ApiError {
 }
 
 /// All documented routes, before layers and state.
-fn api_routes(config: &Config) -> OpenApiRouter<AppState> {
+fn api_routes(config: &Config, dev_chain: bool) -> OpenApiRouter<AppState> {
     let timed = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(crate::accounts::router())
         .merge(crate::rounds_api::router())
+        .merge(crate::money_api::router(dev_chain))
         .merge(crate::admin::router())
         .routes(routes!(healthz))
         .routes(routes!(metrics))
@@ -202,7 +212,7 @@ fn api_routes(config: &Config) -> OpenApiRouter<AppState> {
 pub fn openapi_document() -> &'static str {
     static DOC: OnceLock<String> = OnceLock::new();
     DOC.get_or_init(|| {
-        let (_, api) = api_routes(&Config::new(".".into())).split_for_parts();
+        let (_, api) = api_routes(&Config::new(".".into()), true).split_for_parts();
         api.to_json()
             .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     })
@@ -241,7 +251,7 @@ async fn observe(State(metrics): State<Arc<Metrics>>, request: Request, next: Ne
 
 /// Builds the full router for `state`.
 pub fn router(state: AppState) -> Router {
-    let (routes, _) = api_routes(&state.config).split_for_parts();
+    let (routes, _) = api_routes(&state.config, state.dev_chain.is_some()).split_for_parts();
     let metrics = state.metrics.clone();
     routes
         .merge(crate::dashboard::router())
@@ -256,6 +266,7 @@ pub struct Application {
     listener: tokio::net::TcpListener,
     local_addr: SocketAddr,
     state: AppState,
+    running_chain: Option<chain::RunningDevChain>,
 }
 
 impl Application {
@@ -274,11 +285,43 @@ impl Application {
             Some(s) if !s.is_empty() => s.as_bytes().to_vec(),
             _ => load_or_create_secret(&data_dir.join("jwt-secret"), 32)?,
         };
-        let seed = load_or_create_secret(&data_dir.join("wallet-seed"), 32)?;
-        let addresses: Arc<dyn AddressBook> = Arc::new(
-            Bip84AddressBook::from_seed(&seed, config.network)
+        // The BIP39 mnemonic of the service's HD wallet (mode 0600).
+        let wallet = Arc::new(
+            wallet::load_or_create_seed(&data_dir.join("wallet.mnemonic"), config.network)
                 .map_err(|e| StartupError::Wallet(e.to_string()))?,
         );
+        let addresses: Arc<dyn AddressBook> = Arc::new(Bip84AddressBook::new(wallet.clone()));
+        let (chain, dev_chain, running_chain): (Arc<dyn chain::Chain>, _, _) = match &config.chain {
+            ChainSource::Dev {
+                block_interval,
+                rpc_bind,
+            } => {
+                if config.network != bitcoin::Network::Regtest {
+                    return Err(StartupError::Chain(format!(
+                        "the development chain is regtest only (network {}); give --bitcoind-url",
+                        config.network
+                    )));
+                }
+                let running = chain::DevChain::start(chain::DevChainConfig {
+                    data_dir: data_dir.join("chain"),
+                    block_interval: *block_interval,
+                    rpc_bind: *rpc_bind,
+                    rpc_auth: None,
+                })
+                .await
+                .map_err(|e| StartupError::Chain(e.to_string()))?;
+                if let Some(url) = running.rpc_url() {
+                    tracing::info!(%url, "development chain RPC");
+                }
+                let dev = running.chain.clone();
+                (Arc::new(dev.clone()), Some(dev), Some(running))
+            }
+            ChainSource::Bitcoind { url, auth } => {
+                let rpc = chain::BitcoindRpc::new(chain::RpcConfig::new(url.clone(), auth.clone()))
+                    .map_err(|e| StartupError::Chain(e.to_string()))?;
+                (Arc::new(rpc), None, None)
+            }
+        };
         let store =
             Store::connect(&config.effective_database_url(), config.max_db_connections).await?;
         store.migrate().await?;
@@ -300,17 +343,28 @@ impl Application {
         let hasher = PasswordHasher::new(config.hash_params, config.hashing_concurrency)
             .map_err(|e| StartupError::Hashing(e.to_string()))?;
         let now = Instant::now();
+        let hub = StreamHub::new(config.stream);
+        let rounds = Arc::new(CurrentRound::new(CURRENT_ROUND_TTL));
+        let engine = Arc::new(Engine::new(
+            store.clone(),
+            chain,
+            wallet,
+            hub.clone(),
+            rounds.clone(),
+        ));
         let state = AppState {
             store,
             hasher,
             tokens: TokenKeys::new(&jwt_secret),
             throttle: Arc::new(LoginThrottle::new(config.throttle, now)),
             quota: RegistrationQuota::new(config.quota, now),
-            hub: StreamHub::new(config.stream),
+            hub,
             addresses,
             admin_key: AdminKey::new(config.admin_token.as_deref()),
             metrics: Arc::new(Metrics::default()),
-            rounds: Arc::new(CurrentRound::new(CURRENT_ROUND_TTL)),
+            rounds,
+            engine,
+            dev_chain,
             config: Arc::new(config),
         };
         let listener = tokio::net::TcpListener::bind(state.config.bind)
@@ -327,6 +381,7 @@ impl Application {
             listener,
             local_addr,
             state,
+            running_chain,
         })
     }
 
@@ -356,6 +411,12 @@ impl Application {
     ) -> std::io::Result<()> {
         let hub = self.state.hub.clone();
         let store = self.state.store.clone();
+        let worker = tokio::spawn(
+            self.state
+                .engine
+                .clone()
+                .run(self.state.config.engine_interval),
+        );
         let app = router(self.state);
         axum::serve(
             self.listener,
@@ -367,6 +428,11 @@ impl Application {
             hub.shutdown();
         })
         .await?;
+        worker.abort();
+        let _ = worker.await;
+        if let Some(chain) = self.running_chain {
+            chain.shutdown().await;
+        }
         store.close().await;
         Ok(())
     }

@@ -11,6 +11,25 @@ use crate::quota::QuotaPolicy;
 use crate::stream::StreamPolicy;
 use crate::throttle::ThrottlePolicy;
 
+/// Where the service's chain comes from.
+#[derive(Debug, Clone)]
+pub enum ChainSource {
+    /// The embedded development chain in `<data_dir>/chain` (regtest only).
+    Dev {
+        /// Mine a block this often; `None` = only on demand (faucet, RPC).
+        block_interval: Option<Duration>,
+        /// Serve its JSON-RPC here (cookie in `<data_dir>/chain/.cookie`).
+        rpc_bind: Option<SocketAddr>,
+    },
+    /// A Bitcoin Core node.
+    Bitcoind {
+        /// `http://host:port/`.
+        url: String,
+        /// Cookie file or user/password.
+        auth: chain::Auth,
+    },
+}
+
 /// Everything `Application::build` needs.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -48,6 +67,10 @@ pub struct Config {
     pub default_round_duration_seconds: i64,
     /// Database connections.
     pub max_db_connections: u32,
+    /// The chain.
+    pub chain: ChainSource,
+    /// How often the engine runs when no new tip arrives.
+    pub engine_interval: Duration,
 }
 
 impl Config {
@@ -71,6 +94,11 @@ impl Config {
             body_limit_bytes: 64 * 1024,
             default_round_duration_seconds: 120,
             max_db_connections: 16,
+            chain: ChainSource::Dev {
+                block_interval: Some(Duration::from_secs(15)),
+                rpc_bind: None,
+            },
+            engine_interval: Duration::from_millis(250),
         }
     }
 

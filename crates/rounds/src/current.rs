@@ -13,6 +13,8 @@ use crate::store::{RoundRow, Store, StoreError};
 pub struct RoundSnapshot {
     /// The newest round.
     pub round: RoundRow,
+    /// The newest round with draw, bets and payout.
+    pub detail: crate::ledger::RoundDetail,
     /// The pause flag.
     pub paused: bool,
     /// The anonymous caller's answer, serialised once per refresh.
@@ -63,12 +65,17 @@ impl CurrentRound {
             .await?
             .ok_or_else(|| StoreError::Corrupt("no round exists".into()))?;
         let paused = store.config().await?.paused;
-        let view = crate::rounds_api::RoundView::new(&round, false, paused);
+        let detail = store
+            .round_detail(round.id)
+            .await?
+            .ok_or_else(|| StoreError::Corrupt("round vanished".into()))?;
+        let view = crate::money_api::round_view(&detail, false, paused);
         let anonymous_json = serde_json::to_vec(&view)
             .map_err(|e| StoreError::Corrupt(format!("round view: {e}")))?
             .into();
         let snap = RoundSnapshot {
             round,
+            detail,
             paused,
             anonymous_json,
         };

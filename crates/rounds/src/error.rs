@@ -64,6 +64,18 @@ pub enum ApiError {
     /// No such resource or route.
     #[error("not found")]
     NotFound,
+    /// A refused bet, withdrawal or other domain operation.
+    #[error("{message}")]
+    Domain {
+        /// HTTP status.
+        status: StatusCode,
+        /// Machine-readable code, e.g. `insufficient_funds`.
+        code: &'static str,
+        /// English text.
+        message: String,
+        /// Values interpolated into the message; amounts end in `_sats`.
+        params: Map<String, Value>,
+    },
     /// Anything the client cannot act on; logged, never sent.
     #[error("internal error: {0}")]
     Internal(String),
@@ -77,6 +89,25 @@ impl ApiError {
             _ => Map::new(),
         };
         ApiError::Validation {
+            code,
+            message: message.into(),
+            params,
+        }
+    }
+
+    /// A domain error with its status, code, message and params.
+    pub fn domain(
+        status: StatusCode,
+        code: &'static str,
+        message: impl Into<String>,
+        params: Value,
+    ) -> Self {
+        let params = match params {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        };
+        ApiError::Domain {
+            status,
             code,
             message: message.into(),
             params,
@@ -109,6 +140,7 @@ impl ApiError {
             }
             ApiError::StreamCapacity => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::Domain { status, .. } => *status,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -128,13 +160,14 @@ impl ApiError {
             ApiError::RegistrationQuotaExceeded { .. } => "registration_quota_exceeded",
             ApiError::StreamCapacity => "stream_capacity",
             ApiError::NotFound => "not_found",
+            ApiError::Domain { code, .. } => code,
             ApiError::Internal(_) => "internal_error",
         }
     }
 
     fn params(&self) -> Map<String, Value> {
         match self {
-            ApiError::Validation { params, .. } => params.clone(),
+            ApiError::Validation { params, .. } | ApiError::Domain { params, .. } => params.clone(),
             ApiError::UsernameTaken { username } => {
                 let mut m = Map::new();
                 m.insert("username".into(), Value::from(username.clone()));
@@ -216,6 +249,9 @@ pub enum AdminError {
     /// The named thing does not exist.
     #[error("{0}")]
     NotFound(String),
+    /// The operation does not apply in the current state.
+    #[error("{0}")]
+    Conflict(String),
     /// Logged, answered as a generic 500.
     #[error("internal error: {0}")]
     Internal(String),
@@ -240,6 +276,7 @@ impl IntoResponse for AdminError {
             AdminError::Denied(m) => (StatusCode::FORBIDDEN, m.to_string()),
             AdminError::Validation(m) => (StatusCode::UNPROCESSABLE_ENTITY, m),
             AdminError::NotFound(m) => (StatusCode::NOT_FOUND, m),
+            AdminError::Conflict(m) => (StatusCode::CONFLICT, m),
             AdminError::Internal(reason) => {
                 tracing::error!(%reason, "internal error (admin)");
                 (

@@ -92,8 +92,13 @@ async fn current_round(
         )
             .into_response());
     };
-    let played = state.store.user_played(snapshot.round.id, user.id).await?;
-    Ok(Json(RoundView::new(&snapshot.round, played, snapshot.paused)).into_response())
+    let played = snapshot.detail.bets.iter().any(|b| b.user_id == user.id);
+    Ok(Json(crate::money_api::round_view(
+        &snapshot.detail,
+        played,
+        snapshot.paused,
+    ))
+    .into_response())
 }
 
 fn events(sub: Subscription) -> impl Stream<Item = Result<Event, Infallible>> {

@@ -85,6 +85,11 @@ const SQLITE_MIGRATIONS: &[Migration] = &[
         description: "username_case_insensitive",
         sql: include_str!("../migrations/sqlite/0002_username_case_insensitive.sql"),
     },
+    Migration {
+        version: 3,
+        description: "money",
+        sql: include_str!("../migrations/sqlite/0003_money.sql"),
+    },
 ];
 
 const POSTGRES_MIGRATIONS: &[Migration] = &[
@@ -97,6 +102,11 @@ const POSTGRES_MIGRATIONS: &[Migration] = &[
         version: 2,
         description: "username_case_insensitive",
         sql: include_str!("../migrations/postgres/0002_username_case_insensitive.sql"),
+    },
+    Migration {
+        version: 3,
+        description: "money",
+        sql: include_str!("../migrations/postgres/0003_money.sql"),
     },
 ];
 
@@ -820,6 +830,17 @@ async fn lock_config(tx: &mut sqlx::Transaction<'_, sqlx::Any>) -> Result<(), St
         .execute(&mut **tx)
         .await?;
     Ok(())
+}
+
+/// Writes one audit entry inside the caller's transaction.
+pub(crate) async fn insert_audit_entry(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    event: &str,
+    actor: &str,
+    diff: &ConfigDiff,
+    details: &Value,
+) -> Result<(), StoreError> {
+    insert_audit(tx, event, actor, diff, details).await
 }
 
 async fn insert_audit(
