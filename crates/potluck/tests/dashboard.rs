@@ -781,3 +781,342 @@ async fn qr_codes_of_every_size_decode() {
     s.stop().await;
     env.cleanup().await;
 }
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The embedded chain's RPC of a running `potluck serve` (cookie auth).
+async fn chain_rpc(env: &Env, port: u16) -> chain::BitcoindRpc {
+    let cookie = env.data_dir.join("chain").join(".cookie");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if cookie.exists() {
+            let mut cfg = chain::RpcConfig::new(
+                format!("http://127.0.0.1:{port}"),
+                chain::Auth::Cookie(cookie.clone()),
+            );
+            cfg.retries = 0;
+            cfg.timeout = Duration::from_secs(10);
+            let c = chain::BitcoindRpc::new(cfg).unwrap();
+            if c.get_block_count().await.is_ok() {
+                return c;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the development chain's RPC did not come up"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn regtest_address(s: &str) -> chain::bitcoin::Address {
+    s.parse::<chain::bitcoin::Address<chain::bitcoin::address::NetworkUnchecked>>()
+        .unwrap()
+        .require_network(chain::bitcoin::Network::Regtest)
+        .unwrap()
+}
+
+/// Polls the API until `f` holds for the JSON at `path` (with `token`).
+async fn wait_api(
+    s: &Server,
+    path: &str,
+    token: &str,
+    what: &str,
+    f: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let auth = format!("Bearer {token}");
+        let headers: Vec<(&str, &str)> = if token.is_empty() {
+            vec![]
+        } else {
+            vec![("authorization", &auth)]
+        };
+        let r = s.get(path, &headers).await;
+        if r.status == 200 {
+            let v = r.json();
+            if f(&v) {
+                return v;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what} at {path}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The whole player journey on the development chain, without a reload:
+/// register, address, a deposit mined by the test, a bet, the countdown,
+/// the draw revealed and the balance changed; a second browser that opens
+/// after the draw sees the last-round result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn player_journey_on_the_development_chain() {
+    let env = Env::new(Db::Sqlite).await;
+    let rpc_port = free_port();
+    let rpc_bind = format!("127.0.0.1:{rpc_port}");
+    let s = env
+        .start(&[
+            "--dev-block-interval",
+            "0",
+            "--dev-chain-rpc-bind",
+            &rpc_bind,
+            "--round-duration-seconds",
+            "40",
+        ])
+        .await;
+    let rpc = chain_rpc(&env, rpc_port).await;
+    let driver = Driver::start().await;
+    let b = driver.browser(&s).await;
+    b.open("").await;
+    b.wait_text("live-status", "live").await;
+
+    // Register in the page; the address appears with its QR code.
+    b.fill("register-username", "alice").await;
+    b.fill("register-password", "password123").await;
+    b.click("#register-form button[type=submit]").await;
+    let address = b.wait_text("address", "bcrt1q").await;
+    b.wait_text("balance", "0 sats").await;
+
+    // A deposit, sent and mined by the test through the chain's RPC.
+    let deposit_txid = rpc
+        .send_to_address(
+            &regtest_address(&address),
+            chain::bitcoin::Amount::from_sat(150_000),
+        )
+        .await
+        .unwrap()
+        .to_string();
+    // Blocks pay nobody of the service (an empty-script P2WSH).
+    let miner = chain::bitcoin::Address::p2wsh(
+        chain::bitcoin::Script::new(),
+        chain::bitcoin::KnownHrp::Regtest,
+    );
+    rpc.generate_to_address(1, &miner).await.unwrap();
+    b.wait_text("balance", "150,000 sats (0.00150000 BTC)")
+        .await;
+    b.wait_js(
+        "the deposit in the list",
+        &format!("document.querySelector('#tx-list code[data-txid=\"{deposit_txid}\"]')"),
+    )
+    .await;
+    b.screenshot("deposit").await;
+
+    // A second player, funded through the faucet, bets through the API.
+    let bob = s.user("bob", "10.0.0.2").await;
+    let bob_auth = format!("Bearer {bob}");
+    let r = s
+        .post("/dev/faucet", &[("authorization", &bob_auth)], json!({}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    wait_api(&s, "/users/me", &bob, "bob's faucet coins", |v| {
+        v["balance_sats"].as_i64() > Some(0)
+    })
+    .await;
+
+    // Alice bets in the page; the pot and the pending state follow.
+    // Bet early in a round, so that both bets land in the same one.
+    b.wait_js(
+        "an open round with time to bet",
+        "Potluck.state.round && Potluck.state.round.status === 'open' && Number(document.getElementById('countdown').dataset.secondsLeft) >= 25",
+    )
+    .await;
+    b.fill("bet-amount", "20000").await;
+    b.wait_text("bet-preview", "20,000 sats (0.00020000 BTC)")
+        .await;
+    b.click("#bet-btn").await;
+    b.wait_text("notice", "Bet of 20,000 sats").await;
+    b.wait_js(
+        "you played",
+        "document.getElementById('you-played').offsetParent !== null",
+    )
+    .await;
+    b.wait_text("pending-indicator", "in flight").await;
+    let r = s
+        .post(
+            "/rounds/current/bets",
+            &[("authorization", &bob_auth)],
+            json!({"amount_sats": 30000}),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    let bet_round = r.json()["round_id"].as_i64().unwrap();
+    b.wait_text("pot", "50,000 sats").await;
+    b.wait_text("bettors", "2").await;
+
+    // The countdown runs down to the server's closes_at.
+    let first = b
+        .wait_js(
+            "countdown",
+            "Number(document.getElementById('countdown').dataset.secondsLeft)",
+        )
+        .await;
+    let first = first.as_i64().unwrap();
+    b.wait_js(
+        "the countdown to move",
+        &format!("Number(document.getElementById('countdown').dataset.secondsLeft) < {first}"),
+    )
+    .await;
+    assert!(first <= 40, "{first}");
+    b.screenshot("round").await;
+    // Closed: the draw waits for the first block above the tip at close.
+    wait_api(
+        &s,
+        &format!("/rounds/{bet_round}"),
+        "",
+        "the round to close",
+        |v| v["status"] != "open" && !v["draw"]["tip_height_at_close"].is_null(),
+    )
+    .await;
+    rpc.generate_to_address(1, &miner).await.unwrap();
+    let drawn = wait_api(
+        &s,
+        &format!("/rounds/{bet_round}"),
+        "",
+        "the draw and the payout broadcast",
+        |v| !v["draw"]["winner"].is_null() && v["payout"]["status"] == "broadcast",
+    )
+    .await;
+    // Confirm the payout.
+    rpc.generate_to_address(1, &miner).await.unwrap();
+    wait_api(
+        &s,
+        &format!("/rounds/{bet_round}"),
+        "",
+        "the payout to confirm",
+        |v| v["payout"]["status"] == "confirmed",
+    )
+    .await;
+    let winner = drawn["draw"]["winner"]["username"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    b.wait_text("reveal-winner", &winner).await;
+    b.wait_text("reveal-ticket", &drawn["draw"]["ticket"].to_string())
+        .await;
+    b.wait_js(
+        "the reveal of the bet round",
+        &format!("document.getElementById('reveal').dataset.roundId === '{bet_round}'"),
+    )
+    .await;
+
+    // The balance moved without a reload: it is what the API says, and not
+    // what it was before the bet.
+    let alice_token = b
+        .js("return sessionStorage.getItem('potluck.token');")
+        .await;
+    let alice_token = alice_token.as_str().unwrap().to_string();
+    let won = winner == "alice";
+    let settled = wait_api(
+        &s,
+        "/users/me",
+        &alice_token,
+        "alice's balance to settle",
+        |v| {
+            !v["has_pending"].as_bool().unwrap_or(true)
+                && (!won || v["balance_sats"].as_i64() > Some(150_000 - 20_000))
+        },
+    )
+    .await;
+    let balance = settled["balance_sats"].as_i64().unwrap();
+    assert_ne!(balance, 150_000);
+    b.wait_js(
+        "the balance to update",
+        &format!("document.getElementById('balance').dataset.sats === '{balance}'"),
+    )
+    .await;
+    b.wait_js(
+        "the pending indicator to go",
+        "document.getElementById('pending-indicator').hidden",
+    )
+    .await;
+    if winner == "alice" {
+        assert!(balance > 150_000 - 20_000, "{balance}");
+    } else {
+        assert!(balance < 150_000 - 20_000, "{balance}");
+    }
+    b.screenshot("reveal").await;
+
+    // The verify view recomputes the published draw.
+    b.click("#verify-link").await;
+    b.wait_js(
+        "verification",
+        "document.getElementById('verify-result').dataset.ok",
+    )
+    .await;
+    assert_eq!(
+        b.js("return document.getElementById('verify-result').dataset.ok;")
+            .await,
+        json!("true")
+    );
+    let winner_row = b
+        .js("return document.querySelector('#verify-ranges tr.winner').textContent;")
+        .await;
+    assert!(
+        winner_row.as_str().unwrap().contains(&winner),
+        "{winner_row}"
+    );
+    b.screenshot("verify").await;
+
+    // Bob opens the page only now, in a separate browser: his last round.
+    let b2 = driver.browser(&s).await;
+    b2.open("").await;
+    b2.fill("login-username", "bob").await;
+    b2.fill("login-password", "password123").await;
+    b2.click("#login-form button[type=submit]").await;
+    let last = wait_api(
+        &s,
+        "/users/me/last-round-result",
+        &bob,
+        "bob's result",
+        |_| true,
+    )
+    .await;
+    assert_eq!(last["round_id"].as_i64(), Some(bet_round));
+    let outcome = last["outcome"].as_str().unwrap();
+    assert_eq!(outcome, if winner == "bob" { "won" } else { "lost" });
+    b2.wait_js(
+        "the last-round result",
+        &format!("document.getElementById('last-result').dataset.roundId === '{bet_round}' && document.getElementById('last-result').offsetParent !== null"),
+    )
+    .await;
+    let text = b2.text("last-outcome").await;
+    assert!(
+        text.contains(if outcome == "won" {
+            "You won"
+        } else {
+            "did not win"
+        }),
+        "{text}"
+    );
+    b2.screenshot("last-result").await;
+
+    // The withdraw form shows address errors inline.
+    b.open("#/").await;
+    b.fill(
+        "withdraw-address",
+        "bc1qcr8te4kr609gcawutmrza0j4xv80jy8z306fyu",
+    )
+    .await;
+    b.fill("withdraw-amount", "5000").await;
+    b.click("#withdraw-form button[type=submit]").await;
+    b.wait_text("withdraw-address-error", "another network")
+        .await;
+    b.fill("withdraw-address", "bcrt1qnot-an-address").await;
+    b.click("#withdraw-form button[type=submit]").await;
+    b.wait_text("withdraw-address-error", "not a valid address")
+        .await;
+
+    b2.close().await;
+    b.close().await;
+    driver.stop().await;
+    s.stop().await;
+    env.cleanup().await;
+}
