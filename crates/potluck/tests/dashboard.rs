@@ -1042,6 +1042,7 @@ async fn player_journey_on_the_development_chain() {
     } else {
         assert!(balance < 150_000 - 20_000, "{balance}");
     }
+    b.wait_text("reveal-payout", "confirmed").await;
     b.screenshot("reveal").await;
 
     // The verify view recomputes the published draw.

@@ -330,9 +330,21 @@
       state.reveal = round;
     } else if (state.reveal && state.reveal.id === round.id) {
       state.reveal = round;
+    } else if (state.reveal && !settled(state.reveal)) {
+      // The revealed round's payout goes on after the next round opened:
+      // follow it until it is confirmed.
+      try {
+        state.reveal = await api("GET", `/rounds/${state.reveal.id}`);
+      } catch (_) {
+        /* keep what is shown */
+      }
     }
     state.watchedRound = round;
     renderReveal();
+  }
+
+  function settled(r) {
+    return r.status === "closed" && (!r.payout || ["confirmed", "broadcast_failed"].includes(r.payout.status));
   }
 
   async function loadMe() {
