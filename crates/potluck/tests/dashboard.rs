@@ -238,6 +238,58 @@ fn decode_qr(png: &[u8]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// Every error code in the service's source has an English and a German
+/// text in the page's table, so no code ever reaches a user untranslated.
+#[test]
+fn every_error_code_of_the_service_is_translated() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../rounds");
+    let mut codes = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir(root.join("src")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let src = std::fs::read_to_string(&path).unwrap();
+        // The code is the first string literal after each constructor...
+        for call in [
+            "ApiError::domain(",
+            "ApiError::validation(",
+            "Self::validation(",
+        ] {
+            for (at, _) in src.match_indices(call) {
+                let rest = &src[at + call.len()..];
+                if let Some(open) = rest.find('"') {
+                    let lit = &rest[open + 1..];
+                    codes.insert(lit[..lit.find('"').unwrap()].to_string());
+                }
+            }
+        }
+        // ...and every literal of `ApiError::code`.
+        if let Some(at) = src.find("pub fn code(&self) -> &'static str") {
+            let body = &src[at..];
+            let body = &body[..body.find("\n    }\n").unwrap()];
+            for lit in body.split('"').skip(1).step_by(2) {
+                codes.insert(lit.to_string());
+            }
+        }
+    }
+    codes.retain(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'));
+    assert!(codes.len() >= 25, "found only {codes:?}");
+    for code in SERVICE_CODES {
+        assert!(
+            codes.contains(*code),
+            "{code} is no longer answered by the service"
+        );
+    }
+    let i18n = std::fs::read_to_string(root.join("assets/i18n.js")).unwrap();
+    let (en, de) = i18n.split_at(i18n.find("const de = {").unwrap());
+    for code in &codes {
+        let key = format!("err_{code}:");
+        assert!(en.contains(&key), "no English text for {code}");
+        assert!(de.contains(&key), "no German text for {code}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn page_and_assets_are_served_with_their_headers() {
     let env = Env::new(Db::Sqlite).await;
