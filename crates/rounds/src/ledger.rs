@@ -202,6 +202,8 @@ pub struct LedgerTotals {
     pub miner_fees_sats: i64,
     /// Every unspent output the service holds.
     pub unspent: Vec<UnspentView>,
+    /// Height of the last block the watcher processed.
+    pub synced_height: i64,
 }
 
 /// One unspent output in [`LedgerTotals`].
@@ -1241,7 +1243,9 @@ impl Store {
                 })
             })
             .collect::<Result<_, _>>()?;
+        let synced_height = self.synced_tip().await?.map_or(0, |t| t.0);
         Ok(LedgerTotals {
+            synced_height,
             deposits_sats,
             users_unspent_sats,
             pots_in_flight_sats,

@@ -137,6 +137,11 @@ impl Env {
 
     /// Starts the server with exactly `extra` beyond bind/data-dir/database.
     pub async fn start_raw(&self, extra: &[&str]) -> Server {
+        self.start_env(extra, &[]).await
+    }
+
+    /// [`Env::start_raw`] with extra environment variables.
+    pub async fn start_env(&self, extra: &[&str], envs: &[(&str, &str)]) -> Server {
         let log = self
             .data_dir
             .join(format!("server-{:08x}.log", rand::random::<u32>()));
@@ -144,6 +149,7 @@ impl Env {
             .args(self.base_args())
             .args(extra)
             .env("POTLUCK_LOG", "info")
+            .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap())

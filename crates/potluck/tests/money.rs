@@ -1,0 +1,871 @@
+//! Black-box money tests of `potluck serve` on its embedded development chain: deposits by faucet, bets, the round engine with the draw recomputed from the published proof, payouts to the satoshi, withdrawals, reorgs, crashes by SIGKILL at every money-moving step, and the conservation check after each test.
+
+mod support;
+
+use std::str::FromStr as _;
+use std::time::{Duration, Instant};
+
+use bitcoin::{Address, Network, Txid};
+use chain::{Auth, BitcoindRpc, RpcConfig};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use support::{Db, Env, Server};
+
+const ROUND_SECS: &str = "6";
+
+/// A service with its chain's RPC.
+struct Rig {
+    env: Env,
+    rpc_port: u16,
+    server: Option<Server>,
+    rpc: BitcoindRpc,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Rig {
+    async fn new(db: Db) -> Self {
+        let env = Env::new(db).await;
+        let rpc_port = free_port();
+        let rpc = BitcoindRpc::new(RpcConfig::new(
+            format!("http://127.0.0.1:{rpc_port}/"),
+            Auth::Cookie(env.data_dir.join("chain").join(".cookie")),
+        ))
+        .unwrap();
+        let mut rig = Self {
+            env,
+            rpc_port,
+            server: None,
+            rpc,
+        };
+        rig.start(&[]).await;
+        rig
+    }
+
+    async fn start(&mut self, envs: &[(&str, &str)]) {
+        let bind = format!("127.0.0.1:{}", self.rpc_port);
+        let args = [
+            "--argon2-memory-kib",
+            "64",
+            "--argon2-iterations",
+            "1",
+            "--admin-token",
+            support::ADMIN,
+            "--dev-block-interval",
+            "0",
+            "--dev-chain-rpc-bind",
+            &bind,
+            "--round-duration-seconds",
+            ROUND_SECS,
+        ];
+        self.server = Some(self.env.start_env(&args, envs).await);
+    }
+
+    fn s(&self) -> &Server {
+        self.server.as_ref().expect("server running")
+    }
+
+    async fn mine(&self, n: u32) {
+        let a = Address::from_str("bcrt1qs758ursh4q9z627kt3pp5yysm78ddny6txaqgw")
+            .unwrap()
+            .require_network(Network::Regtest)
+            .unwrap();
+        self.rpc.generate_to_address(n, &a).await.unwrap();
+    }
+
+    async fn me(&self, token: &str) -> Value {
+        let r = self
+            .s()
+            .get(
+                "/users/me",
+                &[("authorization", &format!("Bearer {token}"))],
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    }
+
+    async fn faucet(&self, token: &str, amount: i64) -> Value {
+        let r = self
+            .s()
+            .post(
+                "/dev/faucet",
+                &[("authorization", &format!("Bearer {token}"))],
+                json!({"amount_sats": amount}),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    }
+
+    async fn bet(&self, token: &str, amount: i64) -> support::Resp {
+        self.s()
+            .post(
+                "/rounds/current/bets",
+                &[("authorization", &format!("Bearer {token}"))],
+                json!({"amount_sats": amount}),
+            )
+            .await
+    }
+
+    async fn round(&self, id: i64) -> Value {
+        let r = self.s().get(&format!("/rounds/{id}"), &[]).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    }
+
+    async fn current(&self) -> Value {
+        self.s().get("/rounds/current", &[]).await.json()
+    }
+
+    /// Waits for a round that opened at most a second ago, so that bets fit in it.
+    async fn fresh_round(&self) -> i64 {
+        let start = self.current().await["id"].as_i64().unwrap();
+        let id = wait_for(Duration::from_secs(60), || async {
+            let c = self.current().await;
+            let id = c["id"].as_i64().unwrap();
+            (id > start && c["status"] == "open").then_some(id)
+        })
+        .await;
+        id
+    }
+
+    async fn wait_status(&self, id: i64, status: &str) -> Value {
+        wait_for(Duration::from_secs(60), || async {
+            let r = self.round(id).await;
+            (r["status"] == status).then_some(r)
+        })
+        .await
+    }
+
+    /// The conservation check: deposits = users' outputs + pots in flight +
+    /// commission + withdrawals + miner fees, every output the ledger holds
+    /// is unspent on the chain with the same value, and the users' balances
+    /// add up to the users' outputs once everything is confirmed.
+    async fn conservation(&self, tokens: &[&str]) {
+        // Let every transaction confirm so balances and chain settle.
+        self.mine(1).await;
+        wait_for(Duration::from_secs(30), || async {
+            let height = self.rpc.get_block_count().await.unwrap();
+            let mempool = self.rpc.get_raw_mempool().await.unwrap();
+            let l = self.s().admin_get("/admin/ledger").await.json();
+            if !mempool.is_empty() {
+                self.mine(1).await;
+                return None;
+            }
+            (l["synced_height"].as_u64() == Some(u64::from(height))).then_some(())
+        })
+        .await;
+        wait_for(Duration::from_secs(30), || async {
+            let mut all = true;
+            for t in tokens {
+                let me = self.me(t).await;
+                all &=
+                    me["has_pending"] == false && me["balance_sats"] == me["pending_balance_sats"];
+            }
+            all.then_some(())
+        })
+        .await;
+        let l = self.s().admin_get("/admin/ledger").await;
+        assert_eq!(l.status, 200, "{}", l.text());
+        let l = l.json();
+        let n = |k: &str| l[k].as_i64().unwrap();
+        assert_eq!(
+            n("deposits_sats"),
+            n("users_unspent_sats")
+                + n("pots_in_flight_sats")
+                + n("commission_paid_sats")
+                + n("withdrawn_sats")
+                + n("miner_fees_sats"),
+            "ledger does not balance: {l}"
+        );
+        let mut listed = 0;
+        for o in l["unspent"].as_array().unwrap() {
+            let v: Value = self
+                .rpc
+                .call("gettxout", json!([o["txid"], o["vout"], true]))
+                .await
+                .unwrap();
+            assert!(
+                !v.is_null(),
+                "ledger output {o} is not unspent on the chain"
+            );
+            let sats = (v["value"].as_f64().unwrap() * 1e8).round() as i64;
+            assert_eq!(sats, o["amount_sats"].as_i64().unwrap(), "{o}");
+            listed += sats;
+        }
+        assert_eq!(listed, n("users_unspent_sats") + n("pots_in_flight_sats"));
+        let mut balances = 0;
+        for t in tokens {
+            balances += self.me(t).await["balance_sats"].as_i64().unwrap();
+        }
+        assert_eq!(
+            balances,
+            n("users_unspent_sats"),
+            "users' balances vs their outputs"
+        );
+    }
+
+    async fn finish(mut self) {
+        if let Some(s) = self.server.take() {
+            s.stop().await;
+        }
+        self.env.cleanup().await;
+    }
+}
+
+async fn wait_for<T, F, Fut>(limit: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "condition not reached within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn auth(token: &str) -> String {
+    format!("Bearer {token}")
+}
+
+/// Recomputes the draw of `round` from its published proof, independently
+/// of the service's code, and returns the winning username.
+async fn verify_draw(rig: &Rig, round: &Value) -> String {
+    let id = round["id"].as_i64().unwrap();
+    let d = &round["draw"];
+    let bets = d["bets"].as_array().unwrap();
+    let mut text = String::new();
+    let mut pot: u64 = 0;
+    for b in bets {
+        text.push_str(&format!(
+            "{}:{}:{}:{}\n",
+            b["bet_id"],
+            b["username"].as_str().unwrap(),
+            b["amount_sats"],
+            b["txid"].as_str().unwrap()
+        ));
+        assert_eq!(b["range_start"].as_u64().unwrap(), pot);
+        pot += b["amount_sats"].as_u64().unwrap();
+        assert_eq!(b["range_end"].as_u64().unwrap(), pot);
+    }
+    assert_eq!(round["pot_sats"].as_u64().unwrap(), pot);
+    let commitment: [u8; 32] = Sha256::digest(text.as_bytes()).into();
+    assert_eq!(
+        d["bets_commitment"].as_str().unwrap(),
+        hex::encode(commitment)
+    );
+    let h = d["tip_height_at_close"].as_u64().unwrap() + 1;
+    assert_eq!(d["block_height"].as_u64().unwrap(), h);
+    let block_hash = rig.rpc.get_block_hash(h as u32).await.unwrap().to_string();
+    assert_eq!(d["block_hash"].as_str().unwrap(), block_hash);
+    let mut pre = hex::decode(&block_hash).unwrap();
+    pre.extend_from_slice(&id.to_be_bytes());
+    pre.extend_from_slice(&commitment);
+    let seed: [u8; 32] = Sha256::digest(&pre).into();
+    assert_eq!(d["seed"].as_str().unwrap(), hex::encode(seed));
+    let mut ticket: u128 = 0;
+    for byte in seed {
+        ticket = (ticket * 256 + u128::from(byte)) % u128::from(pot);
+    }
+    assert_eq!(d["ticket"].as_u64().unwrap() as u128, ticket);
+    let winner = bets
+        .iter()
+        .find(|b| {
+            (b["range_start"].as_u64().unwrap() as u128) <= ticket
+                && ticket < b["range_end"].as_u64().unwrap() as u128
+        })
+        .unwrap();
+    assert_eq!(d["winner"]["bet_id"], winner["bet_id"]);
+    assert_eq!(d["winner"]["username"], winner["username"]);
+    winner["username"].as_str().unwrap().to_string()
+}
+
+async fn three_users_round(db: Db) {
+    let rig = Rig::new(db).await;
+    let names = ["alice", "Bob", "carol"];
+    let mut tokens = Vec::new();
+    for (i, n) in names.iter().enumerate() {
+        tokens.push(rig.s().user(n, &format!("10.0.0.{}", i + 1)).await);
+    }
+    let deposit = 500_000;
+    for t in &tokens {
+        rig.faucet(t, deposit).await;
+        let me = rig.me(t).await;
+        assert_eq!(me["balance_sats"], deposit, "{me}");
+        assert_eq!(me["pending_balance_sats"], deposit);
+    }
+    let txs = rig
+        .s()
+        .get(
+            "/users/me/transactions",
+            &[("authorization", &auth(&tokens[0]))],
+        )
+        .await
+        .json();
+    assert_eq!(txs["transactions"][0]["kind"], "deposit");
+    assert_eq!(txs["transactions"][0]["status"], "credited");
+
+    let id = rig.fresh_round().await;
+    let amounts = [10_000i64, 20_000, 30_000];
+    let mut fees = Vec::new();
+    for (t, a) in tokens.iter().zip(amounts) {
+        let r = rig.bet(t, a).await;
+        assert_eq!(r.status, 201, "{}", r.text());
+        let b = r.json();
+        assert_eq!(b["round_id"], id);
+        fees.push(b["fee_sats"].as_i64().unwrap());
+        let me = rig.me(t).await;
+        // Whole outputs are spent at broadcast: the change is pending.
+        assert_eq!(me["balance_sats"], 0);
+        assert_eq!(
+            me["pending_balance_sats"].as_i64().unwrap(),
+            deposit - a - fees.last().unwrap()
+        );
+        assert_eq!(me["has_pending"], true);
+    }
+    let c = rig
+        .s()
+        .get("/rounds/current", &[("authorization", &auth(&tokens[0]))])
+        .await
+        .json();
+    assert_eq!(c["user_played"], true);
+    assert_eq!(c["pot_sats"], 60_000);
+    assert_eq!(c["bettors"], 3);
+
+    let r = rig.wait_status(id, "drawing").await;
+    assert!(r["draw"]["bets_commitment"].is_string());
+    assert!(r["draw"]["block_hash"].is_null());
+    rig.mine(1).await;
+    let r = rig.wait_status(id, "closed").await;
+    let winner = verify_draw(&rig, &r).await;
+
+    // The payout transaction on the chain.
+    let payout = &r["payout"];
+    let txid = Txid::from_str(payout["txid"].as_str().unwrap()).unwrap();
+    let tx = rig
+        .rpc
+        .get_raw_transaction(&txid)
+        .await
+        .unwrap()
+        .expect("payout on chain");
+    let fee_address = rig.s().admin_get("/admin/config").await.json()["fee_address"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let fee_script = Address::from_str(&fee_address)
+        .unwrap()
+        .assume_checked()
+        .script_pubkey();
+    let commission = 60_000 * 30 / 100;
+    let out_sum: u64 = tx.output.iter().map(|o| o.value.to_sat()).sum();
+    let miner_fee = 60_000 - out_sum as i64;
+    assert!(miner_fee > 0);
+    assert_eq!(payout["fee_sats"], miner_fee);
+    assert_eq!(payout["commission_sats"], commission);
+    let to_fee: Vec<_> = tx
+        .output
+        .iter()
+        .filter(|o| o.script_pubkey == fee_script)
+        .collect();
+    assert_eq!(to_fee.len(), 1);
+    assert_eq!(to_fee[0].value.to_sat() as i64, commission);
+    let wi = names.iter().position(|n| *n == winner).unwrap();
+    let winner_addr = rig.me(&tokens[wi]).await["address"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let winner_script = Address::from_str(&winner_addr)
+        .unwrap()
+        .assume_checked()
+        .script_pubkey();
+    let to_winner: Vec<_> = tx
+        .output
+        .iter()
+        .filter(|o| o.script_pubkey == winner_script)
+        .collect();
+    assert_eq!(to_winner.len(), 1);
+    let won = 60_000 - commission - miner_fee;
+    assert_eq!(to_winner[0].value.to_sat() as i64, won);
+    assert_eq!(payout["winner_sats"], won);
+
+    rig.mine(1).await;
+    wait_for(Duration::from_secs(30), || async {
+        (rig.round(id).await["payout"]["status"] == "confirmed").then_some(())
+    })
+    .await;
+    for (i, t) in tokens.iter().enumerate() {
+        let expected = deposit - amounts[i] - fees[i] + if i == wi { won } else { 0 };
+        let me = wait_for(Duration::from_secs(30), || async {
+            let me = rig.me(t).await;
+            (me["has_pending"] == false).then_some(me)
+        })
+        .await;
+        assert_eq!(
+            me["balance_sats"].as_i64().unwrap(),
+            expected,
+            "{}",
+            names[i]
+        );
+        let last = rig
+            .s()
+            .get(
+                "/users/me/last-round-result",
+                &[("authorization", &auth(t))],
+            )
+            .await;
+        assert_eq!(last.status, 200, "{}", last.text());
+        let last = last.json();
+        assert_eq!(last["round_id"], id);
+        assert_eq!(last["outcome"], if i == wi { "won" } else { "lost" });
+        assert_eq!(last["bet_sats"], amounts[i]);
+        assert_eq!(last["won_sats"], if i == wi { won } else { 0 });
+    }
+    let list = rig.s().get("/rounds?limit=5", &[]).await.json();
+    assert!(list["rounds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|x| x["id"] == id && x["payout"]["txid"] == payout["txid"]));
+    rig.conservation(&tokens.iter().map(String::as_str).collect::<Vec<_>>())
+        .await;
+    rig.finish().await;
+}
+
+async fn refusals_and_withdrawals(db: Db) {
+    let rig = Rig::new(db).await;
+    let t = rig.s().user("dave", "10.0.1.1").await;
+    let h = [("authorization", auth(&t))];
+    let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let none = rig.s().get("/users/me/last-round-result", &h).await;
+    assert_eq!(
+        (none.status, none.code()),
+        (404, "no_round_played".to_string())
+    );
+    let r = rig.bet(&t, 5_000).await;
+    assert_eq!(
+        (r.status, r.code()),
+        (422, "insufficient_funds".to_string())
+    );
+    assert!(r.json()["detail"]["params"]["amount_sats"].is_i64());
+    let r = rig.bet(&t, 10).await;
+    assert_eq!((r.status, r.code()), (422, "bet_below_minimum".to_string()));
+    assert_eq!(r.json()["detail"]["params"]["min_bet_sats"], 1000);
+    let r = rig
+        .s()
+        .post("/dev/faucet", &h, json!({"amount_sats": 10_000_000_000i64}))
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (422, "faucet_amount_invalid".to_string())
+    );
+    rig.faucet(&t, 200_000).await;
+    assert_eq!(rig.me(&t).await["balance_sats"], 200_000);
+
+    // Withdrawals: wrong network, malformed, below minimum, then a real one.
+    let mainnet = "bc1qcr8te4kr609gcawutmrza0j4xv80jy8z306fyu";
+    let w = |address: &str, amount: i64| json!({"address": address, "amount_sats": amount});
+    let r = rig
+        .s()
+        .post("/users/me/withdrawals", &h, w(mainnet, 10_000))
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (422, "address_wrong_network".to_string())
+    );
+    let r = rig
+        .s()
+        .post("/users/me/withdrawals", &h, w("nonsense", 10_000))
+        .await;
+    assert_eq!((r.status, r.code()), (422, "invalid_address".to_string()));
+    let dest = "bcrt1qs758ursh4q9z627kt3pp5yysm78ddny6txaqgw";
+    let r = rig
+        .s()
+        .post("/users/me/withdrawals", &h, w(dest, 100))
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (422, "withdrawal_below_minimum".to_string())
+    );
+    let r = rig
+        .s()
+        .post("/users/me/withdrawals", &h, w(dest, 1_000_000))
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (422, "insufficient_funds".to_string())
+    );
+    assert_eq!(
+        rig.me(&t).await["balance_sats"],
+        200_000,
+        "refusals change nothing"
+    );
+    let r = rig
+        .s()
+        .post("/users/me/withdrawals", &h, w(dest, 50_000))
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    let wd = r.json();
+    let fee = wd["fee_sats"].as_i64().unwrap();
+    let me = rig.me(&t).await;
+    assert_eq!(me["balance_sats"], 0);
+    assert_eq!(
+        me["pending_balance_sats"].as_i64().unwrap(),
+        200_000 - 50_000 - fee
+    );
+    let tx = rig
+        .rpc
+        .get_raw_transaction(&Txid::from_str(wd["txid"].as_str().unwrap()).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let dest_script = Address::from_str(dest)
+        .unwrap()
+        .assume_checked()
+        .script_pubkey();
+    assert!(tx
+        .output
+        .iter()
+        .any(|o| o.script_pubkey == dest_script && o.value.to_sat() == 50_000));
+
+    // Pause refuses bets and withdrawals with 503 paused; resume restores them.
+    assert_eq!(
+        rig.s().admin_post("/admin/pause", json!({})).await.status,
+        200
+    );
+    let r = rig.bet(&t, 5_000).await;
+    assert_eq!((r.status, r.code()), (503, "paused".to_string()));
+    let r = rig
+        .s()
+        .post("/users/me/withdrawals", &h, w(dest, 5_000))
+        .await;
+    assert_eq!((r.status, r.code()), (503, "paused".to_string()));
+    assert_eq!(
+        rig.s().admin_post("/admin/resume", json!({})).await.status,
+        200
+    );
+
+    // Retry-payout of a round without a failed payout is refused.
+    let r = rig
+        .s()
+        .admin_post("/admin/rounds/1/retry-payout", json!({}))
+        .await;
+    assert_eq!(r.status, 409, "{}", r.text());
+    let r = rig
+        .s()
+        .admin_post("/admin/rounds/999999/retry-payout", json!({}))
+        .await;
+    assert_eq!(r.status, 404);
+    rig.conservation(&[&t]).await;
+    let txs = rig.s().get("/users/me/transactions", &h).await.json();
+    let kinds: Vec<_> = txs["transactions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["kind"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(kinds, ["withdrawal", "deposit"]);
+    assert_eq!(txs["transactions"][0]["status"], "confirmed");
+    rig.finish().await;
+}
+
+/// Two users bet at once, each twice concurrently: every bet either lands or
+/// is refused cleanly, and no output is spent twice.
+async fn concurrent_bets_never_share_an_output(db: Db) {
+    let rig = Rig::new(db).await;
+    let a = rig.s().user("erin", "10.0.2.1").await;
+    rig.faucet(&a, 100_000).await;
+    rig.faucet(&a, 100_000).await;
+    rig.fresh_round().await;
+    let (r1, r2, r3) = tokio::join!(
+        rig.bet(&a, 30_000),
+        rig.bet(&a, 30_000),
+        rig.bet(&a, 30_000)
+    );
+    let ok: Vec<_> = [&r1, &r2, &r3]
+        .iter()
+        .filter(|r| r.status == 201)
+        .map(|r| r.json())
+        .collect();
+    for r in [&r1, &r2, &r3] {
+        assert!(
+            r.status == 201 || r.code() == "insufficient_funds" || r.code() == "funds_busy",
+            "{}",
+            r.text()
+        );
+    }
+    // Two outputs: at most two bets can be funded before change confirms.
+    assert!(!ok.is_empty() && ok.len() <= 2, "{ok:?}");
+    let mut inputs = std::collections::HashSet::new();
+    for b in &ok {
+        let tx = rig
+            .rpc
+            .get_raw_transaction(&Txid::from_str(b["txid"].as_str().unwrap()).unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        for i in &tx.input {
+            assert!(inputs.insert(i.previous_output), "output spent twice");
+        }
+    }
+    let id = ok[0]["round_id"].as_i64().unwrap();
+    rig.wait_status(id, "drawing").await;
+    rig.mine(1).await;
+    let r = rig.wait_status(id, "closed").await;
+    // A single player is refunded: no commission.
+    assert_eq!(r["payout"]["commission_sats"], 0);
+    let last = rig
+        .s()
+        .get(
+            "/users/me/last-round-result",
+            &[("authorization", &auth(&a))],
+        )
+        .await
+        .json();
+    assert_eq!(last["outcome"], "refunded");
+    rig.conservation(&[&a]).await;
+    rig.finish().await;
+}
+
+both_databases!(
+    three_users_round,
+    refusals_and_withdrawals,
+    concurrent_bets_never_share_an_output
+);
+
+/// A credited deposit whose block is reorged out is un-credited, and
+/// credited again when it confirms on the new branch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reorged_deposit_is_uncredited_then_recredited() {
+    let rig = Rig::new(Db::Sqlite).await;
+    let t = rig.s().user("frank", "10.0.3.1").await;
+    let f = rig.faucet(&t, 300_000).await;
+    assert_eq!(rig.me(&t).await["balance_sats"], 300_000);
+    let tip = rig.rpc.get_best_block_hash().await.unwrap();
+    rig.rpc.invalidate_block(&tip).await.unwrap();
+    wait_for(Duration::from_secs(30), || async {
+        (rig.me(&t).await["balance_sats"] == 0).then_some(())
+    })
+    .await;
+    let txs = rig
+        .s()
+        .get("/users/me/transactions", &[("authorization", &auth(&t))])
+        .await
+        .json();
+    assert_eq!(txs["transactions"][0]["txid"], f["txid"]);
+    assert_eq!(txs["transactions"][0]["status"], "unconfirmed");
+    let r = rig.bet(&t, 5_000).await;
+    assert_eq!(
+        r.code(),
+        "insufficient_funds",
+        "an uncredited deposit cannot be spent"
+    );
+    // The faucet transaction went back to the mempool; a new block confirms it.
+    rig.mine(2).await;
+    wait_for(Duration::from_secs(30), || async {
+        (rig.me(&t).await["balance_sats"] == 300_000).then_some(())
+    })
+    .await;
+    rig.conservation(&[&t]).await;
+    rig.finish().await;
+}
+
+/// The draw block reorged out after the payout: the draw stays as first
+/// seen (a miner gets no second roll), the round is paid once, the payout
+/// goes back to pending and confirms again on the new branch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reorged_draw_block_keeps_the_draw_and_one_payout() {
+    let rig = Rig::new(Db::Sqlite).await;
+    let a = rig.s().user("gina", "10.0.4.1").await;
+    let b = rig.s().user("hank", "10.0.4.2").await;
+    rig.faucet(&a, 100_000).await;
+    rig.faucet(&b, 100_000).await;
+    let id = rig.fresh_round().await;
+    assert_eq!(rig.bet(&a, 20_000).await.status, 201);
+    assert_eq!(rig.bet(&b, 40_000).await.status, 201);
+    rig.wait_status(id, "drawing").await;
+    rig.mine(1).await;
+    let before = rig.wait_status(id, "closed").await;
+    rig.mine(1).await;
+    let confirmed = wait_for(Duration::from_secs(30), || async {
+        let r = rig.round(id).await;
+        (r["payout"]["status"] == "confirmed").then_some(r)
+    })
+    .await;
+    let draw_hash =
+        bitcoin::BlockHash::from_str(before["draw"]["block_hash"].as_str().unwrap()).unwrap();
+    rig.rpc.invalidate_block(&draw_hash).await.unwrap();
+    wait_for(Duration::from_secs(30), || async {
+        let r = rig.round(id).await;
+        (r["payout"]["status"] == "broadcast").then_some(())
+    })
+    .await;
+    rig.mine(3).await;
+    let after = wait_for(Duration::from_secs(30), || async {
+        let r = rig.round(id).await;
+        (r["payout"]["status"] == "confirmed").then_some(r)
+    })
+    .await;
+    assert_eq!(after["draw"], confirmed["draw"], "the draw never changes");
+    assert_eq!(
+        after["payout"]["txid"], confirmed["payout"]["txid"],
+        "one payout"
+    );
+    rig.conservation(&[&a, &b]).await;
+    rig.finish().await;
+}
+
+/// Counts chain transactions that spend any of `outpoints`, in blocks from
+/// `from` to the tip and in the mempool.
+async fn spenders(
+    rig: &Rig,
+    from: u32,
+    outpoints: &[bitcoin::OutPoint],
+) -> std::collections::HashSet<Txid> {
+    let mut found = std::collections::HashSet::new();
+    let tip = rig.rpc.get_block_count().await.unwrap();
+    let mut txs = Vec::new();
+    for h in from..=tip {
+        let hash = rig.rpc.get_block_hash(h).await.unwrap();
+        txs.extend(rig.rpc.get_block(&hash).await.unwrap().txdata);
+    }
+    for txid in rig.rpc.get_raw_mempool().await.unwrap() {
+        if let Some(tx) = rig.rpc.get_raw_transaction(&txid).await.unwrap() {
+            txs.push(tx);
+        }
+    }
+    for tx in txs {
+        if tx
+            .input
+            .iter()
+            .any(|i| outpoints.contains(&i.previous_output))
+        {
+            found.insert(tx.compute_txid());
+        }
+    }
+    found
+}
+
+/// Kills the service with SIGKILL at `step` of a round and restarts it;
+/// the round ends with exactly one payout on the chain and the books balance.
+async fn crash_at(step: &str) {
+    let mut rig = Rig::new(Db::Sqlite).await;
+    let a = rig.s().user("ivan", "10.0.5.1").await;
+    let b = rig.s().user("judy", "10.0.5.2").await;
+    rig.faucet(&a, 100_000).await;
+    rig.faucet(&b, 100_000).await;
+    let start_height = rig.rpc.get_block_count().await.unwrap();
+    // Restart with the crash hook armed.
+    rig.server.take().unwrap().stop().await;
+    rig.start(&[("POTLUCK_TEST_CRASH_AT", step)]).await;
+    let id = rig.fresh_round().await;
+    if step.starts_with("bet_") {
+        // The process dies inside this request, so the answer never comes.
+        let addr = rig.s().addr;
+        let header = auth(&a);
+        let _ = tokio::spawn(async move {
+            support::request(
+                addr,
+                "POST",
+                "/rounds/current/bets",
+                &[("authorization", header.as_str())],
+                Some(json!({"amount_sats": 20_000}).to_string().into_bytes()),
+            )
+            .await
+        })
+        .await;
+    } else {
+        assert_eq!(rig.bet(&a, 20_000).await.status, 201);
+        assert_eq!(rig.bet(&b, 30_000).await.status, 201);
+    }
+    if step.starts_with("payout_") {
+        rig.wait_status(id, "drawing").await;
+        rig.mine(1).await;
+    }
+    // The hook kills the process at the step.
+    let mut server = rig.server.take().unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(60), server.child.wait())
+        .await
+        .expect("the crash hook fired")
+        .unwrap();
+    assert!(!status.success());
+    rig.start(&[]).await;
+    if step.starts_with("bet_") {
+        // The crashed bet is finished on restart; a second player joins if the round is still open.
+        let r = rig.bet(&b, 30_000).await;
+        assert!(
+            r.status == 201 || r.code() == "round_not_open",
+            "{}",
+            r.text()
+        );
+    }
+    let r = wait_for(Duration::from_secs(60), || async {
+        let r = rig.round(id).await;
+        (r["status"] != "open" && r["status"] != "closing").then_some(r)
+    })
+    .await;
+    if r["status"] == "drawing" {
+        rig.mine(1).await;
+    }
+    let r = rig.wait_status(id, "closed").await;
+    assert_eq!(
+        r["draw"]["bets"].as_array().unwrap().len(),
+        r["bettors"].as_u64().unwrap() as usize
+    );
+    let pots: Vec<bitcoin::OutPoint> = r["draw"]["bets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| bitcoin::OutPoint {
+            txid: Txid::from_str(b["txid"].as_str().unwrap()).unwrap(),
+            vout: 0,
+        })
+        .collect();
+    assert!(!pots.is_empty());
+    let paid = spenders(&rig, start_height, &pots).await;
+    assert_eq!(paid.len(), 1, "exactly one payout spends the pot: {paid:?}");
+    assert_eq!(
+        paid.into_iter().next().unwrap().to_string(),
+        r["payout"]["txid"].as_str().unwrap()
+    );
+    rig.conservation(&[&a, &b]).await;
+    rig.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_after_bet_signed() {
+    crash_at("bet_signed").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_after_bet_broadcast() {
+    crash_at("bet_broadcast").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_after_round_closing() {
+    crash_at("round_closing").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_after_payout_signed() {
+    crash_at("payout_signed").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_after_payout_broadcast() {
+    crash_at("payout_broadcast").await;
+}
