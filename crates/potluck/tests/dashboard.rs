@@ -1151,6 +1151,21 @@ async fn player_journey_on_the_development_chain() {
     );
     b2.screenshot("last-result").await;
 
+    // Bob gets test coins with the page's button: credited without reload.
+    let bob_before = wait_api(&s, "/users/me", &bob, "bob's balance", |_| true).await
+        ["balance_sats"]
+        .as_i64()
+        .unwrap();
+    b2.click("#faucet-btn").await;
+    let paid = b2.wait_text("faucet-result", "1,000,000 sats").await;
+    let expected = bob_before + 1_000_000;
+    b2.wait_js(
+        "bob's new balance",
+        &format!("document.getElementById('balance').dataset.sats === '{expected}'"),
+    )
+    .await;
+    assert!(paid.contains("txid"), "{paid}");
+
     // The withdraw form shows address errors inline.
     b.open("#/").await;
     b.fill(
@@ -1166,6 +1181,33 @@ async fn player_journey_on_the_development_chain() {
     b.click("#withdraw-form button[type=submit]").await;
     b.wait_text("withdraw-address-error", "not a valid address")
         .await;
+    // A valid withdrawal: broadcast, listed with its txid, the pending
+    // indicator on until the test mines it.
+    b.fill("withdraw-address", &miner.to_string()).await;
+    b.fill("withdraw-amount", "10000").await;
+    b.click("#withdraw-form button[type=submit]").await;
+    let sent = b.wait_text("withdraw-result", "Withdrawal broadcast").await;
+    assert!(!b.visible("withdraw-address-error").await);
+    let txid: String = sent
+        .rsplit("txid ")
+        .next()
+        .unwrap()
+        .chars()
+        .take_while(char::is_ascii_hexdigit)
+        .collect();
+    assert_eq!(txid.len(), 64, "{sent}");
+    b.wait_js(
+        "the withdrawal in the list",
+        &format!("document.querySelector('#tx-list tr[data-kind=withdrawal] code[data-txid=\"{txid}\"]')"),
+    )
+    .await;
+    b.wait_text("pending-indicator", "in flight").await;
+    rpc.generate_to_address(1, &miner).await.unwrap();
+    b.wait_js(
+        "the withdrawal confirmed",
+        "document.getElementById('pending-indicator').hidden && document.querySelector('#tx-list tr[data-kind=withdrawal]').dataset.status === 'confirmed'",
+    )
+    .await;
 
     b2.close().await;
     b.close().await;
