@@ -17,6 +17,9 @@ if command -v pg_isready >/dev/null 2>&1 && ! pg_isready -h 127.0.0.1 -p 5432 -q
   fi
 fi
 
+# The dashboard's browser tests need chromium, chromedriver and zbarimg.
+bash scripts/install-browser.sh
+
 # Doc tests first so that the run ends on nextest's summary line.
 cargo test --workspace --doc --quiet
 cargo nextest run --workspace --no-fail-fast "$@"
