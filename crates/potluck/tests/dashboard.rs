@@ -1118,6 +1118,19 @@ async fn player_journey_on_the_development_chain() {
     );
     b.screenshot("verify").await;
 
+    // The recent rounds list links the drawn round to its verify view.
+    b.open("#/rounds").await;
+    b.wait_js(
+        "the drawn round in the list",
+        &format!("document.querySelector('#rounds-list a[href=\"#/verify/{bet_round}\"]')"),
+    )
+    .await;
+    let row = b
+        .js(&format!("return document.querySelector('#rounds-list a[href=\"#/verify/{bet_round}\"]').closest('tr').textContent;"))
+        .await;
+    assert!(row.as_str().unwrap().contains(&winner), "{row}");
+    b.screenshot("rounds").await;
+
     // Bob opens the page only now, in a separate browser: his last round.
     let b2 = driver.browser(&s).await;
     b2.open("").await;
