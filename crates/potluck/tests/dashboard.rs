@@ -50,7 +50,7 @@ const SERVICE_CODES: &[&str] = &[
 ];
 
 /// Generous: the machine may be busy with other builds.
-const WAIT: Duration = Duration::from_secs(30);
+const WAIT: Duration = Duration::from_secs(60);
 
 /// A chromedriver process; each [`Browser`] is its own session (own profile,
 /// own storage), so two of them are two independent browser contexts.
