@@ -16,6 +16,7 @@ const ROUND_SECS: &str = "6";
 /// A service with its chain's RPC.
 struct Rig {
     env: Env,
+    round_secs: &'static str,
     rpc_port: u16,
     server: Option<Server>,
     rpc: BitcoindRpc,
@@ -31,6 +32,10 @@ fn free_port() -> u16 {
 
 impl Rig {
     async fn new(db: Db) -> Self {
+        Self::with_rounds(db, ROUND_SECS).await
+    }
+
+    async fn with_rounds(db: Db, round_secs: &'static str) -> Self {
         let env = Env::new(db).await;
         let rpc_port = free_port();
         let rpc = BitcoindRpc::new(RpcConfig::new(
@@ -40,6 +45,7 @@ impl Rig {
         .unwrap();
         let mut rig = Self {
             env,
+            round_secs,
             rpc_port,
             server: None,
             rpc,
@@ -62,7 +68,7 @@ impl Rig {
             "--dev-chain-rpc-bind",
             &bind,
             "--round-duration-seconds",
-            ROUND_SECS,
+            self.round_secs,
         ];
         self.server = Some(self.env.start_env(&args, envs).await);
     }
@@ -868,4 +874,124 @@ async fn crash_after_payout_signed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_after_payout_broadcast() {
     crash_at("payout_broadcast").await;
+}
+
+/// A payout the network refuses (here: above Core's default maxfeerate) is
+/// written to the audit log as payout_failed and waits; the admin retry at a
+/// sane fee rate pays it, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_payout_waits_for_the_admin_retry() {
+    let rig = Rig::new(Db::Sqlite).await;
+    let a = rig.s().user("kate", "10.0.6.1").await;
+    let b = rig.s().user("liam", "10.0.6.2").await;
+    for t in [&a, &b] {
+        rig.faucet(t, 50_000_000).await;
+        rig.faucet(t, 50_000_000).await;
+    }
+    let start_height = rig.rpc.get_block_count().await.unwrap();
+    let id = rig.fresh_round().await;
+    // Four bets, each spending one deposit: the payout has four inputs, so
+    // its real vsize is below the estimate and 10,000 sat/vB overshoots
+    // Core's 0.10 BTC/kvB maxfeerate.
+    for t in [&a, &b, &a, &b] {
+        let r = rig.bet(t, 30_000_000).await;
+        assert_eq!(r.status, 201, "{}", r.text());
+    }
+    let r = rig
+        .s()
+        .admin_put("/admin/config", json!({"fee_rate_sat_vb": 10_000}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    rig.wait_status(id, "drawing").await;
+    rig.mine(1).await;
+    let failed = wait_for(Duration::from_secs(60), || async {
+        let r = rig.round(id).await;
+        (r["payout"]["status"] == "broadcast_failed").then_some(r)
+    })
+    .await;
+    assert_eq!(failed["status"], "paying_out");
+    let audit = rig.s().admin_get("/admin/audit").await.json();
+    let entry = audit["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event"] == "payout_failed")
+        .cloned();
+    assert_eq!(
+        entry.expect("payout_failed audited")["details"]["round_id"],
+        id
+    );
+    // It stays failed: nothing retries on its own.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(rig.round(id).await["payout"]["status"], "broadcast_failed");
+    assert_eq!(
+        rig.s()
+            .admin_put("/admin/config", json!({"fee_rate_sat_vb": 2}))
+            .await
+            .status,
+        200
+    );
+    let r = rig
+        .s()
+        .admin_post(&format!("/admin/rounds/{id}/retry-payout"), json!({}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["status"], "broadcast");
+    let closed = rig.wait_status(id, "closed").await;
+    assert_ne!(closed["payout"]["txid"], failed["payout"]["txid"]);
+    let r = rig
+        .s()
+        .admin_post(&format!("/admin/rounds/{id}/retry-payout"), json!({}))
+        .await;
+    assert_eq!(r.status, 409, "a second retry is refused");
+    let pots: Vec<bitcoin::OutPoint> = closed["draw"]["bets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| bitcoin::OutPoint {
+            txid: Txid::from_str(b["txid"].as_str().unwrap()).unwrap(),
+            vout: 0,
+        })
+        .collect();
+    let paid = spenders(&rig, start_height, &pots).await;
+    assert_eq!(paid.len(), 1, "{paid:?}");
+    let audit = rig.s().admin_get("/admin/audit").await.json();
+    assert!(audit["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["event"] == "payout_retried"));
+    rig.conservation(&[&a, &b]).await;
+    rig.finish().await;
+}
+
+/// The stream notifies on a credited deposit, a new tip, a bet broadcast and
+/// its confirmation, and stays quiet otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_notifies_money_events() {
+    let rig = Rig::with_rounds(Db::Sqlite, "600").await;
+    let t = rig.s().user("mona", "10.0.7.1").await;
+    let mut st = support::EventStream::open(rig.s().addr, "10.0.7.9").await;
+    assert_eq!(st.status, 200);
+    let quiet = Duration::from_millis(700);
+    let wait = Duration::from_secs(10);
+    st.count_refetches(quiet).await;
+    assert_eq!(
+        st.count_refetches(Duration::from_secs(1)).await,
+        0,
+        "idle: no notifications"
+    );
+    rig.faucet(&t, 100_000).await;
+    assert!(st.next_refetch(wait).await, "deposit credited");
+    st.count_refetches(quiet).await;
+    rig.mine(1).await;
+    assert!(st.next_refetch(wait).await, "new tip");
+    st.count_refetches(quiet).await;
+    assert_eq!(rig.bet(&t, 10_000).await.status, 201);
+    assert!(st.next_refetch(wait).await, "bet broadcast");
+    st.count_refetches(quiet).await;
+    assert_eq!(st.count_refetches(Duration::from_secs(1)).await, 0);
+    rig.mine(1).await;
+    assert!(st.next_refetch(wait).await, "bet confirmed");
+    rig.finish().await;
 }

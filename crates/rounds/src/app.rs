@@ -352,6 +352,11 @@ impl Application {
             hub.clone(),
             rounds.clone(),
         ));
+        // The first sync (which records the starting block on a fresh
+        // database) runs before anyone can subscribe to the stream.
+        if let Err(e) = engine.run_once().await {
+            tracing::warn!(error = %e, "first engine step failed; the worker retries");
+        }
         let state = AppState {
             store,
             hasher,

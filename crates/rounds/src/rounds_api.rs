@@ -92,7 +92,7 @@ async fn current_round(
         )
             .into_response());
     };
-    let played = snapshot.detail.bets.iter().any(|b| b.user_id == user.id);
+    let played = state.store.user_played(snapshot.round.id, user.id).await?;
     Ok(Json(crate::money_api::round_view(
         &snapshot.detail,
         played,

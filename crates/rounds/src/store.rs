@@ -653,12 +653,13 @@ impl Store {
     /// # Errors
     /// Database failures.
     pub async fn user_played(&self, round_id: i64, user_id: i64) -> Result<bool, StoreError> {
-        let n: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM bets WHERE round_id = $1 AND user_id = $2")
-                .bind(round_id)
-                .bind(user_id)
-                .fetch_one(&self.pool)
-                .await?;
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM bets WHERE round_id = $1 AND user_id = $2 AND status = 'placed'",
+        )
+        .bind(round_id)
+        .bind(user_id)
+        .fetch_one(&self.pool)
+        .await?;
         Ok(n > 0)
     }
 

@@ -105,6 +105,10 @@ both_backends!(
     password_changes_bump_token_version,
     config_updates_are_audited_with_diffs,
     first_round_is_created_once,
+    an_output_is_spent_once_even_concurrently,
+    one_payout_per_round,
+    reorg_unwinds_deposits_and_confirmations,
+    refused_broadcast_releases_the_inputs,
 );
 
 async fn users_are_unique_ignoring_case_and_get_distinct_indexes(b: Backend) {
@@ -383,5 +387,244 @@ async fn first_round_is_created_once(b: Backend) {
     .await
     .unwrap();
     assert!(s.user_played(r1.id, u.id).await.unwrap());
+    db.cleanup().await;
+}
+
+mod money {
+    use crate::ledger::{DrawColumns, Intent, LedgerError, NewOutput};
+
+    pub(super) fn intent(
+        kind: &'static str,
+        user: i64,
+        round: Option<i64>,
+        txid: &str,
+        inputs: Vec<i64>,
+    ) -> Intent {
+        Intent {
+            kind,
+            user_id: Some(user),
+            round_id: round,
+            txid: txid.into(),
+            raw_tx: "00".into(),
+            amount_sats: 10_000,
+            fee_sats: 200,
+            commission_sats: 0,
+            address: None,
+            inputs,
+            outputs: vec![NewOutput {
+                vout: 1,
+                amount_sats: 89_800,
+                user_id: Some(user),
+                round_id: None,
+                origin: "change",
+            }],
+        }
+    }
+
+    pub(super) fn is_taken(r: &Result<i64, LedgerError>) -> bool {
+        matches!(r, Err(LedgerError::OutputTaken(_)))
+    }
+
+    pub(super) fn draw() -> DrawColumns {
+        DrawColumns {
+            block_height: Some(11),
+            block_hash: Some("ab".repeat(32)),
+            ..DrawColumns::default()
+        }
+    }
+}
+
+/// A user with one credited 100,000-sat deposit at height 10.
+async fn funded(store: &Store) -> (i64, i64) {
+    store.migrate().await.unwrap();
+    store.init_config(&config()).await.unwrap();
+    let u = store.create_user("payer", "h", addr).await.unwrap();
+    store.record_start_block(9, "h9").await.unwrap();
+    store
+        .connect_block(10, "h10", &[], &[("d".repeat(64), 0, 100_000, u.id)])
+        .await
+        .unwrap();
+    let outs = store.spendable_outputs(u.id, 1).await.unwrap();
+    assert_eq!(outs.len(), 1);
+    (u.id, outs[0].id)
+}
+
+async fn an_output_is_spent_once_even_concurrently(b: Backend) {
+    let db = TestDb::new(b).await;
+    let (user, out) = funded(&db.store).await;
+    assert_eq!(
+        db.store.balances(user, 1).await.unwrap(),
+        (100_000, 100_000, false)
+    );
+    let (s1, s2) = (db.store.clone(), db.store.clone());
+    let i1 = money::intent("withdrawal", user, None, &"1".repeat(64), vec![out]);
+    let i2 = money::intent("withdrawal", user, None, &"2".repeat(64), vec![out]);
+    let (r1, r2) = tokio::join!(
+        tokio::spawn(async move { s1.record_withdrawal(&i1).await }),
+        tokio::spawn(async move { s2.record_withdrawal(&i2).await })
+    );
+    let (r1, r2) = (r1.unwrap(), r2.unwrap());
+    assert!(r1.is_ok() != r2.is_ok(), "exactly one spend: {r1:?} {r2:?}");
+    assert!(money::is_taken(&r1) || money::is_taken(&r2));
+    // Confirmed balance drops by the whole output; pending shows the change.
+    assert_eq!(db.store.balances(user, 1).await.unwrap(), (0, 89_800, true));
+    let again = money::intent("withdrawal", user, None, &"3".repeat(64), vec![out]);
+    assert!(money::is_taken(&db.store.record_withdrawal(&again).await));
+    db.cleanup().await;
+}
+
+async fn one_payout_per_round(b: Backend) {
+    let db = TestDb::new(b).await;
+    let (user, out) = funded(&db.store).await;
+    let round = db.store.ensure_round(0).await.unwrap();
+    let mut bet = money::intent("bet", user, Some(round.id), &"4".repeat(64), vec![out]);
+    bet.outputs.push(crate::ledger::NewOutput {
+        vout: 0,
+        amount_sats: 10_000,
+        user_id: None,
+        round_id: Some(round.id),
+        origin: "pot",
+    });
+    let (_, transfer) = db.store.place_bet(&bet).await.unwrap();
+    // A bet still being broadcast holds the round open.
+    assert!(!db
+        .store
+        .close_round(round.id, 10, |b| b.len().to_string())
+        .await
+        .unwrap());
+    assert_eq!(
+        db.store.current_round().await.unwrap().unwrap().status,
+        "open"
+    );
+    db.store.mark_broadcast(transfer).await.unwrap();
+    assert!(db
+        .store
+        .close_round(round.id, 10, |b| b.len().to_string())
+        .await
+        .unwrap());
+    // A bet after closing is refused by the round's status.
+    let late = money::intent("bet", user, Some(round.id), &"5".repeat(64), vec![]);
+    assert!(matches!(
+        db.store.place_bet(&late).await,
+        Err(crate::ledger::LedgerError::WrongStatus { .. })
+    ));
+    assert!(db
+        .store
+        .move_round(round.id, "closing", "drawing")
+        .await
+        .unwrap());
+    let pot = db.store.pot_outputs(round.id).await.unwrap();
+    assert_eq!(pot.len(), 1);
+    let mut p1 = money::intent(
+        "payout",
+        user,
+        Some(round.id),
+        &"6".repeat(64),
+        vec![pot[0].id],
+    );
+    p1.outputs.clear();
+    let mut p2 = p1.clone();
+    p2.txid = "7".repeat(64);
+    let (s1, s2) = (db.store.clone(), db.store.clone());
+    let (a, c) = (round.id, round.id);
+    let (r1, r2) = tokio::join!(
+        tokio::spawn(async move { s1.begin_payout(a, &money::draw(), &p1).await }),
+        tokio::spawn(async move { s2.begin_payout(c, &money::draw(), &p2).await })
+    );
+    let (r1, r2) = (r1.unwrap(), r2.unwrap());
+    assert!(r1.is_ok() != r2.is_ok(), "one payout: {r1:?} {r2:?}");
+    // Even around the status guard, the schema refuses a second payout row.
+    let dup = sqlx::query(
+        "INSERT INTO transfers (kind, round_id, txid, amount_sats, status, created_at) \
+         VALUES ('payout', $1, 'x', 1, 'signed', 0)",
+    )
+    .bind(round.id)
+    .execute(db.store.pool())
+    .await;
+    assert!(dup.is_err());
+    assert!(db
+        .store
+        .finish_round(round.id, "paying_out", 5)
+        .await
+        .unwrap());
+    assert!(
+        !db.store
+            .finish_round(round.id, "paying_out", 5)
+            .await
+            .unwrap(),
+        "closes once"
+    );
+    assert_eq!(
+        db.store.current_round().await.unwrap().unwrap().status,
+        "open"
+    );
+    db.cleanup().await;
+}
+
+async fn reorg_unwinds_deposits_and_confirmations(b: Backend) {
+    let db = TestDb::new(b).await;
+    let (user, out) = funded(&db.store).await;
+    let w = money::intent("withdrawal", user, None, &"8".repeat(64), vec![out]);
+    let id = db.store.record_withdrawal(&w).await.unwrap();
+    db.store.mark_broadcast(id).await.unwrap();
+    db.store
+        .connect_block(11, "h11", &["8".repeat(64)], &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        db.store.balances(user, 1).await.unwrap(),
+        (89_800, 89_800, false)
+    );
+    assert_eq!(
+        db.store.transfer(id).await.unwrap().unwrap().block_height,
+        Some(11)
+    );
+    // Both blocks leave the chain: the deposit stops counting, the
+    // withdrawal is pending again (its change is unconfirmed).
+    db.store.unwind_above(9).await.unwrap();
+    assert_eq!(db.store.synced_tip().await.unwrap().unwrap().0, 9);
+    assert_eq!(db.store.balances(user, 1).await.unwrap(), (0, 89_800, true));
+    assert_eq!(
+        db.store.transfer(id).await.unwrap().unwrap().block_height,
+        None
+    );
+    assert_eq!(db.store.unconfirmed_broadcasts().await.unwrap().len(), 1);
+    // Re-mined on the new branch: credited once, not twice.
+    db.store
+        .connect_block(
+            10,
+            "n10",
+            &["8".repeat(64)],
+            &[("d".repeat(64), 0, 100_000, user)],
+        )
+        .await
+        .unwrap();
+    let totals = db.store.ledger_totals().await.unwrap();
+    assert_eq!(totals.deposits_sats, 100_000);
+    assert_eq!(
+        db.store.balances(user, 1).await.unwrap(),
+        (89_800, 89_800, false)
+    );
+    db.cleanup().await;
+}
+
+async fn refused_broadcast_releases_the_inputs(b: Backend) {
+    let db = TestDb::new(b).await;
+    let (user, out) = funded(&db.store).await;
+    let w = money::intent("withdrawal", user, None, &"9".repeat(64), vec![out]);
+    let id = db.store.record_withdrawal(&w).await.unwrap();
+    assert_eq!(db.store.signed_transfers().await.unwrap().len(), 1);
+    db.store.fail_transfer(id).await.unwrap();
+    assert_eq!(
+        db.store.transfer(id).await.unwrap().unwrap().status,
+        "failed"
+    );
+    assert_eq!(
+        db.store.balances(user, 1).await.unwrap(),
+        (100_000, 100_000, false)
+    );
+    let t = db.store.ledger_totals().await.unwrap();
+    assert_eq!(t.users_unspent_sats, 100_000);
+    assert_eq!(t.miner_fees_sats, 0);
     db.cleanup().await;
 }
