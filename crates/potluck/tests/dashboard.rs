@@ -1228,3 +1228,144 @@ async fn player_journey_on_the_development_chain() {
     s.stop().await;
     env.cleanup().await;
 }
+
+/// The operator's side of a refused payout: the round shows up under
+/// "Failed payouts", the operator lowers the fee rate in the config form and
+/// presses "Retry payout"; the audit log shows both entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_retries_a_refused_payout_in_the_browser() {
+    let env = Env::new(Db::Sqlite).await;
+    let rpc_port = free_port();
+    let rpc_bind = format!("127.0.0.1:{rpc_port}");
+    let s = env
+        .start(&[
+            "--dev-block-interval",
+            "0",
+            "--dev-chain-rpc-bind",
+            &rpc_bind,
+            "--round-duration-seconds",
+            "30",
+        ])
+        .await;
+    let rpc = chain_rpc(&env, rpc_port).await;
+    let miner = chain::bitcoin::Address::p2wsh(
+        chain::bitcoin::Script::new(),
+        chain::bitcoin::KnownHrp::Regtest,
+    );
+    let kate = s.user("kate", "10.0.6.1").await;
+    let liam = s.user("liam", "10.0.6.2").await;
+    for t in [&kate, &liam] {
+        for _ in 0..2 {
+            let r = s
+                .post(
+                    "/dev/faucet",
+                    &[("authorization", &format!("Bearer {t}"))],
+                    json!({"amount_sats": 50_000_000}),
+                )
+                .await;
+            assert_eq!(r.status, 200, "{}", r.text());
+        }
+    }
+    let driver = Driver::start().await;
+    let b = driver.browser(&s).await;
+    b.open("").await;
+    b.wait_js(
+        "an open round with time to bet",
+        "Potluck.state.round && Potluck.state.round.status === 'open' && Number(document.getElementById('countdown').dataset.secondsLeft) >= 15",
+    )
+    .await;
+    // Four bets, each spending one deposit: the payout has four inputs, so
+    // its real vsize is below the wallet's estimate and 10,000 sat/vB
+    // overshoots the chain's 0.10 BTC/kvB maxfeerate: the broadcast is refused.
+    let mut round_id = None;
+    for t in [&kate, &liam, &kate, &liam] {
+        let r = s
+            .post(
+                "/rounds/current/bets",
+                &[("authorization", &format!("Bearer {t}"))],
+                json!({"amount_sats": 30_000_000}),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{}", r.text());
+        let id = r.json()["round_id"].as_i64().unwrap();
+        assert_eq!(*round_id.get_or_insert(id), id, "one round");
+    }
+    let id = round_id.unwrap();
+
+    b.open("#/admin").await;
+    b.fill("admin-token", ADMIN).await;
+    b.click("#admin-login button[type=submit]").await;
+    b.wait_js(
+        "config form",
+        "document.getElementById('cfg-fee_rate_sat_vb')",
+    )
+    .await;
+    b.fill("cfg-fee_rate_sat_vb", "10000").await;
+    b.click("#config-form button[type=submit]").await;
+    b.wait_text("config-saved", "Saved.").await;
+
+    wait_api(&s, &format!("/rounds/{id}"), "", "drawing", |v| {
+        v["status"] == "drawing"
+    })
+    .await;
+    rpc.generate_to_address(1, &miner).await.unwrap();
+    let failed = wait_api(
+        &s,
+        &format!("/rounds/{id}"),
+        "",
+        "the refused payout",
+        |v| v["payout"]["status"] == "broadcast_failed",
+    )
+    .await;
+    b.wait_js(
+        "the failed payout listed",
+        &format!("document.querySelector('#payout-failures li[data-round-id=\"{id}\"] button')"),
+    )
+    .await;
+    b.wait_js(
+        "the payout_failed entry",
+        "document.querySelector('#audit-list tr[data-event=payout_failed]')",
+    )
+    .await;
+    b.screenshot("admin-payout-failed").await;
+
+    // A sane fee rate, then the retry: paid once, audited, gone from the list.
+    b.fill("cfg-fee_rate_sat_vb", "2").await;
+    b.click("#config-form button[type=submit]").await;
+    b.wait_text("config-saved", "Saved.").await;
+    b.click(&format!(
+        "#payout-failures li[data-round-id=\"{id}\"] button"
+    ))
+    .await;
+    b.wait_text("notice", &format!("Payout of round {id} retried."))
+        .await;
+    b.wait_js(
+        "the payout_retried entry",
+        "document.querySelector('#audit-list tr[data-event=payout_retried]')",
+    )
+    .await;
+    b.wait_js(
+        "the list to empty",
+        "document.querySelectorAll('#payout-failures li').length === 0 && !document.getElementById('payout-failures-empty').hidden",
+    )
+    .await;
+    let closed = wait_api(
+        &s,
+        &format!("/rounds/{id}"),
+        "",
+        "the round to close",
+        |v| v["status"] == "closed",
+    )
+    .await;
+    assert_eq!(closed["payout"]["status"], "broadcast");
+    assert_ne!(closed["payout"]["txid"], failed["payout"]["txid"]);
+    let r = s
+        .admin_post(&format!("/admin/rounds/{id}/retry-payout"), json!({}))
+        .await;
+    assert_eq!(r.status, 409, "a second retry is refused");
+
+    b.close().await;
+    driver.stop().await;
+    s.stop().await;
+    env.cleanup().await;
+}

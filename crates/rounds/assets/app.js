@@ -978,6 +978,11 @@
     refresh();
     connectStream();
     setInterval(tick, 250);
+    // The audit log and failed payouts change without a stream notification
+    // (a refused broadcast): the open admin view refreshes itself.
+    setInterval(() => {
+      if (state.adminToken && currentView() === "admin") loadAdmin(false).catch(() => {});
+    }, 5000);
   }
 
   // For the browser tests and the curious: the pure parts.
