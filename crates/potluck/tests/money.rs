@@ -1116,3 +1116,39 @@ async fn two_processes_on_postgres_spend_once_and_pay_once() {
     second.stop().await;
     rig.finish().await;
 }
+
+/// Pause holds an overdue round where it stands; resume moves it on at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_holds_the_round_and_resume_moves_it_on() {
+    let rig = Rig::new(Db::Sqlite).await;
+    let t = rig.s().user("pia", "10.0.9.1").await;
+    rig.faucet(&t, 100_000).await;
+    let id = rig.fresh_round().await;
+    assert_eq!(rig.bet(&t, 10_000).await.status, 201);
+    assert_eq!(
+        rig.s().admin_post("/admin/pause", json!({})).await.status,
+        200
+    );
+    let closes_at = rig.round(id).await["closes_at"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Wait well past closes_at: the round must still be open.
+    tokio::time::sleep(Duration::from_secs(ROUND_SECS.parse::<u64>().unwrap() + 2)).await;
+    let r = rig.round(id).await;
+    assert_eq!(r["status"], "open", "paused rounds do not move");
+    assert_eq!(r["closes_at"], closes_at.as_str(), "closes_at never moves");
+    assert_eq!(rig.current().await["paused"], true);
+    let resumed = Instant::now();
+    assert_eq!(
+        rig.s().admin_post("/admin/resume", json!({})).await.status,
+        200
+    );
+    rig.wait_status(id, "drawing").await;
+    assert!(resumed.elapsed() < Duration::from_secs(10));
+    rig.mine(1).await;
+    let r = rig.wait_status(id, "closed").await;
+    assert_eq!(r["payout"]["commission_sats"], 0, "single player refund");
+    rig.conservation(&[&t]).await;
+    rig.finish().await;
+}
