@@ -995,3 +995,160 @@ async fn stream_notifies_money_events() {
     assert!(st.next_refetch(wait).await, "bet confirmed");
     rig.finish().await;
 }
+
+/// Two `serve` processes share one PostgreSQL database and one chain (the
+/// second reaches the first's development chain over its Bitcoin Core RPC):
+/// concurrent bets of one user through both never spend an output twice, and
+/// the round is paid once although both engines run it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_on_postgres_spend_once_and_pay_once() {
+    let rig = Rig::new(Db::Postgres).await;
+    let b_env = Env {
+        db: Db::Postgres,
+        data_dir: rig.env.data_dir.join("second"),
+        pg_name: rig.env.pg_name.clone(),
+    };
+    std::fs::create_dir_all(&b_env.data_dir).unwrap();
+    for f in ["wallet.mnemonic", "jwt-secret"] {
+        std::fs::copy(rig.env.data_dir.join(f), b_env.data_dir.join(f)).unwrap();
+    }
+    let url = format!("http://127.0.0.1:{}/", rig.rpc_port);
+    let cookie = rig
+        .env
+        .data_dir
+        .join("chain")
+        .join(".cookie")
+        .display()
+        .to_string();
+    let second = b_env
+        .start_env(
+            &[
+                "--argon2-memory-kib",
+                "64",
+                "--argon2-iterations",
+                "1",
+                "--admin-token",
+                support::ADMIN,
+                "--bitcoind-url",
+                &url,
+                "--bitcoind-cookie",
+                &cookie,
+                "--round-duration-seconds",
+                ROUND_SECS,
+            ],
+            &[],
+        )
+        .await;
+    let a = rig.s().user("nina", "10.0.8.1").await;
+    let c = rig.s().user("otto", "10.0.8.2").await;
+    rig.faucet(&a, 100_000).await;
+    rig.faucet(&a, 100_000).await;
+    rig.faucet(&c, 100_000).await;
+    // The second process has no faucet: it is not running the dev chain.
+    let r = second
+        .post("/dev/faucet", &[("authorization", &auth(&a))], json!({}))
+        .await;
+    assert_eq!(r.status, 404);
+    let id = rig.fresh_round().await;
+    let body = json!({"amount_sats": 30_000});
+    let ha = auth(&a);
+    let h = [("authorization", ha.as_str())];
+    let (r1, r2, r3) = tokio::join!(
+        rig.s().post("/rounds/current/bets", &h, body.clone()),
+        second.post("/rounds/current/bets", &h, body.clone()),
+        second.post("/rounds/current/bets", &h, body.clone()),
+    );
+    let ok: Vec<Value> = [&r1, &r2, &r3]
+        .iter()
+        .filter(|r| r.status == 201)
+        .map(|r| r.json())
+        .collect();
+    for r in [&r1, &r2, &r3] {
+        assert!(
+            r.status == 201 || r.code() == "insufficient_funds" || r.code() == "funds_busy",
+            "{}",
+            r.text()
+        );
+    }
+    assert!(
+        !ok.is_empty() && ok.len() <= 2,
+        "two outputs fund at most two bets: {ok:?}"
+    );
+    let mut inputs = std::collections::HashSet::new();
+    for b in &ok {
+        let tx = rig
+            .rpc
+            .get_raw_transaction(&Txid::from_str(b["txid"].as_str().unwrap()).unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        for i in &tx.input {
+            assert!(inputs.insert(i.previous_output), "output spent twice");
+        }
+    }
+    let r = second
+        .post(
+            "/rounds/current/bets",
+            &[("authorization", &auth(&c))],
+            body.clone(),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    let start_height = rig.rpc.get_block_count().await.unwrap();
+    rig.wait_status(id, "drawing").await;
+    rig.mine(1).await;
+    let closed = rig.wait_status(id, "closed").await;
+    let seen_by_second = second.get(&format!("/rounds/{id}"), &[]).await.json();
+    assert_eq!(seen_by_second["payout"]["txid"], closed["payout"]["txid"]);
+    let pots: Vec<bitcoin::OutPoint> = closed["draw"]["bets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| bitcoin::OutPoint {
+            txid: Txid::from_str(b["txid"].as_str().unwrap()).unwrap(),
+            vout: 0,
+        })
+        .collect();
+    assert_eq!(pots.len(), ok.len() + 1);
+    let paid = spenders(&rig, start_height, &pots).await;
+    assert_eq!(paid.len(), 1, "one payout: {paid:?}");
+    rig.conservation(&[&a, &c]).await;
+    second.stop().await;
+    rig.finish().await;
+}
+
+/// Pause holds an overdue round where it stands; resume moves it on at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_holds_the_round_and_resume_moves_it_on() {
+    let rig = Rig::new(Db::Sqlite).await;
+    let t = rig.s().user("pia", "10.0.9.1").await;
+    rig.faucet(&t, 100_000).await;
+    let id = rig.fresh_round().await;
+    assert_eq!(rig.bet(&t, 10_000).await.status, 201);
+    assert_eq!(
+        rig.s().admin_post("/admin/pause", json!({})).await.status,
+        200
+    );
+    let closes_at = rig.round(id).await["closes_at"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Wait well past closes_at: the round must still be open.
+    tokio::time::sleep(Duration::from_secs(ROUND_SECS.parse::<u64>().unwrap() + 2)).await;
+    let r = rig.round(id).await;
+    assert_eq!(r["status"], "open", "paused rounds do not move");
+    assert_eq!(r["closes_at"], closes_at.as_str(), "closes_at never moves");
+    assert_eq!(rig.current().await["paused"], true);
+    let resumed = Instant::now();
+    assert_eq!(
+        rig.s().admin_post("/admin/resume", json!({})).await.status,
+        200
+    );
+    rig.wait_status(id, "drawing").await;
+    assert!(resumed.elapsed() < Duration::from_secs(10));
+    rig.mine(1).await;
+    let r = rig.wait_status(id, "closed").await;
+    assert_eq!(r["payout"]["commission_sats"], 0, "single player refund");
+    rig.conservation(&[&t]).await;
+    rig.finish().await;
+}

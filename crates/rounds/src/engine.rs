@@ -134,8 +134,9 @@ impl Engine {
             if let Err(e) = self.run_once().await {
                 tracing::warn!(error = %e, "engine step failed; retrying");
             }
+            // A stream that ended disables its branch; the timer goes on.
             tokio::select! {
-                _ = tips.next() => {}
+                Some(_) = tips.next() => {}
                 () = tokio::time::sleep(interval) => {}
             }
         }

@@ -1,0 +1,287 @@
+//! Money figures of docs/benchmarks.md (issue 6): bets per second accepted end to end over HTTP (each builds, signs, records and broadcasts a transaction) against the same build+sign+broadcast without HTTP and database, and the time from a mined draw block to a broadcast payout of a round with N bets.
+//!
+//! `cargo run --release -p potluck-rounds --example money_bench -- [DATABASE_URL] [BETS] [CLIENTS]`
+//! (default: SQLite in a temporary directory, 1000 bets, 8 clients).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bitcoin::{Amount, FeeRate, TxOut};
+use chain::Chain as _;
+use potluck_rounds::password::HashParams;
+use potluck_rounds::{Application, ChainSource, Config};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// One keep-alive HTTP/1.1 connection.
+struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    async fn open(addr: SocketAddr) -> Self {
+        let stream = TcpStream::connect(addr).await.expect("connect");
+        stream.set_nodelay(true).expect("nodelay");
+        Self {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    async fn call(
+        &mut self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: &str,
+    ) -> (u16, String) {
+        let auth = token.map_or(String::new(), |t| format!("authorization: Bearer {t}\r\n"));
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n{auth}content-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        self.stream.write_all(req.as_bytes()).await.expect("write");
+        loop {
+            if let Some(end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&self.buf[..end]).to_string();
+                let status: u16 = head[9..12].parse().expect("status");
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length:")
+                            .map(|v| v.trim().parse().unwrap_or(0))
+                    })
+                    .unwrap_or(0);
+                while self.buf.len() < end + 4 + len {
+                    self.read().await;
+                }
+                let body = String::from_utf8_lossy(&self.buf[end + 4..end + 4 + len]).to_string();
+                self.buf.drain(..end + 4 + len);
+                return (status, body);
+            }
+            self.read().await;
+        }
+    }
+
+    async fn read(&mut self) {
+        let mut chunk = [0u8; 16384];
+        let n = self.stream.read(&mut chunk).await.expect("read");
+        assert!(n > 0, "connection closed");
+        self.buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+fn json(s: &str) -> serde_json::Value {
+    serde_json::from_str(s).unwrap_or_else(|e| panic!("{e}: {s}"))
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let db = args.get(1).cloned().filter(|s| s != "sqlite");
+    let bets: usize = args.get(2).map_or(1000, |s| s.parse().expect("BETS"));
+    let clients: usize = args.get(3).map_or(8, |s| s.parse().expect("CLIENTS"));
+    let users = clients * 4;
+    let per_user = bets.div_ceil(users);
+    let dir = std::env::temp_dir().join(format!("potluck-money-bench-{}", std::process::id()));
+    let mut config = Config::new(dir.clone());
+    config.bind = "127.0.0.1:0".parse().expect("addr");
+    config.database_url = db.clone();
+    config.admin_token = Some("bench".into());
+    config.hash_params = HashParams {
+        memory_kib: 64,
+        iterations: 1,
+        parallelism: 1,
+    };
+    config.quota.limit = 1_000_000;
+    config.default_round_duration_seconds = 3600;
+    config.chain = ChainSource::Dev {
+        block_interval: None,
+        rpc_bind: None,
+    };
+    let app = Application::build(config).await.expect("build");
+    let addr = app.local_addr();
+    let state = app.state().clone();
+    let dev = state.dev_chain.clone().expect("dev chain");
+    tokio::spawn(app.run_until_stopped(std::future::pending()));
+
+    // Users, each with `per_user` confirmed outputs (one mined block).
+    let mut tokens = Vec::new();
+    let mut c = Conn::open(addr).await;
+    for i in 0..users {
+        let body = format!(r#"{{"username":"bench{i}","password":"benchmark-password"}}"#);
+        let (s, reg) = c.call("POST", "/auth/register", None, &body).await;
+        assert_eq!(s, 201, "{reg}");
+        let (_, login) = c.call("POST", "/auth/login", None, &body).await;
+        tokens.push(
+            json(&login)["access_token"]
+                .as_str()
+                .expect("token")
+                .to_string(),
+        );
+        let address: bitcoin::Address = json(&reg)["address"]
+            .as_str()
+            .expect("address")
+            .parse::<bitcoin::Address<_>>()
+            .expect("parse")
+            .assume_checked();
+        for _ in 0..per_user {
+            dev.faucet(&address.script_pubkey(), Amount::from_sat(100_000))
+                .expect("faucet");
+        }
+        if i % 20 == 19 {
+            dev.mine(1, dev.faucet_script()).expect("mine");
+        }
+    }
+    dev.mine(1, dev.faucet_script()).expect("mine");
+    state.engine.run_once().await.expect("sync");
+
+    // Baseline: the same wallet work and broadcast, no HTTP, no database.
+    let wallet = state.engine.wallet().clone();
+    let base_n = 300usize;
+    let key = wallet
+        .derive(wallet::KeyPath {
+            branch: 9,
+            index: 0,
+        })
+        .expect("key");
+    let mut outs = Vec::new();
+    for _ in 0..base_n {
+        let txid = dev
+            .faucet(&key.address.script_pubkey(), Amount::from_sat(100_000))
+            .expect("faucet");
+        let tx = dev.transaction(txid).await.expect("tx").expect("known").tx;
+        let vout = tx
+            .output
+            .iter()
+            .position(|o| o.script_pubkey == key.address.script_pubkey())
+            .expect("vout");
+        outs.push(wallet::SpendableOutput {
+            outpoint: bitcoin::OutPoint {
+                txid,
+                vout: vout as u32,
+            },
+            txout: tx.output[vout].clone(),
+            path: key.path,
+        });
+    }
+    dev.mine(1, dev.faucet_script()).expect("mine");
+    let pot = wallet
+        .derive(wallet::KeyPath {
+            branch: 9,
+            index: 1,
+        })
+        .expect("key")
+        .address
+        .script_pubkey();
+    let t = Instant::now();
+    for o in &outs {
+        let built = wallet
+            .build_signed(
+                std::slice::from_ref(o),
+                &[TxOut {
+                    value: Amount::from_sat(10_000),
+                    script_pubkey: pot.clone(),
+                }],
+                Some(&key.address.script_pubkey()),
+                FeeRate::from_sat_per_vb_u32(2),
+            )
+            .expect("build");
+        dev.broadcast(built.tx).await.expect("broadcast");
+    }
+    let base_rate = base_n as f64 / t.elapsed().as_secs_f64();
+    dev.mine(1, dev.faucet_script()).expect("mine");
+
+    // Bets over HTTP from `clients` connections.
+    let tokens = Arc::new(tokens);
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for k in 0..clients {
+        let tokens = tokens.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut c = Conn::open(addr).await;
+            let mut ok = 0usize;
+            for u in (k..tokens.len()).step_by(clients) {
+                for _ in 0..per_user {
+                    let (s, b) = c
+                        .call(
+                            "POST",
+                            "/rounds/current/bets",
+                            Some(&tokens[u]),
+                            r#"{"amount_sats":10000}"#,
+                        )
+                        .await;
+                    assert_eq!(s, 201, "{b}");
+                    ok += 1;
+                }
+            }
+            ok
+        }));
+    }
+    let mut placed = 0;
+    for t in tasks {
+        placed += t.await.expect("client");
+    }
+    let elapsed = t.elapsed();
+    let rate = placed as f64 / elapsed.as_secs_f64();
+
+    // Close the round now (the bench does not wait out its timer), let the
+    // engine fix the commitment, then mine the draw block and time the payout.
+    let round = state
+        .store
+        .current_round()
+        .await
+        .expect("round")
+        .expect("exists");
+    sqlx::query("UPDATE rounds SET closes_at = 0 WHERE id = $1")
+        .bind(round.id)
+        .execute(state.store.pool())
+        .await
+        .expect("close");
+    let status = |id: i64| {
+        let store = state.store.clone();
+        async move {
+            store
+                .round_detail(id)
+                .await
+                .expect("detail")
+                .expect("round")
+                .round
+                .status
+        }
+    };
+    while status(round.id).await != "drawing" {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    dev.mine(1, dev.faucet_script()).expect("mine");
+    let mined = Instant::now();
+    loop {
+        let d = state
+            .store
+            .round_detail(round.id)
+            .await
+            .expect("detail")
+            .expect("round");
+        if d.payout.as_ref().is_some_and(|p| p.status == "broadcast") {
+            break;
+        }
+        assert!(
+            mined.elapsed() < Duration::from_secs(300),
+            "payout did not happen"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let payout = mined.elapsed();
+    let backend = if db.is_some() { "postgres" } else { "sqlite" };
+    println!("backend {backend}: {placed} bets from {clients} clients in {:.2}s = {rate:.0} bets/s over HTTP", elapsed.as_secs_f64());
+    println!("baseline (build+sign+broadcast, no HTTP/DB, 1 thread): {base_rate:.0} tx/s; HTTP/baseline = {:.2}", rate / base_rate);
+    println!(
+        "draw block mined -> payout of {placed} bets broadcast: {:.0} ms",
+        payout.as_secs_f64() * 1000.0
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    std::process::exit(0);
+}
