@@ -581,7 +581,7 @@ async fn admin_journey_in_the_browser_with_polling_fallback() {
     )
     .await;
     let stored = b
-        .js("return JSON.stringify({...localStorage}) + JSON.stringify({...sessionStorage}) + document.cookie;")
+        .js("return JSON.stringify({...localStorage}) + JSON.stringify({...sessionStorage}) + document.cookie + JSON.stringify(Potluck.state);")
         .await;
     assert!(
         !stored.as_str().unwrap().contains(ADMIN),

@@ -11,8 +11,6 @@
   const state = {
     // The session token lives as long as the browser tab (sessionStorage).
     token: sessionStorage.getItem(TOKEN_KEY),
-    // The admin token is never written anywhere: only this variable.
-    adminToken: null,
     lang: localStorage.getItem(LANG_KEY) || (navigator.language || "en").slice(0, 2),
     // Server clock minus local clock, from the Date header: the countdown
     // runs on the server's time, not on a skewed local clock.
@@ -27,6 +25,9 @@
     liveHistory: [],
   };
   if (!window.PotluckI18n.languages.includes(state.lang)) state.lang = "en";
+  // The admin token is never written anywhere: only this variable, which
+  // stays inside this closure (not on the `Potluck` object below).
+  let adminToken = null;
 
   // ---------- texts and amounts ----------
 
@@ -99,7 +100,7 @@
   async function api(method, path, body, opts = {}) {
     const headers = { Accept: "application/json" };
     if (body !== undefined) headers["Content-Type"] = "application/json";
-    if (opts.admin) headers["X-Admin-Token"] = state.adminToken || "";
+    if (opts.admin) headers["X-Admin-Token"] = adminToken || "";
     else if (state.token && opts.auth !== false) headers.Authorization = "Bearer " + state.token;
     let res;
     try {
@@ -301,7 +302,7 @@
   async function refreshOnce() {
     const tasks = [loadRound()];
     if (state.token) tasks.push(loadMe(), loadTransactions(), loadLastResult());
-    if (state.adminToken && currentView() === "admin") tasks.push(loadAdmin(false));
+    if (adminToken && currentView() === "admin") tasks.push(loadAdmin(false));
     if (currentView() === "rounds") tasks.push(loadRounds());
     await Promise.allSettled(tasks);
   }
@@ -788,8 +789,8 @@
     if (view === "verify") showVerify(location.hash.split("/")[2] || "");
     if (view === "rounds") loadRounds();
     if (view === "admin") {
-      show($("admin-login"), !state.adminToken);
-      show($("admin-panel"), Boolean(state.adminToken));
+      show($("admin-login"), !adminToken);
+      show($("admin-panel"), Boolean(adminToken));
     }
     if (view === "play") refresh();
   }
@@ -944,19 +945,19 @@
     $("admin-login").addEventListener("submit", async (ev) => {
       ev.preventDefault();
       setError("admin-login-error", "");
-      state.adminToken = $("admin-token").value;
+      adminToken = $("admin-token").value;
       $("admin-token").value = "";
       try {
         await loadAdmin(true);
         show($("admin-login"), false);
         show($("admin-panel"), true);
       } catch (e) {
-        state.adminToken = null;
+        adminToken = null;
         setError("admin-login-error", adminError(e));
       }
     });
     $("admin-lock").addEventListener("click", () => {
-      state.adminToken = null;
+      adminToken = null;
       state.adminConfig = null;
       $("audit-list").replaceChildren();
       $("config-fields").replaceChildren();
@@ -981,7 +982,7 @@
     // The audit log and failed payouts change without a stream notification
     // (a refused broadcast): the open admin view refreshes itself.
     setInterval(() => {
-      if (state.adminToken && currentView() === "admin") loadAdmin(false).catch(() => {});
+      if (adminToken && currentView() === "admin") loadAdmin(false).catch(() => {});
     }, 5000);
   }
 
