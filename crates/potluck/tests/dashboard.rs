@@ -216,8 +216,14 @@ impl Browser {
         std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
     }
 
+    /// Ends the session; the page must not have logged a script error or a
+    /// CSP violation.
     async fn close(self) {
+        let errors = self
+            .js("return window.Potluck ? Potluck.errors : ['the page did not start'];")
+            .await;
         let _ = self.client.close().await;
+        assert_eq!(errors, json!([]), "errors in the page");
     }
 }
 
@@ -828,6 +834,19 @@ async fn qr_codes_of_every_size_decode() {
         too_long.as_str().unwrap().contains("too long"),
         "{too_long}"
     );
+
+    // The CSP is in force: an inline script is refused, and reported.
+    b.js("const s = document.createElement('script'); s.textContent = 'window.injected = 1'; document.body.append(s); return null;")
+        .await;
+    let report = b
+        .wait_js("the CSP report", "Potluck.errors.join(' ')")
+        .await;
+    assert!(report.as_str().unwrap().contains("script-src"), "{report}");
+    assert_eq!(
+        b.js("return window.injected === undefined;").await,
+        json!(true)
+    );
+    b.js("Potluck.errors.length = 0; return null;").await;
     b.close().await;
     driver.stop().await;
     s.stop().await;

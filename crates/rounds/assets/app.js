@@ -4,6 +4,13 @@
 "use strict";
 (function () {
   const $ = (id) => document.getElementById(id);
+  // Script errors and CSP violations of this page load, for the curious
+  // (and the browser tests, which require none).
+  const pageErrors = [];
+  window.addEventListener("error", (e) => pageErrors.push(String(e.message)));
+  window.addEventListener("unhandledrejection", (e) => pageErrors.push(String(e.reason)));
+  document.addEventListener("securitypolicyviolation",
+    (e) => pageErrors.push(`CSP ${e.violatedDirective}: ${e.blockedURI}`));
   const SATS_PER_BTC = 100000000n;
   const TOKEN_KEY = "potluck.token";
   const LANG_KEY = "potluck.lang";
@@ -987,7 +994,7 @@
   }
 
   // For the browser tests and the curious: the pure parts.
-  window.Potluck = { fmtSats, errorText, t, state };
+  window.Potluck = { fmtSats, errorText, t, state, errors: pageErrors };
 
   start();
 })();
