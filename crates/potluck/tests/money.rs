@@ -547,6 +547,28 @@ async fn refusals_and_withdrawals(db: Db) {
         .iter()
         .any(|o| o.script_pubkey == dest_script && o.value.to_sat() == 50_000));
 
+    // A withdrawal to another user's deposit address is that user's deposit.
+    let other = rig.s().user("dora", "10.0.1.2").await;
+    let other_addr = rig.me(&other).await["address"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    rig.mine(1).await;
+    wait_for(Duration::from_secs(30), || async {
+        (rig.me(&t).await["has_pending"] == false).then_some(())
+    })
+    .await;
+    let r = rig
+        .s()
+        .post("/users/me/withdrawals", &h, w(&other_addr, 20_000))
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    rig.mine(1).await;
+    wait_for(Duration::from_secs(30), || async {
+        (rig.me(&other).await["balance_sats"] == 20_000).then_some(())
+    })
+    .await;
+
     // Pause refuses bets and withdrawals with 503 paused; resume restores them.
     assert_eq!(
         rig.s().admin_post("/admin/pause", json!({})).await.status,
@@ -575,7 +597,7 @@ async fn refusals_and_withdrawals(db: Db) {
         .admin_post("/admin/rounds/999999/retry-payout", json!({}))
         .await;
     assert_eq!(r.status, 404);
-    rig.conservation(&[&t]).await;
+    rig.conservation(&[&t, &other]).await;
     let txs = rig.s().get("/users/me/transactions", &h).await.json();
     let kinds: Vec<_> = txs["transactions"]
         .as_array()
@@ -583,7 +605,7 @@ async fn refusals_and_withdrawals(db: Db) {
         .iter()
         .map(|x| x["kind"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(kinds, ["withdrawal", "deposit"]);
+    assert_eq!(kinds, ["withdrawal", "withdrawal", "deposit"]);
     assert_eq!(txs["transactions"][0]["status"], "confirmed");
     rig.finish().await;
 }

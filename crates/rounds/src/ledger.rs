@@ -495,10 +495,14 @@ impl Store {
         }
         let mut new_deposits = 0;
         for (txid, vout, amount, user_id) in deposits {
+            // Our own change, payout and pot outputs are already recorded;
+            // any other output to a user's address (also one of our
+            // withdrawals paying another user) is a deposit.
             let own: Option<i64> = sqlx::query_scalar(
-                "SELECT id FROM transfers WHERE txid = $1 AND kind <> 'deposit' LIMIT 1",
+                "SELECT id FROM outputs WHERE txid = $1 AND vout = $2 AND origin <> 'deposit'",
             )
             .bind(txid)
+            .bind(vout)
             .fetch_optional(&mut *tx)
             .await?;
             if own.is_some() {
