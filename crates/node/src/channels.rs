@@ -694,6 +694,12 @@ impl NodeState {
                 .await;
             return Ok(());
         }
+        if matches!(pkt, Packet::UpdateAddHtlc(_) | Packet::UpdateTimedoutHtlc(_)) {
+            // Expiry checks depend on the height: use the chain's, not our watcher's last pass.
+            if let Ok(tip) = self.chain.tip().await {
+                let _ = inner.channel.block_height(tip.height);
+            }
+        }
         tracing::debug!(%peer, packet = pkt.name(), state = state_name(inner.channel.state()), "received");
         match inner.channel.handle_packet(&pkt, unix_now()) {
             Ok(actions) => self

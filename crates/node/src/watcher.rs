@@ -78,8 +78,10 @@ pub(crate) async fn step(state: &NodeState) -> Result<(), String> {
                     }
                 }
             }
-            state.time_out_htlcs(&slot, height).await;
         }
+    }
+    for slot in state.channels.all() {
+        state.time_out_htlcs(&slot, height).await;
     }
     send_due_broadcasts(state, height).await;
     Ok(())
@@ -181,7 +183,7 @@ async fn send_due_broadcasts(state: &NodeState, height: u32) {
             }
         }
         match state.chain.broadcast(b.tx.clone()).await {
-            Ok(_) => tracing::info!(txid = %b.txid, "queued transaction broadcast"),
+            Ok(_) => tracing::debug!(txid = %b.txid, "queued transaction broadcast"),
             Err(e) => tracing::debug!(txid = %b.txid, error = %e, "queued transaction not accepted yet"),
         }
     }

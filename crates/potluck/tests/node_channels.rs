@@ -266,6 +266,7 @@ fn revoked_commitment_is_swept_by_the_penalty_also_after_restart() {
         .map(|o| procs::btc_to_sat(&o["value"]))
         .sum();
     let penalty = wait_for("penalty in B's wallet", 90, || {
+        chain.mine(1);
         let funds = b.cli(&["listfunds"]);
         let outs = funds["outputs"].as_array()?.clone();
         outs.into_iter()

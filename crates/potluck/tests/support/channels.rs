@@ -161,6 +161,13 @@ pub struct NodeProc {
 
 impl Drop for NodeProc {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("---- log of node {} in {} ----\n{}", self.id, self.dir.path().display(), self.log_tail());
+            if std::env::var_os("POTLUCK_TEST_KEEP").is_some() {
+                let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
+                let _ = dir.keep();
+            }
+        }
         self.kill9();
     }
 }
@@ -178,12 +185,23 @@ impl NodeProc {
             cheat,
             starts: 0,
         };
-        node.restart();
-        node
+        // A port picked as free may be taken by the time the node binds it: try other ports.
+        for _ in 0..5 {
+            if node.try_start() {
+                return node;
+            }
+            node.listen = format!("127.0.0.1:{}", free_port());
+            node.rpc = format!("127.0.0.1:{}", free_port());
+        }
+        panic!("node did not start: {}", node.log_tail());
     }
 
     /// Starts the process (again) on the same data directory and ports.
     pub fn restart(&mut self) {
+        assert!(self.try_start(), "node did not restart: {}", self.log_tail());
+    }
+
+    fn try_start(&mut self) -> bool {
         assert!(self.child.is_none());
         self.starts += 1;
         let log = File::create(self.dir.path().join(format!("log{}.txt", self.starts))).unwrap();
@@ -194,6 +212,7 @@ impl NodeProc {
             .arg("--data-dir")
             .arg(self.dir.path())
             .env("POTLUCK_LOG", "info,node=debug")
+            .env("NO_COLOR", "1")
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log));
         if self.cheat {
@@ -205,9 +224,14 @@ impl NodeProc {
             .read_line(&mut line)
             .unwrap();
         let words: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(words.get(..2), Some(&["potluck", "node"][..]), "{line}");
+        if words.get(..2) != Some(&["potluck", "node"][..]) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return false;
+        }
         self.id = words[2].to_owned();
         self.child = Some(child);
+        true
     }
 
     /// SIGKILL: no chance to clean up.
@@ -250,10 +274,17 @@ impl NodeProc {
     }
 
     pub fn log_tail(&self) -> String {
-        let path = self.dir.path().join(format!("log{}.txt", self.starts));
-        let s = std::fs::read_to_string(path).unwrap_or_default();
-        let lines: Vec<&str> = s.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
+        let mut all = String::new();
+        for n in 1..=self.starts {
+            let path = self.dir.path().join(format!("log{n}.txt"));
+            let s = std::fs::read_to_string(path).unwrap_or_default();
+            let lines: Vec<&str> = s
+                .lines()
+                .filter(|l| !l.contains("control rpc method=\"list"))
+                .collect();
+            all += &format!("[run {n}]\n{}\n", lines[lines.len().saturating_sub(40)..].join("\n"));
+        }
+        all
     }
 
     pub fn funds(&self) -> u64 {
