@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bitcoin::{Amount, FeeRate, OutPoint, ScriptBuf, Transaction, TxOut};
 use channel::{
-    Action, AnchorRole, Change, Channel, ChannelSecrets, CommandError, Event, State,
+    Action, AnchorRole, Channel, ChannelSecrets, CommandError, Event, State,
     Who,
 };
 use secp256k1::PublicKey;
@@ -481,7 +481,7 @@ impl NodeState {
         let mut inputs = Vec::new();
         let mut total = Amount::ZERO;
         let mut sorted = outputs;
-        sorted.sort_by(|a, b| b.amount_sat.cmp(&a.amount_sat));
+        sorted.sort_by_key(|o| std::cmp::Reverse(o.amount_sat));
         for o in sorted {
             let path = KeyPath {
                 branch: o.branch,
@@ -594,8 +594,6 @@ impl NodeState {
             let changed = slot.changed.notified();
             {
                 let mut inner = slot.lock().await;
-                let height = inner.channel.balances().map(|_| ()).map(|_| 0).unwrap_or(0);
-                let _ = height;
                 let ch = &mut inner.channel;
                 let kind = if matches!(command, Command::Close) {
                     WaitKind::Close
@@ -630,12 +628,9 @@ impl NodeState {
                         self.run_actions(&slot, &mut inner, actions).await?;
                         break rx;
                     }
-                    Err(CommandError::WrongState(s))
-                        if matches!(
-                            s,
-                            State::WaitAccept | State::WaitSignature | State::WaitComplete
-                        ) =>
-                    {
+                    Err(CommandError::WrongState(
+                        State::WaitAccept | State::WaitSignature | State::WaitComplete,
+                    )) => {
                         // An update is in flight: wait for it to finish, then try again.
                     }
                     Err(e) => return Err(e.to_string()),
@@ -890,10 +885,4 @@ async fn wait_for(rx: oneshot::Receiver<Result<(), String>>) -> Result<(), Strin
         Ok(Err(_)) => Err("the channel went away".into()),
         Err(_) => Err("timed out waiting for the peer".into()),
     }
-}
-
-/// Whether `change` is a proposal from us (for logs).
-#[allow(dead_code)]
-fn describe(change: &Change) -> String {
-    format!("{change:?}")
 }

@@ -41,7 +41,6 @@ pub(crate) struct OutputRow {
     pub branch: u32,
     pub index: u32,
     pub height: u32,
-    pub spent_by: Option<String>,
 }
 
 /// A transaction waiting to be broadcast (or to confirm).
@@ -250,9 +249,9 @@ impl Store {
 
     pub(crate) async fn outputs(&self, unspent_only: bool) -> Result<Vec<OutputRow>, StoreError> {
         let sql = if unspent_only {
-            "SELECT txid, vout, amount_sat, branch, idx, height, spent_by FROM outputs WHERE spent_by IS NULL ORDER BY height, txid, vout"
+            "SELECT txid, vout, amount_sat, branch, idx, height FROM outputs WHERE spent_by IS NULL ORDER BY height, txid, vout"
         } else {
-            "SELECT txid, vout, amount_sat, branch, idx, height, spent_by FROM outputs ORDER BY height, txid, vout"
+            "SELECT txid, vout, amount_sat, branch, idx, height FROM outputs ORDER BY height, txid, vout"
         };
         let rows = sqlx::query(sql).fetch_all(&self.pool).await?;
         Ok(rows
@@ -268,7 +267,6 @@ impl Store {
                     branch: r.get(3),
                     index: r.get(4),
                     height: r.get(5),
-                    spent_by: r.get(6),
                 })
             })
             .collect())

@@ -132,7 +132,6 @@ async fn scan_block(state: &NodeState, height: u32, block: &Block) -> Result<(),
                     branch: path.branch,
                     index: path.index,
                     height,
-                    spent_by: None,
                 };
                 state.store.add_output(&row).await.map_err(|e| e.to_string())?;
                 tracing::info!(%txid, vout, amount_sat = row.amount_sat, "wallet output confirmed");
