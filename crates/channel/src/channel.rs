@@ -480,6 +480,11 @@ impl Channel {
         self.anchor.as_ref().map(|a| a.outpoint)
     }
 
+    /// The anchor transaction, if we created it (the funder re-broadcasts it after a restart).
+    pub fn anchor_tx(&self) -> Option<&Transaction> {
+        self.anchor_tx.as_ref()
+    }
+
     /// Our current commitment transaction, fully signed (what [`Channel::force_close`] broadcasts).
     pub fn signed_commitment(&self) -> Option<Transaction> {
         let cs = self.cstate.as_ref()?;

@@ -30,6 +30,9 @@ pub(crate) const FINAL_BRANCH: u32 = 2;
 /// Wallet branch of channel commit keys (the anchor 2-of-2).
 pub(crate) const COMMIT_BRANCH: u32 = 3;
 
+/// Blocks after its expiry that an HTLC of ours may stay unresolved before we close on chain.
+const FORCE_CLOSE_AFTER_EXPIRY: u32 = 6;
+
 /// How long a control call waits for its exchange to complete.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -746,6 +749,13 @@ impl NodeState {
                 tracing::error!(error = %e, "cannot abandon channel");
             }
             self.channels.remove(slot.id);
+        } else if state == State::OpenWaitComplete {
+            // A crash between persisting and broadcasting must not leave the anchor unsent.
+            if let Some(tx) = inner.channel.anchor_tx().cloned() {
+                if self.anchor_depth(&inner.channel).await == 0 {
+                    self.broadcast(slot.id, &tx, 0, 0).await;
+                }
+            }
         } else if state == State::WaitComplete {
             // We revoked our old commitment but do not hold the peer's revocation: the
             // protocol has no way to finish this update, so close with our latest (valid) state.
@@ -848,10 +858,27 @@ impl NodeState {
         Ok(())
     }
 
-    /// Expired HTLCs we offered are removed by agreement (`update_timedout_htlc`).
+    /// Expired HTLCs we offered are removed by agreement (`update_timedout_htlc`); one
+    /// that cannot be (peer away or refusing) for [`FORCE_CLOSE_AFTER_EXPIRY`] blocks is
+    /// taken back on chain: the channel closes unilaterally.
     pub(crate) async fn time_out_htlcs(&self, slot: &Slot, height: u32) {
         let mut inner = slot.lock().await;
-        if inner.channel.state() != State::Normal || inner.outbox.is_none() {
+        if inner.channel.state() != State::Normal {
+            return;
+        }
+        let long_expired = inner.channel.balances().is_some_and(|cs| {
+            cs.ours.htlcs.iter().any(|h| {
+                matches!(h.expiry, Locktime::Blocks(b) if height >= b.saturating_add(FORCE_CLOSE_AFTER_EXPIRY))
+            })
+        });
+        if long_expired {
+            tracing::warn!(peer = %slot.peer, channel = slot.id, "an expired HTLC of ours was not removed by agreement; closing on chain");
+            if let Ok(actions) = inner.channel.force_close() {
+                let _ = self.run_actions(slot, &mut inner, actions).await;
+            }
+            return;
+        }
+        if inner.outbox.is_none() {
             return;
         }
         let expired: Option<Sha256> = inner.channel.balances().and_then(|cs| {
