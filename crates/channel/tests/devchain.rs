@@ -38,8 +38,8 @@ impl Dev {
         .await
         .unwrap();
         let url = running.rpc_url().unwrap();
-        let rpc = BitcoindRpc::new(RpcConfig::new(url, Auth::UserPass("u".into(), "p".into())))
-            .unwrap();
+        let rpc =
+            BitcoindRpc::new(RpcConfig::new(url, Auth::UserPass("u".into(), "p".into()))).unwrap();
         let burn = address(&channel::tx::p2wpkh(&support::final_pubkey(77)));
         Dev {
             rpc,
@@ -63,7 +63,11 @@ impl Dev {
     }
 
     async fn height(&self) -> u32 {
-        self.call("getblockcount", json!([])).await.unwrap().as_u64().unwrap() as u32
+        self.call("getblockcount", json!([]))
+            .await
+            .unwrap()
+            .as_u64()
+            .unwrap() as u32
     }
 
     /// A confirmed coin of anchor + 1,000 sat paying the harness's wallet key.
@@ -111,7 +115,10 @@ impl Dev {
         }
         self.mine(1).await;
         let status = self
-            .call("getrawtransaction", json!([tx.compute_txid().to_string(), true]))
+            .call(
+                "getrawtransaction",
+                json!([tx.compute_txid().to_string(), true]),
+            )
             .await
             .unwrap();
         assert!(
@@ -329,7 +336,12 @@ fn a_channel_snapshot_round_trips_through_json() {
     p.open();
     let acts =
         p.a.ch
-            .add_htlc(100_000_000, r(3).hash(), Locktime::Blocks(p.chain.height + 30), p.now)
+            .add_htlc(
+                100_000_000,
+                r(3).hash(),
+                Locktime::Blocks(p.chain.height + 30),
+                p.now,
+            )
             .unwrap();
     p.a.absorb(acts);
     p.deliver_one(true);

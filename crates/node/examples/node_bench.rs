@@ -103,15 +103,28 @@ fn in_memory_pairs(pairs: u32) -> f64 {
         revocation_seed: [t + 0x80; 32],
     };
     let cfg = ChannelConfig::default();
-    let mut a = Channel::new(cfg.clone(), secrets(1), AnchorRole::Fund { anchor_sat: 10_000_000 });
+    let mut a = Channel::new(
+        cfg.clone(),
+        secrets(1),
+        AnchorRole::Fund {
+            anchor_sat: 10_000_000,
+        },
+    );
     let mut b = Channel::new(cfg, secrets(2), AnchorRole::Accept);
     let mut to_b: Vec<Packet> = Vec::new();
     let mut to_a: Vec<Packet> = Vec::new();
-    fn take(actions: Vec<Action>, out: &mut Vec<Packet>, anchor: &mut Option<(bitcoin::ScriptBuf, Amount)>) {
+    fn take(
+        actions: Vec<Action>,
+        out: &mut Vec<Packet>,
+        anchor: &mut Option<(bitcoin::ScriptBuf, Amount)>,
+    ) {
         for act in actions {
             match act {
                 Action::Send(p) => out.push(p),
-                Action::Notify(channel::Event::AnchorNeeded { script_pubkey, amount }) => {
+                Action::Notify(channel::Event::AnchorNeeded {
+                    script_pubkey,
+                    amount,
+                }) => {
                     *anchor = Some((script_pubkey, amount));
                 }
                 _ => {}
@@ -121,7 +134,11 @@ fn in_memory_pairs(pairs: u32) -> f64 {
     let mut anchor = None;
     take(a.start().unwrap(), &mut to_b, &mut anchor);
     take(b.start().unwrap(), &mut to_a, &mut anchor);
-    let pump = |a: &mut Channel, b: &mut Channel, to_a: &mut Vec<Packet>, to_b: &mut Vec<Packet>, anchor: &mut Option<_>| {
+    let pump = |a: &mut Channel,
+                b: &mut Channel,
+                to_a: &mut Vec<Packet>,
+                to_b: &mut Vec<Packet>,
+                anchor: &mut Option<_>| {
         while !to_a.is_empty() || !to_b.is_empty() {
             for p in std::mem::take(to_b) {
                 take(b.handle_packet(&p, 0).unwrap(), to_a, anchor);
@@ -137,7 +154,10 @@ fn in_memory_pairs(pairs: u32) -> f64 {
         version: bitcoin::transaction::Version::TWO,
         lock_time: bitcoin::absolute::LockTime::ZERO,
         input: vec![bitcoin::TxIn::default()],
-        output: vec![bitcoin::TxOut { value: amount, script_pubkey: script }],
+        output: vec![bitcoin::TxOut {
+            value: amount,
+            script_pubkey: script,
+        }],
     };
     take(a.anchor_created(tx, 0).unwrap(), &mut to_b, &mut anchor);
     pump(&mut a, &mut b, &mut to_a, &mut to_b, &mut anchor);
@@ -151,7 +171,12 @@ fn in_memory_pairs(pairs: u32) -> f64 {
         let mut r = [0u8; 32];
         r[..4].copy_from_slice(&i.to_le_bytes());
         let pre = Preimage(r);
-        take(a.add_htlc(1000, pre.hash(), Locktime::Blocks(200), 0).unwrap(), &mut to_b, &mut anchor);
+        take(
+            a.add_htlc(1000, pre.hash(), Locktime::Blocks(200), 0)
+                .unwrap(),
+            &mut to_b,
+            &mut anchor,
+        );
         pump(&mut a, &mut b, &mut to_a, &mut to_b, &mut anchor);
         take(b.fulfill_htlc(pre).unwrap(), &mut to_a, &mut anchor);
         pump(&mut a, &mut b, &mut to_a, &mut to_b, &mut anchor);
@@ -188,7 +213,9 @@ async fn main() {
     let n_connect = 200;
     let start = Instant::now();
     for _ in 0..n_connect {
-        let s = session::connect(hub.running.p2p_addr, &key, &cfg).await.unwrap();
+        let s = session::connect(hub.running.p2p_addr, &key, &cfg)
+            .await
+            .unwrap();
         let _ = s.close("bench").await;
     }
     let connect_ms = start.elapsed().as_secs_f64() * 1000.0 / f64::from(n_connect);
@@ -203,15 +230,18 @@ async fn main() {
     }
     chain.mine(1, &burn).unwrap();
     wait_until("hub funded", async || {
-        hub.call("listfunds", json!([])).await["total_sat"].as_u64() == Some(200_000 * channels as u64)
+        hub.call("listfunds", json!([])).await["total_sat"].as_u64()
+            == Some(200_000 * channels as u64)
     })
     .await;
     for p in &peers {
-        hub.call("connect", json!([p.running.p2p_addr.to_string()])).await;
+        hub.call("connect", json!([p.running.p2p_addr.to_string()]))
+            .await;
     }
     let rss_before = rss_kib();
     for p in &peers {
-        hub.call("open", json!([p.running.node_id.to_string(), 150_000])).await;
+        hub.call("open", json!([p.running.node_id.to_string(), 150_000]))
+            .await;
     }
     chain.mine(1, &burn).unwrap();
     wait_until("channels live", async || {
@@ -251,8 +281,16 @@ async fn main() {
 
     let baseline = in_memory_pairs(pairs * 5);
     println!("connect+handshake (TCP, v3 handshake, authenticate, hello): {connect_ms:.2} ms");
-    println!("HTLC add+fulfill pairs/s, one channel: {one:.0}  ({:.1}% of the in-memory state machines)", one / baseline * 100.0);
-    println!("HTLC add+fulfill pairs/s, {channels} channels in parallel: {all:.0}  ({:.2}x one channel)", all / one);
+    println!(
+        "HTLC add+fulfill pairs/s, one channel: {one:.0}  ({:.1}% of the in-memory state machines)",
+        one / baseline * 100.0
+    );
+    println!(
+        "HTLC add+fulfill pairs/s, {channels} channels in parallel: {all:.0}  ({:.2}x one channel)",
+        all / one
+    );
     println!("baseline, in-memory state machines without IO: {baseline:.0} pairs/s");
-    println!("memory per idle channel (both ends, RSS growth / {channels}): {per_channel_kib:.0} KiB");
+    println!(
+        "memory per idle channel (both ends, RSS growth / {channels}): {per_channel_kib:.0} KiB"
+    );
 }

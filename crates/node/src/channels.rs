@@ -12,10 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bitcoin::{Amount, FeeRate, OutPoint, ScriptBuf, Transaction, TxOut};
-use channel::{
-    Action, AnchorRole, Channel, ChannelSecrets, CommandError, Event, State,
-    Who,
-};
+use channel::{Action, AnchorRole, Channel, ChannelSecrets, CommandError, Event, State, Who};
 use secp256k1::PublicKey;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot, Notify};
@@ -236,11 +233,7 @@ fn unix_now() -> u64 {
 
 impl NodeState {
     /// Creates the keys of a new channel from the wallet (so that its payouts are wallet funds).
-    async fn new_channel(
-        &self,
-        peer: &PublicKey,
-        role: AnchorRole,
-    ) -> Result<Arc<Slot>, String> {
+    async fn new_channel(&self, peer: &PublicKey, role: AnchorRole) -> Result<Arc<Slot>, String> {
         let index = self
             .store
             .next_index("next_channel")
@@ -365,9 +358,7 @@ impl NodeState {
             }
         }
         // An open completes once the anchor is out.
-        if matches!(inner.waiter, Some((WaitKind::Open, _)))
-            && !opening(inner.channel.state())
-        {
+        if matches!(inner.waiter, Some((WaitKind::Open, _))) && !opening(inner.channel.state()) {
             complete_waiter(inner, Ok(()));
         }
         slot.changed.notify_waiters();
@@ -544,7 +535,11 @@ impl NodeState {
     }
 
     /// `open PEER AMOUNT_SAT`: we fund the anchor; returns once it is broadcast.
-    pub(crate) async fn open_channel(&self, peer: &PublicKey, amount_sat: u64) -> Result<Value, String> {
+    pub(crate) async fn open_channel(
+        &self,
+        peer: &PublicKey,
+        amount_sat: u64,
+    ) -> Result<Value, String> {
         if !self.peers.is_connected(peer) {
             return Err(format!("not connected to {peer}"));
         }
@@ -565,7 +560,12 @@ impl NodeState {
             ));
         }
         let slot = self
-            .new_channel(peer, AnchorRole::Fund { anchor_sat: amount_sat })
+            .new_channel(
+                peer,
+                AnchorRole::Fund {
+                    anchor_sat: amount_sat,
+                },
+            )
             .await?;
         let rx = {
             let mut inner = slot.lock().await;
@@ -692,7 +692,10 @@ impl NodeState {
                 .await;
             return Ok(());
         }
-        if matches!(pkt, Packet::UpdateAddHtlc(_) | Packet::UpdateTimedoutHtlc(_)) {
+        if matches!(
+            pkt,
+            Packet::UpdateAddHtlc(_) | Packet::UpdateTimedoutHtlc(_)
+        ) {
             // Expiry checks depend on the height: use the chain's, not our watcher's last pass.
             if let Ok(tip) = self.chain.tip().await {
                 let _ = inner.channel.block_height(tip.height);
@@ -798,11 +801,7 @@ impl NodeState {
             .await
             .map_err(|e| e.to_string())?
             .ok_or("no revoked commitment saved")?;
-        let txid = self
-            .chain
-            .broadcast(tx)
-            .await
-            .map_err(|e| e.to_string())?;
+        let txid = self.chain.broadcast(tx).await.map_err(|e| e.to_string())?;
         Ok(json!({ "txid": txid.to_string() }))
     }
 

@@ -243,7 +243,9 @@ pub async fn start(config: NodeConfig, chain: Arc<dyn Chain>) -> Result<RunningN
         watch_pass: tokio::sync::Mutex::new(()),
     });
     if config.dev_allow_cheat {
-        tracing::warn!("TEST ONLY: --dev-allow-cheat is on; this node can broadcast revoked states");
+        tracing::warn!(
+            "TEST ONLY: --dev-allow-cheat is on; this node can broadcast revoked states"
+        );
     }
     state.load_scripts().await.map_err(NodeError::Load)?;
     for row in state.store.channels().await? {
@@ -344,7 +346,8 @@ async fn reconnect_loop(state: Arc<NodeState>) {
             else {
                 continue;
             };
-            if state.peers.is_connected(&node_id) || state.channels.active(&node_id).await.is_none() {
+            if state.peers.is_connected(&node_id) || state.channels.active(&node_id).await.is_none()
+            {
                 continue;
             }
             match state.connect(addr).await {

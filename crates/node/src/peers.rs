@@ -81,7 +81,9 @@ impl Peers {
 
     /// Whether a session with the node is up.
     pub(crate) fn is_connected(&self, node_id: &PublicKey) -> bool {
-        self.lock().get(node_id).is_some_and(|e| e.session.is_some())
+        self.lock()
+            .get(node_id)
+            .is_some_and(|e| e.session.is_some())
     }
 
     /// The packet queue of the node's session, if one is up.

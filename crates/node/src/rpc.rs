@@ -174,12 +174,15 @@ fn param_peer(params: &[Value], index: usize) -> Result<secp256k1::PublicKey, Rp
 
 fn param_32(params: &[Value], index: usize, name: &str) -> Result<[u8; 32], RpcFailure> {
     let s = param_str(params, index, name)?;
-    let bytes = hex::decode(s).ok().filter(|b| b.len() == 32).ok_or_else(|| {
-        RpcFailure::new(
-            codes::INVALID_PARAMS,
-            format!("{name} must be 32 bytes of hex (64 characters)"),
-        )
-    })?;
+    let bytes = hex::decode(s)
+        .ok()
+        .filter(|b| b.len() == 32)
+        .ok_or_else(|| {
+            RpcFailure::new(
+                codes::INVALID_PARAMS,
+                format!("{name} must be 32 bytes of hex (64 characters)"),
+            )
+        })?;
     let mut out = [0u8; 32];
     out.copy_from_slice(&bytes);
     Ok(out)
@@ -201,11 +204,37 @@ async fn dispatch(
                 .tip()
                 .await
                 .map_err(|e| RpcFailure::new(codes::MISC_ERROR, format!("chain: {e}")))?;
+            let mut open = 0u64;
+            let mut our_msat = 0u64;
+            let mut htlcs = 0usize;
+            let all = state.channels.all();
+            for slot in &all {
+                let inner = slot.lock().await;
+                let st = inner.channel.state();
+                if !matches!(st, channel::State::Closed | channel::State::OnChain) {
+                    open += 1;
+                    if let Some(cs) = inner.channel.balances() {
+                        our_msat += cs.ours.pay_msat + cs.ours.fee_msat;
+                        htlcs += cs.ours.htlcs.len() + cs.theirs.htlcs.len();
+                    }
+                }
+            }
+            let wallet_sat = state
+                .store
+                .outputs(true)
+                .await
+                .map(|o| o.iter().map(|o| o.amount_sat).sum::<u64>())
+                .map_err(misc)?;
             Ok(json!({
                 "node_id": state.node_id.to_string(),
                 "listen": state.p2p_addr.to_string(),
                 "network": state.network.to_string(),
                 "block_height": tip.height,
+                "channels": all.len(),
+                "open_channels": open,
+                "open_channel_balance_msat": our_msat,
+                "pending_htlcs": htlcs,
+                "wallet_sat": wallet_sat,
             }))
         }
         "connect" => {
@@ -267,7 +296,10 @@ async fn dispatch(
             let peer = param_peer(params, 0)?;
             let amount = param_u64(params, 1, "AMOUNT_SAT")?;
             if amount == 0 {
-                return Err(RpcFailure::new(codes::INVALID_PARAMS, "AMOUNT_SAT must be positive"));
+                return Err(RpcFailure::new(
+                    codes::INVALID_PARAMS,
+                    "AMOUNT_SAT must be positive",
+                ));
             }
             state.open_channel(&peer, amount).await.map_err(misc)
         }
@@ -275,7 +307,10 @@ async fn dispatch(
             let peer = param_peer(params, 0)?;
             let amount = param_u64(params, 1, "AMOUNT_MSAT")?;
             if amount == 0 {
-                return Err(RpcFailure::new(codes::INVALID_PARAMS, "AMOUNT_MSAT must be positive"));
+                return Err(RpcFailure::new(
+                    codes::INVALID_PARAMS,
+                    "AMOUNT_MSAT must be positive",
+                ));
             }
             state
                 .channel_command(&peer, Command::Pay(amount))
@@ -286,15 +321,31 @@ async fn dispatch(
             let peer = param_peer(params, 0)?;
             let amount_msat = param_u64(params, 1, "AMOUNT_MSAT")?;
             if amount_msat == 0 {
-                return Err(RpcFailure::new(codes::INVALID_PARAMS, "AMOUNT_MSAT must be positive"));
+                return Err(RpcFailure::new(
+                    codes::INVALID_PARAMS,
+                    "AMOUNT_MSAT must be positive",
+                ));
             }
             let r_hash = Sha256::from_byte_array(param_32(params, 2, "R_HASH")?);
             let expiry = param_u64(params, 3, "EXPIRY")?;
-            let expiry = u32::try_from(expiry).ok().filter(|e| *e < 500_000_000).ok_or_else(|| {
-                RpcFailure::new(codes::INVALID_PARAMS, "EXPIRY must be a block height below 500000000")
-            })?;
+            let expiry = u32::try_from(expiry)
+                .ok()
+                .filter(|e| *e < 500_000_000)
+                .ok_or_else(|| {
+                    RpcFailure::new(
+                        codes::INVALID_PARAMS,
+                        "EXPIRY must be a block height below 500000000",
+                    )
+                })?;
             state
-                .channel_command(&peer, Command::AddHtlc { amount_msat, r_hash, expiry })
+                .channel_command(
+                    &peer,
+                    Command::AddHtlc {
+                        amount_msat,
+                        r_hash,
+                        expiry,
+                    },
+                )
                 .await
                 .map_err(misc)
         }

@@ -196,10 +196,11 @@ impl Store {
     }
 
     pub(crate) async fn channels(&self) -> Result<Vec<ChannelRow>, StoreError> {
-        let rows =
-            sqlx::query("SELECT id, peer_id, snapshot FROM channels WHERE abandoned = 0 ORDER BY id")
-                .fetch_all(&self.pool)
-                .await?;
+        let rows = sqlx::query(
+            "SELECT id, peer_id, snapshot FROM channels WHERE abandoned = 0 ORDER BY id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter()
             .map(|r| {
                 let id: i64 = r.get(0);

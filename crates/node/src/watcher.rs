@@ -117,7 +117,9 @@ async fn scan_block(state: &NodeState, height: u32, block: &Block) -> Result<(),
                 tracing::info!(peer = %slot.peer, channel = slot.id, %txid, height, "anchor spent");
                 match inner.channel.spend_seen(tx) {
                     Ok(actions) => state.run_actions(slot, &mut inner, actions).await?,
-                    Err(e) => tracing::warn!(channel = slot.id, error = %e, "cannot handle the anchor spend"),
+                    Err(e) => {
+                        tracing::warn!(channel = slot.id, error = %e, "cannot handle the anchor spend")
+                    }
                 }
             }
         }
@@ -133,15 +135,18 @@ async fn scan_block(state: &NodeState, height: u32, block: &Block) -> Result<(),
                     index: path.index,
                     height,
                 };
-                state.store.add_output(&row).await.map_err(|e| e.to_string())?;
+                state
+                    .store
+                    .add_output(&row)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 tracing::info!(%txid, vout, amount_sat = row.amount_sat, "wallet output confirmed");
             }
         }
         // A queued transaction whose inputs this one spends is confirmed, or can never be.
         for b in &pending {
             if b.txid == txid
-                || b
-                    .tx
+                || b.tx
                     .input
                     .iter()
                     .any(|i| spent.contains(&i.previous_output))
@@ -183,7 +188,9 @@ async fn send_due_broadcasts(state: &NodeState, height: u32) {
         }
         match state.chain.broadcast(b.tx.clone()).await {
             Ok(_) => tracing::debug!(txid = %b.txid, "queued transaction broadcast"),
-            Err(e) => tracing::debug!(txid = %b.txid, error = %e, "queued transaction not accepted yet"),
+            Err(e) => {
+                tracing::debug!(txid = %b.txid, error = %e, "queued transaction not accepted yet")
+            }
         }
     }
 }

@@ -52,7 +52,9 @@ fn open_channel(chain: &DevChainProc, a: &NodeProc, b: &NodeProc) -> u64 {
 }
 
 fn msat(ch: &Value, field: &str) -> u64 {
-    ch[field].as_u64().unwrap_or_else(|| panic!("{field} in {ch}"))
+    ch[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{field} in {ch}"))
 }
 
 /// Both nodes agree: A owns `a_total_sat` and B the rest, the commitment fee split per the rules.
@@ -65,7 +67,11 @@ fn assert_split(a: &NodeProc, b: &NodeProc, a_total_sat: u64) {
     let cb = b.channel();
     assert_eq!(msat(&ca, "our_msat"), (a_total_sat - a_fee) * 1000, "{ca}");
     assert_eq!(msat(&ca, "our_fee_msat"), a_fee * 1000, "{ca}");
-    assert_eq!(msat(&ca, "their_msat"), (b_total_sat - b_fee) * 1000, "{ca}");
+    assert_eq!(
+        msat(&ca, "their_msat"),
+        (b_total_sat - b_fee) * 1000,
+        "{ca}"
+    );
     assert_eq!(msat(&ca, "their_fee_msat"), b_fee * 1000, "{ca}");
     assert_eq!(msat(&cb, "our_msat"), msat(&ca, "their_msat"), "{cb}");
     assert_eq!(msat(&cb, "their_msat"), msat(&ca, "our_msat"), "{cb}");
@@ -76,7 +82,13 @@ fn assert_split(a: &NodeProc, b: &NodeProc, a_total_sat: u64) {
 }
 
 /// Cooperative close; both wallets get their share minus their part of the close fee.
-fn close_and_check(chain: &DevChainProc, a: &NodeProc, b: &NodeProc, a_change: u64, a_total_sat: u64) {
+fn close_and_check(
+    chain: &DevChainProc,
+    a: &NodeProc,
+    b: &NodeProc,
+    a_change: u64,
+    a_total_sat: u64,
+) {
     let b_total_sat = CAPACITY_SAT - a_total_sat;
     let closed = a.cli(&["close", &b.id]);
     assert_eq!(closed["state"], "closed", "{closed}");
@@ -91,10 +103,7 @@ fn close_and_check(chain: &DevChainProc, a: &NodeProc, b: &NodeProc, a_change: u
     assert_eq!(b.channel_state(), "closed");
     // On the chain: B's output exists, unspent, with exactly that value.
     let out = &b.cli(&["listfunds"])["outputs"][0];
-    let utxo = chain.call(
-        "gettxout",
-        serde_json::json!([out["txid"], out["vout"]]),
-    );
+    let utxo = chain.call("gettxout", serde_json::json!([out["txid"], out["vout"]]));
     assert_eq!(procs::btc_to_sat(&utxo["value"]), b_expect);
 }
 
@@ -106,6 +115,10 @@ fn open_pay_htlcs_close_to_the_satoshi() {
     let a_change = open_channel(&chain, &a, &b);
     let mut a_total = CAPACITY_SAT - COMMIT_FEE_SAT + COMMIT_FEE_SAT; // A owns all before fees.
     assert_split(&a, &b, a_total);
+    let info = a.cli(&["getinfo"]);
+    assert_eq!(info["open_channels"], 1);
+    assert_eq!(info["open_channel_balance_msat"], a_total * 1000);
+    assert_eq!(info["wallet_sat"], a_change);
 
     // A direct payment.
     let paid = a.cli(&["pay", &b.id, "100000000"]);
@@ -116,7 +129,13 @@ fn open_pay_htlcs_close_to_the_satoshi() {
     // An HTLC whose R B knows: B fulfills it.
     let height = chain.height();
     let r1 = [1u8; 32];
-    let added = a.cli(&["newhtlc", &b.id, "50000000", &r_hash(&r1), &(height + 20).to_string()]);
+    let added = a.cli(&[
+        "newhtlc",
+        &b.id,
+        "50000000",
+        &r_hash(&r1),
+        &(height + 20).to_string(),
+    ]);
     let htlcs = added["htlcs"].as_array().unwrap();
     assert_eq!(htlcs.len(), 1);
     assert_eq!(htlcs[0]["direction"], "out");
@@ -124,25 +143,44 @@ fn open_pay_htlcs_close_to_the_satoshi() {
     assert_eq!(htlcs[0]["r_hash"], r_hash(&r1).as_str());
     let seen = b.channel();
     assert_eq!(seen["htlcs"][0]["direction"], "in");
+    assert_eq!(b.cli(&["getinfo"])["pending_htlcs"], 1);
     b.cli(&["fulfillhtlc", &a.id, &hex::encode(r1)]);
     a_total -= 50_000;
-    wait_for("fulfil seen by A", 30, || (a.channel()["htlcs"].as_array()?.is_empty()).then_some(()));
+    wait_for("fulfil seen by A", 30, || {
+        (a.channel()["htlcs"].as_array()?.is_empty()).then_some(())
+    });
     assert_split(&a, &b, a_total);
 
     // A wrong R is refused and changes nothing.
     let r2 = [2u8; 32];
-    a.cli(&["newhtlc", &b.id, "20000000", &r_hash(&r2), &(height + 20).to_string()]);
-    let err = b.try_cli(&["fulfillhtlc", &a.id, &hex::encode([9u8; 32])]).unwrap_err();
+    a.cli(&[
+        "newhtlc",
+        &b.id,
+        "20000000",
+        &r_hash(&r2),
+        &(height + 20).to_string(),
+    ]);
+    let err = b
+        .try_cli(&["fulfillhtlc", &a.id, &hex::encode([9u8; 32])])
+        .unwrap_err();
     assert!(err.contains("no HTLC"), "{err}");
     // B cannot route it: the HTLC goes back to A.
     b.cli(&["failhtlc", &a.id, &r_hash(&r2)]);
-    wait_for("routefail seen by A", 30, || (a.channel()["htlcs"].as_array()?.is_empty()).then_some(()));
+    wait_for("routefail seen by A", 30, || {
+        (a.channel()["htlcs"].as_array()?.is_empty()).then_some(())
+    });
     assert_split(&a, &b, a_total);
 
     // An HTLC that times out: A removes it once the chain passes its expiry.
     let r3 = [3u8; 32];
     let expiry = chain.height() + 3;
-    a.cli(&["newhtlc", &b.id, "30000000", &r_hash(&r3), &expiry.to_string()]);
+    a.cli(&[
+        "newhtlc",
+        &b.id,
+        "30000000",
+        &r_hash(&r3),
+        &expiry.to_string(),
+    ]);
     assert_eq!(b.channel()["htlcs"].as_array().unwrap().len(), 1);
     chain.mine(3);
     wait_for("timed-out HTLC removed", 60, || {
@@ -153,8 +191,13 @@ fn open_pay_htlcs_close_to_the_satoshi() {
 
     // Bad input: clear errors, nothing changes.
     let err = a.try_cli(&["pay", &b.id, "99999999999"]).unwrap_err();
-    assert!(err.contains("uint32") || err.contains("insufficient"), "{err}");
-    let err = a.try_cli(&["newhtlc", &b.id, "1000", "zz", "5"]).unwrap_err();
+    assert!(
+        err.contains("uint32") || err.contains("insufficient"),
+        "{err}"
+    );
+    let err = a
+        .try_cli(&["newhtlc", &b.id, "1000", "zz", "5"])
+        .unwrap_err();
     assert!(err.contains("R_HASH"), "{err}");
     assert_split(&a, &b, a_total);
 
@@ -206,7 +249,11 @@ fn kill_during_updates(kill_a: bool) {
         }
         None
     });
-    eprintln!("after kill -9 the channel {outcome}; A: {}, B: {}", a.channel(), b.channel());
+    eprintln!(
+        "after kill -9 the channel {outcome}; A: {}, B: {}",
+        a.channel(),
+        b.channel()
+    );
     if outcome == "resumed" {
         let ca = a.channel();
         let a_total = (msat(&ca, "our_msat") + msat(&ca, "our_fee_msat")) / 1000;
@@ -296,7 +343,11 @@ fn revoked_commitment_is_swept_by_the_penalty_also_after_restart() {
         outs.into_iter()
             .find(|o| {
                 let tx = chain.tx(o["txid"].as_str().unwrap());
-                tx["vin"].as_array().unwrap().iter().any(|i| i["txid"] == revoked.as_str())
+                tx["vin"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|i| i["txid"] == revoked.as_str())
             })
             .map(|o| o["txid"].as_str().unwrap().to_owned())
     });

@@ -55,7 +55,14 @@ impl DevChainProc {
         let data = dir.path().join("chain");
         let bind = format!("127.0.0.1:{}", free_port());
         let child = Command::new(env!("CARGO_BIN_EXE_potluck"))
-            .args(["chain", "--rpc-bind", &bind, "--block-interval", "0", "--data-dir"])
+            .args([
+                "chain",
+                "--rpc-bind",
+                &bind,
+                "--block-interval",
+                "0",
+                "--data-dir",
+            ])
             .arg(&data)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
@@ -162,7 +169,12 @@ pub struct NodeProc {
 impl Drop for NodeProc {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!("---- log of node {} in {} ----\n{}", self.id, self.dir.path().display(), self.log_tail());
+            eprintln!(
+                "---- log of node {} in {} ----\n{}",
+                self.id,
+                self.dir.path().display(),
+                self.log_tail()
+            );
             if std::env::var_os("POTLUCK_TEST_KEEP").is_some() {
                 let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
                 let _ = dir.keep();
@@ -198,7 +210,11 @@ impl NodeProc {
 
     /// Starts the process (again) on the same data directory and ports.
     pub fn restart(&mut self) {
-        assert!(self.try_start(), "node did not restart: {}", self.log_tail());
+        assert!(
+            self.try_start(),
+            "node did not restart: {}",
+            self.log_tail()
+        );
     }
 
     fn try_start(&mut self) -> bool {
@@ -244,7 +260,12 @@ impl NodeProc {
 
     fn run_cli(&self, args: &[&str]) -> std::process::Output {
         Command::new(env!("CARGO_BIN_EXE_potluck"))
-            .args(["cli", "--rpc", &format!("http://{}/", self.rpc), "--data-dir"])
+            .args([
+                "cli",
+                "--rpc",
+                &format!("http://{}/", self.rpc),
+                "--data-dir",
+            ])
             .arg(self.dir.path())
             .args(args)
             .output()
@@ -282,7 +303,10 @@ impl NodeProc {
                 .lines()
                 .filter(|l| !l.contains("control rpc method=\"list"))
                 .collect();
-            all += &format!("[run {n}]\n{}\n", lines[lines.len().saturating_sub(40)..].join("\n"));
+            all += &format!(
+                "[run {n}]\n{}\n",
+                lines[lines.len().saturating_sub(40)..].join("\n")
+            );
         }
         all
     }
