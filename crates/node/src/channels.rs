@@ -737,7 +737,12 @@ impl NodeState {
         let mut inner = slot.lock().await;
         inner.outbox = None;
         inner.channel = inner.persisted.clone();
-        complete_waiter(&mut inner, Err(format!("peer {peer} disconnected")));
+        let why = if inner.channel.state() == State::WaitComplete {
+            format!("peer {peer} disconnected before revoking its old state; the channel closes on chain with this update included")
+        } else {
+            format!("peer {peer} disconnected; the update did not happen")
+        };
+        complete_waiter(&mut inner, Err(why));
         self.settle_after_session(&slot, &mut inner).await;
         slot.changed.notify_waiters();
     }
