@@ -324,8 +324,17 @@ impl NodeState {
                 Action::Send(pkt) => {
                     tracing::debug!(peer = %slot.peer, packet = pkt.name(), "send");
                     if let Some(out) = &inner.outbox {
-                        if out.send(pkt).await.is_err() {
-                            inner.outbox = None;
+                        // Never wait on a peer that does not read: its session is dropped
+                        // instead (a lost packet cannot be re-sent in this protocol), so the
+                        // channel lock, the watcher and other peers never stall behind it.
+                        match out.try_send(pkt) {
+                            Ok(()) => {}
+                            Err(mpsc::error::TrySendError::Full(_)) => {
+                                tracing::warn!(peer = %slot.peer, "peer does not read its packets; disconnecting");
+                                inner.outbox = None;
+                                self.peers.kick(&slot.peer, "Too slow");
+                            }
+                            Err(mpsc::error::TrySendError::Closed(_)) => inner.outbox = None,
                         }
                     }
                 }

@@ -149,9 +149,23 @@ impl Peers {
             state.session_down(&node_id).await;
             // Every sender is gone now: the writer flushes what is queued (the goodbye) and ends.
             drop(out_tx);
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), writer_task).await;
+            let mut writer_task = writer_task;
+            if tokio::time::timeout(std::time::Duration::from_secs(5), &mut writer_task)
+                .await
+                .is_err()
+            {
+                // The peer does not read: drop the socket rather than wait for it.
+                writer_task.abort();
+            }
         });
         Ok(node_id)
+    }
+
+    /// Like [`Peers::disconnect`] but never waits (for callers holding a channel lock).
+    pub(crate) fn kick(&self, node_id: &PublicKey, problem: &str) {
+        if let Some((_, tx, _)) = self.lock().get(node_id).and_then(|e| e.session.as_ref()) {
+            let _ = tx.try_send(PeerCommand::Disconnect(problem.to_owned()));
+        }
     }
 
     /// Asks a connected peer's task to hang up; false if it is not connected.
@@ -219,13 +233,13 @@ async fn run_peer(
             },
             command = commands.recv() => match command {
                 Some(PeerCommand::Disconnect(problem)) => {
-                    let _ = out.send(Packet::error(problem.clone())).await;
+                    let _ = out.try_send(Packet::error(problem.clone()));
                     return format!("disconnected: {problem}");
                 }
                 None => return "node dropped the peer".into(),
             },
             _ = async { shutdown.wait_for(|s| *s).await.map(|_| ()) } => {
-                let _ = out.send(Packet::error("Shutting down")).await;
+                let _ = out.try_send(Packet::error("Shutting down"));
                 return "node shutting down".into();
             }
         }

@@ -164,6 +164,9 @@ fn open_pay_htlcs_close_to_the_satoshi() {
         .try_cli(&["fulfillhtlc", &a.id, &hex::encode([9u8; 32])])
         .unwrap_err();
     assert!(err.contains("no HTLC"), "{err}");
+    // No cooperative close while an HTLC is pending.
+    let err = a.try_cli(&["close", &b.id]).unwrap_err();
+    assert!(err.contains("HTLCs pending"), "{err}");
     // B cannot route it: the HTLC goes back to A.
     b.cli(&["failhtlc", &a.id, &r_hash(&r2)]);
     wait_for("routefail seen by A", 30, || {
@@ -187,6 +190,11 @@ fn open_pay_htlcs_close_to_the_satoshi() {
         (a.channel()["htlcs"].as_array()?.is_empty() && b.channel()["htlcs"].as_array()?.is_empty())
             .then_some(())
     });
+    assert_split(&a, &b, a_total);
+
+    // B pays back: the acceptor proposes too.
+    b.cli(&["pay", &a.id, "7000000"]);
+    a_total += 7_000;
     assert_split(&a, &b, a_total);
 
     // Bad input: clear errors, nothing changes.
