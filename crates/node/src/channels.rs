@@ -30,6 +30,9 @@ pub(crate) const COMMIT_BRANCH: u32 = 3;
 /// Blocks after its expiry that an HTLC of ours may stay unresolved before we close on chain.
 const FORCE_CLOSE_AFTER_EXPIRY: u32 = 6;
 
+/// What a new channel must hold beyond the commitment fee (a usable, non-dust balance).
+const MIN_OWN_SAT: u64 = 1_000;
+
 /// How long a control call waits for its exchange to complete.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -551,6 +554,13 @@ impl NodeState {
     ) -> Result<Value, String> {
         if !self.peers.is_connected(peer) {
             return Err(format!("not connected to {peer}"));
+        }
+        let min = self.channel_config.commitment_fee_sat + MIN_OWN_SAT;
+        if amount_sat < min {
+            return Err(format!(
+                "channel too small: {amount_sat} sat; at least {min} sat (commitment fee {} sat + {MIN_OWN_SAT} sat)",
+                self.channel_config.commitment_fee_sat
+            ));
         }
         if self.channels.active(peer).await.is_some() {
             return Err(format!("a channel with {peer} exists already"));

@@ -29,6 +29,14 @@ fn open_channel(chain: &DevChainProc, a: &NodeProc, b: &NodeProc) -> u64 {
 
     let connected = a.cli(&["connect", &b.listen]);
     assert_eq!(connected["node_id"], b.id.as_str());
+    // Refused opens change nothing.
+    let err = a.try_cli(&["open", &b.id, "5000"]).unwrap_err();
+    assert!(err.contains("channel too small"), "{err}");
+    let err = a.try_cli(&["open", &b.id, "5000000"]).unwrap_err();
+    assert!(err.contains("insufficient funds"), "{err}");
+    let err = a.try_cli(&["open", "02abc", "100000"]).unwrap_err();
+    assert!(err.contains("not a node id"), "{err}");
+    assert_eq!(a.funds(), FUNDING_SAT);
     let opened = a.cli(&["open", &b.id, &CAPACITY_SAT.to_string()]);
     assert_eq!(opened["state"], "open_wait_complete", "{opened}");
     let anchor = opened["anchor_txid"].as_str().unwrap().to_owned();
