@@ -4,7 +4,7 @@
 use wire::{Locktime, Sha256};
 
 /// One hash-locked payment, offered by the side that holds it in [`Side::htlcs`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Htlc {
     /// Amount in msat (fits the wire's uint32).
     pub amount_msat: u32,
@@ -15,7 +15,7 @@ pub struct Htlc {
 }
 
 /// One side's money in a commitment.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Side {
     /// Paid to this side, in msat, after its share of the fee.
     pub pay_msat: u64,
@@ -38,7 +38,7 @@ impl Side {
 }
 
 /// The money of a commitment, from one side's point of view ("ours"/"theirs").
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CState {
     /// The anchor amount in satoshis.
     pub anchor_sat: u64,
@@ -53,7 +53,7 @@ pub struct CState {
 }
 
 /// Which side of a [`CState`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Who {
     /// The local node.
     Us,

@@ -67,7 +67,7 @@ pub enum ShachainError {
 }
 
 /// One stored value: ccan index and its hash.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct Known {
     index: u64,
     hash: [u8; 32],
@@ -76,7 +76,7 @@ struct Known {
 /// The counterparty's revealed revocation preimages in at most 65 slots.
 ///
 /// Holds preimage(0..next) and answers any of them; see ccan/crypto/shachain.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct RevocationSecrets {
     known: Vec<Known>,
     next: u64,

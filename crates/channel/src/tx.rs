@@ -59,7 +59,7 @@ pub struct CommitmentKeys {
 }
 
 /// What one output of a commitment transaction is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum OutputKind {
     /// The owner's revocable output.
     ToOwner,
@@ -72,7 +72,7 @@ pub enum OutputKind {
 }
 
 /// One output of a commitment transaction with what is needed to spend it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CommitmentOutput {
     /// What it is.
     pub kind: OutputKind,
@@ -85,7 +85,7 @@ pub struct CommitmentOutput {
 }
 
 /// A commitment transaction and the description of its outputs (same order).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Commitment {
     /// The unsigned transaction.
     pub tx: Transaction,

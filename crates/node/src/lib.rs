@@ -8,9 +8,12 @@
 //! answered with `error{"Unexpected packet …"}`.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+mod channels;
 pub mod identity;
 mod peers;
 mod rpc;
+mod store;
+mod watcher;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -18,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chain::Chain;
+use channel::ChannelConfig;
 use secp256k1::{PublicKey, Secp256k1, SecretKey};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
@@ -40,6 +44,10 @@ pub struct NodeConfig {
     pub session: session::Config,
     /// At most this many sessions at once, handshakes included.
     pub max_peers: usize,
+    /// Limits and offers for new channels.
+    pub channel: ChannelConfig,
+    /// TEST ONLY: enables the `dev-broadcast-revoked` control method (a node that cheats).
+    pub dev_allow_cheat: bool,
 }
 
 impl NodeConfig {
@@ -52,6 +60,12 @@ impl NodeConfig {
             network: bitcoin::Network::Regtest,
             session: session::Config::default(),
             max_peers: 1000,
+            channel: ChannelConfig {
+                // Small enough for a development chain, large enough to react to a cheat.
+                delay: wire::Locktime::Blocks(6),
+                ..ChannelConfig::default()
+            },
+            dev_allow_cheat: false,
         }
     }
 }
@@ -72,6 +86,15 @@ pub enum NodeError {
     /// An address could not be bound.
     #[error("cannot bind {0}: {1}")]
     Bind(SocketAddr, #[source] std::io::Error),
+    /// The database could not be opened or read.
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    /// The wallet seed file could not be used.
+    #[error(transparent)]
+    Seed(#[from] wallet::SeedFileError),
+    /// The stored state could not be loaded.
+    #[error("loading state: {0}")]
+    Load(String),
 }
 
 /// Shared by the listener, the peer tasks and the control API.
@@ -86,6 +109,17 @@ pub(crate) struct NodeState {
     peers: Arc<peers::Peers>,
     slots: Arc<Semaphore>,
     shutdown: watch::Sender<bool>,
+    store: store::Store,
+    wallet: wallet::Wallet,
+    /// Scripts of every key the wallet handed out → their derivation path.
+    scripts: std::sync::Mutex<std::collections::HashMap<bitcoin::ScriptBuf, wallet::KeyPath>>,
+    channels: channels::Channels,
+    channel_config: ChannelConfig,
+    cheat_enabled: bool,
+    /// One anchor is funded at a time, so two opens never pick the same outputs.
+    funding: tokio::sync::Mutex<()>,
+    /// One watcher pass at a time (the loop and tests that step it).
+    watch_pass: tokio::sync::Mutex<()>,
 }
 
 impl NodeState {
@@ -94,7 +128,7 @@ impl NodeState {
     }
 
     /// Dials a peer and attaches the session once it is up (hello included).
-    async fn connect(&self, addr: SocketAddr) -> Result<PublicKey, String> {
+    async fn connect(self: &Arc<Self>, addr: SocketAddr) -> Result<PublicKey, String> {
         let slot = Arc::clone(&self.slots)
             .try_acquire_owned()
             .map_err(|_| "too many peers".to_string())?;
@@ -105,10 +139,23 @@ impl NodeState {
             let _ = session.close("Connected to self").await;
             return Err("that address is this node".into());
         }
-        self.peers
-            .attach(session, addr, self.shutdown.subscribe(), slot)
+        let node_id = peers::Peers::attach(
+            Arc::clone(self),
+            session,
+            addr,
+            self.shutdown.subscribe(),
+            slot,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        if let Err(e) = self
+            .store
+            .save_peer(&node_id.to_string(), &addr.to_string())
             .await
-            .map_err(|e| e.to_string())
+        {
+            tracing::warn!(error = %e, "cannot remember the peer's address");
+        }
+        Ok(node_id)
     }
 }
 
@@ -171,6 +218,8 @@ pub async fn start(config: NodeConfig, chain: Arc<dyn Chain>) -> Result<RunningN
     let rpc_addr = rpc_listener
         .local_addr()
         .map_err(|e| NodeError::Bind(config.rpc_bind, e))?;
+    let store = store::Store::open(&config.data_dir).await?;
+    let wallet = wallet::load_or_create_seed(&config.data_dir.join("wallet_seed"), config.network)?;
     let (cookie_path, cookie_password) = identity::write_cookie(&config.data_dir)?;
     let (shutdown, _) = watch::channel(false);
     let state = Arc::new(NodeState {
@@ -184,7 +233,33 @@ pub async fn start(config: NodeConfig, chain: Arc<dyn Chain>) -> Result<RunningN
         peers: Arc::new(peers::Peers::default()),
         slots: Arc::new(Semaphore::new(config.max_peers)),
         shutdown,
+        store,
+        wallet,
+        scripts: std::sync::Mutex::default(),
+        channels: channels::Channels::default(),
+        channel_config: config.channel.clone(),
+        cheat_enabled: config.dev_allow_cheat,
+        funding: tokio::sync::Mutex::new(()),
+        watch_pass: tokio::sync::Mutex::new(()),
     });
+    if config.dev_allow_cheat {
+        tracing::warn!(
+            "TEST ONLY: --dev-allow-cheat is on; this node can broadcast revoked states"
+        );
+    }
+    state.load_scripts().await.map_err(NodeError::Load)?;
+    for row in state.store.channels().await? {
+        let Ok(peer) = row.peer_id.parse::<PublicKey>() else {
+            continue;
+        };
+        let slot = channels::Slot::new(row.id, peer, row.channel);
+        state.channels.add(Arc::clone(&slot));
+        // A restart is a lost session: same rules (abandon an unfunded open, close an interrupted update).
+        let mut inner = slot.lock().await;
+        state.settle_after_session(&slot, &mut inner).await;
+    }
+    let watch_task = tokio::spawn(watcher::run(Arc::clone(&state)));
+    let reconnect_task = tokio::spawn(reconnect_loop(Arc::clone(&state)));
 
     let accept_task = tokio::spawn(accept_loop(Arc::clone(&state), listener));
     let rpc_state = Arc::clone(&state);
@@ -207,7 +282,7 @@ pub async fn start(config: NodeConfig, chain: Arc<dyn Chain>) -> Result<RunningN
         rpc_addr,
         cookie_path,
         state,
-        tasks: vec![accept_task, rpc_task],
+        tasks: vec![accept_task, rpc_task, watch_task, reconnect_task],
     })
 }
 
@@ -241,10 +316,10 @@ async fn accept_loop(state: Arc<NodeState>, listener: TcpListener) {
         tokio::spawn(async move {
             match session::accept(stream, &state.node_key, &state.session).await {
                 Ok(session) => {
-                    if let Err(e) = state
-                        .peers
-                        .attach(session, address, state.shutdown.subscribe(), slot)
-                        .await
+                    let shutdown = state.shutdown.subscribe();
+                    if let Err(e) =
+                        peers::Peers::attach(Arc::clone(&state), session, address, shutdown, slot)
+                            .await
                     {
                         tracing::info!(%address, error = %e, "peer refused");
                     }
@@ -252,5 +327,33 @@ async fn accept_loop(state: Arc<NodeState>, listener: TcpListener) {
                 Err(e) => tracing::info!(%address, error = %e, "handshake failed"),
             }
         });
+    }
+}
+
+/// Dials again the peers we dialed before, while a channel with them is open.
+async fn reconnect_loop(state: Arc<NodeState>) {
+    let mut shutdown = state.shutdown.subscribe();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        }
+        let Ok(peers) = state.store.peers().await else {
+            continue;
+        };
+        for (id, address) in peers {
+            let (Ok(node_id), Ok(addr)) = (id.parse::<PublicKey>(), address.parse::<SocketAddr>())
+            else {
+                continue;
+            };
+            if state.peers.is_connected(&node_id) || state.channels.active(&node_id).await.is_none()
+            {
+                continue;
+            }
+            match state.connect(addr).await {
+                Ok(_) => tracing::info!(peer = %node_id, %addr, "reconnected"),
+                Err(e) => tracing::debug!(peer = %node_id, %addr, error = %e, "reconnect failed"),
+            }
+        }
     }
 }

@@ -8,7 +8,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use secp256k1::PublicKey;
-use session::{Session, SessionError};
+use session::{Session, SessionError, SessionReader, SessionWriter};
+
+use crate::NodeState;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
 use wire::Packet;
 
@@ -33,10 +35,13 @@ pub(crate) enum PeerCommand {
     Disconnect(String),
 }
 
+/// Packets waiting to be written to one peer; bounded, so a slow reader backs up only its own channel.
+const OUTBOX: usize = 256;
+
 struct Entry {
     address: SocketAddr,
     /// Set while a session is up; bumped per session so a late exit of an old task changes nothing.
-    session: Option<(u64, mpsc::Sender<PeerCommand>)>,
+    session: Option<(u64, mpsc::Sender<PeerCommand>, mpsc::Sender<Packet>)>,
 }
 
 /// Every peer this node has talked to since start.
@@ -74,24 +79,40 @@ impl Peers {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether a session with the node is up.
+    pub(crate) fn is_connected(&self, node_id: &PublicKey) -> bool {
+        self.lock()
+            .get(node_id)
+            .is_some_and(|e| e.session.is_some())
+    }
+
+    /// The packet queue of the node's session, if one is up.
+    pub(crate) fn outbox(&self, node_id: &PublicKey) -> Option<mpsc::Sender<Packet>> {
+        self.lock()
+            .get(node_id)
+            .and_then(|e| e.session.as_ref().map(|(_, _, o)| o.clone()))
+    }
+
     /// Starts the task of a freshly authenticated session.
     ///
     /// # Errors
     /// A session with the same node is already up; the new one is closed with an `error` packet.
     pub(crate) async fn attach(
-        self: &Arc<Self>,
+        state: Arc<NodeState>,
         session: Session,
         address: SocketAddr,
         shutdown: watch::Receiver<bool>,
         slot: OwnedSemaphorePermit,
     ) -> Result<PublicKey, AttachError> {
+        let peers = Arc::clone(&state.peers);
         let node_id = session.remote_node_id();
         let (tx, rx) = mpsc::channel(QUEUE);
-        let id = self
+        let (out_tx, out_rx) = mpsc::channel(OUTBOX);
+        let id = peers
             .next_session
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let duplicate = {
-            let mut entries = self.lock();
+            let mut entries = peers.lock();
             let entry = entries.entry(node_id).or_insert(Entry {
                 address,
                 session: None,
@@ -100,7 +121,7 @@ impl Peers {
                 true
             } else {
                 entry.address = address;
-                entry.session = Some((id, tx));
+                entry.session = Some((id, tx, out_tx.clone()));
                 false
             }
         };
@@ -109,20 +130,42 @@ impl Peers {
             return Err(AttachError::AlreadyConnected(node_id));
         }
         tracing::info!(peer = %node_id, %address, "peer connected");
-        let peers = Arc::clone(self);
+        let (reader, writer) = session.into_split();
+        let writer_task = tokio::spawn(write_loop(writer, out_rx));
+        state.session_up(&node_id, out_tx.clone()).await;
         tokio::spawn(async move {
             // The slot counts against the node's peer cap for the session's whole life.
             let _slot = slot;
-            let reason = run_peer(session, rx, shutdown).await;
+            let reason = run_peer(&state, node_id, reader, &out_tx, rx, shutdown).await;
             tracing::info!(peer = %node_id, %reason, "peer disconnected");
-            let mut entries = peers.lock();
-            if let Some(entry) = entries.get_mut(&node_id) {
-                if matches!(&entry.session, Some((current, _)) if *current == id) {
-                    entry.session = None;
+            {
+                let mut entries = peers.lock();
+                if let Some(entry) = entries.get_mut(&node_id) {
+                    if matches!(&entry.session, Some((current, _, _)) if *current == id) {
+                        entry.session = None;
+                    }
                 }
+            }
+            state.session_down(&node_id).await;
+            // Every sender is gone now: the writer flushes what is queued (the goodbye) and ends.
+            drop(out_tx);
+            let mut writer_task = writer_task;
+            if tokio::time::timeout(std::time::Duration::from_secs(5), &mut writer_task)
+                .await
+                .is_err()
+            {
+                // The peer does not read: drop the socket rather than wait for it.
+                writer_task.abort();
             }
         });
         Ok(node_id)
+    }
+
+    /// Like [`Peers::disconnect`] but never waits (for callers holding a channel lock).
+    pub(crate) fn kick(&self, node_id: &PublicKey, problem: &str) {
+        if let Some((_, tx, _)) = self.lock().get(node_id).and_then(|e| e.session.as_ref()) {
+            let _ = tx.try_send(PeerCommand::Disconnect(problem.to_owned()));
+        }
     }
 
     /// Asks a connected peer's task to hang up; false if it is not connected.
@@ -130,7 +173,7 @@ impl Peers {
         let sender = self
             .lock()
             .get(node_id)
-            .and_then(|e| e.session.as_ref().map(|(_, tx)| tx.clone()));
+            .and_then(|e| e.session.as_ref().map(|(_, tx, _)| tx.clone()));
         match sender {
             Some(tx) => tx
                 .send(PeerCommand::Disconnect(problem.to_owned()))
@@ -141,43 +184,64 @@ impl Peers {
     }
 }
 
-/// Drives one session until it ends; returns why it ended.
+/// Writes queued packets in order; an `error` packet is the last one.
+async fn write_loop(mut writer: SessionWriter, mut out: mpsc::Receiver<Packet>) {
+    while let Some(pkt) = out.recv().await {
+        let last = matches!(pkt, Packet::Error(_));
+        if writer.send(&pkt).await.is_err() || last {
+            break;
+        }
+    }
+    let _ = writer.shutdown().await;
+}
+
+/// Drives one session's incoming side until it ends; returns why it ended.
 async fn run_peer(
-    session: Session,
+    state: &Arc<NodeState>,
+    node_id: PublicKey,
+    mut reader: SessionReader,
+    out: &mpsc::Sender<Packet>,
     mut commands: mpsc::Receiver<PeerCommand>,
     mut shutdown: watch::Receiver<bool>,
 ) -> String {
-    let (mut reader, mut writer) = session.into_split();
-    // Every event ends the session until channels are handled here (crates/channel).
-    tokio::select! {
-        received = reader.recv() => match received {
-            Ok(Packet::Error(e)) => {
-                format!("peer sent error: {}", e.problem.as_deref().unwrap_or(""))
+    loop {
+        tokio::select! {
+            received = reader.recv() => match received {
+                Ok(pkt) => {
+                    let error = match &pkt {
+                        Packet::Error(e) => Some(e.problem.clone().unwrap_or_default()),
+                        _ => None,
+                    };
+                    let handled = state.channel_packet(&node_id, out, pkt).await;
+                    if let Some(problem) = error {
+                        return format!("peer sent error: {problem}");
+                    }
+                    if let Err(reply) = handled {
+                        let problem = match &reply {
+                            Packet::Error(e) => e.problem.clone().unwrap_or_default(),
+                            _ => String::new(),
+                        };
+                        let _ = out.send(reply).await;
+                        return problem;
+                    }
+                }
+                Err(SessionError::Decode(e)) => {
+                    let _ = out.send(Packet::error(format!("Bad packet: {e}"))).await;
+                    return format!("bad packet: {e}");
+                }
+                Err(e) => return e.to_string(),
+            },
+            command = commands.recv() => match command {
+                Some(PeerCommand::Disconnect(problem)) => {
+                    let _ = out.try_send(Packet::error(problem.clone()));
+                    return format!("disconnected: {problem}");
+                }
+                None => return "node dropped the peer".into(),
+            },
+            _ = async { shutdown.wait_for(|s| *s).await.map(|_| ()) } => {
+                let _ = out.try_send(Packet::error("Shutting down"));
+                return "node shutting down".into();
             }
-            Ok(other) => {
-                // No channel is open on this session, so no packet can be expected here.
-                let problem = format!("Unexpected packet {}", other.name());
-                let _ = writer.send(&Packet::error(problem.clone())).await;
-                problem
-            }
-            Err(SessionError::Decode(e)) => {
-                let _ = writer.send(&Packet::error(format!("Bad packet: {e}"))).await;
-                format!("bad packet: {e}")
-            }
-            Err(e) => e.to_string(),
-        },
-        command = commands.recv() => match command {
-            Some(PeerCommand::Disconnect(problem)) => {
-                let _ = writer.send(&Packet::error(problem.clone())).await;
-                let _ = writer.shutdown().await;
-                format!("disconnected: {problem}")
-            }
-            None => "node dropped the peer".into(),
-        },
-        _ = shutdown.changed() => {
-            let _ = writer.send(&Packet::error("Shutting down")).await;
-            let _ = writer.shutdown().await;
-            "node shutting down".into()
         }
     }
 }

@@ -17,6 +17,10 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 use subtle::ConstantTimeEq as _;
 
+use bitcoin::hashes::Hash as _;
+use wire::{Preimage, Sha256};
+
+use crate::channels::Command;
 use crate::identity::COOKIE_USER;
 use crate::NodeState;
 
@@ -148,6 +152,46 @@ fn param_str<'a>(params: &'a [Value], index: usize, name: &str) -> Result<&'a st
         .ok_or_else(|| RpcFailure::new(codes::INVALID_PARAMS, format!("missing {name}")))
 }
 
+fn param_u64(params: &[Value], index: usize, name: &str) -> Result<u64, RpcFailure> {
+    let v = params
+        .get(index)
+        .ok_or_else(|| RpcFailure::new(codes::INVALID_PARAMS, format!("missing {name}")))?;
+    v.as_u64()
+        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+        .ok_or_else(|| {
+            RpcFailure::new(
+                codes::INVALID_PARAMS,
+                format!("{name} must be a non-negative integer, got {v}"),
+            )
+        })
+}
+
+fn param_peer(params: &[Value], index: usize) -> Result<secp256k1::PublicKey, RpcFailure> {
+    let id = param_str(params, index, "PEER_ID")?;
+    id.parse()
+        .map_err(|_| RpcFailure::new(codes::INVALID_PARAMS, format!("not a node id: {id}")))
+}
+
+fn param_32(params: &[Value], index: usize, name: &str) -> Result<[u8; 32], RpcFailure> {
+    let s = param_str(params, index, name)?;
+    let bytes = hex::decode(s)
+        .ok()
+        .filter(|b| b.len() == 32)
+        .ok_or_else(|| {
+            RpcFailure::new(
+                codes::INVALID_PARAMS,
+                format!("{name} must be 32 bytes of hex (64 characters)"),
+            )
+        })?;
+    let mut out = [0u8; 32];
+    out.copy_from_slice(&bytes);
+    Ok(out)
+}
+
+fn misc(e: impl std::fmt::Display) -> RpcFailure {
+    RpcFailure::new(codes::MISC_ERROR, e.to_string())
+}
+
 async fn dispatch(
     state: &Arc<NodeState>,
     method: &str,
@@ -160,11 +204,37 @@ async fn dispatch(
                 .tip()
                 .await
                 .map_err(|e| RpcFailure::new(codes::MISC_ERROR, format!("chain: {e}")))?;
+            let mut open = 0u64;
+            let mut our_msat = 0u64;
+            let mut htlcs = 0usize;
+            let all = state.channels.all();
+            for slot in &all {
+                let inner = slot.lock().await;
+                let st = inner.channel.state();
+                if !matches!(st, channel::State::Closed | channel::State::OnChain) {
+                    open += 1;
+                    if let Some(cs) = inner.channel.balances() {
+                        our_msat += cs.ours.pay_msat + cs.ours.fee_msat;
+                        htlcs += cs.ours.htlcs.len() + cs.theirs.htlcs.len();
+                    }
+                }
+            }
+            let wallet_sat = state
+                .store
+                .outputs(true)
+                .await
+                .map(|o| o.iter().map(|o| o.amount_sat).sum::<u64>())
+                .map_err(misc)?;
             Ok(json!({
                 "node_id": state.node_id.to_string(),
                 "listen": state.p2p_addr.to_string(),
                 "network": state.network.to_string(),
                 "block_height": tip.height,
+                "channels": all.len(),
+                "open_channels": open,
+                "open_channel_balance_msat": our_msat,
+                "pending_htlcs": htlcs,
+                "wallet_sat": wallet_sat,
             }))
         }
         "connect" => {
@@ -182,19 +252,21 @@ async fn dispatch(
             Ok(json!({ "node_id": node_id.to_string() }))
         }
         "listpeers" => {
-            let peers: Vec<Value> = state
-                .peers
-                .list()
-                .into_iter()
-                .map(|p| {
-                    json!({
-                        "node_id": p.node_id.to_string(),
-                        "address": p.address.to_string(),
-                        "connected": p.connected,
-                        "channel_state": null,
-                    })
-                })
-                .collect();
+            let mut peers = Vec::new();
+            for p in state.peers.list() {
+                let channel_state = match state.channels.latest(&p.node_id) {
+                    Some(slot) => Value::from(crate::channels::state_name(
+                        slot.lock().await.channel.state(),
+                    )),
+                    None => Value::Null,
+                };
+                peers.push(json!({
+                    "node_id": p.node_id.to_string(),
+                    "address": p.address.to_string(),
+                    "connected": p.connected,
+                    "channel_state": channel_state,
+                }));
+            }
             Ok(json!({ "peers": peers }))
         }
         "disconnect" => {
@@ -214,6 +286,102 @@ async fn dispatch(
                     format!("not connected to {id}"),
                 ))
             }
+        }
+        "newaddr" => {
+            let address = state.new_address().await.map_err(misc)?;
+            Ok(json!({ "address": address }))
+        }
+        "listfunds" => state.list_funds().await.map_err(misc),
+        "open" => {
+            let peer = param_peer(params, 0)?;
+            let amount = param_u64(params, 1, "AMOUNT_SAT")?;
+            if amount == 0 {
+                return Err(RpcFailure::new(
+                    codes::INVALID_PARAMS,
+                    "AMOUNT_SAT must be positive",
+                ));
+            }
+            state.open_channel(&peer, amount).await.map_err(misc)
+        }
+        "pay" => {
+            let peer = param_peer(params, 0)?;
+            let amount = param_u64(params, 1, "AMOUNT_MSAT")?;
+            if amount == 0 {
+                return Err(RpcFailure::new(
+                    codes::INVALID_PARAMS,
+                    "AMOUNT_MSAT must be positive",
+                ));
+            }
+            state
+                .channel_command(&peer, Command::Pay(amount))
+                .await
+                .map_err(misc)
+        }
+        "newhtlc" => {
+            let peer = param_peer(params, 0)?;
+            let amount_msat = param_u64(params, 1, "AMOUNT_MSAT")?;
+            if amount_msat == 0 {
+                return Err(RpcFailure::new(
+                    codes::INVALID_PARAMS,
+                    "AMOUNT_MSAT must be positive",
+                ));
+            }
+            let r_hash = Sha256::from_byte_array(param_32(params, 2, "R_HASH")?);
+            let expiry = param_u64(params, 3, "EXPIRY")?;
+            let expiry = u32::try_from(expiry)
+                .ok()
+                .filter(|e| *e < 500_000_000)
+                .ok_or_else(|| {
+                    RpcFailure::new(
+                        codes::INVALID_PARAMS,
+                        "EXPIRY must be a block height below 500000000",
+                    )
+                })?;
+            state
+                .channel_command(
+                    &peer,
+                    Command::AddHtlc {
+                        amount_msat,
+                        r_hash,
+                        expiry,
+                    },
+                )
+                .await
+                .map_err(misc)
+        }
+        "fulfillhtlc" => {
+            let peer = param_peer(params, 0)?;
+            let r = Preimage(param_32(params, 1, "R")?);
+            state
+                .channel_command(&peer, Command::Fulfill(r))
+                .await
+                .map_err(misc)
+        }
+        "failhtlc" => {
+            let peer = param_peer(params, 0)?;
+            let r_hash = Sha256::from_byte_array(param_32(params, 1, "R_HASH")?);
+            state
+                .channel_command(&peer, Command::Fail(r_hash))
+                .await
+                .map_err(misc)
+        }
+        "close" => {
+            let peer = param_peer(params, 0)?;
+            state
+                .channel_command(&peer, Command::Close)
+                .await
+                .map_err(misc)
+        }
+        "listchannels" => {
+            let mut channels = Vec::new();
+            for slot in state.channels.all() {
+                channels.push(slot.to_json().await);
+            }
+            Ok(json!({ "channels": channels }))
+        }
+        "dev-broadcast-revoked" => {
+            let peer = param_peer(params, 0)?;
+            state.broadcast_revoked(&peer).await.map_err(misc)
         }
         "stop" => {
             state.request_shutdown();

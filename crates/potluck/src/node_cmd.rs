@@ -45,6 +45,10 @@ pub struct NodeArgs {
     /// Development chain: also serve its JSON-RPC here (cookie in `<data-dir>/chain/.cookie`).
     #[arg(long, env = "POTLUCK_DEV_CHAIN_RPC_BIND")]
     pub dev_chain_rpc_bind: Option<SocketAddr>,
+    /// TEST ONLY: enable the `dev-broadcast-revoked` control method, which broadcasts a
+    /// revoked commitment (the peer then takes every output with the penalty). Never in production.
+    #[arg(long, env = "POTLUCK_DEV_ALLOW_CHEAT", hide = true)]
+    pub dev_allow_cheat: bool,
 }
 
 /// Runs the node until Ctrl-C, SIGTERM or the `stop` method.
@@ -89,6 +93,7 @@ pub fn run(args: NodeArgs) -> anyhow::Result<()> {
         config.listen = args.listen;
         config.rpc_bind = args.rpc_bind;
         config.network = args.network;
+        config.dev_allow_cheat = args.dev_allow_cheat;
         let running = node::start(config, chain).await.context("starting the node")?;
         println!(
             "potluck node {} peers on {} control on http://{}/",

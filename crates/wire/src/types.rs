@@ -66,7 +66,7 @@ impl From<Sha256d> for pb::Sha256Hash {
 /// A 32-byte secret whose SHA-256 is published first: an HTLC's R value or a revocation preimage.
 ///
 /// It travels in a `sha256_hash` message but is not itself a hash.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Preimage(pub [u8; 32]);
 
 impl Preimage {
@@ -232,7 +232,7 @@ impl From<&ChainPubkey> for pb::ChainPubkey {
 }
 
 /// A time lock: `seconds` or `blocks` (relative for `open_channel.delay`, absolute for HTLC expiry).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Locktime {
     /// A time in seconds.
     Seconds(u32),

@@ -299,6 +299,12 @@ impl Pair {
 
     /// Runs the whole opening: open, anchor, signatures, depth, open_complete.
     pub fn open(&mut self) {
+        self.open_with(None);
+    }
+
+    /// As [`Pair::open`]; the anchor spends `coin` (a P2WPKH of [`wallet_key`] worth
+    /// the anchor + 1,000 sat that exists on a real chain) instead of a made-up coin.
+    pub fn open_with(&mut self, coin: Option<OutPoint>) {
         let h = self.chain.height;
         for w in [true, false] {
             self.node(w).ch.block_height(h);
@@ -324,13 +330,20 @@ impl Pair {
             panic!("no AnchorNeeded");
         };
         let coin_value = amount.to_sat() + 1_000;
-        let coin = self.chain.grant(TxOut {
+        let out = TxOut {
             value: Amount::from_sat(coin_value),
             script_pubkey: p2wpkh(&PublicKey::from_secret_key(
                 &Secp256k1::new(),
                 &wallet_key(),
             )),
-        });
+        };
+        let coin = match coin {
+            Some(op) => {
+                self.chain.utxos.insert(op, (out, self.chain.height));
+                op
+            }
+            None => self.chain.grant(out),
+        };
         let anchor = sweep_tx(
             &[SweepInput {
                 outpoint: coin,

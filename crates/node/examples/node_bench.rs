@@ -1,0 +1,296 @@
+//! Figures of the node (docs/benchmarks.md, "Node"): real nodes in one process on loopback,
+//! each with its own SQLite database (persistence on, synchronous = FULL), on an in-process
+//! development chain, driven through their control APIs (JSON-RPC over HTTP) as users do.
+//!
+//! `cargo run --release -p potluck-node --example node_bench [-- CHANNELS PAIRS]`
+//!
+//! - connect+handshake: `session::connect` to a node (TCP, v3 handshake, authenticate, hello);
+//! - HTLC add+fulfill pairs/s on one channel (`newhtlc` by A, `fulfillhtlc` by B);
+//! - the same across CHANNELS channels (one hub, CHANNELS peers) in parallel;
+//! - memory per idle channel (RSS growth from opening CHANNELS channels, both ends in process);
+//! - baseline, same run: the in-memory state machines alone (no IO), add+fulfill pairs/s.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bitcoin::hashes::{sha256, Hash as _};
+use bitcoin::{Address, Amount};
+use chain::{Auth, BitcoindRpc, Chain, DevChain, DevChainConfig, RpcConfig};
+use channel::{Action, AnchorRole, Channel, ChannelConfig, ChannelSecrets};
+use secp256k1::SecretKey;
+use serde_json::{json, Value};
+use wire::{Locktime, Packet, Preimage};
+
+struct Node {
+    running: node::RunningNode,
+    rpc: BitcoindRpc,
+    _dir: tempfile::TempDir,
+}
+
+async fn start_node(chain: &DevChain) -> Node {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = node::NodeConfig::new(dir.path());
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.rpc_bind = "127.0.0.1:0".parse().unwrap();
+    let running = node::start(config, Arc::new(chain.clone()) as Arc<dyn Chain>)
+        .await
+        .unwrap();
+    let mut rc = RpcConfig::new(
+        format!("http://{}/", running.rpc_addr),
+        Auth::Cookie(running.cookie_path.clone()),
+    );
+    rc.retries = 0;
+    rc.timeout = Duration::from_secs(120);
+    Node {
+        rpc: BitcoindRpc::new(rc).unwrap(),
+        running,
+        _dir: dir,
+    }
+}
+
+impl Node {
+    async fn call(&self, method: &str, params: Value) -> Value {
+        self.rpc
+            .call::<Value>(method, params)
+            .await
+            .unwrap_or_else(|e| panic!("{method}: {e}"))
+    }
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+async fn wait_until(what: &str, mut f: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !f().await {
+        assert!(Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Add+fulfill pairs on the channel between `a` and `b`, `pairs` times, `tag` keeps R unique.
+async fn htlc_pairs(a: &Node, b: &Node, pairs: u32, tag: u32, expiry: u32) {
+    let b_id = b.running.node_id.to_string();
+    let a_id = a.running.node_id.to_string();
+    for i in 0..pairs {
+        let mut r = [0u8; 32];
+        r[..4].copy_from_slice(&tag.to_le_bytes());
+        r[4..8].copy_from_slice(&i.to_le_bytes());
+        let hash = sha256::Hash::hash(&r);
+        a.call(
+            "newhtlc",
+            json!([b_id, 1000, hex::encode(hash.to_byte_array()), expiry]),
+        )
+        .await;
+        b.call("fulfillhtlc", json!([a_id, hex::encode(r)])).await;
+    }
+}
+
+/// The baseline: two channels back to back in memory, add+fulfill pairs per second.
+fn in_memory_pairs(pairs: u32) -> f64 {
+    let secrets = |t: u8| ChannelSecrets {
+        commit_key: SecretKey::from_slice(&[t; 32]).unwrap(),
+        final_key: SecretKey::from_slice(&[t + 0x40; 32]).unwrap(),
+        revocation_seed: [t + 0x80; 32],
+    };
+    let cfg = ChannelConfig::default();
+    let mut a = Channel::new(
+        cfg.clone(),
+        secrets(1),
+        AnchorRole::Fund {
+            anchor_sat: 10_000_000,
+        },
+    );
+    let mut b = Channel::new(cfg, secrets(2), AnchorRole::Accept);
+    let mut to_b: Vec<Packet> = Vec::new();
+    let mut to_a: Vec<Packet> = Vec::new();
+    fn take(
+        actions: Vec<Action>,
+        out: &mut Vec<Packet>,
+        anchor: &mut Option<(bitcoin::ScriptBuf, Amount)>,
+    ) {
+        for act in actions {
+            match act {
+                Action::Send(p) => out.push(p),
+                Action::Notify(channel::Event::AnchorNeeded {
+                    script_pubkey,
+                    amount,
+                }) => {
+                    *anchor = Some((script_pubkey, amount));
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut anchor = None;
+    take(a.start().unwrap(), &mut to_b, &mut anchor);
+    take(b.start().unwrap(), &mut to_a, &mut anchor);
+    let pump = |a: &mut Channel,
+                b: &mut Channel,
+                to_a: &mut Vec<Packet>,
+                to_b: &mut Vec<Packet>,
+                anchor: &mut Option<_>| {
+        while !to_a.is_empty() || !to_b.is_empty() {
+            for p in std::mem::take(to_b) {
+                take(b.handle_packet(&p, 0).unwrap(), to_a, anchor);
+            }
+            for p in std::mem::take(to_a) {
+                take(a.handle_packet(&p, 0).unwrap(), to_b, anchor);
+            }
+        }
+    };
+    pump(&mut a, &mut b, &mut to_a, &mut to_b, &mut anchor);
+    let (script, amount) = anchor.take().unwrap();
+    let tx = bitcoin::Transaction {
+        version: bitcoin::transaction::Version::TWO,
+        lock_time: bitcoin::absolute::LockTime::ZERO,
+        input: vec![bitcoin::TxIn::default()],
+        output: vec![bitcoin::TxOut {
+            value: amount,
+            script_pubkey: script,
+        }],
+    };
+    take(a.anchor_created(tx, 0).unwrap(), &mut to_b, &mut anchor);
+    pump(&mut a, &mut b, &mut to_a, &mut to_b, &mut anchor);
+    take(a.anchor_depth(1), &mut to_b, &mut anchor);
+    take(b.anchor_depth(1), &mut to_a, &mut anchor);
+    pump(&mut a, &mut b, &mut to_a, &mut to_b, &mut anchor);
+    a.block_height(100);
+    b.block_height(100);
+    let start = Instant::now();
+    for i in 0..pairs {
+        let mut r = [0u8; 32];
+        r[..4].copy_from_slice(&i.to_le_bytes());
+        let pre = Preimage(r);
+        take(
+            a.add_htlc(1000, pre.hash(), Locktime::Blocks(200), 0)
+                .unwrap(),
+            &mut to_b,
+            &mut anchor,
+        );
+        pump(&mut a, &mut b, &mut to_a, &mut to_b, &mut anchor);
+        take(b.fulfill_htlc(pre).unwrap(), &mut to_a, &mut anchor);
+        pump(&mut a, &mut b, &mut to_a, &mut to_b, &mut anchor);
+    }
+    f64::from(pairs) / start.elapsed().as_secs_f64()
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let mut args = std::env::args().skip(1);
+    let channels: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(100);
+    let pairs: u32 = args.next().and_then(|s| s.parse().ok()).unwrap_or(200);
+    let dir = tempfile::tempdir().unwrap();
+    let dev = DevChain::start(DevChainConfig {
+        data_dir: dir.path().join("chain"),
+        block_interval: None,
+        rpc_bind: None,
+        rpc_auth: None,
+    })
+    .await
+    .unwrap();
+    let chain = dev.chain.clone();
+    let burn = chain.faucet_script().to_owned();
+
+    let hub = start_node(&chain).await;
+    let mut peers = Vec::new();
+    for _ in 0..channels {
+        peers.push(start_node(&chain).await);
+    }
+
+    // connect+handshake: a fresh session key each time, against the hub's listener.
+    let key = SecretKey::from_slice(&[0x42; 32]).unwrap();
+    let cfg = session::Config::default();
+    let n_connect = 200;
+    let start = Instant::now();
+    for _ in 0..n_connect {
+        let s = session::connect(hub.running.p2p_addr, &key, &cfg)
+            .await
+            .unwrap();
+        let _ = s.close("bench").await;
+    }
+    let connect_ms = start.elapsed().as_secs_f64() * 1000.0 / f64::from(n_connect);
+
+    // Fund the hub with one output per channel, connect and open every channel.
+    for _ in 0..channels {
+        let addr = hub.call("newaddr", json!([])).await;
+        let addr: Address<bitcoin::address::NetworkUnchecked> =
+            addr["address"].as_str().unwrap().parse().unwrap();
+        let script = addr.assume_checked().script_pubkey();
+        chain.faucet(&script, Amount::from_sat(200_000)).unwrap();
+    }
+    chain.mine(1, &burn).unwrap();
+    wait_until("hub funded", async || {
+        hub.call("listfunds", json!([])).await["total_sat"].as_u64()
+            == Some(200_000 * channels as u64)
+    })
+    .await;
+    for p in &peers {
+        hub.call("connect", json!([p.running.p2p_addr.to_string()]))
+            .await;
+    }
+    let rss_before = rss_kib();
+    for p in &peers {
+        hub.call("open", json!([p.running.node_id.to_string(), 150_000]))
+            .await;
+    }
+    chain.mine(1, &burn).unwrap();
+    wait_until("channels live", async || {
+        let list = hub.call("listchannels", json!([])).await;
+        list["channels"]
+            .as_array()
+            .is_some_and(|c| c.len() == channels && c.iter().all(|c| c["state"] == "normal"))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let rss_after = rss_kib();
+    let per_channel_kib = (rss_after.saturating_sub(rss_before)) as f64 / channels as f64;
+    let expiry = chain.height() + 1000;
+
+    // One channel.
+    let start = Instant::now();
+    htlc_pairs(&hub, &peers[0], pairs, 0, expiry).await;
+    let one = f64::from(pairs) / start.elapsed().as_secs_f64();
+
+    // Every channel at once.
+    let per_channel = (pairs / 10).max(5);
+    let hub = Arc::new(hub);
+    let peers: Vec<Arc<Node>> = peers.into_iter().map(Arc::new).collect();
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for (i, p) in peers.iter().enumerate() {
+        let hub = Arc::clone(&hub);
+        let p = Arc::clone(p);
+        tasks.push(tokio::spawn(async move {
+            htlc_pairs(&hub, &p, per_channel, i as u32 + 1, expiry).await;
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let all = f64::from(per_channel) * channels as f64 / start.elapsed().as_secs_f64();
+
+    let baseline = in_memory_pairs(pairs * 5);
+    println!("connect+handshake (TCP, v3 handshake, authenticate, hello): {connect_ms:.2} ms");
+    println!(
+        "HTLC add+fulfill pairs/s, one channel: {one:.0}  ({:.1}% of the in-memory state machines)",
+        one / baseline * 100.0
+    );
+    println!(
+        "HTLC add+fulfill pairs/s, {channels} channels in parallel: {all:.0}  ({:.2}x one channel)",
+        all / one
+    );
+    println!("baseline, in-memory state machines without IO: {baseline:.0} pairs/s");
+    println!(
+        "memory per idle channel (both ends, RSS growth / {channels}): {per_channel_kib:.0} KiB"
+    );
+}

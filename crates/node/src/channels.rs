@@ -1,0 +1,938 @@
+//! Channels of the node: one [`Channel`] state machine per peer session,
+//! the execution of its actions (persist, send, broadcast), the owner's
+//! commands from the control API, and the wallet that funds anchors.
+//!
+//! Locking: each channel sits in a [`Slot`] behind a tokio mutex; every
+//! input (a packet, a command, a chain event) locks the slot, feeds the
+//! machine and performs the resulting actions in order before unlocking, so
+//! a `Persist` has committed before a later `Send` leaves.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bitcoin::{Amount, FeeRate, OutPoint, ScriptBuf, Transaction, TxOut};
+use channel::{Action, AnchorRole, Channel, ChannelSecrets, CommandError, Event, State, Who};
+use secp256k1::PublicKey;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot, Notify};
+use wallet::{KeyPath, SpendableOutput};
+use wire::{Locktime, Packet, Preimage, Sha256};
+
+use crate::store::{OutputRow, StoreError};
+use crate::NodeState;
+
+/// Wallet branch of channel final keys (sweeps and closes pay there, so the wallet sees them).
+pub(crate) const FINAL_BRANCH: u32 = 2;
+/// Wallet branch of channel commit keys (the anchor 2-of-2).
+pub(crate) const COMMIT_BRANCH: u32 = 3;
+
+/// Blocks after its expiry that an HTLC of ours may stay unresolved before we close on chain.
+const FORCE_CLOSE_AFTER_EXPIRY: u32 = 6;
+
+/// What a new channel must hold beyond the commitment fee (a usable, non-dust balance).
+const MIN_OWN_SAT: u64 = 1_000;
+
+/// How long a control call waits for its exchange to complete.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What a control call waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WaitKind {
+    /// The anchor is broadcast.
+    Open,
+    /// Our proposal completed.
+    Update,
+    /// The close transaction is signed by both.
+    Close,
+}
+
+/// A channel and what the node keeps around it.
+pub(crate) struct Slot {
+    pub id: i64,
+    pub peer: PublicKey,
+    inner: tokio::sync::Mutex<SlotInner>,
+    changed: Notify,
+}
+
+pub(crate) struct SlotInner {
+    pub channel: Channel,
+    /// The last state written to disk; a dropped session falls back to it.
+    persisted: Channel,
+    outbox: Option<mpsc::Sender<Packet>>,
+    waiter: Option<(WaitKind, oneshot::Sender<Result<(), String>>)>,
+}
+
+/// All channels this node has (closed ones included).
+#[derive(Default)]
+pub(crate) struct Channels {
+    all: Mutex<Vec<Arc<Slot>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn finished(state: State) -> bool {
+    matches!(state, State::Closed | State::OnChain)
+}
+
+/// States from before the anchor can be on chain: a lost session abandons the channel.
+fn opening(state: State) -> bool {
+    matches!(
+        state,
+        State::Init
+            | State::OpenWaitOpen
+            | State::OpenWaitAnchorTx
+            | State::OpenWaitAnchor
+            | State::OpenWaitCommitSig
+    )
+}
+
+/// The name of a state in JSON.
+pub(crate) fn state_name(state: State) -> &'static str {
+    match state {
+        State::Init => "init",
+        State::OpenWaitOpen => "open_wait_open",
+        State::OpenWaitAnchorTx => "open_wait_anchor_tx",
+        State::OpenWaitAnchor => "open_wait_anchor",
+        State::OpenWaitCommitSig => "open_wait_commit_sig",
+        State::OpenWaitComplete => "open_wait_complete",
+        State::Normal => "normal",
+        State::WaitAccept => "wait_accept",
+        State::WaitSignature => "wait_signature",
+        State::WaitComplete => "wait_complete",
+        State::CloseWaitComplete => "close_wait_complete",
+        State::CloseWaitAck => "close_wait_ack",
+        State::Closed => "closed",
+        State::OnChain => "on_chain",
+    }
+}
+
+impl Channels {
+    pub(crate) fn add(&self, slot: Arc<Slot>) {
+        lock(&self.all).push(slot);
+    }
+
+    pub(crate) fn all(&self) -> Vec<Arc<Slot>> {
+        lock(&self.all).clone()
+    }
+
+    fn remove(&self, id: i64) {
+        lock(&self.all).retain(|s| s.id != id);
+    }
+
+    /// The peer's channel that is not over yet (the protocol has one per session).
+    pub(crate) async fn active(&self, peer: &PublicKey) -> Option<Arc<Slot>> {
+        let candidates: Vec<Arc<Slot>> = lock(&self.all)
+            .iter()
+            .filter(|s| &s.peer == peer)
+            .cloned()
+            .collect();
+        for slot in candidates.into_iter().rev() {
+            if !finished(slot.inner.lock().await.channel.state()) {
+                return Some(slot);
+            }
+        }
+        None
+    }
+
+    /// The newest channel with the peer, over or not.
+    pub(crate) fn latest(&self, peer: &PublicKey) -> Option<Arc<Slot>> {
+        lock(&self.all)
+            .iter()
+            .rev()
+            .find(|s| &s.peer == peer)
+            .cloned()
+    }
+}
+
+impl Slot {
+    pub(crate) fn new(id: i64, peer: PublicKey, channel: Channel) -> Arc<Slot> {
+        Arc::new(Slot {
+            id,
+            peer,
+            inner: tokio::sync::Mutex::new(SlotInner {
+                persisted: channel.clone(),
+                channel,
+                outbox: None,
+                waiter: None,
+            }),
+            changed: Notify::new(),
+        })
+    }
+
+    pub(crate) async fn lock(&self) -> tokio::sync::MutexGuard<'_, SlotInner> {
+        self.inner.lock().await
+    }
+
+    /// The channel as `listchannels` shows it.
+    pub(crate) async fn to_json(&self) -> Value {
+        let inner = self.inner.lock().await;
+        channel_json(&self.peer, &inner.channel)
+    }
+}
+
+pub(crate) fn channel_json(peer: &PublicKey, ch: &Channel) -> Value {
+    let cs = ch.balances();
+    let htlcs: Vec<Value> = cs
+        .map(|cs| {
+            let out = cs.ours.htlcs.iter().map(|h| ("out", h));
+            let inc = cs.theirs.htlcs.iter().map(|h| ("in", h));
+            out.chain(inc)
+                .enumerate()
+                .map(|(i, (dir, h))| {
+                    let expiry = match h.expiry {
+                        Locktime::Blocks(b) | Locktime::Seconds(b) => b,
+                    };
+                    json!({
+                        "id": i,
+                        "direction": dir,
+                        "amount_msat": h.amount_msat,
+                        "r_hash": hex::encode(h.r_hash.as_byte_array()),
+                        "expiry": expiry,
+                        "state": "committed",
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    json!({
+        "peer_id": peer.to_string(),
+        "state": state_name(ch.state()),
+        "anchor_txid": ch.anchor_outpoint().map(|o| o.txid.to_string()),
+        "capacity_sat": cs.map(|c| c.anchor_sat),
+        "our_msat": cs.map(|c| c.ours.pay_msat),
+        "their_msat": cs.map(|c| c.theirs.pay_msat),
+        "our_fee_msat": cs.map(|c| c.ours.fee_msat),
+        "their_fee_msat": cs.map(|c| c.theirs.fee_msat),
+        "commitment_number": ch.commitment_number(),
+        "htlcs": htlcs,
+    })
+}
+
+use bitcoin::hashes::Hash as _;
+
+/// A channel command from the control API.
+#[derive(Debug, Clone)]
+pub(crate) enum Command {
+    Pay(u64),
+    AddHtlc {
+        amount_msat: u64,
+        r_hash: Sha256,
+        expiry: u32,
+    },
+    Fulfill(Preimage),
+    Fail(Sha256),
+    Close,
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl NodeState {
+    /// Creates the keys of a new channel from the wallet (so that its payouts are wallet funds).
+    async fn new_channel(&self, peer: &PublicKey, role: AnchorRole) -> Result<Arc<Slot>, String> {
+        let index = self
+            .store
+            .next_index("next_channel")
+            .await
+            .map_err(|e| e.to_string())?;
+        let final_key = self
+            .wallet
+            .derive(KeyPath {
+                branch: FINAL_BRANCH,
+                index,
+            })
+            .map_err(|e| e.to_string())?;
+        let commit_key = self
+            .wallet
+            .derive(KeyPath {
+                branch: COMMIT_BRANCH,
+                index,
+            })
+            .map_err(|e| e.to_string())?;
+        let mut seed = [0u8; 32];
+        getrandom::fill(&mut seed).map_err(|e| e.to_string())?;
+        self.watch_script(
+            final_key.address.script_pubkey(),
+            KeyPath {
+                branch: FINAL_BRANCH,
+                index,
+            },
+        );
+        let channel = Channel::new(
+            self.channel_config.clone(),
+            ChannelSecrets {
+                commit_key: commit_key.secret_key,
+                final_key: final_key.secret_key,
+                revocation_seed: seed,
+            },
+            role,
+        );
+        let id = i64::from(index) + 1;
+        self.store
+            .insert_channel(id, &peer.to_string(), &channel)
+            .await
+            .map_err(|e| e.to_string())?;
+        let slot = Slot::new(id, *peer, channel);
+        self.channels.add(Arc::clone(&slot));
+        Ok(slot)
+    }
+
+    pub(crate) fn watch_script(&self, script: ScriptBuf, path: KeyPath) {
+        lock(&self.scripts).insert(script, path);
+    }
+
+    pub(crate) fn script_path(&self, script: &ScriptBuf) -> Option<KeyPath> {
+        lock(&self.scripts).get(script).copied()
+    }
+
+    /// Performs `actions` in order; stops at the first failed persist (nothing after it may leave).
+    pub(crate) async fn run_actions(
+        &self,
+        slot: &Slot,
+        inner: &mut SlotInner,
+        actions: Vec<Action>,
+    ) -> Result<(), String> {
+        let mut queue: VecDeque<Action> = actions.into();
+        while let Some(action) = queue.pop_front() {
+            match action {
+                Action::Persist => {
+                    self.store
+                        .save_channel(slot.id, &inner.channel)
+                        .await
+                        .map_err(|e| {
+                            tracing::error!(peer = %slot.peer, channel = slot.id, error = %e, "persist failed");
+                            e.to_string()
+                        })?;
+                    inner.persisted = inner.channel.clone();
+                    if self.cheat_enabled {
+                        if let Some(tx) = inner.channel.signed_commitment() {
+                            let _ = self
+                                .store
+                                .save_revoked_for_tests(
+                                    slot.id,
+                                    inner.channel.commitment_number(),
+                                    &tx,
+                                )
+                                .await;
+                        }
+                    }
+                }
+                Action::Send(pkt) => {
+                    tracing::debug!(peer = %slot.peer, packet = pkt.name(), "send");
+                    if let Some(out) = &inner.outbox {
+                        // Never wait on a peer that does not read: its session is dropped
+                        // instead (a lost packet cannot be re-sent in this protocol), so the
+                        // channel lock, the watcher and other peers never stall behind it.
+                        match out.try_send(pkt) {
+                            Ok(()) => {}
+                            Err(mpsc::error::TrySendError::Full(_)) => {
+                                tracing::warn!(peer = %slot.peer, "peer does not read its packets; disconnecting");
+                                inner.outbox = None;
+                                self.peers.kick(&slot.peer, "Too slow");
+                            }
+                            Err(mpsc::error::TrySendError::Closed(_)) => inner.outbox = None,
+                        }
+                    }
+                }
+                Action::Broadcast(tx) => {
+                    self.broadcast(slot.id, &tx, 0, 0).await;
+                }
+                Action::BroadcastLater {
+                    tx,
+                    csv_blocks,
+                    lock_time,
+                } => {
+                    if let Err(e) = self
+                        .store
+                        .queue_broadcast(slot.id, &tx, csv_blocks, lock_time)
+                        .await
+                    {
+                        tracing::error!(error = %e, "cannot queue a claim");
+                    }
+                    tracing::info!(peer = %slot.peer, txid = %tx.compute_txid(), csv_blocks, lock_time, "claim queued");
+                }
+                Action::WatchOutput(op) => {
+                    tracing::debug!(peer = %slot.peer, anchor = %op, "watching anchor");
+                }
+                Action::Notify(event) => {
+                    let more = self.on_event(slot, inner, event).await?;
+                    for a in more.into_iter().rev() {
+                        queue.push_front(a);
+                    }
+                }
+            }
+        }
+        // An open completes once the anchor is out.
+        if matches!(inner.waiter, Some((WaitKind::Open, _))) && !opening(inner.channel.state()) {
+            complete_waiter(inner, Ok(()));
+        }
+        slot.changed.notify_waiters();
+        Ok(())
+    }
+
+    /// Queues `tx` (so it is retried until it confirms, also after a restart) and sends it now.
+    pub(crate) async fn broadcast(&self, channel_id: i64, tx: &Transaction, csv: u32, lock: u32) {
+        let txid = tx.compute_txid();
+        if let Err(e) = self.store.queue_broadcast(channel_id, tx, csv, lock).await {
+            tracing::error!(%txid, error = %e, "cannot queue a broadcast");
+        }
+        match self.chain.broadcast(tx.clone()).await {
+            Ok(_) => tracing::info!(channel = channel_id, %txid, "broadcast"),
+            Err(e) => tracing::warn!(channel = channel_id, %txid, error = %e, "broadcast refused"),
+        }
+    }
+
+    async fn on_event(
+        &self,
+        slot: &Slot,
+        inner: &mut SlotInner,
+        event: Event,
+    ) -> Result<Vec<Action>, String> {
+        let peer = slot.peer;
+        match event {
+            Event::AnchorNeeded {
+                script_pubkey,
+                amount,
+            } => {
+                let result = self.fund_anchor(slot.id, script_pubkey, amount).await;
+                match result {
+                    Ok((tx, vout)) => inner
+                        .channel
+                        .anchor_created(tx, vout)
+                        .map_err(|e| e.to_string()),
+                    Err(e) => {
+                        tracing::warn!(%peer, error = %e, "cannot fund the anchor");
+                        complete_waiter(inner, Err(format!("cannot fund the anchor: {e}")));
+                        if let Some(out) = &inner.outbox {
+                            let _ = out.send(Packet::error("Cannot fund the anchor")).await;
+                        }
+                        Ok(Vec::new())
+                    }
+                }
+            }
+            Event::Live => {
+                tracing::info!(%peer, channel = slot.id, "channel live");
+                Ok(Vec::new())
+            }
+            Event::UpdateCompleted { by, change } => {
+                tracing::info!(%peer, channel = slot.id, ?by, ?change, num = inner.channel.commitment_number(), "update completed");
+                if by == Who::Us && matches!(inner.waiter, Some((WaitKind::Update, _))) {
+                    complete_waiter(inner, Ok(()));
+                }
+                Ok(Vec::new())
+            }
+            Event::Declined { r_hash, reason } => {
+                tracing::info!(%peer, ?reason, "HTLC declined");
+                complete_waiter(
+                    inner,
+                    Err(format!(
+                        "peer declined HTLC {}: {reason:?}",
+                        hex::encode(r_hash.as_byte_array())
+                    )),
+                );
+                Ok(Vec::new())
+            }
+            Event::ProposalDeferred(change) => {
+                tracing::info!(%peer, ?change, "our proposal deferred to the peer's");
+                Ok(Vec::new())
+            }
+            Event::ProposalDropped { change, error } => {
+                tracing::info!(%peer, ?change, %error, "deferred proposal dropped");
+                complete_waiter(inner, Err(format!("proposal dropped: {error}")));
+                Ok(Vec::new())
+            }
+            Event::PeerError(problem) => {
+                tracing::info!(%peer, %problem, "peer sent error");
+                Ok(Vec::new())
+            }
+            Event::Closed(txid) => {
+                tracing::info!(%peer, channel = slot.id, %txid, "channel closed");
+                if matches!(inner.waiter, Some((WaitKind::Close, _))) {
+                    complete_waiter(inner, Ok(()));
+                }
+                Ok(Vec::new())
+            }
+            Event::CheatDetected { commitment_number } => {
+                tracing::warn!(%peer, channel = slot.id, commitment_number, "peer broadcast a revoked commitment; penalty broadcast");
+                Ok(Vec::new())
+            }
+            Event::OnChain { txid, owner } => {
+                tracing::info!(%peer, channel = slot.id, %txid, ?owner, "commitment on chain");
+                complete_waiter(inner, Err("the channel closed on chain".into()));
+                Ok(Vec::new())
+            }
+        }
+    }
+
+    /// Builds and signs the anchor from confirmed wallet outputs, reserving them.
+    async fn fund_anchor(
+        &self,
+        channel_id: i64,
+        script_pubkey: ScriptBuf,
+        amount: Amount,
+    ) -> Result<(Transaction, u32), String> {
+        let _guard = self.funding.lock().await;
+        let outputs = self.store.outputs(true).await.map_err(|e| e.to_string())?;
+        let fee_rate = match self.chain.estimate_fee(6).await {
+            Ok(Some(rate)) => rate,
+            _ => FeeRate::from_sat_per_vb_u32(2),
+        };
+        let mut inputs = Vec::new();
+        let mut total = Amount::ZERO;
+        let mut sorted = outputs;
+        sorted.sort_by_key(|o| std::cmp::Reverse(o.amount_sat));
+        for o in sorted {
+            let path = KeyPath {
+                branch: o.branch,
+                index: o.index,
+            };
+            let key = self.wallet.derive(path).map_err(|e| e.to_string())?;
+            total += Amount::from_sat(o.amount_sat);
+            inputs.push(SpendableOutput {
+                outpoint: o.outpoint,
+                txout: TxOut {
+                    value: Amount::from_sat(o.amount_sat),
+                    script_pubkey: key.address.script_pubkey(),
+                },
+                path,
+            });
+            // Enough for the anchor and a generous fee: stop adding inputs.
+            if total >= amount + Amount::from_sat(50_000) {
+                break;
+            }
+        }
+        let change_index = self
+            .store
+            .next_index("next_change")
+            .await
+            .map_err(|e| e.to_string())?;
+        let change_path = KeyPath {
+            branch: wallet::CHANGE_BRANCH,
+            index: change_index,
+        };
+        let change = self
+            .wallet
+            .derive(change_path)
+            .map_err(|e| e.to_string())?
+            .address
+            .script_pubkey();
+        self.watch_script(change.clone(), change_path);
+        let built = self
+            .wallet
+            .build_signed(
+                &inputs,
+                &[TxOut {
+                    value: amount,
+                    script_pubkey,
+                }],
+                Some(&change),
+                fee_rate,
+            )
+            .map_err(|e| e.to_string())?;
+        let txid = built.tx.compute_txid();
+        let spent: Vec<OutPoint> = inputs.iter().map(|i| i.outpoint).collect();
+        self.store
+            .spend_outputs(&spent, &txid)
+            .await
+            .map_err(|e| e.to_string())?;
+        tracing::info!(channel = channel_id, anchor = %txid, fee = %built.fee, "anchor built");
+        Ok((built.tx, 0))
+    }
+
+    /// `open PEER AMOUNT_SAT`: we fund the anchor; returns once it is broadcast.
+    pub(crate) async fn open_channel(
+        &self,
+        peer: &PublicKey,
+        amount_sat: u64,
+    ) -> Result<Value, String> {
+        if !self.peers.is_connected(peer) {
+            return Err(format!("not connected to {peer}"));
+        }
+        let min = self.channel_config.commitment_fee_sat + MIN_OWN_SAT;
+        if amount_sat < min {
+            return Err(format!(
+                "channel too small: {amount_sat} sat; at least {min} sat (commitment fee {} sat + {MIN_OWN_SAT} sat)",
+                self.channel_config.commitment_fee_sat
+            ));
+        }
+        if self.channels.active(peer).await.is_some() {
+            return Err(format!("a channel with {peer} exists already"));
+        }
+        let funds: u64 = self
+            .store
+            .outputs(true)
+            .await
+            .map_err(|e| e.to_string())?
+            .iter()
+            .map(|o| o.amount_sat)
+            .sum();
+        if funds < amount_sat {
+            return Err(format!(
+                "insufficient funds: {amount_sat} sat asked, {funds} sat confirmed in the wallet"
+            ));
+        }
+        let slot = self
+            .new_channel(
+                peer,
+                AnchorRole::Fund {
+                    anchor_sat: amount_sat,
+                },
+            )
+            .await?;
+        let rx = {
+            let mut inner = slot.lock().await;
+            inner.outbox = self.peers.outbox(peer);
+            let actions = inner.channel.start().map_err(|e| e.to_string())?;
+            let (tx, rx) = oneshot::channel();
+            inner.waiter = Some((WaitKind::Open, tx));
+            self.run_actions(&slot, &mut inner, actions).await?;
+            rx
+        };
+        wait_for(rx).await?;
+        Ok(slot.to_json().await)
+    }
+
+    /// An owner command on the peer's channel; returns once the exchange completed.
+    pub(crate) async fn channel_command(
+        &self,
+        peer: &PublicKey,
+        command: Command,
+    ) -> Result<Value, String> {
+        let slot = self
+            .channels
+            .active(peer)
+            .await
+            .or_else(|| self.channels.latest(peer))
+            .ok_or_else(|| format!("no channel with {peer}"))?;
+        let deadline = tokio::time::Instant::now() + COMMAND_TIMEOUT;
+        let rx = loop {
+            let changed = slot.changed.notified();
+            {
+                let mut inner = slot.lock().await;
+                let ch = &mut inner.channel;
+                let kind = if matches!(command, Command::Close) {
+                    WaitKind::Close
+                } else {
+                    WaitKind::Update
+                };
+                let result = match &command {
+                    Command::Pay(msat) => ch.pay(*msat),
+                    Command::AddHtlc {
+                        amount_msat,
+                        r_hash,
+                        expiry,
+                    } => ch.add_htlc(*amount_msat, *r_hash, Locktime::Blocks(*expiry), unix_now()),
+                    Command::Fulfill(r) => ch.fulfill_htlc(*r),
+                    Command::Fail(h) => ch.routefail_htlc(*h),
+                    Command::Close => ch.close(),
+                };
+                match result {
+                    Ok(actions) => {
+                        let on_chain = ch.state() == State::OnChain;
+                        if inner.outbox.is_none() && !on_chain {
+                            // Undo: nothing was sent and nothing may be half-done.
+                            inner.channel = inner.persisted.clone();
+                            return Err(format!("peer {peer} is not connected"));
+                        }
+                        let (tx, rx) = oneshot::channel();
+                        if !on_chain {
+                            inner.waiter = Some((kind, tx));
+                        } else {
+                            let _ = tx.send(Ok(()));
+                        }
+                        self.run_actions(&slot, &mut inner, actions).await?;
+                        break rx;
+                    }
+                    Err(CommandError::WrongState(
+                        State::WaitAccept | State::WaitSignature | State::WaitComplete,
+                    )) => {
+                        // An update is in flight: wait for it to finish, then try again.
+                    }
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return Err("timed out waiting for the update in flight".into());
+            }
+        };
+        wait_for(rx).await?;
+        Ok(slot.to_json().await)
+    }
+
+    /// A packet from the peer, for its channel (creating one when the peer opens).
+    pub(crate) async fn channel_packet(
+        &self,
+        peer: &PublicKey,
+        outbox: &mpsc::Sender<Packet>,
+        pkt: Packet,
+    ) -> Result<(), Packet> {
+        let slot = match self.channels.active(peer).await {
+            Some(slot) => slot,
+            None => match &pkt {
+                Packet::Open(o) if o.anch == wire::AnchorOffer::WillCreateAnchor => {
+                    let slot = self
+                        .new_channel(peer, AnchorRole::Accept)
+                        .await
+                        .map_err(|e| Packet::error(format!("Cannot open: {e}")))?;
+                    let mut inner = slot.lock().await;
+                    inner.outbox = Some(outbox.clone());
+                    let actions = inner
+                        .channel
+                        .start()
+                        .map_err(|e| Packet::error(e.to_string()))?;
+                    self.run_actions(&slot, &mut inner, actions)
+                        .await
+                        .map_err(Packet::error)?;
+                    drop(inner);
+                    slot
+                }
+                Packet::Error(e) => {
+                    tracing::info!(%peer, problem = e.problem.as_deref().unwrap_or(""), "peer error without a channel");
+                    return Ok(());
+                }
+                other => return Err(Packet::error(format!("Unexpected packet {}", other.name()))),
+            },
+        };
+        let mut inner = slot.lock().await;
+        if inner.outbox.is_none() {
+            inner.outbox = Some(outbox.clone());
+        }
+        // The peer lost our open_complete in a dropped session: say it again.
+        if matches!(pkt, Packet::OpenComplete(_)) && inner.channel.state() == State::Normal {
+            let _ = outbox
+                .send(Packet::OpenComplete(wire::OpenComplete::default()))
+                .await;
+            return Ok(());
+        }
+        if matches!(
+            pkt,
+            Packet::UpdateAddHtlc(_) | Packet::UpdateTimedoutHtlc(_)
+        ) {
+            // Expiry checks depend on the height: use the chain's, not our watcher's last pass.
+            if let Ok(tip) = self.chain.tip().await {
+                let _ = inner.channel.block_height(tip.height);
+            }
+        }
+        tracing::debug!(%peer, packet = pkt.name(), state = state_name(inner.channel.state()), "received");
+        match inner.channel.handle_packet(&pkt, unix_now()) {
+            Ok(actions) => self
+                .run_actions(&slot, &mut inner, actions)
+                .await
+                .map_err(Packet::error),
+            Err(rejected) => {
+                tracing::warn!(%peer, error = %rejected, "packet rejected");
+                Err(rejected.reply())
+            }
+        }
+    }
+
+    /// A session with `peer` came up: attach its outbox and resume the channel.
+    pub(crate) async fn session_up(&self, peer: &PublicKey, outbox: mpsc::Sender<Packet>) {
+        let Some(slot) = self.channels.active(peer).await else {
+            return;
+        };
+        let mut inner = slot.lock().await;
+        inner.outbox = Some(outbox);
+        tracing::info!(%peer, channel = slot.id, state = state_name(inner.channel.state()), "channel resumes");
+        if inner.channel.state() == State::OpenWaitComplete {
+            let depth = self.anchor_depth(&inner.channel).await;
+            let actions = inner.channel.anchor_depth(depth);
+            let _ = self.run_actions(&slot, &mut inner, actions).await;
+        }
+    }
+
+    /// The session with `peer` ended: fall back to what is on disk, and close where the protocol cannot resume.
+    pub(crate) async fn session_down(&self, peer: &PublicKey) {
+        let Some(slot) = self.channels.active(peer).await else {
+            return;
+        };
+        let mut inner = slot.lock().await;
+        inner.outbox = None;
+        inner.channel = inner.persisted.clone();
+        let why = if inner.channel.state() == State::WaitComplete {
+            format!("peer {peer} disconnected before revoking its old state; the channel closes on chain with this update included")
+        } else {
+            format!("peer {peer} disconnected; the update did not happen")
+        };
+        complete_waiter(&mut inner, Err(why));
+        self.settle_after_session(&slot, &mut inner).await;
+        slot.changed.notify_waiters();
+    }
+
+    /// After a lost session or a restart: abandon an unfunded opening; close an interrupted update on chain.
+    pub(crate) async fn settle_after_session(&self, slot: &Slot, inner: &mut SlotInner) {
+        let state = inner.channel.state();
+        if opening(state) {
+            tracing::info!(peer = %slot.peer, channel = slot.id, state = state_name(state), "opening abandoned (anchor never broadcast)");
+            let anchor = inner.channel.anchor_outpoint().map(|o| o.txid);
+            if let Err(e) = self.store.abandon_channel(slot.id, anchor).await {
+                tracing::error!(error = %e, "cannot abandon channel");
+            }
+            self.channels.remove(slot.id);
+        } else if state == State::OpenWaitComplete {
+            // A crash between persisting and broadcasting must not leave the anchor unsent.
+            if let Some(tx) = inner.channel.anchor_tx().cloned() {
+                if self.anchor_depth(&inner.channel).await == 0 {
+                    self.broadcast(slot.id, &tx, 0, 0).await;
+                }
+            }
+        } else if state == State::WaitComplete {
+            // We revoked our old commitment but do not hold the peer's revocation: the
+            // protocol has no way to finish this update, so close with our latest (valid) state.
+            tracing::warn!(peer = %slot.peer, channel = slot.id, "update interrupted; closing unilaterally");
+            match inner.channel.force_close() {
+                Ok(actions) => {
+                    if let Err(e) = self.run_actions(slot, inner, actions).await {
+                        tracing::error!(error = %e, "force close failed");
+                    }
+                }
+                Err(e) => tracing::error!(error = %e, "cannot force close"),
+            }
+        }
+    }
+
+    /// Confirmations of the channel's anchor (0 if unknown or unconfirmed).
+    pub(crate) async fn anchor_depth(&self, ch: &Channel) -> u32 {
+        let Some(op) = ch.anchor_outpoint() else {
+            return 0;
+        };
+        match self.chain.transaction(op.txid).await {
+            Ok(Some(status)) => status.confirmations,
+            _ => 0,
+        }
+    }
+
+    /// Test-only: broadcasts an old, revoked commitment of ours (enabled by `--dev-allow-cheat`).
+    pub(crate) async fn broadcast_revoked(&self, peer: &PublicKey) -> Result<Value, String> {
+        if !self.cheat_enabled {
+            return Err("cheating is disabled (test-only flag --dev-allow-cheat)".into());
+        }
+        let slot = self
+            .channels
+            .latest(peer)
+            .ok_or_else(|| format!("no channel with {peer}"))?;
+        let num = slot.lock().await.channel.commitment_number();
+        let tx = self
+            .store
+            .revoked_for_tests(slot.id, num)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("no revoked commitment saved")?;
+        let txid = self.chain.broadcast(tx).await.map_err(|e| e.to_string())?;
+        Ok(json!({ "txid": txid.to_string() }))
+    }
+
+    /// The wallet's receive address (a fresh one per call).
+    pub(crate) async fn new_address(&self) -> Result<String, String> {
+        let index = self
+            .store
+            .next_index("next_receive")
+            .await
+            .map_err(|e| e.to_string())?;
+        let key = self
+            .wallet
+            .derive(KeyPath::receive(index))
+            .map_err(|e| e.to_string())?;
+        self.watch_script(key.address.script_pubkey(), KeyPath::receive(index));
+        Ok(key.address.to_string())
+    }
+
+    pub(crate) async fn list_funds(&self) -> Result<Value, StoreError> {
+        let tip = self.store.meta("scanned_height").await?;
+        let outputs: Vec<OutputRow> = self.store.outputs(true).await?;
+        let total: u64 = outputs.iter().map(|o| o.amount_sat).sum();
+        let list: Vec<Value> = outputs
+            .iter()
+            .map(|o| {
+                json!({
+                    "txid": o.outpoint.txid.to_string(),
+                    "vout": o.outpoint.vout,
+                    "amount_sat": o.amount_sat,
+                    "confirmations": (tip - i64::from(o.height) + 1).max(0),
+                })
+            })
+            .collect();
+        Ok(json!({ "outputs": list, "total_sat": total }))
+    }
+
+    /// Rebuilds the script map from the counters, so every key the node handed out is watched.
+    pub(crate) async fn load_scripts(&self) -> Result<(), String> {
+        let mut map = HashMap::new();
+        for (key, branch) in [
+            ("next_receive", wallet::RECEIVE_BRANCH),
+            ("next_change", wallet::CHANGE_BRANCH),
+            ("next_channel", FINAL_BRANCH),
+        ] {
+            let n = self.store.meta(key).await.map_err(|e| e.to_string())?;
+            for index in 0..u32::try_from(n).unwrap_or(0) {
+                let path = KeyPath { branch, index };
+                let key = self.wallet.derive(path).map_err(|e| e.to_string())?;
+                map.insert(key.address.script_pubkey(), path);
+            }
+        }
+        lock(&self.scripts).extend(map);
+        Ok(())
+    }
+
+    /// Expired HTLCs we offered are removed by agreement (`update_timedout_htlc`); one
+    /// that cannot be (peer away or refusing) for [`FORCE_CLOSE_AFTER_EXPIRY`] blocks is
+    /// taken back on chain: the channel closes unilaterally.
+    pub(crate) async fn time_out_htlcs(&self, slot: &Slot, height: u32) {
+        let mut inner = slot.lock().await;
+        if inner.channel.state() != State::Normal {
+            return;
+        }
+        let long_expired = inner.channel.balances().is_some_and(|cs| {
+            cs.ours.htlcs.iter().any(|h| {
+                matches!(h.expiry, Locktime::Blocks(b) if height >= b.saturating_add(FORCE_CLOSE_AFTER_EXPIRY))
+            })
+        });
+        if long_expired {
+            tracing::warn!(peer = %slot.peer, channel = slot.id, "an expired HTLC of ours was not removed by agreement; closing on chain");
+            if let Ok(actions) = inner.channel.force_close() {
+                let _ = self.run_actions(slot, &mut inner, actions).await;
+            }
+            return;
+        }
+        if inner.outbox.is_none() {
+            return;
+        }
+        let expired: Option<Sha256> = inner.channel.balances().and_then(|cs| {
+            cs.ours
+                .htlcs
+                .iter()
+                .find(|h| matches!(h.expiry, Locktime::Blocks(b) if b <= height))
+                .map(|h| h.r_hash)
+        });
+        if let Some(r_hash) = expired {
+            match inner.channel.timeout_htlc(r_hash, unix_now()) {
+                Ok(actions) => {
+                    tracing::info!(peer = %slot.peer, r_hash = %hex::encode(r_hash.as_byte_array()), "timing out expired HTLC");
+                    let _ = self.run_actions(slot, &mut inner, actions).await;
+                }
+                Err(e) => tracing::debug!(error = %e, "cannot time out yet"),
+            }
+        }
+    }
+}
+
+fn complete_waiter(inner: &mut SlotInner, result: Result<(), String>) {
+    if let Some((_, tx)) = inner.waiter.take() {
+        let _ = tx.send(result);
+    }
+}
+
+async fn wait_for(rx: oneshot::Receiver<Result<(), String>>) -> Result<(), String> {
+    match tokio::time::timeout(COMMAND_TIMEOUT, rx).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(_)) => Err("the channel went away".into()),
+        Err(_) => Err("timed out waiting for the peer".into()),
+    }
+}

@@ -1,0 +1,351 @@
+//! The node's SQLite database in the data directory: channels (full
+//! state-machine snapshots), the wallet's outputs, pending broadcasts, peers.
+//!
+//! Every write is its own transaction and `synchronous = FULL` in WAL mode,
+//! so a write that returned is on disk: the node persists a channel before it
+//! sends the packet that acknowledges the change.
+
+use std::path::Path;
+use std::str::FromStr as _;
+
+use bitcoin::consensus::encode;
+use bitcoin::{OutPoint, Transaction, Txid};
+use channel::Channel;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Row, SqlitePool};
+
+/// Why the database failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// SQLite failed.
+    #[error("database: {0}")]
+    Sql(#[from] sqlx::Error),
+    /// A stored channel snapshot does not decode.
+    #[error("stored channel {0} is corrupt: {1}")]
+    Corrupt(i64, String),
+}
+
+/// One row of `channels`.
+pub(crate) struct ChannelRow {
+    pub id: i64,
+    pub peer_id: String,
+    pub channel: Channel,
+}
+
+/// One wallet output.
+#[derive(Debug, Clone)]
+pub(crate) struct OutputRow {
+    pub outpoint: OutPoint,
+    pub amount_sat: u64,
+    pub branch: u32,
+    pub index: u32,
+    pub height: u32,
+}
+
+/// A transaction waiting to be broadcast (or to confirm).
+#[derive(Debug, Clone)]
+pub(crate) struct BroadcastRow {
+    pub txid: Txid,
+    pub tx: Transaction,
+    pub csv_blocks: u32,
+    pub lock_time: u32,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS peers (node_id TEXT PRIMARY KEY, address TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS channels (
+    id INTEGER PRIMARY KEY,
+    peer_id TEXT NOT NULL,
+    snapshot TEXT NOT NULL,
+    abandoned INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS outputs (
+    txid TEXT NOT NULL, vout INTEGER NOT NULL, amount_sat INTEGER NOT NULL,
+    branch INTEGER NOT NULL, idx INTEGER NOT NULL, height INTEGER NOT NULL,
+    spent_by TEXT, PRIMARY KEY (txid, vout)
+);
+CREATE TABLE IF NOT EXISTS broadcasts (
+    txid TEXT PRIMARY KEY, channel_id INTEGER NOT NULL, tx TEXT NOT NULL,
+    csv_blocks INTEGER NOT NULL, lock_time INTEGER NOT NULL, done INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS revoked_for_tests (
+    channel_id INTEGER NOT NULL, num INTEGER NOT NULL, tx TEXT NOT NULL,
+    PRIMARY KEY (channel_id, num)
+);
+";
+
+/// The node's database.
+#[derive(Clone)]
+pub(crate) struct Store {
+    pool: SqlitePool,
+}
+
+impl Store {
+    /// Opens (creating) `<data_dir>/node.sqlite`.
+    pub(crate) async fn open(data_dir: &Path) -> Result<Store, StoreError> {
+        let options = SqliteConnectOptions::new()
+            .filename(data_dir.join("node.sqlite"))
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // FULL: a committed write survives a power cut, not only kill -9.
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(std::time::Duration::from_secs(10));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await?;
+        sqlx::raw_sql(SCHEMA).execute(&pool).await?;
+        Ok(Store { pool })
+    }
+
+    pub(crate) async fn meta(&self, key: &str) -> Result<i64, StoreError> {
+        let row = sqlx::query("SELECT value FROM meta WHERE key = ?")
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|r| r.get::<i64, _>(0)).unwrap_or(0))
+    }
+
+    pub(crate) async fn set_meta(&self, key: &str, value: i64) -> Result<(), StoreError> {
+        sqlx::query("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+            .bind(key)
+            .bind(value)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Takes the next value of a counter (atomically).
+    pub(crate) async fn next_index(&self, key: &str) -> Result<u32, StoreError> {
+        let row = sqlx::query(
+            "INSERT INTO meta (key, value) VALUES (?, 1) ON CONFLICT(key) DO UPDATE SET value = value + 1 RETURNING value",
+        )
+        .bind(key)
+        .fetch_one(&self.pool)
+        .await?;
+        let v: i64 = row.get(0);
+        Ok(u32::try_from(v - 1).unwrap_or(u32::MAX))
+    }
+
+    pub(crate) async fn save_peer(&self, node_id: &str, address: &str) -> Result<(), StoreError> {
+        sqlx::query("INSERT INTO peers (node_id, address) VALUES (?, ?) ON CONFLICT(node_id) DO UPDATE SET address = excluded.address")
+            .bind(node_id)
+            .bind(address)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    pub(crate) async fn peers(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let rows = sqlx::query("SELECT node_id, address FROM peers")
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    fn encode_channel(channel: &Channel) -> String {
+        // Serializing plain data (keys, numbers, transactions) cannot fail.
+        serde_json::to_string(channel).unwrap_or_default()
+    }
+
+    pub(crate) async fn insert_channel(
+        &self,
+        id: i64,
+        peer_id: &str,
+        channel: &Channel,
+    ) -> Result<(), StoreError> {
+        sqlx::query("INSERT INTO channels (id, peer_id, snapshot) VALUES (?, ?, ?)")
+            .bind(id)
+            .bind(peer_id)
+            .bind(Self::encode_channel(channel))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    pub(crate) async fn save_channel(&self, id: i64, channel: &Channel) -> Result<(), StoreError> {
+        sqlx::query("UPDATE channels SET snapshot = ? WHERE id = ?")
+            .bind(Self::encode_channel(channel))
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Forgets a channel that never got an anchor on chain, and frees the outputs it had reserved.
+    pub(crate) async fn abandon_channel(
+        &self,
+        id: i64,
+        anchor: Option<Txid>,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("UPDATE channels SET abandoned = 1 WHERE id = ?")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        if let Some(anchor) = anchor {
+            sqlx::query("UPDATE outputs SET spent_by = NULL WHERE spent_by = ?")
+                .bind(anchor.to_string())
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(crate) async fn channels(&self) -> Result<Vec<ChannelRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, peer_id, snapshot FROM channels WHERE abandoned = 0 ORDER BY id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let id: i64 = r.get(0);
+                let snapshot: String = r.get(2);
+                let channel = serde_json::from_str(&snapshot)
+                    .map_err(|e| StoreError::Corrupt(id, e.to_string()))?;
+                Ok(ChannelRow {
+                    id,
+                    peer_id: r.get(1),
+                    channel,
+                })
+            })
+            .collect()
+    }
+
+    pub(crate) async fn add_output(&self, o: &OutputRow) -> Result<(), StoreError> {
+        sqlx::query("INSERT INTO outputs (txid, vout, amount_sat, branch, idx, height) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(txid, vout) DO UPDATE SET height = excluded.height")
+            .bind(o.outpoint.txid.to_string())
+            .bind(o.outpoint.vout)
+            .bind(i64::try_from(o.amount_sat).unwrap_or(i64::MAX))
+            .bind(o.branch)
+            .bind(o.index)
+            .bind(o.height)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Marks outputs as spent by `txid` (a broadcast of ours or a spend seen on chain).
+    pub(crate) async fn spend_outputs(
+        &self,
+        outpoints: &[OutPoint],
+        txid: &Txid,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        for op in outpoints {
+            sqlx::query("UPDATE outputs SET spent_by = ? WHERE txid = ? AND vout = ?")
+                .bind(txid.to_string())
+                .bind(op.txid.to_string())
+                .bind(op.vout)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(crate) async fn outputs(&self, unspent_only: bool) -> Result<Vec<OutputRow>, StoreError> {
+        let sql = if unspent_only {
+            "SELECT txid, vout, amount_sat, branch, idx, height FROM outputs WHERE spent_by IS NULL ORDER BY height, txid, vout"
+        } else {
+            "SELECT txid, vout, amount_sat, branch, idx, height FROM outputs ORDER BY height, txid, vout"
+        };
+        let rows = sqlx::query(sql).fetch_all(&self.pool).await?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                let txid = Txid::from_str(&r.get::<String, _>(0)).ok()?;
+                Some(OutputRow {
+                    outpoint: OutPoint {
+                        txid,
+                        vout: r.get(1),
+                    },
+                    amount_sat: u64::try_from(r.get::<i64, _>(2)).ok()?,
+                    branch: r.get(3),
+                    index: r.get(4),
+                    height: r.get(5),
+                })
+            })
+            .collect())
+    }
+
+    pub(crate) async fn queue_broadcast(
+        &self,
+        channel_id: i64,
+        tx: &Transaction,
+        csv_blocks: u32,
+        lock_time: u32,
+    ) -> Result<(), StoreError> {
+        sqlx::query("INSERT INTO broadcasts (txid, channel_id, tx, csv_blocks, lock_time) VALUES (?, ?, ?, ?, ?) ON CONFLICT(txid) DO NOTHING")
+            .bind(tx.compute_txid().to_string())
+            .bind(channel_id)
+            .bind(encode::serialize_hex(tx))
+            .bind(csv_blocks)
+            .bind(lock_time)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    pub(crate) async fn pending_broadcasts(&self) -> Result<Vec<BroadcastRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT tx, csv_blocks, lock_time FROM broadcasts WHERE done = 0 ORDER BY rowid",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                let tx: Transaction = encode::deserialize_hex(&r.get::<String, _>(0)).ok()?;
+                Some(BroadcastRow {
+                    txid: tx.compute_txid(),
+                    tx,
+                    csv_blocks: r.get(1),
+                    lock_time: r.get(2),
+                })
+            })
+            .collect())
+    }
+
+    /// The broadcast is confirmed, or can never be (its inputs went elsewhere).
+    pub(crate) async fn broadcast_done(&self, txid: &Txid) -> Result<(), StoreError> {
+        sqlx::query("UPDATE broadcasts SET done = 1 WHERE txid = ?")
+            .bind(txid.to_string())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    pub(crate) async fn save_revoked_for_tests(
+        &self,
+        channel_id: i64,
+        num: u64,
+        tx: &Transaction,
+    ) -> Result<(), StoreError> {
+        sqlx::query("INSERT INTO revoked_for_tests (channel_id, num, tx) VALUES (?, ?, ?) ON CONFLICT DO NOTHING")
+            .bind(channel_id)
+            .bind(i64::try_from(num).unwrap_or(i64::MAX))
+            .bind(encode::serialize_hex(tx))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// The oldest commitment of ours saved for the test-only cheat, below `below`.
+    pub(crate) async fn revoked_for_tests(
+        &self,
+        channel_id: i64,
+        below: u64,
+    ) -> Result<Option<Transaction>, StoreError> {
+        let row = sqlx::query("SELECT tx FROM revoked_for_tests WHERE channel_id = ? AND num < ? ORDER BY num LIMIT 1")
+            .bind(channel_id)
+            .bind(i64::try_from(below).unwrap_or(i64::MAX))
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.and_then(|r| encode::deserialize_hex(&r.get::<String, _>(0)).ok()))
+    }
+}

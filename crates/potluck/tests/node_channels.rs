@@ -1,0 +1,388 @@
+//! Channels between two real `potluck node` processes on one `potluck chain`:
+//! fund, connect, open, pay, HTLCs (fulfilled, failed, timed out), close, with
+//! every balance checked on both nodes and on the chain to the satoshi; the
+//! same across `kill -9`; and a cheating peer's revoked commitment swept.
+
+#[path = "support/channels.rs"]
+mod procs;
+
+use procs::{r_hash, wait_for, DevChainProc, NodeProc};
+use serde_json::Value;
+
+const FUNDING_SAT: u64 = 1_000_000;
+const CAPACITY_SAT: u64 = 500_000;
+/// `ChannelConfig::default().commitment_fee_sat` (both nodes offer it; the smaller is used).
+const COMMIT_FEE_SAT: u64 = 10_000;
+/// `ChannelConfig::default().close_fee_sat`.
+const CLOSE_FEE_SAT: u64 = 5_000;
+
+/// Funds A, connects A to B, opens a channel and waits until it is live on both.
+/// Returns A's wallet total after the anchor confirmed (its change).
+fn open_channel(chain: &DevChainProc, a: &NodeProc, b: &NodeProc) -> u64 {
+    let addr = a.cli(&["newaddr"])["address"].as_str().unwrap().to_owned();
+    chain.send(&addr, FUNDING_SAT);
+    chain.mine(1);
+    wait_for("A's funds", 60, || (a.funds() == FUNDING_SAT).then_some(()));
+    let listfunds = a.cli(&["listfunds"]);
+    assert_eq!(listfunds["outputs"][0]["amount_sat"], FUNDING_SAT);
+    assert_eq!(listfunds["outputs"][0]["confirmations"], 1);
+
+    let connected = a.cli(&["connect", &b.listen]);
+    assert_eq!(connected["node_id"], b.id.as_str());
+    // Refused opens change nothing.
+    let err = a.try_cli(&["open", &b.id, "5000"]).unwrap_err();
+    assert!(err.contains("channel too small"), "{err}");
+    let err = a.try_cli(&["open", &b.id, "5000000"]).unwrap_err();
+    assert!(err.contains("insufficient funds"), "{err}");
+    let err = a.try_cli(&["open", "02abc", "100000"]).unwrap_err();
+    assert!(err.contains("not a node id"), "{err}");
+    assert_eq!(a.funds(), FUNDING_SAT);
+    let opened = a.cli(&["open", &b.id, &CAPACITY_SAT.to_string()]);
+    assert_eq!(opened["state"], "open_wait_complete", "{opened}");
+    let anchor = opened["anchor_txid"].as_str().unwrap().to_owned();
+    chain.mine(1);
+    wait_for("channel live on both", 60, || {
+        (a.channel_state() == "normal" && b.channel_state() == "normal").then_some(())
+    });
+    // The anchor pays exactly the capacity; A's change is the rest minus the anchor's fee.
+    let anchor_tx = chain.tx(&anchor);
+    let fee = chain.fee(&anchor);
+    let outs: Vec<u64> = anchor_tx["vout"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| procs::btc_to_sat(&o["value"]))
+        .collect();
+    assert!(outs.contains(&CAPACITY_SAT), "{outs:?}");
+    let change = FUNDING_SAT - CAPACITY_SAT - fee;
+    wait_for("A's change", 60, || (a.funds() == change).then_some(()));
+    change
+}
+
+fn msat(ch: &Value, field: &str) -> u64 {
+    ch[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{field} in {ch}"))
+}
+
+/// Both nodes agree: A owns `a_total_sat` and B the rest, the commitment fee split per the rules.
+fn assert_split(a: &NodeProc, b: &NodeProc, a_total_sat: u64) {
+    let b_total_sat = CAPACITY_SAT - a_total_sat;
+    // The non-funder (B) pays half the fee (rounded up) if it can; A pays the rest.
+    let b_fee = (COMMIT_FEE_SAT - COMMIT_FEE_SAT / 2).min(b_total_sat);
+    let a_fee = COMMIT_FEE_SAT - b_fee;
+    let ca = a.channel();
+    let cb = b.channel();
+    assert_eq!(msat(&ca, "our_msat"), (a_total_sat - a_fee) * 1000, "{ca}");
+    assert_eq!(msat(&ca, "our_fee_msat"), a_fee * 1000, "{ca}");
+    assert_eq!(
+        msat(&ca, "their_msat"),
+        (b_total_sat - b_fee) * 1000,
+        "{ca}"
+    );
+    assert_eq!(msat(&ca, "their_fee_msat"), b_fee * 1000, "{ca}");
+    assert_eq!(msat(&cb, "our_msat"), msat(&ca, "their_msat"), "{cb}");
+    assert_eq!(msat(&cb, "their_msat"), msat(&ca, "our_msat"), "{cb}");
+    assert_eq!(msat(&cb, "our_fee_msat"), msat(&ca, "their_fee_msat"));
+    assert_eq!(ca["capacity_sat"], CAPACITY_SAT);
+    assert_eq!(ca["htlcs"].as_array().unwrap().len(), 0, "{ca}");
+    assert_eq!(cb["htlcs"].as_array().unwrap().len(), 0, "{cb}");
+}
+
+/// Cooperative close; both wallets get their share minus their part of the close fee.
+fn close_and_check(
+    chain: &DevChainProc,
+    a: &NodeProc,
+    b: &NodeProc,
+    a_change: u64,
+    a_total_sat: u64,
+) {
+    let b_total_sat = CAPACITY_SAT - a_total_sat;
+    let closed = a.cli(&["close", &b.id]);
+    assert_eq!(closed["state"], "closed", "{closed}");
+    chain.mine(1);
+    let b_fee = (CLOSE_FEE_SAT - CLOSE_FEE_SAT / 2).min(b_total_sat);
+    let a_fee = CLOSE_FEE_SAT - b_fee;
+    let b_expect = b_total_sat - b_fee;
+    let a_expect = a_change + a_total_sat - a_fee;
+    wait_for("close outputs in both wallets", 60, || {
+        (a.funds() == a_expect && b.funds() == b_expect).then_some(())
+    });
+    assert_eq!(b.channel_state(), "closed");
+    // On the chain: B's output exists, unspent, with exactly that value.
+    let out = &b.cli(&["listfunds"])["outputs"][0];
+    let utxo = chain.call("gettxout", serde_json::json!([out["txid"], out["vout"]]));
+    assert_eq!(procs::btc_to_sat(&utxo["value"]), b_expect);
+}
+
+#[test]
+fn open_pay_htlcs_close_to_the_satoshi() {
+    let chain = DevChainProc::start();
+    let a = NodeProc::start(&chain, false);
+    let b = NodeProc::start(&chain, false);
+    let a_change = open_channel(&chain, &a, &b);
+    let mut a_total = CAPACITY_SAT - COMMIT_FEE_SAT + COMMIT_FEE_SAT; // A owns all before fees.
+    assert_split(&a, &b, a_total);
+    let info = a.cli(&["getinfo"]);
+    assert_eq!(info["open_channels"], 1);
+    assert_eq!(info["open_channel_balance_msat"], a_total * 1000);
+    assert_eq!(info["wallet_sat"], a_change);
+
+    // A direct payment.
+    let paid = a.cli(&["pay", &b.id, "100000000"]);
+    assert_eq!(paid["state"], "normal");
+    a_total -= 100_000;
+    assert_split(&a, &b, a_total);
+
+    // An HTLC whose R B knows: B fulfills it.
+    let height = chain.height();
+    let r1 = [1u8; 32];
+    let added = a.cli(&[
+        "newhtlc",
+        &b.id,
+        "50000000",
+        &r_hash(&r1),
+        &(height + 20).to_string(),
+    ]);
+    let htlcs = added["htlcs"].as_array().unwrap();
+    assert_eq!(htlcs.len(), 1);
+    assert_eq!(htlcs[0]["direction"], "out");
+    assert_eq!(htlcs[0]["amount_msat"], 50_000_000);
+    assert_eq!(htlcs[0]["r_hash"], r_hash(&r1).as_str());
+    let seen = b.channel();
+    assert_eq!(seen["htlcs"][0]["direction"], "in");
+    assert_eq!(b.cli(&["getinfo"])["pending_htlcs"], 1);
+    b.cli(&["fulfillhtlc", &a.id, &hex::encode(r1)]);
+    a_total -= 50_000;
+    wait_for("fulfil seen by A", 30, || {
+        (a.channel()["htlcs"].as_array()?.is_empty()).then_some(())
+    });
+    assert_split(&a, &b, a_total);
+
+    // A wrong R is refused and changes nothing.
+    let r2 = [2u8; 32];
+    a.cli(&[
+        "newhtlc",
+        &b.id,
+        "20000000",
+        &r_hash(&r2),
+        &(height + 20).to_string(),
+    ]);
+    let err = b
+        .try_cli(&["fulfillhtlc", &a.id, &hex::encode([9u8; 32])])
+        .unwrap_err();
+    assert!(err.contains("no HTLC"), "{err}");
+    // No cooperative close while an HTLC is pending.
+    let err = a.try_cli(&["close", &b.id]).unwrap_err();
+    assert!(err.contains("HTLCs pending"), "{err}");
+    // B cannot route it: the HTLC goes back to A.
+    b.cli(&["failhtlc", &a.id, &r_hash(&r2)]);
+    wait_for("routefail seen by A", 30, || {
+        (a.channel()["htlcs"].as_array()?.is_empty()).then_some(())
+    });
+    assert_split(&a, &b, a_total);
+
+    // An HTLC that times out: A removes it once the chain passes its expiry.
+    let r3 = [3u8; 32];
+    let expiry = chain.height() + 3;
+    a.cli(&[
+        "newhtlc",
+        &b.id,
+        "30000000",
+        &r_hash(&r3),
+        &expiry.to_string(),
+    ]);
+    assert_eq!(b.channel()["htlcs"].as_array().unwrap().len(), 1);
+    chain.mine(3);
+    wait_for("timed-out HTLC removed", 60, || {
+        (a.channel()["htlcs"].as_array()?.is_empty() && b.channel()["htlcs"].as_array()?.is_empty())
+            .then_some(())
+    });
+    assert_split(&a, &b, a_total);
+
+    // B pays back: the acceptor proposes too.
+    b.cli(&["pay", &a.id, "7000000"]);
+    a_total += 7_000;
+    assert_split(&a, &b, a_total);
+
+    // Bad input: clear errors, nothing changes.
+    let err = a.try_cli(&["pay", &b.id, "99999999999"]).unwrap_err();
+    assert!(
+        err.contains("uint32") || err.contains("insufficient"),
+        "{err}"
+    );
+    let err = a
+        .try_cli(&["newhtlc", &b.id, "1000", "zz", "5"])
+        .unwrap_err();
+    assert!(err.contains("R_HASH"), "{err}");
+    assert_split(&a, &b, a_total);
+
+    close_and_check(&chain, &a, &b, a_change, a_total);
+}
+
+/// Kills one node with SIGKILL while payments are in flight, restarts it, and checks that no
+/// money was lost or created: the channel goes on (and closes cooperatively) or it was closed
+/// on chain with each side's latest state.
+fn kill_during_updates(kill_a: bool) {
+    let chain = DevChainProc::start();
+    let mut a = NodeProc::start(&chain, false);
+    let mut b = NodeProc::start(&chain, false);
+    let a_change = open_channel(&chain, &a, &b);
+    a.cli(&["pay", &b.id, "1000000"]);
+
+    // Payments from A in a background process; kill mid-stream.
+    let rpc = a.rpc.clone();
+    let dir = a.dir.path().to_owned();
+    let b_id = b.id.clone();
+    let payer = std::thread::spawn(move || {
+        for _ in 0..200 {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
+                .args(["cli", "--rpc", &format!("http://{rpc}/"), "--data-dir"])
+                .arg(&dir)
+                .args(["pay", &b_id, "1000000"])
+                .output()
+                .unwrap();
+            if !out.status.success() {
+                break;
+            }
+        }
+    });
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let victim = if kill_a { &mut a } else { &mut b };
+    victim.kill9();
+    payer.join().unwrap();
+    victim.restart();
+
+    // Either the channel resumes (normal on both) or one side closed it on chain.
+    let outcome = wait_for("channel settles after restart", 90, || {
+        let sa = a.channel_state();
+        let sb = b.channel_state();
+        if sa == "normal" && sb == "normal" && a.try_cli(&["pay", &b.id, "1000000"]).is_ok() {
+            return Some("resumed");
+        }
+        if sa == "on_chain" || sb == "on_chain" {
+            return Some("on_chain");
+        }
+        None
+    });
+    eprintln!(
+        "after kill -9 the channel {outcome}; A: {}, B: {}",
+        a.channel(),
+        b.channel()
+    );
+    if outcome == "resumed" {
+        let ca = a.channel();
+        let a_total = (msat(&ca, "our_msat") + msat(&ca, "our_fee_msat")) / 1000;
+        assert_split(&a, &b, a_total);
+        close_and_check(&chain, &a, &b, a_change, a_total);
+        return;
+    }
+    // Closed on chain: mine until every claim confirmed and the money adds up to the satoshi:
+    // both wallets plus the fees of the commitment and the sweeps = what A had before opening.
+    let ca = a.channel();
+    let cb = b.channel();
+    let anchor = ca["anchor_txid"].as_str().unwrap().to_owned();
+    let a_owned = msat(&ca, "our_msat") / 1000;
+    let b_owned = msat(&cb, "our_msat") / 1000;
+    let fees = wait_for("all claims confirmed", 120, || {
+        chain.mine(1);
+        let fees = channel_fees(&chain, &[&a, &b], &anchor);
+        (a.funds() + b.funds() + fees == a_change + CAPACITY_SAT).then_some(fees)
+    });
+    let a_got = a.funds() - a_change;
+    let b_got = b.funds();
+    eprintln!("A got {a_got} (owned {a_owned}), B got {b_got} (owned {b_owned}), fees {fees}");
+    // Each side got its latest balance: at most one in-flight 1,000-sat payment and its own
+    // sweep fee (< 1,000 sat) apart. A revoked state broadcast would have cost its owner everything.
+    assert!(a_got + 2_000 >= a_owned, "A got {a_got}, owned {a_owned}");
+    assert!(b_got + 2_000 >= b_owned, "B got {b_got}, owned {b_owned}");
+}
+
+/// Fees of the transactions after the anchor that paid the nodes' wallets (commitment, sweeps).
+fn channel_fees(chain: &DevChainProc, nodes: &[&NodeProc], anchor: &str) -> u64 {
+    let mut txids = std::collections::BTreeSet::new();
+    for n in nodes {
+        for o in n.cli(&["listfunds"])["outputs"].as_array().unwrap() {
+            let txid = o["txid"].as_str().unwrap().to_owned();
+            if txid == anchor {
+                continue;
+            }
+            // A sweep's parent is the commitment; the commitment's parent is the anchor.
+            for i in chain.tx(&txid)["vin"].as_array().unwrap() {
+                let parent = i["txid"].as_str().unwrap();
+                if parent != anchor {
+                    txids.insert(parent.to_owned());
+                }
+            }
+            txids.insert(txid);
+        }
+    }
+    txids.iter().map(|t| chain.fee(t)).sum()
+}
+
+#[test]
+fn kill9_of_the_payer_mid_update_loses_nothing() {
+    kill_during_updates(true);
+}
+
+#[test]
+fn kill9_of_the_payee_mid_update_loses_nothing() {
+    kill_during_updates(false);
+}
+
+#[test]
+fn revoked_commitment_is_swept_by_the_penalty_also_after_restart() {
+    let chain = DevChainProc::start();
+    let a = NodeProc::start(&chain, true);
+    let mut b = NodeProc::start(&chain, false);
+    let a_change = open_channel(&chain, &a, &b);
+    a.cli(&["pay", &b.id, "100000000"]);
+    a.cli(&["pay", &b.id, "50000000"]);
+    // B is down when A cheats; it must still catch it when it comes back.
+    b.kill9();
+    let cheat = a.cli(&["dev-broadcast-revoked", &b.id]);
+    let revoked = cheat["txid"].as_str().unwrap().to_owned();
+    chain.mine(1);
+    b.restart();
+    chain.mine(1);
+    let revoked_tx = chain.tx(&revoked);
+    let revoked_total: u64 = revoked_tx["vout"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| procs::btc_to_sat(&o["value"]))
+        .sum();
+    let penalty = wait_for("penalty in B's wallet", 90, || {
+        chain.mine(1);
+        let funds = b.cli(&["listfunds"]);
+        let outs = funds["outputs"].as_array()?.clone();
+        outs.into_iter()
+            .find(|o| {
+                let tx = chain.tx(o["txid"].as_str().unwrap());
+                tx["vin"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|i| i["txid"] == revoked.as_str())
+            })
+            .map(|o| o["txid"].as_str().unwrap().to_owned())
+    });
+    let penalty_tx = chain.tx(&penalty);
+    // The penalty spends every output of the revoked commitment.
+    let spent: Vec<u64> = penalty_tx["vin"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["txid"] == revoked.as_str())
+        .map(|i| i["vout"].as_u64().unwrap())
+        .collect();
+    assert_eq!(spent.len(), revoked_tx["vout"].as_array().unwrap().len());
+    let fee = chain.fee(&penalty);
+    assert!(fee < 2_000, "penalty fee {fee}");
+    assert_eq!(b.funds(), revoked_total - fee);
+    assert_eq!(b.channel_state(), "on_chain");
+    // The cheater keeps only its change.
+    chain.mine(10);
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert_eq!(a.funds(), a_change);
+}

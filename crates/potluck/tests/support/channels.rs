@@ -1,0 +1,337 @@
+//! Processes for the channel tests: one `potluck chain` and `potluck node`s that use it
+//! through `--bitcoind-url`, driven with `potluck cli` and the chain's JSON-RPC.
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::io::{BufRead as _, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use chain::{Auth, BitcoindRpc, RpcConfig};
+use serde_json::{json, Value};
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Polls `f` until it returns Some, for at most `secs` seconds.
+pub fn wait_for<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+pub struct DevChainProc {
+    child: Child,
+    pub dir: tempfile::TempDir,
+    pub url: String,
+    pub cookie: PathBuf,
+    rt: tokio::runtime::Runtime,
+    rpc: BitcoindRpc,
+    /// A throwaway address for block rewards (so no node's wallet gets coinbase outputs).
+    burn: String,
+}
+
+impl Drop for DevChainProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl DevChainProc {
+    pub fn start() -> DevChainProc {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("chain");
+        let bind = format!("127.0.0.1:{}", free_port());
+        let child = Command::new(env!("CARGO_BIN_EXE_potluck"))
+            .args([
+                "chain",
+                "--rpc-bind",
+                &bind,
+                "--block-interval",
+                "0",
+                "--data-dir",
+            ])
+            .arg(&data)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let url = format!("http://{bind}/");
+        let cookie = data.join(".cookie");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let rpc = wait_for("potluck chain", 60, || {
+            if !cookie.exists() {
+                return None;
+            }
+            let mut cfg = RpcConfig::new(url.clone(), Auth::Cookie(cookie.clone()));
+            cfg.retries = 0;
+            let c = BitcoindRpc::new(cfg).unwrap();
+            rt.block_on(c.get_block_count()).ok().map(|_| c)
+        });
+        let w = wallet::Wallet::from_seed(&[7u8; 32], bitcoin::Network::Regtest).unwrap();
+        let burn = w.derive_address(0, 0).unwrap().to_string();
+        DevChainProc {
+            child,
+            dir,
+            url,
+            cookie,
+            rt,
+            rpc,
+            burn,
+        }
+    }
+
+    pub fn call(&self, method: &str, params: Value) -> Value {
+        self.rt
+            .block_on(self.rpc.call::<Value>(method, params))
+            .unwrap_or_else(|e| panic!("chain {method}: {e}"))
+    }
+
+    pub fn mine(&self, n: u32) {
+        self.call("generatetoaddress", json!([n, self.burn]));
+    }
+
+    pub fn height(&self) -> u64 {
+        self.call("getblockcount", json!([])).as_u64().unwrap()
+    }
+
+    /// Sends `sat` from the chain's faucet to `address`; returns the txid.
+    pub fn send(&self, address: &str, sat: u64) -> String {
+        let btc = sat as f64 / 1e8;
+        self.call("sendtoaddress", json!([address, btc]))
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// The decoded transaction (verbose getrawtransaction).
+    pub fn tx(&self, txid: &str) -> Value {
+        self.call("getrawtransaction", json!([txid, true]))
+    }
+
+    /// Value in satoshis of output `vout` of `txid`.
+    pub fn output_sat(&self, txid: &str, vout: u64) -> u64 {
+        let tx = self.tx(txid);
+        btc_to_sat(&tx["vout"][vout as usize]["value"])
+    }
+
+    /// Fee of a transaction: its inputs' values minus its outputs'.
+    pub fn fee(&self, txid: &str) -> u64 {
+        let tx = self.tx(txid);
+        let ins: u64 = tx["vin"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| self.output_sat(i["txid"].as_str().unwrap(), i["vout"].as_u64().unwrap()))
+            .sum();
+        let outs: u64 = tx["vout"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| btc_to_sat(&o["value"]))
+            .sum();
+        ins - outs
+    }
+}
+
+pub fn btc_to_sat(v: &Value) -> u64 {
+    (v.as_f64().unwrap() * 1e8).round() as u64
+}
+
+pub struct NodeProc {
+    child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub listen: String,
+    pub rpc: String,
+    pub id: String,
+    chain_url: String,
+    chain_cookie: PathBuf,
+    cheat: bool,
+    starts: u32,
+}
+
+impl Drop for NodeProc {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "---- log of node {} in {} ----\n{}",
+                self.id,
+                self.dir.path().display(),
+                self.log_tail()
+            );
+            if std::env::var_os("POTLUCK_TEST_KEEP").is_some() {
+                let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
+                let _ = dir.keep();
+            }
+        }
+        self.kill9();
+    }
+}
+
+impl NodeProc {
+    pub fn start(chain: &DevChainProc, cheat: bool) -> NodeProc {
+        let mut node = NodeProc {
+            child: None,
+            dir: tempfile::tempdir().unwrap(),
+            listen: format!("127.0.0.1:{}", free_port()),
+            rpc: format!("127.0.0.1:{}", free_port()),
+            id: String::new(),
+            chain_url: chain.url.clone(),
+            chain_cookie: chain.cookie.clone(),
+            cheat,
+            starts: 0,
+        };
+        // A port picked as free may be taken by the time the node binds it: try other ports.
+        for _ in 0..5 {
+            if node.try_start() {
+                return node;
+            }
+            node.listen = format!("127.0.0.1:{}", free_port());
+            node.rpc = format!("127.0.0.1:{}", free_port());
+        }
+        panic!("node did not start: {}", node.log_tail());
+    }
+
+    /// Starts the process (again) on the same data directory and ports.
+    pub fn restart(&mut self) {
+        assert!(
+            self.try_start(),
+            "node did not restart: {}",
+            self.log_tail()
+        );
+    }
+
+    fn try_start(&mut self) -> bool {
+        assert!(self.child.is_none());
+        self.starts += 1;
+        let log = File::create(self.dir.path().join(format!("log{}.txt", self.starts))).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_potluck"));
+        cmd.args(["node", "--listen", &self.listen, "--rpc-bind", &self.rpc])
+            .args(["--bitcoind-url", &self.chain_url, "--bitcoind-cookie"])
+            .arg(&self.chain_cookie)
+            .arg("--data-dir")
+            .arg(self.dir.path())
+            .env("POTLUCK_LOG", "info,node=debug")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log));
+        if self.cheat {
+            cmd.arg("--dev-allow-cheat");
+        }
+        let mut child = cmd.spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.get(..2) != Some(&["potluck", "node"][..]) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return false;
+        }
+        self.id = words[2].to_owned();
+        self.child = Some(child);
+        true
+    }
+
+    /// SIGKILL: no chance to clean up.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn run_cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_potluck"))
+            .args([
+                "cli",
+                "--rpc",
+                &format!("http://{}/", self.rpc),
+                "--data-dir",
+            ])
+            .arg(self.dir.path())
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// A control call that must succeed.
+    pub fn cli(&self, args: &[&str]) -> Value {
+        let out = self.run_cli(args);
+        assert!(
+            out.status.success(),
+            "cli {args:?} failed: {}\nlog: {}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log_tail()
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// A control call: the result, or the error line.
+    pub fn try_cli(&self, args: &[&str]) -> Result<Value, String> {
+        let out = self.run_cli(args);
+        if out.status.success() {
+            Ok(serde_json::from_slice(&out.stdout).unwrap())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    pub fn log_tail(&self) -> String {
+        let mut all = String::new();
+        for n in 1..=self.starts {
+            let path = self.dir.path().join(format!("log{n}.txt"));
+            let s = std::fs::read_to_string(path).unwrap_or_default();
+            let lines: Vec<&str> = s
+                .lines()
+                .filter(|l| !l.contains("control rpc method=\"list"))
+                .collect();
+            all += &format!(
+                "[run {n}]\n{}\n",
+                lines[lines.len().saturating_sub(40)..].join("\n")
+            );
+        }
+        all
+    }
+
+    pub fn funds(&self) -> u64 {
+        self.cli(&["listfunds"])["total_sat"].as_u64().unwrap()
+    }
+
+    pub fn channel(&self) -> Value {
+        let v = self.cli(&["listchannels"]);
+        v["channels"]
+            .as_array()
+            .unwrap()
+            .last()
+            .cloned()
+            .unwrap_or(Value::Null)
+    }
+
+    pub fn channel_state(&self) -> String {
+        self.channel()["state"].as_str().unwrap_or("").to_owned()
+    }
+}
+
+/// SHA256 of a 32-byte R, as hex.
+pub fn r_hash(r: &[u8; 32]) -> String {
+    use bitcoin::hashes::{sha256, Hash};
+    hex::encode(sha256::Hash::hash(r).to_byte_array())
+}
