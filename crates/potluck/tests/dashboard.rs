@@ -2,7 +2,8 @@
 //!
 //! Needs Debian's `chromium`, `chromium-driver` and `zbar-tools` (the QR code
 //! on the page is decoded by `zbarimg`); `.ci/run` installs them. The tests
-//! write screenshots of each main screen to `docs/screenshots/`.
+//! take screenshots of each main screen; `POTLUCK_UPDATE_SCREENSHOTS=1`
+//! writes them to `docs/screenshots/`.
 
 mod support;
 
@@ -207,7 +208,7 @@ impl Browser {
             .unwrap();
     }
 
-    /// Saves a screenshot of the whole window as `docs/screenshots/{name}.png`.
+    /// Saves a screenshot of the whole window as `{name}.png` (see [`screenshots_dir`]).
     async fn screenshot(&self, name: &str) {
         let png = self.client.screenshot().await.unwrap();
         assert!(png.starts_with(b"\x89PNG"), "a PNG");
@@ -227,8 +228,14 @@ impl Browser {
     }
 }
 
+/// `docs/screenshots/` with `POTLUCK_UPDATE_SCREENSHOTS=1`; otherwise the
+/// target directory, so that an ordinary test run leaves the tree clean.
 fn screenshots_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/screenshots")
+    if std::env::var_os("POTLUCK_UPDATE_SCREENSHOTS").is_some_and(|v| !v.is_empty()) {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/screenshots")
+    } else {
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("screenshots")
+    }
 }
 
 /// Decodes the QR code in `png` with zbarimg (Debian `zbar-tools`).
