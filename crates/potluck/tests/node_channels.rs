@@ -338,6 +338,9 @@ fn revoked_commitment_is_swept_by_the_penalty_also_after_restart() {
     let a_change = open_channel(&chain, &a, &b);
     a.cli(&["pay", &b.id, "100000000"]);
     a.cli(&["pay", &b.id, "50000000"]);
+    // Without the test-only flag the control method does not cheat.
+    let err = b.try_cli(&["dev-broadcast-revoked", &a.id]).unwrap_err();
+    assert!(err.contains("cheating is disabled"), "{err}");
     // B is down when A cheats; it must still catch it when it comes back.
     b.kill9();
     let cheat = a.cli(&["dev-broadcast-revoked", &b.id]);
