@@ -225,6 +225,8 @@ pub(crate) enum Command {
     Fulfill(Preimage),
     Fail(Sha256),
     Close,
+    /// Broadcast our latest commitment (no peer needed).
+    ForceClose,
 }
 
 fn unix_now() -> u64 {
@@ -632,6 +634,7 @@ impl NodeState {
                     Command::Fulfill(r) => ch.fulfill_htlc(*r),
                     Command::Fail(h) => ch.routefail_htlc(*h),
                     Command::Close => ch.close(),
+                    Command::ForceClose => ch.force_close(),
                 };
                 match result {
                     Ok(actions) => {
