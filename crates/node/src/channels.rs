@@ -650,7 +650,13 @@ impl NodeState {
                         } else {
                             let _ = tx.send(Ok(()));
                         }
-                        self.run_actions(&slot, &mut inner, actions).await?;
+                        if let Err(e) = self.run_actions(&slot, &mut inner, actions).await {
+                            // Nothing after the failed write left; start over from the disk.
+                            inner.channel = inner.persisted.clone();
+                            inner.waiter = None;
+                            self.peers.kick(peer, "Internal error");
+                            return Err(e);
+                        }
                         break rx;
                     }
                     Err(CommandError::WrongState(
