@@ -119,7 +119,8 @@ pub(crate) struct NodeState {
     /// One anchor is funded at a time, so two opens never pick the same outputs.
     funding: tokio::sync::Mutex<()>,
     /// One watcher pass at a time (the loop and tests that step it).
-    watch_pass: tokio::sync::Mutex<()>,
+    /// The last block the watcher scanned (height, hash), to notice reorganisations.
+    watch_pass: tokio::sync::Mutex<Option<(u32, bitcoin::BlockHash)>>,
 }
 
 impl NodeState {
@@ -240,7 +241,7 @@ pub async fn start(config: NodeConfig, chain: Arc<dyn Chain>) -> Result<RunningN
         channel_config: config.channel.clone(),
         cheat_enabled: config.dev_allow_cheat,
         funding: tokio::sync::Mutex::new(()),
-        watch_pass: tokio::sync::Mutex::new(()),
+        watch_pass: tokio::sync::Mutex::new(None),
     });
     if config.dev_allow_cheat {
         tracing::warn!(
