@@ -445,3 +445,29 @@ fn unilateral_close_claims_the_delayed_output_and_an_htlc_with_r_on_chain() {
         "A got {a_got}"
     );
 }
+
+#[test]
+fn a_reorganisation_is_rescanned() {
+    let chain = DevChainProc::start();
+    let a = NodeProc::start(&chain, false);
+    let addr = a.cli(&["newaddr"])["address"].as_str().unwrap().to_owned();
+    chain.send(&addr, 100_000);
+    chain.mine(1);
+    wait_for("first payment seen", 60, || {
+        (a.funds() == 100_000).then_some(())
+    });
+    // Replace the tip with a block at the same height that also holds a second payment:
+    // only a watcher that notices the reorganisation scans that height again.
+    let tip = chain.call("getbestblockhash", serde_json::json!([]));
+    chain.call("invalidateblock", serde_json::json!([tip]));
+    let second = chain.send(&addr, 50_000);
+    chain.mine(1);
+    wait_for("second payment seen after the reorganisation", 60, || {
+        let funds = a.cli(&["listfunds"]);
+        funds["outputs"]
+            .as_array()?
+            .iter()
+            .any(|o| o["txid"] == second.as_str() && o["amount_sat"] == 50_000)
+            .then_some(())
+    });
+}
