@@ -394,7 +394,7 @@ fn revoked_commitment_is_swept_by_the_penalty_also_after_restart() {
 fn unilateral_close_claims_the_delayed_output_and_an_htlc_with_r_on_chain() {
     let chain = DevChainProc::start();
     let a = NodeProc::start(&chain, false);
-    let b = NodeProc::start(&chain, false);
+    let mut b = NodeProc::start(&chain, false);
     let a_change = open_channel(&chain, &a, &b);
     a.cli(&["pay", &b.id, "100000000"]);
     let r = [4u8; 32];
@@ -421,6 +421,9 @@ fn unilateral_close_claims_the_delayed_output_and_an_htlc_with_r_on_chain() {
     wait_for("A sees the commitment", 60, || {
         (a.channel_state() == "on_chain").then_some(())
     });
+    // The queued claims survive a kill -9 while they wait for their delay.
+    b.kill9();
+    b.restart();
 
     // B's own output and the HTLC wait for the delay (6 blocks); A's output is paid at once.
     let fees = wait_for("every claim confirmed", 120, || {
