@@ -225,6 +225,8 @@ pub(crate) enum Command {
     Fulfill(Preimage),
     Fail(Sha256),
     Close,
+    /// Broadcast our latest commitment (no peer needed).
+    ForceClose,
 }
 
 fn unix_now() -> u64 {
@@ -632,6 +634,7 @@ impl NodeState {
                     Command::Fulfill(r) => ch.fulfill_htlc(*r),
                     Command::Fail(h) => ch.routefail_htlc(*h),
                     Command::Close => ch.close(),
+                    Command::ForceClose => ch.force_close(),
                 };
                 match result {
                     Ok(actions) => {
@@ -647,7 +650,13 @@ impl NodeState {
                         } else {
                             let _ = tx.send(Ok(()));
                         }
-                        self.run_actions(&slot, &mut inner, actions).await?;
+                        if let Err(e) = self.run_actions(&slot, &mut inner, actions).await {
+                            // Nothing after the failed write left; start over from the disk.
+                            inner.channel = inner.persisted.clone();
+                            inner.waiter = None;
+                            self.peers.kick(peer, "Internal error");
+                            return Err(e);
+                        }
                         break rx;
                     }
                     Err(CommandError::WrongState(
@@ -673,7 +682,27 @@ impl NodeState {
         outbox: &mpsc::Sender<Packet>,
         pkt: Packet,
     ) -> Result<(), Packet> {
-        let slot = match self.channels.active(peer).await {
+        let mut active = self.channels.active(peer).await;
+        if let (Some(slot), Packet::Open(_)) = (&active, &pkt) {
+            // The funder opens again: it abandoned our half-open channel before broadcasting
+            // its anchor (we hold no money in it). Forget it, unless the anchor is out.
+            let mut inner = slot.lock().await;
+            let stale = inner.channel.state() == State::OpenWaitComplete
+                && inner.channel.balances().is_some_and(|cs| !cs.we_fund)
+                && self.anchor_depth(&inner.channel).await == 0
+                && !self.anchor_in_mempool(&inner.channel).await;
+            if stale {
+                tracing::info!(%peer, channel = slot.id, "peer opens again; forgetting the unfunded opening");
+                inner.channel = inner.persisted.clone();
+                if let Err(e) = self.store.abandon_channel(slot.id, None).await {
+                    tracing::error!(error = %e, "cannot abandon channel");
+                }
+                self.channels.remove(slot.id);
+                drop(inner);
+                active = None;
+            }
+        }
+        let slot = match active {
             Some(slot) => slot,
             None => match &pkt {
                 Packet::Open(o) if o.anch == wire::AnchorOffer::WillCreateAnchor => {
@@ -795,6 +824,13 @@ impl NodeState {
                 }
                 Err(e) => tracing::error!(error = %e, "cannot force close"),
             }
+        }
+    }
+
+    async fn anchor_in_mempool(&self, ch: &Channel) -> bool {
+        match ch.anchor_outpoint() {
+            Some(op) => self.chain.in_mempool(op.txid).await.unwrap_or(true),
+            None => false,
         }
     }
 

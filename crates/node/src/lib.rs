@@ -1,11 +1,12 @@
-//! The payment-channel peer daemon: accepts and dials peers over the v3 session, and serves the control API.
+//! The payment-channel peer daemon: accepts and dials peers over the v3 session, runs a
+//! channel over each, and serves the control API.
 //!
-//! [`start`] binds the peer listener and the control API, writes the cookie
-//! and returns a [`RunningNode`]. Each peer runs in its own task
-//! (`peers.rs`); the control API (`rpc.rs`) is JSON-RPC over HTTP with the
-//! cookie as Basic auth, the same scheme as Bitcoin Core. Channels over the
-//! sessions arrive with `crates/channel`; until then every channel packet is
-//! answered with `error{"Unexpected packet …"}`.
+//! [`start`] opens the database, loads the channels (applying the restart rules of
+//! docs/node.md), binds the peer listener and the control API, writes the cookie and
+//! returns a [`RunningNode`]. Each peer runs in its own tasks (`peers.rs`); channels and
+//! their actions are in `channels.rs`, the chain watcher in `watcher.rs`, SQLite in
+//! `store.rs`; the control API (`rpc.rs`) is JSON-RPC over HTTP with the cookie as Basic
+//! auth, the same scheme as Bitcoin Core.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod channels;
@@ -36,7 +37,7 @@ pub struct NodeConfig {
     pub listen: SocketAddr,
     /// Where the control API listens (keep it on loopback).
     pub rpc_bind: SocketAddr,
-    /// Node key, cookie and, later, channel state.
+    /// Node key, cookie, wallet seed and the channel database.
     pub data_dir: PathBuf,
     /// The chain the node's channels live on.
     pub network: bitcoin::Network,
@@ -119,7 +120,8 @@ pub(crate) struct NodeState {
     /// One anchor is funded at a time, so two opens never pick the same outputs.
     funding: tokio::sync::Mutex<()>,
     /// One watcher pass at a time (the loop and tests that step it).
-    watch_pass: tokio::sync::Mutex<()>,
+    /// The last block the watcher scanned (height, hash), to notice reorganisations.
+    watch_pass: tokio::sync::Mutex<Option<(u32, bitcoin::BlockHash)>>,
 }
 
 impl NodeState {
@@ -240,7 +242,7 @@ pub async fn start(config: NodeConfig, chain: Arc<dyn Chain>) -> Result<RunningN
         channel_config: config.channel.clone(),
         cheat_enabled: config.dev_allow_cheat,
         funding: tokio::sync::Mutex::new(()),
-        watch_pass: tokio::sync::Mutex::new(()),
+        watch_pass: tokio::sync::Mutex::new(None),
     });
     if config.dev_allow_cheat {
         tracing::warn!(

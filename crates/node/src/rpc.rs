@@ -367,10 +367,19 @@ async fn dispatch(
         }
         "close" => {
             let peer = param_peer(params, 0)?;
-            state
-                .channel_command(&peer, Command::Close)
-                .await
-                .map_err(misc)
+            let command = match params.get(1) {
+                None => Command::Close,
+                Some(v) if v.as_str() == Some("force") || v.as_bool() == Some(true) => {
+                    Command::ForceClose
+                }
+                Some(v) => {
+                    return Err(RpcFailure::new(
+                        codes::INVALID_PARAMS,
+                        format!("second argument of close must be \"force\", got {v}"),
+                    ))
+                }
+            };
+            state.channel_command(&peer, command).await.map_err(misc)
         }
         "listchannels" => {
             let mut channels = Vec::new();

@@ -13,6 +13,9 @@ use channel::State;
 use crate::store::OutputRow;
 use crate::NodeState;
 
+/// How far back a reorganisation is rescanned.
+const REORG_DEPTH: i64 = 6;
+
 /// How often the tip is polled.
 const POLL: Duration = Duration::from_millis(250);
 
@@ -32,13 +35,38 @@ pub(crate) async fn run(state: Arc<NodeState>) {
 
 /// One pass: new blocks, then channel timers and pending broadcasts.
 pub(crate) async fn step(state: &NodeState) -> Result<(), String> {
-    let _pass = state.watch_pass.lock().await;
+    let mut last = state.watch_pass.lock().await;
     let tip = state.chain.tip().await.map_err(|e| e.to_string())?;
-    let scanned = state
+    let mut scanned = state
         .store
         .meta("scanned_height")
         .await
         .map_err(|e| e.to_string())?;
+    // A reorganisation replaced the last block we scanned: scan the new branch from a few
+    // blocks back (scanning is idempotent). Deeper reorganisations are not handled.
+    if let Some((height, hash)) = *last {
+        let now = state
+            .chain
+            .block_hash(height)
+            .await
+            .map_err(|e| e.to_string())?;
+        if now != Some(hash) {
+            let from = i64::from(height.min(tip.height))
+                .saturating_sub(REORG_DEPTH)
+                .max(1);
+            tracing::warn!(
+                height,
+                rescan_from = from + 1,
+                "chain reorganisation; rescanning"
+            );
+            scanned = from;
+            state
+                .store
+                .set_meta("scanned_height", scanned)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+    }
     // A fresh node starts at the current tip: nothing of it can be older.
     let mut next = if scanned == 0 {
         tip.height
@@ -56,6 +84,7 @@ pub(crate) async fn step(state: &NodeState) -> Result<(), String> {
             break;
         };
         scan_block(state, next, &block).await?;
+        *last = Some((next, block.block_hash()));
         state
             .store
             .set_meta("scanned_height", i64::from(next))

@@ -338,6 +338,9 @@ fn revoked_commitment_is_swept_by_the_penalty_also_after_restart() {
     let a_change = open_channel(&chain, &a, &b);
     a.cli(&["pay", &b.id, "100000000"]);
     a.cli(&["pay", &b.id, "50000000"]);
+    // Without the test-only flag the control method does not cheat.
+    let err = b.try_cli(&["dev-broadcast-revoked", &a.id]).unwrap_err();
+    assert!(err.contains("cheating is disabled"), "{err}");
     // B is down when A cheats; it must still catch it when it comes back.
     b.kill9();
     let cheat = a.cli(&["dev-broadcast-revoked", &b.id]);
@@ -385,4 +388,89 @@ fn revoked_commitment_is_swept_by_the_penalty_also_after_restart() {
     chain.mine(10);
     std::thread::sleep(std::time::Duration::from_secs(1));
     assert_eq!(a.funds(), a_change);
+}
+
+#[test]
+fn unilateral_close_claims_the_delayed_output_and_an_htlc_with_r_on_chain() {
+    let chain = DevChainProc::start();
+    let a = NodeProc::start(&chain, false);
+    let mut b = NodeProc::start(&chain, false);
+    let a_change = open_channel(&chain, &a, &b);
+    a.cli(&["pay", &b.id, "100000000"]);
+    let r = [4u8; 32];
+    let expiry = chain.height() + 50;
+    a.cli(&[
+        "newhtlc",
+        &b.id,
+        "60000000",
+        &r_hash(&r),
+        &expiry.to_string(),
+    ]);
+    let cb = b.channel();
+    let b_msat = msat(&cb, "our_msat");
+    let a_msat = msat(&cb, "their_msat");
+    let anchor = cb["anchor_txid"].as_str().unwrap().to_owned();
+
+    let err = b.try_cli(&["close", &a.id, "now"]).unwrap_err();
+    assert!(err.contains("force"), "{err}");
+    // B closes alone, then learns... it knew R all along: it claims the HTLC on chain with R.
+    let closed = b.cli(&["close", &a.id, "force"]);
+    assert_eq!(closed["state"], "on_chain", "{closed}");
+    chain.mine(1);
+    b.cli(&["fulfillhtlc", &a.id, &hex::encode(r)]);
+    wait_for("A sees the commitment", 60, || {
+        (a.channel_state() == "on_chain").then_some(())
+    });
+    // The queued claims survive a kill -9 while they wait for their delay.
+    b.kill9();
+    b.restart();
+
+    // B's own output and the HTLC wait for the delay (6 blocks); A's output is paid at once.
+    let fees = wait_for("every claim confirmed", 120, || {
+        chain.mine(1);
+        let fees = channel_fees(&chain, &[&a, &b], &anchor);
+        (a.funds() + b.funds() + fees == a_change + CAPACITY_SAT).then_some(fees)
+    });
+    let commitment_fee = COMMIT_FEE_SAT;
+    let sweep_fees = fees - commitment_fee;
+    assert!(sweep_fees < 3_000, "sweep fees {sweep_fees}");
+    // Each side got its balance to the satoshi, less only its own sweep fees; B got the HTLC.
+    let b_got = b.funds();
+    let a_got = a.funds() - a_change;
+    assert_eq!(
+        a_got + b_got + sweep_fees,
+        a_msat / 1000 + b_msat / 1000 + 60_000
+    );
+    assert!(b_got > b_msat / 1000 + 60_000 - 2_000, "B got {b_got}");
+    assert!(b_got < b_msat / 1000 + 60_000, "B got {b_got}");
+    assert!(
+        a_got > a_msat / 1000 - 1_000 && a_got <= a_msat / 1000,
+        "A got {a_got}"
+    );
+}
+
+#[test]
+fn a_reorganisation_is_rescanned() {
+    let chain = DevChainProc::start();
+    let a = NodeProc::start(&chain, false);
+    let addr = a.cli(&["newaddr"])["address"].as_str().unwrap().to_owned();
+    chain.send(&addr, 100_000);
+    chain.mine(1);
+    wait_for("first payment seen", 60, || {
+        (a.funds() == 100_000).then_some(())
+    });
+    // Replace the tip with a block at the same height that also holds a second payment:
+    // only a watcher that notices the reorganisation scans that height again.
+    let tip = chain.call("getbestblockhash", serde_json::json!([]));
+    chain.call("invalidateblock", serde_json::json!([tip]));
+    let second = chain.send(&addr, 50_000);
+    chain.mine(1);
+    wait_for("second payment seen after the reorganisation", 60, || {
+        let funds = a.cli(&["listfunds"]);
+        funds["outputs"]
+            .as_array()?
+            .iter()
+            .any(|o| o["txid"] == second.as_str() && o["amount_sat"] == 50_000)
+            .then_some(())
+    });
 }
