@@ -481,7 +481,11 @@ impl NodeState {
         amount: Amount,
     ) -> Result<(Transaction, u32), String> {
         let _guard = self.funding.lock().await;
-        let outputs = self.store.outputs(true).await.map_err(|e| e.to_string())?;
+        let outputs = self
+            .store
+            .spendable_outputs()
+            .await
+            .map_err(|e| e.to_string())?;
         let fee_rate = match self.chain.estimate_fee(6).await {
             Ok(Some(rate)) => rate,
             _ => FeeRate::from_sat_per_vb_u32(2),
@@ -569,7 +573,7 @@ impl NodeState {
         }
         let funds: u64 = self
             .store
-            .outputs(true)
+            .spendable_outputs()
             .await
             .map_err(|e| e.to_string())?
             .iter()
@@ -577,7 +581,7 @@ impl NodeState {
             .sum();
         if funds < amount_sat {
             return Err(format!(
-                "insufficient funds: {amount_sat} sat asked, {funds} sat confirmed in the wallet"
+                "insufficient funds: {amount_sat} sat asked, {funds} sat spendable in the wallet (confirmed; coinbase outputs after 100 blocks)"
             ));
         }
         let slot = self
@@ -884,6 +888,11 @@ impl NodeState {
         let tip = self.store.meta("scanned_height").await?;
         let outputs: Vec<OutputRow> = self.store.outputs(true).await?;
         let total: u64 = outputs.iter().map(|o| o.amount_sat).sum();
+        let spendable: u64 = outputs
+            .iter()
+            .filter(|o| o.spendable(tip))
+            .map(|o| o.amount_sat)
+            .sum();
         let list: Vec<Value> = outputs
             .iter()
             .map(|o| {
@@ -891,11 +900,12 @@ impl NodeState {
                     "txid": o.outpoint.txid.to_string(),
                     "vout": o.outpoint.vout,
                     "amount_sat": o.amount_sat,
-                    "confirmations": (tip - i64::from(o.height) + 1).max(0),
+                    "confirmations": o.confirmations(tip),
+                    "spendable": o.spendable(tip),
                 })
             })
             .collect();
-        Ok(json!({ "outputs": list, "total_sat": total }))
+        Ok(json!({ "outputs": list, "total_sat": total, "spendable_sat": spendable }))
     }
 
     /// Rebuilds the script map from the counters, so every key the node handed out is watched.

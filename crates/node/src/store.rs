@@ -41,6 +41,23 @@ pub(crate) struct OutputRow {
     pub branch: u32,
     pub index: u32,
     pub height: u32,
+    /// Paid by a coinbase: spendable only at [`COINBASE_MATURITY`] confirmations.
+    pub coinbase: bool,
+}
+
+/// Confirmations a coinbase output needs before consensus lets it be spent.
+pub(crate) const COINBASE_MATURITY: i64 = 100;
+
+impl OutputRow {
+    /// Confirmations at scanned height `tip`.
+    pub(crate) fn confirmations(&self, tip: i64) -> i64 {
+        (tip - i64::from(self.height) + 1).max(0)
+    }
+
+    /// Whether a transaction spending it can enter the block after `tip`.
+    pub(crate) fn spendable(&self, tip: i64) -> bool {
+        !self.coinbase || self.confirmations(tip) >= COINBASE_MATURITY
+    }
 }
 
 /// A transaction waiting to be broadcast (or to confirm).
@@ -64,7 +81,7 @@ CREATE TABLE IF NOT EXISTS channels (
 CREATE TABLE IF NOT EXISTS outputs (
     txid TEXT NOT NULL, vout INTEGER NOT NULL, amount_sat INTEGER NOT NULL,
     branch INTEGER NOT NULL, idx INTEGER NOT NULL, height INTEGER NOT NULL,
-    spent_by TEXT, PRIMARY KEY (txid, vout)
+    coinbase INTEGER NOT NULL DEFAULT 0, spent_by TEXT, PRIMARY KEY (txid, vout)
 );
 CREATE TABLE IF NOT EXISTS broadcasts (
     txid TEXT PRIMARY KEY, channel_id INTEGER NOT NULL, tx TEXT NOT NULL,
@@ -217,13 +234,14 @@ impl Store {
     }
 
     pub(crate) async fn add_output(&self, o: &OutputRow) -> Result<(), StoreError> {
-        sqlx::query("INSERT INTO outputs (txid, vout, amount_sat, branch, idx, height) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(txid, vout) DO UPDATE SET height = excluded.height")
+        sqlx::query("INSERT INTO outputs (txid, vout, amount_sat, branch, idx, height, coinbase) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(txid, vout) DO UPDATE SET height = excluded.height")
             .bind(o.outpoint.txid.to_string())
             .bind(o.outpoint.vout)
             .bind(i64::try_from(o.amount_sat).unwrap_or(i64::MAX))
             .bind(o.branch)
             .bind(o.index)
             .bind(o.height)
+            .bind(o.coinbase)
             .execute(&self.pool)
             .await?;
         Ok(())
@@ -248,11 +266,19 @@ impl Store {
         Ok(())
     }
 
+    /// Unspent outputs a transaction may spend now (immature coinbases left out).
+    pub(crate) async fn spendable_outputs(&self) -> Result<Vec<OutputRow>, StoreError> {
+        let tip = self.meta("scanned_height").await?;
+        let mut outputs = self.outputs(true).await?;
+        outputs.retain(|o| o.spendable(tip));
+        Ok(outputs)
+    }
+
     pub(crate) async fn outputs(&self, unspent_only: bool) -> Result<Vec<OutputRow>, StoreError> {
         let sql = if unspent_only {
-            "SELECT txid, vout, amount_sat, branch, idx, height FROM outputs WHERE spent_by IS NULL ORDER BY height, txid, vout"
+            "SELECT txid, vout, amount_sat, branch, idx, height, coinbase FROM outputs WHERE spent_by IS NULL ORDER BY height, txid, vout"
         } else {
-            "SELECT txid, vout, amount_sat, branch, idx, height FROM outputs ORDER BY height, txid, vout"
+            "SELECT txid, vout, amount_sat, branch, idx, height, coinbase FROM outputs ORDER BY height, txid, vout"
         };
         let rows = sqlx::query(sql).fetch_all(&self.pool).await?;
         Ok(rows
@@ -268,6 +294,7 @@ impl Store {
                     branch: r.get(3),
                     index: r.get(4),
                     height: r.get(5),
+                    coinbase: r.get(6),
                 })
             })
             .collect())

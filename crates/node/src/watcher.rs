@@ -163,6 +163,7 @@ async fn scan_block(state: &NodeState, height: u32, block: &Block) -> Result<(),
                     branch: path.branch,
                     index: path.index,
                     height,
+                    coinbase: tx.is_coinbase(),
                 };
                 state
                     .store

@@ -474,3 +474,40 @@ fn a_reorganisation_is_rescanned() {
             .then_some(())
     });
 }
+
+#[test]
+fn a_mined_coinbase_funds_a_channel_only_once_mature() {
+    let chain = DevChainProc::start();
+    let a = NodeProc::start(&chain, false);
+    let b = NodeProc::start(&chain, false);
+    let addr = a.cli(&["newaddr"])["address"].as_str().unwrap().to_owned();
+    chain.call("generatetoaddress", serde_json::json!([1, addr]));
+    let funds = wait_for("coinbase output seen", 60, || {
+        let f = a.cli(&["listfunds"]);
+        (f["outputs"].as_array()?.len() == 1).then_some(f)
+    });
+    let reward = funds["total_sat"].as_u64().unwrap();
+    assert!(reward > 0, "{funds}");
+    assert_eq!(
+        funds["spendable_sat"], 0,
+        "an immature coinbase is not spendable: {funds}"
+    );
+    assert_eq!(funds["outputs"][0]["spendable"], false, "{funds}");
+
+    let b_id = b.cli(&["getinfo"])["node_id"].as_str().unwrap().to_owned();
+    a.cli(&["connect", &b.listen]);
+    let err = a
+        .try_cli(&["open", &b_id, "100000"])
+        .expect_err("an immature coinbase cannot fund an anchor");
+    assert!(err.contains("insufficient funds"), "{err}");
+    assert_eq!(a.channel(), Value::Null, "a refused open leaves no channel");
+
+    // The 100th confirmation makes it spendable in the next block.
+    chain.mine(99);
+    let funds = wait_for("coinbase mature", 60, || {
+        let f = a.cli(&["listfunds"]);
+        (f["spendable_sat"].as_u64()? == reward).then_some(f)
+    });
+    assert_eq!(funds["outputs"][0]["confirmations"], 100, "{funds}");
+    assert_eq!(funds["outputs"][0]["spendable"], true, "{funds}");
+}
