@@ -120,9 +120,10 @@ impl Engine {
         &self.wallet
     }
 
-    /// Publishes a stream notification and refreshes the cached round.
+    /// Publishes a stream notification and drops the cached round, so the
+    /// refetch that follows sees the change.
     pub async fn notify(&self) {
-        let _ = self.rounds.refresh(&self.store).await;
+        self.rounds.invalidate();
         self.hub.publish();
     }
 
