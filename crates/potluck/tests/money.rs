@@ -1174,3 +1174,91 @@ async fn pause_holds_the_round_and_resume_moves_it_on() {
     rig.conservation(&[&t]).await;
     rig.finish().await;
 }
+
+/// SIGKILL between writing a withdrawal and broadcasting it (and between
+/// broadcasting and marking it): after the restart it is broadcast exactly
+/// once and the books balance.
+async fn crash_in_withdrawal(step: &str) {
+    let mut rig = Rig::new(Db::Sqlite).await;
+    let t = rig.s().user("quinn", "10.0.10.1").await;
+    rig.faucet(&t, 100_000).await;
+    let start_height = rig.rpc.get_block_count().await.unwrap();
+    let spent = {
+        let txs = rig
+            .s()
+            .get("/users/me/transactions", &[("authorization", &auth(&t))])
+            .await
+            .json();
+        let d = &txs["transactions"][0];
+        let tx = rig
+            .rpc
+            .get_raw_transaction(&Txid::from_str(d["txid"].as_str().unwrap()).unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        let me = rig.me(&t).await["address"].as_str().unwrap().to_string();
+        let script = Address::from_str(&me)
+            .unwrap()
+            .assume_checked()
+            .script_pubkey();
+        let vout = tx
+            .output
+            .iter()
+            .position(|o| o.script_pubkey == script)
+            .unwrap();
+        bitcoin::OutPoint {
+            txid: tx.compute_txid(),
+            vout: vout as u32,
+        }
+    };
+    rig.server.take().unwrap().stop().await;
+    rig.start(&[("POTLUCK_TEST_CRASH_AT", step)]).await;
+    let addr = rig.s().addr;
+    let header = auth(&t);
+    let _ = tokio::spawn(async move {
+        support::request(
+            addr,
+            "POST",
+            "/users/me/withdrawals",
+            &[("authorization", header.as_str())],
+            Some(json!({"address": "bcrt1qs758ursh4q9z627kt3pp5yysm78ddny6txaqgw", "amount_sats": 40_000}).to_string().into_bytes()),
+        )
+        .await
+    })
+    .await;
+    let mut server = rig.server.take().unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(60), server.child.wait())
+        .await
+        .expect("the crash hook fired")
+        .unwrap();
+    assert!(!status.success());
+    rig.start(&[]).await;
+    let w = wait_for(Duration::from_secs(60), || async {
+        let txs = rig
+            .s()
+            .get("/users/me/transactions", &[("authorization", &auth(&t))])
+            .await
+            .json();
+        let w = txs["transactions"][0].clone();
+        (w["kind"] == "withdrawal" && w["status"] == "broadcast").then_some(w)
+    })
+    .await;
+    let spenders = spenders(&rig, start_height, &[spent]).await;
+    assert_eq!(spenders.len(), 1, "{spenders:?}");
+    assert_eq!(
+        spenders.into_iter().next().unwrap().to_string(),
+        w["txid"].as_str().unwrap()
+    );
+    rig.conservation(&[&t]).await;
+    rig.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_after_withdrawal_signed() {
+    crash_in_withdrawal("withdrawal_signed").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_after_withdrawal_broadcast() {
+    crash_in_withdrawal("withdrawal_broadcast").await;
+}
