@@ -1262,3 +1262,55 @@ async fn crash_after_withdrawal_signed() {
 async fn crash_after_withdrawal_broadcast() {
     crash_in_withdrawal("withdrawal_broadcast").await;
 }
+
+/// A deposit sent from outside is credited once it has the configured
+/// number of confirmations, not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deposits_count_at_the_configured_confirmations() {
+    let rig = Rig::new(Db::Sqlite).await;
+    let r = rig
+        .s()
+        .admin_put("/admin/config", json!({"deposit_confirmations": 3}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let t = rig.s().user("rosa", "10.0.11.1").await;
+    let address = rig.me(&t).await["address"].as_str().unwrap().to_string();
+    let txid: String = rig
+        .rpc
+        .call("sendtoaddress", json!([address, 0.0025]))
+        .await
+        .unwrap();
+    rig.mine(1).await;
+    let d = deposit_status(&rig, &t, &txid, "confirming", 1).await;
+    assert_eq!(d["confirmations"], 1);
+    assert_eq!(d["amount_sats"], 250_000);
+    assert_eq!(rig.me(&t).await["balance_sats"], 0);
+    rig.mine(1).await;
+    deposit_status(&rig, &t, &txid, "confirming", 2).await;
+    assert_eq!(rig.me(&t).await["balance_sats"], 0);
+    rig.mine(1).await;
+    deposit_status(&rig, &t, &txid, "credited", 3).await;
+    assert_eq!(rig.me(&t).await["balance_sats"], 250_000);
+    rig.conservation(&[&t]).await;
+    rig.finish().await;
+}
+
+async fn deposit_status(
+    rig: &Rig,
+    token: &str,
+    txid: &str,
+    want: &str,
+    confirmations: i64,
+) -> Value {
+    wait_for(Duration::from_secs(30), || async {
+        let txs = rig
+            .s()
+            .get("/users/me/transactions", &[("authorization", &auth(token))])
+            .await
+            .json();
+        let d = txs["transactions"][0].clone();
+        (d["txid"] == txid && d["status"] == want && d["confirmations"] == confirmations)
+            .then_some(d)
+    })
+    .await
+}
