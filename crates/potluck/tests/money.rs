@@ -440,6 +440,26 @@ async fn three_users_round(db: Db) {
         assert_eq!(last["bet_sats"], amounts[i]);
         assert_eq!(last["won_sats"], if i == wi { won } else { 0 });
     }
+    let page = rig.s().get("/rounds?limit=1", &[]).await.json();
+    assert_eq!(page["rounds"].as_array().unwrap().len(), 1);
+    let first = page["rounds"][0]["id"].as_i64().unwrap();
+    assert_eq!(page["next_before_id"], first);
+    let older = rig
+        .s()
+        .get(&format!("/rounds?limit=100&before_id={first}"), &[])
+        .await
+        .json();
+    assert!(older["rounds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["id"].as_i64().unwrap() < first));
+    assert!(older["rounds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["id"] == id));
+    assert!(older["next_before_id"].is_null());
     let list = rig.s().get("/rounds?limit=5", &[]).await.json();
     assert!(list["rounds"]
         .as_array()
