@@ -440,6 +440,26 @@ async fn three_users_round(db: Db) {
         assert_eq!(last["bet_sats"], amounts[i]);
         assert_eq!(last["won_sats"], if i == wi { won } else { 0 });
     }
+    let page = rig.s().get("/rounds?limit=1", &[]).await.json();
+    assert_eq!(page["rounds"].as_array().unwrap().len(), 1);
+    let first = page["rounds"][0]["id"].as_i64().unwrap();
+    assert_eq!(page["next_before_id"], first);
+    let older = rig
+        .s()
+        .get(&format!("/rounds?limit=100&before_id={first}"), &[])
+        .await
+        .json();
+    assert!(older["rounds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["id"].as_i64().unwrap() < first));
+    assert!(older["rounds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["id"] == id));
+    assert!(older["next_before_id"].is_null());
     let list = rig.s().get("/rounds?limit=5", &[]).await.json();
     assert!(list["rounds"]
         .as_array()
@@ -1173,4 +1193,144 @@ async fn pause_holds_the_round_and_resume_moves_it_on() {
     assert_eq!(r["payout"]["commission_sats"], 0, "single player refund");
     rig.conservation(&[&t]).await;
     rig.finish().await;
+}
+
+/// SIGKILL between writing a withdrawal and broadcasting it (and between
+/// broadcasting and marking it): after the restart it is broadcast exactly
+/// once and the books balance.
+async fn crash_in_withdrawal(step: &str) {
+    let mut rig = Rig::new(Db::Sqlite).await;
+    let t = rig.s().user("quinn", "10.0.10.1").await;
+    rig.faucet(&t, 100_000).await;
+    let start_height = rig.rpc.get_block_count().await.unwrap();
+    let spent = {
+        let txs = rig
+            .s()
+            .get("/users/me/transactions", &[("authorization", &auth(&t))])
+            .await
+            .json();
+        let d = &txs["transactions"][0];
+        let tx = rig
+            .rpc
+            .get_raw_transaction(&Txid::from_str(d["txid"].as_str().unwrap()).unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        let me = rig.me(&t).await["address"].as_str().unwrap().to_string();
+        let script = Address::from_str(&me)
+            .unwrap()
+            .assume_checked()
+            .script_pubkey();
+        let vout = tx
+            .output
+            .iter()
+            .position(|o| o.script_pubkey == script)
+            .unwrap();
+        bitcoin::OutPoint {
+            txid: tx.compute_txid(),
+            vout: vout as u32,
+        }
+    };
+    rig.server.take().unwrap().stop().await;
+    rig.start(&[("POTLUCK_TEST_CRASH_AT", step)]).await;
+    let addr = rig.s().addr;
+    let header = auth(&t);
+    let _ = tokio::spawn(async move {
+        support::request(
+            addr,
+            "POST",
+            "/users/me/withdrawals",
+            &[("authorization", header.as_str())],
+            Some(json!({"address": "bcrt1qs758ursh4q9z627kt3pp5yysm78ddny6txaqgw", "amount_sats": 40_000}).to_string().into_bytes()),
+        )
+        .await
+    })
+    .await;
+    let mut server = rig.server.take().unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(60), server.child.wait())
+        .await
+        .expect("the crash hook fired")
+        .unwrap();
+    assert!(!status.success());
+    rig.start(&[]).await;
+    let w = wait_for(Duration::from_secs(60), || async {
+        let txs = rig
+            .s()
+            .get("/users/me/transactions", &[("authorization", &auth(&t))])
+            .await
+            .json();
+        let w = txs["transactions"][0].clone();
+        (w["kind"] == "withdrawal" && w["status"] == "broadcast").then_some(w)
+    })
+    .await;
+    let spenders = spenders(&rig, start_height, &[spent]).await;
+    assert_eq!(spenders.len(), 1, "{spenders:?}");
+    assert_eq!(
+        spenders.into_iter().next().unwrap().to_string(),
+        w["txid"].as_str().unwrap()
+    );
+    rig.conservation(&[&t]).await;
+    rig.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_after_withdrawal_signed() {
+    crash_in_withdrawal("withdrawal_signed").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_after_withdrawal_broadcast() {
+    crash_in_withdrawal("withdrawal_broadcast").await;
+}
+
+/// A deposit sent from outside is credited once it has the configured
+/// number of confirmations, not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deposits_count_at_the_configured_confirmations() {
+    let rig = Rig::new(Db::Sqlite).await;
+    let r = rig
+        .s()
+        .admin_put("/admin/config", json!({"deposit_confirmations": 3}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let t = rig.s().user("rosa", "10.0.11.1").await;
+    let address = rig.me(&t).await["address"].as_str().unwrap().to_string();
+    let txid: String = rig
+        .rpc
+        .call("sendtoaddress", json!([address, 0.0025]))
+        .await
+        .unwrap();
+    rig.mine(1).await;
+    let d = deposit_status(&rig, &t, &txid, "confirming", 1).await;
+    assert_eq!(d["confirmations"], 1);
+    assert_eq!(d["amount_sats"], 250_000);
+    assert_eq!(rig.me(&t).await["balance_sats"], 0);
+    rig.mine(1).await;
+    deposit_status(&rig, &t, &txid, "confirming", 2).await;
+    assert_eq!(rig.me(&t).await["balance_sats"], 0);
+    rig.mine(1).await;
+    deposit_status(&rig, &t, &txid, "credited", 3).await;
+    assert_eq!(rig.me(&t).await["balance_sats"], 250_000);
+    rig.conservation(&[&t]).await;
+    rig.finish().await;
+}
+
+async fn deposit_status(
+    rig: &Rig,
+    token: &str,
+    txid: &str,
+    want: &str,
+    confirmations: i64,
+) -> Value {
+    wait_for(Duration::from_secs(30), || async {
+        let txs = rig
+            .s()
+            .get("/users/me/transactions", &[("authorization", &auth(token))])
+            .await
+            .json();
+        let d = txs["transactions"][0].clone();
+        (d["txid"] == txid && d["status"] == want && d["confirmations"] == confirmations)
+            .then_some(d)
+    })
+    .await
 }

@@ -55,6 +55,13 @@ impl CurrentRound {
         self.refresh(store).await
     }
 
+    /// Drops the cached snapshot, so the next read loads a fresh one. Cheaper
+    /// than [`CurrentRound::refresh`] on hot write paths (each bet), where
+    /// rendering a round with many bets on every write would cost O(bets).
+    pub fn invalidate(&self) {
+        *self.cached.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
     /// Re-reads the snapshot now (after a write by this process).
     ///
     /// # Errors

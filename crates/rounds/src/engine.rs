@@ -120,9 +120,10 @@ impl Engine {
         &self.wallet
     }
 
-    /// Publishes a stream notification and refreshes the cached round.
+    /// Publishes a stream notification and drops the cached round, so the
+    /// refetch that follows sees the change.
     pub async fn notify(&self) {
-        let _ = self.rounds.refresh(&self.store).await;
+        self.rounds.invalidate();
         self.hub.publish();
     }
 
@@ -324,7 +325,11 @@ impl Engine {
     ) -> Result<bool, EngineError> {
         match round.status.as_str() {
             "open" if now >= round.closes_at => {
-                let tip = self.store.synced_tip().await?.map_or(0, |t| t.0);
+                // The chain's own tip, not only what the watcher processed:
+                // the draw block must not exist yet when the bets are fixed,
+                // or a last-second bettor could grind against its hash.
+                let synced = self.store.synced_tip().await?.map_or(0, |t| t.0);
+                let tip = synced.max(i64::from(self.chain.tip().await?.height));
                 let moved = self
                     .store
                     .close_round(round.id, tip, |bets| {

@@ -286,16 +286,32 @@ fn sum(expr: &str) -> String {
 
 type Tx<'a> = Transaction<'a, Any>;
 
+/// `$first, $first+1, …` for `n` parameters.
+fn placeholders(first: usize, n: usize) -> String {
+    (first..first + n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Rows per batched statement (well below both backends' parameter limits).
+const BATCH: usize = 500;
+
 async fn take_outputs(tx: &mut Tx<'_>, inputs: &[i64], txid: &str) -> Result<(), LedgerError> {
-    for id in inputs {
-        let done =
-            sqlx::query("UPDATE outputs SET spent_txid = $1 WHERE id = $2 AND spent_txid IS NULL")
-                .bind(txid)
-                .bind(id)
-                .execute(&mut **tx)
-                .await?;
-        if done.rows_affected() != 1 {
-            return Err(LedgerError::OutputTaken(*id));
+    // Batched, but the guard is the same: every row must still be unspent,
+    // or the whole step rolls back.
+    for chunk in inputs.chunks(BATCH) {
+        let sql = format!(
+            "UPDATE outputs SET spent_txid = $1 WHERE spent_txid IS NULL AND id IN ({})",
+            placeholders(2, chunk.len())
+        );
+        let mut q = sqlx::query(&sql).bind(txid);
+        for id in chunk {
+            q = q.bind(id);
+        }
+        let done = q.execute(&mut **tx).await?;
+        if done.rows_affected() != chunk.len() as u64 {
+            return Err(LedgerError::OutputTaken(chunk[0]));
         }
     }
     Ok(())
@@ -476,36 +492,54 @@ impl Store {
             return Ok((0, 0));
         }
         let mut confirmed = 0;
-        for txid in ours {
-            sqlx::query("UPDATE outputs SET block_height = $1 WHERE txid = $2")
-                .bind(height)
-                .bind(txid)
-                .execute(&mut *tx)
-                .await?;
-            confirmed += sqlx::query(
+        for chunk in ours.chunks(BATCH) {
+            let list = placeholders(2, chunk.len());
+            let sql = format!("UPDATE outputs SET block_height = $1 WHERE txid IN ({list})");
+            let mut q = sqlx::query(&sql).bind(height);
+            for t in chunk {
+                q = q.bind(t);
+            }
+            q.execute(&mut *tx).await?;
+            let sql = format!(
                 "UPDATE transfers SET block_height = $1, \
                  status = CASE WHEN status IN ('signed', 'broadcast_failed') THEN 'broadcast' ELSE status END \
-                 WHERE txid = $2 AND kind <> 'deposit'",
-            )
-            .bind(height)
-            .bind(txid)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
+                 WHERE kind <> 'deposit' AND txid IN ({list})"
+            );
+            let mut q = sqlx::query(&sql).bind(height);
+            for t in chunk {
+                q = q.bind(t);
+            }
+            confirmed += q.execute(&mut *tx).await?.rows_affected();
+        }
+        // Outputs to users' addresses that we recorded ourselves (change,
+        // payouts) are not deposits; any other one (also one of our
+        // withdrawals paying another user) is.
+        let mut known = std::collections::HashSet::new();
+        let txids: Vec<&String> = {
+            let mut v: Vec<&String> = deposits.iter().map(|d| &d.0).collect();
+            v.sort();
+            v.dedup();
+            v
+        };
+        for chunk in txids.chunks(BATCH) {
+            let sql = format!(
+                "SELECT txid, vout FROM outputs WHERE origin <> 'deposit' AND txid IN ({})",
+                placeholders(1, chunk.len())
+            );
+            let mut q = sqlx::query(&sql);
+            for t in chunk {
+                q = q.bind(*t);
+            }
+            for r in q.fetch_all(&mut *tx).await? {
+                known.insert((
+                    r.try_get::<String, _>("txid")?,
+                    r.try_get::<i64, _>("vout")?,
+                ));
+            }
         }
         let mut new_deposits = 0;
         for (txid, vout, amount, user_id) in deposits {
-            // Our own change, payout and pot outputs are already recorded;
-            // any other output to a user's address (also one of our
-            // withdrawals paying another user) is a deposit.
-            let own: Option<i64> = sqlx::query_scalar(
-                "SELECT id FROM outputs WHERE txid = $1 AND vout = $2 AND origin <> 'deposit'",
-            )
-            .bind(txid)
-            .bind(vout)
-            .fetch_optional(&mut *tx)
-            .await?;
-            if own.is_some() {
+            if known.contains(&(txid.clone(), *vout)) {
                 continue;
             }
             sqlx::query(

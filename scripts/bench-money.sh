@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Figures of docs/benchmarks.md "Rounds service part 2 (issue 6)": bets per
+# second accepted end to end over HTTP (each builds, signs, records and
+# broadcasts a transaction) on SQLite and PostgreSQL, against the same
+# build+sign+broadcast without HTTP and database measured in the same run,
+# and the time from a mined draw block to a broadcast payout of a round with
+# BETS bets. Needs PostgreSQL at $PG (a fresh database is created and dropped).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BETS=${BETS:-1000}
+CLIENTS=${CLIENTS:-8}
+PG=${PG:-postgres://postgres@127.0.0.1:5432}
+cargo build --release -p potluck-rounds --example money_bench >/dev/null
+EX=target/release/examples/money_bench
+echo "== SQLite"
+POTLUCK_LOG=warn $EX sqlite "$BETS" "$CLIENTS"
+DB=potluck_money_bench_$$
+psql "$PG/postgres" -qc "CREATE DATABASE $DB" >/dev/null
+trap 'psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null' EXIT
+echo "== PostgreSQL"
+POTLUCK_LOG=warn $EX "$PG/$DB" "$BETS" "$CLIENTS"
