@@ -1334,3 +1334,50 @@ async fn deposit_status(
     })
     .await
 }
+
+/// A block mined to a user's address pays a coinbase, which consensus lets
+/// nobody spend before its 100th confirmation: it is credited then, not at
+/// the configured deposit confirmations, and a bet from it is accepted by
+/// the chain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coinbase_deposit_is_credited_once_mature() {
+    let rig = Rig::new(Db::Sqlite).await;
+    let t = rig.s().user("miner", "10.0.12.1").await;
+    let address = rig.me(&t).await["address"].as_str().unwrap().to_string();
+    let a = Address::from_str(&address)
+        .unwrap()
+        .require_network(Network::Regtest)
+        .unwrap();
+    let hashes = rig.rpc.generate_to_address(1, &a).await.unwrap();
+    let block: Value = rig
+        .rpc
+        .call("getblock", json!([hashes[0].to_string(), 1]))
+        .await
+        .unwrap();
+    let coinbase = block["tx"][0].as_str().unwrap().to_string();
+    let d = deposit_status(&rig, &t, &coinbase, "confirming", 1).await;
+    let reward = d["amount_sats"].as_i64().unwrap();
+    assert!(reward > 0, "{d}");
+    assert_eq!(rig.me(&t).await["balance_sats"], 0);
+    let r = rig.bet(&t, 10_000).await;
+    assert_eq!(r.code(), "insufficient_funds", "{}", r.text());
+
+    rig.mine(98).await;
+    deposit_status(&rig, &t, &coinbase, "confirming", 99).await;
+    assert_eq!(rig.me(&t).await["balance_sats"], 0);
+    rig.mine(1).await;
+    deposit_status(&rig, &t, &coinbase, "credited", 100).await;
+    assert_eq!(rig.me(&t).await["balance_sats"], reward);
+
+    rig.fresh_round().await;
+    let r = rig.bet(&t, 10_000).await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    let txid = Txid::from_str(r.json()["txid"].as_str().unwrap()).unwrap();
+    let entry: Result<Value, _> = rig.rpc.call("getmempoolentry", json!([txid])).await;
+    assert!(
+        entry.is_ok(),
+        "the chain accepted the bet spending the mature coinbase: {entry:?}"
+    );
+    rig.conservation(&[&t]).await;
+    rig.finish().await;
+}

@@ -16,7 +16,7 @@ use wallet::Wallet;
 
 use crate::current::CurrentRound;
 use crate::draw::{self, DrawBet};
-use crate::ledger::{DrawColumns, LedgerError, TransferRow};
+use crate::ledger::{Deposit, DrawColumns, LedgerError, TransferRow};
 use crate::store::{unix_now, RoundRow, Store, StoreError};
 use crate::stream::StreamHub;
 
@@ -224,12 +224,13 @@ impl Engine {
                     }
                     for (vout, o) in tx.output.iter().enumerate() {
                         if let Some(user) = scripts.get(&o.script_pubkey) {
-                            deposits.push((
-                                txid.clone(),
-                                vout as i64,
-                                o.value.to_sat() as i64,
-                                *user,
-                            ));
+                            deposits.push(Deposit {
+                                txid: txid.clone(),
+                                vout: vout as i64,
+                                amount_sats: o.value.to_sat() as i64,
+                                user_id: *user,
+                                coinbase: tx.is_coinbase(),
+                            });
                         }
                     }
                 }

@@ -34,6 +34,24 @@ pub struct OutputRow {
     pub block_height: Option<i64>,
 }
 
+/// Confirmations a coinbase output needs before consensus lets it be spent.
+pub const COINBASE_MATURITY: i64 = 100;
+
+/// An output paying a user's address, found in a block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deposit {
+    /// Txid (display hex).
+    pub txid: String,
+    /// Output index.
+    pub vout: i64,
+    /// Value.
+    pub amount_sats: i64,
+    /// The user whose address it pays.
+    pub user_id: i64,
+    /// Paid by a coinbase: credited no earlier than [`COINBASE_MATURITY`] confirmations.
+    pub coinbase: bool,
+}
+
 /// A transfer as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransferRow {
@@ -65,6 +83,8 @@ pub struct TransferRow {
     pub block_height: Option<i64>,
     /// Unix seconds.
     pub created_at: i64,
+    /// Deposits: confirmations consensus requires before it can be spent (coinbase: 100).
+    pub min_confirmations: i64,
 }
 
 /// A new transaction of ours, written before it is broadcast.
@@ -220,7 +240,7 @@ pub struct UnspentView {
 const OUTPUT_COLS: &str = "id, txid, vout, amount_sats, user_id, round_id, origin, block_height";
 const TRANSFER_COLS: &str =
     "id, kind, user_id, round_id, txid, vout, raw_tx, amount_sats, fee_sats, \
-     commission_sats, address, status, block_height, created_at";
+     commission_sats, address, status, block_height, created_at, min_confirmations";
 const ROUND_COLS: &str =
     "id, status, opened_at, closes_at, pot_sats, bettors, tip_height_at_close, \
      bets_commitment, block_height, block_hash, seed, ticket, winner_bet_id";
@@ -254,6 +274,7 @@ fn transfer_from_row(r: &AnyRow) -> Result<TransferRow, sqlx::Error> {
         status: r.try_get("status")?,
         block_height: r.try_get("block_height")?,
         created_at: r.try_get("created_at")?,
+        min_confirmations: r.try_get("min_confirmations")?,
     })
 }
 
@@ -466,7 +487,7 @@ impl Store {
     }
 
     /// Processes one block: confirms our transactions in `ours` (txids in the
-    /// block we know), records `deposits` `(txid, vout, amount, user_id)`, and
+    /// block we know), records `deposits`, and
     /// remembers the block. Idempotent. Returns (deposits new, confirmations).
     ///
     /// # Errors
@@ -476,7 +497,7 @@ impl Store {
         height: i64,
         hash: &str,
         ours: &[String],
-        deposits: &[(String, i64, i64, i64)],
+        deposits: &[Deposit],
     ) -> Result<(u64, u64), StoreError> {
         let mut tx = self.pool().begin().await?;
         let inserted = sqlx::query(
@@ -516,7 +537,7 @@ impl Store {
         // withdrawals paying another user) is.
         let mut known = std::collections::HashSet::new();
         let txids: Vec<&String> = {
-            let mut v: Vec<&String> = deposits.iter().map(|d| &d.0).collect();
+            let mut v: Vec<&String> = deposits.iter().map(|d| &d.txid).collect();
             v.sort();
             v.dedup();
             v
@@ -538,13 +559,15 @@ impl Store {
             }
         }
         let mut new_deposits = 0;
-        for (txid, vout, amount, user_id) in deposits {
+        for d in deposits {
+            let (txid, vout, amount, user_id) = (&d.txid, &d.vout, &d.amount_sats, &d.user_id);
+            let min_confirmations = if d.coinbase { COINBASE_MATURITY } else { 0 };
             if known.contains(&(txid.clone(), *vout)) {
                 continue;
             }
             sqlx::query(
-                "INSERT INTO outputs (txid, vout, amount_sats, user_id, origin, block_height) \
-                 VALUES ($1, $2, $3, $4, 'deposit', $5) \
+                "INSERT INTO outputs (txid, vout, amount_sats, user_id, origin, block_height, min_confirmations) \
+                 VALUES ($1, $2, $3, $4, 'deposit', $5, $6) \
                  ON CONFLICT (txid, vout) DO UPDATE SET block_height = $5",
             )
             .bind(txid)
@@ -552,6 +575,7 @@ impl Store {
             .bind(amount)
             .bind(user_id)
             .bind(height)
+            .bind(min_confirmations)
             .execute(&mut *tx)
             .await?;
             let existing: Option<i64> = sqlx::query_scalar(
@@ -571,8 +595,8 @@ impl Store {
                 }
                 None => {
                     sqlx::query(
-                        "INSERT INTO transfers (kind, user_id, txid, vout, amount_sats, status, block_height, created_at) \
-                         VALUES ('deposit', $1, $2, $3, $4, 'seen', $5, $6)",
+                        "INSERT INTO transfers (kind, user_id, txid, vout, amount_sats, status, block_height, created_at, min_confirmations) \
+                         VALUES ('deposit', $1, $2, $3, $4, 'seen', $5, $6, $7)",
                     )
                     .bind(user_id)
                     .bind(txid)
@@ -580,6 +604,7 @@ impl Store {
                     .bind(amount)
                     .bind(height)
                     .bind(unix_now())
+                    .bind(min_confirmations)
                     .execute(&mut *tx)
                     .await?;
                     new_deposits += 1;
@@ -602,7 +627,7 @@ impl Store {
         let tip = self.synced_tip().await?.map_or(0, |t| t.0);
         let row = sqlx::query(&format!(
             "SELECT {} AS balance, {} AS change_sats FROM outputs WHERE user_id = $1 AND spent_txid IS NULL",
-            sum("CASE WHEN block_height IS NOT NULL AND (origin <> 'deposit' OR $2 - block_height + 1 >= $3) THEN amount_sats ELSE 0 END"),
+            sum("CASE WHEN block_height IS NOT NULL AND (origin <> 'deposit' OR ($2 - block_height + 1 >= $3 AND $2 - block_height + 1 >= min_confirmations)) THEN amount_sats ELSE 0 END"),
             sum("CASE WHEN block_height IS NULL AND origin = 'change' THEN amount_sats ELSE 0 END"),
         ))
         .bind(user_id)
@@ -634,7 +659,7 @@ impl Store {
         let tip = self.synced_tip().await?.map_or(0, |t| t.0);
         let rows = sqlx::query(&format!(
             "SELECT {OUTPUT_COLS} FROM outputs WHERE user_id = $1 AND spent_txid IS NULL \
-             AND block_height IS NOT NULL AND (origin <> 'deposit' OR $2 - block_height + 1 >= $3) \
+             AND block_height IS NOT NULL AND (origin <> 'deposit' OR ($2 - block_height + 1 >= $3 AND $2 - block_height + 1 >= min_confirmations)) \
              ORDER BY amount_sats DESC, id"
         ))
         .bind(user_id)

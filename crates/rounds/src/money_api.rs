@@ -489,7 +489,12 @@ async fn transactions(
             let status = if t.kind == "deposit" {
                 match t.block_height {
                     None => "unconfirmed",
-                    Some(_) if confirmations < config.deposit_confirmations => "confirming",
+                    Some(_)
+                        if confirmations
+                            < config.deposit_confirmations.max(t.min_confirmations) =>
+                    {
+                        "confirming"
+                    }
                     Some(_) => "credited",
                 }
             } else {

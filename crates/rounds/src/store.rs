@@ -90,6 +90,11 @@ const SQLITE_MIGRATIONS: &[Migration] = &[
         description: "money",
         sql: include_str!("../migrations/sqlite/0003_money.sql"),
     },
+    Migration {
+        version: 4,
+        description: "coinbase_maturity",
+        sql: include_str!("../migrations/sqlite/0004_coinbase_maturity.sql"),
+    },
 ];
 
 const POSTGRES_MIGRATIONS: &[Migration] = &[
@@ -107,6 +112,11 @@ const POSTGRES_MIGRATIONS: &[Migration] = &[
         version: 3,
         description: "money",
         sql: include_str!("../migrations/postgres/0003_money.sql"),
+    },
+    Migration {
+        version: 4,
+        description: "coinbase_maturity",
+        sql: include_str!("../migrations/postgres/0004_coinbase_maturity.sql"),
     },
 ];
 

@@ -434,6 +434,17 @@ mod money {
     }
 }
 
+/// The 100,000-sat deposit output `d…d:0` to `user_id`.
+fn deposit(user_id: i64) -> crate::ledger::Deposit {
+    crate::ledger::Deposit {
+        txid: "d".repeat(64),
+        vout: 0,
+        amount_sats: 100_000,
+        user_id,
+        coinbase: false,
+    }
+}
+
 /// A user with one credited 100,000-sat deposit at height 10.
 async fn funded(store: &Store) -> (i64, i64) {
     store.migrate().await.unwrap();
@@ -441,7 +452,7 @@ async fn funded(store: &Store) -> (i64, i64) {
     let u = store.create_user("payer", "h", addr).await.unwrap();
     store.record_start_block(9, "h9").await.unwrap();
     store
-        .connect_block(10, "h10", &[], &[("d".repeat(64), 0, 100_000, u.id)])
+        .connect_block(10, "h10", &[], &[deposit(u.id)])
         .await
         .unwrap();
     let outs = store.spendable_outputs(u.id, 1).await.unwrap();
@@ -591,12 +602,7 @@ async fn reorg_unwinds_deposits_and_confirmations(b: Backend) {
     assert_eq!(db.store.unconfirmed_broadcasts().await.unwrap().len(), 1);
     // Re-mined on the new branch: credited once, not twice.
     db.store
-        .connect_block(
-            10,
-            "n10",
-            &["8".repeat(64)],
-            &[("d".repeat(64), 0, 100_000, user)],
-        )
+        .connect_block(10, "n10", &["8".repeat(64)], &[deposit(user)])
         .await
         .unwrap();
     let totals = db.store.ledger_totals().await.unwrap();
