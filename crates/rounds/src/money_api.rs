@@ -205,50 +205,113 @@ async fn place_bet(
         .current_round()
         .await?
         .ok_or_else(|| ApiError::Internal("no round".into()))?;
-    let not_open = |status: &str| {
-        ApiError::domain(
-            StatusCode::CONFLICT,
-            "round_not_open",
-            "the round is not open for bets",
-            json!({"round_id": round.id, "status": status}),
-        )
-    };
     if round.status != "open" {
-        return Err(not_open(&round.status));
+        return Err(round_not_open(round.id, &round.status));
     }
     let me = state
         .store
         .user_by_id(user.id)
         .await?
         .ok_or(ApiError::SessionExpired)?;
+    let (_, pot_script) = spend::pot_key(state.engine.wallet(), round.id)
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let paid = pay_from_user(
+        &state,
+        &me,
+        &config,
+        &pot_script,
+        body.amount_sats,
+        Destination::Pot { round_id: round.id },
+    )
+    .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(BetPlaced {
+            bet_id: paid.bet_id.unwrap_or_default(),
+            round_id: round.id,
+            amount_sats: body.amount_sats,
+            fee_sats: paid.fee_sats,
+            txid: paid.txid,
+        }),
+    ))
+}
+
+/// Where a user's payment goes.
+#[derive(Debug, Clone, Copy)]
+enum Destination<'a> {
+    /// A bet: the round's pot address.
+    Pot {
+        /// The round, which must still be open when the intent is written.
+        round_id: i64,
+    },
+    /// A withdrawal to this address.
+    Address(&'a str),
+}
+
+/// A payment written and broadcast.
+struct Paid {
+    transfer_id: i64,
+    bet_id: Option<i64>,
+    fee_sats: i64,
+    txid: String,
+}
+
+/// Spends the user's confirmed outputs whole to `to`, change back, writes the
+/// intent before the broadcast (the crash-safety rule), then broadcasts it.
+/// An output taken by a concurrent request between selection and write makes
+/// it select again, a few times, then answer `funds_busy`.
+async fn pay_from_user(
+    state: &AppState,
+    me: &crate::store::UserRow,
+    config: &crate::store::ServiceConfig,
+    to: &bitcoin::ScriptBuf,
+    amount_sats: i64,
+    dest: Destination<'_>,
+) -> Result<Paid, ApiError> {
+    let (kind, round_id, address) = match dest {
+        Destination::Pot { round_id } => ("bet", Some(round_id), None),
+        Destination::Address(a) => ("withdrawal", None, Some(a.to_string())),
+    };
     let wallet = state.engine.wallet().clone();
-    let (_, pot_script) =
-        spend::pot_key(&wallet, round.id).map_err(|e| ApiError::Internal(e.to_string()))?;
     for _ in 0..SPEND_ATTEMPTS {
         let outputs = state
             .store
-            .spendable_outputs(user.id, config.deposit_confirmations)
+            .spendable_outputs(me.id, config.deposit_confirmations)
             .await?;
         let signed = spend::user_payment(
             &wallet,
             me.derivation_index,
             &outputs,
-            &pot_script,
-            body.amount_sats,
+            to,
+            amount_sats,
             config.fee_rate_sat_vb,
-            "bet",
-            user.id,
-            Some(round.id),
-            None,
+            kind,
+            me.id,
+            round_id,
+            address.clone(),
         )
-        .map_err(|e| spend_error(e, body.amount_sats))?;
-        let (bet_id, transfer_id) = match state.store.place_bet(&signed.intent).await {
+        .map_err(|e| spend_error(e, amount_sats))?;
+        let written = match dest {
+            Destination::Pot { .. } => state
+                .store
+                .place_bet(&signed.intent)
+                .await
+                .map(|(bet, transfer)| (Some(bet), transfer)),
+            Destination::Address(_) => state
+                .store
+                .record_withdrawal(&signed.intent)
+                .await
+                .map(|transfer| (None, transfer)),
+        };
+        let (bet_id, transfer_id) = match written {
             Ok(ids) => ids,
             Err(LedgerError::OutputTaken(_)) => continue,
-            Err(LedgerError::WrongStatus { .. }) => return Err(not_open("closing")),
+            Err(LedgerError::WrongStatus { .. }) => {
+                return Err(round_not_open(round_id.unwrap_or_default(), "closing"))
+            }
             Err(e) => return Err(ApiError::Internal(e.to_string())),
         };
-        crate::engine::crash_point("bet_signed");
+        crate::engine::crash_point(&format!("{kind}_signed"));
         let t = state
             .store
             .transfer(transfer_id)
@@ -259,23 +322,27 @@ async fn place_bet(
             .broadcast_transfer(&t)
             .await
             .map_err(|e| ApiError::Internal(e.to_string()))?;
+        state.engine.notify().await;
         if !ok {
-            state.engine.notify().await;
             return Err(broadcast_refused());
         }
-        state.engine.notify().await;
-        return Ok((
-            StatusCode::CREATED,
-            Json(BetPlaced {
-                bet_id,
-                round_id: round.id,
-                amount_sats: body.amount_sats,
-                fee_sats: signed.intent.fee_sats,
-                txid: signed.intent.txid,
-            }),
-        ));
+        return Ok(Paid {
+            transfer_id,
+            bet_id,
+            fee_sats: signed.intent.fee_sats,
+            txid: signed.intent.txid,
+        });
     }
     Err(funds_busy())
+}
+
+fn round_not_open(round_id: i64, status: &str) -> ApiError {
+    ApiError::domain(
+        StatusCode::CONFLICT,
+        "round_not_open",
+        "the round is not open for bets",
+        json!({"round_id": round_id, "status": status}),
+    )
 }
 
 /// POST /users/me/withdrawals body.
@@ -357,60 +424,28 @@ async fn withdraw(
         .user_by_id(user.id)
         .await?
         .ok_or(ApiError::SessionExpired)?;
-    let wallet = state.engine.wallet().clone();
-    let to = spend::script_of(&address, wallet.network())
+    let to = spend::script_of(&address, state.engine.wallet().network())
         .map_err(|e| ApiError::Internal(e.to_string()))?;
-    for _ in 0..SPEND_ATTEMPTS {
-        let outputs = state
-            .store
-            .spendable_outputs(user.id, config.deposit_confirmations)
-            .await?;
-        let signed = spend::user_payment(
-            &wallet,
-            me.derivation_index,
-            &outputs,
-            &to,
-            body.amount_sats,
-            config.fee_rate_sat_vb,
-            "withdrawal",
-            user.id,
-            None,
-            Some(address.clone()),
-        )
-        .map_err(|e| spend_error(e, body.amount_sats))?;
-        let transfer_id = match state.store.record_withdrawal(&signed.intent).await {
-            Ok(id) => id,
-            Err(LedgerError::OutputTaken(_)) => continue,
-            Err(e) => return Err(ApiError::Internal(e.to_string())),
-        };
-        crate::engine::crash_point("withdrawal_signed");
-        let t = state
-            .store
-            .transfer(transfer_id)
-            .await?
-            .ok_or_else(|| ApiError::Internal("transfer vanished".into()))?;
-        let ok = state
-            .engine
-            .broadcast_transfer(&t)
-            .await
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
-        state.engine.notify().await;
-        if !ok {
-            return Err(broadcast_refused());
-        }
-        return Ok((
-            StatusCode::CREATED,
-            Json(WithdrawalDone {
-                id: transfer_id,
-                address,
-                amount_sats: body.amount_sats,
-                fee_sats: signed.intent.fee_sats,
-                txid: signed.intent.txid,
-                status: "broadcast".into(),
-            }),
-        ));
-    }
-    Err(funds_busy())
+    let paid = pay_from_user(
+        &state,
+        &me,
+        &config,
+        &to,
+        body.amount_sats,
+        Destination::Address(&address),
+    )
+    .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(WithdrawalDone {
+            id: paid.transfer_id,
+            address,
+            amount_sats: body.amount_sats,
+            fee_sats: paid.fee_sats,
+            txid: paid.txid,
+            status: "broadcast".into(),
+        }),
+    ))
 }
 
 /// Pagination of lists, newest first.
