@@ -860,14 +860,6 @@ async fn qr_codes_of_every_size_decode() {
     env.cleanup().await;
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The embedded chain's RPC of a running `potluck serve` (cookie auth).
 async fn chain_rpc(env: &Env, port: u16) -> chain::BitcoindRpc {
     let cookie = env.data_dir.join("chain").join(".cookie");
@@ -938,7 +930,7 @@ async fn wait_api(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn player_journey_on_the_development_chain() {
     let env = Env::new(Db::Sqlite).await;
-    let rpc_port = free_port();
+    let rpc_port = support::free_port();
     let rpc_bind = format!("127.0.0.1:{rpc_port}");
     let s = env
         .start(&[
@@ -1261,7 +1253,7 @@ async fn player_journey_on_the_development_chain() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_retries_a_refused_payout_in_the_browser() {
     let env = Env::new(Db::Sqlite).await;
-    let rpc_port = free_port();
+    let rpc_port = support::free_port();
     let rpc_bind = format!("127.0.0.1:{rpc_port}");
     let s = env
         .start(&[

@@ -22,14 +22,6 @@ struct Rig {
     rpc: BitcoindRpc,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl Rig {
     async fn new(db: Db) -> Self {
         Self::with_rounds(db, ROUND_SECS).await
@@ -37,7 +29,7 @@ impl Rig {
 
     async fn with_rounds(db: Db, round_secs: &'static str) -> Self {
         let env = Env::new(db).await;
-        let rpc_port = free_port();
+        let rpc_port = support::free_port();
         let rpc = BitcoindRpc::new(RpcConfig::new(
             format!("http://127.0.0.1:{rpc_port}/"),
             Auth::Cookie(env.data_dir.join("chain").join(".cookie")),
