@@ -242,3 +242,31 @@ async fn hashing_does_not_stall_other_requests(db: Db) {
     s.stop().await;
     env.cleanup().await;
 }
+
+/// A database whose users' addresses the wallet seed does not derive (the
+/// data directory was recreated while PostgreSQL kept the accounts) stops
+/// the start instead of silently creating a new seed; the right seed starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seed_that_did_not_make_the_stored_addresses_stops_the_start() {
+    let env = Env::new(Db::Postgres).await;
+    let server = env.start(&[]).await;
+    server.user("ursula", "10.0.40.1").await;
+    server.stop().await;
+    let seed_file = env.data_dir.join("wallet.mnemonic");
+    let seed = std::fs::read(&seed_file).unwrap();
+    std::fs::remove_file(&seed_file).unwrap();
+
+    let (status, stderr) = env.run_to_exit(&[]).await;
+    assert!(!status.success(), "the service must not start: {stderr}");
+    assert!(
+        stderr.contains("does not derive the stored address of user ursula"),
+        "says why: {stderr}"
+    );
+
+    std::fs::write(&seed_file, &seed).unwrap();
+    let server = env.start(&[]).await;
+    let r = server.login("ursula", "password123", "10.0.40.1").await;
+    assert_eq!(r.status, 200, "the restored seed starts: {}", r.text());
+    server.stop().await;
+    env.cleanup().await;
+}

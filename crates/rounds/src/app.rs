@@ -269,6 +269,35 @@ pub struct Application {
     running_chain: Option<chain::RunningDevChain>,
 }
 
+/// Refuses to start when the wallet seed does not derive the addresses the
+/// database gave its users: a lost or swapped `wallet.mnemonic` next to a
+/// surviving database (say, PostgreSQL kept while the data directory was
+/// recreated) would otherwise create a new seed silently, and deposits to
+/// the users' addresses could no longer be spent.
+async fn check_wallet_matches(
+    store: &Store,
+    addresses: &dyn AddressBook,
+    data_dir: &std::path::Path,
+) -> Result<(), StartupError> {
+    for user in store.first_and_last_users().await? {
+        let index = u32::try_from(user.derivation_index).map_err(|_| {
+            StartupError::Wallet(format!("user {} has a bad derivation index", user.username))
+        })?;
+        let derived = addresses
+            .user_address(index)
+            .map_err(|e| StartupError::Wallet(e.to_string()))?;
+        if derived != user.address {
+            return Err(StartupError::Wallet(format!(
+                "the seed in {} does not derive the stored address of user {} (index {index}): \
+                 restore the wallet.mnemonic that created this database",
+                data_dir.join("wallet.mnemonic").display(),
+                user.username
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl Application {
     /// Opens the data directory, the database (migrating it), creates the
     /// first round if there is none, and binds the listener.
@@ -325,6 +354,7 @@ impl Application {
         let store =
             Store::connect(&config.effective_database_url(), config.max_db_connections).await?;
         store.migrate().await?;
+        check_wallet_matches(&store, addresses.as_ref(), &data_dir).await?;
         store
             .init_config(&ServiceConfig {
                 fee_address: addresses

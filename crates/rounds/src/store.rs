@@ -528,6 +528,30 @@ impl Store {
         row.map(|r| user_from_row(&r)).transpose()
     }
 
+    /// The oldest and the newest account (fewer when there are fewer), whose
+    /// stored addresses show whether the wallet seed is the one that made them.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn first_and_last_users(&self) -> Result<Vec<UserRow>, StoreError> {
+        let mut users = Vec::new();
+        for order in ["ASC", "DESC"] {
+            let row = sqlx::query(&format!(
+                "SELECT id, username, password_hash, token_version, derivation_index, address \
+                 FROM users ORDER BY id {order} LIMIT 1"
+            ))
+            .fetch_optional(&self.pool)
+            .await?;
+            if let Some(r) = row {
+                let user = user_from_row(&r)?;
+                if users.iter().all(|u: &UserRow| u.id != user.id) {
+                    users.push(user);
+                }
+            }
+        }
+        Ok(users)
+    }
+
     /// The stored token version of user `id`, the only thing the per-request
     /// session check needs.
     ///
