@@ -1373,3 +1373,119 @@ async fn a_coinbase_deposit_is_credited_once_mature() {
     rig.conservation(&[&t]).await;
     rig.finish().await;
 }
+
+/// A bet or withdrawal written while the chain cannot be reached answers
+/// 202 (pending, not an error a client would retry and pay twice); the
+/// worker broadcasts it once the chain is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_written_while_the_chain_is_down_is_broadcast_later() {
+    let mut rig = Rig::new(Db::Sqlite).await;
+    let b_env = Env {
+        db: Db::Sqlite,
+        data_dir: rig.env.data_dir.join("second"),
+        pg_name: None,
+    };
+    std::fs::create_dir_all(&b_env.data_dir).unwrap();
+    let url = format!("http://127.0.0.1:{}/", rig.rpc_port);
+    let cookie = rig.env.data_dir.join("chain").join(".cookie");
+    let second = b_env
+        .start_env(
+            &[
+                "--argon2-memory-kib",
+                "64",
+                "--argon2-iterations",
+                "1",
+                "--bitcoind-url",
+                &url,
+                "--bitcoind-cookie",
+                &cookie.display().to_string(),
+                "--round-duration-seconds",
+                "600",
+            ],
+            &[],
+        )
+        .await;
+    let t = second.user("pia", "10.0.13.1").await;
+    let h = auth(&t);
+    let me = second
+        .get("/users/me", &[("authorization", &h)])
+        .await
+        .json();
+    let address = me["address"].as_str().unwrap().to_string();
+    for _ in 0..2 {
+        let _: Value = rig
+            .rpc
+            .call("sendtoaddress", json!([address, 0.001]))
+            .await
+            .unwrap();
+    }
+    rig.mine(1).await;
+    wait_for(Duration::from_secs(30), || async {
+        let me = second
+            .get("/users/me", &[("authorization", &h)])
+            .await
+            .json();
+        (me["balance_sats"] == 200_000).then_some(())
+    })
+    .await;
+
+    // The chain (inside the first process) goes away.
+    rig.server.take().unwrap().stop().await;
+    let bet = second
+        .post(
+            "/rounds/current/bets",
+            &[("authorization", &h)],
+            json!({"amount_sats": 20_000}),
+        )
+        .await;
+    assert_eq!(bet.status, 202, "{}", bet.text());
+    let bet_txid = bet.json()["txid"].as_str().unwrap().to_string();
+    let miner = "bcrt1qs758ursh4q9z627kt3pp5yysm78ddny6txaqgw";
+    let wd = second
+        .post(
+            "/users/me/withdrawals",
+            &[("authorization", &h)],
+            json!({"address": miner, "amount_sats": 30_000}),
+        )
+        .await;
+    assert_eq!(wd.status, 202, "{}", wd.text());
+    assert_eq!(wd.json()["status"], "pending");
+    let wd_txid = wd.json()["txid"].as_str().unwrap().to_string();
+    let me = second
+        .get("/users/me", &[("authorization", &h)])
+        .await
+        .json();
+    assert_eq!(
+        me["balance_sats"], 0,
+        "both outputs are spent by the written intents"
+    );
+    assert_eq!(me["has_pending"], true);
+
+    // The chain is back: the worker broadcasts both.
+    rig.start(&[]).await;
+    for txid in [&bet_txid, &wd_txid] {
+        wait_for(Duration::from_secs(60), || async {
+            let entry: Result<Value, _> = rig.rpc.call("getmempoolentry", json!([txid])).await;
+            entry.is_ok().then_some(())
+        })
+        .await;
+    }
+    // Marked broadcast right after the chain took it.
+    for txid in [&bet_txid, &wd_txid] {
+        wait_for(Duration::from_secs(30), || async {
+            let txs = second
+                .get("/users/me/transactions", &[("authorization", &h)])
+                .await
+                .json();
+            let row = txs["transactions"]
+                .as_array()?
+                .iter()
+                .find(|x| x["txid"] == txid.as_str())
+                .cloned()?;
+            (row["status"] == "broadcast").then_some(())
+        })
+        .await;
+    }
+    second.stop().await;
+    rig.finish().await;
+}

@@ -178,6 +178,7 @@ fn funds_busy() -> ApiError {
     request_body = BetRequest,
     responses(
         (status = 201, body = BetPlaced),
+        (status = 202, description = "written but the chain is unreachable: broadcast later by the worker", body = BetPlaced),
         (status = 409, description = "round_not_open, funds_busy", body = ErrorBody),
         (status = 422, description = "bet_below_minimum, insufficient_funds, amount_below_dust", body = ErrorBody),
         (status = 502, description = "broadcast_rejected", body = ErrorBody),
@@ -225,7 +226,7 @@ async fn place_bet(
     )
     .await?;
     Ok((
-        StatusCode::CREATED,
+        paid.status(),
         Json(BetPlaced {
             bet_id: paid.bet_id.unwrap_or_default(),
             round_id: round.id,
@@ -254,6 +255,19 @@ struct Paid {
     bet_id: Option<i64>,
     fee_sats: i64,
     txid: String,
+    /// False when the chain could not be reached: written, broadcast later.
+    broadcast: bool,
+}
+
+impl Paid {
+    /// 201 once broadcast; 202 while the worker still has to broadcast it.
+    fn status(&self) -> StatusCode {
+        if self.broadcast {
+            StatusCode::CREATED
+        } else {
+            StatusCode::ACCEPTED
+        }
+    }
 }
 
 /// Spends the user's confirmed outputs whole to `to`, change back, writes the
@@ -317,20 +331,28 @@ async fn pay_from_user(
             .transfer(transfer_id)
             .await?
             .ok_or_else(|| ApiError::Internal("transfer vanished".into()))?;
-        let ok = state
-            .engine
-            .broadcast_transfer(&t)
-            .await
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        // The intent is durable from here on: a chain that cannot be reached
+        // leaves it signed and the worker broadcasts it later, so the answer
+        // is "accepted, pending" rather than an error the client would retry
+        // (and pay twice).
+        let broadcast = match state.engine.broadcast_transfer(&t).await {
+            Ok(true) => true,
+            Ok(false) => {
+                state.engine.notify().await;
+                return Err(broadcast_refused());
+            }
+            Err(e) => {
+                tracing::warn!(transfer = transfer_id, error = %e, "broadcast deferred; the worker retries");
+                false
+            }
+        };
         state.engine.notify().await;
-        if !ok {
-            return Err(broadcast_refused());
-        }
         return Ok(Paid {
             transfer_id,
             bet_id,
             fee_sats: signed.intent.fee_sats,
             txid: signed.intent.txid,
+            broadcast,
         });
     }
     Err(funds_busy())
@@ -367,7 +389,7 @@ pub struct WithdrawalDone {
     pub fee_sats: i64,
     /// The transaction.
     pub txid: String,
-    /// `broadcast`.
+    /// `broadcast`, or `pending` (202) when the worker still has to broadcast it.
     pub status: String,
 }
 
@@ -376,6 +398,7 @@ pub struct WithdrawalDone {
     request_body = WithdrawalRequest,
     responses(
         (status = 201, body = WithdrawalDone),
+        (status = 202, description = "written but the chain is unreachable: broadcast later by the worker", body = WithdrawalDone),
         (status = 409, description = "funds_busy", body = ErrorBody),
         (status = 422, description = "invalid_address, address_wrong_network, withdrawal_below_minimum, insufficient_funds", body = ErrorBody),
         (status = 502, description = "broadcast_rejected", body = ErrorBody),
@@ -436,14 +459,19 @@ async fn withdraw(
     )
     .await?;
     Ok((
-        StatusCode::CREATED,
+        paid.status(),
         Json(WithdrawalDone {
             id: paid.transfer_id,
             address,
             amount_sats: body.amount_sats,
             fee_sats: paid.fee_sats,
+            status: if paid.broadcast {
+                "broadcast"
+            } else {
+                "pending"
+            }
+            .into(),
             txid: paid.txid,
-            status: "broadcast".into(),
         }),
     ))
 }
