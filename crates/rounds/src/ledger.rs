@@ -1256,41 +1256,63 @@ impl Store {
     /// # Errors
     /// Database failures.
     pub async fn ledger_totals(&self) -> Result<LedgerTotals, StoreError> {
-        let one = |sql: String| async move {
-            sqlx::query_scalar::<_, i64>(&sql)
-                .fetch_one(self.pool())
-                .await
-        };
-        let deposits_sats = one(format!(
-            "SELECT {} FROM transfers WHERE kind = 'deposit'",
-            sum("amount_sats")
-        ))
-        .await?;
-        let users_unspent_sats = one(format!(
-            "SELECT {} FROM outputs WHERE user_id IS NOT NULL AND spent_txid IS NULL",
-            sum("amount_sats")
-        ))
-        .await?;
-        let pots_in_flight_sats = one(format!(
-            "SELECT {} FROM outputs WHERE round_id IS NOT NULL AND spent_txid IS NULL",
-            sum("amount_sats")
-        ))
-        .await?;
-        let commission_paid_sats = one(format!(
-            "SELECT {} FROM transfers WHERE kind = 'payout' AND status <> 'failed'",
-            sum("commission_sats")
-        ))
-        .await?;
-        let withdrawn_sats = one(format!(
-            "SELECT {} FROM transfers WHERE kind = 'withdrawal' AND status <> 'failed'",
-            sum("amount_sats")
-        ))
-        .await?;
-        let miner_fees_sats = one(format!(
-            "SELECT {} FROM transfers WHERE kind <> 'deposit' AND status <> 'failed'",
-            sum("fee_sats")
-        ))
-        .await?;
+        // One statement, so the six sums come from one consistent snapshot.
+        let totals = [
+            (
+                "deposits_sats",
+                "transfers",
+                "amount_sats",
+                "kind = 'deposit'",
+            ),
+            (
+                "users_unspent_sats",
+                "outputs",
+                "amount_sats",
+                "user_id IS NOT NULL AND spent_txid IS NULL",
+            ),
+            (
+                "pots_in_flight_sats",
+                "outputs",
+                "amount_sats",
+                "round_id IS NOT NULL AND spent_txid IS NULL",
+            ),
+            (
+                "commission_paid_sats",
+                "transfers",
+                "commission_sats",
+                "kind = 'payout' AND status <> 'failed'",
+            ),
+            (
+                "withdrawn_sats",
+                "transfers",
+                "amount_sats",
+                "kind = 'withdrawal' AND status <> 'failed'",
+            ),
+            (
+                "miner_fees_sats",
+                "transfers",
+                "fee_sats",
+                "kind <> 'deposit' AND status <> 'failed'",
+            ),
+        ]
+        .iter()
+        .map(|(name, table, column, filter)| {
+            format!(
+                "(SELECT {} FROM {table} WHERE {filter}) AS {name}",
+                sum(column)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+        let row = sqlx::query(&format!("SELECT {totals}"))
+            .fetch_one(self.pool())
+            .await?;
+        let deposits_sats: i64 = row.try_get("deposits_sats")?;
+        let users_unspent_sats: i64 = row.try_get("users_unspent_sats")?;
+        let pots_in_flight_sats: i64 = row.try_get("pots_in_flight_sats")?;
+        let commission_paid_sats: i64 = row.try_get("commission_paid_sats")?;
+        let withdrawn_sats: i64 = row.try_get("withdrawn_sats")?;
+        let miner_fees_sats: i64 = row.try_get("miner_fees_sats")?;
         let rows = sqlx::query(
             "SELECT txid, vout, amount_sats FROM outputs WHERE spent_txid IS NULL ORDER BY id",
         )
