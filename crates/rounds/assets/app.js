@@ -725,9 +725,10 @@
     const ids = [...new Set(entries.filter((e) => e.event === "payout_failed")
       .map((e) => (e.details && (e.details.round_id ?? e.details.round)) ?? null)
       .filter((id) => id !== null))];
-    const list = $("payout-failures");
-    list.replaceChildren();
-    let shown = 0;
+    // Built off the page and swapped in at the end, so that a refresh never
+    // shows an empty list (or removes a button under the operator's click)
+    // while it waits for the rounds.
+    const items = [];
     for (const id of ids) {
       let round;
       try {
@@ -740,7 +741,6 @@
         (p && (p.status === "broadcast_failed" || p.status === "failed")) ||
         (round.status === "paying_out" && !(p && p.txid));
       if (!waiting) continue;
-      shown++;
       const li = el("li");
       li.dataset.roundId = id;
       const btn = el("button", t("retry_payout"));
@@ -757,9 +757,10 @@
         }
       });
       li.append(el("span", `#${id} · ${fmtSats(round.pot_sats)} · ${statusText(round.status)} `), btn);
-      list.append(li);
+      items.push(li);
     }
-    show($("payout-failures-empty"), shown === 0);
+    $("payout-failures").replaceChildren(...items);
+    show($("payout-failures-empty"), items.length === 0);
   }
 
   async function adminAction(path) {
