@@ -15,7 +15,7 @@ trap cleanup EXIT
 CONC=$(nproc)
 
 $EX/bare_round 127.0.0.1:18081 >/dev/null & PIDS="$!"
-POTLUCK_LOG=warn $BIN serve --bind 127.0.0.1:18080 --data-dir "$TMP/data" --admin-token bench \
+POTLUCK_LOG=warn $BIN serve --bind 127.0.0.1:18080 --data-dir "$TMP/data" --admin-token bench-admin-token-16 \
   --hashing-concurrency "$CONC" >/dev/null 2>"$TMP/serve.log" & PIDS="$PIDS $!"
 sleep 2
 curl -sf -XPOST localhost:18080/auth/register -H 'content-type: application/json' \
@@ -40,4 +40,4 @@ wait "$FLOOD"
 grep -E "Requests/sec" "$TMP/flood.txt" | sed 's/^/login flood: /'
 
 echo "== 4. SSE fan-out: 500 subscribers, 20 publishes"
-$EX/sse_fanout 127.0.0.1:18080 bench 500 20
+$EX/sse_fanout 127.0.0.1:18080 bench-admin-token-16 500 20

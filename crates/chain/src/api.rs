@@ -44,18 +44,107 @@ pub struct UnspentOutput {
     pub coinbase: bool,
 }
 
+/// What a refusal of a broadcast means for the transaction, read from Core's
+/// code and reject reason (Core 28's `BroadcastTransaction` and
+/// `MemPoolAccept`). Callers decide on this, never on the bare code: -25 is
+/// both "inputs spent" (perhaps by this very transaction, already mined) and
+/// "fee above maxfeerate".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RejectCategory {
+    /// -27 `Transaction outputs already in utxo set`, or already in the
+    /// mempool: the transaction is (or was) accepted. Treat as broadcast.
+    AlreadyKnown,
+    /// -25 `bad-txns-inputs-missingorspent` (Core's "missing inputs"): an
+    /// input is unknown or spent — by a conflicting transaction, or by this
+    /// transaction itself once it was mined and all its outputs were spent
+    /// (Core answers -27 only while one of its outputs is unspent). Never
+    /// proof that the transaction failed: look it up before undoing anything.
+    InputsSpent,
+    /// -26 `txn-mempool-conflict` and other conflicts with mempool
+    /// transactions: a different transaction spends one of the inputs.
+    Conflict,
+    /// A refusal that may turn into acceptance later without changing the
+    /// transaction: `non-final`, `non-BIP68-final`, `mempool min fee not
+    /// met`, `too-long-mempool-chain`, `mempool full`, a premature coinbase
+    /// spend. Retry later; never treat as final.
+    Transient,
+    /// The transaction can never be valid as it is (bad signature,
+    /// non-standard, below the minimum relay fee, inputs below outputs, a
+    /// fee above the node's `maxfeerate` …).
+    Invalid,
+}
+
+impl RejectCategory {
+    /// Classifies Core's `code` and reject `reason`.
+    pub fn classify(code: i32, reason: &str) -> Self {
+        use crate::rpc::codes::{RPC_VERIFY_ALREADY_IN_CHAIN, RPC_VERIFY_ERROR};
+        let r = reason.trim();
+        if code == RPC_VERIFY_ALREADY_IN_CHAIN
+            || r.starts_with("txn-already-in-mempool")
+            || r.starts_with("txn-already-known")
+            || r.starts_with("Transaction already in block chain")
+            || r.starts_with("Transaction outputs already in utxo set")
+        {
+            return Self::AlreadyKnown;
+        }
+        if r.starts_with("bad-txns-inputs-missingorspent")
+            || r.starts_with("missing-inputs")
+            || r.starts_with("Missing inputs")
+            || r.starts_with("Inputs missing or spent")
+        {
+            return Self::InputsSpent;
+        }
+        if r.starts_with("txn-mempool-conflict")
+            || r.starts_with("txn-same-nonwitness-data-in-mempool")
+            || r.starts_with("insufficient fee, rejecting replacement")
+            || r.starts_with("replacement-adds-unconfirmed")
+            || r.starts_with("too many potential replacements")
+            || r.starts_with("bad-txns-spends-conflicting-tx")
+        {
+            return Self::Conflict;
+        }
+        const TRANSIENT: [&str; 6] = [
+            "non-final",
+            "non-BIP68-final",
+            "mempool min fee not met",
+            "too-long-mempool-chain",
+            "mempool full",
+            "bad-txns-premature-spend-of-coinbase",
+        ];
+        if TRANSIENT.iter().any(|t| r.starts_with(t)) {
+            return Self::Transient;
+        }
+        // The node's `maxfeerate` guard (-25) refuses this transaction for
+        // as long as the setting stands: it must be rebuilt, not re-sent.
+        if r.starts_with("max-fee-exceeded")
+            || r.starts_with("Fee exceeds maximum configured by user")
+        {
+            return Self::Invalid;
+        }
+        // Other -25 answers are Core's "general errors" (e.g. a failure to
+        // reach the mempool): nothing says the transaction is bad.
+        if code == RPC_VERIFY_ERROR {
+            return Self::Transient;
+        }
+        Self::Invalid
+    }
+}
+
 /// What went wrong talking to the chain.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ChainError {
     /// The node refused a transaction; `code` and `reason` are Bitcoin Core's
-    /// (e.g. -26 `min relay fee not met, 0 < 110`).
+    /// (e.g. -26 `min relay fee not met, 0 < 110`), `category` what that means.
     #[error("transaction rejected ({code}): {reason}")]
     Rejected {
         /// Bitcoin Core RPC error code (-25, -26 or -27).
         code: i32,
         /// Core's reject reason.
         reason: String,
+        /// What the refusal means for the transaction.
+        category: RejectCategory,
     },
     /// The block or height asked for does not exist.
     #[error("not found: {0}")]
@@ -71,6 +160,73 @@ pub enum ChainError {
     /// The node could not be reached or answered garbage (worth retrying later).
     #[error("chain unavailable: {0}")]
     Unavailable(String),
+}
+
+impl ChainError {
+    /// A refusal with Core's `code` and `reason`, classified.
+    pub fn rejected(code: i32, reason: impl Into<String>) -> Self {
+        let reason = reason.into();
+        let category = RejectCategory::classify(code, &reason);
+        Self::Rejected {
+            code,
+            reason,
+            category,
+        }
+    }
+
+    /// The category of a refusal; `None` for other errors.
+    pub fn reject_category(&self) -> Option<RejectCategory> {
+        match self {
+            Self::Rejected { category, .. } => Some(*category),
+            _ => None,
+        }
+    }
+
+    /// The transaction is already in the mempool or a block: treat as broadcast.
+    pub fn is_already_known(&self) -> bool {
+        self.reject_category() == Some(RejectCategory::AlreadyKnown)
+    }
+
+    /// An input is missing or spent (perhaps by this transaction, mined):
+    /// look the transaction up before concluding anything.
+    pub fn is_inputs_spent(&self) -> bool {
+        self.reject_category() == Some(RejectCategory::InputsSpent)
+    }
+
+    /// Another transaction spends one of the inputs.
+    pub fn is_conflict(&self) -> bool {
+        self.reject_category() == Some(RejectCategory::Conflict)
+    }
+
+    /// Worth retrying later unchanged: a transient policy refusal, or the
+    /// chain was unreachable.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Unavailable(_))
+            || self.reject_category() == Some(RejectCategory::Transient)
+    }
+
+    /// The transaction can never be accepted as it is. Even then, undo a
+    /// transfer only after checking that the transaction is in neither the
+    /// mempool nor a block ([`Chain::broadcast_outcome`] does both).
+    pub fn is_invalid(&self) -> bool {
+        self.reject_category() == Some(RejectCategory::Invalid)
+    }
+}
+
+/// Where a transaction stands after a broadcast attempt, checked against the
+/// chain (see [`Chain::broadcast_outcome`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BroadcastOutcome {
+    /// In the mempool or in a block: the transfer stands.
+    Accepted,
+    /// Refused for now (transient policy, conflict not yet settled, inputs
+    /// spent but the transaction not found, chain unreachable): keep the
+    /// transfer and try again later. Never undo on this.
+    Pending(ChainError),
+    /// Refused as invalid, and the transaction is in neither the mempool nor
+    /// the block scan window: it is safe to undo the transfer.
+    Failed(ChainError),
 }
 
 /// A blockchain as the services see it. Implementations are cheap to clone
@@ -96,6 +252,46 @@ pub trait Chain: Send + Sync {
     /// A stream of new tips and reorganisations, starting from the current tip.
     fn tips(&self) -> TipStream;
 
+    /// A confirmed transaction looked up in the block `hint` (works on a
+    /// Core without `-txindex`, as `getrawtransaction txid true blockhash`).
+    fn transaction_in_block(
+        &self,
+        txid: Txid,
+        hint: BlockHash,
+    ) -> ChainFuture<'_, Option<TxStatus>>;
+
+    /// Broadcasts `tx` and reads any refusal by what it means: a refusal
+    /// becomes [`BroadcastOutcome::Failed`] only when it is
+    /// [`RejectCategory::Invalid`] *and* the transaction is in neither the
+    /// mempool nor the chain. `InputsSpent` is the answer Core gives to a
+    /// re-broadcast of a mined transaction whose outputs are all spent, so it
+    /// is never a failure on its own: the caller's block scan decides.
+    fn broadcast_outcome(&self, tx: Transaction) -> ChainFuture<'_, BroadcastOutcome> {
+        Box::pin(async move {
+            let txid = tx.compute_txid();
+            let err = match self.broadcast(tx).await {
+                Ok(_) => return Ok(BroadcastOutcome::Accepted),
+                Err(e) if e.is_already_known() => return Ok(BroadcastOutcome::Accepted),
+                Err(e @ ChainError::Rejected { .. }) => e,
+                Err(e) => return Err(e),
+            };
+            // Whatever the refusal says, the transaction may be known.
+            if self.in_mempool(txid).await? {
+                return Ok(BroadcastOutcome::Accepted);
+            }
+            if let Some(status) = self.transaction(txid).await? {
+                if status.confirmations > 0 || status.block_hash.is_some() {
+                    return Ok(BroadcastOutcome::Accepted);
+                }
+            }
+            if err.is_invalid() {
+                Ok(BroadcastOutcome::Failed(err))
+            } else {
+                Ok(BroadcastOutcome::Pending(err))
+            }
+        })
+    }
+
     /// The active block at `height`, if any.
     fn block_at(&self, height: u32) -> ChainFuture<'_, Option<Block>> {
         Box::pin(async move {
@@ -104,5 +300,61 @@ pub trait Chain: Send + Sync {
                 None => Ok(None),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Core 28's answers and what they mean; -25 is both "inputs spent"
+    /// (never final) and "fee above maxfeerate" (final until rebuilt).
+    #[test]
+    fn core_answers_are_classified_by_meaning() {
+        use RejectCategory::*;
+        for (code, reason, expected) in [
+            (-27, "Transaction outputs already in utxo set", AlreadyKnown),
+            (-26, "txn-already-in-mempool", AlreadyKnown),
+            (-26, "txn-already-known", AlreadyKnown),
+            (-25, "bad-txns-inputs-missingorspent", InputsSpent),
+            (-25, "Missing inputs", InputsSpent),
+            (-26, "txn-mempool-conflict", Conflict),
+            (
+                -26,
+                "insufficient fee, rejecting replacement ab; new feerate",
+                Conflict,
+            ),
+            (-26, "non-final", Transient),
+            (-26, "non-BIP68-final", Transient),
+            (-26, "mempool min fee not met, 100 < 200", Transient),
+            (
+                -26,
+                "too-long-mempool-chain, too many unconfirmed ancestors [limit: 25]",
+                Transient,
+            ),
+            (-26, "mempool full", Transient),
+            (-25, "some general failure", Transient),
+            (
+                -25,
+                "Fee exceeds maximum configured by user (e.g. -maxtxfee, maxfeerate)",
+                Invalid,
+            ),
+            (-26, "min relay fee not met, 0 < 110", Invalid),
+            (
+                -26,
+                "mandatory-script-verify-flag-failed (input 0: x)",
+                Invalid,
+            ),
+            (-26, "scriptpubkey", Invalid),
+        ] {
+            assert_eq!(
+                RejectCategory::classify(code, reason),
+                expected,
+                "{code} {reason}"
+            );
+        }
+        let e = ChainError::rejected(-25, "bad-txns-inputs-missingorspent");
+        assert!(e.is_inputs_spent() && !e.is_invalid() && !e.is_transient());
+        assert!(ChainError::Unavailable("x".into()).is_transient());
     }
 }

@@ -7,7 +7,9 @@ pub mod dev;
 pub mod rpc;
 pub mod tips;
 
-pub use api::{Chain, ChainError, ChainFuture, Tip, TxStatus, UnspentOutput};
+pub use api::{
+    BroadcastOutcome, Chain, ChainError, ChainFuture, RejectCategory, Tip, TxStatus, UnspentOutput,
+};
 pub use dev::{DevChain, DevChainConfig, DevChainError, RunningDevChain};
 pub use rpc::client::{Auth, BitcoindRpc, RpcConfig, RpcError};
 pub use tips::{TipEvent, TipStream};

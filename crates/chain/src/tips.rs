@@ -9,6 +9,8 @@ use tokio::sync::mpsc;
 
 use crate::api::{Chain, ChainError, Tip};
 
+/// Consecutive failed polls after which the stream warns.
+const WARN_AFTER_FAILURES: u32 = 3;
 /// How many recent heights the watcher remembers to find fork points.
 const REMEMBERED_BLOCKS: u32 = 288;
 
@@ -48,6 +50,7 @@ impl TipStream {
             };
             let mut ticker = tokio::time::interval(interval);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut failures = 0u32;
             loop {
                 ticker.tick().await;
                 if tx.is_closed() {
@@ -55,14 +58,29 @@ impl TipStream {
                 }
                 match watcher.step(chain.as_ref()).await {
                     Ok(events) => {
+                        if failures >= WARN_AFTER_FAILURES {
+                            tracing::info!(failures, "tip poll works again");
+                        }
+                        failures = 0;
                         for e in events {
                             if tx.send(e).await.is_err() {
                                 return;
                             }
                         }
                     }
-                    // The chain may be briefly unreachable; the next poll retries.
-                    Err(e) => tracing::debug!(error = %e, "tip poll failed"),
+                    // The chain may be briefly unreachable; the next poll
+                    // retries. A node that stays away is worth a warning
+                    // (then one every 60 failures, not one per poll).
+                    Err(e) => {
+                        failures += 1;
+                        if failures >= WARN_AFTER_FAILURES
+                            && (failures - WARN_AFTER_FAILURES) % 60 == 0
+                        {
+                            tracing::warn!(error = %e, failures, "tip poll keeps failing");
+                        } else {
+                            tracing::debug!(error = %e, failures, "tip poll failed");
+                        }
+                    }
                 }
             }
         });

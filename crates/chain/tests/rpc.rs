@@ -81,7 +81,7 @@ async fn fund(c: &BitcoindRpc, w: &Wallet, path: KeyPath, amount: Amount) -> Spe
 
 fn rejected(err: ChainError) -> (i32, String) {
     match err {
-        ChainError::Rejected { code, reason } => (code, reason),
+        ChainError::Rejected { code, reason, .. } => (code, reason),
         other => panic!("expected a rejection, got {other:?}"),
     }
 }
@@ -223,44 +223,54 @@ async fn immature_coinbase_spend_is_rejected_until_100_deep() {
 }
 
 #[tokio::test]
-async fn double_spends_are_rejected() {
+async fn double_spends_are_replaced_only_by_better_fees() {
     let dir = tempfile::tempdir().unwrap();
     let (node, c) = start(dir.path()).await;
     let w = wallet();
     let coin = fund(&c, &w, KeyPath::receive(0), Amount::from_sat(200_000)).await;
     let a = w.derive_address(0, 1).unwrap().script_pubkey();
     let b = w.derive_address(0, 2).unwrap().script_pubkey();
-    let first = w
-        .build_signed(
+    let sweep = |to: &ScriptBuf, rate: u64| {
+        w.build_signed(
             std::slice::from_ref(&coin),
             &[],
-            Some(&a),
-            FeeRate::from_sat_per_vb(1).unwrap(),
+            Some(to),
+            FeeRate::from_sat_per_vb(rate).unwrap(),
         )
-        .unwrap();
-    // The second pays a much higher fee: first-seen policy still refuses it.
-    let second = w
-        .build_signed(
-            std::slice::from_ref(&coin),
-            &[],
-            Some(&b),
-            FeeRate::from_sat_per_vb(50).unwrap(),
-        )
-        .unwrap();
+        .unwrap()
+    };
+    let first = sweep(&a, 2);
+    // Same fee rate: Core 28 (full RBF) refuses to replace.
+    let same = sweep(&b, 2);
+    // Much more: replaces the first.
+    let better = sweep(&b, 50);
     c.broadcast(first.tx.clone()).await.unwrap();
-    let (code, reason) = rejected(c.broadcast(second.tx.clone()).await.unwrap_err());
+    let (code, reason) = rejected(c.broadcast(same.tx.clone()).await.unwrap_err());
+    assert_eq!(code, codes::RPC_VERIFY_REJECTED);
+    assert!(
+        reason.starts_with("insufficient fee, rejecting replacement"),
+        "{reason}"
+    );
+    c.broadcast(better.tx.clone()).await.unwrap();
+    assert!(!c.in_mempool(first.tx.compute_txid()).await.unwrap());
+    assert!(c.in_mempool(better.tx.compute_txid()).await.unwrap());
+    // With full RBF off, first seen wins whatever the fee.
+    node.chain
+        .with_state_mut(|s| s.set_full_rbf(false))
+        .unwrap();
+    let (code, reason) = rejected(c.broadcast(sweep(&a, 90).tx).await.unwrap_err());
     assert_eq!(
         (code, reason.as_str()),
         (codes::RPC_VERIFY_REJECTED, "txn-mempool-conflict")
     );
     c.generate_to_address(1, &other_address()).await.unwrap();
-    let (code, reason) = rejected(c.broadcast(second.tx).await.unwrap_err());
+    let (code, reason) = rejected(c.broadcast(first.tx).await.unwrap_err());
     assert_eq!(
         (code, reason.as_str()),
         (codes::RPC_VERIFY_ERROR, "bad-txns-inputs-missingorspent")
     );
     // The confirmed one again: already in chain.
-    let (code, _) = rejected(c.broadcast(first.tx).await.unwrap_err());
+    let (code, _) = rejected(c.broadcast(better.tx).await.unwrap_err());
     assert_eq!(code, codes::RPC_VERIFY_ALREADY_IN_CHAIN);
     node.shutdown().await;
 }
@@ -583,7 +593,7 @@ async fn client_errors_are_typed() {
         RpcError::Auth(401)
     );
 
-    // Nothing listens: retried, then a transport error.
+    // Nothing listens: retried (the request never left), then a connect error.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -598,7 +608,7 @@ async fn client_errors_are_typed() {
     let t0 = std::time::Instant::now();
     assert!(matches!(
         gone.get_block_count().await.unwrap_err(),
-        RpcError::Transport(_)
+        RpcError::Connect(_)
     ));
     assert!(
         t0.elapsed() >= Duration::from_millis(300),

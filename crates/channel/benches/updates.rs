@@ -30,6 +30,40 @@ fn updates(c: &mut Criterion) {
     });
     p.assert_agree();
 
+    // The same after 2,000 HTLCs were offered and fulfilled: the per-packet cost must
+    // not grow with the channel's history (issue 13).
+    let mut p = support::Pair::new(true, channel::ChannelConfig::default());
+    p.open();
+    let acts = p.a.ch.pay(4_000_000_000).unwrap();
+    p.a.absorb(acts);
+    p.run();
+    for i in 0..2_000u32 {
+        let mut r = [0u8; 32];
+        r[..4].copy_from_slice(&i.to_le_bytes());
+        let r = wire::Preimage(r);
+        let expiry = wire::Locktime::Blocks(p.chain.height + 200);
+        let now = p.now;
+        let acts = p.a.ch.add_htlc(1_000_000, r.hash(), expiry, now).unwrap();
+        p.a.absorb(acts);
+        p.run();
+        let acts = p.b.ch.fulfill_htlc(r).unwrap();
+        p.b.absorb(acts);
+        p.run();
+    }
+    for n in [&mut p.a, &mut p.b] {
+        n.events.clear();
+    }
+    let mut from_a = true;
+    g.bench_function("completed_update_after_2000_htlcs", |b| {
+        b.iter(|| {
+            let acts = p.node(from_a).ch.pay(1_000).unwrap();
+            p.node(from_a).absorb(acts);
+            p.run();
+            from_a = !from_a;
+        })
+    });
+    p.assert_agree();
+
     let secp = Secp256k1::new();
     let ka = SecretKey::from_slice(&[1; 32]).unwrap();
     let kb = SecretKey::from_slice(&[2; 32]).unwrap();

@@ -12,12 +12,13 @@
 //!
 //! Time (`now`, unix seconds) and chain height come in as arguments; keys and
 //! the revocation seed come in at construction. Nothing here does IO. A call
-//! that fails leaves the channel exactly as it was (every handler works on a
-//! copy that replaces the channel only on success).
+//! that fails leaves the channel exactly as it was: handlers check everything
+//! that can fail before they change anything.
 
-use bitcoin::absolute::LockTime;
+mod onchain;
+
 use bitcoin::hashes::Hash as _;
-use bitcoin::{Amount, OutPoint, ScriptBuf, Sequence, Transaction, Txid};
+use bitcoin::{Amount, OutPoint, ScriptBuf, Transaction, Txid};
 use secp256k1::{ecdsa::Signature, PublicKey, Secp256k1, SecretKey};
 use wire::{
     AnchorOffer, CloseChannel, CloseChannelComplete, DeclineReason, Funding, Locktime, OpenAnchor,
@@ -32,9 +33,8 @@ use crate::shachain::{
     preimage_from_seed, revocation_hash_from_seed, RevocationSecrets, ShachainError,
 };
 use crate::tx::{
-    close_tx, commitment_number, commitment_tx, finalize_anchor_spend, p2wpkh, sign_anchor_spend,
-    sweep_tx, sweep_weight, verify_anchor_spend, Commitment, CommitmentKeys, OutputKind,
-    SweepInput, SweepWitness, TxError,
+    close_tx, close_weight, commitment_tx, finalize_anchor_spend, sign_anchor_spend, sweep_weight,
+    verify_anchor_spend, Commitment, CommitmentKeys, SweepInput, TxError, DUST_LIMIT_SAT,
 };
 
 /// The node's limits and offers for one channel.
@@ -52,12 +52,27 @@ pub struct ChannelConfig {
     pub commitment_fee_sat: u64,
     /// The smallest commitment fee we accept from the peer, in satoshis.
     pub min_commitment_fee_sat: u64,
-    /// The fee we put on cooperative close transactions, in satoshis.
+    /// The fee we put on cooperative close transactions, in satoshis (raised to the
+    /// minimum relay fee, lowered to `max_close_fee_permille` of the capacity).
     pub close_fee_sat: u64,
     /// The latest HTLC expiry we accept, in blocks after the current height.
     pub max_htlc_expiry_blocks: u32,
     /// Fee rate for our sweeps (claims and penalties), in sat per 1000 weight units.
     pub sweep_feerate_sat_per_kw: u64,
+    /// The most HTLCs in flight per direction, ours and theirs each (docs/channel.md:
+    /// keeps every commitment and its penalty far below the standard weight).
+    pub max_htlcs_in_flight: u16,
+    /// Blocks we need beyond our claim delay to claim an incoming HTLC with R on chain
+    /// before it expires: an HTLC expiring sooner than `height + delay + margin` is declined.
+    pub htlc_claim_margin_blocks: u32,
+    /// The network's minimum relay fee rate, in sat per 1000 weight units (Bitcoin
+    /// Core's 1 sat/vB is 250): a close paying less would never confirm.
+    pub min_relay_feerate_sat_per_kw: u64,
+    /// The largest close fee we agree to, in thousandths of the channel's capacity.
+    pub max_close_fee_permille: u64,
+    /// Blocks past its expiry that an HTLC we offered may stay unremoved before
+    /// [`Channel::deadlines`] says to close on chain and refund it.
+    pub force_close_after_expiry_blocks: u32,
 }
 
 impl Default for ChannelConfig {
@@ -72,6 +87,11 @@ impl Default for ChannelConfig {
             close_fee_sat: 5_000,
             max_htlc_expiry_blocks: 2016,
             sweep_feerate_sat_per_kw: 253,
+            max_htlcs_in_flight: 100,
+            htlc_claim_margin_blocks: 6,
+            min_relay_feerate_sat_per_kw: 253,
+            max_close_fee_permille: 50,
+            force_close_after_expiry_blocks: 6,
         }
     }
 }
@@ -149,7 +169,9 @@ pub enum Event {
         /// Why.
         reason: Option<DeclineReason>,
     },
-    /// Our proposal lost a simultaneous-proposal race and will be proposed again.
+    /// Our proposal lost a simultaneous-proposal race and will be proposed again: after
+    /// the peer's update completes, or at once if we declined the peer's HTLC. Its final
+    /// answer is `UpdateCompleted{by: Us}`, `Declined` or `ProposalDropped`.
     ProposalDeferred(Change),
     /// A deferred proposal is no longer possible after the peer's update.
     ProposalDropped {
@@ -166,6 +188,12 @@ pub enum Event {
     CheatDetected {
         /// The revoked commitment's number.
         commitment_number: u64,
+    },
+    /// A transaction spending the anchor matches nothing we signed and still watch
+    /// (lost state or a bug): nothing is claimed automatically; alert the operator.
+    AnchorSpentUnrecognised {
+        /// Its txid.
+        txid: Txid,
     },
     /// A commitment transaction is on chain; the channel is over.
     OnChain {
@@ -195,10 +223,52 @@ pub enum Action {
     },
     /// Watch this output (the anchor): report its depth and any spend.
     WatchOutput(OutPoint),
+    /// Store this record of a commitment the peer just revoked, keyed by channel and
+    /// commitment number, before the `Persist` that follows (which drops it from the
+    /// channel). Give it back to [`Channel::spend_seen`] if that commitment appears on
+    /// chain: the penalty needs it to take the HTLC outputs. Emitted only for revoked
+    /// commitments that held HTLCs.
+    Archive(RevokedCommitment),
     /// Save the channel now (before performing the actions after this one).
+    ///
+    /// Guarantee: every `Send` of a packet that gives away a signature
+    /// (`open_anchor`, `open_commit_sig`, `update_accept`, `update_signature`,
+    /// `close_channel`, `close_channel_complete`) or a revocation preimage
+    /// (`update_signature`, `update_complete`) comes after a `Persist` in the
+    /// same action list, and the channel saved then already watches for every
+    /// transaction that signature makes broadcastable.
     Persist,
     /// Tell the owner.
     Notify(Event),
+}
+
+/// What a revoked commitment of the peer held beyond what the channel can derive: its
+/// HTLCs (hash and expiry make the scripts). Kept by the node, out of the hot state.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RevokedCommitment {
+    /// The revoked commitment's number (as encoded in its nLockTime and nSequence).
+    pub commitment_number: u64,
+    /// Every HTLC in it, offered by either side.
+    pub htlcs: Vec<Htlc>,
+}
+
+/// HTLCs whose deadline has come: the channel must go on chain (see [`Channel::deadlines`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Deadlines {
+    /// HTLCs we offered, past their expiry by `force_close_after_expiry_blocks` and still
+    /// in a commitment that can reach the chain: close on chain to refund them.
+    pub refund: Vec<Htlc>,
+    /// HTLCs offered to us whose R we know, still not taken off by the peer, expiring
+    /// within our claim delay plus half our margin: close on chain to claim them with R
+    /// before the peer can refund them.
+    pub claim: Vec<Htlc>,
+}
+
+impl Deadlines {
+    /// Whether nothing is due.
+    pub fn is_empty(&self) -> bool {
+        self.refund.is_empty() && self.claim.is_empty()
+    }
 }
 
 /// Coarse state of a channel.
@@ -277,6 +347,9 @@ pub enum ChannelError {
     /// A transaction could not be built.
     #[error(transparent)]
     Tx(#[from] TxError),
+    /// An internal invariant does not hold (a bug, never the peer's doing).
+    #[error("internal error: {0}")]
+    Invariant(&'static str),
 }
 
 /// A rejected packet: send [`Rejected::reply`] (an `error` packet), then hang up.
@@ -326,15 +399,40 @@ pub enum CommandError {
     /// A transaction could not be built.
     #[error(transparent)]
     Tx(#[from] TxError),
+    /// Our own configuration is unusable (e.g. a delay that cannot be encoded).
+    #[error("bad configuration: {0}")]
+    BadConfig(String),
+    /// The HTLC is below the dust limit: its output would not exist on chain.
+    #[error("HTLC of {0} msat is below the dust limit")]
+    BelowDust(u64),
+    /// We already have the most HTLCs in flight that we allow.
+    #[error("too many HTLCs in flight (at most {0})")]
+    TooManyHtlcs(u16),
+    /// No close fee fits: the minimum relay fee is above our share of this (tiny) channel.
+    #[error("close fee {fee_sat} sat outside {min_sat}..={max_sat} sat")]
+    BadCloseFee {
+        /// The fee.
+        fee_sat: u64,
+        /// The minimum relay fee of the close transaction.
+        min_sat: u64,
+        /// The configured share of the channel.
+        max_sat: u64,
+    },
+    /// An internal invariant does not hold (a bug).
+    #[error("internal error: {0}")]
+    Invariant(&'static str),
 }
 
-/// What the peer told us in `open_channel`.
+/// The terms both `open_channel`s fixed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-struct TheirParams {
-    commit_key: PublicKey,
-    final_key: PublicKey,
-    /// The delay they impose on us (BIP68 encoding).
-    delay_csv: u32,
+struct Terms {
+    their_commit: PublicKey,
+    their_final: PublicKey,
+    /// The delay they impose on our outputs (BIP68 encoding).
+    their_delay_csv: u32,
+    /// The delay we impose on theirs (BIP68 encoding of our `config.delay`).
+    our_delay_csv: u32,
+    /// The commitment fee: the smaller of both offers.
     fee_sat: u64,
 }
 
@@ -346,21 +444,111 @@ struct AnchorInfo {
     script: ScriptBuf,
 }
 
-/// An update in flight.
+/// Funder: `open_anchor` sent, the peer's signature on our first commitment not yet received.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-struct Pending {
-    change: Change,
-    by: Who,
-    next: CState,
-    /// Their revocation hash for their next commitment (known after the proposal or accept).
-    their_next_rev: Option<Sha256>,
+struct Unsigned {
+    terms: Terms,
+    anchor: AnchorInfo,
+    anchor_tx: Transaction,
+    cstate: CState,
+    their_rev: Sha256,
 }
 
-/// A commitment transaction seen on chain, kept for later claims.
+/// Our proposal, sent and not yet answered.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-struct OnChainCommitment {
-    owner: Who,
-    commitment: Commitment,
+struct Proposal {
+    change: Change,
+    next: CState,
+}
+
+/// Their proposal, accepted (we signed their next commitment); waiting for their signature.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct Accepted {
+    change: Change,
+    next: CState,
+    /// Their revocation hash for their next commitment (the one we signed).
+    their_next_rev: Sha256,
+    /// Our own proposal that lost the simultaneous-proposal race, to propose again afterwards.
+    deferred: Option<Change>,
+}
+
+/// Our proposal, committed on our side; waiting for their revocation of the previous state.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct Signed {
+    change: Change,
+    /// Their previous commitment, still valid until they revoke it.
+    their_prev: CState,
+    their_prev_rev: Sha256,
+}
+
+/// How the channel ended on chain.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+enum Resolution {
+    /// A valid commitment (ours or theirs) is on chain; claims follow.
+    Commitment { owner: Who, commitment: Commitment },
+    /// Their revoked commitment is on chain and our penalty took every output.
+    Penalty { commitment_number: u64 },
+}
+
+/// Where a funded channel is in its life.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+enum Step {
+    /// Waiting for the anchor depth (`sent`: our `open_complete`) and the peer's `open_complete` (`got`).
+    OpenWaitComplete {
+        sent: bool,
+        got: bool,
+    },
+    Normal,
+    WaitAccept(Proposal),
+    WaitSignature(Accepted),
+    WaitComplete(Signed),
+    /// We sent `close_channel` with this fee.
+    CloseWaitComplete {
+        fee_sat: u64,
+    },
+    /// We sent `close_channel_complete`.
+    CloseWaitAck,
+    Closed,
+    OnChain(Resolution),
+}
+
+/// A channel whose first commitments are signed both ways.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct Established {
+    terms: Terms,
+    anchor: AnchorInfo,
+    /// The anchor transaction, if we created it.
+    anchor_tx: Option<Transaction>,
+    /// Number of both sides' current commitments.
+    num: u64,
+    cstate: CState,
+    their_rev: Sha256,
+    /// Their signature on our current commitment.
+    their_sig: Signature,
+    their_secrets: RevocationSecrets,
+    high_priority: bool,
+    /// R of every HTLC still in a commitment that can reach the chain (pruned after each update).
+    known_r: Vec<Preimage>,
+    step: Step,
+}
+
+/// The channel's state; each variant carries exactly the data that exists in it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+enum Stage {
+    Init,
+    OpenWaitOpen,
+    /// Funder: waiting for the owner's anchor transaction.
+    OpenWaitAnchorTx {
+        terms: Terms,
+        their_rev: Sha256,
+    },
+    /// Acceptor: waiting for `open_anchor`.
+    OpenWaitAnchor {
+        terms: Terms,
+        their_rev: Sha256,
+    },
+    OpenWaitCommitSig(Box<Unsigned>),
+    Established(Box<Established>),
 }
 
 /// One payment channel: see the module documentation for the calls and their order.
@@ -371,29 +559,16 @@ pub struct Channel {
     our_commit: PublicKey,
     our_final: PublicKey,
     role: AnchorRole,
-    state: State,
-    their: Option<TheirParams>,
-    anchor: Option<AnchorInfo>,
-    anchor_tx: Option<Transaction>,
-    fee_sat: u64,
-    /// Number of both sides' current commitments.
-    num: u64,
-    cstate: Option<CState>,
-    their_rev: Sha256,
-    /// Their signature on our current commitment.
-    their_sig: Option<Signature>,
-    their_secrets: RevocationSecrets,
-    /// Their previous commitment, still valid until they revoke it (while we wait for `update_complete`).
-    their_prev: Option<(CState, Sha256)>,
-    pending: Option<Pending>,
-    deferred: Option<Change>,
-    high_priority: bool,
-    sent_complete: bool,
-    got_complete: bool,
-    every_htlc: Vec<Htlc>,
-    known_r: Vec<Preimage>,
-    onchain: Option<OnChainCommitment>,
-    closing_fee_sat: u64,
+    height: u32,
+    stage: Stage,
+}
+
+/// What never changes for a channel: our keys and limits, borrowed beside the mutable stage.
+struct Ctx<'a> {
+    config: &'a ChannelConfig,
+    secrets: &'a ChannelSecrets,
+    our_commit: PublicKey,
+    our_final: PublicKey,
     height: u32,
 }
 
@@ -414,6 +589,195 @@ fn delay_blocks_equivalent(csv: u32) -> u32 {
     }
 }
 
+/// A broken internal invariant: reported as an error (never a panic in release builds).
+fn invariant(what: &'static str) -> ChannelError {
+    debug_assert!(false, "channel invariant broken: {what}");
+    ChannelError::Invariant(what)
+}
+
+impl Ctx<'_> {
+    fn our_rev_hash(&self, n: u64) -> Sha256 {
+        revocation_hash_from_seed(&self.secrets.revocation_seed, n)
+    }
+
+    fn our_preimage(&self, n: u64) -> Preimage {
+        preimage_from_seed(&self.secrets.revocation_seed, n)
+    }
+
+    fn expired(&self, h: &Htlc, now: u64) -> bool {
+        match h.expiry {
+            Locktime::Blocks(b) => self.height >= b,
+            Locktime::Seconds(t) => now >= u64::from(t),
+        }
+    }
+
+    fn expiry_acceptable(&self, expiry: Locktime, now: u64) -> bool {
+        if cltv_value(expiry).is_err() {
+            return false;
+        }
+        let max = u64::from(self.config.max_htlc_expiry_blocks);
+        match expiry {
+            Locktime::Blocks(b) => b > self.height && u64::from(b) <= u64::from(self.height) + max,
+            Locktime::Seconds(t) => u64::from(t) > now && u64::from(t) <= now + max * 600,
+        }
+    }
+
+    /// Whether an HTLC that the receiver claims with R under `claim_delay_csv` leaves it
+    /// room to do so on chain: its expiry is at least the delay plus our margin away.
+    fn expiry_leaves_claim_room(&self, expiry: Locktime, claim_delay_csv: u32, now: u64) -> bool {
+        let room = u64::from(delay_blocks_equivalent(claim_delay_csv))
+            + u64::from(self.config.htlc_claim_margin_blocks);
+        match expiry {
+            Locktime::Blocks(b) => u64::from(b) >= u64::from(self.height) + room,
+            Locktime::Seconds(t) => u64::from(t) >= now + room * 600,
+        }
+    }
+
+    /// The close fee range: the minimum relay fee of `tx`, and our share of the capacity.
+    fn close_fee_range(&self, tx: &Transaction, anchor_sat: u64) -> (u64, u64) {
+        let min = (close_weight(tx) * self.config.min_relay_feerate_sat_per_kw).div_ceil(1000);
+        let max = anchor_sat.saturating_mul(self.config.max_close_fee_permille) / 1000;
+        (min, max)
+    }
+
+    fn sweep_fee(&self, inputs: &[SweepInput]) -> u64 {
+        sweep_weight(inputs) * self.config.sweep_feerate_sat_per_kw / 1000
+    }
+}
+
+impl Established {
+    fn our_commitment(&self, ctx: &Ctx, cs: &CState, n: u64) -> Result<Commitment, TxError> {
+        commitment_tx(
+            self.anchor.outpoint,
+            cs,
+            &CommitmentKeys {
+                owner_final: ctx.our_final,
+                other_final: self.terms.their_final,
+                delay_csv: self.terms.their_delay_csv,
+                revocation_hash: ctx.our_rev_hash(n),
+            },
+            n,
+        )
+    }
+
+    fn their_commitment(
+        &self,
+        ctx: &Ctx,
+        cs: &CState,
+        n: u64,
+        rev: &Sha256,
+    ) -> Result<Commitment, TxError> {
+        their_commitment(ctx, &self.terms, &self.anchor, cs, n, rev)
+    }
+
+    fn sign(&self, ctx: &Ctx, tx: &Transaction) -> Signature {
+        sign_anchor_spend(
+            tx,
+            &self.anchor.script,
+            self.anchor.amount,
+            &ctx.secrets.commit_key,
+        )
+    }
+
+    fn check_sig(
+        &self,
+        tx: &Transaction,
+        sig: &Signature,
+        what: &'static str,
+    ) -> Result<(), ChannelError> {
+        check_sig(&self.terms, &self.anchor, tx, sig, what)
+    }
+
+    /// Our current commitment with both signatures.
+    fn signed_commitment(&self, ctx: &Ctx) -> Result<Transaction, TxError> {
+        let mut c = self.our_commitment(ctx, &self.cstate, self.num)?;
+        let ours = self.sign(ctx, &c.tx);
+        finalize_anchor_spend(
+            &mut c.tx,
+            &ctx.our_commit,
+            &ours,
+            &self.terms.their_commit,
+            &self.their_sig,
+        );
+        Ok(c.tx)
+    }
+
+    fn close_transaction(&self, ctx: &Ctx, fee_sat: u64) -> Result<Transaction, FundingError> {
+        let (ours, theirs) = self.cstate.close_amounts(fee_sat)?;
+        Ok(close_tx(
+            self.anchor.outpoint,
+            &ctx.our_final,
+            ours,
+            &self.terms.their_final,
+            theirs,
+        ))
+    }
+
+    fn remember_r(&mut self, r: Preimage) {
+        if !self.known_r.contains(&r) {
+            self.known_r.push(r);
+        }
+    }
+
+    /// Forgets the Rs of HTLCs no longer in the current commitments (the only ones that
+    /// can still reach the chain once the previous ones are revoked).
+    fn prune_known_r(&mut self) {
+        let cs = &self.cstate;
+        self.known_r.retain(|r| cs.find_htlc(&r.hash()).is_some());
+    }
+}
+
+fn their_commitment(
+    ctx: &Ctx,
+    terms: &Terms,
+    anchor: &AnchorInfo,
+    cs: &CState,
+    n: u64,
+    rev: &Sha256,
+) -> Result<Commitment, TxError> {
+    commitment_tx(
+        anchor.outpoint,
+        &cs.mirror(),
+        &CommitmentKeys {
+            owner_final: terms.their_final,
+            other_final: ctx.our_final,
+            delay_csv: terms.our_delay_csv,
+            revocation_hash: *rev,
+        },
+        n,
+    )
+}
+
+fn check_sig(
+    terms: &Terms,
+    anchor: &AnchorInfo,
+    tx: &Transaction,
+    sig: &Signature,
+    what: &'static str,
+) -> Result<(), ChannelError> {
+    if verify_anchor_spend(tx, &anchor.script, anchor.amount, sig, &terms.their_commit) {
+        Ok(())
+    } else {
+        Err(ChannelError::BadSignature(what))
+    }
+}
+
+impl Step {
+    fn kind(&self) -> State {
+        match self {
+            Step::OpenWaitComplete { .. } => State::OpenWaitComplete,
+            Step::Normal => State::Normal,
+            Step::WaitAccept(_) => State::WaitAccept,
+            Step::WaitSignature(_) => State::WaitSignature,
+            Step::WaitComplete(_) => State::WaitComplete,
+            Step::CloseWaitComplete { .. } => State::CloseWaitComplete,
+            Step::CloseWaitAck => State::CloseWaitAck,
+            Step::Closed => State::Closed,
+            Step::OnChain(_) => State::OnChain,
+        }
+    }
+}
+
 impl Channel {
     /// A new channel; call [`Channel::start`] to send our `open_channel`.
     pub fn new(config: ChannelConfig, secrets: ChannelSecrets, role: AnchorRole) -> Channel {
@@ -426,85 +790,172 @@ impl Channel {
             our_commit,
             our_final,
             role,
-            state: State::Init,
-            their: None,
-            anchor: None,
-            anchor_tx: None,
-            fee_sat: 0,
-            num: 0,
-            cstate: None,
-            their_rev: Sha256::all_zeros(),
-            their_sig: None,
-            their_secrets: RevocationSecrets::new(),
-            their_prev: None,
-            pending: None,
-            deferred: None,
-            high_priority: matches!(role, AnchorRole::Fund { .. }),
-            sent_complete: false,
-            got_complete: false,
-            every_htlc: Vec::new(),
-            known_r: Vec::new(),
-            onchain: None,
-            closing_fee_sat: 0,
             height: 0,
+            stage: Stage::Init,
+        }
+    }
+
+    /// Our keys and limits beside the mutable stage (disjoint borrows).
+    fn split(&mut self) -> (Ctx<'_>, &mut Stage) {
+        let Channel {
+            config,
+            secrets,
+            our_commit,
+            our_final,
+            height,
+            stage,
+            ..
+        } = self;
+        (
+            Ctx {
+                config,
+                secrets,
+                our_commit: *our_commit,
+                our_final: *our_final,
+                height: *height,
+            },
+            stage,
+        )
+    }
+
+    fn ctx(&self) -> Ctx<'_> {
+        Ctx {
+            config: &self.config,
+            secrets: &self.secrets,
+            our_commit: self.our_commit,
+            our_final: self.our_final,
+            height: self.height,
+        }
+    }
+
+    fn established(&self) -> Option<&Established> {
+        match &self.stage {
+            Stage::Established(e) => Some(e),
+            _ => None,
         }
     }
 
     /// The coarse state.
     pub fn state(&self) -> State {
-        self.state
+        match &self.stage {
+            Stage::Init => State::Init,
+            Stage::OpenWaitOpen => State::OpenWaitOpen,
+            Stage::OpenWaitAnchorTx { .. } => State::OpenWaitAnchorTx,
+            Stage::OpenWaitAnchor { .. } => State::OpenWaitAnchor,
+            Stage::OpenWaitCommitSig(_) => State::OpenWaitCommitSig,
+            Stage::Established(e) => e.step.kind(),
+        }
     }
 
     /// The current committed balances, seen from us (once the anchor is known).
     pub fn balances(&self) -> Option<&CState> {
-        self.cstate.as_ref()
+        match &self.stage {
+            Stage::OpenWaitCommitSig(u) => Some(&u.cstate),
+            Stage::Established(e) => Some(&e.cstate),
+            _ => None,
+        }
     }
 
     /// The number of both sides' current commitment transactions.
     pub fn commitment_number(&self) -> u64 {
-        self.num
+        self.established().map_or(0, |e| e.num)
     }
 
     /// Whether we win simultaneous proposals now.
     pub fn has_priority(&self) -> bool {
-        self.high_priority
+        match self.established() {
+            Some(e) => e.high_priority,
+            None => matches!(self.role, AnchorRole::Fund { .. }),
+        }
     }
 
     /// Slots used by the peer's revocation preimages (O(log n)).
     pub fn revocation_slots(&self) -> usize {
-        self.their_secrets.slots()
+        self.established().map_or(0, |e| e.their_secrets.slots())
     }
 
     /// The anchor outpoint, once known.
     pub fn anchor_outpoint(&self) -> Option<OutPoint> {
-        self.anchor.as_ref().map(|a| a.outpoint)
+        match &self.stage {
+            Stage::OpenWaitCommitSig(u) => Some(u.anchor.outpoint),
+            Stage::Established(e) => Some(e.anchor.outpoint),
+            _ => None,
+        }
     }
 
     /// The anchor transaction, if we created it (the funder re-broadcasts it after a restart).
     pub fn anchor_tx(&self) -> Option<&Transaction> {
-        self.anchor_tx.as_ref()
+        match &self.stage {
+            Stage::OpenWaitCommitSig(u) => Some(&u.anchor_tx),
+            Stage::Established(e) => e.anchor_tx.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The anchor output the channel stands on, once known: where it is and what it must
+    /// pay (exactly the agreed amount to the P2WSH 2-of-2 of both commit keys).
+    pub fn anchor_output(&self) -> Option<(OutPoint, bitcoin::TxOut)> {
+        let a = match &self.stage {
+            Stage::OpenWaitCommitSig(u) => &u.anchor,
+            Stage::Established(e) => &e.anchor,
+            _ => return None,
+        };
+        Some((
+            a.outpoint,
+            bitcoin::TxOut {
+                value: a.amount,
+                script_pubkey: a.script.to_p2wsh(),
+            },
+        ))
     }
 
     /// Our current commitment transaction, fully signed (what [`Channel::force_close`] broadcasts).
     pub fn signed_commitment(&self) -> Option<Transaction> {
-        let cs = self.cstate.as_ref()?;
-        let mut c = self.our_commitment(cs, self.num).ok()?;
-        let anchor = self.anchor.as_ref()?;
-        let their = self.their.as_ref()?;
-        let ours = sign_anchor_spend(
-            &c.tx,
-            &anchor.script,
-            anchor.amount,
-            &self.secrets.commit_key,
-        );
-        finalize_anchor_spend(
-            &mut c.tx,
-            &self.our_commit,
-            &ours,
-            &their.commit_key,
-            &self.their_sig?,
-        );
-        Some(c.tx)
+        self.established()?.signed_commitment(&self.ctx()).ok()
+    }
+
+    /// HTLCs whose deadline has come, in whatever state the channel is (an update in
+    /// flight, a close under way): if not empty, the node closes on chain
+    /// ([`Channel::force_close`]), whose claims refund our expired HTLCs after their
+    /// expiry and take the incoming ones with R. Uses the last [`Channel::block_height`]
+    /// and `now` (unix seconds) for expiries in seconds. Empty once on chain or closed.
+    pub fn deadlines(&self, now: u64) -> Deadlines {
+        let Some(e) = self.established() else {
+            return Deadlines::default();
+        };
+        // Every commitment that can still reach the chain, with its HTLCs.
+        let mut live: Vec<&CState> = vec![&e.cstate];
+        match &e.step {
+            Step::WaitSignature(a) => live.push(&a.next),
+            Step::WaitComplete(s) => live.push(&s.their_prev),
+            Step::OnChain(_) | Step::Closed => return Deadlines::default(),
+            _ => {}
+        }
+        let past = |expiry: Locktime, blocks: i64| -> bool {
+            // True when `height + blocks ≥ expiry` (seconds: 600 s a block).
+            match expiry {
+                Locktime::Blocks(b) => i64::from(self.height) + blocks >= i64::from(b),
+                Locktime::Seconds(t) => now as i64 + blocks * 600 >= i64::from(t),
+            }
+        };
+        let after = i64::from(self.config.force_close_after_expiry_blocks);
+        let claim_room = i64::from(delay_blocks_equivalent(e.terms.their_delay_csv))
+            + i64::from(self.config.htlc_claim_margin_blocks.div_ceil(2));
+        let mut d = Deadlines::default();
+        for cs in live {
+            for h in &cs.ours.htlcs {
+                if past(h.expiry, -after) && !d.refund.contains(h) {
+                    d.refund.push(*h);
+                }
+            }
+            for h in &cs.theirs.htlcs {
+                let known = e.known_r.iter().any(|r| r.hash() == h.r_hash);
+                if known && past(h.expiry, claim_room) && !d.claim.contains(h) {
+                    d.claim.push(*h);
+                }
+            }
+        }
+        d
     }
 
     fn anchor_offer(&self) -> AnchorOffer {
@@ -514,97 +965,23 @@ impl Channel {
         }
     }
 
-    fn our_rev_hash(&self, n: u64) -> Sha256 {
-        revocation_hash_from_seed(&self.secrets.revocation_seed, n)
-    }
-
-    fn our_preimage(&self, n: u64) -> Preimage {
-        preimage_from_seed(&self.secrets.revocation_seed, n)
-    }
-
-    fn params(&self) -> Result<(&TheirParams, &AnchorInfo), TxError> {
-        match (&self.their, &self.anchor) {
-            (Some(t), Some(a)) => Ok((t, a)),
-            _ => Err(TxError::NoInputs),
-        }
-    }
-
-    fn our_delay_csv(&self) -> u32 {
-        csv_value(self.config.delay).unwrap_or(144)
-    }
-
-    fn our_commitment(&self, cs: &CState, n: u64) -> Result<Commitment, TxError> {
-        let (their, anchor) = self.params()?;
-        commitment_tx(
-            anchor.outpoint,
-            cs,
-            &CommitmentKeys {
-                owner_final: self.our_final,
-                other_final: their.final_key,
-                delay_csv: their.delay_csv,
-                revocation_hash: self.our_rev_hash(n),
-            },
-            n,
-        )
-    }
-
-    fn their_commitment(&self, cs: &CState, n: u64, rev: &Sha256) -> Result<Commitment, TxError> {
-        let (their, anchor) = self.params()?;
-        commitment_tx(
-            anchor.outpoint,
-            &cs.mirror(),
-            &CommitmentKeys {
-                owner_final: their.final_key,
-                other_final: self.our_final,
-                delay_csv: self.our_delay_csv(),
-                revocation_hash: *rev,
-            },
-            n,
-        )
-    }
-
-    fn sign(&self, tx: &Transaction) -> Result<Signature, TxError> {
-        let (_, anchor) = self.params()?;
-        Ok(sign_anchor_spend(
-            tx,
-            &anchor.script,
-            anchor.amount,
-            &self.secrets.commit_key,
-        ))
-    }
-
-    fn check_sig(
-        &self,
-        tx: &Transaction,
-        sig: &Signature,
-        what: &'static str,
-    ) -> Result<(), ChannelError> {
-        let (their, anchor) = self.params()?;
-        if verify_anchor_spend(tx, &anchor.script, anchor.amount, sig, &their.commit_key) {
-            Ok(())
-        } else {
-            Err(ChannelError::BadSignature(what))
-        }
-    }
-
-    fn cs(&self) -> Result<&CState, FundingError> {
-        self.cstate.as_ref().ok_or(FundingError::NoSuchHtlc)
-    }
-
     // ----- owner commands -------------------------------------------------
 
     /// Sends our `open_channel`. Call once the session is up.
     ///
     /// # Errors
-    /// [`CommandError::WrongState`] unless the channel is new.
+    /// [`CommandError::WrongState`] unless the channel is new; [`CommandError::BadConfig`]
+    /// if our configured delay cannot be expressed.
     pub fn start(&mut self) -> Result<Vec<Action>, CommandError> {
-        if self.state != State::Init {
-            return Err(CommandError::WrongState(self.state));
+        if self.stage != Stage::Init {
+            return Err(CommandError::WrongState(self.state()));
         }
-        self.state = State::OpenWaitOpen;
+        csv_value(self.config.delay).map_err(|e| CommandError::BadConfig(e.to_string()))?;
+        self.stage = Stage::OpenWaitOpen;
+        let ctx = self.ctx();
         Ok(vec![Action::Send(Packet::Open(OpenChannel {
             delay: self.config.delay,
-            revocation_hash: self.our_rev_hash(0),
+            revocation_hash: ctx.our_rev_hash(0),
             commit_key: wire::ChainPubkey::new(self.our_commit),
             final_key: wire::ChainPubkey::new(self.our_final),
             anch: self.anchor_offer(),
@@ -623,37 +1000,44 @@ impl Channel {
         tx: Transaction,
         vout: u32,
     ) -> Result<Vec<Action>, CommandError> {
-        let AnchorRole::Fund { anchor_sat } = self.role else {
-            return Err(CommandError::WrongState(self.state));
+        let (AnchorRole::Fund { anchor_sat }, Stage::OpenWaitAnchorTx { terms, their_rev }) =
+            (self.role, &self.stage)
+        else {
+            return Err(CommandError::WrongState(self.state()));
         };
-        if self.state != State::OpenWaitAnchorTx {
-            return Err(CommandError::WrongState(self.state));
-        }
-        let their = self.their.ok_or(CommandError::WrongState(self.state))?;
-        let script = anchor_script(&self.our_commit, &their.commit_key);
+        let (terms, their_rev) = (*terms, *their_rev);
+        let script = anchor_script(&self.our_commit, &terms.their_commit);
         let ok = tx.output.get(vout as usize).is_some_and(|o| {
             o.script_pubkey == script.to_p2wsh() && o.value == Amount::from_sat(anchor_sat)
         });
         if !ok {
             return Err(CommandError::BadAnchorTx(anchor_sat));
         }
-        let mut next = self.clone();
         let outpoint = OutPoint {
             txid: tx.compute_txid(),
             vout,
         };
-        next.anchor = Some(AnchorInfo {
+        let anchor = AnchorInfo {
             outpoint,
             amount: Amount::from_sat(anchor_sat),
             script,
-        });
-        next.anchor_tx = Some(tx);
-        let cs = CState::initial(anchor_sat, next.fee_sat, true)?;
-        let theirs = next.their_commitment(&cs, 0, &next.their_rev)?;
-        let sig = next.sign(&theirs.tx)?;
-        next.cstate = Some(cs);
-        next.state = State::OpenWaitCommitSig;
-        *self = next;
+        };
+        let cs = CState::initial(anchor_sat, terms.fee_sat, true)?;
+        let ctx = self.ctx();
+        let theirs = their_commitment(&ctx, &terms, &anchor, &cs, 0, &their_rev)?;
+        let sig = sign_anchor_spend(
+            &theirs.tx,
+            &anchor.script,
+            anchor.amount,
+            &self.secrets.commit_key,
+        );
+        self.stage = Stage::OpenWaitCommitSig(Box::new(Unsigned {
+            terms,
+            anchor,
+            anchor_tx: tx,
+            cstate: cs,
+            their_rev,
+        }));
         Ok(vec![
             Action::Persist,
             Action::Send(Packet::OpenAnchor(OpenAnchor {
@@ -688,8 +1072,20 @@ impl Channel {
     ) -> Result<Vec<Action>, CommandError> {
         let amount_msat =
             u32::try_from(amount_msat).map_err(|_| CommandError::AmountTooLarge(amount_msat))?;
-        if !self.expiry_acceptable(expiry, now) {
+        if u64::from(amount_msat) < DUST_LIMIT_SAT * 1000 {
+            return Err(CommandError::BelowDust(u64::from(amount_msat)));
+        }
+        let e = self.established_or_wrong_state()?;
+        let ctx = self.ctx();
+        // The receiver claims with R under the delay we impose on it: a potluck peer
+        // declines an HTLC that leaves it no room, so do not offer one.
+        if !ctx.expiry_acceptable(expiry, now)
+            || !ctx.expiry_leaves_claim_room(expiry, e.terms.our_delay_csv, now)
+        {
             return Err(CommandError::BadExpiry(expiry));
+        }
+        if e.cstate.ours.htlcs.len() >= usize::from(self.config.max_htlcs_in_flight) {
+            return Err(CommandError::TooManyHtlcs(self.config.max_htlcs_in_flight));
         }
         self.propose(Change::AddHtlc(Htlc {
             amount_msat,
@@ -704,11 +1100,11 @@ impl Channel {
     /// # Errors
     /// Wrong state, or no HTLC offered to us has this R.
     pub fn fulfill_htlc(&mut self, r: Preimage) -> Result<Vec<Action>, CommandError> {
-        if self.state == State::OnChain {
+        let e = self.established_or_wrong_state()?;
+        if matches!(e.step, Step::OnChain(_)) {
             return self.claim_with_r(r);
         }
-        let cs = self.cs()?;
-        match cs.find_htlc(&r.hash()) {
+        match e.cstate.find_htlc(&r.hash()) {
             Some((Who::Them, _)) => self.propose(Change::Fulfill(r)),
             _ => Err(CommandError::UnknownPreimage),
         }
@@ -719,7 +1115,7 @@ impl Channel {
     /// # Errors
     /// Wrong state or no such HTLC.
     pub fn routefail_htlc(&mut self, r_hash: Sha256) -> Result<Vec<Action>, CommandError> {
-        match self.cs()?.find_htlc(&r_hash) {
+        match self.established_or_wrong_state()?.cstate.find_htlc(&r_hash) {
             Some((Who::Them, _)) => self.propose(Change::Routefail(r_hash)),
             _ => Err(CommandError::Funding(FundingError::NoSuchHtlc)),
         }
@@ -730,9 +1126,9 @@ impl Channel {
     /// # Errors
     /// Wrong state, no such HTLC, or not yet expired.
     pub fn timeout_htlc(&mut self, r_hash: Sha256, now: u64) -> Result<Vec<Action>, CommandError> {
-        match self.cs()?.find_htlc(&r_hash) {
+        match self.established_or_wrong_state()?.cstate.find_htlc(&r_hash) {
             Some((Who::Us, h)) => {
-                if !self.expired(&h, now) {
+                if !self.ctx().expired(&h, now) {
                     return Err(CommandError::NotExpired);
                 }
                 self.propose(Change::Timedout(r_hash))
@@ -741,41 +1137,18 @@ impl Channel {
         }
     }
 
-    fn expired(&self, h: &Htlc, now: u64) -> bool {
-        match h.expiry {
-            Locktime::Blocks(b) => self.height >= b,
-            Locktime::Seconds(t) => now >= u64::from(t),
-        }
-    }
-
-    fn expiry_acceptable(&self, expiry: Locktime, now: u64) -> bool {
-        if cltv_value(expiry).is_err() {
-            return false;
-        }
-        let max = u64::from(self.config.max_htlc_expiry_blocks);
-        match expiry {
-            Locktime::Blocks(b) => b > self.height && u64::from(b) <= u64::from(self.height) + max,
-            Locktime::Seconds(t) => u64::from(t) > now && u64::from(t) <= now + max * 600,
-        }
+    fn established_or_wrong_state(&self) -> Result<&Established, CommandError> {
+        self.established()
+            .ok_or(CommandError::WrongState(self.state()))
     }
 
     fn propose(&mut self, change: Change) -> Result<Vec<Action>, CommandError> {
-        if self.state != State::Normal {
-            return Err(CommandError::WrongState(self.state));
-        }
-        let next_cs = apply_change(self.cs()?, Who::Us, &change)?;
-        // Make sure our new commitment can be built (expiry encodable).
-        self.our_commitment(&next_cs, self.num + 1)?;
-        let rev = self.our_rev_hash(self.num + 1);
-        let pkt = proposal_packet(&change, rev);
-        self.pending = Some(Pending {
-            change,
-            by: Who::Us,
-            next: next_cs,
-            their_next_rev: None,
-        });
-        self.state = State::WaitAccept;
-        Ok(vec![Action::Send(pkt)])
+        let state = self.state();
+        let (ctx, stage) = self.split();
+        let Stage::Established(e) = stage else {
+            return Err(CommandError::WrongState(state));
+        };
+        propose(&ctx, e, change)
     }
 
     /// Starts a cooperative close (`close_channel`) with our configured close fee.
@@ -783,49 +1156,69 @@ impl Channel {
     /// # Errors
     /// Wrong state, HTLCs pending, or the fee is unaffordable.
     pub fn close(&mut self) -> Result<Vec<Action>, CommandError> {
-        if self.state != State::Normal {
-            return Err(CommandError::WrongState(self.state));
+        let state = self.state();
+        let (ctx, stage) = self.split();
+        let Stage::Established(e) = stage else {
+            return Err(CommandError::WrongState(state));
+        };
+        if e.step != Step::Normal {
+            return Err(CommandError::WrongState(state));
         }
-        let cs = self.cs()?;
-        if !cs.ours.htlcs.is_empty() || !cs.theirs.htlcs.is_empty() {
+        if !e.cstate.ours.htlcs.is_empty() || !e.cstate.theirs.htlcs.is_empty() {
             return Err(CommandError::HtlcsPending);
         }
-        let fee = self.config.close_fee_sat;
-        let tx = self.close_transaction(fee)?;
-        let sig = self.sign(&tx)?;
-        self.closing_fee_sat = fee;
-        self.state = State::CloseWaitComplete;
-        Ok(vec![Action::Send(Packet::Close(CloseChannel {
-            sig,
-            close_fee: fee,
-        }))])
+        // Our configured fee, brought into the range the peer accepts (the size of the
+        // close does not depend on the fee, so one probe gives the minimum).
+        let probe = e.close_transaction(&ctx, 0)?;
+        let (min_sat, max_sat) = ctx.close_fee_range(&probe, e.cstate.anchor_sat);
+        if min_sat > max_sat {
+            return Err(CommandError::BadCloseFee {
+                fee_sat: ctx.config.close_fee_sat,
+                min_sat,
+                max_sat,
+            });
+        }
+        let fee_sat = ctx.config.close_fee_sat.clamp(min_sat, max_sat);
+        let tx = e.close_transaction(&ctx, fee_sat)?;
+        let sig = e.sign(&ctx, &tx);
+        e.step = Step::CloseWaitComplete { fee_sat };
+        // The peer can complete and broadcast the close from here on: the channel must
+        // never come back to `Normal`, even after a restart.
+        Ok(vec![
+            Action::Persist,
+            Action::Send(Packet::Close(CloseChannel {
+                sig,
+                close_fee: fee_sat,
+            })),
+        ])
     }
 
-    fn close_transaction(&self, fee_sat: u64) -> Result<Transaction, CommandError> {
-        let (their, anchor) = self.params()?;
-        let (ours, theirs) = self.cs()?.close_amounts(fee_sat)?;
-        Ok(close_tx(
-            anchor.outpoint,
-            &self.our_final,
-            ours,
-            &their.final_key,
-            theirs,
-        ))
-    }
-
-    /// Broadcasts our latest commitment transaction (unilateral close).
+    /// A new session with the peer is up (after a disconnect or a restart): what to
+    /// send so that an exchange that survives a lost session goes on. After our
+    /// `close_channel` the close may already be in the peer's hands: we never go back
+    /// to `Normal`, and say `close_channel` again (the same fee and, RFC 6979 being
+    /// deterministic, the same signature) so that the close completes.
     ///
     /// # Errors
-    /// No signed commitment yet.
-    pub fn force_close(&mut self) -> Result<Vec<Action>, CommandError> {
-        let tx = self
-            .signed_commitment()
-            .ok_or(CommandError::WrongState(self.state))?;
-        let mut next = self.clone();
-        let mut actions = vec![Action::Broadcast(tx.clone())];
-        actions.extend(next.on_commitment_seen(&tx)?);
-        *self = next;
-        Ok(actions)
+    /// The close transaction cannot be rebuilt (a broken invariant).
+    pub fn reconnected(&mut self) -> Result<Vec<Action>, CommandError> {
+        let (ctx, stage) = self.split();
+        let Stage::Established(e) = stage else {
+            return Ok(Vec::new());
+        };
+        let Step::CloseWaitComplete { fee_sat } = e.step else {
+            return Ok(Vec::new());
+        };
+        let tx = e.close_transaction(&ctx, fee_sat)?;
+        let sig = e.sign(&ctx, &tx);
+        // Already on disk; the Persist keeps the guarantee simple (no signature without one).
+        Ok(vec![
+            Action::Persist,
+            Action::Send(Packet::Close(CloseChannel {
+                sig,
+                close_fee: fee_sat,
+            })),
+        ])
     }
 
     // ----- chain events -------------------------------------------------------
@@ -838,343 +1231,24 @@ impl Channel {
 
     /// The anchor has `depth` confirmations.
     pub fn anchor_depth(&mut self, depth: u32) -> Vec<Action> {
-        if self.state != State::OpenWaitComplete
-            || self.sent_complete
-            || depth < self.config.min_depth
-        {
+        let min_depth = self.config.min_depth;
+        let Stage::Established(e) = &mut self.stage else {
+            return Vec::new();
+        };
+        let Step::OpenWaitComplete { sent, got } = &mut e.step else {
+            return Vec::new();
+        };
+        if *sent || depth < min_depth {
             return Vec::new();
         }
-        self.sent_complete = true;
+        *sent = true;
         let mut actions = vec![Action::Send(Packet::OpenComplete(OpenComplete::default()))];
-        if self.got_complete {
-            self.state = State::Normal;
+        if *got {
+            e.step = Step::Normal;
             actions.push(Action::Persist);
             actions.push(Action::Notify(Event::Live));
         }
         actions
-    }
-
-    /// A transaction spending the anchor was seen on chain.
-    ///
-    /// Ours: claims follow. Theirs, current: we sweep what is ours. Theirs,
-    /// revoked: a penalty transaction takes every output. The close: done.
-    ///
-    /// # Errors
-    /// A claim could not be built.
-    pub fn spend_seen(&mut self, tx: &Transaction) -> Result<Vec<Action>, CommandError> {
-        let Some(anchor) = self.anchor.as_ref() else {
-            return Ok(Vec::new());
-        };
-        if !tx
-            .input
-            .iter()
-            .any(|i| i.previous_output == anchor.outpoint)
-        {
-            return Ok(Vec::new());
-        }
-        let mut next = self.clone();
-        let actions = next.on_commitment_seen(tx)?;
-        *self = next;
-        Ok(actions)
-    }
-
-    fn sweep_fee(&self, inputs: &[SweepInput]) -> u64 {
-        sweep_weight(inputs) * self.config.sweep_feerate_sat_per_kw / 1000
-    }
-
-    fn on_commitment_seen(&mut self, tx: &Transaction) -> Result<Vec<Action>, CommandError> {
-        let txid = tx.compute_txid();
-        if self
-            .onchain
-            .as_ref()
-            .is_some_and(|oc| oc.commitment.tx.compute_txid() == txid)
-        {
-            // Already handled (we broadcast it ourselves, or saw it before).
-            return Ok(Vec::new());
-        }
-        let cs = self.cs()?.clone();
-        // Closing transaction?
-        if tx.lock_time == LockTime::ZERO && commitment_number(tx).is_none() {
-            self.state = State::Closed;
-            return Ok(vec![Action::Persist, Action::Notify(Event::Closed(txid))]);
-        }
-        let ours = self.our_commitment(&cs, self.num)?;
-        if ours.tx.compute_txid() == txid {
-            self.state = State::OnChain;
-            let claims = self.claim_own(&ours)?;
-            self.onchain = Some(OnChainCommitment {
-                owner: Who::Us,
-                commitment: ours,
-            });
-            let mut a = vec![
-                Action::Persist,
-                Action::Notify(Event::OnChain {
-                    txid,
-                    owner: Who::Us,
-                }),
-            ];
-            a.extend(claims);
-            return Ok(a);
-        }
-        let mut candidates = vec![(cs.clone(), self.their_rev, self.num)];
-        if let Some((prev, rev)) = &self.their_prev {
-            candidates.push((prev.clone(), *rev, self.num.saturating_sub(1)));
-        }
-        for (c, rev, n) in candidates {
-            let theirs = self.their_commitment(&c, n, &rev)?;
-            if theirs.tx.compute_txid() == txid {
-                self.state = State::OnChain;
-                let claims = self.claim_from_theirs(&theirs)?;
-                self.onchain = Some(OnChainCommitment {
-                    owner: Who::Them,
-                    commitment: theirs,
-                });
-                let mut a = vec![
-                    Action::Persist,
-                    Action::Notify(Event::OnChain {
-                        txid,
-                        owner: Who::Them,
-                    }),
-                ];
-                a.extend(claims);
-                return Ok(a);
-            }
-        }
-        // A revoked commitment of theirs?
-        if let Some(n) = commitment_number(tx) {
-            if let Some(pre) = self.their_secrets.get(n) {
-                let penalty = self.penalty(tx, &pre)?;
-                self.state = State::OnChain;
-                return Ok(vec![
-                    Action::Persist,
-                    Action::Broadcast(penalty),
-                    Action::Notify(Event::CheatDetected {
-                        commitment_number: n,
-                    }),
-                ]);
-            }
-        }
-        Ok(Vec::new())
-    }
-
-    /// Every output of their revoked commitment `tx`, to our final key.
-    fn penalty(&self, tx: &Transaction, pre: &Preimage) -> Result<Transaction, CommandError> {
-        let (their, _) = self.params()?;
-        let rev = pre.hash();
-        let delay = self.our_delay_csv();
-        let txid = tx.compute_txid();
-        let mut candidates: Vec<ScriptBuf> = vec![crate::script::revocable_script(
-            &rev,
-            &self.our_final,
-            delay,
-            &their.final_key,
-        )];
-        for h in &self.every_htlc {
-            let Ok(e) = cltv_value(h.expiry) else {
-                continue;
-            };
-            candidates.push(crate::script::htlc_offered_script(
-                &their.final_key,
-                &self.our_final,
-                e,
-                delay,
-                &rev,
-                &h.r_hash,
-            ));
-            candidates.push(crate::script::htlc_received_script(
-                &their.final_key,
-                &self.our_final,
-                e,
-                delay,
-                &rev,
-                &h.r_hash,
-            ));
-        }
-        let ours_p2wpkh = p2wpkh(&self.our_final);
-        let mut inputs = Vec::new();
-        for (vout, out) in tx.output.iter().enumerate() {
-            let outpoint = OutPoint {
-                txid,
-                vout: vout as u32,
-            };
-            let witness = if out.script_pubkey == ours_p2wpkh {
-                SweepWitness::P2wpkh
-            } else if let Some(s) = candidates
-                .iter()
-                .find(|s| s.to_p2wsh() == out.script_pubkey)
-            {
-                SweepWitness::Script {
-                    witness_script: s.clone(),
-                    secret: pre.0.to_vec(),
-                }
-            } else {
-                continue;
-            };
-            inputs.push(SweepInput {
-                outpoint,
-                value: out.value,
-                witness,
-                sequence: Sequence::ENABLE_LOCKTIME_NO_RBF,
-                key: self.secrets.final_key,
-            });
-        }
-        let fee = self.sweep_fee(&inputs);
-        Ok(sweep_tx(
-            &inputs,
-            p2wpkh(&self.our_final),
-            fee,
-            LockTime::ZERO,
-        )?)
-    }
-
-    fn claim_own(&self, c: &Commitment) -> Result<Vec<Action>, CommandError> {
-        let (their, _) = self.params()?;
-        let txid = c.tx.compute_txid();
-        let mut actions = Vec::new();
-        for (vout, o) in c.outputs.iter().enumerate() {
-            let (secret, lock) = match o.kind {
-                OutputKind::ToOwner => (Vec::new(), 0),
-                OutputKind::HtlcOffered(h) => (Vec::new(), cltv_value(h.expiry).unwrap_or(0)),
-                OutputKind::HtlcReceived(h) => {
-                    match self.known_r.iter().find(|r| r.hash() == h.r_hash) {
-                        Some(r) => (r.0.to_vec(), 0),
-                        None => continue,
-                    }
-                }
-                OutputKind::ToOther => continue,
-            };
-            let input = SweepInput {
-                outpoint: OutPoint {
-                    txid,
-                    vout: vout as u32,
-                },
-                value: o.value,
-                witness: SweepWitness::Script {
-                    witness_script: o.witness_script.clone(),
-                    secret,
-                },
-                sequence: Sequence::from_consensus(their.delay_csv),
-                key: self.secrets.final_key,
-            };
-            let fee = self.sweep_fee(std::slice::from_ref(&input));
-            let tx = sweep_tx(
-                &[input],
-                p2wpkh(&self.our_final),
-                fee,
-                LockTime::from_consensus(lock),
-            )?;
-            actions.push(Action::BroadcastLater {
-                tx,
-                csv_blocks: delay_blocks_equivalent(their.delay_csv),
-                lock_time: lock,
-            });
-        }
-        Ok(actions)
-    }
-
-    fn claim_from_theirs(&self, c: &Commitment) -> Result<Vec<Action>, CommandError> {
-        let txid = c.tx.compute_txid();
-        let mut actions = Vec::new();
-        for (vout, o) in c.outputs.iter().enumerate() {
-            let outpoint = OutPoint {
-                txid,
-                vout: vout as u32,
-            };
-            let (witness, lock) = match o.kind {
-                OutputKind::ToOther => (SweepWitness::P2wpkh, 0),
-                // Their offered HTLC: ours with R.
-                OutputKind::HtlcOffered(h) => {
-                    match self.known_r.iter().find(|r| r.hash() == h.r_hash) {
-                        Some(r) => (
-                            SweepWitness::Script {
-                                witness_script: o.witness_script.clone(),
-                                secret: r.0.to_vec(),
-                            },
-                            0,
-                        ),
-                        None => continue,
-                    }
-                }
-                // Our offered HTLC on their commitment: refund after expiry.
-                OutputKind::HtlcReceived(h) => (
-                    SweepWitness::Script {
-                        witness_script: o.witness_script.clone(),
-                        secret: Vec::new(),
-                    },
-                    cltv_value(h.expiry).unwrap_or(0),
-                ),
-                OutputKind::ToOwner => continue,
-            };
-            let input = SweepInput {
-                outpoint,
-                value: o.value,
-                witness,
-                sequence: Sequence::ENABLE_LOCKTIME_NO_RBF,
-                key: self.secrets.final_key,
-            };
-            let fee = self.sweep_fee(std::slice::from_ref(&input));
-            let tx = sweep_tx(
-                &[input],
-                p2wpkh(&self.our_final),
-                fee,
-                LockTime::from_consensus(lock),
-            )?;
-            if lock == 0 {
-                actions.push(Action::Broadcast(tx));
-            } else {
-                actions.push(Action::BroadcastLater {
-                    tx,
-                    csv_blocks: 0,
-                    lock_time: lock,
-                });
-            }
-        }
-        Ok(actions)
-    }
-
-    fn claim_with_r(&mut self, r: Preimage) -> Result<Vec<Action>, CommandError> {
-        let Some(oc) = self.onchain.clone() else {
-            return Err(CommandError::WrongState(self.state));
-        };
-        let mut next = self.clone();
-        if !next.known_r.contains(&r) {
-            next.known_r.push(r);
-        }
-        let all = match oc.owner {
-            Who::Us => next.claim_own(&oc.commitment)?,
-            Who::Them => next.claim_from_theirs(&oc.commitment)?,
-        };
-        // Only the claims that spend an HTLC output with this R.
-        let h = r.hash();
-        let wanted: Vec<u32> = oc
-            .commitment
-            .outputs
-            .iter()
-            .enumerate()
-            .filter(|(_, o)| match (oc.owner, o.kind) {
-                (Who::Us, OutputKind::HtlcReceived(x))
-                | (Who::Them, OutputKind::HtlcOffered(x)) => x.r_hash == h,
-                _ => false,
-            })
-            .map(|(i, _)| i as u32)
-            .collect();
-        if wanted.is_empty() {
-            return Err(CommandError::UnknownPreimage);
-        }
-        let actions = all
-            .into_iter()
-            .filter(|a| {
-                let tx = match a {
-                    Action::Broadcast(tx) | Action::BroadcastLater { tx, .. } => tx,
-                    _ => return false,
-                };
-                tx.input
-                    .iter()
-                    .any(|i| wanted.contains(&i.previous_output.vout))
-            })
-            .collect();
-        *self = next;
-        Ok(actions)
     }
 
     // ----- packets -------------------------------------------------------------
@@ -1184,65 +1258,82 @@ impl Channel {
     /// # Errors
     /// [`Rejected`]: send its `reply`, then hang up. The channel is unchanged.
     pub fn handle_packet(&mut self, pkt: &Packet, now: u64) -> Result<Vec<Action>, Rejected> {
-        let mut next = self.clone();
-        match next.on_packet(pkt, now) {
-            Ok(actions) => {
-                *self = next;
-                Ok(actions)
-            }
-            Err(error) => Err(Rejected { error }),
-        }
+        // Every handler checks everything that can fail before it changes anything, so a
+        // rejected packet leaves no trace without copying the channel per packet
+        // (tests/adversarial.rs compares snapshots before and after every rejection).
+        self.on_packet(pkt, now).map_err(|error| Rejected { error })
     }
 
     fn on_packet(&mut self, pkt: &Packet, now: u64) -> Result<Vec<Action>, ChannelError> {
-        let unexpected = || ChannelError::UnexpectedPacket(pkt.name());
-        match (self.state, pkt) {
-            (_, Packet::Error(e)) => Ok(vec![Action::Notify(Event::PeerError(
+        if let Packet::Error(e) = pkt {
+            return Ok(vec![Action::Notify(Event::PeerError(
                 e.problem.clone().unwrap_or_default(),
-            ))]),
-            (State::OpenWaitOpen, Packet::Open(o)) => self.on_open(o),
-            (State::OpenWaitAnchor, Packet::OpenAnchor(a)) => self.on_open_anchor(a),
-            (State::OpenWaitCommitSig, Packet::OpenCommitSig(s)) => self.on_open_commit_sig(s),
-            (State::OpenWaitComplete, Packet::OpenComplete(_)) if !self.got_complete => {
-                self.got_complete = true;
-                if self.sent_complete {
-                    self.state = State::Normal;
+            ))]);
+        }
+        let unexpected = || ChannelError::UnexpectedPacket(pkt.name());
+        match (&self.stage, pkt) {
+            (Stage::OpenWaitOpen, Packet::Open(o)) => return self.on_open(o),
+            (Stage::OpenWaitAnchor { .. }, Packet::OpenAnchor(a)) => return self.on_open_anchor(a),
+            (Stage::OpenWaitCommitSig(_), Packet::OpenCommitSig(s)) => {
+                return self.on_open_commit_sig(s)
+            }
+            (Stage::Established(_), _) => {}
+            _ => return Err(unexpected()),
+        }
+        let (ctx, stage) = self.split();
+        let Stage::Established(e) = stage else {
+            return Err(invariant("established stage checked above"));
+        };
+        let e: &mut Established = e;
+        match (&e.step, pkt) {
+            (Step::OpenWaitComplete { sent, got: false }, Packet::OpenComplete(_)) => {
+                if *sent {
+                    e.step = Step::Normal;
                     Ok(vec![Action::Persist, Action::Notify(Event::Live)])
                 } else {
+                    e.step = Step::OpenWaitComplete {
+                        sent: false,
+                        got: true,
+                    };
                     Ok(Vec::new())
                 }
             }
-            (State::Normal, p) if proposal_of(p).is_some() => self.on_proposal(p, now),
-            (State::WaitAccept, p) if proposal_of(p).is_some() => {
-                if self.high_priority {
+            (Step::Normal, p) if is_proposal(p) => on_proposal(&ctx, e, p, now, None),
+            (Step::WaitAccept(mine), p) if is_proposal(p) => {
+                if e.high_priority {
                     // We win: the peer abandons its proposal and answers ours.
                     Ok(Vec::new())
                 } else {
-                    let mine = self.pending.take().map(|p| p.change);
-                    self.deferred = mine;
-                    self.state = State::Normal;
-                    let mut actions = self.on_proposal(p, now)?;
-                    if let Some(c) = mine {
-                        actions.insert(0, Action::Notify(Event::ProposalDeferred(c)));
+                    let mine = mine.change;
+                    let mut actions = on_proposal(&ctx, e, p, now, Some(mine))?;
+                    actions.insert(0, Action::Notify(Event::ProposalDeferred(mine)));
+                    if matches!(e.step, Step::WaitAccept(_)) {
+                        e.step = Step::Normal;
+                        // We declined their proposal: no update will complete to carry our
+                        // deferred one, so propose it again now (once), or say why not.
+                        actions.extend(repropose(&ctx, e, mine));
                     }
                     Ok(actions)
                 }
             }
-            (State::WaitAccept, Packet::UpdateAccept(a)) => self.on_accept(a),
-            (State::WaitAccept, Packet::UpdateDeclineHtlc(d)) => self.on_decline(d),
-            (State::WaitSignature, Packet::UpdateSignature(s)) => self.on_signature(s),
-            (State::WaitComplete, Packet::UpdateComplete(c)) => self.on_complete(c),
-            (State::Normal, Packet::Close(c)) => self.on_close(c),
-            (State::CloseWaitComplete, Packet::Close(c)) => {
-                if self.high_priority {
+            (Step::WaitAccept(_), Packet::UpdateAccept(a)) => on_accept(&ctx, e, a),
+            (Step::WaitAccept(_), Packet::UpdateDeclineHtlc(d)) => on_decline(e, d),
+            (Step::WaitSignature(_), Packet::UpdateSignature(s)) => on_signature(&ctx, e, s),
+            (Step::WaitComplete(_), Packet::UpdateComplete(c)) => on_complete(&ctx, e, c),
+            (Step::Normal, Packet::Close(c)) => on_close(&ctx, e, c),
+            (Step::CloseWaitComplete { .. }, Packet::Close(c)) => {
+                if e.high_priority {
                     Ok(Vec::new())
                 } else {
-                    self.on_close(c)
+                    on_close(&ctx, e, c)
                 }
             }
-            (State::CloseWaitComplete, Packet::CloseComplete(c)) => self.on_close_complete(c),
-            (State::CloseWaitAck, Packet::CloseAck) => {
-                self.state = State::Closed;
+            (Step::CloseWaitComplete { fee_sat }, Packet::CloseComplete(c)) => {
+                let fee_sat = *fee_sat;
+                on_close_complete(&ctx, e, c, fee_sat)
+            }
+            (Step::CloseWaitAck, Packet::CloseAck) => {
+                e.step = Step::Closed;
                 Ok(vec![Action::Persist])
             }
             _ => Err(unexpected()),
@@ -1256,8 +1347,9 @@ impl Channel {
                 AnchorOffer::WontCreateAnchor => "neither side offers the anchor".into(),
             }));
         }
-        let delay_csv = csv_value(o.delay).map_err(|e| ChannelError::BadOpen(e.to_string()))?;
-        if delay_blocks_equivalent(delay_csv) > self.config.max_delay_blocks {
+        let their_delay_csv =
+            csv_value(o.delay).map_err(|e| ChannelError::BadOpen(e.to_string()))?;
+        if delay_blocks_equivalent(their_delay_csv) > self.config.max_delay_blocks {
             return Err(ChannelError::BadOpen(format!(
                 "delay {:?} above our maximum",
                 o.delay
@@ -1275,60 +1367,77 @@ impl Channel {
                 o.commitment_fee
             )));
         }
-        let their = TheirParams {
-            commit_key: o.commit_key.public_key(),
-            final_key: o.final_key.public_key(),
-            delay_csv,
-            fee_sat: o.commitment_fee,
+        // `start` refused a delay that cannot be encoded, so this holds.
+        let our_delay_csv =
+            csv_value(self.config.delay).map_err(|_| invariant("our delay checked by start"))?;
+        let terms = Terms {
+            their_commit: o.commit_key.public_key(),
+            their_final: o.final_key.public_key(),
+            their_delay_csv,
+            our_delay_csv,
+            fee_sat: self.config.commitment_fee_sat.min(o.commitment_fee),
         };
-        self.fee_sat = self.config.commitment_fee_sat.min(their.fee_sat);
-        self.their = Some(their);
-        self.their_rev = o.revocation_hash;
+        let their_rev = o.revocation_hash;
         match self.role {
             AnchorRole::Fund { anchor_sat } => {
-                if anchor_sat <= self.fee_sat {
+                if anchor_sat <= terms.fee_sat {
                     return Err(ChannelError::BadOpen(
                         "our anchor does not cover the fee".into(),
                     ));
                 }
-                self.state = State::OpenWaitAnchorTx;
-                let script = anchor_script(&self.our_commit, &their.commit_key);
+                self.stage = Stage::OpenWaitAnchorTx { terms, their_rev };
+                let script = anchor_script(&self.our_commit, &terms.their_commit);
                 Ok(vec![Action::Notify(Event::AnchorNeeded {
                     script_pubkey: script.to_p2wsh(),
                     amount: Amount::from_sat(anchor_sat),
                 })])
             }
             AnchorRole::Accept => {
-                self.state = State::OpenWaitAnchor;
+                self.stage = Stage::OpenWaitAnchor { terms, their_rev };
                 Ok(Vec::new())
             }
         }
     }
 
     fn on_open_anchor(&mut self, a: &OpenAnchor) -> Result<Vec<Action>, ChannelError> {
-        let their = self
-            .their
-            .ok_or(ChannelError::UnexpectedPacket("open_anchor"))?;
-        let cs = CState::initial(a.amount, self.fee_sat, false).map_err(|_| {
+        let Stage::OpenWaitAnchor { terms, their_rev } = self.stage else {
+            return Err(ChannelError::UnexpectedPacket("open_anchor"));
+        };
+        let cs = CState::initial(a.amount, terms.fee_sat, false).map_err(|_| {
             ChannelError::BadAnchor(format!("amount {} does not cover the fee", a.amount))
         })?;
         let outpoint = OutPoint {
             txid: sha256d_to_txid(&a.txid),
             vout: a.output_index,
         };
-        let script = anchor_script(&self.our_commit, &their.commit_key);
-        self.anchor = Some(AnchorInfo {
+        let anchor = AnchorInfo {
             outpoint,
             amount: Amount::from_sat(a.amount),
-            script,
-        });
-        let ours = self.our_commitment(&cs, 0)?;
-        self.check_sig(&ours.tx, &a.commit_sig, "open_anchor.commit_sig")?;
-        let theirs = self.their_commitment(&cs, 0, &self.their_rev)?;
-        let sig = self.sign(&theirs.tx)?;
-        self.their_sig = Some(a.commit_sig);
-        self.cstate = Some(cs);
-        self.state = State::OpenWaitComplete;
+            script: anchor_script(&self.our_commit, &terms.their_commit),
+        };
+        let mut e = Established {
+            terms,
+            anchor,
+            anchor_tx: None,
+            num: 0,
+            cstate: cs,
+            their_rev,
+            their_sig: a.commit_sig,
+            their_secrets: RevocationSecrets::new(),
+            high_priority: matches!(self.role, AnchorRole::Fund { .. }),
+            known_r: Vec::new(),
+            step: Step::OpenWaitComplete {
+                sent: false,
+                got: false,
+            },
+        };
+        let ctx = self.ctx();
+        let ours = e.our_commitment(&ctx, &e.cstate, 0)?;
+        e.check_sig(&ours.tx, &a.commit_sig, "open_anchor.commit_sig")?;
+        let theirs = e.their_commitment(&ctx, &e.cstate, 0, &their_rev)?;
+        let sig = e.sign(&ctx, &theirs.tx);
+        e.their_sig = a.commit_sig;
+        self.stage = Stage::Established(Box::new(e));
         Ok(vec![
             Action::Persist,
             Action::Send(Packet::OpenCommitSig(OpenCommitSig { sig })),
@@ -1337,268 +1446,369 @@ impl Channel {
     }
 
     fn on_open_commit_sig(&mut self, s: &OpenCommitSig) -> Result<Vec<Action>, ChannelError> {
-        let cs = self.cs()?.clone();
-        let ours = self.our_commitment(&cs, 0)?;
-        self.check_sig(&ours.tx, &s.sig, "open_commit_sig")?;
-        self.their_sig = Some(s.sig);
-        self.state = State::OpenWaitComplete;
-        let mut actions = vec![Action::Persist];
-        if let Some(tx) = self.anchor_tx.clone() {
-            actions.push(Action::Broadcast(tx));
-        }
-        if let Some(a) = &self.anchor {
-            actions.push(Action::WatchOutput(a.outpoint));
-        }
-        Ok(actions)
-    }
-
-    fn on_proposal(&mut self, p: &Packet, now: u64) -> Result<Vec<Action>, ChannelError> {
-        let (change, their_next_rev) = match p {
-            Packet::Update(u) => {
-                if u.delta_msat > 0 {
-                    return Err(ChannelError::TakesFromReceiver(u.delta_msat));
-                }
-                let amount = u.delta_msat.unsigned_abs();
-                let amount_msat = u32::try_from(amount)
-                    .map_err(|_| ChannelError::AmountTooLarge(-i128::from(u.delta_msat)))?;
-                (Change::Pay { amount_msat }, u.revocation_hash)
-            }
-            Packet::UpdateAddHtlc(a) => {
-                let htlc = Htlc {
-                    amount_msat: a.amount_msat,
-                    r_hash: a.r_hash,
-                    expiry: a.expiry,
-                };
-                if !self.expiry_acceptable(a.expiry, now) {
-                    return Ok(vec![Action::Send(Packet::UpdateDeclineHtlc(
-                        UpdateDeclineHtlc {
-                            reason: Some(DeclineReason::CannotRoute(true)),
-                        },
-                    ))]);
-                }
-                match self.cs()?.add_htlc(Who::Them, htlc) {
-                    Err(FundingError::InsufficientFunds { needed_msat, .. }) => {
-                        return Ok(vec![decline_funds(needed_msat)]);
-                    }
-                    Err(FundingError::FeeUnaffordable) => {
-                        let need = u64::from(htlc.amount_msat)
-                            .saturating_add(self.cs()?.fee_sat.saturating_mul(1000));
-                        return Ok(vec![decline_funds(need)]);
-                    }
-                    _ => {}
-                }
-                (Change::AddHtlc(htlc), a.revocation_hash)
-            }
-            Packet::UpdateFulfillHtlc(f) => {
-                match self.cs()?.find_htlc(&f.r.hash()) {
-                    Some((Who::Us, _)) => {}
-                    _ => return Err(ChannelError::UnknownPreimage),
-                }
-                (Change::Fulfill(f.r), f.revocation_hash)
-            }
-            Packet::UpdateTimedoutHtlc(t) => {
-                let h = self
-                    .cs()?
-                    .find_htlc(&t.r_hash)
-                    .ok_or(FundingError::NoSuchHtlc)?;
-                if !self.expired(&h.1, now) {
-                    return Err(ChannelError::NotExpired);
-                }
-                (Change::Timedout(t.r_hash), t.revocation_hash)
-            }
-            Packet::UpdateRoutefailHtlc(r) => {
-                match self.cs()?.find_htlc(&r.r_hash) {
-                    Some((Who::Us, _)) => {}
-                    _ => return Err(ChannelError::Funding(FundingError::NoSuchHtlc)),
-                }
-                (Change::Routefail(r.r_hash), r.revocation_hash)
-            }
-            _ => return Err(ChannelError::UnexpectedPacket(p.name())),
+        let Stage::OpenWaitCommitSig(u) = &self.stage else {
+            return Err(ChannelError::UnexpectedPacket("open_commit_sig"));
         };
-        let next = apply_change(self.cs()?, Who::Them, &change)?;
-        let theirs = self.their_commitment(&next, self.num + 1, &their_next_rev)?;
-        self.our_commitment(&next, self.num + 1)?;
-        let sig = self.sign(&theirs.tx)?;
-        if let Change::Fulfill(r) = change {
-            if !self.known_r.contains(&r) {
-                self.known_r.push(r);
+        let u = (**u).clone();
+        let e = Established {
+            terms: u.terms,
+            anchor: u.anchor,
+            anchor_tx: Some(u.anchor_tx.clone()),
+            num: 0,
+            cstate: u.cstate,
+            their_rev: u.their_rev,
+            their_sig: s.sig,
+            their_secrets: RevocationSecrets::new(),
+            high_priority: matches!(self.role, AnchorRole::Fund { .. }),
+            known_r: Vec::new(),
+            step: Step::OpenWaitComplete {
+                sent: false,
+                got: false,
+            },
+        };
+        let ours = e.our_commitment(&self.ctx(), &e.cstate, 0)?;
+        e.check_sig(&ours.tx, &s.sig, "open_commit_sig")?;
+        let outpoint = e.anchor.outpoint;
+        self.stage = Stage::Established(Box::new(e));
+        Ok(vec![
+            Action::Persist,
+            Action::Broadcast(u.anchor_tx),
+            Action::WatchOutput(outpoint),
+        ])
+    }
+}
+
+fn propose(ctx: &Ctx, e: &mut Established, change: Change) -> Result<Vec<Action>, CommandError> {
+    if e.step != Step::Normal {
+        return Err(CommandError::WrongState(e.step.kind()));
+    }
+    let next = apply_change(&e.cstate, Who::Us, &change)?;
+    // Make sure our new commitment can be built (expiry encodable).
+    e.our_commitment(ctx, &next, e.num + 1)?;
+    let pkt = proposal_packet(&change, ctx.our_rev_hash(e.num + 1));
+    if let Change::Fulfill(r) = change {
+        // Their commitments keep the HTLC until they revoke them: R claims it on chain.
+        e.remember_r(r);
+    }
+    e.step = Step::WaitAccept(Proposal { change, next });
+    Ok(vec![Action::Send(pkt)])
+}
+
+/// Their proposal `p` in `Normal`: accept (sign their next commitment), or decline an HTLC.
+fn on_proposal(
+    ctx: &Ctx,
+    e: &mut Established,
+    p: &Packet,
+    now: u64,
+    deferred: Option<Change>,
+) -> Result<Vec<Action>, ChannelError> {
+    let (change, their_next_rev) = match p {
+        Packet::Update(u) => {
+            if u.delta_msat > 0 {
+                return Err(ChannelError::TakesFromReceiver(u.delta_msat));
             }
+            let amount = u.delta_msat.unsigned_abs();
+            let amount_msat = u32::try_from(amount)
+                .map_err(|_| ChannelError::AmountTooLarge(-i128::from(u.delta_msat)))?;
+            (Change::Pay { amount_msat }, u.revocation_hash)
         }
-        self.pending = Some(Pending {
-            change,
-            by: Who::Them,
-            next,
-            their_next_rev: Some(their_next_rev),
-        });
-        self.state = State::WaitSignature;
-        Ok(vec![Action::Send(Packet::UpdateAccept(UpdateAccept {
+        Packet::UpdateAddHtlc(a) => {
+            let htlc = Htlc {
+                amount_msat: a.amount_msat,
+                r_hash: a.r_hash,
+                expiry: a.expiry,
+            };
+            // We claim it with R under the delay they impose on us: it must leave us room.
+            if !ctx.expiry_acceptable(a.expiry, now)
+                || !ctx.expiry_leaves_claim_room(a.expiry, e.terms.their_delay_csv, now)
+                || u64::from(a.amount_msat) < DUST_LIMIT_SAT * 1000
+                || e.cstate.theirs.htlcs.len() >= usize::from(ctx.config.max_htlcs_in_flight)
+            {
+                return Ok(vec![Action::Send(Packet::UpdateDeclineHtlc(
+                    UpdateDeclineHtlc {
+                        reason: Some(DeclineReason::CannotRoute(true)),
+                    },
+                ))]);
+            }
+            match e.cstate.add_htlc(Who::Them, htlc) {
+                Err(FundingError::InsufficientFunds { needed_msat, .. }) => {
+                    return Ok(vec![decline_funds(needed_msat)]);
+                }
+                Err(FundingError::FeeUnaffordable) => {
+                    let need = u64::from(htlc.amount_msat)
+                        .saturating_add(e.cstate.fee_sat.saturating_mul(1000));
+                    return Ok(vec![decline_funds(need)]);
+                }
+                _ => {}
+            }
+            (Change::AddHtlc(htlc), a.revocation_hash)
+        }
+        Packet::UpdateFulfillHtlc(f) => {
+            match e.cstate.find_htlc(&f.r.hash()) {
+                Some((Who::Us, _)) => {}
+                _ => return Err(ChannelError::UnknownPreimage),
+            }
+            (Change::Fulfill(f.r), f.revocation_hash)
+        }
+        Packet::UpdateTimedoutHtlc(t) => {
+            let h = e
+                .cstate
+                .find_htlc(&t.r_hash)
+                .ok_or(FundingError::NoSuchHtlc)?;
+            if !ctx.expired(&h.1, now) {
+                return Err(ChannelError::NotExpired);
+            }
+            (Change::Timedout(t.r_hash), t.revocation_hash)
+        }
+        Packet::UpdateRoutefailHtlc(r) => {
+            match e.cstate.find_htlc(&r.r_hash) {
+                Some((Who::Us, _)) => {}
+                _ => return Err(ChannelError::Funding(FundingError::NoSuchHtlc)),
+            }
+            (Change::Routefail(r.r_hash), r.revocation_hash)
+        }
+        _ => return Err(ChannelError::UnexpectedPacket(p.name())),
+    };
+    let next = apply_change(&e.cstate, Who::Them, &change)?;
+    let theirs = e.their_commitment(ctx, &next, e.num + 1, &their_next_rev)?;
+    e.our_commitment(ctx, &next, e.num + 1)?;
+    let sig = e.sign(ctx, &theirs.tx);
+    if let Change::Fulfill(r) = change {
+        e.remember_r(r);
+    }
+    e.step = Step::WaitSignature(Accepted {
+        change,
+        next,
+        their_next_rev,
+        deferred,
+    });
+    // The peer can broadcast its next commitment with this signature: persist the state
+    // that watches for it before the signature leaves.
+    Ok(vec![
+        Action::Persist,
+        Action::Send(Packet::UpdateAccept(UpdateAccept {
             sig,
-            revocation_hash: self.our_rev_hash(self.num + 1),
-        }))])
-    }
+            revocation_hash: ctx.our_rev_hash(e.num + 1),
+        })),
+    ])
+}
 
-    fn on_decline(&mut self, d: &UpdateDeclineHtlc) -> Result<Vec<Action>, ChannelError> {
-        let Some(p) = self.pending.take() else {
-            return Err(ChannelError::UnexpectedPacket("update_decline_htlc"));
-        };
-        let Change::AddHtlc(h) = p.change else {
-            return Err(ChannelError::UnexpectedPacket("update_decline_htlc"));
-        };
-        self.state = State::Normal;
-        Ok(vec![Action::Notify(Event::Declined {
-            r_hash: h.r_hash,
-            reason: d.reason,
-        })])
-    }
+fn on_decline(e: &mut Established, d: &UpdateDeclineHtlc) -> Result<Vec<Action>, ChannelError> {
+    let Step::WaitAccept(p) = &e.step else {
+        return Err(invariant("decline handled in WaitAccept only"));
+    };
+    let Change::AddHtlc(h) = p.change else {
+        return Err(ChannelError::UnexpectedPacket("update_decline_htlc"));
+    };
+    e.step = Step::Normal;
+    Ok(vec![Action::Notify(Event::Declined {
+        r_hash: h.r_hash,
+        reason: d.reason,
+    })])
+}
 
-    fn on_accept(&mut self, a: &UpdateAccept) -> Result<Vec<Action>, ChannelError> {
-        let Some(mut p) = self.pending.take() else {
-            return Err(ChannelError::UnexpectedPacket("update_accept"));
-        };
-        let n = self.num + 1;
-        let ours = self.our_commitment(&p.next, n)?;
-        self.check_sig(&ours.tx, &a.sig, "update_accept.sig")?;
-        let theirs = self.their_commitment(&p.next, n, &a.revocation_hash)?;
-        let sig = self.sign(&theirs.tx)?;
-        let old = self.cs()?.clone();
-        self.their_prev = Some((old, self.their_rev));
-        self.their_rev = a.revocation_hash;
-        self.their_sig = Some(a.sig);
-        self.cstate = Some(p.next.clone());
-        self.note_htlcs(&p.change);
-        let preimage = self.our_preimage(self.num);
-        self.num = n;
-        p.their_next_rev = Some(a.revocation_hash);
-        self.pending = Some(p);
-        self.state = State::WaitComplete;
-        Ok(vec![
-            Action::Persist,
-            Action::Send(Packet::UpdateSignature(UpdateSignature {
-                sig,
-                revocation_preimage: preimage,
-            })),
-        ])
-    }
+fn on_accept(
+    ctx: &Ctx,
+    e: &mut Established,
+    a: &UpdateAccept,
+) -> Result<Vec<Action>, ChannelError> {
+    let Step::WaitAccept(p) = &e.step else {
+        return Err(invariant("accept handled in WaitAccept only"));
+    };
+    let p = p.clone();
+    let n = e.num + 1;
+    let ours = e.our_commitment(ctx, &p.next, n)?;
+    e.check_sig(&ours.tx, &a.sig, "update_accept.sig")?;
+    let theirs = e.their_commitment(ctx, &p.next, n, &a.revocation_hash)?;
+    let sig = e.sign(ctx, &theirs.tx);
+    let preimage = ctx.our_preimage(e.num);
+    let their_prev = std::mem::replace(&mut e.cstate, p.next);
+    let their_prev_rev = std::mem::replace(&mut e.their_rev, a.revocation_hash);
+    e.their_sig = a.sig;
+    e.num = n;
+    e.step = Step::WaitComplete(Signed {
+        change: p.change,
+        their_prev,
+        their_prev_rev,
+    });
+    Ok(vec![
+        Action::Persist,
+        Action::Send(Packet::UpdateSignature(UpdateSignature {
+            sig,
+            revocation_preimage: preimage,
+        })),
+    ])
+}
 
-    fn check_their_preimage(
-        &self,
-        n: u64,
-        rev: &Sha256,
-        pre: &Preimage,
-    ) -> Result<(), ChannelError> {
-        if &pre.hash() != rev {
-            return Err(ChannelError::BadRevocationPreimage);
-        }
-        self.their_secrets.check(n, pre)?;
-        Ok(())
+/// Checks that `pre` is their revocation preimage for commitment `n`, whose hash they sent as `rev`.
+fn check_their_preimage(
+    e: &Established,
+    n: u64,
+    rev: &Sha256,
+    pre: &Preimage,
+) -> Result<(), ChannelError> {
+    if &pre.hash() != rev {
+        return Err(ChannelError::BadRevocationPreimage);
     }
+    e.their_secrets.check(n, pre)?;
+    Ok(())
+}
 
-    fn on_signature(&mut self, s: &UpdateSignature) -> Result<Vec<Action>, ChannelError> {
-        let Some(p) = self.pending.take() else {
-            return Err(ChannelError::UnexpectedPacket("update_signature"));
-        };
-        let n = self.num + 1;
-        let ours = self.our_commitment(&p.next, n)?;
-        self.check_sig(&ours.tx, &s.sig, "update_signature.sig")?;
-        self.check_their_preimage(self.num, &self.their_rev, &s.revocation_preimage)?;
-        self.their_secrets
-            .insert(self.num, &s.revocation_preimage)?;
-        let preimage = self.our_preimage(self.num);
-        self.their_rev = p.their_next_rev.unwrap_or(self.their_rev);
-        self.their_sig = Some(s.sig);
-        self.cstate = Some(p.next.clone());
-        self.note_htlcs(&p.change);
-        self.num = n;
-        let mut actions = vec![
-            Action::Persist,
-            Action::Send(Packet::UpdateComplete(UpdateComplete {
-                revocation_preimage: preimage,
-            })),
-        ];
-        actions.extend(self.finish_update(p));
-        Ok(actions)
-    }
+fn on_signature(
+    ctx: &Ctx,
+    e: &mut Established,
+    s: &UpdateSignature,
+) -> Result<Vec<Action>, ChannelError> {
+    let Step::WaitSignature(p) = &e.step else {
+        return Err(invariant("signature handled in WaitSignature only"));
+    };
+    let p = p.clone();
+    let n = e.num + 1;
+    let ours = e.our_commitment(ctx, &p.next, n)?;
+    e.check_sig(&ours.tx, &s.sig, "update_signature.sig")?;
+    check_their_preimage(e, e.num, &e.their_rev, &s.revocation_preimage)?;
+    e.their_secrets.insert(e.num, &s.revocation_preimage)?;
+    // Their commitment `num` (our current state) is revoked now.
+    let archive = archive(e.num, &e.cstate);
+    let preimage = ctx.our_preimage(e.num);
+    e.their_rev = p.their_next_rev;
+    e.their_sig = s.sig;
+    e.cstate = p.next;
+    e.num = n;
+    let mut actions: Vec<Action> = archive.into_iter().collect();
+    actions.extend([
+        Action::Persist,
+        Action::Send(Packet::UpdateComplete(UpdateComplete {
+            revocation_preimage: preimage,
+        })),
+    ]);
+    actions.extend(finish_update(ctx, e, Who::Them, p.change, p.deferred));
+    Ok(actions)
+}
 
-    fn on_complete(&mut self, c: &UpdateComplete) -> Result<Vec<Action>, ChannelError> {
-        let Some(p) = self.pending.take() else {
-            return Err(ChannelError::UnexpectedPacket("update_complete"));
-        };
-        let Some((_, prev_rev)) = self.their_prev.clone() else {
-            return Err(ChannelError::UnexpectedPacket("update_complete"));
-        };
-        let n = self.num - 1;
-        self.check_their_preimage(n, &prev_rev, &c.revocation_preimage)?;
-        self.their_secrets.insert(n, &c.revocation_preimage)?;
-        self.their_prev = None;
-        let mut actions = vec![Action::Persist];
-        actions.extend(self.finish_update(p));
-        Ok(actions)
-    }
+fn on_complete(
+    ctx: &Ctx,
+    e: &mut Established,
+    c: &UpdateComplete,
+) -> Result<Vec<Action>, ChannelError> {
+    let Step::WaitComplete(p) = &e.step else {
+        return Err(invariant("complete handled in WaitComplete only"));
+    };
+    let p = p.clone();
+    let n = e
+        .num
+        .checked_sub(1)
+        .ok_or_else(|| invariant("WaitComplete follows an update: num ≥ 1"))?;
+    check_their_preimage(e, n, &p.their_prev_rev, &c.revocation_preimage)?;
+    e.their_secrets.insert(n, &c.revocation_preimage)?;
+    let mut actions: Vec<Action> = archive(n, &p.their_prev).into_iter().collect();
+    actions.push(Action::Persist);
+    actions.extend(finish_update(ctx, e, Who::Us, p.change, None));
+    Ok(actions)
+}
 
-    fn note_htlcs(&mut self, change: &Change) {
-        if let Change::AddHtlc(h) = change {
-            self.every_htlc.push(*h);
-        }
+/// Common end of an update: toggle priority, notify, re-propose a deferred change.
+fn finish_update(
+    ctx: &Ctx,
+    e: &mut Established,
+    by: Who,
+    change: Change,
+    deferred: Option<Change>,
+) -> Vec<Action> {
+    e.high_priority = !e.high_priority;
+    e.step = Step::Normal;
+    e.prune_known_r();
+    let mut actions = vec![Action::Notify(Event::UpdateCompleted { by, change })];
+    if let Some(change) = deferred {
+        actions.extend(repropose(ctx, e, change));
     }
+    actions
+}
 
-    /// Common end of an update: toggle priority, notify, re-propose a deferred change.
-    fn finish_update(&mut self, p: Pending) -> Vec<Action> {
-        self.high_priority = !self.high_priority;
-        self.state = State::Normal;
-        let mut actions = vec![Action::Notify(Event::UpdateCompleted {
-            by: p.by,
-            change: p.change,
-        })];
-        if let Some(change) = self.deferred.take() {
-            match self.propose(change) {
-                Ok(a) => actions.extend(a),
-                Err(e) => actions.push(Action::Notify(Event::ProposalDropped {
-                    change,
-                    error: e.to_string(),
-                })),
-            }
-        }
-        actions
-    }
+/// The record of their revoked commitment `n` (balances `cs`, seen from us), if it held HTLCs.
+fn archive(n: u64, cs: &CState) -> Option<Action> {
+    let htlcs: Vec<Htlc> = cs
+        .ours
+        .htlcs
+        .iter()
+        .chain(&cs.theirs.htlcs)
+        .copied()
+        .collect();
+    (!htlcs.is_empty()).then_some(Action::Archive(RevokedCommitment {
+        commitment_number: n,
+        htlcs,
+    }))
+}
 
-    fn on_close(&mut self, c: &CloseChannel) -> Result<Vec<Action>, ChannelError> {
-        let cs = self.cs()?;
-        if !cs.ours.htlcs.is_empty() || !cs.theirs.htlcs.is_empty() {
-            return Err(ChannelError::UnexpectedPacket("close"));
-        }
-        let mut tx = self
-            .close_transaction(c.close_fee)
-            .map_err(|e| ChannelError::BadClose(format!("close_fee {}: {e}", c.close_fee)))?;
-        self.check_sig(&tx, &c.sig, "close_channel.sig")?;
-        let sig = self.sign(&tx)?;
-        let (their, _) = self.params()?;
-        finalize_anchor_spend(&mut tx, &self.our_commit, &sig, &their.commit_key, &c.sig);
-        self.closing_fee_sat = c.close_fee;
-        self.state = State::CloseWaitAck;
-        Ok(vec![
-            Action::Persist,
-            Action::Broadcast(tx.clone()),
-            Action::Send(Packet::CloseComplete(CloseChannelComplete { sig })),
-            Action::Notify(Event::Closed(tx.compute_txid())),
-        ])
+/// Proposes a deferred change again, or drops it with [`Event::ProposalDropped`]: either
+/// way the command that started it gets its answer (`UpdateCompleted`, `Declined` or this).
+fn repropose(ctx: &Ctx, e: &mut Established, change: Change) -> Vec<Action> {
+    match propose(ctx, e, change) {
+        Ok(a) => a,
+        Err(err) => vec![Action::Notify(Event::ProposalDropped {
+            change,
+            error: err.to_string(),
+        })],
     }
+}
 
-    fn on_close_complete(&mut self, c: &CloseChannelComplete) -> Result<Vec<Action>, ChannelError> {
-        let mut tx = self
-            .close_transaction(self.closing_fee_sat)
-            .map_err(|e| ChannelError::BadClose(e.to_string()))?;
-        self.check_sig(&tx, &c.sig, "close_channel_complete.sig")?;
-        let sig = self.sign(&tx)?;
-        let (their, _) = self.params()?;
-        finalize_anchor_spend(&mut tx, &self.our_commit, &sig, &their.commit_key, &c.sig);
-        self.state = State::Closed;
-        Ok(vec![
-            Action::Persist,
-            Action::Send(Packet::CloseAck),
-            Action::Broadcast(tx.clone()),
-            Action::Notify(Event::Closed(tx.compute_txid())),
-        ])
+fn on_close(ctx: &Ctx, e: &mut Established, c: &CloseChannel) -> Result<Vec<Action>, ChannelError> {
+    if !e.cstate.ours.htlcs.is_empty() || !e.cstate.theirs.htlcs.is_empty() {
+        return Err(ChannelError::UnexpectedPacket("close"));
     }
+    let mut tx = e
+        .close_transaction(ctx, c.close_fee)
+        .map_err(|err| ChannelError::BadClose(format!("close_fee {}: {err}", c.close_fee)))?;
+    let (min_sat, max_sat) = ctx.close_fee_range(&tx, e.cstate.anchor_sat);
+    if !(min_sat..=max_sat).contains(&c.close_fee) {
+        return Err(ChannelError::BadClose(format!(
+            "close_fee {} outside {min_sat}..={max_sat} sat (minimum relay fee, our share of the channel)",
+            c.close_fee
+        )));
+    }
+    e.check_sig(&tx, &c.sig, "close_channel.sig")?;
+    let sig = e.sign(ctx, &tx);
+    finalize_anchor_spend(
+        &mut tx,
+        &ctx.our_commit,
+        &sig,
+        &e.terms.their_commit,
+        &c.sig,
+    );
+    e.step = Step::CloseWaitAck;
+    Ok(vec![
+        Action::Persist,
+        Action::Broadcast(tx.clone()),
+        Action::Send(Packet::CloseComplete(CloseChannelComplete { sig })),
+        Action::Notify(Event::Closed(tx.compute_txid())),
+    ])
+}
+
+fn on_close_complete(
+    ctx: &Ctx,
+    e: &mut Established,
+    c: &CloseChannelComplete,
+    fee_sat: u64,
+) -> Result<Vec<Action>, ChannelError> {
+    let mut tx = e
+        .close_transaction(ctx, fee_sat)
+        .map_err(|err| ChannelError::BadClose(err.to_string()))?;
+    e.check_sig(&tx, &c.sig, "close_channel_complete.sig")?;
+    let sig = e.sign(ctx, &tx);
+    finalize_anchor_spend(
+        &mut tx,
+        &ctx.our_commit,
+        &sig,
+        &e.terms.their_commit,
+        &c.sig,
+    );
+    e.step = Step::Closed;
+    Ok(vec![
+        Action::Persist,
+        Action::Send(Packet::CloseAck),
+        Action::Broadcast(tx.clone()),
+        Action::Notify(Event::Closed(tx.compute_txid())),
+    ])
 }
 
 /// `update_decline_htlc{insufficient_funds}` with the funding (in satoshis, rounded up) that would be needed.
@@ -1611,16 +1821,16 @@ fn decline_funds(needed_msat: u64) -> Action {
     }))
 }
 
-/// Which proposal a packet is, if any.
-fn proposal_of(p: &Packet) -> Option<()> {
-    match p {
+/// Whether a packet is one of the five proposals.
+fn is_proposal(p: &Packet) -> bool {
+    matches!(
+        p,
         Packet::Update(_)
-        | Packet::UpdateAddHtlc(_)
-        | Packet::UpdateFulfillHtlc(_)
-        | Packet::UpdateTimedoutHtlc(_)
-        | Packet::UpdateRoutefailHtlc(_) => Some(()),
-        _ => None,
-    }
+            | Packet::UpdateAddHtlc(_)
+            | Packet::UpdateFulfillHtlc(_)
+            | Packet::UpdateTimedoutHtlc(_)
+            | Packet::UpdateRoutefailHtlc(_)
+    )
 }
 
 /// The packet that proposes `change` with our next revocation hash.

@@ -130,6 +130,18 @@ pub fn split_fee(
     ))
 }
 
+/// A payer who can afford `amount_msat` but not its fee share afterwards needs both:
+/// report the whole requirement, not only the fee share.
+fn with_amount(e: FundingError, amount_msat: u64, payer_total_msat: u64) -> FundingError {
+    match e {
+        FundingError::InsufficientFunds { needed_msat, .. } => FundingError::InsufficientFunds {
+            needed_msat: amount_msat.saturating_add(needed_msat),
+            available_msat: payer_total_msat,
+        },
+        other => other,
+    }
+}
+
 impl CState {
     /// The initial state: the funder owns the anchor minus the whole fee.
     ///
@@ -240,6 +252,7 @@ impl CState {
             }
         }
         self.apply_totals(us, them, Some(from))
+            .map_err(|e| with_amount(e, amount_msat, payer_total))
     }
 
     /// `from` offers `htlc`: its amount leaves `from`'s balance.
@@ -263,7 +276,9 @@ impl CState {
             Who::Us => us -= amount,
             Who::Them => them -= amount,
         }
-        let mut next = self.apply_totals(us, them, Some(from))?;
+        let mut next = self
+            .apply_totals(us, them, Some(from))
+            .map_err(|e| with_amount(e, amount, payer_total))?;
         next.side_mut(from).htlcs.push(htlc);
         Ok(next)
     }

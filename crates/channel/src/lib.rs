@@ -11,7 +11,7 @@ pub mod tx;
 
 pub use channel::{
     apply_change, Action, AnchorRole, Change, Channel, ChannelConfig, ChannelError, ChannelSecrets,
-    CommandError, Event, Rejected, State,
+    CommandError, Deadlines, Event, Rejected, RevokedCommitment, State,
 };
 pub use funding::{CState, Htlc, Side, Who};
 pub use shachain::RevocationSecrets;

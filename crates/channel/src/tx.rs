@@ -250,6 +250,15 @@ pub fn close_tx(
     }
 }
 
+/// Weight of a close transaction once signed: `tx` unsigned plus the 2-of-2
+/// witness (an empty element, two 73-byte signatures at most, the 71-byte script).
+pub fn close_weight(tx: &Transaction) -> u64 {
+    // Items count, empty element, two signatures with length bytes, script with length byte;
+    // an unsigned transaction serialises without the segwit marker and flag: add them.
+    const WITNESS: u64 = 1 + 1 + (1 + 73) * 2 + 1 + 71;
+    tx.weight().to_wu() + 2 + WITNESS
+}
+
 /// The BIP143 digest for input `index` spending a P2WSH output.
 pub fn p2wsh_sighash(
     tx: &Transaction,

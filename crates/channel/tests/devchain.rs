@@ -214,7 +214,7 @@ async fn every_transaction_kind_is_mined_on_the_development_chain() {
         delay: Locktime::Blocks(5),
         ..Default::default()
     };
-    let mut p = pair_on(dev.height().await, cfg);
+    let mut p = pair_on(dev.height().await, cfg.clone());
     p.open_with(Some(coin));
     let acts = p.a.ch.pay(2_000_000_000).unwrap();
     p.a.absorb(acts);
@@ -253,12 +253,13 @@ async fn every_transaction_kind_is_mined_on_the_development_chain() {
 
     // 3. Their unilateral close: we sweep our direct output and refund our HTLC after expiry.
     let coin = dev.funding_coin().await;
-    let mut p = pair_on(dev.height().await, ChannelConfig::default());
+    let mut p = pair_on(dev.height().await, cfg.clone());
     p.open_with(Some(coin));
     let acts = p.a.ch.pay(2_000_000_000).unwrap();
     p.a.absorb(acts);
     p.run();
-    let expiry = p.chain.height + 10;
+    // The receiver needs its claim delay (5) plus the margin (6) before the expiry.
+    let expiry = p.chain.height + 12;
     let acts =
         p.a.ch
             .add_htlc(700_000_000, r(8).hash(), Locktime::Blocks(expiry), p.now)
@@ -269,7 +270,7 @@ async fn every_transaction_kind_is_mined_on_the_development_chain() {
     p.b.absorb(acts);
     p.mine_broadcasts();
     let later = std::mem::take(&mut p.a.later);
-    p.advance(10);
+    p.advance(12);
     for (tx, _, _) in later {
         p.chain.mine(&tx).unwrap();
     }
@@ -277,7 +278,7 @@ async fn every_transaction_kind_is_mined_on_the_development_chain() {
 
     // 4. A revoked commitment: the penalty takes every output.
     let coin = dev.funding_coin().await;
-    let mut p = pair_on(dev.height().await, ChannelConfig::default());
+    let mut p = pair_on(dev.height().await, cfg.clone());
     p.open_with(Some(coin));
     let acts = p.a.ch.pay(4_000_000_000).unwrap();
     p.a.absorb(acts);
@@ -294,7 +295,7 @@ async fn every_transaction_kind_is_mined_on_the_development_chain() {
     p.a.absorb(acts);
     p.run();
     p.chain.mine(&old).unwrap();
-    let acts = p.b.ch.spend_seen(&old).unwrap();
+    let acts = p.b.spend_seen(&old);
     p.b.absorb(acts);
     let penalty = p.b.broadcast.pop().unwrap();
     assert_eq!(penalty.input.len(), old.output.len());
@@ -339,7 +340,7 @@ fn a_channel_snapshot_round_trips_through_json() {
             .add_htlc(
                 100_000_000,
                 r(3).hash(),
-                Locktime::Blocks(p.chain.height + 30),
+                Locktime::Blocks(p.chain.height + 160),
                 p.now,
             )
             .unwrap();

@@ -104,7 +104,8 @@ impl World {
                 let r = Preimage(r);
                 self.preimages.insert(r.hash(), r);
                 let amt = self.share(from_a, permille);
-                let exp = Locktime::Blocks(self.p.chain.height + u32::from(expiry));
+                // Past the receiver's claim delay (144) and margin (6).
+                let exp = Locktime::Blocks(self.p.chain.height + 150 + u32::from(expiry));
                 if let Ok(acts) = self.p.node(from_a).ch.add_htlc(amt, r.hash(), exp, now) {
                     self.p.node(from_a).absorb(acts);
                 }

@@ -334,8 +334,29 @@ fn overdrawn_update_is_rejected() {
         rejected_unchanged(&mut p.a.ch, &pkt),
         ChannelError::Funding(_)
     ));
-    // An HTLC worth more than the offerer owns: declined or refused, never applied.
+    // The same payment as an owner command is refused locally and changes nothing.
+    let before = p.b.ch.clone();
     assert!(matches!(p.b.ch.pay(b_total), Err(CommandError::Funding(_))));
+    assert_eq!(p.b.ch, before);
+    // An HTLC worth more than the offerer owns, from the peer: declined, never applied.
+    let pkt = Packet::UpdateAddHtlc(UpdateAddHtlc {
+        revocation_hash: Sha256::hash(b"n"),
+        amount_msat: u32::try_from(b_total + 1).unwrap(),
+        r_hash: Sha256::hash(b"r"),
+        expiry: Locktime::Blocks(p.chain.height + 200),
+    });
+    let before = p.a.ch.clone();
+    let acts = p.a.ch.handle_packet(&pkt, p.now).unwrap();
+    assert_eq!(p.a.ch, before, "a declined HTLC leaves no trace");
+    assert!(
+        matches!(
+            &acts[..],
+            [Action::Send(Packet::UpdateDeclineHtlc(UpdateDeclineHtlc {
+                reason: Some(DeclineReason::InsufficientFunds(_))
+            }))]
+        ),
+        "{acts:?}"
+    );
 }
 
 #[test]
@@ -362,8 +383,6 @@ fn amount_above_uint32_msat_is_rejected() {
         revocation_hash: Sha256::hash(b"n"),
         delta_msat: -(too_big as i64),
     });
-    let mut a_as_receiver = p.b.ch.clone();
-    let _ = &mut a_as_receiver;
     let e = rejected_unchanged(&mut p.b.ch, &pkt);
     assert_eq!(e, ChannelError::AmountTooLarge(i128::from(too_big)));
     let pkt = Packet::Update(Update {
@@ -403,12 +422,13 @@ fn delta_making_a_balance_negative_is_rejected() {
     p.a.absorb(acts);
     p.run();
     p.assert_agree();
-    assert!(p
-        .a
-        .events
-        .iter()
-        .any(|e| matches!(e, channel::Event::UpdateCompleted { .. })));
-    let _ = Action::Persist;
+    assert!(p.a.events.iter().any(|e| matches!(
+        e,
+        channel::Event::UpdateCompleted {
+            change: channel::Change::Pay { amount_msat: 5 },
+            ..
+        }
+    )));
 }
 
 #[test]

@@ -41,7 +41,7 @@ fn open_with_a_funding_pay_htlc_and_close() {
     let h = p.chain.height;
     let acts =
         p.b.ch
-            .add_htlc(200_000_000, r(7).hash(), Locktime::Blocks(h + 50), p.now)
+            .add_htlc(200_000_000, r(7).hash(), Locktime::Blocks(h + 160), p.now)
             .unwrap();
     p.b.absorb(acts);
     p.run();
@@ -86,14 +86,14 @@ fn open_with_b_funding_and_htlc_routefail_timeout_decline() {
     // A owns nothing: its HTLC command is refused locally.
     assert!(matches!(
         p.a.ch
-            .add_htlc(1_000, r(1).hash(), Locktime::Blocks(h + 10), p.now),
+            .add_htlc(1_000_000, r(1).hash(), Locktime::Blocks(h + 200), p.now),
         Err(CommandError::Funding(_))
     ));
     // B offers two HTLCs; A route-fails one; the other times out.
     for (n, amt) in [(2u8, 300_000_000u64), (3, 100_000_000)] {
         let acts =
             p.b.ch
-                .add_htlc(amt, r(n).hash(), Locktime::Blocks(h + 10), p.now)
+                .add_htlc(amt, r(n).hash(), Locktime::Blocks(h + 200), p.now)
                 .unwrap();
         p.b.absorb(acts);
         p.run();
@@ -107,7 +107,7 @@ fn open_with_b_funding_and_htlc_routefail_timeout_decline() {
         p.b.ch.timeout_htlc(r(3).hash(), p.now),
         Err(CommandError::NotExpired)
     ));
-    p.advance(10);
+    p.advance(200);
     let acts = p.b.ch.timeout_htlc(r(3).hash(), p.now).unwrap();
     p.b.absorb(acts);
     p.run();
@@ -127,7 +127,7 @@ fn open_with_b_funding_and_htlc_routefail_timeout_decline() {
         .add_htlc(
             90_000_000,
             r(4).hash(),
-            Locktime::Blocks(p.chain.height + 10),
+            Locktime::Blocks(p.chain.height + 200),
             p.now
         )
         .is_err());
@@ -152,7 +152,7 @@ fn decline_insufficient_funds_carries_funding() {
         revocation_hash: Hash::hash(b"x"),
         amount_msat: 30_000_000,
         r_hash: r(9).hash(),
-        expiry: Locktime::Blocks(p.chain.height + 10),
+        expiry: Locktime::Blocks(p.chain.height + 200),
     });
     let before = p.a.ch.clone();
     let acts = p.a.ch.handle_packet(&pkt, p.now).unwrap();
@@ -165,7 +165,7 @@ fn decline_insufficient_funds_carries_funding() {
         other => panic!("{other:?}"),
     }
     // Through the real path: A accepts expiries up to 10 blocks ahead only; B's HTLC
-    // expiring in 50 is declined with cannot_route and B is told.
+    // expiring in 160 is declined with cannot_route and B is told.
     let short = ChannelConfig {
         max_htlc_expiry_blocks: 10,
         ..Default::default()
@@ -181,7 +181,7 @@ fn decline_insufficient_funds_carries_funding() {
             .add_htlc(
                 1_000_000,
                 r(1).hash(),
-                Locktime::Blocks(p2.chain.height + 50),
+                Locktime::Blocks(p2.chain.height + 160),
                 p2.now,
             )
             .unwrap();
@@ -208,6 +208,8 @@ fn simultaneous_proposals_resolve_by_priority() {
     p.run();
     for round in 0..6 {
         let high_is_a = p.a.ch.has_priority();
+        p.a.events.clear();
+        p.b.events.clear();
         let acts = p.a.ch.pay(1_000_000).unwrap();
         p.a.absorb(acts);
         let acts = p.b.ch.pay(2_000_000).unwrap();
@@ -217,11 +219,37 @@ fn simultaneous_proposals_resolve_by_priority() {
         p.assert_agree();
         assert_eq!(p.a.ch.state(), State::Normal, "round {round}");
         assert_eq!(p.b.ch.state(), State::Normal);
-        let loser = if high_is_a { &p.b } else { &p.a };
-        assert!(loser
+        let (winner, loser, loser_amount) = if high_is_a {
+            (&p.a, &p.b, 2_000_000)
+        } else {
+            (&p.b, &p.a, 1_000_000)
+        };
+        // This round's loser, and only it, deferred its own payment...
+        let deferred: Vec<&Event> = loser
+            .events
+            .iter()
+            .filter(|e| matches!(e, Event::ProposalDeferred(_)))
+            .collect();
+        assert_eq!(
+            deferred,
+            [&Event::ProposalDeferred(Change::Pay {
+                amount_msat: loser_amount
+            })],
+            "round {round}"
+        );
+        assert!(!winner
             .events
             .iter()
             .any(|e| matches!(e, Event::ProposalDeferred(_))));
+        // ...and both payments completed this round, each exactly once.
+        for n in [&p.a, &p.b] {
+            let done = n
+                .events
+                .iter()
+                .filter(|e| matches!(e, Event::UpdateCompleted { .. }))
+                .count();
+            assert_eq!(done, 2, "round {round}");
+        }
     }
     // Six rounds of two updates each: both payments went through every time.
     let b = p.b.ch.balances().unwrap();
@@ -313,7 +341,7 @@ fn revoked_commitment_is_punished_with_everything() {
         let acts = p
             .node(who_a)
             .ch
-            .add_htlc(100_000_000, r(n).hash(), Locktime::Blocks(h + 30), now)
+            .add_htlc(100_000_000, r(n).hash(), Locktime::Blocks(h + 200), now)
             .unwrap();
         p.node(who_a).absorb(acts);
         p.run();
@@ -327,7 +355,7 @@ fn revoked_commitment_is_punished_with_everything() {
     p.assert_agree();
     // A cheats.
     p.chain.mine(&old).unwrap();
-    let acts = p.b.ch.spend_seen(&old).unwrap();
+    let acts = p.b.spend_seen(&old);
     p.b.absorb(acts);
     assert!(p.b.events.contains(&Event::CheatDetected {
         commitment_number: old_n
@@ -354,7 +382,7 @@ fn their_unilateral_close_we_sweep_ours_and_refund_our_htlc_after_expiry() {
     let acts = p.a.ch.pay(2_000_000_000).unwrap();
     p.a.absorb(acts);
     p.run();
-    let expiry = p.chain.height + 30;
+    let expiry = p.chain.height + 160;
     let now = p.now;
     let acts =
         p.a.ch
@@ -384,7 +412,7 @@ fn their_unilateral_close_we_sweep_ours_and_refund_our_htlc_after_expiry() {
     let (refund, csv, lt) = p.a.later.pop().expect("refund scheduled");
     assert_eq!((csv, lt), (0, expiry));
     assert!(p.chain.check(&refund).unwrap_err().contains("nLockTime"));
-    p.advance(30);
+    p.advance(160);
     p.chain.mine(&refund).unwrap();
     assert!(refund.output[0].value.to_sat() > 699_000);
 }

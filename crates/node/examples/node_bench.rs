@@ -77,6 +77,10 @@ async fn wait_until(what: &str, mut f: impl AsyncFnMut() -> bool) {
     }
 }
 
+/// Each HTLC: just above the dust limit (546 sat), which the channel declines below; 300
+/// pairs on one channel move 180,000 sat, inside a 250,000-sat channel.
+const HTLC_MSAT: u64 = 600_000;
+
 /// Add+fulfill pairs on the channel between `a` and `b`, `pairs` times, `tag` keeps R unique.
 async fn htlc_pairs(a: &Node, b: &Node, pairs: u32, tag: u32, expiry: u32) {
     let b_id = b.running.node_id.to_string();
@@ -88,7 +92,7 @@ async fn htlc_pairs(a: &Node, b: &Node, pairs: u32, tag: u32, expiry: u32) {
         let hash = sha256::Hash::hash(&r);
         a.call(
             "newhtlc",
-            json!([b_id, 1000, hex::encode(hash.to_byte_array()), expiry]),
+            json!([b_id, HTLC_MSAT, hex::encode(hash.to_byte_array()), expiry]),
         )
         .await;
         b.call("fulfillhtlc", json!([a_id, hex::encode(r)])).await;
@@ -172,7 +176,7 @@ fn in_memory_pairs(pairs: u32) -> f64 {
         r[..4].copy_from_slice(&i.to_le_bytes());
         let pre = Preimage(r);
         take(
-            a.add_htlc(1000, pre.hash(), Locktime::Blocks(200), 0)
+            a.add_htlc(HTLC_MSAT, pre.hash(), Locktime::Blocks(1000), 0)
                 .unwrap(),
             &mut to_b,
             &mut anchor,
@@ -221,17 +225,22 @@ async fn main() {
     let connect_ms = start.elapsed().as_secs_f64() * 1000.0 / f64::from(n_connect);
 
     // Fund the hub with one output per channel, connect and open every channel.
-    for _ in 0..channels {
+    for i in 0..channels {
+        // The faucet's payments chain through its change: a block every 20
+        // keeps them under the mempool's limit of 25 unconfirmed ancestors.
+        if i % 20 == 19 {
+            chain.mine(1, &burn).unwrap();
+        }
         let addr = hub.call("newaddr", json!([])).await;
         let addr: Address<bitcoin::address::NetworkUnchecked> =
             addr["address"].as_str().unwrap().parse().unwrap();
         let script = addr.assume_checked().script_pubkey();
-        chain.faucet(&script, Amount::from_sat(200_000)).unwrap();
+        chain.faucet(&script, Amount::from_sat(300_000)).unwrap();
     }
     chain.mine(1, &burn).unwrap();
     wait_until("hub funded", async || {
         hub.call("listfunds", json!([])).await["total_sat"].as_u64()
-            == Some(200_000 * channels as u64)
+            == Some(300_000 * channels as u64)
     })
     .await;
     for p in &peers {
@@ -240,7 +249,7 @@ async fn main() {
     }
     let rss_before = rss_kib();
     for p in &peers {
-        hub.call("open", json!([p.running.node_id.to_string(), 150_000]))
+        hub.call("open", json!([p.running.node_id.to_string(), 250_000]))
             .await;
     }
     chain.mine(1, &burn).unwrap();

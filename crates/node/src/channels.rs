@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use wallet::{KeyPath, SpendableOutput};
 use wire::{Locktime, Packet, Preimage, Sha256};
 
+use crate::control_error::ControlError;
 use crate::store::{OutputRow, StoreError};
 use crate::NodeState;
 
@@ -26,9 +27,6 @@ use crate::NodeState;
 pub(crate) const FINAL_BRANCH: u32 = 2;
 /// Wallet branch of channel commit keys (the anchor 2-of-2).
 pub(crate) const COMMIT_BRANCH: u32 = 3;
-
-/// Blocks after its expiry that an HTLC of ours may stay unresolved before we close on chain.
-const FORCE_CLOSE_AFTER_EXPIRY: u32 = 6;
 
 /// What a new channel must hold beyond the commitment fee (a usable, non-dust balance).
 const MIN_OWN_SAT: u64 = 1_000;
@@ -60,7 +58,22 @@ pub(crate) struct SlotInner {
     /// The last state written to disk; a dropped session falls back to it.
     persisted: Channel,
     outbox: Option<mpsc::Sender<Packet>>,
-    waiter: Option<(WaitKind, oneshot::Sender<Result<(), String>>)>,
+    waiter: Option<(WaitKind, oneshot::Sender<Result<(), ControlError>>)>,
+    /// Acceptor: the height at which the peer's claimed anchor was first not found.
+    anchor_missing_since: Option<u32>,
+    /// When the update in flight started (or the node found it in flight at start).
+    update_since: Option<std::time::Instant>,
+}
+
+/// What the chain says about the anchor a channel stands on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AnchorCheck {
+    /// Neither in the mempool nor on the best chain (not yet broadcast, never, or reorganised away).
+    Missing,
+    /// Pays exactly the agreed amount to the 2-of-2; confirmations on the best chain (0 = mempool).
+    Good(u32),
+    /// The transaction exists but that output does not back the channel.
+    Bad(String),
 }
 
 /// All channels this node has (closed ones included).
@@ -86,6 +99,14 @@ fn opening(state: State) -> bool {
             | State::OpenWaitAnchorTx
             | State::OpenWaitAnchor
             | State::OpenWaitCommitSig
+    )
+}
+
+/// States of an update in flight (between a proposal and the last revocation).
+fn updating(state: State) -> bool {
+    matches!(
+        state,
+        State::WaitAccept | State::WaitSignature | State::WaitComplete
     )
 }
 
@@ -157,6 +178,8 @@ impl Slot {
                 channel,
                 outbox: None,
                 waiter: None,
+                anchor_missing_since: None,
+                update_since: None,
             }),
             changed: Notify::new(),
         })
@@ -206,6 +229,8 @@ pub(crate) fn channel_json(peer: &PublicKey, ch: &Channel) -> Value {
         "their_msat": cs.map(|c| c.theirs.pay_msat),
         "our_fee_msat": cs.map(|c| c.ours.fee_msat),
         "their_fee_msat": cs.map(|c| c.theirs.fee_msat),
+        "ours": cs.map(|c| crate::sides::side_json(c, Who::Us, ch.state())),
+        "theirs": cs.map(|c| crate::sides::side_json(c, Who::Them, ch.state())),
         "commitment_number": ch.commitment_number(),
         "htlcs": htlcs,
     })
@@ -238,28 +263,23 @@ fn unix_now() -> u64 {
 
 impl NodeState {
     /// Creates the keys of a new channel from the wallet (so that its payouts are wallet funds).
-    async fn new_channel(&self, peer: &PublicKey, role: AnchorRole) -> Result<Arc<Slot>, String> {
-        let index = self
-            .store
-            .next_index("next_channel")
-            .await
-            .map_err(|e| e.to_string())?;
-        let final_key = self
-            .wallet
-            .derive(KeyPath {
-                branch: FINAL_BRANCH,
-                index,
-            })
-            .map_err(|e| e.to_string())?;
-        let commit_key = self
-            .wallet
-            .derive(KeyPath {
-                branch: COMMIT_BRANCH,
-                index,
-            })
-            .map_err(|e| e.to_string())?;
+    async fn new_channel(
+        &self,
+        peer: &PublicKey,
+        role: AnchorRole,
+    ) -> Result<Arc<Slot>, ControlError> {
+        let index = self.store.next_index("next_channel").await?;
+        let final_key = self.wallet.derive(KeyPath {
+            branch: FINAL_BRANCH,
+            index,
+        })?;
+        let commit_key = self.wallet.derive(KeyPath {
+            branch: COMMIT_BRANCH,
+            index,
+        })?;
         let mut seed = [0u8; 32];
-        getrandom::fill(&mut seed).map_err(|e| e.to_string())?;
+        getrandom::fill(&mut seed)
+            .map_err(|e| ControlError::Internal(format!("no randomness: {e}")))?;
         self.watch_script(
             final_key.address.script_pubkey(),
             KeyPath {
@@ -279,8 +299,7 @@ impl NodeState {
         let id = i64::from(index) + 1;
         self.store
             .insert_channel(id, &peer.to_string(), &channel)
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         let slot = Slot::new(id, *peer, channel);
         self.channels.add(Arc::clone(&slot));
         Ok(slot)
@@ -300,19 +319,34 @@ impl NodeState {
         slot: &Slot,
         inner: &mut SlotInner,
         actions: Vec<Action>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ControlError> {
         let mut queue: VecDeque<Action> = actions.into();
+        let mut persisted = false;
         while let Some(action) = queue.pop_front() {
+            // A signature we give away lets the peer broadcast (or complete) a transaction:
+            // the state that knows about it is on disk before it leaves, whatever the machine
+            // asked (a `close_channel` carries no Persist of its own). After a restart or a
+            // lost session the channel then resumes from a state that refuses updates and
+            // watches for that transaction.
+            let action = match action {
+                Action::Send(pkt) if carries_signature(&pkt) && !persisted => {
+                    queue.push_front(Action::Send(pkt));
+                    Action::Persist
+                }
+                other => other,
+            };
             match action {
                 Action::Persist => {
+                    persisted = true;
                     self.store
                         .save_channel(slot.id, &inner.channel)
                         .await
                         .map_err(|e| {
                             tracing::error!(peer = %slot.peer, channel = slot.id, error = %e, "persist failed");
-                            e.to_string()
+                            ControlError::Store(e)
                         })?;
                     inner.persisted = inner.channel.clone();
+                    #[cfg(feature = "test-hooks")]
                     if self.cheat_enabled {
                         if let Some(tx) = inner.channel.signed_commitment() {
                             let _ = self
@@ -328,20 +362,7 @@ impl NodeState {
                 }
                 Action::Send(pkt) => {
                     tracing::debug!(peer = %slot.peer, packet = pkt.name(), "send");
-                    if let Some(out) = &inner.outbox {
-                        // Never wait on a peer that does not read: its session is dropped
-                        // instead (a lost packet cannot be re-sent in this protocol), so the
-                        // channel lock, the watcher and other peers never stall behind it.
-                        match out.try_send(pkt) {
-                            Ok(()) => {}
-                            Err(mpsc::error::TrySendError::Full(_)) => {
-                                tracing::warn!(peer = %slot.peer, "peer does not read its packets; disconnecting");
-                                inner.outbox = None;
-                                self.peers.kick(&slot.peer, "Too slow");
-                            }
-                            Err(mpsc::error::TrySendError::Closed(_)) => inner.outbox = None,
-                        }
-                    }
+                    self.deliver(slot, inner, pkt);
                 }
                 Action::Broadcast(tx) => {
                     self.broadcast(slot.id, &tx, 0, 0).await;
@@ -359,6 +380,16 @@ impl NodeState {
                         tracing::error!(error = %e, "cannot queue a claim");
                     }
                     tracing::info!(peer = %slot.peer, txid = %tx.compute_txid(), csv_blocks, lock_time, "claim queued");
+                }
+                Action::Archive(record) => {
+                    // Before the Persist that follows drops it from the channel.
+                    self.store
+                        .save_revoked(slot.id, &record)
+                        .await
+                        .map_err(|e| {
+                            tracing::error!(peer = %slot.peer, channel = slot.id, error = %e, "archive failed");
+                            ControlError::Store(e)
+                        })?;
                 }
                 Action::WatchOutput(op) => {
                     tracing::debug!(peer = %slot.peer, anchor = %op, "watching anchor");
@@ -379,14 +410,41 @@ impl NodeState {
         Ok(())
     }
 
+    /// Queues a packet for the peer without ever waiting: a peer that does not read its
+    /// packets is dropped instead (a lost packet cannot be re-sent in this protocol), so the
+    /// channel lock, the watcher, the control API and other peers never stall behind it.
+    fn deliver(&self, slot: &Slot, inner: &mut SlotInner, pkt: Packet) {
+        let Some(out) = &inner.outbox else {
+            return;
+        };
+        match out.try_send(pkt) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(peer = %slot.peer, "peer does not read its packets; disconnecting");
+                inner.outbox = None;
+                self.peers.kick(&slot.peer, "Too slow");
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => inner.outbox = None,
+        }
+    }
+
     /// Queues `tx` (so it is retried until it confirms, also after a restart) and sends it now.
     pub(crate) async fn broadcast(&self, channel_id: i64, tx: &Transaction, csv: u32, lock: u32) {
         let txid = tx.compute_txid();
         if let Err(e) = self.store.queue_broadcast(channel_id, tx, csv, lock).await {
             tracing::error!(%txid, error = %e, "cannot queue a broadcast");
         }
+        // Whatever the refusal, the queue keeps the transaction and re-sends
+        // it at every block until it confirms or a conflict confirms
+        // (`watcher`): a refusal is never read as "the money is back".
         match self.chain.broadcast(tx.clone()).await {
             Ok(_) => tracing::info!(channel = channel_id, %txid, "broadcast"),
+            Err(e) if e.is_already_known() => {
+                tracing::info!(channel = channel_id, %txid, "broadcast: already in the mempool or a block")
+            }
+            Err(e) if e.is_transient() || e.is_inputs_spent() || e.is_conflict() => {
+                tracing::info!(channel = channel_id, %txid, error = %e, "broadcast refused for now; retried at every block")
+            }
             Err(e) => tracing::warn!(channel = channel_id, %txid, error = %e, "broadcast refused"),
         }
     }
@@ -396,7 +454,7 @@ impl NodeState {
         slot: &Slot,
         inner: &mut SlotInner,
         event: Event,
-    ) -> Result<Vec<Action>, String> {
+    ) -> Result<Vec<Action>, ControlError> {
         let peer = slot.peer;
         match event {
             Event::AnchorNeeded {
@@ -405,16 +463,11 @@ impl NodeState {
             } => {
                 let result = self.fund_anchor(slot.id, script_pubkey, amount).await;
                 match result {
-                    Ok((tx, vout)) => inner
-                        .channel
-                        .anchor_created(tx, vout)
-                        .map_err(|e| e.to_string()),
+                    Ok((tx, vout)) => Ok(inner.channel.anchor_created(tx, vout)?),
                     Err(e) => {
                         tracing::warn!(%peer, error = %e, "cannot fund the anchor");
-                        complete_waiter(inner, Err(format!("cannot fund the anchor: {e}")));
-                        if let Some(out) = &inner.outbox {
-                            let _ = out.send(Packet::error("Cannot fund the anchor")).await;
-                        }
+                        complete_waiter(inner, Err(e));
+                        self.deliver(slot, inner, Packet::error("Cannot fund the anchor"));
                         Ok(Vec::new())
                     }
                 }
@@ -434,10 +487,10 @@ impl NodeState {
                 tracing::info!(%peer, ?reason, "HTLC declined");
                 complete_waiter(
                     inner,
-                    Err(format!(
+                    Err(ControlError::Declined(format!(
                         "peer declined HTLC {}: {reason:?}",
                         hex::encode(r_hash.as_byte_array())
-                    )),
+                    ))),
                 );
                 Ok(Vec::new())
             }
@@ -447,7 +500,10 @@ impl NodeState {
             }
             Event::ProposalDropped { change, error } => {
                 tracing::info!(%peer, ?change, %error, "deferred proposal dropped");
-                complete_waiter(inner, Err(format!("proposal dropped: {error}")));
+                complete_waiter(
+                    inner,
+                    Err(ControlError::Declined(format!("proposal dropped: {error}"))),
+                );
                 Ok(Vec::new())
             }
             Event::PeerError(problem) => {
@@ -465,9 +521,13 @@ impl NodeState {
                 tracing::warn!(%peer, channel = slot.id, commitment_number, "peer broadcast a revoked commitment; penalty broadcast");
                 Ok(Vec::new())
             }
+            Event::AnchorSpentUnrecognised { txid } => {
+                tracing::error!(%peer, channel = slot.id, %txid, "the anchor was spent by a transaction this channel does not recognise");
+                Ok(Vec::new())
+            }
             Event::OnChain { txid, owner } => {
                 tracing::info!(%peer, channel = slot.id, %txid, ?owner, "commitment on chain");
-                complete_waiter(inner, Err("the channel closed on chain".into()));
+                complete_waiter(inner, Err(ControlError::ClosedOnChain));
                 Ok(Vec::new())
             }
         }
@@ -479,13 +539,9 @@ impl NodeState {
         channel_id: i64,
         script_pubkey: ScriptBuf,
         amount: Amount,
-    ) -> Result<(Transaction, u32), String> {
+    ) -> Result<(Transaction, u32), ControlError> {
         let _guard = self.funding.lock().await;
-        let outputs = self
-            .store
-            .spendable_outputs()
-            .await
-            .map_err(|e| e.to_string())?;
+        let outputs = self.store.spendable_outputs().await?;
         let fee_rate = match self.chain.estimate_fee(6).await {
             Ok(Some(rate)) => rate,
             _ => FeeRate::from_sat_per_vb_u32(2),
@@ -499,7 +555,7 @@ impl NodeState {
                 branch: o.branch,
                 index: o.index,
             };
-            let key = self.wallet.derive(path).map_err(|e| e.to_string())?;
+            let key = self.wallet.derive(path)?;
             total += Amount::from_sat(o.amount_sat);
             inputs.push(SpendableOutput {
                 outpoint: o.outpoint,
@@ -514,40 +570,25 @@ impl NodeState {
                 break;
             }
         }
-        let change_index = self
-            .store
-            .next_index("next_change")
-            .await
-            .map_err(|e| e.to_string())?;
+        let change_index = self.store.next_index("next_change").await?;
         let change_path = KeyPath {
             branch: wallet::CHANGE_BRANCH,
             index: change_index,
         };
-        let change = self
-            .wallet
-            .derive(change_path)
-            .map_err(|e| e.to_string())?
-            .address
-            .script_pubkey();
+        let change = self.wallet.derive(change_path)?.address.script_pubkey();
         self.watch_script(change.clone(), change_path);
-        let built = self
-            .wallet
-            .build_signed(
-                &inputs,
-                &[TxOut {
-                    value: amount,
-                    script_pubkey,
-                }],
-                Some(&change),
-                fee_rate,
-            )
-            .map_err(|e| e.to_string())?;
+        let built = self.wallet.build_signed(
+            &inputs,
+            &[TxOut {
+                value: amount,
+                script_pubkey,
+            }],
+            Some(&change),
+            fee_rate,
+        )?;
         let txid = built.tx.compute_txid();
         let spent: Vec<OutPoint> = inputs.iter().map(|i| i.outpoint).collect();
-        self.store
-            .spend_outputs(&spent, &txid)
-            .await
-            .map_err(|e| e.to_string())?;
+        self.store.spend_outputs(&spent, &txid).await?;
         tracing::info!(channel = channel_id, anchor = %txid, fee = %built.fee, "anchor built");
         Ok((built.tx, 0))
     }
@@ -557,32 +598,34 @@ impl NodeState {
         &self,
         peer: &PublicKey,
         amount_sat: u64,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, ControlError> {
         if !self.peers.is_connected(peer) {
-            return Err(format!("not connected to {peer}"));
+            return Err(ControlError::NotConnected(*peer));
         }
         let min = self.channel_config.commitment_fee_sat + MIN_OWN_SAT;
         if amount_sat < min {
-            return Err(format!(
-                "channel too small: {amount_sat} sat; at least {min} sat (commitment fee {} sat + {MIN_OWN_SAT} sat)",
-                self.channel_config.commitment_fee_sat
-            ));
+            return Err(ControlError::ChannelTooSmall {
+                amount_sat,
+                min_sat: min,
+                fee_sat: self.channel_config.commitment_fee_sat,
+                own_sat: MIN_OWN_SAT,
+            });
         }
         if self.channels.active(peer).await.is_some() {
-            return Err(format!("a channel with {peer} exists already"));
+            return Err(ControlError::ChannelExists(*peer));
         }
         let funds: u64 = self
             .store
             .spendable_outputs()
-            .await
-            .map_err(|e| e.to_string())?
+            .await?
             .iter()
             .map(|o| o.amount_sat)
             .sum();
         if funds < amount_sat {
-            return Err(format!(
-                "insufficient funds: {amount_sat} sat asked, {funds} sat spendable in the wallet (confirmed; coinbase outputs after 100 blocks)"
-            ));
+            return Err(ControlError::InsufficientFunds {
+                asked_sat: amount_sat,
+                spendable_sat: funds,
+            });
         }
         let slot = self
             .new_channel(
@@ -595,7 +638,7 @@ impl NodeState {
         let rx = {
             let mut inner = slot.lock().await;
             inner.outbox = self.peers.outbox(peer);
-            let actions = inner.channel.start().map_err(|e| e.to_string())?;
+            let actions = inner.channel.start()?;
             let (tx, rx) = oneshot::channel();
             inner.waiter = Some((WaitKind::Open, tx));
             self.run_actions(&slot, &mut inner, actions).await?;
@@ -610,13 +653,13 @@ impl NodeState {
         &self,
         peer: &PublicKey,
         command: Command,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, ControlError> {
         let slot = self
             .channels
             .active(peer)
             .await
             .or_else(|| self.channels.latest(peer))
-            .ok_or_else(|| format!("no channel with {peer}"))?;
+            .ok_or(ControlError::NoChannel(*peer))?;
         let deadline = tokio::time::Instant::now() + COMMAND_TIMEOUT;
         let rx = loop {
             let changed = slot.changed.notified();
@@ -646,7 +689,7 @@ impl NodeState {
                         if inner.outbox.is_none() && !on_chain {
                             // Undo: nothing was sent and nothing may be half-done.
                             inner.channel = inner.persisted.clone();
-                            return Err(format!("peer {peer} is not connected"));
+                            return Err(ControlError::NotConnected(*peer));
                         }
                         let (tx, rx) = oneshot::channel();
                         if !on_chain {
@@ -668,11 +711,11 @@ impl NodeState {
                     )) => {
                         // An update is in flight: wait for it to finish, then try again.
                     }
-                    Err(e) => return Err(e.to_string()),
+                    Err(e) => return Err(e.into()),
                 }
             }
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                return Err("timed out waiting for the update in flight".into());
+                return Err(ControlError::Timeout("the update in flight"));
             }
         };
         wait_for(rx).await?;
@@ -710,6 +753,15 @@ impl NodeState {
             Some(slot) => slot,
             None => match &pkt {
                 Packet::Open(o) if o.anch == wire::AnchorOffer::WillCreateAnchor => {
+                    // Each costs a key, a row and a watch until it is funded or abandoned:
+                    // strangers with fresh node ids cannot make us hold unlimited openings.
+                    let waiting = self.openings_waiting_for_their_anchor().await;
+                    if waiting >= self.max_pending_openings {
+                        tracing::warn!(%peer, waiting, "opening refused: too many channels waiting for their anchor");
+                        return Err(Packet::error(format!(
+                            "Too many channels waiting for their anchor ({waiting})"
+                        )));
+                    }
                     let slot = self
                         .new_channel(peer, AnchorRole::Accept)
                         .await
@@ -722,7 +774,7 @@ impl NodeState {
                         .map_err(|e| Packet::error(e.to_string()))?;
                     self.run_actions(&slot, &mut inner, actions)
                         .await
-                        .map_err(Packet::error)?;
+                        .map_err(|e| Packet::error(e.to_string()))?;
                     drop(inner);
                     slot
                 }
@@ -739,9 +791,11 @@ impl NodeState {
         }
         // The peer lost our open_complete in a dropped session: say it again.
         if matches!(pkt, Packet::OpenComplete(_)) && inner.channel.state() == State::Normal {
-            let _ = outbox
-                .send(Packet::OpenComplete(wire::OpenComplete::default()))
-                .await;
+            self.deliver(
+                &slot,
+                &mut inner,
+                Packet::OpenComplete(wire::OpenComplete::default()),
+            );
             return Ok(());
         }
         if matches!(
@@ -758,12 +812,26 @@ impl NodeState {
             Ok(actions) => self
                 .run_actions(&slot, &mut inner, actions)
                 .await
-                .map_err(Packet::error),
+                .map_err(|e| Packet::error(e.to_string())),
             Err(rejected) => {
                 tracing::warn!(%peer, error = %rejected, "packet rejected");
                 Err(rejected.reply())
             }
         }
+    }
+
+    /// Channels opened by peers that are not live yet (their anchor not confirmed).
+    async fn openings_waiting_for_their_anchor(&self) -> usize {
+        let mut n = 0;
+        for slot in self.channels.all() {
+            let inner = slot.lock().await;
+            let state = inner.channel.state();
+            let theirs = inner.channel.balances().is_none_or(|cs| !cs.we_fund);
+            if theirs && (opening(state) || state == State::OpenWaitComplete) {
+                n += 1;
+            }
+        }
+        n
     }
 
     /// A session with `peer` came up: attach its outbox and resume the channel.
@@ -775,9 +843,9 @@ impl NodeState {
         inner.outbox = Some(outbox);
         tracing::info!(%peer, channel = slot.id, state = state_name(inner.channel.state()), "channel resumes");
         if inner.channel.state() == State::OpenWaitComplete {
-            let depth = self.anchor_depth(&inner.channel).await;
-            let actions = inner.channel.anchor_depth(depth);
-            let _ = self.run_actions(&slot, &mut inner, actions).await;
+            let height = self.store.meta("scanned_height").await.unwrap_or(0);
+            let height = u32::try_from(height).unwrap_or(0);
+            self.advance_opening(&slot, &mut inner, height).await;
         }
     }
 
@@ -789,12 +857,15 @@ impl NodeState {
         let mut inner = slot.lock().await;
         inner.outbox = None;
         inner.channel = inner.persisted.clone();
-        let why = if inner.channel.state() == State::WaitComplete {
+        let why = if matches!(
+            inner.channel.state(),
+            State::WaitComplete | State::WaitSignature
+        ) {
             format!("peer {peer} disconnected before revoking its old state; the channel closes on chain with this update included")
         } else {
             format!("peer {peer} disconnected; the update did not happen")
         };
-        complete_waiter(&mut inner, Err(why));
+        complete_waiter(&mut inner, Err(ControlError::PeerGone(why)));
         self.settle_after_session(&slot, &mut inner).await;
         slot.changed.notify_waiters();
     }
@@ -816,9 +887,11 @@ impl NodeState {
                     self.broadcast(slot.id, &tx, 0, 0).await;
                 }
             }
-        } else if state == State::WaitComplete {
-            // We revoked our old commitment but do not hold the peer's revocation: the
-            // protocol has no way to finish this update, so close with our latest (valid) state.
+        } else if matches!(state, State::WaitComplete | State::WaitSignature) {
+            // We revoked our old commitment but do not hold the peer's revocation, or we
+            // signed the peer's next commitment (persisted since the channel crate's
+            // update_accept persists): the protocol has no way to finish this update, so
+            // close with our latest (valid) state.
             tracing::warn!(peer = %slot.peer, channel = slot.id, "update interrupted; closing unilaterally");
             match inner.channel.force_close() {
                 Ok(actions) => {
@@ -838,6 +911,96 @@ impl NodeState {
         }
     }
 
+    /// Checks the anchor against the chain: the claimed output must exist and pay exactly
+    /// the agreed amount to the P2WSH 2-of-2 of both commit keys.
+    ///
+    /// # Errors
+    /// The chain could not be asked (try again later; nothing is decided).
+    pub(crate) async fn check_anchor(
+        &self,
+        ch: &Channel,
+    ) -> Result<AnchorCheck, chain::ChainError> {
+        let Some((op, expected)) = ch.anchor_output() else {
+            return Ok(AnchorCheck::Missing);
+        };
+        let Some(status) = self.chain.transaction(op.txid).await? else {
+            return Ok(AnchorCheck::Missing);
+        };
+        Ok(match status.tx.output.get(op.vout as usize) {
+            Some(out) if *out == expected => AnchorCheck::Good(status.confirmations),
+            Some(out) => AnchorCheck::Bad(format!(
+                "output {op} pays {} to {}, not {} to the channel's 2-of-2",
+                out.value, out.script_pubkey, expected.value
+            )),
+            None => AnchorCheck::Bad(format!("transaction {} has no output {}", op.txid, op.vout)),
+        })
+    }
+
+    /// A channel waiting for its anchor: verify the anchor, then feed its depth to the machine
+    /// (which says `open_complete` at `min_depth`). As acceptor, an anchor that does not back
+    /// the channel, or that stays unseen for `anchor_wait_blocks`, abandons the channel: the
+    /// peer gets an `error` and nothing more is signed for it.
+    pub(crate) async fn advance_opening(&self, slot: &Slot, inner: &mut SlotInner, height: u32) {
+        if inner.channel.state() != State::OpenWaitComplete {
+            return;
+        }
+        let we_fund = inner.channel.balances().is_some_and(|cs| cs.we_fund);
+        let check = match self.check_anchor(&inner.channel).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(peer = %slot.peer, channel = slot.id, error = %e, "cannot check the anchor yet");
+                return;
+            }
+        };
+        match check {
+            AnchorCheck::Good(depth) => {
+                inner.anchor_missing_since = None;
+                let actions = inner.channel.anchor_depth(depth);
+                if !actions.is_empty() {
+                    if let Err(e) = self.run_actions(slot, inner, actions).await {
+                        tracing::error!(channel = slot.id, error = %e, "cannot go live");
+                    }
+                }
+            }
+            AnchorCheck::Bad(why) if !we_fund => {
+                self.abandon_opening(slot, inner, &format!("Bad anchor: {why}"))
+                    .await;
+            }
+            AnchorCheck::Bad(why) => {
+                tracing::error!(channel = slot.id, %why, "our own anchor does not match the channel");
+            }
+            AnchorCheck::Missing if !we_fund => {
+                let since = *inner.anchor_missing_since.get_or_insert(height);
+                if height >= since.saturating_add(self.anchor_wait_blocks) {
+                    let txid = inner.channel.anchor_outpoint().map(|o| o.txid);
+                    let why = format!(
+                        "Anchor {} not seen on chain for {} blocks",
+                        txid.map(|t| t.to_string()).unwrap_or_default(),
+                        self.anchor_wait_blocks
+                    );
+                    self.abandon_opening(slot, inner, &why).await;
+                }
+            }
+            AnchorCheck::Missing => {}
+        }
+    }
+
+    /// Forgets an opening whose anchor the peer funds and that will never back it: the peer
+    /// is told why, the channel is marked abandoned on disk and leaves the registry.
+    async fn abandon_opening(&self, slot: &Slot, inner: &mut SlotInner, why: &str) {
+        tracing::warn!(peer = %slot.peer, channel = slot.id, %why, "opening abandoned");
+        if let Err(e) = self.store.abandon_channel(slot.id, None).await {
+            tracing::error!(channel = slot.id, error = %e, "cannot abandon channel");
+        }
+        self.channels.remove(slot.id);
+        if let Some(out) = inner.outbox.take() {
+            // The error ends the session (it is the last packet written).
+            let _ = out.try_send(Packet::error(why));
+        }
+        complete_waiter(inner, Err(ControlError::PeerGone(why.to_owned())));
+        slot.changed.notify_waiters();
+    }
+
     /// Confirmations of the channel's anchor (0 if unknown or unconfirmed).
     pub(crate) async fn anchor_depth(&self, ch: &Channel) -> u32 {
         let Some(op) = ch.anchor_outpoint() else {
@@ -850,36 +1013,29 @@ impl NodeState {
     }
 
     /// Test-only: broadcasts an old, revoked commitment of ours (enabled by `--dev-allow-cheat`).
-    pub(crate) async fn broadcast_revoked(&self, peer: &PublicKey) -> Result<Value, String> {
+    #[cfg(feature = "test-hooks")]
+    pub(crate) async fn broadcast_revoked(&self, peer: &PublicKey) -> Result<Value, ControlError> {
         if !self.cheat_enabled {
-            return Err("cheating is disabled (test-only flag --dev-allow-cheat)".into());
+            return Err(ControlError::CheatDisabled);
         }
         let slot = self
             .channels
             .latest(peer)
-            .ok_or_else(|| format!("no channel with {peer}"))?;
+            .ok_or(ControlError::NoChannel(*peer))?;
         let num = slot.lock().await.channel.commitment_number();
         let tx = self
             .store
             .revoked_for_tests(slot.id, num)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or("no revoked commitment saved")?;
-        let txid = self.chain.broadcast(tx).await.map_err(|e| e.to_string())?;
+            .await?
+            .ok_or_else(|| ControlError::Internal("no revoked commitment saved".into()))?;
+        let txid = self.chain.broadcast(tx).await?;
         Ok(json!({ "txid": txid.to_string() }))
     }
 
     /// The wallet's receive address (a fresh one per call).
-    pub(crate) async fn new_address(&self) -> Result<String, String> {
-        let index = self
-            .store
-            .next_index("next_receive")
-            .await
-            .map_err(|e| e.to_string())?;
-        let key = self
-            .wallet
-            .derive(KeyPath::receive(index))
-            .map_err(|e| e.to_string())?;
+    pub(crate) async fn new_address(&self) -> Result<String, ControlError> {
+        let index = self.store.next_index("next_receive").await?;
+        let key = self.wallet.derive(KeyPath::receive(index))?;
         self.watch_script(key.address.script_pubkey(), KeyPath::receive(index));
         Ok(key.address.to_string())
     }
@@ -909,17 +1065,17 @@ impl NodeState {
     }
 
     /// Rebuilds the script map from the counters, so every key the node handed out is watched.
-    pub(crate) async fn load_scripts(&self) -> Result<(), String> {
+    pub(crate) async fn load_scripts(&self) -> Result<(), ControlError> {
         let mut map = HashMap::new();
         for (key, branch) in [
             ("next_receive", wallet::RECEIVE_BRANCH),
             ("next_change", wallet::CHANGE_BRANCH),
             ("next_channel", FINAL_BRANCH),
         ] {
-            let n = self.store.meta(key).await.map_err(|e| e.to_string())?;
+            let n = self.store.meta(key).await?;
             for index in 0..u32::try_from(n).unwrap_or(0) {
                 let path = KeyPath { branch, index };
-                let key = self.wallet.derive(path).map_err(|e| e.to_string())?;
+                let key = self.wallet.derive(path)?;
                 map.insert(key.address.script_pubkey(), path);
             }
         }
@@ -927,27 +1083,76 @@ impl NodeState {
         Ok(())
     }
 
+    /// An update that outlives the deadline: the session is dropped (the peer stalls), and an
+    /// update still in flight without a session after the deadline again closes the channel on
+    /// chain with our valid commitment (the protocol cannot resume it otherwise).
+    pub(crate) async fn enforce_update_deadline(&self, slot: &Slot) {
+        let mut inner = slot.lock().await;
+        if !updating(inner.channel.state()) {
+            inner.update_since = None;
+            return;
+        }
+        let since = *inner
+            .update_since
+            .get_or_insert_with(std::time::Instant::now);
+        let elapsed = since.elapsed();
+        if elapsed < self.update_timeout {
+            return;
+        }
+        if inner.outbox.is_some() {
+            tracing::warn!(peer = %slot.peer, channel = slot.id, ?elapsed, "update not completed in time; dropping the session");
+            inner.outbox = None;
+            self.peers.kick(&slot.peer, "Update timed out");
+            return;
+        }
+        if elapsed < self.update_timeout * 2 {
+            return;
+        }
+        tracing::warn!(peer = %slot.peer, channel = slot.id, state = state_name(inner.channel.state()), "update never resumed; closing unilaterally");
+        match inner.channel.force_close() {
+            Ok(actions) => {
+                if let Err(e) = self.run_actions(slot, &mut inner, actions).await {
+                    tracing::error!(error = %e, "force close failed");
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "cannot force close"),
+        }
+    }
+
     /// Expired HTLCs we offered are removed by agreement (`update_timedout_htlc`); one
-    /// that cannot be (peer away or refusing) for [`FORCE_CLOSE_AFTER_EXPIRY`] blocks is
+    /// that cannot be (peer away or refusing) for `htlc_close_after_blocks` blocks is
     /// taken back on chain: the channel closes unilaterally.
     pub(crate) async fn time_out_htlcs(&self, slot: &Slot, height: u32) {
         let mut inner = slot.lock().await;
-        if inner.channel.state() != State::Normal {
+        let state = inner.channel.state();
+        // Whatever the state: a peer that stalls mid-update must not keep our HTLC past expiry.
+        if finished(state) || opening(state) || state == State::OpenWaitComplete {
             return;
         }
         let long_expired = inner.channel.balances().is_some_and(|cs| {
             cs.ours.htlcs.iter().any(|h| {
-                matches!(h.expiry, Locktime::Blocks(b) if height >= b.saturating_add(FORCE_CLOSE_AFTER_EXPIRY))
+                matches!(h.expiry, Locktime::Blocks(b) if height >= b.saturating_add(self.htlc_close_after_blocks))
             })
         });
-        if long_expired {
+        // The machine's view too: HTLCs in a commitment still in flight, and HTLCs to us
+        // whose R we know and that the peer did not take off in time (claimed with R on
+        // chain before it could refund them to itself).
+        let due = inner.channel.deadlines(unix_now());
+        if !due.claim.is_empty() {
+            tracing::warn!(peer = %slot.peer, channel = slot.id, htlcs = due.claim.len(), "an HTLC we can claim with R nears its expiry; closing on chain");
+            if let Ok(actions) = inner.channel.force_close() {
+                let _ = self.run_actions(slot, &mut inner, actions).await;
+            }
+            return;
+        }
+        if long_expired || !due.refund.is_empty() {
             tracing::warn!(peer = %slot.peer, channel = slot.id, "an expired HTLC of ours was not removed by agreement; closing on chain");
             if let Ok(actions) = inner.channel.force_close() {
                 let _ = self.run_actions(slot, &mut inner, actions).await;
             }
             return;
         }
-        if inner.outbox.is_none() {
+        if inner.outbox.is_none() || state != State::Normal {
             return;
         }
         let expired: Option<Sha256> = inner.channel.balances().and_then(|cs| {
@@ -969,16 +1174,29 @@ impl NodeState {
     }
 }
 
-fn complete_waiter(inner: &mut SlotInner, result: Result<(), String>) {
+/// Packets that hand the peer a signature of ours on a transaction spending the anchor.
+fn carries_signature(pkt: &Packet) -> bool {
+    matches!(
+        pkt,
+        Packet::OpenAnchor(_)
+            | Packet::OpenCommitSig(_)
+            | Packet::UpdateAccept(_)
+            | Packet::UpdateSignature(_)
+            | Packet::Close(_)
+            | Packet::CloseComplete(_)
+    )
+}
+
+fn complete_waiter(inner: &mut SlotInner, result: Result<(), ControlError>) {
     if let Some((_, tx)) = inner.waiter.take() {
         let _ = tx.send(result);
     }
 }
 
-async fn wait_for(rx: oneshot::Receiver<Result<(), String>>) -> Result<(), String> {
+async fn wait_for(rx: oneshot::Receiver<Result<(), ControlError>>) -> Result<(), ControlError> {
     match tokio::time::timeout(COMMAND_TIMEOUT, rx).await {
         Ok(Ok(r)) => r,
-        Ok(Err(_)) => Err("the channel went away".into()),
-        Err(_) => Err("timed out waiting for the peer".into()),
+        Ok(Err(_)) => Err(ControlError::PeerGone("the channel went away".into())),
+        Err(_) => Err(ControlError::Timeout("the peer")),
     }
 }

@@ -10,9 +10,13 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod channels;
+mod control_error;
+pub mod control_url;
 pub mod identity;
 mod peers;
 mod rpc;
+pub mod rpc_help;
+mod sides;
 mod store;
 mod watcher;
 
@@ -43,11 +47,22 @@ pub struct NodeConfig {
     pub network: bitcoin::Network,
     /// Session settings (handshake time-out).
     pub session: session::Config,
-    /// At most this many sessions at once, handshakes included.
+    /// At most this many sessions at once, handshakes included; a fifth (at least one) is
+    /// kept for our own dials and for peers we have a channel with.
     pub max_peers: usize,
+    /// At most this many channels opened by peers may wait for the peer's anchor at once.
+    pub max_pending_openings: usize,
     /// Limits and offers for new channels.
     pub channel: ChannelConfig,
+    /// Blocks an acceptor waits for the peer's anchor to appear before it forgets the channel.
+    pub anchor_wait_blocks: u32,
+    /// Blocks after its expiry that an HTLC we offered may stay unresolved before we close on chain.
+    pub htlc_close_after_blocks: u32,
+    /// How long an update may stay in flight before the session is dropped; an update that is
+    /// not resumed within as long again (a new session) closes the channel on chain.
+    pub update_timeout: Duration,
     /// TEST ONLY: enables the `dev-broadcast-revoked` control method (a node that cheats).
+    #[cfg(feature = "test-hooks")]
     pub dev_allow_cheat: bool,
 }
 
@@ -61,11 +76,17 @@ impl NodeConfig {
             network: bitcoin::Network::Regtest,
             session: session::Config::default(),
             max_peers: 1000,
+            max_pending_openings: 50,
             channel: ChannelConfig {
                 // Small enough for a development chain, large enough to react to a cheat.
                 delay: wire::Locktime::Blocks(6),
                 ..ChannelConfig::default()
             },
+            // A day: the funder has all the time it needs to broadcast; we hold nothing meanwhile.
+            anchor_wait_blocks: 144,
+            update_timeout: Duration::from_secs(60),
+            htlc_close_after_blocks: 6,
+            #[cfg(feature = "test-hooks")]
             dev_allow_cheat: false,
         }
     }
@@ -95,7 +116,7 @@ pub enum NodeError {
     Seed(#[from] wallet::SeedFileError),
     /// The stored state could not be loaded.
     #[error("loading state: {0}")]
-    Load(String),
+    Load(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// Shared by the listener, the peer tasks and the control API.
@@ -109,6 +130,10 @@ pub(crate) struct NodeState {
     cookie_password: String,
     peers: Arc<peers::Peers>,
     slots: Arc<Semaphore>,
+    /// The share of `slots` that peers without a channel with us may hold after their
+    /// handshake: the rest stays free for our own dials and for peers with channels.
+    stranger_slots: Arc<Semaphore>,
+    max_pending_openings: usize,
     shutdown: watch::Sender<bool>,
     store: store::Store,
     wallet: wallet::Wallet,
@@ -116,12 +141,15 @@ pub(crate) struct NodeState {
     scripts: std::sync::Mutex<std::collections::HashMap<bitcoin::ScriptBuf, wallet::KeyPath>>,
     channels: channels::Channels,
     channel_config: ChannelConfig,
+    anchor_wait_blocks: u32,
+    update_timeout: Duration,
+    htlc_close_after_blocks: u32,
+    #[cfg(feature = "test-hooks")]
     cheat_enabled: bool,
     /// One anchor is funded at a time, so two opens never pick the same outputs.
     funding: tokio::sync::Mutex<()>,
     /// One watcher pass at a time (the loop and tests that step it).
-    /// The last block the watcher scanned (height, hash), to notice reorganisations.
-    watch_pass: tokio::sync::Mutex<Option<(u32, bitcoin::BlockHash)>>,
+    watch_pass: tokio::sync::Mutex<()>,
 }
 
 impl NodeState {
@@ -130,26 +158,35 @@ impl NodeState {
     }
 
     /// Dials a peer and attaches the session once it is up (hello included).
-    async fn connect(self: &Arc<Self>, addr: SocketAddr) -> Result<PublicKey, String> {
+    async fn connect(
+        self: &Arc<Self>,
+        addr: SocketAddr,
+    ) -> Result<PublicKey, control_error::ControlError> {
+        use control_error::{ConnectFailure, ControlError};
+        let failed = |reason: ConnectFailure| ControlError::Connect { addr, reason };
+        // Dialling again would replace the live session (the peer takes a new authenticated
+        // session as the successor of a half-open one): the operator asked for nothing new.
+        if let Some(id) = self.peers.connected_at(addr) {
+            return Err(failed(ConnectFailure::AlreadyConnected(id)));
+        }
         let slot = Arc::clone(&self.slots)
             .try_acquire_owned()
-            .map_err(|_| "too many peers".to_string())?;
+            .map_err(|_| failed(ConnectFailure::TooManyPeers))?;
         let session = session::connect(addr, &self.node_key, &self.session)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| failed(e.into()))?;
         if session.remote_node_id() == self.node_id {
             let _ = session.close("Connected to self").await;
-            return Err("that address is this node".into());
+            return Err(failed(ConnectFailure::OwnAddress));
         }
         let node_id = peers::Peers::attach(
             Arc::clone(self),
             session,
             addr,
             self.shutdown.subscribe(),
-            slot,
+            (slot, None),
         )
-        .await
-        .map_err(|e| e.to_string())?;
+        .await;
         if let Err(e) = self
             .store
             .save_peer(&node_id.to_string(), &addr.to_string())
@@ -171,6 +208,8 @@ pub struct RunningNode {
     pub rpc_addr: SocketAddr,
     /// The cookie file for the control API.
     pub cookie_path: PathBuf,
+    /// The file naming the control API's URL, for `potluck cli --data-dir`.
+    pub control_url_path: PathBuf,
     state: Arc<NodeState>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -187,7 +226,7 @@ impl RunningNode {
         let _ = rx.wait_for(|stop| *stop).await;
     }
 
-    /// Stops the node: peers get `error{"Shutting down"}`, the cookie is removed.
+    /// Stops the node: peers get `error{"Shutting down"}`, the cookie and control URL files are removed.
     pub async fn shutdown(self) {
         self.state.request_shutdown();
         for task in self.tasks {
@@ -196,6 +235,7 @@ impl RunningNode {
         // Give peer tasks a moment to say goodbye.
         tokio::time::sleep(Duration::from_millis(50)).await;
         let _ = std::fs::remove_file(&self.cookie_path);
+        let _ = std::fs::remove_file(&self.control_url_path);
     }
 }
 
@@ -223,6 +263,9 @@ pub async fn start(config: NodeConfig, chain: Arc<dyn Chain>) -> Result<RunningN
     let store = store::Store::open(&config.data_dir).await?;
     let wallet = wallet::load_or_create_seed(&config.data_dir.join("wallet_seed"), config.network)?;
     let (cookie_path, cookie_password) = identity::write_cookie(&config.data_dir)?;
+    // After the cookie: a client that finds the URL also finds the cookie it needs.
+    let control_url_path = control_url::write(&config.data_dir, rpc_addr)
+        .map_err(|e| NodeError::Io(config.data_dir.join(control_url::FILE_NAME), e))?;
     let (shutdown, _) = watch::channel(false);
     let state = Arc::new(NodeState {
         node_key,
@@ -234,22 +277,34 @@ pub async fn start(config: NodeConfig, chain: Arc<dyn Chain>) -> Result<RunningN
         cookie_password,
         peers: Arc::new(peers::Peers::default()),
         slots: Arc::new(Semaphore::new(config.max_peers)),
+        stranger_slots: Arc::new(Semaphore::new(
+            config.max_peers - (config.max_peers / 5).max(1).min(config.max_peers),
+        )),
+        max_pending_openings: config.max_pending_openings,
         shutdown,
         store,
         wallet,
         scripts: std::sync::Mutex::default(),
         channels: channels::Channels::default(),
         channel_config: config.channel.clone(),
+        anchor_wait_blocks: config.anchor_wait_blocks,
+        update_timeout: config.update_timeout,
+        htlc_close_after_blocks: config.htlc_close_after_blocks,
+        #[cfg(feature = "test-hooks")]
         cheat_enabled: config.dev_allow_cheat,
         funding: tokio::sync::Mutex::new(()),
-        watch_pass: tokio::sync::Mutex::new(None),
+        watch_pass: tokio::sync::Mutex::new(()),
     });
+    #[cfg(feature = "test-hooks")]
     if config.dev_allow_cheat {
         tracing::warn!(
             "TEST ONLY: --dev-allow-cheat is on; this node can broadcast revoked states"
         );
     }
-    state.load_scripts().await.map_err(NodeError::Load)?;
+    state
+        .load_scripts()
+        .await
+        .map_err(|e| NodeError::Load(Box::new(e)))?;
     for row in state.store.channels().await? {
         let Ok(peer) = row.peer_id.parse::<PublicKey>() else {
             continue;
@@ -283,6 +338,7 @@ pub async fn start(config: NodeConfig, chain: Arc<dyn Chain>) -> Result<RunningN
         p2p_addr,
         rpc_addr,
         cookie_path,
+        control_url_path,
         state,
         tasks: vec![accept_task, rpc_task, watch_task, reconnect_task],
     })
@@ -318,13 +374,30 @@ async fn accept_loop(state: Arc<NodeState>, listener: TcpListener) {
         tokio::spawn(async move {
             match session::accept(stream, &state.node_key, &state.session).await {
                 Ok(session) => {
+                    // A peer we have a channel with may use the reserved share; a stranger
+                    // only the rest.
+                    let known = state.channels.latest(&session.remote_node_id()).is_some();
+                    let stranger = if known {
+                        None
+                    } else {
+                        match Arc::clone(&state.stranger_slots).try_acquire_owned() {
+                            Ok(p) => Some(p),
+                            Err(_) => {
+                                tracing::warn!(%address, "peer refused: no slot left for peers without a channel");
+                                let _ = session.close("Too many peers").await;
+                                return;
+                            }
+                        }
+                    };
                     let shutdown = state.shutdown.subscribe();
-                    if let Err(e) =
-                        peers::Peers::attach(Arc::clone(&state), session, address, shutdown, slot)
-                            .await
-                    {
-                        tracing::info!(%address, error = %e, "peer refused");
-                    }
+                    peers::Peers::attach(
+                        Arc::clone(&state),
+                        session,
+                        address,
+                        shutdown,
+                        (slot, stranger),
+                    )
+                    .await;
                 }
                 Err(e) => tracing::info!(%address, error = %e, "handshake failed"),
             }

@@ -51,13 +51,6 @@ pub(crate) struct Peers {
     next_session: std::sync::atomic::AtomicU64,
 }
 
-/// Why a session could not be attached to the registry.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum AttachError {
-    #[error("already connected to {0}")]
-    AlreadyConnected(PublicKey),
-}
-
 impl Peers {
     /// All known peers, sorted by node id.
     pub(crate) fn list(&self) -> Vec<PeerInfo> {
@@ -86,6 +79,14 @@ impl Peers {
             .is_some_and(|e| e.session.is_some())
     }
 
+    /// The node whose session is up at `address`, if any.
+    pub(crate) fn connected_at(&self, address: SocketAddr) -> Option<PublicKey> {
+        self.lock()
+            .iter()
+            .find(|(_, e)| e.session.is_some() && e.address == address)
+            .map(|(id, _)| *id)
+    }
+
     /// The packet queue of the node's session, if one is up.
     pub(crate) fn outbox(&self, node_id: &PublicKey) -> Option<mpsc::Sender<Packet>> {
         self.lock()
@@ -93,17 +94,16 @@ impl Peers {
             .and_then(|e| e.session.as_ref().map(|(_, _, o)| o.clone()))
     }
 
-    /// Starts the task of a freshly authenticated session.
-    ///
-    /// # Errors
-    /// A session with the same node is already up; the new one is closed with an `error` packet.
+    /// Starts the task of a freshly authenticated session. A session already up with the same
+    /// node is replaced: the peer proved its key again, so the old one is half-open (its side
+    /// vanished without a goodbye) or abandoned; keeping it would lock the peer out.
     pub(crate) async fn attach(
         state: Arc<NodeState>,
         session: Session,
         address: SocketAddr,
         shutdown: watch::Receiver<bool>,
-        slot: OwnedSemaphorePermit,
-    ) -> Result<PublicKey, AttachError> {
+        slot: (OwnedSemaphorePermit, Option<OwnedSemaphorePermit>),
+    ) -> PublicKey {
         let peers = Arc::clone(&state.peers);
         let node_id = session.remote_node_id();
         let (tx, rx) = mpsc::channel(QUEUE);
@@ -111,23 +111,20 @@ impl Peers {
         let id = peers
             .next_session
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let duplicate = {
+        let replaced = {
             let mut entries = peers.lock();
             let entry = entries.entry(node_id).or_insert(Entry {
                 address,
                 session: None,
             });
-            if entry.session.is_some() {
-                true
-            } else {
-                entry.address = address;
-                entry.session = Some((id, tx, out_tx.clone()));
-                false
-            }
+            entry.address = address;
+            entry.session.replace((id, tx, out_tx.clone()))
         };
-        if duplicate {
-            let _ = session.close("Already connected").await;
-            return Err(AttachError::AlreadyConnected(node_id));
+        if let Some((_, old, _)) = replaced {
+            tracing::info!(peer = %node_id, %address, "new session replaces the old one");
+            let _ = old.try_send(PeerCommand::Disconnect("Replaced by a new session".into()));
+            // The old session is lost: its channel falls back to what is on disk, as always.
+            state.session_down(&node_id).await;
         }
         tracing::info!(peer = %node_id, %address, "peer connected");
         let (reader, writer) = session.into_split();
@@ -138,15 +135,21 @@ impl Peers {
             let _slot = slot;
             let reason = run_peer(&state, node_id, reader, &out_tx, rx, shutdown).await;
             tracing::info!(peer = %node_id, %reason, "peer disconnected");
-            {
+            let current = {
                 let mut entries = peers.lock();
-                if let Some(entry) = entries.get_mut(&node_id) {
-                    if matches!(&entry.session, Some((current, _, _)) if *current == id) {
+                match entries.get_mut(&node_id) {
+                    Some(entry) if matches!(&entry.session, Some((current, _, _)) if *current == id) =>
+                    {
                         entry.session = None;
+                        true
                     }
+                    _ => false,
                 }
+            };
+            // A replaced session's channel was settled when the new one came.
+            if current {
+                state.session_down(&node_id).await;
             }
-            state.session_down(&node_id).await;
             // Every sender is gone now: the writer flushes what is queued (the goodbye) and ends.
             drop(out_tx);
             let mut writer_task = writer_task;
@@ -158,7 +161,7 @@ impl Peers {
                 writer_task.abort();
             }
         });
-        Ok(node_id)
+        node_id
     }
 
     /// Like [`Peers::disconnect`] but never waits (for callers holding a channel lock).
@@ -174,11 +177,17 @@ impl Peers {
             .lock()
             .get(node_id)
             .and_then(|e| e.session.as_ref().map(|(_, tx, _)| tx.clone()));
+        // A full queue means the peer's task is busy with a packet: give it a moment, never
+        // longer (the control API must not hang on a peer).
         match sender {
-            Some(tx) => tx
-                .send(PeerCommand::Disconnect(problem.to_owned()))
-                .await
-                .is_ok(),
+            Some(tx) => matches!(
+                tokio::time::timeout(
+                    std::time::Duration::from_secs(1),
+                    tx.send(PeerCommand::Disconnect(problem.to_owned())),
+                )
+                .await,
+                Ok(Ok(()))
+            ),
             None => false,
         }
     }
@@ -193,6 +202,18 @@ async fn write_loop(mut writer: SessionWriter, mut out: mpsc::Receiver<Packet>) 
         }
     }
     let _ = writer.shutdown().await;
+}
+
+/// A `pkt` with no member we know and nothing we must understand (any unknown even field
+/// fails earlier, in the schema check): a packet of a newer protocol version.
+fn from_a_newer_version(e: &wire::DecodeError) -> bool {
+    matches!(
+        e.kind(),
+        wire::DecodeErrorKind::OneofEmpty {
+            message: "pkt",
+            oneof: "pkt"
+        }
+    ) && e.path().is_empty()
 }
 
 /// Drives one session's incoming side until it ends; returns why it ended.
@@ -221,12 +242,23 @@ async fn run_peer(
                             Packet::Error(e) => e.problem.clone().unwrap_or_default(),
                             _ => String::new(),
                         };
-                        let _ = out.send(reply).await;
+                        // The goodbye never waits on a peer that does not read.
+                        let _ = out.try_send(reply);
                         return problem;
                     }
                 }
+                Err(SessionError::Decode(e)) if from_a_newer_version(&e) => {
+                    // The seed's versioning rule: unknown odd fields are optional, so a pkt
+                    // whose only member is one carries nothing for us (the frame was consumed).
+                    tracing::debug!(peer = %node_id, "ignored a pkt with no member we know");
+                }
+                Err(SessionError::Frame(session::FrameError::BadPadding)) => {
+                    // The MAC was good, so both keystreams are still in step: say why.
+                    let _ = out.try_send(Packet::error("Bad frame: non-zero padding"));
+                    return "bad frame: non-zero padding".into();
+                }
                 Err(SessionError::Decode(e)) => {
-                    let _ = out.send(Packet::error(format!("Bad packet: {e}"))).await;
+                    let _ = out.try_send(Packet::error(format!("Bad packet: {e}")));
                     return format!("bad packet: {e}");
                 }
                 Err(e) => return e.to_string(),

@@ -21,16 +21,18 @@ use bitcoin::hashes::Hash as _;
 use wire::{Preimage, Sha256};
 
 use crate::channels::Command;
+use crate::control_error::ControlError;
 use crate::identity::COOKIE_USER;
 use crate::NodeState;
 
-/// JSON-RPC error codes used here (the standard ones, and Core's "misc error").
+/// JSON-RPC error codes: the protocol's own here, one per failure kind of a call in
+/// [`crate::control_error::codes`] (all listed in docs/node.md).
 mod codes {
     pub const PARSE_ERROR: i64 = -32700;
     pub const INVALID_REQUEST: i64 = -32600;
     pub const METHOD_NOT_FOUND: i64 = -32601;
     pub const INVALID_PARAMS: i64 = -32602;
-    pub const MISC_ERROR: i64 = -1;
+    pub use crate::control_error::codes::{CHAIN_ERROR, DATABASE_ERROR, NOT_CONNECTED};
 }
 
 /// A method's failure: a code and a message for the caller.
@@ -38,6 +40,18 @@ mod codes {
 pub(crate) struct RpcFailure {
     code: i64,
     message: String,
+}
+
+impl From<ControlError> for RpcFailure {
+    fn from(e: ControlError) -> Self {
+        RpcFailure::new(e.code(), e.to_string())
+    }
+}
+
+impl From<crate::store::StoreError> for RpcFailure {
+    fn from(e: crate::store::StoreError) -> Self {
+        RpcFailure::new(codes::DATABASE_ERROR, e.to_string())
+    }
 }
 
 impl RpcFailure {
@@ -188,10 +202,6 @@ fn param_32(params: &[Value], index: usize, name: &str) -> Result<[u8; 32], RpcF
     Ok(out)
 }
 
-fn misc(e: impl std::fmt::Display) -> RpcFailure {
-    RpcFailure::new(codes::MISC_ERROR, e.to_string())
-}
-
 async fn dispatch(
     state: &Arc<NodeState>,
     method: &str,
@@ -203,7 +213,7 @@ async fn dispatch(
                 .chain
                 .tip()
                 .await
-                .map_err(|e| RpcFailure::new(codes::MISC_ERROR, format!("chain: {e}")))?;
+                .map_err(|e| RpcFailure::new(codes::CHAIN_ERROR, format!("chain: {e}")))?;
             let mut open = 0u64;
             let mut our_msat = 0u64;
             let mut htlcs = 0usize;
@@ -223,8 +233,7 @@ async fn dispatch(
                 .store
                 .outputs(true)
                 .await
-                .map(|o| o.iter().map(|o| o.amount_sat).sum::<u64>())
-                .map_err(misc)?;
+                .map(|o| o.iter().map(|o| o.amount_sat).sum::<u64>())?;
             Ok(json!({
                 "node_id": state.node_id.to_string(),
                 "listen": state.p2p_addr.to_string(),
@@ -246,9 +255,7 @@ async fn dispatch(
                 .ok_or_else(|| {
                     RpcFailure::new(codes::INVALID_PARAMS, format!("cannot resolve {target}"))
                 })?;
-            let node_id = state.connect(addr).await.map_err(|e| {
-                RpcFailure::new(codes::MISC_ERROR, format!("connect to {addr} failed: {e}"))
-            })?;
+            let node_id = state.connect(addr).await?;
             Ok(json!({ "node_id": node_id.to_string() }))
         }
         "listpeers" => {
@@ -282,16 +289,16 @@ async fn dispatch(
                 Ok(json!({}))
             } else {
                 Err(RpcFailure::new(
-                    codes::MISC_ERROR,
+                    codes::NOT_CONNECTED,
                     format!("not connected to {id}"),
                 ))
             }
         }
         "newaddr" => {
-            let address = state.new_address().await.map_err(misc)?;
+            let address = state.new_address().await?;
             Ok(json!({ "address": address }))
         }
-        "listfunds" => state.list_funds().await.map_err(misc),
+        "listfunds" => Ok(state.list_funds().await?),
         "open" => {
             let peer = param_peer(params, 0)?;
             let amount = param_u64(params, 1, "AMOUNT_SAT")?;
@@ -301,7 +308,10 @@ async fn dispatch(
                     "AMOUNT_SAT must be positive",
                 ));
             }
-            state.open_channel(&peer, amount).await.map_err(misc)
+            state
+                .open_channel(&peer, amount)
+                .await
+                .map_err(RpcFailure::from)
         }
         "pay" => {
             let peer = param_peer(params, 0)?;
@@ -315,7 +325,7 @@ async fn dispatch(
             state
                 .channel_command(&peer, Command::Pay(amount))
                 .await
-                .map_err(misc)
+                .map_err(RpcFailure::from)
         }
         "newhtlc" => {
             let peer = param_peer(params, 0)?;
@@ -347,7 +357,7 @@ async fn dispatch(
                     },
                 )
                 .await
-                .map_err(misc)
+                .map_err(RpcFailure::from)
         }
         "fulfillhtlc" => {
             let peer = param_peer(params, 0)?;
@@ -355,7 +365,7 @@ async fn dispatch(
             state
                 .channel_command(&peer, Command::Fulfill(r))
                 .await
-                .map_err(misc)
+                .map_err(RpcFailure::from)
         }
         "failhtlc" => {
             let peer = param_peer(params, 0)?;
@@ -363,7 +373,7 @@ async fn dispatch(
             state
                 .channel_command(&peer, Command::Fail(r_hash))
                 .await
-                .map_err(misc)
+                .map_err(RpcFailure::from)
         }
         "close" => {
             let peer = param_peer(params, 0)?;
@@ -379,7 +389,10 @@ async fn dispatch(
                     ))
                 }
             };
-            state.channel_command(&peer, command).await.map_err(misc)
+            state
+                .channel_command(&peer, command)
+                .await
+                .map_err(RpcFailure::from)
         }
         "listchannels" => {
             let mut channels = Vec::new();
@@ -388,17 +401,24 @@ async fn dispatch(
             }
             Ok(json!({ "channels": channels }))
         }
+        #[cfg(feature = "test-hooks")]
         "dev-broadcast-revoked" => {
             let peer = param_peer(params, 0)?;
-            state.broadcast_revoked(&peer).await.map_err(misc)
+            state
+                .broadcast_revoked(&peer)
+                .await
+                .map_err(RpcFailure::from)
         }
+        "help" => crate::rpc_help::answer(params)
+            .map(Value::from)
+            .map_err(|e| RpcFailure::new(codes::INVALID_PARAMS, e.to_string())),
         "stop" => {
             state.request_shutdown();
             Ok(json!("potluck node stopping"))
         }
         other => Err(RpcFailure::new(
             codes::METHOD_NOT_FOUND,
-            format!("Method not found: {other}"),
+            crate::rpc_help::unknown_method(other),
         )),
     }
 }

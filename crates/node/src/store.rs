@@ -87,6 +87,11 @@ CREATE TABLE IF NOT EXISTS broadcasts (
     txid TEXT PRIMARY KEY, channel_id INTEGER NOT NULL, tx TEXT NOT NULL,
     csv_blocks INTEGER NOT NULL, lock_time INTEGER NOT NULL, done INTEGER NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS block_hashes (height INTEGER PRIMARY KEY, hash TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS revoked_commitments (
+    channel_id INTEGER NOT NULL, num INTEGER NOT NULL, record TEXT NOT NULL,
+    PRIMARY KEY (channel_id, num)
+);
 CREATE TABLE IF NOT EXISTS revoked_for_tests (
     channel_id INTEGER NOT NULL, num INTEGER NOT NULL, tx TEXT NOT NULL,
     PRIMARY KEY (channel_id, num)
@@ -338,15 +343,110 @@ impl Store {
             .collect())
     }
 
-    /// The broadcast is confirmed, or can never be (its inputs went elsewhere).
-    pub(crate) async fn broadcast_done(&self, txid: &Txid) -> Result<(), StoreError> {
-        sqlx::query("UPDATE broadcasts SET done = 1 WHERE txid = ?")
+    /// The broadcast is confirmed, or can never be (its inputs went elsewhere), as of the
+    /// block at `height` (`done` keeps that height, so a reorganisation below it reopens it).
+    pub(crate) async fn broadcast_done(&self, txid: &Txid, height: u32) -> Result<(), StoreError> {
+        sqlx::query("UPDATE broadcasts SET done = ? WHERE txid = ?")
+            .bind(height.max(1))
             .bind(txid.to_string())
             .execute(&self.pool)
             .await?;
         Ok(())
     }
 
+    /// Remembers the hash of the block scanned at `height` (the fork point after a
+    /// reorganisation, also one that happened while the node was down).
+    pub(crate) async fn set_block_hash(
+        &self,
+        height: u32,
+        hash: &bitcoin::BlockHash,
+    ) -> Result<(), StoreError> {
+        sqlx::query("INSERT INTO block_hashes (height, hash) VALUES (?, ?) ON CONFLICT(height) DO UPDATE SET hash = excluded.hash")
+            .bind(height)
+            .bind(hash.to_string())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// The hash of the block scanned at `height`, if recorded.
+    pub(crate) async fn block_hash(
+        &self,
+        height: u32,
+    ) -> Result<Option<bitcoin::BlockHash>, StoreError> {
+        let row = sqlx::query("SELECT hash FROM block_hashes WHERE height = ?")
+            .bind(height)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.and_then(|r| r.get::<String, _>(0).parse().ok()))
+    }
+
+    /// Undoes what the blocks above `fork` did, in one transaction: their outputs go (a
+    /// rescan adds back those the new branch holds), outputs they spent (`spent_by` one of
+    /// `gone`) are unspent, broadcasts they confirmed are pending again (claims and
+    /// penalties are re-sent), and their hashes are forgotten.
+    pub(crate) async fn rewind(&self, fork: u32, gone: &[Txid]) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM outputs WHERE height > ?")
+            .bind(fork)
+            .execute(&mut *tx)
+            .await?;
+        for txid in gone {
+            sqlx::query("UPDATE outputs SET spent_by = NULL WHERE spent_by = ?")
+                .bind(txid.to_string())
+                .execute(&mut *tx)
+                .await?;
+        }
+        sqlx::query("UPDATE broadcasts SET done = 0 WHERE done > ?")
+            .bind(fork)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM block_hashes WHERE height > ?")
+            .bind(fork)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Keeps what the penalty needs for the peer's revoked commitment (channel crate's
+    /// `Action::Archive`), out of the channel snapshot.
+    pub(crate) async fn save_revoked(
+        &self,
+        channel_id: i64,
+        record: &channel::RevokedCommitment,
+    ) -> Result<(), StoreError> {
+        // Serializing plain data (numbers, hashes) cannot fail.
+        let json = serde_json::to_string(record).unwrap_or_default();
+        sqlx::query("INSERT INTO revoked_commitments (channel_id, num, record) VALUES (?, ?, ?) ON CONFLICT DO NOTHING")
+            .bind(channel_id)
+            .bind(i64::try_from(record.commitment_number).unwrap_or(i64::MAX))
+            .bind(json)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// The archived record of the peer's revoked commitment `num`, if any.
+    pub(crate) async fn revoked(
+        &self,
+        channel_id: i64,
+        num: u64,
+    ) -> Result<Option<channel::RevokedCommitment>, StoreError> {
+        let row =
+            sqlx::query("SELECT record FROM revoked_commitments WHERE channel_id = ? AND num = ?")
+                .bind(channel_id)
+                .bind(i64::try_from(num).unwrap_or(i64::MAX))
+                .fetch_optional(&self.pool)
+                .await?;
+        row.map(|r| {
+            serde_json::from_str(&r.get::<String, _>(0))
+                .map_err(|e| StoreError::Corrupt(channel_id, e.to_string()))
+        })
+        .transpose()
+    }
+
+    #[cfg(feature = "test-hooks")]
     pub(crate) async fn save_revoked_for_tests(
         &self,
         channel_id: i64,
@@ -363,6 +463,7 @@ impl Store {
     }
 
     /// The oldest commitment of ours saved for the test-only cheat, below `below`.
+    #[cfg(feature = "test-hooks")]
     pub(crate) async fn revoked_for_tests(
         &self,
         channel_id: i64,

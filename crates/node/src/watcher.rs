@@ -8,13 +8,28 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bitcoin::{Block, OutPoint};
-use channel::State;
 
-use crate::store::OutputRow;
+use crate::control_error::ControlError;
+use crate::store::{OutputRow, StoreError};
+
+/// Why a watcher pass stopped (the next pass starts over from the stored height).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WatchError {
+    /// The chain backend failed.
+    #[error("chain: {0}")]
+    Chain(#[from] chain::ChainError),
+    /// The database failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A channel's actions failed (a persist).
+    #[error(transparent)]
+    Channel(#[from] ControlError),
+}
 use crate::NodeState;
 
-/// How far back a reorganisation is rescanned.
-const REORG_DEPTH: i64 = 6;
+/// The deepest reorganisation followed back block by block (two weeks of blocks); a deeper
+/// one is rescanned from there.
+const MAX_REORG_DEPTH: u32 = 2016;
 
 /// How often the tip is polled.
 const POLL: Duration = Duration::from_millis(250);
@@ -34,38 +49,12 @@ pub(crate) async fn run(state: Arc<NodeState>) {
 }
 
 /// One pass: new blocks, then channel timers and pending broadcasts.
-pub(crate) async fn step(state: &NodeState) -> Result<(), String> {
-    let mut last = state.watch_pass.lock().await;
-    let tip = state.chain.tip().await.map_err(|e| e.to_string())?;
-    let mut scanned = state
-        .store
-        .meta("scanned_height")
-        .await
-        .map_err(|e| e.to_string())?;
-    // A reorganisation replaced the last block we scanned: scan the new branch from a few
-    // blocks back (scanning is idempotent). Deeper reorganisations are not handled.
-    if let Some((height, hash)) = *last {
-        let now = state
-            .chain
-            .block_hash(height)
-            .await
-            .map_err(|e| e.to_string())?;
-        if now != Some(hash) {
-            let from = i64::from(height.min(tip.height))
-                .saturating_sub(REORG_DEPTH)
-                .max(1);
-            tracing::warn!(
-                height,
-                rescan_from = from + 1,
-                "chain reorganisation; rescanning"
-            );
-            scanned = from;
-            state
-                .store
-                .set_meta("scanned_height", scanned)
-                .await
-                .map_err(|e| e.to_string())?;
-        }
+pub(crate) async fn step(state: &NodeState) -> Result<(), WatchError> {
+    let _pass = state.watch_pass.lock().await;
+    let tip = state.chain.tip().await?;
+    let mut scanned = state.store.meta("scanned_height").await?;
+    if let Some(fork) = find_fork(state, scanned).await? {
+        scanned = i64::from(fork);
     }
     // A fresh node starts at the current tip: nothing of it can be older.
     let mut next = if scanned == 0 {
@@ -75,21 +64,18 @@ pub(crate) async fn step(state: &NodeState) -> Result<(), String> {
     };
     let mut new_blocks = false;
     while next <= tip.height {
-        let Some(block) = state
-            .chain
-            .block_at(next)
-            .await
-            .map_err(|e| e.to_string())?
-        else {
+        let Some(block) = state.chain.block_at(next).await? else {
             break;
         };
         scan_block(state, next, &block).await?;
-        *last = Some((next, block.block_hash()));
+        state
+            .store
+            .set_block_hash(next, &block.block_hash())
+            .await?;
         state
             .store
             .set_meta("scanned_height", i64::from(next))
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         next += 1;
         new_blocks = true;
     }
@@ -99,24 +85,74 @@ pub(crate) async fn step(state: &NodeState) -> Result<(), String> {
             {
                 let mut inner = slot.lock().await;
                 let _ = inner.channel.block_height(height);
-                if inner.channel.state() == State::OpenWaitComplete {
-                    let depth = state.anchor_depth(&inner.channel).await;
-                    let actions = inner.channel.anchor_depth(depth);
-                    if !actions.is_empty() {
-                        let _ = state.run_actions(&slot, &mut inner, actions).await;
-                    }
-                }
+                state.advance_opening(&slot, &mut inner, height).await;
             }
         }
     }
     for slot in state.channels.all() {
+        state.enforce_update_deadline(&slot).await;
         state.time_out_htlcs(&slot, height).await;
     }
     send_due_broadcasts(state, height).await;
     Ok(())
 }
 
-async fn scan_block(state: &NodeState, height: u32, block: &Block) -> Result<(), String> {
+/// Compares the stored hashes of the scanned blocks with the best chain, from the scanned
+/// height down, to the last block both agree on: the fork point. Works the same for a
+/// reorganisation seen live and one that happened while the node was stopped. What the
+/// blocks above the fork did is undone in the store ([`crate::store::Store::rewind`]) and
+/// the scan resumes after the fork; anchors' depths always come from the best chain.
+///
+/// # Errors
+/// The chain or the store failed (the next pass tries again).
+async fn find_fork(state: &NodeState, scanned: i64) -> Result<Option<u32>, WatchError> {
+    let Ok(mut height) = u32::try_from(scanned) else {
+        return Ok(None);
+    };
+    let mut gone_blocks = Vec::new();
+    while height > 0 && gone_blocks.len() < MAX_REORG_DEPTH as usize {
+        let Some(stored) = state.store.block_hash(height).await? else {
+            break;
+        };
+        if state.chain.block_hash(height).await? == Some(stored) {
+            break;
+        }
+        gone_blocks.push(stored);
+        height -= 1;
+    }
+    if gone_blocks.is_empty() {
+        return Ok(None);
+    }
+    // Transactions of the replaced blocks: outputs they spent become ours again unless the
+    // new branch (or the mempool) still has them.
+    let mut gone = Vec::new();
+    for hash in &gone_blocks {
+        match state.chain.block(*hash).await {
+            Ok(block) => {
+                for tx in &block.txdata {
+                    let txid = tx.compute_txid();
+                    if !state.chain.in_mempool(txid).await.unwrap_or(true) {
+                        gone.push(txid);
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(block = %hash, error = %e, "replaced block unavailable"),
+        }
+    }
+    tracing::warn!(
+        depth = gone_blocks.len(),
+        fork = height,
+        "chain reorganisation; rescanning from the fork point"
+    );
+    state.store.rewind(height, &gone).await?;
+    state
+        .store
+        .set_meta("scanned_height", i64::from(height))
+        .await?;
+    Ok(Some(height))
+}
+
+async fn scan_block(state: &NodeState, height: u32, block: &Block) -> Result<(), WatchError> {
     let anchors: Vec<(OutPoint, Arc<crate::channels::Slot>)> = {
         let mut v = Vec::new();
         for slot in state.channels.all() {
@@ -127,24 +163,24 @@ async fn scan_block(state: &NodeState, height: u32, block: &Block) -> Result<(),
         }
         v
     };
-    let pending = state
-        .store
-        .pending_broadcasts()
-        .await
-        .map_err(|e| e.to_string())?;
+    let pending = state.store.pending_broadcasts().await?;
     for tx in &block.txdata {
         let txid = tx.compute_txid();
         let spent: Vec<OutPoint> = tx.input.iter().map(|i| i.previous_output).collect();
-        state
-            .store
-            .spend_outputs(&spent, &txid)
-            .await
-            .map_err(|e| e.to_string())?;
+        state.store.spend_outputs(&spent, &txid).await?;
         for (op, slot) in &anchors {
             if spent.contains(op) {
                 let mut inner = slot.lock().await;
                 tracing::info!(peer = %slot.peer, channel = slot.id, %txid, height, "anchor spent");
-                match inner.channel.spend_seen(tx) {
+                // A revoked commitment's HTLCs live in the store, keyed by its number.
+                let revoked = match channel::tx::commitment_number(tx) {
+                    Some(n) => state.store.revoked(slot.id, n).await.unwrap_or_else(|e| {
+                        tracing::error!(channel = slot.id, error = %e, "cannot read the revoked commitment");
+                        None
+                    }),
+                    None => None,
+                };
+                match inner.channel.spend_seen(tx, revoked.as_ref()) {
                     Ok(actions) => state.run_actions(slot, &mut inner, actions).await?,
                     Err(e) => {
                         tracing::warn!(channel = slot.id, error = %e, "cannot handle the anchor spend")
@@ -165,11 +201,7 @@ async fn scan_block(state: &NodeState, height: u32, block: &Block) -> Result<(),
                     height,
                     coinbase: tx.is_coinbase(),
                 };
-                state
-                    .store
-                    .add_output(&row)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                state.store.add_output(&row).await?;
                 tracing::info!(%txid, vout, amount_sat = row.amount_sat, "wallet output confirmed");
             }
         }
@@ -181,11 +213,7 @@ async fn scan_block(state: &NodeState, height: u32, block: &Block) -> Result<(),
                     .iter()
                     .any(|i| spent.contains(&i.previous_output))
             {
-                state
-                    .store
-                    .broadcast_done(&b.txid)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                state.store.broadcast_done(&b.txid, height).await?;
             }
         }
     }

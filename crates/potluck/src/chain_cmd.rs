@@ -65,12 +65,16 @@ pub fn run(args: ChainArgs) -> anyhow::Result<()> {
         if let Some(cookie) = &running.cookie {
             println!("cookie: {}", cookie.display());
         }
+        // So that `potluck cli --chain --data-dir DIR` finds this chain, as it finds a node.
+        let control_url = node::control_url::write(&args.data_dir, addr)
+            .with_context(|| format!("writing the control URL into {}", args.data_dir.display()))?;
         tokio::select! {
             _ = running.stopped() => {}
             r = tokio::signal::ctrl_c() => r.context("waiting for Ctrl-C")?,
             _ = crate::terminate() => {}
         }
         running.shutdown().await;
+        let _ = std::fs::remove_file(&control_url);
         Ok(())
     })
 }

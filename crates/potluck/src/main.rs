@@ -1,5 +1,7 @@
 //! The `potluck` binary: argument parsing and wiring only.
 
+#![warn(clippy::unwrap_used)]
+
 mod chain_cmd;
 mod cli_cmd;
 mod node_cmd;
@@ -13,9 +15,24 @@ mod serve_cmd;
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Cli {
+    /// Log lines on stderr: `text` (colours only on a terminal) or `json` (one object per line, for log shippers).
+    #[arg(long, global = true, env = "POTLUCK_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Chosen once in `main`, read by `init_logging` (which subcommands call).
+static LOG_FORMAT: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new();
 
 #[derive(Debug, Subcommand)]
 enum Command {
@@ -30,12 +47,14 @@ enum Command {
     Serve(Box<serve_cmd::ServeArgs>),
     /// Run a payment-channel node: peers over the encrypted v3 session, a JSON-RPC control API.
     Node(node_cmd::NodeArgs),
-    /// Call a running node's control API (getinfo, connect, listpeers, disconnect, stop).
+    /// Call a running node's control API (`potluck cli help` lists its methods), or with
+    /// --chain the development chain's JSON-RPC (faucet, mining).
     Cli(cli_cmd::CliArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    let _ = LOG_FORMAT.set(cli.log_format);
     match cli.command {
         Command::DecodePacket { hex } => {
             let bytes = hex::decode(hex.trim()).context("the packet is not valid hex")?;
@@ -46,19 +65,28 @@ fn main() -> anyhow::Result<()> {
         Command::Chain(args) => chain_cmd::run(args),
         Command::Serve(args) => serve_cmd::run(*args),
         Command::Node(args) => node_cmd::run(args),
-        Command::Cli(args) => cli_cmd::run(args),
+        // The exit status tells scripts what failed (see `potluck cli --help`).
+        Command::Cli(args) => std::process::exit(cli_cmd::run(args)),
     }
 }
 
-/// Logs go to stderr, filtered by `POTLUCK_LOG`, else `RUST_LOG` (default info); an installed subscriber is kept.
+/// Logs go to stderr, filtered by `POTLUCK_LOG`, else `RUST_LOG` (default info),
+/// as text (ANSI colours only when stderr is a terminal) or JSON
+/// (`--log-format json`); an installed subscriber is kept.
 fn init_logging() {
+    use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_env("POTLUCK_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match LOG_FORMAT.get().copied().unwrap_or(LogFormat::Text) {
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
+        LogFormat::Json => builder.json().with_current_span(true).try_init(),
+    };
 }
 
 /// Resolves on SIGTERM (never on platforms without it).

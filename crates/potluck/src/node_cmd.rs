@@ -45,8 +45,27 @@ pub struct NodeArgs {
     /// Development chain: also serve its JSON-RPC here (cookie in `<data-dir>/chain/.cookie`).
     #[arg(long, env = "POTLUCK_DEV_CHAIN_RPC_BIND")]
     pub dev_chain_rpc_bind: Option<SocketAddr>,
+    /// Seconds an update may take before the peer's session is dropped (and, unless the peer
+    /// resumes it, the channel closes on chain).
+    #[arg(long, env = "POTLUCK_UPDATE_TIMEOUT_SECS", default_value_t = 60)]
+    pub update_timeout_secs: u64,
+    /// Blocks after its expiry that an HTLC we offered may stay unresolved (the peer away,
+    /// refusing or stalling mid-update) before we close on chain to take it back.
+    #[arg(long, env = "POTLUCK_HTLC_CLOSE_AFTER_BLOCKS", default_value_t = 6)]
+    pub htlc_close_after_blocks: u32,
+    /// At most this many peer sessions at once, handshakes included; a fifth of them is kept
+    /// for our own dials and for peers we have a channel with.
+    #[arg(long, env = "POTLUCK_MAX_PEERS", default_value_t = 1000)]
+    pub max_peers: usize,
+    /// At most this many channels opened by peers may wait for the peer's anchor at once.
+    #[arg(long, env = "POTLUCK_MAX_PENDING_OPENINGS", default_value_t = 50)]
+    pub max_pending_openings: usize,
+    /// Blocks to wait for a peer's anchor to appear on chain before forgetting the opening.
+    #[arg(long, env = "POTLUCK_ANCHOR_WAIT_BLOCKS", default_value_t = 144)]
+    pub anchor_wait_blocks: u32,
     /// TEST ONLY: enable the `dev-broadcast-revoked` control method, which broadcasts a
     /// revoked commitment (the peer then takes every output with the penalty). Never in production.
+    #[cfg(feature = "test-hooks")]
     #[arg(long, env = "POTLUCK_DEV_ALLOW_CHEAT", hide = true)]
     pub dev_allow_cheat: bool,
 }
@@ -71,6 +90,15 @@ pub fn run(args: NodeArgs) -> anyhow::Result<()> {
                 };
                 let rpc = BitcoindRpc::new(RpcConfig::new(url.clone(), auth))
                     .context("configuring the Bitcoin Core client")?;
+                // Refuse a node on another chain; the watcher looks up
+                // confirmed transactions by txid, which needs -txindex.
+                let check = rpc
+                    .check_node(args.network, None)
+                    .await
+                    .context("checking the Bitcoin Core node")?;
+                if !check.txindex {
+                    bail!("the Bitcoin Core node at {url} runs without -txindex, which potluck node needs to follow its channel transactions; restart it with -txindex=1");
+                }
                 (Arc::new(rpc), None)
             }
             None => {
@@ -93,7 +121,15 @@ pub fn run(args: NodeArgs) -> anyhow::Result<()> {
         config.listen = args.listen;
         config.rpc_bind = args.rpc_bind;
         config.network = args.network;
-        config.dev_allow_cheat = args.dev_allow_cheat;
+        config.anchor_wait_blocks = args.anchor_wait_blocks;
+        config.max_peers = args.max_peers;
+        config.max_pending_openings = args.max_pending_openings;
+        config.htlc_close_after_blocks = args.htlc_close_after_blocks;
+        config.update_timeout = Duration::from_secs(args.update_timeout_secs);
+        #[cfg(feature = "test-hooks")]
+        {
+            config.dev_allow_cheat = args.dev_allow_cheat;
+        }
         let running = node::start(config, chain).await.context("starting the node")?;
         println!(
             "potluck node {} peers on {} control on http://{}/",
@@ -102,6 +138,14 @@ pub fn run(args: NodeArgs) -> anyhow::Result<()> {
         if let Some(url) = dev.as_ref().and_then(|d| d.rpc_url()) {
             println!("development chain JSON-RPC on {url}");
         }
+        // `potluck cli --chain --data-dir <data-dir>/chain` finds the embedded chain too.
+        let chain_dir = args.data_dir.join("chain");
+        let chain_url_file = match dev.as_ref().and_then(|d| d.rpc_addr) {
+            Some(addr) => Some(node::control_url::write(&chain_dir, addr).with_context(|| {
+                format!("writing the control URL into {}", chain_dir.display())
+            })?),
+            None => None,
+        };
         tokio::select! {
             _ = running.stopped() => {}
             r = tokio::signal::ctrl_c() => r.context("waiting for Ctrl-C")?,
@@ -110,6 +154,9 @@ pub fn run(args: NodeArgs) -> anyhow::Result<()> {
         running.shutdown().await;
         if let Some(dev) = dev {
             dev.shutdown().await;
+        }
+        if let Some(file) = chain_url_file {
+            let _ = std::fs::remove_file(file);
         }
         Ok(())
     })

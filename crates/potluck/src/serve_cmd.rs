@@ -6,11 +6,13 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
-use potluck_rounds::password::HashParams;
+use potluck_rounds::http::client_ip::Cidr;
+use potluck_rounds::security::password::HashParams;
 use potluck_rounds::{Application, ChainSource, Config};
 
-/// Flags of `potluck serve`.
-#[derive(Debug, Args)]
+/// Flags of `potluck serve`. Secret values are never shown: not by
+/// `--help` (environment values hidden), not by `Debug`.
+#[derive(Args)]
 pub struct ServeArgs {
     /// Address to listen on (port 0 picks a free port; the bound address is printed).
     #[arg(long, env = "POTLUCK_BIND", default_value = "127.0.0.1:8080")]
@@ -19,17 +21,24 @@ pub struct ServeArgs {
     #[arg(long, env = "POTLUCK_DATA_DIR", default_value = "./potluck-data")]
     data_dir: PathBuf,
     /// sqlite://FILE or postgres://…; default: SQLite in the data directory.
-    #[arg(long, env = "POTLUCK_DATABASE_URL")]
+    #[arg(long, env = "POTLUCK_DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
     /// bitcoin, testnet, testnet4, signet or regtest.
     #[arg(long, env = "POTLUCK_NETWORK", default_value = "regtest")]
     network: bitcoin::Network,
-    /// Token for the X-Admin-Token header; unset or empty disables admin access.
-    #[arg(long, env = "POTLUCK_ADMIN_TOKEN")]
+    /// Token for the X-Admin-Token header (at least 16 characters); unset or empty disables admin access.
+    #[arg(long, env = "POTLUCK_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
-    /// Reverse proxies in front of the service that append to X-Forwarded-For.
+    /// Reverse proxies in front of the service that append to X-Forwarded-For (counted from the right).
     #[arg(long, env = "POTLUCK_TRUSTED_PROXY_HOPS", default_value_t = 1)]
     trusted_proxy_hops: usize,
+    /// Networks (CIDR, comma-separated) whose connections may set X-Forwarded-For; empty = none.
+    #[arg(
+        long,
+        env = "POTLUCK_TRUSTED_PROXIES",
+        default_value = "127.0.0.0/8,::1/128"
+    )]
+    trusted_proxies: String,
     /// Session-token signing secret; by default generated once into the data directory.
     #[arg(long, env = "POTLUCK_JWT_SECRET", hide_env_values = true)]
     jwt_secret: Option<String>,
@@ -92,6 +101,21 @@ pub struct ServeArgs {
     /// Round length of a fresh install (afterwards: PUT /admin/config).
     #[arg(long, env = "POTLUCK_ROUND_DURATION_SECONDS", default_value_t = 120)]
     round_duration_seconds: i64,
+    /// Largest share (percent) of a bet that its own pot input may cost in fees at the current fee rate.
+    #[arg(long, env = "POTLUCK_MAX_BET_INPUT_FEE_PERCENT", default_value_t = 50)]
+    max_bet_input_fee_percent: u32,
+    /// A client must send a request's complete headers within this many seconds.
+    #[arg(long, env = "POTLUCK_HEADER_READ_TIMEOUT_SECS", default_value_t = 10)]
+    header_read_timeout_secs: u64,
+    /// A keep-alive connection without a request for this many seconds is closed.
+    #[arg(long, env = "POTLUCK_IDLE_TIMEOUT_SECS", default_value_t = 60)]
+    idle_timeout_secs: u64,
+    /// Connections served at once; further ones wait in the listen backlog.
+    #[arg(long, env = "POTLUCK_MAX_CONNECTIONS", default_value_t = 2048)]
+    max_connections: usize,
+    /// On SIGINT/SIGTERM, in-flight requests get this many seconds before connections are dropped.
+    #[arg(long, env = "POTLUCK_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
+    shutdown_grace_secs: u64,
     /// Database connections in the pool.
     #[arg(long, env = "POTLUCK_DB_CONNECTIONS", default_value_t = 16)]
     db_connections: u32,
@@ -124,6 +148,16 @@ pub struct ServeArgs {
     dev_chain_rpc_bind: Option<SocketAddr>,
 }
 
+impl std::fmt::Debug for ServeArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeArgs")
+            .field("bind", &self.bind)
+            .field("data_dir", &self.data_dir)
+            .field("network", &self.network)
+            .finish_non_exhaustive()
+    }
+}
+
 impl ServeArgs {
     /// The service configuration these flags describe.
     pub fn into_config(self) -> anyhow::Result<Config> {
@@ -133,6 +167,14 @@ impl ServeArgs {
         c.network = self.network;
         c.admin_token = self.admin_token;
         c.trusted_proxy_hops = self.trusted_proxy_hops;
+        c.trusted_proxies = self
+            .trusted_proxies
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::parse::<Cidr>)
+            .collect::<Result<_, _>>()
+            .context("--trusted-proxies")?;
         c.jwt_secret = self.jwt_secret;
         c.hash_params = HashParams {
             memory_kib: self.argon2_memory_kib,
@@ -142,6 +184,12 @@ impl ServeArgs {
         if let Some(n) = self.hashing_concurrency {
             c.hashing_concurrency = n.max(1);
         }
+        c.server = potluck_rounds::server::ServerLimits {
+            header_read_timeout: Duration::from_secs(self.header_read_timeout_secs.max(1)),
+            idle_timeout: Duration::from_secs(self.idle_timeout_secs.max(1)),
+            max_connections: self.max_connections.max(1),
+            shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
+        };
         c.throttle.user_free_failures = self.login_user_free_failures;
         c.throttle.ip_free_failures = self.login_ip_free_failures;
         c.throttle.max_lockout = Duration::from_secs(self.login_max_lockout_secs);
@@ -156,6 +204,7 @@ impl ServeArgs {
         c.body_limit_bytes = self.body_limit_bytes;
         c.default_round_duration_seconds = self.round_duration_seconds.max(1);
         c.max_db_connections = self.db_connections.max(1);
+        c.max_bet_input_fee_percent = self.max_bet_input_fee_percent;
         c.chain = match self.bitcoind_url {
             Some(url) => {
                 let auth = match (self.bitcoind_user, self.bitcoind_password, self.bitcoind_cookie) {
@@ -215,6 +264,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .context("potluck serve could not start")?;
         // Tests and scripts read the bound address from this line.
         println!("potluck serve listening on http://{}", app.local_addr());
+        // The second line, when the development chain serves its RPC.
+        if let Some(rpc) = app.dev_chain_rpc_addr() {
+            println!("potluck serve dev chain RPC on http://{rpc}");
+        }
         tracing::info!(addr = %app.local_addr(), "listening");
         app.run_until_stopped(shutdown_signal())
             .await
@@ -252,6 +305,7 @@ mod tests {
         );
         assert_eq!(c.bind, "127.0.0.1:8080".parse().unwrap());
         assert_eq!(c.trusted_proxy_hops, 1);
+        assert_eq!(c.trusted_proxies, Cidr::loopback());
         assert_eq!(c.network, bitcoin::Network::Regtest);
         assert_eq!(
             (c.throttle.user_free_failures, c.throttle.ip_free_failures),

@@ -147,6 +147,32 @@ fn cli_errors_are_readable() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("connect to 127.0.0.1:1 failed"));
 
+    // Each kind of failure has its own code (docs/node.md), so clients need not parse text.
+    let code = |args: &[&str]| {
+        let out = cli(&a, args);
+        assert!(!out.status.success());
+        let text = String::from_utf8_lossy(&out.stderr).into_owned();
+        // `potluck cli` prints `error code: N` on its own line, as bitcoin-cli does.
+        let code = text
+            .lines()
+            .find_map(|l| l.strip_prefix("error code: "))
+            .map(str::to_owned);
+        (code.unwrap_or_default(), text)
+    };
+    // The generator point: a valid node id no node here has.
+    let someone = "0279be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798".to_owned();
+    let codes = [
+        code(&["nosuchmethod"]),
+        code(&["connect", "127.0.0.1:1"]),
+        code(&["pay", &someone, "1000"]),
+        code(&["open", &someone, "100000"]),
+        code(&["pay", &someone, "x"]),
+    ];
+    let expected = ["-32601", "-101", "-102", "-9", "-32602"];
+    for ((got, text), want) in codes.iter().zip(expected) {
+        assert_eq!(got, want, "{text}");
+    }
+
     // Another directory's cookie (or none) is refused.
     let elsewhere = tempfile::tempdir().unwrap();
     std::fs::write(elsewhere.path().join(".cookie"), "__cookie__:00").unwrap();
@@ -160,7 +186,13 @@ fn stop_ends_the_process_and_removes_the_cookie() {
     let mut a = start_node();
     let cookie = a.dir.path().join(".cookie");
     assert!(cookie.exists());
-    json(&cli(&a, &["stop"]));
+    let out = cli(&a, &["stop"]);
+    assert!(out.status.success());
+    // A string result is printed as text, as bitcoin-cli does.
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "potluck node stopping\n"
+    );
     let deadline = Instant::now() + Duration::from_secs(10);
     let status = loop {
         if let Some(status) = a.child.try_wait().unwrap() {
@@ -171,6 +203,290 @@ fn stop_ends_the_process_and_removes_the_cookie() {
     };
     assert!(status.success());
     assert!(!cookie.exists());
+    // The control URL goes with the cookie: a stopped node is not found by its directory.
+    assert!(!a.dir.path().join("control_url").exists());
+    let out = cli_dir(a.dir.path(), &["getinfo"]);
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("control_url") && text.contains("--rpc"),
+        "{text}"
+    );
     // The node key survives for the next start.
     assert!(a.dir.path().join("node_key").exists());
+}
+
+/// `potluck cli` with only `--data-dir` (no `--rpc`, nothing from the environment).
+fn cli_dir(data_dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_potluck"))
+        .args(["cli", "--data-dir"])
+        .arg(data_dir)
+        .args(args)
+        .env_remove("POTLUCK_RPC")
+        .env_remove("POTLUCK_DATA_DIR")
+        .output()
+        .unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn two_nodes_are_each_reached_by_their_data_directory_alone() {
+    let a = start_node();
+    let b = start_node();
+    for node in [&a, &b] {
+        let out = cli_dir(node.dir.path(), &["getinfo"]);
+        assert!(
+            out.stdout.ends_with(b"}\n"),
+            "JSON output must end with a newline: {:?}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert_eq!(json(&out)["node_id"], node.id.as_str());
+        assert_eq!(
+            std::fs::read_to_string(node.dir.path().join("control_url"))
+                .unwrap()
+                .trim(),
+            node.rpc
+        );
+    }
+    // --rpc still overrides the file: B's cookie sent to A is refused.
+    let out = cli_with(&a.rpc, b.dir.path(), &["getinfo"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("refused the cookie"),
+        "{}",
+        stderr(&out)
+    );
+    // --get picks one field, a string printed as text.
+    let out = cli_dir(b.dir.path(), &["--get", "node_id", "getinfo"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{}\n", b.id));
+}
+
+/// The methods the node lists in `help`: the first word of each line up to the first blank line.
+fn listed_methods(overview: &str) -> Vec<String> {
+    overview
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn help_explains_every_method_the_node_dispatches() {
+    let a = start_node();
+    let out = cli_dir(a.dir.path(), &["help"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let overview = String::from_utf8(out.stdout).unwrap();
+    assert!(overview.ends_with('\n'));
+    let methods = listed_methods(&overview);
+    for m in [
+        "getinfo",
+        "connect",
+        "listpeers",
+        "disconnect",
+        "newaddr",
+        "listfunds",
+        "open",
+        "pay",
+        "newhtlc",
+        "fulfillhtlc",
+        "failhtlc",
+        "close",
+        "listchannels",
+        "help",
+        "stop",
+    ] {
+        assert!(
+            methods.iter().any(|l| l == m),
+            "{m} missing from:\n{overview}"
+        );
+    }
+
+    // Another JSON-RPC client gets the same text from the node's `help` method.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut config = chain::RpcConfig::new(
+        a.rpc.clone(),
+        chain::Auth::Cookie(a.dir.path().join(".cookie")),
+    );
+    config.retries = 0;
+    let rpc = chain::BitcoindRpc::new(config).unwrap();
+    let call = |method: &str, params: Value| -> Result<Value, chain::RpcError> {
+        rt.block_on(rpc.call(method, params))
+    };
+    let answer = call("help", serde_json::json!([])).unwrap();
+    assert_eq!(format!("{}\n", answer.as_str().unwrap()), overview);
+
+    for m in &methods {
+        let out = cli_dir(a.dir.path(), &["help", m]);
+        assert!(out.status.success(), "help {m}: {}", stderr(&out));
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.starts_with(m.as_str()), "help {m}:\n{text}");
+        assert!(text.contains("Example"), "help {m} has no example:\n{text}");
+        assert!(text.contains("potluck cli"), "help {m}:\n{text}");
+        let answer = call("help", serde_json::json!([m])).unwrap();
+        assert_eq!(format!("{}\n", answer.as_str().unwrap()), text);
+        // Every listed method is dispatched: junk arguments are refused by the method, never "not found".
+        if m != "stop" {
+            if let Err(chain::RpcError::Rpc { code, message }) =
+                call(m, serde_json::json!(["zz", "zz", "zz", "zz"]))
+            {
+                assert_ne!(code, -32601, "{m} is listed but not dispatched: {message}");
+            }
+        }
+    }
+    // Units are spelled out.
+    let pay = String::from_utf8(cli_dir(a.dir.path(), &["help", "pay"]).stdout).unwrap();
+    assert!(
+        pay.contains("AMOUNT_MSAT") && pay.contains("millisatoshi"),
+        "{pay}"
+    );
+    let open = String::from_utf8(cli_dir(a.dir.path(), &["help", "open"]).stdout).unwrap();
+    assert!(
+        open.contains("AMOUNT_SAT") && open.contains("satoshi"),
+        "{open}"
+    );
+    let newhtlc = String::from_utf8(cli_dir(a.dir.path(), &["help", "newhtlc"]).stdout).unwrap();
+    assert!(newhtlc.contains("block height"), "{newhtlc}");
+
+    // Unknown names: an error on stderr with the JSON-RPC code, nothing on stdout, the closest name suggested.
+    let out = cli_dir(a.dir.path(), &["listchanels"]);
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    let text = stderr(&out);
+    assert!(text.contains("-32601"), "{text}");
+    assert!(text.contains("did you mean listchannels"), "{text}");
+    let out = cli_dir(a.dir.path(), &["help", "pya"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("did you mean pay"),
+        "{}",
+        stderr(&out)
+    );
+    // A chain method sent to the node points at the chain.
+    let out = cli_dir(a.dir.path(), &["sendtoaddress", "x", "1"]);
+    assert!(stderr(&out).contains("--chain"), "{}", stderr(&out));
+    // Bad parameters: the code of "invalid params".
+    let out = cli_dir(a.dir.path(), &["pay", "nobody", "1"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("-32602"), "{}", stderr(&out));
+
+    // `help` in the CLI works without a node too (same text, from the same table).
+    let nowhere = tempfile::tempdir().unwrap();
+    let out = cli_dir(nowhere.path(), &["help"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), overview);
+}
+
+#[test]
+fn chain_flag_reaches_the_development_chain_by_its_data_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("chain");
+    let mut chain = Command::new(env!("CARGO_BIN_EXE_potluck"))
+        .args([
+            "chain",
+            "--rpc-bind",
+            "127.0.0.1:0",
+            "--block-interval",
+            "0",
+        ])
+        .arg("--data-dir")
+        .arg(&data)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let chain_cli = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_potluck"))
+            .args(["cli", "--chain", "--data-dir"])
+            .arg(&data)
+            .args(args)
+            .env_remove("POTLUCK_RPC")
+            .env_remove("POTLUCK_DATA_DIR")
+            .output()
+            .unwrap()
+    };
+    // --wait: until the chain wrote its control URL and cookie and answers.
+    let out = chain_cli(&["--wait", "getblockcount"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let height: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let url = std::fs::read_to_string(data.join("control_url")).unwrap();
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+
+    let address = wallet::Wallet::from_seed(&[9u8; 32], bitcoin::Network::Regtest)
+        .unwrap()
+        .derive_address(0, 0)
+        .unwrap()
+        .to_string();
+    let out = chain_cli(&["sendtoaddress", &address, "0.01"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let txid = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(txid.trim().len(), 64, "{txid}");
+    let out = chain_cli(&["generatetoaddress", "2", &address]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = chain_cli(&["getblockcount"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        (height + 2).to_string()
+    );
+    let out = chain_cli(&["stop"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while chain.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "chain did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!data.join("control_url").exists());
+}
+
+#[test]
+fn chain_flag_reaches_a_nodes_embedded_chain_by_its_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_potluck"))
+        .args([
+            "node",
+            "--listen",
+            "127.0.0.1:0",
+            "--rpc-bind",
+            "127.0.0.1:0",
+        ])
+        .args([
+            "--dev-block-interval",
+            "0",
+            "--dev-chain-rpc-bind",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let chain_dir = dir.path().join("chain");
+    let out = Command::new(env!("CARGO_BIN_EXE_potluck"))
+        .args(["cli", "--chain", "--wait", "--data-dir"])
+        .arg(&chain_dir)
+        .arg("getblockcount")
+        .env_remove("POTLUCK_RPC")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let chain_height = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let info = json(&cli_dir(dir.path(), &["--wait", "getinfo"]));
+    assert_eq!(info["block_height"].to_string(), chain_height);
+    json(&cli_dir(dir.path(), &["getinfo"]));
+    assert!(cli_dir(dir.path(), &["stop"]).status.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "node did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!chain_dir.join("control_url").exists());
 }

@@ -419,6 +419,26 @@
 
   // ---------- rendering: player ----------
 
+  // The server draws the QR code (GET /users/me/deposit-qr.svg); it is
+  // parsed as SVG, never as HTML, and only replaces the box if the address
+  // shown is still the one it encodes.
+  async function loadDepositQr(address) {
+    let res;
+    try {
+      res = await fetch("/users/me/deposit-qr.svg", {
+        headers: { Authorization: "Bearer " + state.token },
+        cache: "no-store",
+      });
+    } catch (_) {
+      return;
+    }
+    if (!res.ok || $("address").textContent !== address) return;
+    const doc = new DOMParser().parseFromString(await res.text(), "image/svg+xml");
+    const svg = doc.documentElement;
+    if (svg.nodeName !== "svg") return;
+    $("qr").replaceChildren(document.importNode(svg, true));
+  }
+
   function renderMe() {
     const me = state.me;
     if (!me) return;
@@ -426,7 +446,7 @@
     show($("whoami"), true);
     if ($("address").textContent !== me.address) {
       $("address").textContent = me.address;
-      $("qr").replaceChildren(window.PotluckQr.svg(me.address));
+      loadDepositQr(me.address);
     }
     $("balance").textContent = fmtSats(me.balance_sats);
     $("balance").dataset.sats = me.balance_sats;

@@ -11,7 +11,7 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let threads: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(2);
     let secs: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(10);
-    let p = potluck_rounds::password::HashParams::OWASP;
+    let p = potluck_rounds::security::password::HashParams::OWASP;
     let argon = Argon2::new(
         Algorithm::Argon2id,
         Version::V0x13,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use bitcoin::{Amount, FeeRate, TxOut};
 use chain::Chain as _;
-use potluck_rounds::password::HashParams;
+use potluck_rounds::security::password::HashParams;
 use potluck_rounds::{Application, ChainSource, Config};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -253,7 +253,7 @@ async fn main() {
                 .status
         }
     };
-    while status(round.id).await != "drawing" {
+    while status(round.id).await != potluck_rounds::domain::round::RoundStatus::Drawing {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     dev.mine(1, dev.faucet_script()).expect("mine");
@@ -265,7 +265,10 @@ async fn main() {
             .await
             .expect("detail")
             .expect("round");
-        if d.payout.as_ref().is_some_and(|p| p.status == "broadcast") {
+        if d.payout
+            .as_ref()
+            .is_some_and(|p| p.status == potluck_rounds::domain::round::TransferStatus::Broadcast)
+        {
             break;
         }
         assert!(

@@ -1,72 +1,41 @@
-//! Wiring: `AppState`, the router with its layers, the OpenAPI document, and `Application` (build, bind, serve, graceful shutdown).
+//! Wiring: `Application` builds every layer (store, services, security, HTTP state), binds, serves and shuts down gracefully.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::{MatchedPath, Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-use axum::Router;
-use tower_http::limit::RequestBodyLimitLayer;
-use tower_http::timeout::TimeoutLayer;
-use tracing::Instrument as _;
-use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::{Modify, OpenApi};
-use utoipa_axum::router::OpenApiRouter;
-use utoipa_axum::routes;
-
-use crate::address::{AddressBook, Bip84AddressBook};
-use crate::auth::AdminKey;
-use crate::config::ChainSource;
-use crate::config::Config;
-use crate::current::CurrentRound;
-use crate::engine::Engine;
-use crate::error::ApiError;
-use crate::metrics::{Gauges, Metrics};
-use crate::password::PasswordHasher;
-use crate::quota::RegistrationQuota;
-use crate::store::{unix_now, ServiceConfig, Store, StoreError};
-use crate::stream::StreamHub;
-use crate::throttle::LoginThrottle;
-use crate::token::TokenKeys;
+use crate::config::{redact_url, ChainSource, Config};
+use crate::domain::address::{AddressBook, Bip84AddressBook};
+use crate::domain::settings::ServiceConfig;
+use crate::domain::time::unix_now;
+use crate::http::metrics::Metrics;
+use crate::http::{router, AppState};
+use crate::security::admin_key::AdminKey;
+use crate::security::password::PasswordHasher;
+use crate::security::quota::RegistrationQuota;
+use crate::security::throttle::{LoginThrottle, ThrottlePolicy};
+use crate::security::token::TokenKeys;
+use crate::service::current::CurrentRound;
+use crate::service::engine::Engine;
+use crate::service::stream::StreamHub;
+use crate::store::{Store, StoreError};
 
 /// How long GET /rounds/current may serve a cached round (see `current`).
 const CURRENT_ROUND_TTL: Duration = Duration::from_millis(500);
 
-/// Shared state of every handler.
-#[derive(Clone)]
-pub struct AppState {
-    /// The configuration.
-    pub config: Arc<Config>,
-    /// The database.
-    pub store: Store,
-    /// Argon2 on the blocking pool.
-    pub hasher: PasswordHasher,
-    /// Session token keys.
-    pub tokens: TokenKeys,
-    /// Login throttle.
-    pub throttle: Arc<LoginThrottle>,
-    /// Registration quota.
-    pub quota: RegistrationQuota,
-    /// Stream notifier.
-    pub hub: StreamHub,
-    /// Address derivation and validation.
-    pub addresses: Arc<dyn AddressBook>,
-    /// The admin token digest.
-    pub admin_key: AdminKey,
-    /// HTTP metrics.
-    pub metrics: Arc<Metrics>,
-    /// Cached current round.
-    pub rounds: Arc<CurrentRound>,
-    /// The chain watcher and rounds engine (also signs bets and withdrawals).
-    pub engine: Arc<Engine>,
-    /// The embedded development chain, when the service runs one (faucet).
-    pub dev_chain: Option<chain::DevChain>,
-}
+/// Wrong admin tokens: ten free per client IP, then doubling lockouts from
+/// one second up to fifteen minutes (the login throttle's rules).
+const ADMIN_THROTTLE: ThrottlePolicy = ThrottlePolicy {
+    user_free_failures: 10,
+    ip_free_failures: 10,
+    base_lockout: Duration::from_secs(1),
+    max_lockout: Duration::from_secs(15 * 60),
+    decay_floor: Duration::from_secs(60),
+    max_keys: 50_000,
+    sweep_interval: Duration::from_secs(60),
+};
 
 /// Why the service could not start.
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +52,9 @@ pub enum StartupError {
     /// A secret file holds something else than hex.
     #[error("secret file {0} is corrupt (expected hex)")]
     CorruptSecret(String),
+    /// A secret is too short to be safe; names which one (never its value).
+    #[error("{0}")]
+    WeakSecret(String),
     /// The database could not be opened or migrated.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -105,7 +77,16 @@ pub enum StartupError {
     },
 }
 
-/// Reads a hex secret from `path`, or writes `len` fresh random bytes there.
+/// Shortest accepted session-token secret, in bytes (HS256 wants at least
+/// the hash's output size).
+pub const MIN_JWT_SECRET_BYTES: usize = 32;
+
+/// Shortest accepted admin token, in characters.
+pub const MIN_ADMIN_TOKEN_CHARS: usize = 16;
+
+/// Reads a hex secret from `path`, or writes `len` fresh random bytes there
+/// atomically (temporary file, fsync, rename, fsync of the directory), so a
+/// crash never leaves a truncated secret behind.
 fn load_or_create_secret(path: &Path, len: usize) -> Result<Vec<u8>, StartupError> {
     let io = |source| StartupError::DataDir {
         path: path.display().to_string(),
@@ -117,148 +98,87 @@ fn load_or_create_secret(path: &Path, len: usize) -> Result<Vec<u8>, StartupErro
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let mut bytes = vec![0u8; len];
             rand::Rng::fill(&mut rand::thread_rng(), bytes.as_mut_slice());
+            let tmp = path.with_extension(format!("tmp-{:08x}", rand::random::<u32>()));
             let mut options = std::fs::OpenOptions::new();
             options.write(true).create_new(true);
             #[cfg(unix)]
             std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-            let mut f = options.open(path).map_err(io)?;
-            std::io::Write::write_all(&mut f, hex::encode(&bytes).as_bytes()).map_err(io)?;
+            let written = (|| {
+                let mut f = options.open(&tmp)?;
+                std::io::Write::write_all(&mut f, hex::encode(&bytes).as_bytes())?;
+                f.sync_all()?;
+                std::fs::rename(&tmp, path)?;
+                if let Some(dir) = path.parent() {
+                    std::fs::File::open(dir)?.sync_all()?;
+                }
+                Ok(())
+            })();
+            if let Err(e) = written {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(io(e));
+            }
             Ok(bytes)
         }
         Err(e) => Err(io(e)),
     }
 }
 
-#[derive(OpenApi)]
-#[openapi(
-    info(title = "potluck rounds service", description = "Custodial round-based wallet: accounts, sessions, admin, rounds, live stream."),
-    modifiers(&SecuritySchemes),
-    components(schemas(crate::error::ErrorBody, crate::error::ErrorDetail, crate::error::AdminErrorBody))
-)]
-struct ApiDoc;
-
-struct SecuritySchemes;
-
-impl Modify for SecuritySchemes {
-    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        let components = openapi.components.get_or_insert_with(Default::default);
-        components.add_security_scheme(
-            "bearer",
-            SecurityScheme::Http(
-                HttpBuilder::new()
-                    .scheme(HttpAuthScheme::Bearer)
-                    .bearer_format("JWT")
-                    .build(),
-            ),
-        );
-        components.add_security_scheme(
-            "admin_token",
-            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("X-Admin-Token"))),
-        );
-    }
-}
-
-/// Liveness.
-#[utoipa::path(get, path = "/healthz", tag = "ops", responses((status = 200, description = "the process is up", body = Object)))]
-async fn healthz() -> axum::Json<serde_json::Value> {
-    axum::Json(serde_json::json!({"status": "ok"}))
-}
-
-/// Prometheus metrics in the text exposition format.
-#[utoipa::path(get, path = "/metrics", tag = "ops", responses((status = 200, content_type = "text/plain", body = String)))]
-async fn metrics(State(state): State<AppState>) -> Response {
-    let text = state.metrics.render(Gauges {
-        stream_subscribers: state.hub.len(),
-        login_throttle_keys: state.throttle.len(),
-        registration_quota_keys: state.quota.len(),
-        password_hashes_in_flight: state.hasher.in_flight(),
-        password_hash_concurrency: state.hasher.concurrency(),
-    });
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
-}
-
-/// This document.
-#[utoipa::path(get, path = "/openapi.json", tag = "ops", responses((status = 200, body = Object)))]
-async fn openapi_json() -> Response {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        openapi_document().to_string(),
-    )
-        .into_response()
-}
-
-async fn not_found() -> ApiError {
-    ApiError::NotFound
-}
-
-/// All documented routes, before layers and state.
-fn api_routes(config: &Config, dev_chain: bool) -> OpenApiRouter<AppState> {
-    let timed = OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .merge(crate::accounts::router())
-        .merge(crate::rounds_api::router())
-        .merge(crate::money_api::router(dev_chain))
-        .merge(crate::admin::router())
-        .routes(routes!(healthz))
-        .routes(routes!(metrics))
-        .routes(routes!(openapi_json))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            config.request_timeout,
-        ));
-    timed.merge(crate::rounds_api::stream_router())
-}
-
-/// The OpenAPI document generated from the routes, as JSON.
-pub fn openapi_document() -> &'static str {
-    static DOC: OnceLock<String> = OnceLock::new();
-    DOC.get_or_init(|| {
-        let (_, api) = api_routes(&Config::new(".".into()), true).split_for_parts();
-        api.to_json()
-            .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+/// Creates the data directory private to the service's user (0700).
+fn create_data_dir(dir: &Path) -> Result<(), StartupError> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir).map_err(|source| StartupError::DataDir {
+        path: dir.display().to_string(),
+        source,
     })
 }
 
-/// Request ids, a tracing span per request and metrics per matched route.
-async fn observe(State(metrics): State<Arc<Metrics>>, request: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let id = request
-        .headers()
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty() && v.len() <= 64 && v.bytes().all(|b| b.is_ascii_graphic()))
-        .map_or_else(|| format!("{:016x}", rand::random::<u64>()), str::to_string);
-    let method = request.method().clone();
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
-    let span = tracing::info_span!("request", request_id = %id, %method, route = %route);
-    let mut response = next.run(request).instrument(span.clone()).await;
-    let status = response.status();
-    metrics.record(method.as_str(), &route, status.as_u16(), started.elapsed());
-    span.in_scope(|| {
-        tracing::debug!(
-            status = status.as_u16(),
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "request done"
-        )
-    });
-    if let Ok(v) = HeaderValue::from_str(&id) {
-        response.headers_mut().insert("x-request-id", v);
+/// Reports (without changing) files and directories that group or others
+/// may read: secrets there are as good as published on a shared host.
+fn report_loose_permissions(paths: &[std::path::PathBuf]) {
+    #[cfg(unix)]
+    for path in paths {
+        use std::os::unix::fs::PermissionsExt as _;
+        if let Ok(meta) = std::fs::metadata(path) {
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                tracing::warn!(
+                    path = %path.display(),
+                    mode = format!("{mode:o}"),
+                    "loose permissions: group or others can access this; chmod go-rwx it"
+                );
+            }
+        }
     }
-    response
+    #[cfg(not(unix))]
+    let _ = paths;
 }
 
-/// Builds the full router for `state`.
-pub fn router(state: AppState) -> Router {
-    let (routes, _) = api_routes(&state.config, state.dev_chain.is_some()).split_for_parts();
-    let metrics = state.metrics.clone();
-    routes
-        .merge(crate::dashboard::router())
-        .fallback(not_found)
-        .layer(RequestBodyLimitLayer::new(state.config.body_limit_bytes))
-        .layer(axum::middleware::from_fn_with_state(metrics, observe))
-        .with_state(state)
+/// Takes group and other bits off `path` and its SQLite companions.
+fn make_private(path: &Path) {
+    #[cfg(unix)]
+    for suffix in ["", "-wal", "-shm"] {
+        use std::os::unix::fs::PermissionsExt as _;
+        let p = std::path::PathBuf::from(format!("{}{suffix}", path.display()));
+        if p.exists() {
+            if let Err(e) = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)) {
+                tracing::warn!(path = %p.display(), error = %e, "could not make the file private");
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+}
+
+/// The SQLite file behind `url`, if it is one.
+fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next().unwrap_or(rest);
+    (!path.is_empty() && path != ":memory:").then(|| std::path::PathBuf::from(path))
 }
 
 /// The service, bound and ready to run.
@@ -306,54 +226,130 @@ impl Application {
     /// [`StartupError`] saying what stopped the start.
     pub async fn build(config: Config) -> Result<Self, StartupError> {
         let data_dir = config.data_dir.clone();
-        std::fs::create_dir_all(&data_dir).map_err(|source| StartupError::DataDir {
-            path: data_dir.display().to_string(),
-            source,
-        })?;
+        if let Some(token) = config.admin_token.as_deref() {
+            if !token.is_empty() && token.chars().count() < MIN_ADMIN_TOKEN_CHARS {
+                return Err(StartupError::WeakSecret(format!(
+                    "the admin token (--admin-token / POTLUCK_ADMIN_TOKEN) must have at least \
+                     {MIN_ADMIN_TOKEN_CHARS} characters"
+                )));
+            }
+        }
+        create_data_dir(&data_dir)?;
+        let db_url = config.effective_database_url();
+        let db_file = sqlite_file(&db_url);
+        let db_is_new = db_file.as_ref().is_some_and(|f| !f.exists());
+        report_loose_permissions(
+            &[
+                data_dir.clone(),
+                data_dir.join("jwt-secret"),
+                data_dir.join("wallet.mnemonic"),
+            ]
+            .into_iter()
+            .chain(db_file.iter().filter(|_| !db_is_new).cloned())
+            .collect::<Vec<_>>(),
+        );
         let jwt_secret = match &config.jwt_secret {
-            Some(s) if !s.is_empty() => s.as_bytes().to_vec(),
-            _ => load_or_create_secret(&data_dir.join("jwt-secret"), 32)?,
+            Some(s) if !s.is_empty() => {
+                if s.len() < MIN_JWT_SECRET_BYTES {
+                    return Err(StartupError::WeakSecret(format!(
+                        "the session-token secret (--jwt-secret / POTLUCK_JWT_SECRET) has {} bytes; \
+                         at least {MIN_JWT_SECRET_BYTES} are required",
+                        s.len()
+                    )));
+                }
+                s.as_bytes().to_vec()
+            }
+            _ => {
+                let path = data_dir.join("jwt-secret");
+                let secret = load_or_create_secret(&path, MIN_JWT_SECRET_BYTES)?;
+                if secret.len() < MIN_JWT_SECRET_BYTES {
+                    return Err(StartupError::WeakSecret(format!(
+                        "the session-token secret in {} (jwt-secret) decodes to {} bytes; at least \
+                         {MIN_JWT_SECRET_BYTES} are required (delete the file to generate one)",
+                        path.display(),
+                        secret.len()
+                    )));
+                }
+                secret
+            }
         };
+        if !config.bind.ip().is_loopback() && config.trusted_proxies.iter().all(|c| c.is_loopback())
+        {
+            tracing::warn!(
+                bind = %config.bind,
+                "listening beyond loopback with no trusted proxy configured: X-Forwarded-For is \
+                 ignored and every client is keyed by its TCP peer; behind a reverse proxy on \
+                 another host, give --trusted-proxies with its network"
+            );
+        }
         // The BIP39 mnemonic of the service's HD wallet (mode 0600).
         let wallet = Arc::new(
             wallet::load_or_create_seed(&data_dir.join("wallet.mnemonic"), config.network)
                 .map_err(|e| StartupError::Wallet(e.to_string()))?,
         );
         let addresses: Arc<dyn AddressBook> = Arc::new(Bip84AddressBook::new(wallet.clone()));
-        let (chain, dev_chain, running_chain): (Arc<dyn chain::Chain>, _, _) = match &config.chain {
-            ChainSource::Dev {
-                block_interval,
-                rpc_bind,
-            } => {
-                if config.network != bitcoin::Network::Regtest {
-                    return Err(StartupError::Chain(format!(
+        let (chain, dev_chain, running_chain, node_check): (Arc<dyn chain::Chain>, _, _, _) =
+            match &config.chain {
+                ChainSource::Dev {
+                    block_interval,
+                    rpc_bind,
+                } => {
+                    if config.network != bitcoin::Network::Regtest {
+                        return Err(StartupError::Chain(format!(
                         "the development chain is regtest only (network {}); give --bitcoind-url",
                         config.network
                     )));
-                }
-                let running = chain::DevChain::start(chain::DevChainConfig {
-                    data_dir: data_dir.join("chain"),
-                    block_interval: *block_interval,
-                    rpc_bind: *rpc_bind,
-                    rpc_auth: None,
-                })
-                .await
-                .map_err(|e| StartupError::Chain(e.to_string()))?;
-                if let Some(url) = running.rpc_url() {
-                    tracing::info!(%url, "development chain RPC");
-                }
-                let dev = running.chain.clone();
-                (Arc::new(dev.clone()), Some(dev), Some(running))
-            }
-            ChainSource::Bitcoind { url, auth } => {
-                let rpc = chain::BitcoindRpc::new(chain::RpcConfig::new(url.clone(), auth.clone()))
+                    }
+                    let running = chain::DevChain::start(chain::DevChainConfig {
+                        data_dir: data_dir.join("chain"),
+                        block_interval: *block_interval,
+                        rpc_bind: *rpc_bind,
+                        rpc_auth: None,
+                    })
+                    .await
                     .map_err(|e| StartupError::Chain(e.to_string()))?;
-                (Arc::new(rpc), None, None)
-            }
-        };
-        let store =
-            Store::connect(&config.effective_database_url(), config.max_db_connections).await?;
+                    if let Some(url) = running.rpc_url() {
+                        tracing::info!(%url, "development chain RPC");
+                    }
+                    let dev = running.chain.clone();
+                    (Arc::new(dev.clone()), Some(dev), Some(running), None)
+                }
+                ChainSource::Bitcoind { url, auth } => {
+                    let rpc =
+                        chain::BitcoindRpc::new(chain::RpcConfig::new(url.clone(), auth.clone()))
+                            .map_err(|e| StartupError::Chain(e.to_string()))?;
+                    // A node of another chain than --network is refused at once
+                    // (the service needs no -txindex: it follows blocks).
+                    let check = rpc
+                        .check_node(config.network, None)
+                        .await
+                        .map_err(|e| StartupError::Chain(e.to_string()))?;
+                    (Arc::new(rpc), None, None, Some(check))
+                }
+            };
+        let store = Store::connect(&db_url, config.max_db_connections)
+            .await
+            .map_err(|e| match e {
+                StoreError::UnsupportedUrl(u) => {
+                    StartupError::Store(StoreError::UnsupportedUrl(redact_url(&u)))
+                }
+                other => StartupError::Store(other),
+            })?;
         store.migrate().await?;
+        if let (Some(file), true) = (&db_file, db_is_new) {
+            make_private(file);
+        }
+        if let Some(pruned_below) = node_check.as_ref().and_then(|c| c.prune_height) {
+            // The block scan goes on from the last processed height: a pruned
+            // node must still have the blocks above it.
+            if let Some((synced, _)) = store.synced_tip().await? {
+                if synced + 1 < i64::from(pruned_below) {
+                    return Err(StartupError::Chain(format!(
+                        "the Bitcoin Core node is pruned below height {pruned_below}, but the service has processed blocks only up to {synced}; restart the node without -prune (or with a larger one) and let it re-download"
+                    )));
+                }
+            }
+        }
         check_wallet_matches(&store, addresses.as_ref(), &data_dir).await?;
         store
             .init_config(&ServiceConfig {
@@ -374,7 +370,10 @@ impl Application {
             .map_err(|e| StartupError::Hashing(e.to_string()))?;
         let now = Instant::now();
         let hub = StreamHub::new(config.stream);
-        let rounds = Arc::new(CurrentRound::new(CURRENT_ROUND_TTL));
+        let rounds = Arc::new(CurrentRound::new(
+            CURRENT_ROUND_TTL,
+            crate::http::views::anonymous_round_json,
+        ));
         let engine = Arc::new(Engine::new(
             store.clone(),
             chain,
@@ -396,6 +395,7 @@ impl Application {
             hub,
             addresses,
             admin_key: AdminKey::new(config.admin_token.as_deref()),
+            admin_throttle: Arc::new(LoginThrottle::new(ADMIN_THROTTLE, now)),
             metrics: Arc::new(Metrics::default()),
             rounds,
             engine,
@@ -430,6 +430,12 @@ impl Application {
         self.local_addr.port()
     }
 
+    /// Where the embedded development chain serves its JSON-RPC, when it does
+    /// (with `--dev-chain-rpc-bind 127.0.0.1:0` the port is the OS's choice).
+    pub fn dev_chain_rpc_addr(&self) -> Option<SocketAddr> {
+        self.running_chain.as_ref().and_then(|c| c.rpc_addr)
+    }
+
     /// The shared state (for in-process tests).
     pub fn state(&self) -> &AppState {
         &self.state
@@ -452,12 +458,9 @@ impl Application {
                 .clone()
                 .run(self.state.config.engine_interval),
         );
+        let limits = self.state.config.server;
         let app = router(self.state);
-        axum::serve(
-            self.listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(async move {
+        crate::server::serve(self.listener, app, limits, async move {
             shutdown.await;
             tracing::info!("shutting down: closing streams, finishing requests");
             hub.shutdown();

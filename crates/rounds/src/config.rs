@@ -6,13 +6,15 @@ use std::time::Duration;
 
 use bitcoin::Network;
 
-use crate::password::HashParams;
-use crate::quota::QuotaPolicy;
-use crate::stream::StreamPolicy;
-use crate::throttle::ThrottlePolicy;
+use crate::http::client_ip::Cidr;
+use crate::security::password::HashParams;
+use crate::security::quota::QuotaPolicy;
+use crate::security::throttle::ThrottlePolicy;
+use crate::server::ServerLimits;
+use crate::service::stream::StreamPolicy;
 
-/// Where the service's chain comes from.
-#[derive(Debug, Clone)]
+/// Where the service's chain comes from (`Debug` hides the RPC password).
+#[derive(Clone)]
 pub enum ChainSource {
     /// The embedded development chain in `<data_dir>/chain` (regtest only).
     Dev {
@@ -30,8 +32,9 @@ pub enum ChainSource {
     },
 }
 
-/// Everything `Application::build` needs.
-#[derive(Debug, Clone)]
+/// Everything `Application::build` needs. Its `Debug` output hides the
+/// secrets and the database password.
+#[derive(Clone)]
 pub struct Config {
     /// Address to listen on (port 0 picks a free one).
     pub bind: SocketAddr,
@@ -45,6 +48,8 @@ pub struct Config {
     pub admin_token: Option<String>,
     /// Proxies in front of the service that append to X-Forwarded-For.
     pub trusted_proxy_hops: usize,
+    /// Networks whose connections may set X-Forwarded-For (default loopback).
+    pub trusted_proxies: Vec<Cidr>,
     /// Token signing secret; generated once into the data directory if unset.
     pub jwt_secret: Option<String>,
     /// Argon2id parameters (OWASP by default).
@@ -65,12 +70,16 @@ pub struct Config {
     pub body_limit_bytes: usize,
     /// Round length of a fresh install.
     pub default_round_duration_seconds: i64,
+    /// Largest share (percent) of a bet its own pot input may cost in fees.
+    pub max_bet_input_fee_percent: u32,
     /// Database connections.
     pub max_db_connections: u32,
     /// The chain.
     pub chain: ChainSource,
     /// How often the engine runs when no new tip arrives.
     pub engine_interval: Duration,
+    /// Header-read and idle time-outs, connection cap, shutdown deadline.
+    pub server: ServerLimits,
 }
 
 impl Config {
@@ -83,6 +92,7 @@ impl Config {
             network: Network::Regtest,
             admin_token: None,
             trusted_proxy_hops: 1,
+            trusted_proxies: Cidr::loopback(),
             jwt_secret: None,
             hash_params: HashParams::OWASP,
             hashing_concurrency: default_hashing_concurrency(),
@@ -93,12 +103,14 @@ impl Config {
             request_timeout: Duration::from_secs(30),
             body_limit_bytes: 64 * 1024,
             default_round_duration_seconds: 120,
+            max_bet_input_fee_percent: crate::domain::settings::DEFAULT_MAX_BET_INPUT_FEE_PERCENT,
             max_db_connections: 16,
             chain: ChainSource::Dev {
                 block_interval: Some(Duration::from_secs(15)),
                 rpc_bind: None,
             },
             engine_interval: Duration::from_millis(250),
+            server: ServerLimits::default(),
         }
     }
 
@@ -111,8 +123,113 @@ impl Config {
     }
 }
 
+impl std::fmt::Debug for ChainSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChainSource::Dev {
+                block_interval,
+                rpc_bind,
+            } => f
+                .debug_struct("Dev")
+                .field("block_interval", block_interval)
+                .field("rpc_bind", rpc_bind)
+                .finish(),
+            ChainSource::Bitcoind { url, auth } => {
+                let auth = match auth {
+                    chain::Auth::Cookie(path) => format!("cookie {}", path.display()),
+                    chain::Auth::UserPass(user, _) => format!("user {user}, password <redacted>"),
+                };
+                f.debug_struct("Bitcoind")
+                    .field("url", &redact_url(url))
+                    .field("auth", &auth)
+                    .finish()
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set = |o: &Option<String>| match o {
+            Some(s) if !s.is_empty() => "<redacted>",
+            _ => "<unset>",
+        };
+        f.debug_struct("Config")
+            .field("bind", &self.bind)
+            .field("data_dir", &self.data_dir)
+            .field(
+                "database_url",
+                &self.database_url.as_deref().map(redact_url),
+            )
+            .field("network", &self.network)
+            .field("admin_token", &set(&self.admin_token))
+            .field("trusted_proxy_hops", &self.trusted_proxy_hops)
+            .field("trusted_proxies", &self.trusted_proxies)
+            .field("jwt_secret", &set(&self.jwt_secret))
+            .field("hash_params", &self.hash_params)
+            .field("hashing_concurrency", &self.hashing_concurrency)
+            .field("throttle", &self.throttle)
+            .field("quota", &self.quota)
+            .field("stream", &self.stream)
+            .field("keep_alive", &self.keep_alive)
+            .field("request_timeout", &self.request_timeout)
+            .field("body_limit_bytes", &self.body_limit_bytes)
+            .field(
+                "default_round_duration_seconds",
+                &self.default_round_duration_seconds,
+            )
+            .field("max_bet_input_fee_percent", &self.max_bet_input_fee_percent)
+            .field("max_db_connections", &self.max_db_connections)
+            .field("chain", &self.chain)
+            .field("engine_interval", &self.engine_interval)
+            .field("server", &self.server)
+            .finish()
+    }
+}
+
+/// `url` with the password of its user-info replaced by `***`, for logs
+/// and error messages.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            let hidden = if userinfo.contains(':') { ":***" } else { "" };
+            format!("{scheme}://{user}{hidden}@{host}{tail}")
+        }
+        None => url.to_string(),
+    }
+}
+
 /// One hash per core: Argon2 with p = 1 is single-threaded, so more would
 /// only queue on the CPU and slow everything else.
 pub fn default_hashing_concurrency() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_hides_secrets_and_the_database_password() {
+        let mut c = Config::new(PathBuf::from("/tmp/x"));
+        c.jwt_secret = Some("jwt-secret-value-0123456789abcdef".into());
+        c.admin_token = Some("admin-token-value".into());
+        c.database_url = Some("postgres://alice:pa55word@db:5432/potluck".into());
+        let text = format!("{c:?}");
+        assert!(!text.contains("jwt-secret-value"), "{text}");
+        assert!(!text.contains("admin-token-value"), "{text}");
+        assert!(!text.contains("pa55word"), "{text}");
+        assert!(
+            text.contains("postgres://alice:***@db:5432/potluck"),
+            "{text}"
+        );
+        assert_eq!(redact_url("sqlite:///tmp/a.db"), "sqlite:///tmp/a.db");
+        assert_eq!(redact_url("postgres://bob@h/d"), "postgres://bob@h/d");
+    }
 }

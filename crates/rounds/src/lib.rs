@@ -2,31 +2,49 @@
 //!
 //! Entry point: [`Application::build`] with a [`Config`], then
 //! [`Application::run_until_stopped`].
+//!
+//! # The rule
+//! Dependencies point one way: [`http`] → [`service`] → {[`store`],
+//! [`domain`]}, with [`security`] beside the services (used by `http`, never
+//! using it). A module never imports from a layer above it: the domain knows
+//! nothing of axum, sqlx or tokio; the store knows nothing of HTTP; the
+//! services return their own typed errors that `http` maps to status codes.
+//! [`app`] wires the layers together and is the only module that sees them all.
+//!
+//! # A short tour
+//! - [`domain`]: `round` (the [`domain::round::RoundStatus`],
+//!   [`domain::round::TransferKind`] and [`domain::round::TransferStatus`]
+//!   states), `draw` (the provably fair draw as pure functions), `spend`
+//!   (building and signing bets, withdrawals and payouts), `money` (the
+//!   records they produce), `settings` (what an admin can change, and the
+//!   diff the audit log keeps), `address`, `time`.
+//! - [`store`]: all SQL, one file per aggregate — `users`, `rounds`,
+//!   `ledger` (outputs and transfers), `chain` (processed blocks, deposits,
+//!   reorganisations), `settings` (config row and audit log), `migrations`.
+//!   States are converted to and from their stored names at this edge.
+//! - [`service`]: `engine` (the chain watcher and the round lifecycle, one
+//!   durable step at a time), `payments` (the one bet/withdraw workflow:
+//!   select coins, sign, write the intent, broadcast, notify), `history`
+//!   (rounds and transfers read back), `current` (the cached current round),
+//!   `stream` (the live-update hub).
+//! - [`security`]: `password` (Argon2 on the blocking pool), `token`
+//!   (session tokens), `admin_key`, `throttle` (login), `quota` (registration).
+//! - [`http`]: one file per resource — `accounts`, `rounds`, `wallet`,
+//!   `admin`, `ops`, `dashboard` — plus `extract` (authentication
+//!   extractors), `client_ip`, `error` (the error bodies and codes), `views`
+//!   (the typed JSON of rounds, draws, payouts and transfers), `state`,
+//!   `metrics`, and the router in `http/mod.rs`.
+//! - [`app`]: [`Application`] (build, bind, serve, graceful shutdown);
+//!   [`config`]: [`Config`].
 
-pub mod accounts;
-pub mod address;
-pub mod admin;
 pub mod app;
-pub mod auth;
-pub mod client_ip;
 pub mod config;
-pub mod current;
-pub mod dashboard;
-pub mod draw;
-pub mod engine;
-pub mod error;
-pub mod ledger;
-pub mod metrics;
-pub mod money_api;
-pub mod password;
-pub mod quota;
-pub mod rounds_api;
-pub mod spend;
+pub mod domain;
+pub mod http;
+pub mod security;
+pub mod server;
+pub mod service;
 pub mod store;
-pub mod stream;
-pub mod throttle;
-pub mod time;
-pub mod token;
 
 pub use app::{Application, StartupError};
 pub use config::{ChainSource, Config};

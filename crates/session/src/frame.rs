@@ -139,6 +139,29 @@ impl Sealer {
         Ok(())
     }
 
+    /// TEST ONLY: like [`Sealer::seal`] with the padding filled with `pad` instead of zeros
+    /// (a frame with a valid MAC that receivers must refuse).
+    ///
+    /// # Errors
+    /// As [`Sealer::seal_into`].
+    #[cfg(feature = "test-hooks")]
+    pub fn seal_with_padding(&mut self, payload: &[u8], pad: u8) -> Result<Vec<u8>, SealError> {
+        let mut out = self.seal(payload)?;
+        // Re-seal by hand: undo nothing, just rebuild the body with the chosen padding.
+        let body_len = out.len() - HEADER_LEN;
+        let mut body = payload.to_vec();
+        body.resize(body_len, pad);
+        // The keystream already moved past this frame: encrypt with a fresh one at the same
+        // position by xoring the difference (zeros → pad) into the ciphertext.
+        for (i, b) in out[HEADER_LEN + payload.len()..].iter_mut().enumerate() {
+            *b ^= body[payload.len() + i];
+        }
+        let mut mac = self.mac.clone();
+        mac.update(&out[32..]);
+        out[..32].copy_from_slice(&mac.finalize().into_bytes());
+        Ok(out)
+    }
+
     /// The frame carrying `payload`.
     ///
     /// # Errors

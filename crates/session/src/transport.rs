@@ -41,7 +41,8 @@ pub enum SessionError {
     /// The handshake failed.
     #[error("handshake: {0}")]
     Handshake(#[from] HandshakeError),
-    /// A frame failed its checks; we closed without a farewell (the stream is out of step).
+    /// A frame failed its checks; we closed without a farewell (the stream is out of step),
+    /// except for non-zero padding under a good MAC, which gets `error{"Bad frame: ..."}`.
     #[error("frame: {0}")]
     Frame(#[from] FrameError),
     /// A packet did not decode; we sent an `error` packet and closed.
@@ -228,6 +229,23 @@ impl Session {
         self.writer.send(packet).await
     }
 
+    /// Sends already encoded packet bytes as one frame ([`SessionWriter::send_payload`]).
+    ///
+    /// # Errors
+    /// As [`SessionWriter::send_payload`].
+    pub async fn send_payload(&mut self, payload: &[u8]) -> Result<(), SessionError> {
+        self.writer.send_payload(payload).await
+    }
+
+    /// TEST ONLY: [`SessionWriter::send_badly_padded`].
+    ///
+    /// # Errors
+    /// As [`SessionWriter::send_payload`].
+    #[cfg(feature = "test-hooks")]
+    pub async fn send_badly_padded(&mut self, payload: &[u8], pad: u8) -> Result<(), SessionError> {
+        self.writer.send_badly_padded(payload, pad).await
+    }
+
     /// Receives the next packet. Cancel-safe: partial frames stay buffered.
     ///
     /// A packet that does not decode gets an `error` packet naming the reason
@@ -237,11 +255,21 @@ impl Session {
     /// Frame and decode failures, socket errors, the peer hanging up.
     pub async fn recv(&mut self) -> Result<Packet, SessionError> {
         let result = self.reader.recv().await;
-        if let Err(SessionError::Decode(e)) = &result {
-            let _ = self
-                .writer
-                .send(&Packet::error(format!("Bad packet: {e}")))
-                .await;
+        match &result {
+            Err(SessionError::Decode(e)) => {
+                let _ = self
+                    .writer
+                    .send(&Packet::error(format!("Bad packet: {e}")))
+                    .await;
+            }
+            // The MAC was good: the keystreams are in step, so the farewell can be read.
+            Err(SessionError::Frame(FrameError::BadPadding)) => {
+                let _ = self
+                    .writer
+                    .send(&Packet::error("Bad frame: non-zero padding"))
+                    .await;
+            }
+            _ => {}
         }
         result
     }
@@ -314,6 +342,30 @@ impl SessionWriter {
         self.out.clear();
         self.sealer.seal_into(&packet.encode(), &mut self.out)?;
         self.write.write_all(&self.out).await?;
+        Ok(())
+    }
+
+    /// Sends already encoded packet bytes as one frame (e.g. a `pkt` of a newer protocol
+    /// version that [`Packet`] cannot express).
+    ///
+    /// # Errors
+    /// Socket errors, or a payload empty or over 1 MiB.
+    pub async fn send_payload(&mut self, payload: &[u8]) -> Result<(), SessionError> {
+        self.out.clear();
+        self.sealer.seal_into(payload, &mut self.out)?;
+        self.write.write_all(&self.out).await?;
+        Ok(())
+    }
+
+    /// TEST ONLY: sends `payload` in a frame whose padding is `pad` bytes (see
+    /// [`Sealer::seal_with_padding`]).
+    ///
+    /// # Errors
+    /// As [`SessionWriter::send_payload`].
+    #[cfg(feature = "test-hooks")]
+    pub async fn send_badly_padded(&mut self, payload: &[u8], pad: u8) -> Result<(), SessionError> {
+        let frame = self.sealer.seal_with_padding(payload, pad)?;
+        self.write.write_all(&frame).await?;
         Ok(())
     }
 

@@ -19,6 +19,19 @@ pub enum AddressError {
         /// What the parser said.
         reason: String,
     },
+    /// A well-formed address whose output nobody could spend today: a witness
+    /// version 2–16 (no soft fork defines them; Core relays them, but coins
+    /// sent there are at the mercy of a future fork) or a version-1 program
+    /// that is not a 32-byte taproot key.
+    #[error("address {address:?} pays witness version {version} with a {program_len}-byte program, which is not spendable")]
+    Unspendable {
+        /// The offending input.
+        address: String,
+        /// Its witness version.
+        version: u8,
+        /// Length of its witness program.
+        program_len: usize,
+    },
     /// A well-formed address that belongs to another network.
     #[error("address {address:?} is not valid on {expected}")]
     WrongNetwork {
@@ -57,7 +70,25 @@ pub fn validate_address(address: &str, network: Network) -> Result<Address, Addr
             expected: network,
         });
     }
-    Ok(unchecked.assume_checked())
+    let checked = unchecked.assume_checked();
+    let script = checked.script_pubkey();
+    if let Some(version) = script.witness_version() {
+        let v = version.to_num();
+        let program_len = script.len().saturating_sub(2);
+        let spendable = match v {
+            0 => program_len == 20 || program_len == 32,
+            1 => program_len == 32,
+            _ => false,
+        };
+        if !spendable {
+            return Err(AddressError::Unspendable {
+                address: trimmed.to_owned(),
+                version: v,
+                program_len,
+            });
+        }
+    }
+    Ok(checked)
 }
 
 #[cfg(test)]
@@ -111,6 +142,34 @@ mod tests {
         let err =
             validate_address("1BvBMSEYstWetqTFn5Au4m4GFg7xJaNVN2", Network::Regtest).unwrap_err();
         assert!(matches!(err, AddressError::WrongNetwork { .. }));
+    }
+
+    /// Valid addresses (BIP350) that no one can spend today.
+    #[test]
+    fn future_witness_versions_and_odd_v1_programs_are_refused() {
+        use bitcoin::{WitnessProgram, WitnessVersion};
+        for (version, len) in [
+            (WitnessVersion::V1, 40usize),
+            (WitnessVersion::V1, 20),
+            (WitnessVersion::V2, 16),
+            (WitnessVersion::V16, 2),
+            (WitnessVersion::V3, 32),
+        ] {
+            let program = WitnessProgram::new(version, &vec![7u8; len]).unwrap();
+            let s = Address::from_witness_program(program, bitcoin::KnownHrp::Regtest).to_string();
+            let err = validate_address(&s, Network::Regtest).unwrap_err();
+            assert!(
+                matches!(err, AddressError::Unspendable { version: v, program_len, .. }
+                    if v == version.to_num() && program_len == len),
+                "{s}: {err:?}"
+            );
+        }
+        // Taproot itself is fine (BIP350 vector).
+        validate_address(
+            "bc1p0xlxvlhemja6c4dqv22uapctqupfhlxm9h8z3k2e72q4k9hcz7vqzk5jj0",
+            Network::Bitcoin,
+        )
+        .unwrap();
     }
 
     #[test]

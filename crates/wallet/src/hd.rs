@@ -109,7 +109,9 @@ impl Wallet {
     ) -> Result<Self, WalletError> {
         let mnemonic = bip39::Mnemonic::parse_in(bip39::Language::English, phrase)
             .map_err(|e| WalletError::Mnemonic(e.to_string()))?;
-        Self::from_seed(&mnemonic.to_seed(passphrase), network)
+        // The 64-byte seed is key material: wiped when dropped.
+        let seed = zeroize::Zeroizing::new(mnemonic.to_seed(passphrase));
+        Self::from_seed(seed.as_ref(), network)
     }
 
     /// A wallet from a raw BIP32 seed (16 to 64 bytes).

@@ -6,6 +6,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use bitcoin::Network;
+use zeroize::Zeroizing;
 
 use crate::hd::{mnemonic_from_entropy, Wallet, WalletError};
 
@@ -25,6 +26,14 @@ pub enum SeedFileError {
     /// The operating system's random source failed.
     #[error("no entropy: {0}")]
     Entropy(String),
+    /// The seed file can be read by others than its owner.
+    #[error("{path} has mode {mode:o}: a seed must be readable by its owner only (chmod 600)")]
+    Permissions {
+        /// The seed file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
     /// The file does not hold a valid mnemonic.
     #[error("{path}: {source}")]
     Invalid {
@@ -40,7 +49,11 @@ pub enum SeedFileError {
 /// mnemonic (256 bits from the OS) if it does not exist, then opens the
 /// wallet with an empty passphrase.
 ///
-/// The file is created with mode 0600 on Unix and never overwritten.
+/// The file is created with mode 0600 on Unix and never overwritten; its
+/// directory is synced so that the new entry survives a power loss (else the
+/// service could hand out addresses of a seed that is gone after a crash).
+/// An existing file readable by group or others is refused, as ssh does with
+/// keys. The phrase is wiped from memory once the wallet is derived.
 ///
 /// # Errors
 /// See [`SeedFileError`].
@@ -49,16 +62,31 @@ pub fn load_or_create(path: &Path, network: Network) -> Result<Wallet, SeedFileE
         path: path.to_owned(),
         source,
     };
-    let phrase = match fs::read_to_string(path) {
-        Ok(s) => s.trim().to_owned(),
+    let phrase: Zeroizing<String> = match fs::read_to_string(path).map(Zeroizing::new) {
+        Ok(s) => {
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                let mode = fs::metadata(path).map_err(io_err)?.permissions().mode() & 0o777;
+                if mode & 0o077 != 0 {
+                    return Err(SeedFileError::Permissions {
+                        path: path.to_owned(),
+                        mode,
+                    });
+                }
+            }
+            Zeroizing::new(s.trim().to_owned())
+        }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            let mut entropy = [0u8; 32];
-            getrandom::fill(&mut entropy).map_err(|e| SeedFileError::Entropy(e.to_string()))?;
+            let mut entropy = Zeroizing::new([0u8; 32]);
+            getrandom::fill(entropy.as_mut()).map_err(|e| SeedFileError::Entropy(e.to_string()))?;
             let phrase =
-                mnemonic_from_entropy(&entropy).map_err(|source| SeedFileError::Invalid {
-                    path: path.to_owned(),
-                    source,
-                })?;
+                Zeroizing::new(mnemonic_from_entropy(entropy.as_ref()).map_err(|source| {
+                    SeedFileError::Invalid {
+                        path: path.to_owned(),
+                        source,
+                    }
+                })?);
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                 fs::create_dir_all(dir).map_err(io_err)?;
             }
@@ -67,9 +95,10 @@ pub fn load_or_create(path: &Path, network: Network) -> Result<Wallet, SeedFileE
             #[cfg(unix)]
             std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
             let mut file = options.open(path).map_err(io_err)?;
-            file.write_all(format!("{phrase}\n").as_bytes())
+            file.write_all(Zeroizing::new(format!("{}\n", phrase.as_str())).as_bytes())
                 .map_err(io_err)?;
             file.sync_all().map_err(io_err)?;
+            sync_parent(path).map_err(io_err)?;
             phrase
         }
         Err(e) => return Err(io_err(e)),
@@ -78,6 +107,21 @@ pub fn load_or_create(path: &Path, network: Network) -> Result<Wallet, SeedFileE
         path: path.to_owned(),
         source,
     })
+}
+
+/// fsyncs the directory holding `path`, making a new entry durable.
+fn sync_parent(path: &Path) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        let dir = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            Some(d) => d,
+            None => Path::new("."),
+        };
+        fs::File::open(dir)?.sync_all()?;
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -113,11 +157,30 @@ mod tests {
         );
     }
 
+    #[cfg(unix)]
+    #[test]
+    fn a_seed_readable_by_others_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wallet.seed");
+        load_or_create(&path, Network::Regtest).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(matches!(
+            load_or_create(&path, Network::Regtest),
+            Err(SeedFileError::Permissions { mode: 0o644, .. })
+        ));
+    }
+
     #[test]
     fn garbage_is_invalid_not_replaced() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("wallet.seed");
         fs::write(&path, "not a mnemonic").unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+        }
         assert!(matches!(
             load_or_create(&path, Network::Regtest),
             Err(SeedFileError::Invalid { .. })

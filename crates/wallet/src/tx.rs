@@ -69,6 +69,13 @@ pub enum BuildError {
     /// Amounts overflowed the 21M BTC range.
     #[error("amount overflow")]
     Overflow,
+    /// Only change was asked for, and it is worth less than it would cost
+    /// to create and spend: the transaction would have no outputs.
+    #[error("nothing left to pay: change of at most {change} is below what it costs to spend")]
+    NothingLeft {
+        /// What would have been left for the change output.
+        change: Amount,
+    },
 }
 
 /// Why a transaction could not be signed.
@@ -133,13 +140,8 @@ fn max_p2wpkh_witness() -> Witness {
     w
 }
 
-/// Builds an unsigned transaction spending every given output whole.
-///
-/// Payments come first in the given order; `change`, if any, receives
-/// inputs − payments − fee as the last output, and is left out (its value
-/// going to the fee) when it would be dust. The fee is `fee_rate` times the
-/// vsize of the transaction with maximal signatures, so the signed
-/// transaction pays at least `fee_rate`.
+/// Builds an unsigned transaction spending every given output whole, with
+/// `nLockTime` 0; see [`build_transaction_at`], which services use.
 ///
 /// # Errors
 /// See [`BuildError`].
@@ -148,6 +150,43 @@ pub fn build_transaction(
     payments: &[TxOut],
     change: Option<&Script>,
     fee_rate: FeeRate,
+) -> Result<BuiltTransaction, BuildError> {
+    build_transaction_at(inputs, payments, change, fee_rate, None)
+}
+
+/// What a change output must be worth to be kept at `fee_rate`: at least
+/// dust, and more than it costs to create (its own bytes) and later spend
+/// (a P2WPKH input). Less than that is worth more to the miner than to us,
+/// so it goes to the fee, as Bitcoin Core's wallet does (`cost_of_change`).
+pub fn min_change(script: &Script, fee_rate: FeeRate) -> Amount {
+    let output_vsize = (8 + 1 + script.len()) as u64;
+    let cost = fee_rate
+        .fee_vb(output_vsize + p2wpkh_input_vsize())
+        .unwrap_or(Amount::MAX_MONEY);
+    cost.max(dust_threshold(script))
+}
+
+/// Builds an unsigned transaction spending every given output whole.
+///
+/// Payments come first in the given order; `change`, if any, receives
+/// inputs − payments − fee as the last output, and is left out (its value
+/// going to the fee) when it would be worth less than [`min_change`]. The
+/// fee is `fee_rate` times the vsize of the transaction with maximal
+/// signatures, so the signed transaction pays at least `fee_rate`.
+///
+/// With `tip_height`, `nLockTime` is set to it (anti-fee-sniping, as Core's
+/// wallet does): the transaction is valid in the next block but not in a
+/// re-mined current one, so a miner gains nothing by reorganising the tip
+/// to take its fee. The inputs' sequence (`0xfffffffd`) enables the lock.
+///
+/// # Errors
+/// See [`BuildError`]; a transaction is never built without outputs.
+pub fn build_transaction_at(
+    inputs: &[SpendableOutput],
+    payments: &[TxOut],
+    change: Option<&Script>,
+    fee_rate: FeeRate,
+    tip_height: Option<u32>,
 ) -> Result<BuiltTransaction, BuildError> {
     if inputs.is_empty() {
         return Err(BuildError::NoInputs);
@@ -174,9 +213,12 @@ pub fn build_transaction(
         .try_fold(Amount::ZERO, |acc, p| acc.checked_add(p.value))
         .ok_or(BuildError::Overflow)?;
 
+    let lock_time = tip_height
+        .and_then(|h| LockTime::from_height(h).ok())
+        .unwrap_or(LockTime::ZERO);
     let mut tx = Transaction {
         version: Version::TWO,
-        lock_time: LockTime::ZERO,
+        lock_time,
         input: inputs
             .iter()
             .map(|i| TxIn {
@@ -202,7 +244,7 @@ pub fn build_transaction(
         let (vsize, fee) = fee_for(&tx);
         let needed = paid.checked_add(fee).ok_or(BuildError::Overflow)?;
         if let Some(change_value) = available.checked_sub(needed) {
-            if change_value >= dust_threshold(script) {
+            if change_value >= min_change(script, fee_rate) {
                 let vout = (tx.output.len() - 1) as u32;
                 if let Some(last) = tx.output.last_mut() {
                     last.value = change_value;
@@ -211,6 +253,13 @@ pub fn build_transaction(
             }
         }
         tx.output.pop();
+    }
+    if tx.output.is_empty() {
+        // Only change was asked for and it is not worth keeping: a
+        // transaction without outputs is invalid (`bad-txns-vout-empty`).
+        return Err(BuildError::NothingLeft {
+            change: available.checked_sub(paid).unwrap_or(Amount::ZERO),
+        });
     }
     let (vsize, fee) = fee_for(&tx);
     let needed = paid.checked_add(fee).ok_or(BuildError::Overflow)?;
@@ -321,6 +370,24 @@ impl Wallet {
         self.sign(&mut built.tx, inputs)?;
         Ok(built)
     }
+
+    /// As [`Wallet::build_signed`], with anti-fee-sniping `nLockTime` at
+    /// `tip_height`; see [`build_transaction_at`].
+    ///
+    /// # Errors
+    /// [`BuildError`] or [`SignError`], wrapped in [`SpendError`].
+    pub fn build_signed_at(
+        &self,
+        inputs: &[SpendableOutput],
+        payments: &[TxOut],
+        change: Option<&Script>,
+        fee_rate: FeeRate,
+        tip_height: u32,
+    ) -> Result<BuiltTransaction, SpendError> {
+        let mut built = build_transaction_at(inputs, payments, change, fee_rate, Some(tip_height))?;
+        self.sign(&mut built.tx, inputs)?;
+        Ok(built)
+    }
 }
 
 /// Building or signing failed.
@@ -415,6 +482,56 @@ mod tests {
         assert_eq!(built.tx.output.len(), 1);
         assert_eq!(built.fee, Amount::from_sat(310));
         assert_eq!(built.vsize, 110);
+    }
+
+    /// Found in review: a sweep whose change is dust was built with no
+    /// outputs at all (`bad-txns-vout-empty` on broadcast).
+    #[test]
+    fn change_only_that_is_not_worth_keeping_is_an_error_not_an_empty_tx() {
+        let w = wallet();
+        let inputs = [output(&w, 1, 400)];
+        let to = w.derive_address(0, 3).unwrap().script_pubkey();
+        let rate = FeeRate::from_sat_per_vb(1).unwrap();
+        assert!(matches!(
+            build_transaction(&inputs, &[], Some(&to), rate),
+            Err(BuildError::NothingLeft { .. })
+        ));
+    }
+
+    /// At 50 sat/vB a 3,000-sat change output costs more to create and
+    /// spend (99 vB × 50 = 4,950 sat) than it is worth: it goes to the fee.
+    #[test]
+    fn uneconomic_change_goes_to_the_fee() {
+        let w = wallet();
+        let inputs = [output(&w, 1, 100_000)];
+        let rate = FeeRate::from_sat_per_vb(50).unwrap();
+        let pay = TxOut {
+            value: Amount::from_sat(100_000 - 141 * 50 - 3_000),
+            script_pubkey: w.derive_address(0, 9).unwrap().script_pubkey(),
+        };
+        let change = w.derive_address(1, 0).unwrap().script_pubkey();
+        assert_eq!(min_change(&change, rate), Amount::from_sat(99 * 50));
+        let built = build_transaction(&inputs, &[pay], Some(&change), rate).unwrap();
+        assert_eq!(built.change, None);
+        assert_eq!(built.tx.output.len(), 1);
+    }
+
+    #[test]
+    fn lock_time_is_the_tip_height_against_fee_sniping() {
+        let w = wallet();
+        let inputs = [output(&w, 1, 100_000)];
+        let to = w.derive_address(0, 3).unwrap().script_pubkey();
+        let rate = FeeRate::from_sat_per_vb(2).unwrap();
+        let built = w
+            .build_signed_at(&inputs, &[], Some(&to), rate, 840_000)
+            .unwrap();
+        assert_eq!(built.tx.lock_time, LockTime::from_height(840_000).unwrap());
+        // The lock is enforced: no input is final by sequence.
+        assert!(built
+            .tx
+            .input
+            .iter()
+            .all(|i| i.sequence.enables_absolute_lock_time()));
     }
 
     #[test]
@@ -542,9 +659,14 @@ mod proptests {
                     let outs: Amount = built.tx.output.iter().map(|o| o.value).sum();
                     prop_assert_eq!(outs + built.fee, ins);
                     prop_assert!(built.fee >= rate.fee_vb(built.tx.vsize() as u64).unwrap());
+                    prop_assert!(!built.tx.output.is_empty());
                     for o in &built.tx.output {
                         prop_assert!(o.value >= dust_threshold(&o.script_pubkey));
                     }
+                }
+                Err(SpendError::Build(BuildError::NothingLeft { change })) => {
+                    prop_assert!(payments.is_empty() && with_change);
+                    prop_assert!(change < min_change(&w.derive_address(1, 0).unwrap().script_pubkey(), rate) + rate.fee_vb(200).unwrap());
                 }
                 Err(SpendError::Build(BuildError::InsufficientFunds { available, needed })) => {
                     prop_assert!(available < needed);

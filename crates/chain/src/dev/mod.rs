@@ -33,6 +33,9 @@ pub const INITIAL_BLOCKS: u32 = COINBASE_MATURITY + 1;
 /// `sendrawtransaction`'s default `maxfeerate`: 0.10 BTC/kvB (Core's
 /// `DEFAULT_MAX_RAW_TX_FEE_RATE`), 2,500,000 sat per 1,000 weight units.
 pub const DEFAULT_MAX_FEE_RATE: FeeRate = FeeRate::from_sat_per_kwu(2_500_000);
+/// Most blocks one `generatetoaddress` call mines (the lock is released
+/// between blocks, but the call itself holds a worker thread).
+pub const MAX_GENERATE: u32 = 1_000;
 /// Fee rate of faucet payments.
 const FAUCET_FEE_SAT_VB: u32 = 2;
 
@@ -93,8 +96,17 @@ struct Core {
     store: Store,
 }
 
+/// Behaviours of a real node that tests switch on (see [`DevChain::set_warmup`] …).
+#[derive(Debug)]
+struct Knobs {
+    warmup_until: Option<std::time::Instant>,
+    fee_estimates: bool,
+    txindex: bool,
+}
+
 struct Inner {
     core: Mutex<Core>,
+    knobs: Mutex<Knobs>,
     faucet_key: SecretKey,
     faucet_script: ScriptBuf,
     secp: Secp256k1<bitcoin::secp256k1::All>,
@@ -140,7 +152,7 @@ impl DevChain {
                 .map_err(|e| DevChainError::Block(e.0))?;
         }
         state.mark_invalid(loaded.invalid);
-        state.activate_best_chain(now());
+        state.activate_preferring(loaded.tip, now());
         for tx in &loaded.mempool {
             // Stored transactions that are no longer valid are dropped, as Core does.
             let _ = state.accept_to_mempool(tx, now(), None, false);
@@ -148,6 +160,11 @@ impl DevChain {
         let chain = Self {
             inner: Arc::new(Inner {
                 core: Mutex::new(Core { state, store }),
+                knobs: Mutex::new(Knobs {
+                    warmup_until: None,
+                    fee_estimates: true,
+                    txindex: true,
+                }),
                 faucet_key,
                 faucet_script,
                 secp,
@@ -173,6 +190,67 @@ impl DevChain {
         f(&self.core().state)
     }
 
+    /// Runs `f` on the mutable chain state under the lock, then persists the
+    /// mempool (tests set policy knobs such as the mempool's minimum fee).
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn with_state_mut<R>(
+        &self,
+        f: impl FnOnce(&mut ChainState) -> R,
+    ) -> Result<R, DevChainError> {
+        let mut core = self.core();
+        let r = f(&mut core.state);
+        save_mempool(&core)?;
+        Ok(r)
+    }
+
+    fn knobs(&self) -> MutexGuard<'_, Knobs> {
+        self.inner.knobs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Answers every RPC call with Core's -28 (`Loading block index…`) for
+    /// `d`, as a node that is starting up does.
+    pub fn set_warmup(&self, d: Duration) {
+        self.knobs().warmup_until = Some(std::time::Instant::now() + d);
+    }
+
+    /// Whether the RPC server should answer -28 now.
+    pub fn warming_up(&self) -> bool {
+        let mut k = self.knobs();
+        match k.warmup_until {
+            Some(t) if std::time::Instant::now() < t => true,
+            Some(_) => {
+                k.warmup_until = None;
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// With `false`, `estimatesmartfee` answers "Insufficient data or no
+    /// feerate found", as a fresh Core does.
+    pub fn set_fee_estimates(&self, on: bool) {
+        self.knobs().fee_estimates = on;
+    }
+
+    /// Whether `estimatesmartfee` gives an estimate.
+    pub fn fee_estimates(&self) -> bool {
+        self.knobs().fee_estimates
+    }
+
+    /// With `false`, `getrawtransaction` finds confirmed transactions only
+    /// with a block hash, and `getindexinfo` lists no index: Core without
+    /// `-txindex` (its default).
+    pub fn set_txindex(&self, on: bool) {
+        self.knobs().txindex = on;
+    }
+
+    /// Whether the transaction index is on.
+    pub fn txindex(&self) -> bool {
+        self.knobs().txindex
+    }
+
     /// Bytes of block data in the data directory.
     pub fn size_on_disk(&self) -> u64 {
         self.core().store.size_on_disk()
@@ -193,17 +271,20 @@ impl DevChain {
     /// # Errors
     /// Store errors (the blocks stay connected in memory).
     pub fn mine(&self, n: u32, script: &Script) -> Result<Vec<BlockHash>, DevChainError> {
-        let mut core = self.core();
-        let mut hashes = Vec::with_capacity(n as usize);
+        let mut hashes = Vec::with_capacity(n.min(MAX_GENERATE) as usize);
         for _ in 0..n {
+            // The lock is taken per block, so readers (the RPC server, the
+            // services' tip polls) are not stalled behind a long generate.
+            let mut core = self.core();
             let block = core
                 .state
                 .mine_block(script, now() as u32)
                 .map_err(|e| DevChainError::Block(e.0))?;
             core.store.append_block(&block)?;
+            core.store.write_tip(&block.block_hash())?;
+            save_mempool(&core)?;
             hashes.push(block.block_hash());
         }
-        save_mempool(&core)?;
         Ok(hashes)
     }
 
@@ -217,6 +298,8 @@ impl DevChain {
             .connect_block(block.clone(), true)
             .map_err(|e| DevChainError::Block(e.0))?;
         core.store.append_block(&block)?;
+        let tip = core.state.tip_hash();
+        core.store.write_tip(&tip)?;
         save_mempool(&core)?;
         Ok(())
     }
@@ -235,6 +318,15 @@ impl DevChain {
         let txid = tx.compute_txid();
         if core.state.mempool_entry(&txid).is_some() {
             return Ok(txid);
+        }
+        // Core's `BroadcastTransaction` answers -27 before trying the
+        // mempool, and only while an output is unspent: a mined transaction
+        // whose outputs are all spent gets -25 `bad-txns-inputs-missingorspent`.
+        if core.state.has_unspent_output(tx) {
+            return Err(DevChainError::Tx(TxReject {
+                kind: validation::RejectKind::AlreadyInChain,
+                reason: "Transaction outputs already in utxo set".into(),
+            }));
         }
         core.state
             .accept_to_mempool(tx, now(), max_fee_rate, false)?;
@@ -449,6 +541,7 @@ fn save_mempool(core: &Core) -> Result<(), DevChainError> {
 fn persist_marks(core: &Core) -> Result<(), DevChainError> {
     let invalid: Vec<BlockHash> = core.state.invalid().iter().copied().collect();
     core.store.write_invalid(&invalid)?;
+    core.store.write_tip(&core.state.tip_hash())?;
     save_mempool(core)
 }
 
@@ -516,89 +609,135 @@ impl RunningDevChain {
 
 fn reject_to_chain(e: DevChainError) -> ChainError {
     match e {
-        DevChainError::Tx(r) => ChainError::Rejected {
-            code: r.kind.code(),
-            reason: r.reason,
-        },
+        DevChainError::Tx(r) => ChainError::rejected(r.kind.code(), r.reason),
         DevChainError::NotFound(m) => ChainError::NotFound(m),
         other => ChainError::Unavailable(other.to_string()),
     }
 }
 
+impl DevChain {
+    /// Runs `f` off the async workers: it takes the chain lock, which a
+    /// block being mined or a large mempool walk may hold for a while.
+    fn off_runtime<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&DevChain) -> Result<T, ChainError> + Send + 'static,
+    ) -> ChainFuture<'_, T> {
+        let chain = self.clone();
+        Box::pin(async move {
+            match tokio::runtime::Handle::try_current() {
+                Ok(handle) => handle
+                    .spawn_blocking(move || f(&chain))
+                    .await
+                    .map_err(|e| ChainError::Unavailable(format!("chain task: {e}")))?,
+                Err(_) => f(&chain),
+            }
+        })
+    }
+
+    fn status_in_block(s: &ChainState, txid: &Txid, hash: BlockHash) -> Option<TxStatus> {
+        if !s.is_active(&hash) {
+            return None;
+        }
+        let entry = s.entry(&hash)?;
+        let tx = entry
+            .block
+            .txdata
+            .iter()
+            .find(|t| t.compute_txid() == *txid)?
+            .clone();
+        Some(TxStatus {
+            tx,
+            confirmations: s.height() - entry.height + 1,
+            block_hash: Some(hash),
+        })
+    }
+}
+
 impl Chain for DevChain {
     fn tip(&self) -> ChainFuture<'_, Tip> {
-        let t = self.with_state(|s| Tip {
-            height: s.height(),
-            hash: s.tip_hash(),
-        });
-        Box::pin(async move { Ok(t) })
+        self.off_runtime(|c| {
+            Ok(c.with_state(|s| Tip {
+                height: s.height(),
+                hash: s.tip_hash(),
+            }))
+        })
     }
 
     fn block_hash(&self, height: u32) -> ChainFuture<'_, Option<BlockHash>> {
-        let h = self.with_state(|s| s.hash_at(height));
-        Box::pin(async move { Ok(h) })
+        self.off_runtime(move |c| Ok(c.with_state(|s| s.hash_at(height))))
     }
 
     fn block(&self, hash: BlockHash) -> ChainFuture<'_, Block> {
-        let b = self.with_state(|s| s.entry(&hash).map(|e| (*e.block).clone()));
-        Box::pin(async move { b.ok_or_else(|| ChainError::NotFound(format!("block {hash}"))) })
+        self.off_runtime(move |c| {
+            c.with_state(|s| s.entry(&hash).map(|e| (*e.block).clone()))
+                .ok_or_else(|| ChainError::NotFound(format!("block {hash}")))
+        })
     }
 
     fn transaction(&self, txid: Txid) -> ChainFuture<'_, Option<TxStatus>> {
-        let r = self.with_state(|s| {
-            if let Some(e) = s.mempool_entry(&txid) {
-                return Some(TxStatus {
-                    tx: e.tx.clone(),
-                    confirmations: 0,
-                    block_hash: None,
-                });
-            }
-            let (hash, pos) = s.tx_location(&txid)?;
-            let entry = s.entry(&hash)?;
-            let tx = entry.block.txdata.get(pos)?.clone();
-            Some(TxStatus {
-                tx,
-                confirmations: s.height() - entry.height + 1,
-                block_hash: Some(hash),
-            })
-        });
-        Box::pin(async move { Ok(r) })
+        self.off_runtime(move |c| {
+            let txindex = c.txindex();
+            Ok(c.with_state(|s| {
+                if let Some(e) = s.mempool_entry(&txid) {
+                    return Some(TxStatus {
+                        tx: e.tx.clone(),
+                        confirmations: 0,
+                        block_hash: None,
+                    });
+                }
+                if !txindex {
+                    return None;
+                }
+                let (hash, _) = s.tx_location(&txid)?;
+                Self::status_in_block(s, &txid, hash)
+            }))
+        })
+    }
+
+    fn transaction_in_block(
+        &self,
+        txid: Txid,
+        hint: BlockHash,
+    ) -> ChainFuture<'_, Option<TxStatus>> {
+        self.off_runtime(move |c| Ok(c.with_state(|s| Self::status_in_block(s, &txid, hint))))
     }
 
     fn broadcast(&self, tx: Transaction) -> ChainFuture<'_, Txid> {
         // The same guard as `sendrawtransaction` on a real node.
-        let r = self
-            .send_raw(&tx, Some(DEFAULT_MAX_FEE_RATE))
-            .map_err(reject_to_chain);
-        Box::pin(async move { r })
+        self.off_runtime(move |c| {
+            c.send_raw(&tx, Some(DEFAULT_MAX_FEE_RATE))
+                .map_err(reject_to_chain)
+        })
     }
 
     fn in_mempool(&self, txid: Txid) -> ChainFuture<'_, bool> {
-        let r = self.with_state(|s| s.mempool_entry(&txid).is_some());
-        Box::pin(async move { Ok(r) })
+        self.off_runtime(move |c| Ok(c.with_state(|s| s.mempool_entry(&txid).is_some())))
     }
 
     fn unspent_output(&self, outpoint: OutPoint) -> ChainFuture<'_, Option<UnspentOutput>> {
-        let r = self.with_state(|s| {
-            let coin = s.mempool_coin(&outpoint)?;
-            let confirmed = s.utxo(&outpoint).is_some();
-            Some(UnspentOutput {
-                value: coin.txout.value,
-                script_pubkey: coin.txout.script_pubkey,
-                confirmations: if confirmed {
-                    s.height() - coin.height + 1
-                } else {
-                    0
-                },
-                coinbase: coin.coinbase,
-            })
-        });
-        Box::pin(async move { Ok(r) })
+        self.off_runtime(move |c| {
+            Ok(c.with_state(|s| {
+                let coin = s.mempool_coin(&outpoint)?;
+                let confirmed = s.utxo(&outpoint).is_some();
+                Some(UnspentOutput {
+                    value: coin.txout.value,
+                    script_pubkey: coin.txout.script_pubkey,
+                    confirmations: if confirmed {
+                        s.height() - coin.height + 1
+                    } else {
+                        0
+                    },
+                    coinbase: coin.coinbase,
+                })
+            }))
+        })
     }
 
     fn estimate_fee(&self, _target_blocks: u16) -> ChainFuture<'_, Option<FeeRate>> {
-        let r = self.with_state(|s| s.min_relay_fee());
-        Box::pin(async move { Ok(Some(r)) })
+        // No fee market: the mempool's floor confirms in the next block. With
+        // estimates off, fall back to that floor as the client does with
+        // `getmempoolinfo.mempoolminfee`.
+        self.off_runtime(|c| Ok(Some(c.with_state(|s| s.mempool_min_fee()))))
     }
 
     fn tips(&self) -> TipStream {

@@ -74,7 +74,18 @@ fn authorized(headers: &HeaderMap, expected: &str) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn handle(State(st): State<ServerState>, headers: HeaderMap, body: Bytes) -> Response {
+/// Largest request body read (Core's `MAX_SIZE`, 32 MiB: room for a block in hex).
+pub const MAX_BODY_BYTES: usize = 32 << 20;
+/// Most requests in one batch.
+pub const MAX_BATCH: usize = 1_000;
+
+async fn handle(
+    State(st): State<ServerState>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> Response {
+    // Credentials first: an unauthenticated client never gets us to buffer
+    // its body, whatever Content-Length it announces.
     if !authorized(&headers, &st.expected_auth) {
         return (
             StatusCode::UNAUTHORIZED,
@@ -82,6 +93,10 @@ async fn handle(State(st): State<ServerState>, headers: HeaderMap, body: Bytes) 
         )
             .into_response();
     }
+    let body: Bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+        Ok(b) => b,
+        Err(_) => return StatusCode::PAYLOAD_TOO_LARGE.into_response(),
+    };
     let st2 = st.clone();
     // Handlers take the chain lock and may mine; keep them off the async workers.
     let result = tokio::task::spawn_blocking(move || process(&st2, &body)).await;
@@ -104,6 +119,16 @@ fn process(st: &ServerState, body: &[u8]) -> (StatusCode, Value) {
         }
     };
     match request {
+        Value::Array(batch) if batch.len() > MAX_BATCH => {
+            let e = fail(
+                RPC_INVALID_REQUEST,
+                format!(
+                    "batch of {} requests exceeds the limit of {MAX_BATCH}",
+                    batch.len()
+                ),
+            );
+            (StatusCode::BAD_REQUEST, error_body(&e, Value::Null, false))
+        }
         Value::Array(batch) => {
             let replies: Vec<Value> = batch.into_iter().map(|r| handle_one(st, r).1).collect();
             (StatusCode::OK, Value::Array(replies))
@@ -185,6 +210,7 @@ fn param_names(method: &str) -> &'static [&'static str] {
         "getblock" => &["blockhash", "verbosity"],
         "getblockheader" => &["blockhash", "verbose"],
         "getrawtransaction" => &["txid", "verbose", "blockhash"],
+        "getindexinfo" => &["index_name"],
         "sendrawtransaction" => &["hexstring", "maxfeerate"],
         "testmempoolaccept" => &["rawtxs", "maxfeerate"],
         "getrawmempool" => &["verbose"],
@@ -341,7 +367,39 @@ fn block_not_found() -> RpcFailure {
 /// Core's code and message.
 fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFailure> {
     let chain = &st.chain;
+    if chain.warming_up() {
+        return Err(fail(RPC_IN_WARMUP, "Loading block index…"));
+    }
     match method {
+        "getindexinfo" => {
+            if !chain.txindex() {
+                return Ok(json!({}));
+            }
+            let name = arg(p, 0).and_then(Value::as_str);
+            if name.is_some_and(|n| n != "txindex") {
+                return Ok(json!({}));
+            }
+            let h = chain.height();
+            Ok(json!({"txindex": {"synced": true, "best_block_height": h}}))
+        }
+        "getmempoolinfo" => Ok(chain.with_state(|s| {
+            let entries = s.mempool_entries();
+            let total_fee: Amount = entries.iter().map(|e| e.fee).sum();
+            let kvb = |r: FeeRate| shapes::btc(Amount::from_sat(r.to_sat_per_kwu() * 4));
+            json!({
+                "loaded": true,
+                "size": entries.len(),
+                "bytes": s.mempool_vbytes(),
+                "usage": s.mempool_vbytes(),
+                "total_fee": shapes::btc(total_fee),
+                "maxmempool": super::state::DEFAULT_MAX_MEMPOOL_VBYTES,
+                "mempoolminfee": kvb(s.mempool_min_fee()),
+                "minrelaytxfee": kvb(s.min_relay_fee()),
+                "incrementalrelayfee": 0.00001,
+                "unbroadcastcount": 0,
+                "fullrbf": s.full_rbf(),
+            })
+        })),
         "getblockchaininfo" => {
             let size_on_disk = chain.size_on_disk();
             Ok(chain.with_state(|s| {
@@ -403,9 +461,49 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
         "getrawtransaction" => {
             let txid: Txid = parse_hash(req_str(p, 0, "txid")?, "parameter 1")?;
             let verbose = opt_level(p, 1, 0)? != 0;
+            let hint: Option<BlockHash> = match arg(p, 2) {
+                Some(v) => Some(parse_hash(v.as_str().unwrap_or_default(), "parameter 3")?),
+                None => None,
+            };
+            let txindex = chain.txindex();
             chain.with_state(|s| {
+                if let Some(hash) = hint {
+                    // Core: look in that block only, and say whether it is active.
+                    let entry = s.entry(&hash).ok_or_else(|| {
+                        fail(RPC_INVALID_ADDRESS_OR_KEY, "Block hash not found")
+                    })?;
+                    let tx = entry
+                        .block
+                        .txdata
+                        .iter()
+                        .find(|t| t.compute_txid() == txid)
+                        .ok_or_else(|| {
+                            fail(
+                                RPC_INVALID_ADDRESS_OR_KEY,
+                                "No such transaction found in the provided block. Use gettransaction for wallet transactions.",
+                            )
+                        })?;
+                    if !verbose {
+                        return Ok(json!(serialize_hex(tx)));
+                    }
+                    let active = s.is_active(&hash);
+                    let mut m = Map::new();
+                    m.insert("in_active_chain".into(), json!(active));
+                    m.extend(shapes::transaction(tx));
+                    m.insert("hex".into(), json!(serialize_hex(tx)));
+                    m.insert("blockhash".into(), json!(hash.to_string()));
+                    let confirmations = if active { s.height() - entry.height + 1 } else { 0 };
+                    m.insert("confirmations".into(), json!(confirmations));
+                    m.insert("time".into(), json!(entry.block.header.time));
+                    m.insert("blocktime".into(), json!(entry.block.header.time));
+                    return Ok(Value::Object(m));
+                }
                 let not_found = || {
-                    fail(RPC_INVALID_ADDRESS_OR_KEY, "No such mempool or blockchain transaction. Use gettransaction for wallet transactions.")
+                    if txindex {
+                        fail(RPC_INVALID_ADDRESS_OR_KEY, "No such mempool or blockchain transaction. Use gettransaction for wallet transactions.")
+                    } else {
+                        fail(RPC_INVALID_ADDRESS_OR_KEY, "No such mempool transaction. Use -txindex or provide a block hash to enable blockchain transaction queries. Use gettransaction for wallet transactions.")
+                    }
                 };
                 if let Some(e) = s.mempool_entry(&txid) {
                     return Ok(if verbose {
@@ -415,6 +513,9 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
                     } else {
                         json!(serialize_hex(&e.tx))
                     });
+                }
+                if !txindex {
+                    return Err(not_found());
                 }
                 let (hash, pos) = s.tx_location(&txid).ok_or_else(not_found)?;
                 let entry = s.entry(&hash).ok_or_else(not_found)?;
@@ -535,9 +636,15 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
                     "Invalid conf_target, must be between 1 and 1008",
                 ));
             }
-            // No fee market on the development chain: the minimum relay fee confirms
+            if !chain.fee_estimates() {
+                // A fresh Core without enough blocks seen.
+                return Ok(
+                    json!({"errors": ["Insufficient data or no feerate found"], "blocks": 0}),
+                );
+            }
+            // No fee market on the development chain: the mempool's floor confirms
             // in the next block. Core answers a target of 1 for 2, so do we.
-            let rate = chain.with_state(|s| s.min_relay_fee());
+            let rate = chain.with_state(|s| s.mempool_min_fee());
             let btc_per_kvb = Amount::from_sat(rate.to_sat_per_kwu() * 4);
             Ok(json!({"feerate": shapes::btc(btc_per_kvb), "blocks": target.max(2)}))
         }
@@ -546,6 +653,12 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
             let script = address_script(req_str(p, 1, "address")?)?;
             let n = u32::try_from(n)
                 .map_err(|_| fail(RPC_INVALID_PARAMETER, "nblocks must be non-negative"))?;
+            if n > super::MAX_GENERATE {
+                return Err(fail(
+                    RPC_INVALID_PARAMETER,
+                    format!("nblocks must be at most {}", super::MAX_GENERATE),
+                ));
+            }
             let hashes = chain
                 .mine(n, &script)
                 .map_err(|e| fail(RPC_MISC_ERROR, e.to_string()))?;
@@ -636,8 +749,10 @@ fn mempool_entry_json(s: &super::state::ChainState, e: &super::state::MempoolEnt
         },
         "depends": ids(s.mempool_ancestors(&txid, true)),
         "spentby": ids(s.mempool_descendants(&txid, true)),
-        // First-seen policy: nothing in this mempool can be replaced.
-        "bip125-replaceable": false,
+        // Core reports the BIP125 signal (its own or an ancestor's), even
+        // though full RBF replaces any transaction.
+        "bip125-replaceable": e.tx.input.iter().any(|i| i.sequence.is_rbf())
+            || s.mempool_ancestors(&txid, false).iter().filter_map(|t| s.mempool_entry(t)).any(|a| a.tx.input.iter().any(|i| i.sequence.is_rbf())),
         "unbroadcast": false,
     })
 }

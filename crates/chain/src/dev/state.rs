@@ -13,12 +13,12 @@ use bitcoin::script::Builder;
 use bitcoin::transaction::Version;
 use bitcoin::{
     absolute::LockTime, Amount, Block, BlockHash, FeeRate, Network, OutPoint, Script, ScriptBuf,
-    Sequence, Transaction, TxIn, TxMerkleNode, TxOut, Txid, Witness, Wtxid,
+    Sequence, Transaction, TxIn, TxMerkleNode, TxOut, Txid, Witness,
 };
 
 use super::validation::{
-    check_standard, check_transaction, check_tx_inputs, is_final, sequence_locks_ok,
-    verify_scripts, BlockContext, Coin, RejectKind, TxReject,
+    check_policy_scripts, check_standard, check_transaction, check_tx_inputs, is_final,
+    sequence_locks_ok, verify_scripts, BlockContext, Coin, TxReject,
 };
 
 /// Regtest's proof-of-work limit, used for every block (no retargeting on regtest).
@@ -27,6 +27,14 @@ pub const REGTEST_BITS: u32 = 0x207f_ffff;
 const HALVING_INTERVAL: u32 = 150;
 /// Default minimum relay fee rate: 1 sat/vB, as Bitcoin Core.
 pub const DEFAULT_MIN_RELAY_SAT_VB: u32 = 1;
+/// Core's `-limitancestorcount` / `-limitdescendantcount`: a transaction
+/// and its in-mempool ancestors (or descendants) number at most 25.
+pub const MAX_PACKAGE_COUNT: usize = 25;
+/// Core's `-limitancestorsize` / `-limitdescendantsize`: 101 kvB.
+pub const MAX_PACKAGE_VSIZE: u64 = 101_000;
+/// Core's `-maxmempool` default: 300 MB (counted here in virtual bytes of
+/// transactions, a lower bound of Core's memory usage figure).
+pub const DEFAULT_MAX_MEMPOOL_VBYTES: u64 = 300_000_000;
 
 /// A block refused by consensus checks, with Core's reject reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -67,8 +75,6 @@ pub struct MempoolEntry {
 pub struct Accepted {
     /// The txid.
     pub txid: Txid,
-    /// The wtxid.
-    pub wtxid: Wtxid,
     /// Fee paid.
     pub fee: Amount,
     /// Virtual size.
@@ -97,6 +103,16 @@ pub struct ChainState {
     spent_by: HashMap<OutPoint, Txid>,
     seq: u64,
     min_relay: FeeRate,
+    /// Raised above `min_relay` when the mempool is full (Core's rolling
+    /// minimum, without the decay).
+    mempool_min: FeeRate,
+    max_mempool_vbytes: u64,
+    mempool_vbytes: u64,
+    /// Wins ties among equal-height tips (the tip persisted before a restart).
+    preferred_tip: Option<BlockHash>,
+    /// Core 28's `-mempoolfullrbf` (on by default): conflicts are replaced
+    /// when the newcomer pays more, whether or not they signal BIP125.
+    full_rbf: bool,
 }
 
 impl Default for ChainState {
@@ -131,7 +147,54 @@ impl ChainState {
             spent_by: HashMap::new(),
             seq: 1,
             min_relay: FeeRate::from_sat_per_vb_u32(DEFAULT_MIN_RELAY_SAT_VB),
+            mempool_min: FeeRate::ZERO,
+            max_mempool_vbytes: DEFAULT_MAX_MEMPOOL_VBYTES,
+            mempool_vbytes: 0,
+            preferred_tip: None,
+            full_rbf: true,
         }
+    }
+
+    /// Switches replacement off (first seen wins, `txn-mempool-conflict`)
+    /// or on (Core 28's default full RBF).
+    pub fn set_full_rbf(&mut self, on: bool) {
+        self.full_rbf = on;
+    }
+
+    /// Whether conflicting transactions may replace mempool ones.
+    pub fn full_rbf(&self) -> bool {
+        self.full_rbf
+    }
+
+    /// Activates the best chain, preferring `tip` among tips of equal work:
+    /// a restart keeps the active chain it had (arrival order alone would
+    /// pick the first-seen branch).
+    pub fn activate_preferring(&mut self, tip: Option<BlockHash>, now: u64) {
+        self.preferred_tip = tip;
+        self.activate_best_chain(now);
+        self.preferred_tip = None;
+    }
+
+    /// The fee rate a transaction needs now: the minimum relay fee, or more
+    /// while the mempool is full (`getmempoolinfo.mempoolminfee`).
+    pub fn mempool_min_fee(&self) -> FeeRate {
+        self.min_relay.max(self.mempool_min)
+    }
+
+    /// Sets the mempool's floor above the relay minimum, as a full mempool
+    /// does on Core (tests use it to provoke `mempool min fee not met`).
+    pub fn set_mempool_min_fee(&mut self, rate: FeeRate) {
+        self.mempool_min = rate;
+    }
+
+    /// Caps the mempool at `vbytes` of transactions (Core's `-maxmempool`).
+    pub fn set_max_mempool_vbytes(&mut self, vbytes: u64) {
+        self.max_mempool_vbytes = vbytes;
+    }
+
+    /// Total virtual size of the mempool's transactions.
+    pub fn mempool_vbytes(&self) -> u64 {
+        self.mempool_vbytes
     }
 
     /// Minimum relay fee rate.
@@ -271,9 +334,10 @@ impl ChainState {
         next: impl Fn(&Self, &Txid) -> Vec<Txid>,
     ) -> Vec<Txid> {
         let mut seen: Vec<Txid> = Vec::new();
+        let mut visited: HashSet<Txid> = HashSet::new();
         let mut stack = next(self, start);
         while let Some(id) = stack.pop() {
-            if seen.contains(&id) {
+            if !visited.insert(id) {
                 continue;
             }
             seen.push(id);
@@ -292,9 +356,13 @@ impl ChainState {
     /// Checks `tx` against consensus and relay policy for the next block and,
     /// unless `test_only`, adds it to the mempool.
     ///
-    /// Replacement policy: first seen. A transaction that spends an output
-    /// already spent by a mempool transaction is rejected
-    /// (`txn-mempool-conflict`), whatever its fee.
+    /// Replacement policy: Core 28's full RBF. A transaction that spends an
+    /// output already spent by mempool transactions replaces them (and their
+    /// descendants) when it pays a higher fee rate than each of them, at
+    /// least their total fee plus 1 sat/vB of its own size, adds no new
+    /// unconfirmed input, spends none of them, and evicts at most 100
+    /// transactions; otherwise Core's refusal. With full RBF off, first seen
+    /// wins (`txn-mempool-conflict`).
     ///
     /// # Errors
     /// Core's reject reason and code kind.
@@ -318,26 +386,31 @@ impl ChainState {
         if self.mempool.contains_key(&txid) {
             return Err(TxReject::rejected("txn-already-in-mempool"));
         }
-        if tx
+        let conflicts: HashSet<Txid> = tx
             .input
             .iter()
-            .any(|i| self.spent_by.contains_key(&i.previous_output))
-        {
+            .filter_map(|i| self.spent_by.get(&i.previous_output).copied())
+            .collect();
+        if !conflicts.is_empty() && !self.full_rbf {
             return Err(TxReject::rejected("txn-mempool-conflict"));
         }
         let mut coins = Vec::with_capacity(tx.input.len());
         for input in &tx.input {
-            match self.mempool_coin(&input.previous_output) {
+            let coin = if self.spent_by.contains_key(&input.previous_output) {
+                // Spent by a conflict this transaction may replace.
+                self.coin_before_mempool_spend(&input.previous_output)
+            } else {
+                self.mempool_coin(&input.previous_output)
+            };
+            match coin {
                 Some(c) => coins.push(c),
                 None => {
-                    let confirmed = (0..tx.output.len() as u32)
-                        .any(|vout| self.utxo.contains_key(&OutPoint { txid, vout }))
-                        || self.tx_index.contains_key(&txid);
-                    return Err(if confirmed {
-                        TxReject {
-                            kind: RejectKind::AlreadyInChain,
-                            reason: "Transaction outputs already in utxo set".into(),
-                        }
+                    // Core's PreChecks: a transaction with an output still in
+                    // the UTXO set is known; otherwise its inputs are missing
+                    // or spent, whether or not it was ever mined (Core keeps
+                    // no record of confirmed transactions here).
+                    return Err(if self.has_unspent_output(tx) {
+                        TxReject::rejected("txn-already-known")
                     } else {
                         TxReject::error("bad-txns-inputs-missingorspent")
                     });
@@ -360,19 +433,32 @@ impl ChainState {
                 min_fee.to_sat()
             )));
         }
+        let pool_fee = self.mempool_min.fee_vb(vsize).unwrap_or(Amount::MAX_MONEY);
+        if fee < pool_fee {
+            return Err(TxReject::rejected(format!(
+                "mempool min fee not met, {} < {}",
+                fee.to_sat(),
+                pool_fee.to_sat()
+            )));
+        }
+        let evicted = if conflicts.is_empty() {
+            Vec::new()
+        } else {
+            self.check_replacement(tx, &txid, fee, vsize, &conflicts)?
+        };
+        self.check_package_limits(tx, vsize)?;
         if let Some(max) = max_fee_rate {
             if max > FeeRate::ZERO && fee > max.fee_vb(vsize).unwrap_or(Amount::MAX_MONEY) {
                 return Err(TxReject::error("max-fee-exceeded"));
             }
         }
+        check_policy_scripts(tx, &coin_refs)?;
         verify_scripts(tx, &coin_refs)?;
-        let accepted = Accepted {
-            txid,
-            wtxid: tx.compute_wtxid(),
-            fee,
-            vsize,
-        };
+        let accepted = Accepted { txid, fee, vsize };
         if !test_only {
+            for id in evicted {
+                self.remove_with_descendants(id);
+            }
             for input in &tx.input {
                 self.spent_by.insert(input.previous_output, txid);
             }
@@ -389,8 +475,210 @@ impl ChainState {
                     seq,
                 },
             );
+            self.mempool_vbytes += vsize;
+            self.trim_mempool();
+            if !self.mempool.contains_key(&txid) {
+                return Err(TxReject::rejected("mempool full"));
+            }
         }
         Ok(accepted)
+    }
+
+    /// A coin as it was before a mempool transaction spent it.
+    fn coin_before_mempool_spend(&self, outpoint: &OutPoint) -> Option<Coin> {
+        if let Some(c) = self.utxo.get(outpoint) {
+            return Some(c.clone());
+        }
+        let entry = self.mempool.get(&outpoint.txid)?;
+        let txout = entry.tx.output.get(outpoint.vout as usize)?.clone();
+        Some(Coin {
+            txout,
+            height: self.height() + 1,
+            coinbase: false,
+        })
+    }
+
+    /// Core 28's replacement rules (`MemPoolAccept::ReplacementChecks`);
+    /// returns the direct conflicts to evict (with their descendants).
+    fn check_replacement(
+        &self,
+        tx: &Transaction,
+        txid: &Txid,
+        fee: Amount,
+        vsize: u64,
+        conflicts: &HashSet<Txid>,
+    ) -> Result<Vec<Txid>, TxReject> {
+        /// Core's `MAX_REPLACEMENT_CANDIDATES`.
+        const MAX_REPLACEMENTS: usize = 100;
+        let mut all: HashSet<Txid> = conflicts.clone();
+        for c in conflicts {
+            all.extend(self.mempool_descendants(c, false));
+        }
+        if all.len() > MAX_REPLACEMENTS {
+            return Err(TxReject::rejected(format!(
+                "too many potential replacements, rejecting replacement {txid}; too many potential replacements ({} > {MAX_REPLACEMENTS})",
+                all.len()
+            )));
+        }
+        if let Some(i) = tx
+            .input
+            .iter()
+            .find(|i| all.contains(&i.previous_output.txid))
+        {
+            return Err(TxReject::rejected(format!(
+                "bad-txns-spends-conflicting-tx, {txid} spends conflicting transaction {}",
+                i.previous_output.txid
+            )));
+        }
+        let conflict_parents: HashSet<Txid> = conflicts
+            .iter()
+            .filter_map(|c| self.mempool.get(c))
+            .flat_map(|e| e.tx.input.iter().map(|i| i.previous_output.txid))
+            .collect();
+        if let Some(j) = tx.input.iter().position(|i| {
+            self.mempool.contains_key(&i.previous_output.txid)
+                && !conflict_parents.contains(&i.previous_output.txid)
+        }) {
+            return Err(TxReject::rejected(format!(
+                "replacement-adds-unconfirmed, replacement {txid} adds unconfirmed input, idx {j}"
+            )));
+        }
+        let rate = |fee: Amount, vsize: u64| fee.to_sat() as f64 * 1000.0 / vsize.max(1) as f64;
+        for c in conflicts {
+            let Some(e) = self.mempool.get(c) else {
+                continue;
+            };
+            // fee / vsize <= e.fee / e.vsize, compared without division.
+            if u128::from(fee.to_sat()) * u128::from(e.vsize)
+                <= u128::from(e.fee.to_sat()) * u128::from(vsize)
+            {
+                return Err(TxReject::rejected(format!(
+                    "insufficient fee, rejecting replacement {txid}; new feerate {:.8} BTC/kvB <= old feerate {:.8} BTC/kvB",
+                    rate(fee, vsize) / 1e8,
+                    rate(e.fee, e.vsize) / 1e8
+                )));
+            }
+        }
+        let replaced: Amount = all
+            .iter()
+            .filter_map(|t| self.mempool.get(t))
+            .map(|e| e.fee)
+            .sum();
+        if fee < replaced {
+            return Err(TxReject::rejected(format!(
+                "insufficient fee, rejecting replacement {txid}, less fees than conflicting txs; {} < {}",
+                fee.to_btc(),
+                replaced.to_btc()
+            )));
+        }
+        // Core's `-incrementalrelayfee`: 1 sat/vB of the replacement's size.
+        let needed = Amount::from_sat(vsize);
+        if fee - replaced < needed {
+            return Err(TxReject::rejected(format!(
+                "insufficient fee, rejecting replacement {txid}, not enough additional fees to relay; {} < {}",
+                (fee - replaced).to_btc(),
+                needed.to_btc()
+            )));
+        }
+        Ok(conflicts.iter().copied().collect())
+    }
+
+    /// Whether an output of `tx` is in the confirmed UTXO set (Core's test
+    /// for "already in chain": only while an output is unspent).
+    pub fn has_unspent_output(&self, tx: &Transaction) -> bool {
+        let txid = tx.compute_txid();
+        (0..tx.output.len() as u32).any(|vout| self.utxo.contains_key(&OutPoint { txid, vout }))
+    }
+
+    /// Core's ancestor and descendant limits (25 transactions, 101 kvB) for
+    /// a new transaction `tx` of `vsize` whose parents are in the mempool.
+    fn check_package_limits(&self, tx: &Transaction, vsize: u64) -> Result<(), TxReject> {
+        let mut ancestors: HashSet<Txid> = HashSet::new();
+        let mut stack: Vec<Txid> = tx
+            .input
+            .iter()
+            .map(|i| i.previous_output.txid)
+            .filter(|t| self.mempool.contains_key(t))
+            .collect();
+        while let Some(id) = stack.pop() {
+            if !ancestors.insert(id) {
+                continue;
+            }
+            // Stop walking as soon as the limit is exceeded: the walk is
+            // bounded by the limit, not by the mempool.
+            if ancestors.len() + 1 > MAX_PACKAGE_COUNT {
+                return Err(TxReject::rejected(format!(
+                    "too-long-mempool-chain, too many unconfirmed ancestors [limit: {MAX_PACKAGE_COUNT}]"
+                )));
+            }
+            if let Some(e) = self.mempool.get(&id) {
+                stack.extend(
+                    e.tx.input
+                        .iter()
+                        .map(|i| i.previous_output.txid)
+                        .filter(|t| self.mempool.contains_key(t)),
+                );
+            }
+        }
+        let ancestor_vsize: u64 = vsize
+            + ancestors
+                .iter()
+                .filter_map(|t| self.mempool.get(t))
+                .map(|e| e.vsize)
+                .sum::<u64>();
+        if ancestor_vsize > MAX_PACKAGE_VSIZE {
+            return Err(TxReject::rejected(format!(
+                "too-long-mempool-chain, exceeds ancestor size limit [limit: {MAX_PACKAGE_VSIZE}]"
+            )));
+        }
+        for a in &ancestors {
+            let descendants = self.mempool_descendants(a, false);
+            if descendants.len() + 2 > MAX_PACKAGE_COUNT {
+                return Err(TxReject::rejected(format!(
+                    "too-long-mempool-chain, too many descendants for tx {a} [limit: {MAX_PACKAGE_COUNT}]"
+                )));
+            }
+            let size: u64 = self.mempool.get(a).map_or(0, |e| e.vsize)
+                + vsize
+                + descendants
+                    .iter()
+                    .filter_map(|t| self.mempool.get(t))
+                    .map(|e| e.vsize)
+                    .sum::<u64>();
+            if size > MAX_PACKAGE_VSIZE {
+                return Err(TxReject::rejected(format!(
+                    "too-long-mempool-chain, exceeds descendant size limit for tx {a} [limit: {MAX_PACKAGE_VSIZE}]"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Evicts the lowest fee-rate transactions (with their descendants)
+    /// while the mempool is over its cap, and raises the mempool's minimum
+    /// fee to just above the evicted rate, as Core does.
+    fn trim_mempool(&mut self) {
+        while self.mempool_vbytes > self.max_mempool_vbytes {
+            let worst = self
+                .mempool
+                .iter()
+                .min_by(|(ta, a), (tb, b)| {
+                    // fee_a / vsize_a < fee_b / vsize_b, without division.
+                    (u128::from(a.fee.to_sat()) * u128::from(b.vsize))
+                        .cmp(&(u128::from(b.fee.to_sat()) * u128::from(a.vsize)))
+                        .then_with(|| b.seq.cmp(&a.seq))
+                        .then_with(|| ta.cmp(tb))
+                })
+                .map(|(t, e)| (*t, e.fee, e.vsize));
+            let Some((txid, fee, vsize)) = worst else {
+                return;
+            };
+            let evicted = FeeRate::from_sat_per_kwu(
+                (fee.to_sat() * 1000 / (vsize.max(1) * 4)) + 250, // + incremental 1 sat/vB
+            );
+            self.mempool_min = self.mempool_min.max(evicted);
+            self.remove_with_descendants(txid);
+        }
     }
 
     fn next_seq(&mut self) -> u64 {
@@ -405,6 +693,7 @@ impl ChainState {
             let Some(entry) = self.mempool.remove(&id) else {
                 continue;
             };
+            self.mempool_vbytes = self.mempool_vbytes.saturating_sub(entry.vsize);
             for input in &entry.tx.input {
                 if self.spent_by.get(&input.previous_output) == Some(&id) {
                     self.spent_by.remove(&input.previous_output);
@@ -524,6 +813,7 @@ impl ChainState {
             if self.mempool.contains_key(&txid) {
                 // Included: drop it from the mempool, keep its descendants.
                 if let Some(e) = self.mempool.remove(&txid) {
+                    self.mempool_vbytes = self.mempool_vbytes.saturating_sub(e.vsize);
                     for i in &e.tx.input {
                         self.spent_by.remove(&i.previous_output);
                     }
@@ -836,6 +1126,10 @@ impl ChainState {
                     a.height
                         .cmp(&b.height)
                         .then_with(|| (**ha == current).cmp(&(**hb == current)))
+                        .then_with(|| {
+                            (Some(**ha) == self.preferred_tip)
+                                .cmp(&(Some(**hb) == self.preferred_tip))
+                        })
                         .then_with(|| b.seq.cmp(&a.seq))
                 })
                 .map(|(h, _)| *h);
@@ -870,6 +1164,7 @@ impl ChainState {
                 .collect();
             self.mempool.clear();
             self.spent_by.clear();
+            self.mempool_vbytes = 0;
             let mut failed = false;
             for h in branch.iter().rev() {
                 let Some(block) = self.index.get(h).map(|e| (*e.block).clone()) else {
@@ -1166,6 +1461,105 @@ mod tests {
                 h.apply(op);
                 h.check();
             }
+        }
+    }
+
+    /// Our coins the mempool would let us spend now: confirmed mature ones
+    /// and outputs of mempool transactions, none already spent.
+    fn spendable(h: &Harness) -> Vec<(OutPoint, TxOut)> {
+        let next = h.state.height() + 1;
+        let mut v: Vec<(OutPoint, TxOut)> = h
+            .state
+            .utxos_for(&h.script)
+            .into_iter()
+            .filter(|(op, c)| {
+                h.state.mempool_spender(op).is_none() && (!c.coinbase || next - c.height >= 100)
+            })
+            .map(|(op, c)| (op, c.txout))
+            .collect();
+        for e in h.state.mempool_entries() {
+            let txid = e.tx.compute_txid();
+            for (vout, o) in e.tx.output.iter().enumerate() {
+                let op = OutPoint {
+                    txid,
+                    vout: vout as u32,
+                };
+                if o.script_pubkey == h.script && h.state.mempool_spender(&op).is_none() {
+                    v.push((op, o.clone()));
+                }
+            }
+        }
+        v.sort_by_key(|(op, _)| *op);
+        v
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(16))]
+
+        /// Random spends (of confirmed coins and of unconfirmed outputs, into
+        /// one to four outputs, at random fee rates) through the mempool:
+        /// every transaction built has outputs, and no mempool entry ever
+        /// exceeds Core's ancestor or descendant limits.
+        #[test]
+        fn random_spends_respect_package_limits_and_build_non_empty_txs(
+            ops in prop::collection::vec((any::<u16>(), 1usize..5, 1u64..30, 0u8..12), 1..120)
+        ) {
+            let mut h = Harness::new();
+            for (pick, outputs, rate, mine) in ops {
+                if mine == 0 {
+                    h.mine(1);
+                    continue;
+                }
+                let coins = spendable(&h);
+                if coins.is_empty() {
+                    continue;
+                }
+                // Mostly extend the newest unconfirmed chain, to reach the limits.
+                let newest = h.state.mempool_entries().last().map(|e| e.tx.compute_txid());
+                let (outpoint, txout) = match coins.iter().find(|(op, _)| Some(op.txid) == newest) {
+                    Some(c) if pick % 5 != 0 => c.clone(),
+                    _ => coins[pick as usize % coins.len()].clone(),
+                };
+                let share = txout.value / (outputs as u64 + 1);
+                let payments: Vec<TxOut> = (0..outputs)
+                    .map(|_| TxOut { value: share, script_pubkey: h.script.clone() })
+                    .filter(|o| o.value >= wallet::dust_threshold(&o.script_pubkey))
+                    .collect();
+                let input = wallet::SpendableOutput {
+                    outpoint,
+                    txout: txout.clone(),
+                    path: wallet::KeyPath::receive(0),
+                };
+                let rate = FeeRate::from_sat_per_vb(rate).unwrap();
+                let built = match wallet::build_transaction(&[input], &payments, Some(&h.script), rate) {
+                    Ok(b) => b,
+                    Err(wallet::BuildError::InsufficientFunds { .. } | wallet::BuildError::NothingLeft { .. }) => continue,
+                    Err(e) => return Err(TestCaseError::fail(format!("build: {e}"))),
+                };
+                prop_assert!(!built.tx.output.is_empty(), "built a transaction without outputs");
+                let mut tx = built.tx;
+                wallet::sign_p2wpkh_input(&Secp256k1::new(), &mut tx, 0, txout.value, &h.key).unwrap();
+                match h.state.accept_to_mempool(&tx, u64::from(h.time), None, false) {
+                    Ok(_) => {}
+                    Err(e) => prop_assert!(
+                        e.reason.starts_with("too-long-mempool-chain"),
+                        "unexpected refusal {}", e.reason
+                    ),
+                }
+                for e in h.state.mempool_entries() {
+                    let txid = e.tx.compute_txid();
+                    let size = |ids: &[Txid]| -> u64 {
+                        e.vsize + ids.iter().filter_map(|t| h.state.mempool_entry(t)).map(|x| x.vsize).sum::<u64>()
+                    };
+                    let anc = h.state.mempool_ancestors(&txid, false);
+                    let desc = h.state.mempool_descendants(&txid, false);
+                    prop_assert!(anc.len() < MAX_PACKAGE_COUNT, "{} ancestors", anc.len());
+                    prop_assert!(desc.len() < MAX_PACKAGE_COUNT, "{} descendants", desc.len());
+                    prop_assert!(size(&anc) <= MAX_PACKAGE_VSIZE);
+                    prop_assert!(size(&desc) <= MAX_PACKAGE_VSIZE);
+                }
+            }
+            h.check();
         }
     }
 

@@ -1,20 +1,33 @@
 //! Persistence of the development chain in its data directory.
 //!
-//! - `blocks.dat`: every block ever accepted, in arrival order, each as a
-//!   4-byte little-endian length and the consensus encoding. Append-only; a
-//!   torn record at the end (a crash mid-write) is cut off when loading.
+//! - `blocks.dat`: the magic `PLBLKS01`, then every block ever accepted, in
+//!   arrival order, each as a 4-byte little-endian length, a 4-byte checksum
+//!   (the first bytes of the payload's double SHA-256, as Core's P2P framing)
+//!   and the consensus encoding. Append-only; from the first record that is
+//!   torn or fails its checksum (a crash or power loss mid-write, garbage
+//!   left by the file system) the tail is cut off when loading. Files of the
+//!   older format without checksums are converted on open.
+//! - `tip.txt`: the hash of the active tip, so a restart keeps the same
+//!   active chain among branches of equal height.
 //! - `invalid.txt`: hashes marked by `invalidateblock`, one per line.
-//! - `mempool.dat`: the mempool, same record format as blocks, rewritten on change.
+//! - `mempool.dat`: the mempool, same record format as blocks (without the
+//!   magic), rewritten on change; a corrupt file is discarded with a warning.
 //! - `faucet.key`: the hex secret key of the faucet that coinbases pay to.
-//! - `.lock`: the process id of the owner while the chain is open, so that two
-//!   processes never append to the same `blocks.dat`.
+//! - `.lock`: held with `flock` while the chain is open (and holding the
+//!   owner's process id, for the error message), so that two processes never
+//!   append to the same `blocks.dat`; the kernel releases it when the owner
+//!   dies, however it dies.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use bitcoin::consensus::{deserialize, serialize};
+use bitcoin::hashes::{sha256d, Hash as _};
 use bitcoin::{Block, BlockHash, Transaction};
+
+/// First bytes of a `blocks.dat` with checksummed records.
+const BLOCKS_MAGIC: &[u8; 8] = b"PLBLKS01";
 
 /// Why the data directory could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -64,50 +77,44 @@ pub struct Store {
     _lock: DirLock,
 }
 
-/// Ownership of a data directory: a `.lock` file holding our process id,
-/// removed on drop. A lock whose process is gone (crash, SIGKILL) is taken over.
+/// Ownership of a data directory: an exclusive `flock` on `.lock`, which
+/// the kernel drops when the process ends (a crash or SIGKILL leaves no stale
+/// lock, and a recycled process id cannot keep one alive).
 #[derive(Debug)]
 struct DirLock {
-    path: PathBuf,
+    _file: File,
 }
 
 impl DirLock {
     fn acquire(dir: &Path) -> Result<Self, StoreError> {
         let path = dir.join(".lock");
-        for _ in 0..2 {
-            match OpenOptions::new().write(true).create_new(true).open(&path) {
-                Ok(mut f) => {
-                    f.write_all(std::process::id().to_string().as_bytes())
-                        .map_err(io_err(&path))?;
-                    return Ok(Self { path });
-                }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    let owner = fs::read_to_string(&path)
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io_err(&path))?;
+        #[cfg(unix)]
+        {
+            use rustix::fs::{flock, FlockOperation};
+            if let Err(e) = flock(&file, FlockOperation::NonBlockingLockExclusive) {
+                if e == rustix::io::Errno::WOULDBLOCK {
+                    let pid = fs::read_to_string(&path)
                         .ok()
-                        .and_then(|s| s.trim().parse::<u32>().ok());
-                    if let Some(pid) = owner.filter(|pid| process_alive(*pid)) {
-                        return Err(StoreError::Locked { path, pid });
-                    }
-                    // Stale: its owner is gone.
-                    fs::remove_file(&path).map_err(io_err(&path))?;
+                        .and_then(|s| s.trim().parse::<u32>().ok())
+                        .unwrap_or(0);
+                    return Err(StoreError::Locked { path, pid });
                 }
-                Err(e) => return Err(io_err(&path)(e)),
+                return Err(io_err(&path)(e.into()));
             }
         }
-        Err(StoreError::Locked { path, pid: 0 })
+        // Only the owner writes its id, after it holds the lock.
+        file.set_len(0).map_err(io_err(&path))?;
+        file.write_all(std::process::id().to_string().as_bytes())
+            .map_err(io_err(&path))?;
+        Ok(Self { _file: file })
     }
-}
-
-impl Drop for DirLock {
-    fn drop(&mut self) {
-        let _ = fs::remove_file(&self.path);
-    }
-}
-
-/// Whether a process with `pid` exists (Linux `/proc`; elsewhere a lock is
-/// always considered stale, which loses only the protection, not data).
-fn process_alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// Everything read back from disk.
@@ -119,6 +126,8 @@ pub struct Loaded {
     pub invalid: Vec<BlockHash>,
     /// Mempool transactions in arrival order.
     pub mempool: Vec<Transaction>,
+    /// The active tip when the chain was last written.
+    pub tip: Option<BlockHash>,
 }
 
 impl Store {
@@ -130,14 +139,12 @@ impl Store {
         fs::create_dir_all(dir).map_err(io_err(dir))?;
         let lock = DirLock::acquire(dir)?;
         let blocks_path = dir.join("blocks.dat");
-        let (blocks, good_len) = read_records::<Block>(&blocks_path)?;
+        let blocks = load_blocks(&blocks_path)?;
         let file = OpenOptions::new()
             .create(true)
             .append(true)
             .open(&blocks_path)
             .map_err(io_err(&blocks_path))?;
-        // Drop a torn tail so the next append starts on a record boundary.
-        file.set_len(good_len).map_err(io_err(&blocks_path))?;
         let invalid_path = dir.join("invalid.txt");
         let invalid = match fs::read_to_string(&invalid_path) {
             Ok(s) => s
@@ -156,7 +163,11 @@ impl Store {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(io_err(&invalid_path)(e)),
         };
-        let (mempool, _) = read_records::<Transaction>(&dir.join("mempool.dat"))?;
+        let mempool_path = dir.join("mempool.dat");
+        let mempool = load_mempool(&mempool_path);
+        let tip = fs::read_to_string(dir.join("tip.txt"))
+            .ok()
+            .and_then(|s| s.trim().parse::<BlockHash>().ok());
         Ok((
             Self {
                 dir: dir.to_owned(),
@@ -167,6 +178,7 @@ impl Store {
                 blocks,
                 invalid,
                 mempool,
+                tip,
             },
         ))
     }
@@ -186,13 +198,18 @@ impl Store {
     /// # Errors
     /// IO errors.
     pub fn append_block(&mut self, block: &Block) -> Result<(), StoreError> {
-        let bytes = serialize(block);
-        let mut record = Vec::with_capacity(bytes.len() + 4);
-        record.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-        record.extend_from_slice(&bytes);
+        let record = encode_record(&serialize(block));
         let path = self.dir.join("blocks.dat");
         self.blocks.write_all(&record).map_err(io_err(&path))?;
         self.blocks.flush().map_err(io_err(&path))
+    }
+
+    /// Records the active tip.
+    ///
+    /// # Errors
+    /// IO errors.
+    pub fn write_tip(&self, tip: &BlockHash) -> Result<(), StoreError> {
+        write_atomic(&self.dir.join("tip.txt"), format!("{tip}\n").as_bytes())
     }
 
     /// Rewrites the invalid-block list.
@@ -211,9 +228,7 @@ impl Store {
     pub fn write_mempool(&self, txs: &[&Transaction]) -> Result<(), StoreError> {
         let mut out = Vec::new();
         for tx in txs {
-            let bytes = serialize(*tx);
-            out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-            out.extend_from_slice(&bytes);
+            out.extend_from_slice(&encode_record(&serialize(*tx)));
         }
         write_atomic(&self.dir.join("mempool.dat"), &out)
     }
@@ -244,36 +259,128 @@ fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<(), StoreEr
     fs::rename(&tmp, path).map_err(io_err(path))
 }
 
-/// Reads length-prefixed records; returns them and the length of the intact prefix.
-fn read_records<T: bitcoin::consensus::Decodable>(
-    path: &Path,
-) -> Result<(Vec<T>, u64), StoreError> {
-    let mut bytes = Vec::new();
-    match File::open(path) {
-        Ok(mut f) => {
-            f.read_to_end(&mut bytes).map_err(io_err(path))?;
+fn checksum(payload: &[u8]) -> [u8; 4] {
+    let h = sha256d::Hash::hash(payload);
+    let mut c = [0u8; 4];
+    c.copy_from_slice(&h.as_byte_array()[..4]);
+    c
+}
+
+/// One record: length, checksum, payload.
+fn encode_record(payload: &[u8]) -> Vec<u8> {
+    let mut record = Vec::with_capacity(payload.len() + 8);
+    record.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    record.extend_from_slice(&checksum(payload));
+    record.extend_from_slice(payload);
+    record
+}
+
+/// Reads `blocks.dat`: converts a file of the old format, cuts a damaged
+/// tail off (so the next append starts on a good record) and returns the blocks.
+fn load_blocks(path: &Path) -> Result<Vec<Block>, StoreError> {
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            write_atomic(path, BLOCKS_MAGIC)?;
+            return Ok(Vec::new());
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
         Err(e) => return Err(io_err(path)(e)),
+    };
+    if bytes.is_empty() || !bytes.starts_with(BLOCKS_MAGIC) {
+        // The format before checksums: length-prefixed records. Convert it
+        // once, through a temporary file and a rename.
+        let (blocks, _) = parse_records::<Block>(path, &bytes, false)?;
+        let mut out = BLOCKS_MAGIC.to_vec();
+        for b in &blocks {
+            out.extend_from_slice(&encode_record(&serialize(b)));
+        }
+        write_atomic(path, &out)?;
+        if !bytes.is_empty() {
+            tracing::info!(path = %path.display(), blocks = blocks.len(), "converted blocks.dat to checksummed records");
+        }
+        return Ok(blocks);
     }
+    let (blocks, good) = parse_records::<Block>(path, &bytes[BLOCKS_MAGIC.len()..], true)?;
+    let good_len = (BLOCKS_MAGIC.len() + good) as u64;
+    if good_len < bytes.len() as u64 {
+        tracing::warn!(
+            path = %path.display(),
+            cut_bytes = bytes.len() as u64 - good_len,
+            kept_blocks = blocks.len(),
+            "blocks.dat ends in a torn or damaged record; cutting it off"
+        );
+        let file = OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(io_err(path))?;
+        file.set_len(good_len).map_err(io_err(path))?;
+        file.sync_all().map_err(io_err(path))?;
+    }
+    Ok(blocks)
+}
+
+/// Reads `mempool.dat`. The mempool is a cache of transactions that can be
+/// sent again; a file that is unreadable or damaged anywhere must not keep
+/// the chain from starting, so it is discarded whole with a warning (Core
+/// too starts with an empty mempool when it cannot load `mempool.dat`).
+fn load_mempool(path: &Path) -> Vec<Transaction> {
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Vec::new(),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "discarding an unreadable mempool.dat");
+            return Vec::new();
+        }
+    };
+    match parse_records::<Transaction>(path, &bytes, true) {
+        Ok((txs, good)) if good == bytes.len() => txs,
+        _ => {
+            tracing::warn!(path = %path.display(), "discarding a damaged mempool.dat");
+            let _ = fs::remove_file(path);
+            Vec::new()
+        }
+    }
+}
+
+/// Parses records (`checksummed`: length, checksum, payload; otherwise the
+/// old length and payload) and returns them and the length of the intact
+/// prefix. With checksums, the first record that is short, fails its
+/// checksum or does not decode ends the intact prefix; without, only a short
+/// record does and a record that does not decode is an error.
+fn parse_records<T: bitcoin::consensus::Decodable>(
+    path: &Path,
+    bytes: &[u8],
+    checksummed: bool,
+) -> Result<(Vec<T>, usize), StoreError> {
+    let header = if checksummed { 8 } else { 4 };
     let mut out = Vec::new();
     let mut pos = 0usize;
-    while pos + 4 <= bytes.len() {
+    while pos + header <= bytes.len() {
         let mut len_bytes = [0u8; 4];
         len_bytes.copy_from_slice(&bytes[pos..pos + 4]);
         let len = u32::from_le_bytes(len_bytes) as usize;
-        let Some(record) = bytes.get(pos + 4..pos + 4 + len) else {
-            break; // torn tail
+        // A length beyond the file is a torn tail (checked before slicing,
+        // so garbage lengths never allocate).
+        let Some(record) = bytes.get(pos + header..pos + header + len) else {
+            break;
         };
-        let item = deserialize::<T>(record).map_err(|e| StoreError::Corrupt {
-            path: path.to_owned(),
-            offset: pos as u64,
-            reason: e.to_string(),
-        })?;
-        out.push(item);
-        pos += 4 + len;
+        if checksummed && bytes[pos + 4..pos + 8] != checksum(record) {
+            break;
+        }
+        match deserialize::<T>(record) {
+            Ok(item) => out.push(item),
+            Err(_) if checksummed => break,
+            Err(e) => {
+                return Err(StoreError::Corrupt {
+                    path: path.to_owned(),
+                    offset: pos as u64,
+                    reason: e.to_string(),
+                })
+            }
+        }
+        pos += header + len;
     }
-    Ok((out, pos as u64))
+    Ok((out, pos))
 }
 
 #[cfg(test)]
@@ -281,6 +388,10 @@ mod tests {
     use super::*;
     use bitcoin::blockdata::constants::genesis_block;
     use bitcoin::Network;
+
+    fn record_len(block: &Block) -> u64 {
+        serialize(block).len() as u64 + 8
+    }
 
     #[test]
     fn torn_tail_is_cut_and_appends_continue() {
@@ -295,22 +406,62 @@ mod tests {
         // Simulate a crash in the middle of a third record.
         let path = dir.path().join("blocks.dat");
         let mut bytes = fs::read(&path).unwrap();
-        let one = bytes.len() / 2;
-        let torn = bytes[..one - 10].to_vec();
+        let good = bytes.len() as u64;
+        assert_eq!(good, 8 + 2 * record_len(&block));
+        let torn = bytes[8..8 + record_len(&block) as usize - 10].to_vec();
         bytes.extend_from_slice(&torn);
         fs::write(&path, &bytes).unwrap();
         {
             let (mut store, loaded) = Store::open(dir.path()).unwrap();
             assert_eq!(loaded.blocks, vec![block.clone(), block.clone()]);
-            assert_eq!(fs::metadata(&path).unwrap().len(), 2 * one as u64);
+            assert_eq!(fs::metadata(&path).unwrap().len(), good);
             store.append_block(&block).unwrap();
         }
         let (_, loaded) = Store::open(dir.path()).unwrap();
         assert_eq!(loaded.blocks.len(), 3);
     }
 
+    /// Power loss can leave a full-length record of garbage (the file grew
+    /// but the data never reached the disk): the checksum catches it.
     #[test]
-    fn a_directory_has_one_owner_and_stale_locks_are_taken_over() {
+    fn garbage_tail_of_full_length_is_cut_by_the_checksum() {
+        let dir = tempfile::tempdir().unwrap();
+        let block = genesis_block(Network::Regtest);
+        {
+            let (mut store, _) = Store::open(dir.path()).unwrap();
+            store.append_block(&block).unwrap();
+        }
+        let path = dir.path().join("blocks.dat");
+        let mut bytes = fs::read(&path).unwrap();
+        let good = bytes.len() as u64;
+        let payload = serialize(&block);
+        bytes.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(&[0u8; 4]);
+        bytes.extend(std::iter::repeat_n(0u8, payload.len()));
+        fs::write(&path, &bytes).unwrap();
+        let (_, loaded) = Store::open(dir.path()).unwrap();
+        assert_eq!(loaded.blocks, vec![block]);
+        assert_eq!(fs::metadata(&path).unwrap().len(), good);
+    }
+
+    #[test]
+    fn old_format_is_converted() {
+        let dir = tempfile::tempdir().unwrap();
+        let block = genesis_block(Network::Regtest);
+        let payload = serialize(&block);
+        let mut old = (payload.len() as u32).to_le_bytes().to_vec();
+        old.extend_from_slice(&payload);
+        fs::write(dir.path().join("blocks.dat"), &old).unwrap();
+        let (_, loaded) = Store::open(dir.path()).unwrap();
+        assert_eq!(loaded.blocks, vec![block.clone()]);
+        let bytes = fs::read(dir.path().join("blocks.dat")).unwrap();
+        assert!(bytes.starts_with(BLOCKS_MAGIC));
+        let (_, again) = Store::open(dir.path()).unwrap();
+        assert_eq!(again.blocks, vec![block]);
+    }
+
+    #[test]
+    fn a_directory_has_one_owner_and_a_dead_owner_leaves_no_lock() {
         let dir = tempfile::tempdir().unwrap();
         let first = Store::open(dir.path()).unwrap();
         assert!(matches!(
@@ -320,20 +471,17 @@ mod tests {
         drop(first);
         let again = Store::open(dir.path()).unwrap();
         drop(again);
-        // A lock left by a process that no longer exists.
+        // A lock file left by a process that no longer exists holds no flock.
         fs::write(dir.path().join(".lock"), u32::MAX.to_string()).unwrap();
         Store::open(dir.path()).unwrap();
     }
 
     #[test]
-    fn corrupt_record_is_an_error() {
+    fn corrupt_mempool_is_discarded_not_fatal() {
         let dir = tempfile::tempdir().unwrap();
-        let mut bytes = 5u32.to_le_bytes().to_vec();
-        bytes.extend_from_slice(&[1, 2, 3, 4, 5]);
-        fs::write(dir.path().join("blocks.dat"), bytes).unwrap();
-        assert!(matches!(
-            Store::open(dir.path()),
-            Err(StoreError::Corrupt { offset: 0, .. })
-        ));
+        fs::write(dir.path().join("mempool.dat"), [7u8; 41]).unwrap();
+        let (_, loaded) = Store::open(dir.path()).unwrap();
+        assert!(loaded.mempool.is_empty());
+        assert!(!dir.path().join("mempool.dat").exists());
     }
 }

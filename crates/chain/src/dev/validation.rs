@@ -35,6 +35,10 @@ pub const MAX_BLOCK_WEIGHT: u64 = 4_000_000;
 pub const MAX_STANDARD_TX_WEIGHT: u64 = 400_000;
 /// Smallest standard non-witness size (Bitcoin Core policy, CVE-2017-12842).
 pub const MIN_STANDARD_TX_NONWITNESS_SIZE: usize = 65;
+/// Core's `MAX_STANDARD_TX_SIGOPS_COST`.
+pub const MAX_STANDARD_TX_SIGOPS_COST: usize = 16_000;
+/// Core's `MAX_OP_RETURN_RELAY` (`-datacarriersize` default): 83 bytes of script.
+pub const MAX_OP_RETURN_RELAY: usize = 83;
 /// Locktime values below this are block heights, above are UNIX times.
 const LOCKTIME_THRESHOLD: u32 = 500_000_000;
 
@@ -234,7 +238,8 @@ pub fn check_tx_inputs(
     Ok(value_in - value_out)
 }
 
-/// Verifies every input's script with libbitcoinconsensus.
+/// Verifies every input's script with libbitcoinconsensus (consensus flags);
+/// [`check_policy_scripts`] adds the policy flags for the mempool.
 ///
 /// # Errors
 /// `mandatory-script-verify-flag-failed (…)` naming the input.
@@ -274,14 +279,139 @@ pub fn check_standard(tx: &Transaction) -> Result<(), TxReject> {
     if tx.input.iter().any(|i| !i.script_sig.is_push_only()) {
         return Err(TxReject::rejected("scriptsig-not-pushonly"));
     }
-    if tx
-        .output
-        .iter()
-        .any(|o| !o.script_pubkey.is_op_return() && o.value < o.script_pubkey.minimal_non_dust())
-    {
-        return Err(TxReject::rejected("dust"));
+    let mut data_outputs = 0;
+    for o in &tx.output {
+        let script = &o.script_pubkey;
+        if script.is_op_return() {
+            // Core's TxoutType::NULL_DATA: OP_RETURN then pushes only, at
+            // most 83 bytes in all.
+            let pushes_only = bitcoin::Script::from_bytes(&script.as_bytes()[1..]).is_push_only();
+            if script.len() > MAX_OP_RETURN_RELAY || !pushes_only {
+                return Err(TxReject::rejected("scriptpubkey"));
+            }
+            data_outputs += 1;
+            continue;
+        }
+        let standard = script.is_p2pkh()
+            || script.is_p2sh()
+            || script.is_witness_program()
+            || script.is_p2pk()
+            || is_standard_bare_multisig(script);
+        if !standard {
+            return Err(TxReject::rejected("scriptpubkey"));
+        }
+        if o.value < script.minimal_non_dust() {
+            return Err(TxReject::rejected("dust"));
+        }
+    }
+    if data_outputs > 1 {
+        return Err(TxReject::rejected("multi-op-return"));
     }
     Ok(())
+}
+
+/// Bare multisig Core relays: 1 to 3 keys (`-permitbaremultisig`, on by default).
+fn is_standard_bare_multisig(script: &bitcoin::Script) -> bool {
+    use bitcoin::opcodes::all::OP_CHECKMULTISIG;
+    let b = script.as_bytes();
+    if b.len() < 3 || b[b.len() - 1] != OP_CHECKMULTISIG.to_u8() {
+        return false;
+    }
+    let small = |op: u8| (0x51..=0x60).contains(&op).then(|| op - 0x50);
+    match (small(b[0]), small(b[b.len() - 2])) {
+        (Some(m), Some(n)) => (1..=3).contains(&n) && (1..=n).contains(&m),
+        _ => false,
+    }
+}
+
+/// Core's policy script flags that libbitcoinconsensus does not take,
+/// checked on the witness and scriptSig data: LOW_S (every DER signature
+/// has S in the lower half) and WITNESS_PUBKEYTYPE (keys in segwit v0 are
+/// compressed), plus the sigop cost limit.
+///
+/// # Errors
+/// `non-mandatory-script-verify-flag (…)` with Core's script error text,
+/// or `bad-txns-too-many-sigops`.
+pub fn check_policy_scripts(tx: &Transaction, coins: &[&Coin]) -> Result<(), TxReject> {
+    let non_mandatory =
+        |what: &str| TxReject::rejected(format!("non-mandatory-script-verify-flag ({what})"));
+    for (input, coin) in tx.input.iter().zip(coins) {
+        let spk = &coin.txout.script_pubkey;
+        let witness: Vec<&[u8]> = input.witness.iter().collect();
+        // In P2WSH the last witness item is the script. (P2SH-wrapped
+        // segwit is checked by its signatures only; see docs/chain.md.)
+        let (items, script): (&[&[u8]], Option<&[u8]>) = match witness.split_last() {
+            Some((last, rest)) if spk.is_p2wsh() => (rest, Some(*last)),
+            _ => (&witness[..], None),
+        };
+        if spk.is_p2wpkh() {
+            if let Some(key) = witness.get(1) {
+                if key.len() != 33 {
+                    return Err(non_mandatory("Using non-compressed keys in segwit"));
+                }
+            }
+        }
+        if let Some(script) = script {
+            for ins in bitcoin::Script::from_bytes(script).instructions().flatten() {
+                if let bitcoin::script::Instruction::PushBytes(p) = ins {
+                    if p.len() == 65 && p.as_bytes()[0] == 0x04 {
+                        return Err(non_mandatory("Using non-compressed keys in segwit"));
+                    }
+                }
+            }
+        }
+        let script_sig_pushes = input
+            .script_sig
+            .instructions()
+            .flatten()
+            .filter_map(|i| match i {
+                bitcoin::script::Instruction::PushBytes(p) => Some(p.as_bytes()),
+                _ => None,
+            });
+        for item in items.iter().copied().chain(script_sig_pushes) {
+            if is_high_s_signature(item) {
+                return Err(non_mandatory(
+                    "Non-canonical signature: S value is unnecessarily high",
+                ));
+            }
+        }
+    }
+    // Inputs are few in almost every transaction: a linear search beats
+    // building a map; a map above that keeps large ones linear overall.
+    let cost = if tx.input.len() <= 16 {
+        tx.total_sigop_cost(|op| {
+            tx.input
+                .iter()
+                .position(|i| i.previous_output == *op)
+                .map(|k| coins[k].txout.clone())
+        })
+    } else {
+        let spent: std::collections::HashMap<OutPoint, &TxOut> = tx
+            .input
+            .iter()
+            .zip(coins)
+            .map(|(i, c)| (i.previous_output, &c.txout))
+            .collect();
+        tx.total_sigop_cost(|op| spent.get(op).map(|o| (*o).clone()))
+    };
+    if cost > MAX_STANDARD_TX_SIGOPS_COST {
+        return Err(TxReject::rejected("bad-txns-too-many-sigops"));
+    }
+    Ok(())
+}
+
+/// Whether `item` is a strict-DER ECDSA signature plus sighash byte whose S
+/// is in the upper half of the order (BIP146 LOW_S).
+fn is_high_s_signature(item: &[u8]) -> bool {
+    if !(9..=73).contains(&item.len()) || item[0] != 0x30 {
+        return false;
+    }
+    let Ok(sig) = bitcoin::secp256k1::ecdsa::Signature::from_der(&item[..item.len() - 1]) else {
+        return false;
+    };
+    let mut low = sig;
+    low.normalize_s();
+    low != sig
 }
 
 #[cfg(test)]

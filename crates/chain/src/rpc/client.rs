@@ -50,21 +50,34 @@ pub struct RpcConfig {
     pub auth: Auth,
     /// Time-out of one HTTP exchange.
     pub timeout: Duration,
-    /// Extra attempts after a transient failure (connection error, time-out,
-    /// HTTP 503, Core warming up), with doubling back-off from 100 ms.
+    /// Extra attempts after a transient failure, with doubling back-off from
+    /// 100 ms. A connection that could not be made is retried for every
+    /// method (the request never left); a time-out, a reset or HTTP 503 only
+    /// for methods that are safe to repeat (see [`BitcoindRpc::is_repeatable`]).
     pub retries: u32,
+    /// How long to wait out Core's -28 "warming up" (loading the block index,
+    /// verifying blocks …) before giving up with [`RpcError::Rpc`] -28.
+    /// Each wait is logged at warn.
+    pub warmup_wait: Duration,
+    /// Also retry calls that may move money (`sendtoaddress`,
+    /// `generatetoaddress` …) after an ambiguous failure. Off by default: a
+    /// time-out does not say whether the node acted.
+    pub retry_money_moving_calls: bool,
     /// How often [`Chain::tips`] polls the best block.
     pub tip_poll: Duration,
 }
 
 impl RpcConfig {
-    /// Defaults: 30 s time-out, 3 retries, 1 s tip polling.
+    /// Defaults: 30 s time-out, 3 retries, warm-up waited out for up to
+    /// 10 minutes, no retry of money-moving calls, 1 s tip polling.
     pub fn new(url: impl Into<String>, auth: Auth) -> Self {
         Self {
             url: url.into(),
             auth,
             timeout: Duration::from_secs(30),
             retries: 3,
+            warmup_wait: Duration::from_secs(600),
+            retry_money_moving_calls: false,
             tip_poll: Duration::from_secs(1),
         }
     }
@@ -88,9 +101,13 @@ pub enum RpcError {
     /// No answer in time.
     #[error("rpc request timed out after {0:?}")]
     Timeout(Duration),
-    /// Connection refused/reset and other transport failures.
+    /// Reset, broken connection and other transport failures after the
+    /// request may have been sent.
     #[error("rpc transport: {0}")]
     Transport(String),
+    /// The connection could not be made: the request was never sent.
+    #[error("rpc connect: {0}")]
+    Connect(String),
     /// An HTTP status without a JSON-RPC body.
     #[error("rpc HTTP status {status}: {body}")]
     Http {
@@ -110,17 +127,28 @@ pub enum RpcError {
     /// Bad URL or unreadable cookie.
     #[error("rpc config: {0}")]
     Config(String),
+    /// The node does not fit the service: another chain than `--network`,
+    /// pruned below what is needed, or an index missing.
+    #[error("bitcoin node unsuitable: {0}")]
+    Unsuitable(String),
 }
 
 impl RpcError {
-    /// Whether retrying the same request may succeed.
-    fn is_transient(&self) -> bool {
+    /// Whether the same request may succeed later, and whether it surely
+    /// never reached the node (then even a money-moving call may be repeated).
+    fn retry_kind(&self) -> Option<bool> {
         match self {
-            RpcError::Transport(_) | RpcError::Timeout(_) => true,
-            RpcError::Http { status, .. } => *status == 503,
-            RpcError::Rpc { code, .. } => *code == codes::RPC_IN_WARMUP,
-            _ => false,
+            RpcError::Connect(_) => Some(true),
+            RpcError::Transport(_) | RpcError::Timeout(_) => Some(false),
+            // Core's work queue is full: the request was refused, not run.
+            RpcError::Http { status, .. } if *status == 503 => Some(true),
+            _ => None,
         }
+    }
+
+    /// Core's -28: still loading the block index or verifying blocks.
+    pub fn is_warming_up(&self) -> bool {
+        matches!(self, RpcError::Rpc { code, .. } if *code == codes::RPC_IN_WARMUP)
     }
 }
 
@@ -216,6 +244,8 @@ pub struct MempoolAcceptResult {
 
 #[derive(Deserialize)]
 struct RawTxVerbose {
+    #[serde(default)]
+    in_active_chain: Option<bool>,
     hex: String,
     #[serde(default)]
     confirmations: Option<u32>,
@@ -240,6 +270,51 @@ struct ScriptPubKeyHex {
 #[derive(Deserialize)]
 struct SmartFee {
     feerate: Option<f64>,
+}
+
+#[derive(Deserialize)]
+struct MempoolInfo {
+    #[serde(rename = "mempoolminfee")]
+    mempool_min_fee: Option<f64>,
+}
+
+/// Core's `estimatesmartfee` accepts targets 1…1008 (`-8` otherwise) and
+/// answers 1 as 2; clamp instead of failing.
+pub fn clamp_conf_target(target_blocks: u16) -> u16 {
+    target_blocks.clamp(1, 1008)
+}
+
+/// sat/kvB → sat/kwu (1 vB = 4 wu), rounded up so a transaction built at the
+/// result never pays less than the estimate (rounding down turned 1,001
+/// sat/kvB into 250 sat/kwu = 1,000 sat/kvB, below the relay floor).
+pub fn fee_rate_from_sat_per_kvb(sat_per_kvb: u64) -> FeeRate {
+    FeeRate::from_sat_per_kwu(sat_per_kvb.div_ceil(4))
+}
+
+/// What [`BitcoindRpc::check_node`] found out about the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeCheck {
+    /// Core's chain name (`main`, `test`, `testnet4`, `signet`, `regtest`).
+    pub chain: String,
+    /// Height of the tip.
+    pub blocks: u32,
+    /// Lowest height whose blocks are stored, when the node is pruned.
+    pub prune_height: Option<u32>,
+    /// Whether `-txindex` is on and synced.
+    pub txindex: bool,
+}
+
+/// Core's `chain` name of `network` in `getblockchaininfo`.
+pub fn core_chain_name(network: bitcoin::Network) -> &'static str {
+    match network {
+        bitcoin::Network::Bitcoin => "main",
+        bitcoin::Network::Testnet => "test",
+        bitcoin::Network::Signet => "signet",
+        bitcoin::Network::Regtest => "regtest",
+        // `Network` is non-exhaustive (testnet4 …): Core names them as
+        // rust-bitcoin's `CoreRpcChain` would; unknown ones never match.
+        _ => "unknown",
+    }
 }
 
 fn btc_to_amount(v: f64, method: &str) -> Result<Amount, RpcError> {
@@ -322,25 +397,64 @@ impl BitcoindRpc {
         })
     }
 
+    /// Whether `method` may be sent twice without doing twice what it does:
+    /// reads, and `sendrawtransaction` (the same transaction is accepted
+    /// once; Core answers the second time with success or -27). Calls that
+    /// create transactions or blocks, or stop the node, are not.
+    pub fn is_repeatable(method: &str) -> bool {
+        !matches!(
+            method,
+            "sendtoaddress"
+                | "sendmany"
+                | "send"
+                | "sendall"
+                | "bumpfee"
+                | "psbtbumpfee"
+                | "generatetoaddress"
+                | "generatetodescriptor"
+                | "generateblock"
+                | "submitblock"
+                | "stop"
+        )
+    }
+
     async fn call_value(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        let config = &self.inner.config;
         let mut attempt = 0;
         let mut refreshed = false;
+        let mut warming_since: Option<tokio::time::Instant> = None;
         loop {
             match self.call_once(method, &params, false).await {
-                Err(RpcError::Auth(_))
-                    if !refreshed && matches!(self.inner.config.auth, Auth::Cookie(_)) =>
-                {
+                Err(RpcError::Auth(_)) if !refreshed && matches!(config.auth, Auth::Cookie(_)) => {
                     // The node may have restarted with a new cookie.
                     refreshed = true;
                     self.auth_header(true)?;
                 }
-                Err(e) if e.is_transient() && attempt < self.inner.config.retries => {
-                    let backoff = Duration::from_millis(100 << attempt.min(6));
-                    tracing::debug!(method, error = %e, ?backoff, "rpc retry");
-                    tokio::time::sleep(backoff).await;
-                    attempt += 1;
+                Err(e) if e.is_warming_up() => {
+                    // Core refuses every call while loading: nothing ran, so
+                    // waiting is safe for any method.
+                    let since = *warming_since.get_or_insert_with(tokio::time::Instant::now);
+                    if since.elapsed() >= config.warmup_wait {
+                        return Err(e);
+                    }
+                    tracing::warn!(method, error = %e, waited = ?since.elapsed(), "bitcoin node is warming up; waiting");
+                    tokio::time::sleep(Duration::from_secs(1).min(config.warmup_wait)).await;
                 }
-                other => return other,
+                Err(e) => match e.retry_kind() {
+                    Some(not_sent)
+                        if attempt < config.retries
+                            && (not_sent
+                                || config.retry_money_moving_calls
+                                || Self::is_repeatable(method)) =>
+                    {
+                        let backoff = Duration::from_millis(100 << attempt.min(6));
+                        tracing::debug!(method, error = %e, ?backoff, "rpc retry");
+                        tokio::time::sleep(backoff).await;
+                        attempt += 1;
+                    }
+                    _ => return Err(e),
+                },
+                ok => return ok,
             }
         }
     }
@@ -360,12 +474,13 @@ impl BitcoindRpc {
             .map_err(|e| RpcError::Config(e.to_string()))?;
         let timeout = self.inner.config.timeout;
         let exchange = async {
-            let response = self
-                .inner
-                .client
-                .request(request)
-                .await
-                .map_err(|e| RpcError::Transport(format!("{e:?}")))?;
+            let response = self.inner.client.request(request).await.map_err(|e| {
+                if e.is_connect() {
+                    RpcError::Connect(format!("{e:?}"))
+                } else {
+                    RpcError::Transport(format!("{e:?}"))
+                }
+            })?;
             let status = response.status().as_u16();
             let bytes = response
                 .into_body()
@@ -407,6 +522,62 @@ impl BitcoindRpc {
     /// See [`RpcError`].
     pub async fn get_blockchain_info(&self) -> Result<BlockchainInfo, RpcError> {
         self.call("getblockchaininfo", json!([])).await
+    }
+
+    /// Checks at start that the node fits: its chain is `network`, and a
+    /// pruned node still has blocks from `needed_from` (the first height the
+    /// service must scan; `None` = only new blocks). Waits out warm-up.
+    ///
+    /// # Errors
+    /// [`RpcError::Unsuitable`] with a message for the operator, or the
+    /// failure of the calls.
+    pub async fn check_node(
+        &self,
+        network: bitcoin::Network,
+        needed_from: Option<u32>,
+    ) -> Result<NodeCheck, RpcError> {
+        #[derive(Deserialize)]
+        struct Info {
+            chain: String,
+            blocks: u32,
+            #[serde(default)]
+            pruned: bool,
+            #[serde(default)]
+            pruneheight: Option<u32>,
+        }
+        let info: Info = self.call("getblockchaininfo", json!([])).await?;
+        let expected = core_chain_name(network);
+        if info.chain != expected {
+            return Err(RpcError::Unsuitable(format!(
+                "the node at {} is on chain \"{}\" but --network is {network} (Core calls it \"{expected}\")",
+                self.inner.config.url, info.chain
+            )));
+        }
+        let prune_height = info.pruned.then_some(info.pruneheight.unwrap_or(0));
+        if let (Some(pruned_below), Some(needed)) = (prune_height, needed_from) {
+            if needed < pruned_below {
+                return Err(RpcError::Unsuitable(format!(
+                    "the node is pruned below height {pruned_below}, but blocks from height {needed} are needed; \
+                     restart it without -prune (or with a larger -prune) and let it re-download"
+                )));
+            }
+        }
+        // `getindexinfo` (Core 0.21+): an empty object when no index runs.
+        let txindex = match self.call::<Value>("getindexinfo", json!(["txindex"])).await {
+            Ok(v) => v
+                .get("txindex")
+                .and_then(|t| t.get("synced"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            Err(RpcError::Rpc { code, .. }) if code == codes::RPC_METHOD_NOT_FOUND => false,
+            Err(e) => return Err(e),
+        };
+        Ok(NodeCheck {
+            chain: info.chain,
+            blocks: info.blocks,
+            prune_height,
+            txindex,
+        })
     }
 
     /// `getblockcount`.
@@ -586,10 +757,10 @@ fn to_chain(e: RpcError) -> ChainError {
                 || code == codes::RPC_VERIFY_REJECTED
                 || code == codes::RPC_VERIFY_ALREADY_IN_CHAIN =>
         {
-            ChainError::Rejected {
-                code,
-                reason: message,
-            }
+            ChainError::rejected(code, message)
+        }
+        RpcError::Rpc { code, message } if code == codes::RPC_IN_WARMUP => {
+            ChainError::Unavailable(format!("bitcoin node warming up: {message}"))
         }
         RpcError::Rpc { code, message } if code == codes::RPC_INVALID_ADDRESS_OR_KEY => {
             ChainError::NotFound(message)
@@ -689,16 +860,62 @@ impl Chain for BitcoindRpc {
 
     fn estimate_fee(&self, target_blocks: u16) -> ChainFuture<'_, Option<FeeRate>> {
         Box::pin(async move {
+            let target = clamp_conf_target(target_blocks);
             let r: SmartFee = self
-                .call("estimatesmartfee", json!([target_blocks.max(1)]))
+                .call("estimatesmartfee", json!([target]))
                 .await
                 .map_err(to_chain)?;
-            let Some(btc_per_kvb) = r.feerate else {
-                return Ok(None);
+            let btc_per_kvb = match r.feerate {
+                Some(rate) => rate,
+                // No estimate (a fresh node, too little data): the least the
+                // mempool takes now, which never makes a transaction
+                // unrelayable, as Core's wallet falls back too.
+                None => {
+                    let info: MempoolInfo = self
+                        .call("getmempoolinfo", json!([]))
+                        .await
+                        .map_err(to_chain)?;
+                    match info.mempool_min_fee {
+                        Some(rate) => rate,
+                        None => return Ok(None),
+                    }
+                }
             };
             let per_kvb = btc_to_amount(btc_per_kvb, "estimatesmartfee").map_err(to_chain)?;
-            // sat/kvB → sat/kwu: divide by 4.
-            Ok(Some(FeeRate::from_sat_per_kwu(per_kvb.to_sat() / 4)))
+            Ok(Some(fee_rate_from_sat_per_kvb(per_kvb.to_sat())))
+        })
+    }
+
+    fn transaction_in_block(
+        &self,
+        txid: Txid,
+        hint: BlockHash,
+    ) -> ChainFuture<'_, Option<TxStatus>> {
+        Box::pin(async move {
+            match self
+                .call::<RawTxVerbose>("getrawtransaction", json!([txid, true, hint]))
+                .await
+            {
+                Ok(r) => {
+                    let tx = deserialize_hex(&r.hex)
+                        .map_err(|e| ChainError::Unavailable(e.to_string()))?;
+                    // Core reports `in_active_chain`; a hint on a stale
+                    // branch means "not confirmed" for the caller.
+                    if r.in_active_chain == Some(false) {
+                        return Ok(None);
+                    }
+                    Ok(Some(TxStatus {
+                        tx,
+                        confirmations: r.confirmations.unwrap_or(0),
+                        block_hash: r.blockhash.or(Some(hint)),
+                    }))
+                }
+                Err(RpcError::Rpc {
+                    code: codes::RPC_INVALID_ADDRESS_OR_KEY,
+                    ..
+                }) => Ok(None),
+                Err(e) => Err(to_chain(e)),
+            }
         })
     }
 

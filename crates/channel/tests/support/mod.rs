@@ -9,7 +9,9 @@ use std::collections::{HashMap, VecDeque};
 use bitcoin::absolute::LockTime;
 use bitcoin::{Amount, OutPoint, Sequence, Transaction, TxOut, Txid};
 use channel::tx::{p2wpkh, sweep_tx, SweepInput, SweepWitness};
-use channel::{Action, AnchorRole, Channel, ChannelConfig, ChannelSecrets, Event, State};
+use channel::{
+    Action, AnchorRole, Channel, ChannelConfig, ChannelSecrets, Event, RevokedCommitment, State,
+};
 use secp256k1::{PublicKey, Secp256k1, SecretKey};
 use wire::Packet;
 
@@ -123,6 +125,8 @@ pub struct Node {
     pub events: Vec<Event>,
     pub persists: usize,
     pub watched: Vec<OutPoint>,
+    /// What the node would store from `Action::Archive`, by commitment number.
+    pub archive: HashMap<u64, RevokedCommitment>,
 }
 
 impl Node {
@@ -135,10 +139,20 @@ impl Node {
             events: vec![],
             persists: 0,
             watched: vec![],
+            archive: HashMap::new(),
         }
     }
 
+    /// Tells the channel about an anchor spend, with the archived record the node would
+    /// look up by the commitment number the transaction encodes.
+    pub fn spend_seen(&mut self, tx: &Transaction) -> Vec<Action> {
+        let revoked =
+            channel::tx::commitment_number(tx).and_then(|n| self.archive.get(&n).cloned());
+        self.ch.spend_seen(tx, revoked.as_ref()).unwrap()
+    }
+
     pub fn absorb(&mut self, actions: Vec<Action>) {
+        assert_persist_before_secrets(&actions);
         for a in actions {
             match a {
                 Action::Send(p) => self.outbox.push_back(p),
@@ -150,8 +164,46 @@ impl Node {
                 } => self.later.push((tx, csv_blocks, lock_time)),
                 Action::WatchOutput(op) => self.watched.push(op),
                 Action::Persist => self.persists += 1,
+                Action::Archive(r) => {
+                    self.archive.insert(r.commitment_number, r);
+                }
                 Action::Notify(e) => self.events.push(e),
             }
+        }
+    }
+}
+
+/// Whether `p` gives away a signature or a revocation preimage.
+pub fn gives_away_secret(p: &Packet) -> bool {
+    matches!(
+        p,
+        Packet::OpenAnchor(_)
+            | Packet::OpenCommitSig(_)
+            | Packet::UpdateAccept(_)
+            | Packet::UpdateSignature(_)
+            | Packet::UpdateComplete(_)
+            | Packet::Close(_)
+            | Packet::CloseComplete(_)
+    )
+}
+
+/// The `Action::Persist` guarantee: no signature or preimage leaves before a persist,
+/// and every archived record is handed over before the persist that drops it.
+pub fn assert_persist_before_secrets(actions: &[Action]) {
+    let mut persisted = false;
+    for (i, a) in actions.iter().enumerate() {
+        match a {
+            Action::Persist => persisted = true,
+            Action::Archive(_) => assert!(
+                actions[i..].contains(&Action::Persist),
+                "Archive after the last Persist: {actions:?}"
+            ),
+            Action::Send(p) if gives_away_secret(p) => assert!(
+                persisted,
+                "{} sent before the channel was persisted: {actions:?}",
+                p.name()
+            ),
+            _ => {}
         }
     }
 }
@@ -233,7 +285,7 @@ impl Pair {
         let Some(p) = src.outbox.pop_front() else {
             return false;
         };
-        let before = dst.ch.clone();
+        let before = dst.ch.state();
         match dst.ch.handle_packet(&p, now) {
             Ok(actions) => dst.absorb(actions),
             Err(r) => panic!(
@@ -241,7 +293,7 @@ impl Pair {
                 if from_a { "B" } else { "A" },
                 p.name(),
                 r.error,
-                before.state()
+                before
             ),
         }
         true
@@ -277,7 +329,7 @@ impl Pair {
                     .mine(&tx)
                     .unwrap_or_else(|e| panic!("broadcast tx not minable: {e}\n{tx:#?}"));
                 for w in [true, false] {
-                    let acts = self.node(w).ch.spend_seen(&tx).unwrap();
+                    let acts = self.node(w).spend_seen(&tx);
                     self.node(w).absorb(acts);
                 }
             }

@@ -164,6 +164,8 @@ pub struct NodeProc {
     chain_cookie: PathBuf,
     cheat: bool,
     starts: u32,
+    /// More flags for every start.
+    extra: Vec<String>,
 }
 
 impl Drop for NodeProc {
@@ -186,6 +188,11 @@ impl Drop for NodeProc {
 
 impl NodeProc {
     pub fn start(chain: &DevChainProc, cheat: bool) -> NodeProc {
+        NodeProc::start_with(chain, cheat, &[])
+    }
+
+    /// Like [`NodeProc::start`], with more flags (kept for restarts).
+    pub fn start_with(chain: &DevChainProc, cheat: bool, extra: &[&str]) -> NodeProc {
         let mut node = NodeProc {
             child: None,
             dir: tempfile::tempdir().unwrap(),
@@ -196,6 +203,7 @@ impl NodeProc {
             chain_cookie: chain.cookie.clone(),
             cheat,
             starts: 0,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         // A port picked as free may be taken by the time the node binds it: try other ports.
         for _ in 0..5 {
@@ -234,6 +242,7 @@ impl NodeProc {
         if self.cheat {
             cmd.arg("--dev-allow-cheat");
         }
+        cmd.args(&self.extra);
         let mut child = cmd.spawn().unwrap();
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
@@ -292,6 +301,64 @@ impl NodeProc {
         } else {
             Err(String::from_utf8_lossy(&out.stderr).into_owned())
         }
+    }
+
+    /// A control call that must answer within `secs`: Some(result or error line), None if it
+    /// did not (the process is killed).
+    pub fn cli_within(&self, args: &[&str], secs: u64) -> Option<Result<Value, String>> {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_potluck"))
+            .args([
+                "cli",
+                "--rpc",
+                &format!("http://{}/", self.rpc),
+                "--data-dir",
+            ])
+            .arg(self.dir.path())
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if child.try_wait().unwrap().is_some() {
+                let out = child.wait_with_output().unwrap();
+                return Some(if out.status.success() {
+                    Ok(serde_json::from_slice(&out.stdout).unwrap())
+                } else {
+                    Err(String::from_utf8_lossy(&out.stderr).into_owned())
+                });
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The channel with `peer` (the newest one), or Null.
+    pub fn channel_with(&self, peer: &str) -> Value {
+        let v = self.cli(&["listchannels"]);
+        v["channels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|c| c["peer_id"] == peer)
+            .cloned()
+            .unwrap_or(Value::Null)
+    }
+
+    /// Whether a session with `peer` is up.
+    pub fn connected_to(&self, peer: &str) -> bool {
+        let v = self.cli(&["listpeers"]);
+        v["peers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["node_id"] == peer && p["connected"] == true)
     }
 
     pub fn log_tail(&self) -> String {

@@ -1,4 +1,4 @@
-//! Black-box test support: starts the real `potluck serve` binary on a free port against a fresh SQLite or PostgreSQL database, and a minimal HTTP/1.1 client.
+//! Black-box test support for the serve tests: starts the real `potluck serve` binary on port 0 (it reports the ports it got) against a fresh SQLite or PostgreSQL database, or the service in this process (`spawn_app`) for fast HTTP tests, and a minimal HTTP/1.1 client.
 
 #![allow(dead_code)]
 
@@ -11,15 +11,6 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
-
-/// A loopback port nobody listens on right now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// Which database a server runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,9 +175,28 @@ impl Env {
             .trim()
             .parse()
             .unwrap();
+        // With the development chain's RPC enabled, its bound address (port 0
+        // is the OS's choice) is the second line.
+        let rpc_addr = if extra.contains(&"--dev-chain-rpc-bind") {
+            let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+                .await
+                .expect("server printed its chain RPC address")
+                .unwrap()
+                .unwrap_or_default();
+            line.rsplit("http://")
+                .next()
+                .and_then(|a| a.trim().parse().ok())
+        } else {
+            None
+        };
         // Keep draining stdout so the child never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Server { child, addr, log }
+        Server {
+            child,
+            addr,
+            rpc_addr,
+            log,
+        }
     }
 
     pub async fn cleanup(self) {
@@ -197,11 +207,66 @@ impl Env {
     }
 }
 
+/// The service running inside the test process (no binary), on port 0.
+pub struct InProcess {
+    /// The bound address.
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl InProcess {
+    /// GET `path` with `headers`.
+    pub async fn get(&self, path: &str, headers: &[(&str, &str)]) -> Resp {
+        request(self.addr, "GET", path, headers, None).await
+    }
+
+    /// Shuts the service down gracefully and waits for it.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+}
+
+/// Builds the service in this process with `env`'s data directory and
+/// database, cheap Argon2 and the development chain without timed blocks,
+/// bound to port 0: for HTTP tests that need no separate process.
+pub async fn spawn_app(env: &Env) -> InProcess {
+    let mut config = potluck_rounds::Config::new(env.data_dir.clone());
+    config.bind = "127.0.0.1:0".parse().unwrap();
+    config.database_url = Some(env.database_url());
+    config.admin_token = Some(ADMIN.to_string());
+    config.hash_params = potluck_rounds::security::password::HashParams {
+        memory_kib: 64,
+        iterations: 1,
+        parallelism: 1,
+    };
+    config.chain = potluck_rounds::ChainSource::Dev {
+        block_interval: None,
+        rpc_bind: None,
+    };
+    let app = potluck_rounds::Application::build(config).await.unwrap();
+    let addr = app.local_addr();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(app.run_until_stopped(async move {
+        let _ = stopped.await;
+    }));
+    InProcess {
+        addr,
+        stop: Some(stop),
+        task,
+    }
+}
+
 /// A running server process.
 pub struct Server {
     pub child: Child,
     pub addr: SocketAddr,
     pub log: PathBuf,
+    /// The development chain's RPC address, when started with `--dev-chain-rpc-bind`.
+    pub rpc_addr: Option<SocketAddr>,
 }
 
 impl Server {

@@ -1,0 +1,52 @@
+//! CPU cost of one completed update, less sensitive to a loaded machine than
+//! wall time: run under `perf stat -e task-clock` twice, with 0 and with N updates, and divide
+//! the difference by N (docs/benchmarks.md). Arguments: `fresh|history N [H]`;
+//! `history` first offers and fulfils H HTLCs (default 2,000).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    // `cargo bench` passes `--bench`: run a short smoke pass then.
+    let (mode, n) = match (args.get(1).map(String::as_str), args.get(2)) {
+        (Some(m @ ("fresh" | "history")), Some(n)) => (m.to_owned(), n.parse().unwrap_or(0)),
+        _ => ("fresh".to_owned(), 10),
+    };
+    let history: u32 = args.get(3).and_then(|h| h.parse().ok()).unwrap_or(2_000);
+    let mut p = support::Pair::new(true, channel::ChannelConfig::default());
+    p.open();
+    let acts = p.a.ch.pay(4_000_000_000).unwrap();
+    p.a.absorb(acts);
+    p.run();
+    if mode == "history" {
+        for i in 0..history {
+            let mut r = [0u8; 32];
+            r[..4].copy_from_slice(&i.to_le_bytes());
+            let r = wire::Preimage(r);
+            let expiry = wire::Locktime::Blocks(p.chain.height + 200);
+            let now = p.now;
+            // Alternate the direction so that neither side runs dry.
+            let a_offers = i % 2 == 0;
+            let acts = p
+                .node(a_offers)
+                .ch
+                .add_htlc(1_000_000, r.hash(), expiry, now)
+                .unwrap();
+            p.node(a_offers).absorb(acts);
+            p.run();
+            let acts = p.node(!a_offers).ch.fulfill_htlc(r).unwrap();
+            p.node(!a_offers).absorb(acts);
+            p.run();
+        }
+    }
+    let mut from_a = true;
+    for _ in 0..n {
+        let acts = p.node(from_a).ch.pay(1_000).unwrap();
+        p.node(from_a).absorb(acts);
+        p.run();
+        from_a = !from_a;
+    }
+    p.assert_agree();
+    println!("{mode} {n} updates");
+}

@@ -1,0 +1,407 @@
+//! On-chain resolution of a channel: recognising which transaction spent the
+//! anchor, and the claims that follow (our delayed outputs, HTLCs with R or
+//! after expiry, and the penalty on a revoked commitment).
+
+use bitcoin::absolute::LockTime;
+use bitcoin::{OutPoint, ScriptBuf, Sequence, Transaction};
+use wire::Preimage;
+
+use super::{
+    delay_blocks_equivalent, Action, Channel, CommandError, Ctx, Established, Event, Resolution,
+    RevokedCommitment, Stage, Step,
+};
+use crate::funding::{Htlc, Who};
+use crate::script::{cltv_value, htlc_offered_script, htlc_received_script, revocable_script};
+use crate::tx::{
+    commitment_number, p2wpkh, sweep_tx, Commitment, OutputKind, SweepInput, SweepWitness,
+};
+
+/// A broken internal invariant in an owner command or chain event.
+fn invariant(what: &'static str) -> CommandError {
+    debug_assert!(false, "channel invariant broken: {what}");
+    CommandError::Invariant(what)
+}
+
+impl Channel {
+    /// Broadcasts our latest commitment transaction (unilateral close).
+    ///
+    /// # Errors
+    /// No signed commitment yet.
+    pub fn force_close(&mut self) -> Result<Vec<Action>, CommandError> {
+        let state = self.state();
+        let (ctx, stage) = self.split();
+        let Stage::Established(e) = stage else {
+            return Err(CommandError::WrongState(state));
+        };
+        let tx = e.signed_commitment(&ctx)?;
+        let mut next = (**e).clone();
+        let mut actions = vec![Action::Broadcast(tx.clone())];
+        actions.extend(next.on_commitment_seen(&ctx, &tx, None)?);
+        **e = next;
+        Ok(actions)
+    }
+
+    /// A transaction spending the anchor was seen on chain.
+    ///
+    /// Ours: claims follow. Theirs, current: we sweep what is ours. Theirs,
+    /// revoked: a penalty transaction takes every output. The close: done.
+    ///
+    /// `revoked`: the [`RevokedCommitment`] archived under the number that `tx`
+    /// encodes ([`crate::tx::commitment_number`]), if the node has one; without it a
+    /// penalty takes every output except the HTLCs.
+    ///
+    /// # Errors
+    /// A claim could not be built.
+    pub fn spend_seen(
+        &mut self,
+        tx: &Transaction,
+        revoked: Option<&RevokedCommitment>,
+    ) -> Result<Vec<Action>, CommandError> {
+        let (ctx, stage) = self.split();
+        let Stage::Established(e) = stage else {
+            return Ok(Vec::new());
+        };
+        if !tx
+            .input
+            .iter()
+            .any(|i| i.previous_output == e.anchor.outpoint)
+        {
+            return Ok(Vec::new());
+        }
+        let mut next = (**e).clone();
+        let actions = next.on_commitment_seen(&ctx, tx, revoked)?;
+        **e = next;
+        Ok(actions)
+    }
+
+    /// After a unilateral close, claims the HTLC output locked to `r`'s hash with R.
+    pub(super) fn claim_with_r(&mut self, r: Preimage) -> Result<Vec<Action>, CommandError> {
+        let state = self.state();
+        let (ctx, stage) = self.split();
+        let Stage::Established(e) = stage else {
+            return Err(CommandError::WrongState(state));
+        };
+        let Step::OnChain(Resolution::Commitment { owner, commitment }) = &e.step else {
+            return Err(CommandError::WrongState(state));
+        };
+        let (owner, commitment) = (*owner, commitment.clone());
+        let mut next = (**e).clone();
+        next.remember_r(r);
+        let all = match owner {
+            Who::Us => next.claim_own(&ctx, &commitment)?,
+            Who::Them => next.claim_from_theirs(&ctx, &commitment)?,
+        };
+        // Only the claims that spend an HTLC output with this R.
+        let h = r.hash();
+        let wanted: Vec<u32> = commitment
+            .outputs
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| match (owner, o.kind) {
+                (Who::Us, OutputKind::HtlcReceived(x))
+                | (Who::Them, OutputKind::HtlcOffered(x)) => x.r_hash == h,
+                _ => false,
+            })
+            .map(|(i, _)| i as u32)
+            .collect();
+        if wanted.is_empty() {
+            return Err(CommandError::UnknownPreimage);
+        }
+        let actions = all
+            .into_iter()
+            .filter(|a| {
+                let tx = match a {
+                    Action::Broadcast(tx) | Action::BroadcastLater { tx, .. } => tx,
+                    _ => return false,
+                };
+                tx.input
+                    .iter()
+                    .any(|i| wanted.contains(&i.previous_output.vout))
+            })
+            .collect();
+        **e = next;
+        Ok(actions)
+    }
+}
+
+impl Established {
+    pub(super) fn on_commitment_seen(
+        &mut self,
+        ctx: &Ctx,
+        tx: &Transaction,
+        revoked: Option<&RevokedCommitment>,
+    ) -> Result<Vec<Action>, CommandError> {
+        let txid = tx.compute_txid();
+        if let Step::OnChain(Resolution::Commitment { commitment, .. }) = &self.step {
+            if commitment.tx.compute_txid() == txid {
+                // Already handled (we broadcast it ourselves, or saw it before).
+                return Ok(Vec::new());
+            }
+        }
+        // Closing transaction?
+        if tx.lock_time == LockTime::ZERO && commitment_number(tx).is_none() {
+            self.step = Step::Closed;
+            return Ok(vec![Action::Persist, Action::Notify(Event::Closed(txid))]);
+        }
+        let ours = self.our_commitment(ctx, &self.cstate, self.num)?;
+        if ours.tx.compute_txid() == txid {
+            let claims = self.claim_own(ctx, &ours)?;
+            self.step = Step::OnChain(Resolution::Commitment {
+                owner: Who::Us,
+                commitment: ours,
+            });
+            let mut a = vec![
+                Action::Persist,
+                Action::Notify(Event::OnChain {
+                    txid,
+                    owner: Who::Us,
+                }),
+            ];
+            a.extend(claims);
+            return Ok(a);
+        }
+        // Every commitment of theirs we signed and they have not revoked.
+        let mut candidates = vec![(self.cstate.clone(), self.their_rev, self.num)];
+        match &self.step {
+            Step::WaitComplete(s) => {
+                let n = self
+                    .num
+                    .checked_sub(1)
+                    .ok_or_else(|| invariant("WaitComplete follows an update: num ≥ 1"))?;
+                candidates.push((s.their_prev.clone(), s.their_prev_rev, n));
+            }
+            // We signed their next commitment in `update_accept`.
+            Step::WaitSignature(a) => {
+                candidates.push((a.next.clone(), a.their_next_rev, self.num + 1));
+            }
+            _ => {}
+        }
+        for (c, rev, n) in candidates {
+            let theirs = self.their_commitment(ctx, &c, n, &rev)?;
+            if theirs.tx.compute_txid() == txid {
+                let claims = self.claim_from_theirs(ctx, &theirs)?;
+                self.step = Step::OnChain(Resolution::Commitment {
+                    owner: Who::Them,
+                    commitment: theirs,
+                });
+                let mut a = vec![
+                    Action::Persist,
+                    Action::Notify(Event::OnChain {
+                        txid,
+                        owner: Who::Them,
+                    }),
+                ];
+                a.extend(claims);
+                return Ok(a);
+            }
+        }
+        // A revoked commitment of theirs?
+        if let Some(n) = commitment_number(tx) {
+            if let Some(pre) = self.their_secrets.get(n) {
+                let htlcs = revoked
+                    .filter(|r| r.commitment_number == n)
+                    .map_or(&[][..], |r| &r.htlcs[..]);
+                let penalty = self.penalty(ctx, tx, &pre, htlcs)?;
+                self.step = Step::OnChain(Resolution::Penalty {
+                    commitment_number: n,
+                });
+                return Ok(vec![
+                    Action::Persist,
+                    Action::Broadcast(penalty),
+                    Action::Notify(Event::CheatDetected {
+                        commitment_number: n,
+                    }),
+                ]);
+            }
+        }
+        // Only transactions we signed can spend the anchor, and we watch every one of
+        // them: this is lost state or a bug, and the operator must look at once.
+        Ok(vec![Action::Notify(Event::AnchorSpentUnrecognised {
+            txid,
+        })])
+    }
+
+    /// Every output of their revoked commitment `tx`, to our final key.
+    fn penalty(
+        &self,
+        ctx: &Ctx,
+        tx: &Transaction,
+        pre: &Preimage,
+        htlcs: &[Htlc],
+    ) -> Result<Transaction, CommandError> {
+        let their_final = self.terms.their_final;
+        let rev = pre.hash();
+        let delay = self.terms.our_delay_csv;
+        let txid = tx.compute_txid();
+        let mut candidates: Vec<ScriptBuf> =
+            vec![revocable_script(&rev, &ctx.our_final, delay, &their_final)];
+        for h in htlcs {
+            let Ok(e) = cltv_value(h.expiry) else {
+                continue;
+            };
+            candidates.push(htlc_offered_script(
+                &their_final,
+                &ctx.our_final,
+                e,
+                delay,
+                &rev,
+                &h.r_hash,
+            ));
+            candidates.push(htlc_received_script(
+                &their_final,
+                &ctx.our_final,
+                e,
+                delay,
+                &rev,
+                &h.r_hash,
+            ));
+        }
+        let ours_p2wpkh = p2wpkh(&ctx.our_final);
+        let mut inputs = Vec::new();
+        for (vout, out) in tx.output.iter().enumerate() {
+            let outpoint = OutPoint {
+                txid,
+                vout: vout as u32,
+            };
+            let witness = if out.script_pubkey == ours_p2wpkh {
+                SweepWitness::P2wpkh
+            } else if let Some(s) = candidates
+                .iter()
+                .find(|s| s.to_p2wsh() == out.script_pubkey)
+            {
+                SweepWitness::Script {
+                    witness_script: s.clone(),
+                    secret: pre.0.to_vec(),
+                }
+            } else {
+                continue;
+            };
+            inputs.push(SweepInput {
+                outpoint,
+                value: out.value,
+                witness,
+                sequence: Sequence::ENABLE_LOCKTIME_NO_RBF,
+                key: ctx.secrets.final_key,
+            });
+        }
+        let fee = ctx.sweep_fee(&inputs);
+        Ok(sweep_tx(
+            &inputs,
+            p2wpkh(&ctx.our_final),
+            fee,
+            LockTime::ZERO,
+        )?)
+    }
+
+    /// Claims from our own commitment on chain: every output of ours, after our delay.
+    fn claim_own(&self, ctx: &Ctx, c: &Commitment) -> Result<Vec<Action>, CommandError> {
+        let their_delay_csv = self.terms.their_delay_csv;
+        let txid = c.tx.compute_txid();
+        let mut actions = Vec::new();
+        for (vout, o) in c.outputs.iter().enumerate() {
+            let (secret, lock) = match o.kind {
+                OutputKind::ToOwner => (Vec::new(), 0),
+                OutputKind::HtlcOffered(h) => (
+                    Vec::new(),
+                    // The commitment's script was built from this expiry, so it encodes.
+                    cltv_value(h.expiry).map_err(|_| invariant("HTLC expiry encodable"))?,
+                ),
+                OutputKind::HtlcReceived(h) => {
+                    match self.known_r.iter().find(|r| r.hash() == h.r_hash) {
+                        Some(r) => (r.0.to_vec(), 0),
+                        None => continue,
+                    }
+                }
+                OutputKind::ToOther => continue,
+            };
+            let input = SweepInput {
+                outpoint: OutPoint {
+                    txid,
+                    vout: vout as u32,
+                },
+                value: o.value,
+                witness: SweepWitness::Script {
+                    witness_script: o.witness_script.clone(),
+                    secret,
+                },
+                sequence: Sequence::from_consensus(their_delay_csv),
+                key: ctx.secrets.final_key,
+            };
+            let fee = ctx.sweep_fee(std::slice::from_ref(&input));
+            let tx = sweep_tx(
+                &[input],
+                p2wpkh(&ctx.our_final),
+                fee,
+                LockTime::from_consensus(lock),
+            )?;
+            actions.push(Action::BroadcastLater {
+                tx,
+                csv_blocks: delay_blocks_equivalent(their_delay_csv),
+                lock_time: lock,
+            });
+        }
+        Ok(actions)
+    }
+
+    /// Claims from their valid commitment on chain: our direct output, their HTLCs
+    /// with R, our HTLCs after expiry.
+    fn claim_from_theirs(&self, ctx: &Ctx, c: &Commitment) -> Result<Vec<Action>, CommandError> {
+        let txid = c.tx.compute_txid();
+        let mut actions = Vec::new();
+        for (vout, o) in c.outputs.iter().enumerate() {
+            let outpoint = OutPoint {
+                txid,
+                vout: vout as u32,
+            };
+            let (witness, lock) = match o.kind {
+                OutputKind::ToOther => (SweepWitness::P2wpkh, 0),
+                // Their offered HTLC: ours with R.
+                OutputKind::HtlcOffered(h) => {
+                    match self.known_r.iter().find(|r| r.hash() == h.r_hash) {
+                        Some(r) => (
+                            SweepWitness::Script {
+                                witness_script: o.witness_script.clone(),
+                                secret: r.0.to_vec(),
+                            },
+                            0,
+                        ),
+                        None => continue,
+                    }
+                }
+                // Our offered HTLC on their commitment: refund after expiry.
+                OutputKind::HtlcReceived(h) => (
+                    SweepWitness::Script {
+                        witness_script: o.witness_script.clone(),
+                        secret: Vec::new(),
+                    },
+                    cltv_value(h.expiry).map_err(|_| invariant("HTLC expiry encodable"))?,
+                ),
+                OutputKind::ToOwner => continue,
+            };
+            let input = SweepInput {
+                outpoint,
+                value: o.value,
+                witness,
+                sequence: Sequence::ENABLE_LOCKTIME_NO_RBF,
+                key: ctx.secrets.final_key,
+            };
+            let fee = ctx.sweep_fee(std::slice::from_ref(&input));
+            let tx = sweep_tx(
+                &[input],
+                p2wpkh(&ctx.our_final),
+                fee,
+                LockTime::from_consensus(lock),
+            )?;
+            if lock == 0 {
+                actions.push(Action::Broadcast(tx));
+            } else {
+                actions.push(Action::BroadcastLater {
+                    tx,
+                    csv_blocks: 0,
+                    lock_time: lock,
+                });
+            }
+        }
+        Ok(actions)
+    }
+}

@@ -1,0 +1,103 @@
+//! Deadlines in any state (issue 13, must-have 3, channel part): the machine says
+//! when an HTLC forces the channel on chain, whether an update is in flight or not.
+
+mod support;
+
+use channel::{ChannelConfig, State};
+use support::Pair;
+use wire::{Locktime, Preimage};
+
+fn r(n: u8) -> Preimage {
+    Preimage([n; 32])
+}
+
+fn live() -> Pair {
+    let cfg = ChannelConfig {
+        delay: Locktime::Blocks(20),
+        ..Default::default()
+    };
+    let mut p = Pair::new(true, cfg);
+    p.open();
+    let acts = p.a.ch.pay(2_000_000_000).unwrap();
+    p.a.absorb(acts);
+    p.run();
+    p.advance(1);
+    p
+}
+
+#[test]
+fn expired_offered_htlc_is_due_in_any_state_after_the_grace_blocks() {
+    let mut p = live();
+    let expiry = p.chain.height + 30;
+    let acts =
+        p.a.ch
+            .add_htlc(100_000_000, r(1).hash(), Locktime::Blocks(expiry), p.now)
+            .unwrap();
+    p.a.absorb(acts);
+    p.run();
+    // A starts another update that the peer never answers: A is stuck in WaitAccept.
+    let acts = p.a.ch.pay(1_000).unwrap();
+    p.a.absorb(acts);
+    p.a.outbox.clear();
+    assert_eq!(p.a.ch.state(), State::WaitAccept);
+    // Not due before expiry + 6.
+    p.advance(expiry + 5 - p.chain.height);
+    assert!(p.a.ch.deadlines(p.now).is_empty());
+    p.advance(1);
+    let d = p.a.ch.deadlines(p.now);
+    assert_eq!(d.refund.len(), 1);
+    assert_eq!(d.refund[0].r_hash, r(1).hash());
+    assert!(d.claim.is_empty());
+    // The node closes on chain: the refund is scheduled for after the expiry.
+    let acts = p.a.ch.force_close().unwrap();
+    p.a.absorb(acts);
+    assert_eq!(p.a.ch.state(), State::OnChain);
+    assert!(p.a.later.iter().any(|(_, _, lock)| *lock == expiry));
+    assert!(p.a.ch.deadlines(p.now).is_empty());
+}
+
+#[test]
+fn incoming_htlc_with_known_r_is_due_before_expiry_when_the_peer_stalls() {
+    let mut p = live();
+    // B offers A an HTLC; A claims with R under B's delay (20) + margin: expiry h + 40.
+    let expiry = p.chain.height + 40;
+    let acts =
+        p.b.ch
+            .add_htlc(100_000_000, r(2).hash(), Locktime::Blocks(expiry), p.now)
+            .unwrap();
+    p.b.absorb(acts);
+    p.run();
+    assert!(
+        p.a.ch.deadlines(p.now).is_empty(),
+        "R unknown: nothing to claim"
+    );
+    // A fulfils; B takes the proposal and stalls (never accepts).
+    let acts = p.a.ch.fulfill_htlc(r(2)).unwrap();
+    p.a.absorb(acts);
+    p.a.outbox.clear();
+    assert_eq!(p.a.ch.state(), State::WaitAccept);
+    // Due when the expiry is within the claim delay (20) plus half the margin (3).
+    p.advance(expiry - 24 - p.chain.height);
+    assert!(p.a.ch.deadlines(p.now).is_empty());
+    p.advance(1);
+    let d = p.a.ch.deadlines(p.now);
+    assert_eq!(d.claim.len(), 1);
+    assert!(d.refund.is_empty());
+    // Closing on chain now claims it with R after the delay, before the expiry.
+    let acts = p.a.ch.force_close().unwrap();
+    p.a.absorb(acts);
+    let commitment = p.chain.mined.len();
+    let tx = p.a.ch.signed_commitment().unwrap();
+    p.chain.mine(&tx).unwrap();
+    assert_eq!(p.chain.mined.len(), commitment + 1);
+    let (claim, csv, lock) =
+        p.a.later
+            .iter()
+            .find(|(t, _, _)| (99_000..100_000).contains(&t.output[0].value.to_sat()))
+            .cloned()
+            .expect("claim with R scheduled");
+    assert_eq!((csv, lock), (20, 0));
+    p.advance(20);
+    assert!(p.chain.height < expiry);
+    p.chain.mine(&claim).unwrap();
+}

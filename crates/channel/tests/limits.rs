@@ -1,0 +1,245 @@
+//! Limits a peer cannot push us past (issue 13, must-have 6): HTLCs in flight
+//! per direction, dust HTLCs, HTLC expiries that leave no room for our claim,
+//! and the close fee.
+
+mod support;
+
+use bitcoin::Amount;
+use bitcoin_hashes::Hash;
+use channel::tx::{close_tx, sign_anchor_spend};
+use channel::{Action, ChannelConfig, ChannelError, CommandError, Event, State};
+use secp256k1::{PublicKey, Secp256k1};
+use support::{secrets, Pair, ANCHOR_SAT};
+use wire::{
+    CloseChannel, DeclineReason, Locktime, Packet, Sha256, UpdateAddHtlc, UpdateDeclineHtlc,
+};
+
+fn live(cfg: ChannelConfig) -> Pair {
+    let mut p = Pair::new(true, cfg);
+    p.open();
+    let acts = p.a.ch.pay(4_000_000_000).unwrap();
+    p.a.absorb(acts);
+    p.run();
+    // Both channels at the harness's height, so that expiries mean the same to all.
+    p.advance(1);
+    p
+}
+
+fn add_packet(amount_msat: u32, n: u32, expiry: u32) -> Packet {
+    Packet::UpdateAddHtlc(UpdateAddHtlc {
+        revocation_hash: Sha256::hash(b"next"),
+        amount_msat,
+        r_hash: Sha256::hash(&n.to_le_bytes()),
+        expiry: Locktime::Blocks(expiry),
+    })
+}
+
+/// `pkt` from B is declined with `cannot_route` and leaves A unchanged.
+fn assert_declined_cannot_route(p: &mut Pair, pkt: &Packet) {
+    let before = p.a.ch.clone();
+    let acts = p.a.ch.handle_packet(pkt, p.now).unwrap();
+    assert_eq!(p.a.ch, before, "a declined HTLC leaves no trace");
+    assert_eq!(
+        acts,
+        [Action::Send(Packet::UpdateDeclineHtlc(UpdateDeclineHtlc {
+            reason: Some(DeclineReason::CannotRoute(true)),
+        }))]
+    );
+}
+
+#[test]
+fn htlc_below_dust_is_declined() {
+    let mut p = live(ChannelConfig::default());
+    let expiry = p.chain.height + 200;
+    assert_declined_cannot_route(&mut p, &add_packet(545_999, 1, expiry));
+    assert_eq!(
+        p.b.ch
+            .add_htlc(545_999, Sha256::hash(b"d"), Locktime::Blocks(expiry), p.now),
+        Err(CommandError::BelowDust(545_999))
+    );
+    // At the dust limit it goes through.
+    let acts =
+        p.b.ch
+            .add_htlc(546_000, Sha256::hash(b"d"), Locktime::Blocks(expiry), p.now)
+            .unwrap();
+    p.b.absorb(acts);
+    p.run();
+    assert_eq!(p.a.ch.balances().unwrap().theirs.htlcs.len(), 1);
+}
+
+#[test]
+fn htlc_expiry_without_room_for_our_claim_is_declined() {
+    let cfg = ChannelConfig {
+        delay: Locktime::Blocks(20),
+        htlc_claim_margin_blocks: 6,
+        ..Default::default()
+    };
+    let mut p = live(cfg);
+    let h = p.chain.height;
+    // A claims with R under B's delay on A (20 blocks), plus its margin of 6.
+    assert_declined_cannot_route(&mut p, &add_packet(1_000_000, 1, h + 25));
+    assert_eq!(
+        p.b.ch.add_htlc(
+            1_000_000,
+            Sha256::hash(b"e"),
+            Locktime::Blocks(h + 25),
+            p.now
+        ),
+        Err(CommandError::BadExpiry(Locktime::Blocks(h + 25)))
+    );
+    let acts =
+        p.b.ch
+            .add_htlc(
+                1_000_000,
+                Sha256::hash(b"e"),
+                Locktime::Blocks(h + 26),
+                p.now,
+            )
+            .unwrap();
+    p.b.absorb(acts);
+    p.run();
+    assert_eq!(p.a.ch.balances().unwrap().theirs.htlcs.len(), 1);
+}
+
+#[test]
+fn htlcs_in_flight_are_capped_and_every_commitment_and_penalty_stays_far_below_standard() {
+    let cfg = ChannelConfig::default();
+    let max = usize::from(cfg.max_htlcs_in_flight);
+    let mut p = live(cfg);
+    let expiry = p.chain.height + 200;
+    for i in 0..max as u32 {
+        for from_a in [true, false] {
+            let tag = if from_a { i } else { i + 100_000 };
+            let now = p.now;
+            let acts = p
+                .node(from_a)
+                .ch
+                .add_htlc(
+                    1_000_000,
+                    Sha256::hash(&tag.to_le_bytes()),
+                    Locktime::Blocks(expiry),
+                    now,
+                )
+                .unwrap();
+            p.node(from_a).absorb(acts);
+            p.run();
+        }
+    }
+    p.assert_agree();
+    // One more from the peer: declined; from us: refused.
+    assert_declined_cannot_route(&mut p, &add_packet(1_000_000, 999_999, expiry));
+    assert_eq!(
+        p.a.ch.add_htlc(
+            1_000_000,
+            Sha256::hash(b"x"),
+            Locktime::Blocks(expiry),
+            p.now
+        ),
+        Err(CommandError::TooManyHtlcs(max as u16))
+    );
+    // The fullest commitment: 2 + 2 × max outputs, far below 400,000 WU (standardness).
+    let full = p.a.ch.signed_commitment().unwrap();
+    assert_eq!(full.output.len(), 2 + 2 * max);
+    let w = full.weight().to_wu();
+    assert!(w < 100_000, "commitment weight {w}");
+    // Revoke it and cheat with it: the single penalty spending every output stays standard too.
+    let acts = p.a.ch.pay(1_000_000).unwrap();
+    p.a.absorb(acts);
+    p.run();
+    p.chain.mine(&full).unwrap();
+    let acts = p.b.spend_seen(&full);
+    p.b.absorb(acts);
+    let penalty = p.b.broadcast.pop().expect("penalty");
+    assert_eq!(penalty.input.len(), full.output.len());
+    let w = penalty.weight().to_wu();
+    assert!(w < 200_000, "penalty weight {w}");
+    p.chain.mine(&penalty).unwrap();
+}
+
+#[test]
+fn close_fee_below_relay_minimum_or_above_our_share_is_refused() {
+    let mut p = live(ChannelConfig::default());
+    let secp = Secp256k1::new();
+    let a_final = PublicKey::from_secret_key(&secp, &secrets(1).final_key);
+    let b_final = PublicKey::from_secret_key(&secp, &secrets(2).final_key);
+    let a_commit = PublicKey::from_secret_key(&secp, &secrets(1).commit_key);
+    let b_commit = PublicKey::from_secret_key(&secp, &secrets(2).commit_key);
+    let script = channel::script::anchor_script(&a_commit, &b_commit);
+    let anchor = p.a.ch.anchor_outpoint().unwrap();
+    // A (the peer here) signs a close with a fee of its choosing, validly.
+    let balances = p.b.ch.balances().unwrap().clone();
+    let signed_close = |fee: u64| {
+        let (b_sat, a_sat) = balances.close_amounts(fee).unwrap();
+        let tx = close_tx(anchor, &a_final, a_sat, &b_final, b_sat);
+        let sig = sign_anchor_spend(
+            &tx,
+            &script,
+            Amount::from_sat(ANCHOR_SAT),
+            &secrets(1).commit_key,
+        );
+        Packet::Close(CloseChannel {
+            sig,
+            close_fee: fee,
+        })
+    };
+    // 100 sat for a ~170 vB close is below the 1 sat/vB relay minimum: it would never confirm.
+    // 6% of the channel is above our 5% share: the peer would burn our money.
+    for fee in [100, ANCHOR_SAT * 6 / 100] {
+        let before = p.b.ch.clone();
+        let err = p.b.ch.handle_packet(&signed_close(fee), p.now).unwrap_err();
+        assert!(
+            matches!(err.error, ChannelError::BadClose(_)),
+            "{fee}: {err}"
+        );
+        assert_eq!(p.b.ch, before);
+    }
+    // A fee in range closes.
+    let acts = p.b.ch.handle_packet(&signed_close(2_000), p.now).unwrap();
+    assert!(acts
+        .iter()
+        .any(|a| matches!(a, Action::Notify(Event::Closed(_)))));
+    // Our own configured close fee is brought into the same range.
+    for (configured, used) in [(100, 172), (1_000_000, ANCHOR_SAT * 5 / 100)] {
+        let mut q = live(ChannelConfig {
+            close_fee_sat: configured,
+            ..Default::default()
+        });
+        let acts = q.a.ch.close().unwrap();
+        assert!(
+            acts.iter().any(|a| matches!(
+                a,
+                Action::Send(Packet::Close(CloseChannel { close_fee, .. })) if *close_fee == used
+            )),
+            "{configured}: {acts:?}"
+        );
+        q.a.absorb(acts);
+        q.run();
+        assert_eq!(q.b.ch.state(), State::Closed, "the peer accepts it");
+    }
+    // A channel so small that 5 % of it is below the relay minimum cannot close cooperatively.
+    let mut tiny = Pair::new(
+        true,
+        ChannelConfig {
+            commitment_fee_sat: 1_000,
+            ..Default::default()
+        },
+    );
+    tiny.a.ch = channel::Channel::new(
+        ChannelConfig {
+            commitment_fee_sat: 1_000,
+            ..Default::default()
+        },
+        secrets(1),
+        channel::AnchorRole::Fund { anchor_sat: 2_000 },
+    );
+    tiny.open();
+    assert!(matches!(
+        tiny.a.ch.close(),
+        Err(CommandError::BadCloseFee {
+            min_sat: 140,
+            max_sat: 100,
+            ..
+        })
+    ));
+    assert_eq!(tiny.a.ch.state(), State::Normal);
+}

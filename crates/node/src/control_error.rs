@@ -1,0 +1,164 @@
+//! Why an owner's call (control API) on peers, channels or the wallet failed, and the
+//! JSON-RPC error code each kind answers with (listed in docs/node.md).
+
+use secp256k1::PublicKey;
+
+use crate::store::StoreError;
+
+/// A failed control call; each kind has its own JSON-RPC error code ([`ControlError::code`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum ControlError {
+    /// No session with the peer is up.
+    #[error("not connected to {0}")]
+    NotConnected(PublicKey),
+    /// Dialling a peer failed.
+    #[error("connect to {addr} failed: {reason}")]
+    Connect {
+        /// Where we dialled.
+        addr: std::net::SocketAddr,
+        /// What went wrong (session error, refused, ...).
+        reason: ConnectFailure,
+    },
+    /// The peer has no channel with us.
+    #[error("no channel with {0}")]
+    NoChannel(PublicKey),
+    /// A channel with the peer is open already (one per session in this protocol).
+    #[error("a channel with {0} exists already")]
+    ChannelExists(PublicKey),
+    /// The asked capacity does not cover the commitment fee and a usable balance.
+    #[error("channel too small: {amount_sat} sat; at least {min_sat} sat (commitment fee {fee_sat} sat + {own_sat} sat)")]
+    ChannelTooSmall {
+        /// Asked.
+        amount_sat: u64,
+        /// Smallest accepted.
+        min_sat: u64,
+        /// The commitment fee in it.
+        fee_sat: u64,
+        /// The smallest usable own balance in it.
+        own_sat: u64,
+    },
+    /// The wallet cannot pay for it.
+    #[error("insufficient funds: {asked_sat} sat asked, {spendable_sat} sat spendable in the wallet (confirmed; coinbase outputs after 100 blocks)")]
+    InsufficientFunds {
+        /// Asked.
+        asked_sat: u64,
+        /// Confirmed and mature in the wallet.
+        spendable_sat: u64,
+    },
+    /// The channel's state machine refused the command (wrong state, unaffordable, ...).
+    #[error(transparent)]
+    Refused(#[from] channel::CommandError),
+    /// The peer declined our proposal.
+    #[error("{0}")]
+    Declined(String),
+    /// The session dropped before the exchange completed.
+    #[error("{0}")]
+    PeerGone(String),
+    /// The exchange did not complete in time.
+    #[error("timed out waiting for {0}")]
+    Timeout(&'static str),
+    /// The channel closed on chain while the call waited.
+    #[error("the channel closed on chain")]
+    ClosedOnChain,
+    /// The anchor could not be built or signed by the wallet.
+    #[error("cannot fund the anchor: {0}")]
+    Funding(#[from] wallet::SpendError),
+    /// The chain backend failed.
+    #[error("chain: {0}")]
+    Chain(#[from] chain::ChainError),
+    /// The database failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A key could not be derived from the wallet seed.
+    #[error("wallet: {0}")]
+    Wallet(#[from] wallet::WalletError),
+    /// The test-only cheat is not enabled on this node.
+    #[cfg(feature = "test-hooks")]
+    #[error("cheating is disabled (test-only flag --dev-allow-cheat)")]
+    CheatDisabled,
+    /// Something that should not happen (no randomness, an invariant).
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// Why dialling a peer failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum ConnectFailure {
+    /// Every peer slot is taken.
+    #[error("too many peers")]
+    TooManyPeers,
+    /// The address is this node.
+    #[error("that address is this node")]
+    OwnAddress,
+    /// A session with the node at that address is up already (a dial would replace it).
+    #[error("already connected to {0}")]
+    AlreadyConnected(PublicKey),
+    /// The TCP connection or the handshake failed.
+    #[error(transparent)]
+    Session(#[from] session::SessionError),
+}
+
+/// JSON-RPC error codes of the control API: Bitcoin Core's where it has one for the kind,
+/// the rest in a block of their own (-100 and below) so that a client can tell them apart.
+pub(crate) mod codes {
+    /// Core's `RPC_MISC_ERROR`: an internal failure.
+    pub const MISC_ERROR: i64 = -1;
+    /// Core's `RPC_WALLET_ERROR`.
+    pub const WALLET_ERROR: i64 = -4;
+    /// Core's `RPC_WALLET_INSUFFICIENT_FUNDS`.
+    pub const INSUFFICIENT_FUNDS: i64 = -6;
+    /// Core's `RPC_CLIENT_NOT_CONNECTED`.
+    pub const NOT_CONNECTED: i64 = -9;
+    /// Core's `RPC_DATABASE_ERROR`.
+    pub const DATABASE_ERROR: i64 = -20;
+    /// Dialling the peer failed.
+    pub const CONNECT_FAILED: i64 = -101;
+    /// No channel with the peer.
+    pub const NO_CHANNEL: i64 = -102;
+    /// A channel with the peer exists already.
+    pub const CHANNEL_EXISTS: i64 = -103;
+    /// The asked channel is too small.
+    pub const CHANNEL_TOO_SMALL: i64 = -104;
+    /// The channel state machine refused the command.
+    pub const REFUSED: i64 = -105;
+    /// The peer declined.
+    pub const DECLINED: i64 = -106;
+    /// The session dropped mid-exchange.
+    pub const PEER_GONE: i64 = -107;
+    /// The exchange timed out.
+    pub const TIMEOUT: i64 = -108;
+    /// The channel closed on chain.
+    pub const CLOSED_ON_CHAIN: i64 = -109;
+    /// The chain backend failed.
+    pub const CHAIN_ERROR: i64 = -110;
+    /// The test-only cheat is off.
+    #[cfg(feature = "test-hooks")]
+    pub const CHEAT_DISABLED: i64 = -111;
+}
+
+impl ControlError {
+    /// The JSON-RPC error code of this kind.
+    pub(crate) fn code(&self) -> i64 {
+        match self {
+            ControlError::NotConnected(_) => codes::NOT_CONNECTED,
+            ControlError::Connect { .. } => codes::CONNECT_FAILED,
+            ControlError::NoChannel(_) => codes::NO_CHANNEL,
+            ControlError::ChannelExists(_) => codes::CHANNEL_EXISTS,
+            ControlError::ChannelTooSmall { .. } => codes::CHANNEL_TOO_SMALL,
+            ControlError::InsufficientFunds { .. } => codes::INSUFFICIENT_FUNDS,
+            ControlError::Refused(_) => codes::REFUSED,
+            ControlError::Declined(_) => codes::DECLINED,
+            ControlError::PeerGone(_) => codes::PEER_GONE,
+            ControlError::Timeout(_) => codes::TIMEOUT,
+            ControlError::ClosedOnChain => codes::CLOSED_ON_CHAIN,
+            ControlError::Funding(_) | ControlError::Wallet(_) => codes::WALLET_ERROR,
+            ControlError::Chain(_) => codes::CHAIN_ERROR,
+            ControlError::Store(_) => codes::DATABASE_ERROR,
+            #[cfg(feature = "test-hooks")]
+            ControlError::CheatDisabled => codes::CHEAT_DISABLED,
+            ControlError::Internal(_) => codes::MISC_ERROR,
+        }
+    }
+}

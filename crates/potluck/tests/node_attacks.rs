@@ -1,0 +1,667 @@
+//! Attacks on a real `potluck node` over TCP by a scripted peer that lies, floods or
+//! stalls (docs/node.md, "Attacks"): each test is a way a peer could take money or
+//! freeze the node, and checks that it does not.
+
+#[path = "support/peer.rs"]
+mod peer;
+#[path = "support/channels.rs"]
+mod procs;
+
+use std::time::{Duration, Instant};
+
+use peer::{Anchor, ScriptedPeer};
+use procs::{wait_for, DevChainProc, NodeProc};
+use wire::Packet;
+
+const ANCHOR_SAT: u64 = 1_000_000;
+
+/// The node, as acceptor, is sent an anchor that does not back the channel: it must never
+/// say `open_complete` nor list the channel as live, and must tell the peer why and drop it.
+fn bad_anchor_is_refused(how: Anchor) {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start_with(&chain, false, &["--anchor-wait-blocks", "4"]);
+    let mut peer = ScriptedPeer::connect(&node, 40);
+    peer.open_as_funder(&chain, ANCHOR_SAT, how);
+    // Deep enough for any min_depth the node asks for, and past its wait for a missing anchor.
+    for _ in 0..8 {
+        chain.mine(1);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut error = None;
+    while Instant::now() < deadline && error.is_none() {
+        match peer.recv(1) {
+            Ok(Some(Packet::OpenComplete(_))) => {
+                panic!("{how:?}: the node went live on an anchor that does not back the channel")
+            }
+            Ok(Some(Packet::Error(e))) => error = Some(e.problem.unwrap_or_default()),
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    let problem = error.unwrap_or_else(|| {
+        panic!(
+            "{how:?}: no error packet; got {:?}; node log:\n{}",
+            peer.received.iter().map(Packet::name).collect::<Vec<_>>(),
+            node.log_tail()
+        )
+    });
+    assert!(problem.to_lowercase().contains("anchor"), "{problem}");
+    // Never listed as live, not even for a moment later.
+    for _ in 0..5 {
+        let channels = node.cli(&["listchannels"]);
+        for ch in channels["channels"].as_array().unwrap() {
+            let state = ch["state"].as_str().unwrap();
+            assert!(
+                state != "normal" && state != "open_wait_complete",
+                "{how:?}: channel still listed as {state}"
+            );
+        }
+        assert_eq!(node.cli(&["getinfo"])["open_channels"], 0);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn anchor_paying_elsewhere_is_refused() {
+    bad_anchor_is_refused(Anchor::PaysElsewhere);
+}
+
+#[test]
+fn anchor_paying_too_little_is_refused() {
+    bad_anchor_is_refused(Anchor::PaysTooLittle);
+}
+
+#[test]
+fn anchor_that_does_not_exist_is_refused() {
+    bad_anchor_is_refused(Anchor::DoesNotExist);
+}
+
+/// Control: the same scripted peer playing fair gets a live channel (so the refusals above
+/// are about the anchor, not about the script).
+#[test]
+fn honest_scripted_funder_goes_live() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start(&chain, false);
+    let mut peer = ScriptedPeer::connect(&node, 50);
+    peer.open_live(&chain, &node, ANCHOR_SAT);
+    let ch = node.channel();
+    assert_eq!(ch["capacity_sat"], ANCHOR_SAT);
+    wait_for("getinfo counts it", 10, || {
+        (node.cli(&["getinfo"])["open_channels"] == 1).then_some(())
+    });
+}
+
+/// A peer floods packets that each need an answer and never reads: it is disconnected, and
+/// meanwhile the node keeps answering its owner and still punishes a cheater on another
+/// channel (nothing waits on the flooder's queue while holding what others need).
+#[cfg(feature = "test-hooks")]
+#[test]
+fn a_flooding_peer_is_dropped_and_stalls_nobody() {
+    let chain = DevChainProc::start();
+    let victim = NodeProc::start(&chain, false);
+    let cheater = NodeProc::start(&chain, true);
+    // The cheater funds a channel to the victim and pays it twice: it holds revoked states.
+    let addr = cheater.cli(&["newaddr"])["address"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    chain.send(&addr, 2_000_000);
+    chain.mine(1);
+    wait_for("cheater's funds", 60, || {
+        (cheater.funds() == 2_000_000).then_some(())
+    });
+    cheater.cli(&["connect", &victim.listen]);
+    cheater.cli(&["open", &victim.id, "1000000"]);
+    chain.mine(1);
+    wait_for("cheater's channel live", 60, || {
+        (victim.channel_with(&cheater.id)["state"] == "normal"
+            && cheater.channel_state() == "normal")
+            .then_some(())
+    });
+    cheater.cli(&["pay", &victim.id, "100000000"]);
+    cheater.cli(&["pay", &victim.id, "50000000"]);
+
+    let mut flooder = ScriptedPeer::connect(&victim, 60);
+    flooder.open_live(&chain, &victim, ANCHOR_SAT);
+    let flooder_id = flooder.node_id.to_string();
+    // The victim answers every open_complete on a live channel; we never read the answers.
+    let sent = flooder.flood(
+        &Packet::OpenComplete(wire::OpenComplete::default()),
+        Duration::from_secs(60),
+    );
+    eprintln!("flooded {sent} packets");
+    let started = Instant::now();
+    let info = victim.cli_within(&["getinfo"], 5);
+    let took = started.elapsed();
+    assert!(
+        matches!(info, Some(Ok(_))),
+        "getinfo did not answer while a peer floods ({took:?}): {}",
+        victim.log_tail()
+    );
+    assert!(took < Duration::from_secs(1), "getinfo took {took:?}");
+    wait_for("the flooder is disconnected", 30, || {
+        (!victim.connected_to(&flooder_id)).then_some(())
+    });
+
+    // Meanwhile a cheater on another channel is still punished.
+    let cheat = cheater.cli(&["dev-broadcast-revoked", &victim.id]);
+    let revoked = cheat["txid"].as_str().unwrap().to_owned();
+    chain.mine(1);
+    wait_for("penalty in the victim's wallet", 60, || {
+        chain.mine(1);
+        let funds = victim.cli_within(&["listfunds"], 5)?.ok()?;
+        funds["outputs"].as_array()?.iter().find(|o| {
+            let tx = chain.tx(o["txid"].as_str().unwrap());
+            tx["vin"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|i| i["txid"] == revoked.as_str())
+        })?;
+        Some(())
+    });
+    let started = Instant::now();
+    assert!(matches!(victim.cli_within(&["getinfo"], 5), Some(Ok(_))));
+    assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+/// A peer takes our `close_channel` signature, hangs up, comes back and pays us: had we taken
+/// the payment, it could still broadcast the close that predates it. The close must count
+/// as possibly broadcast: no update is accepted on that channel, and the close is watched for.
+#[test]
+fn a_taken_close_signature_blocks_later_updates() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start(&chain, false);
+    let mut peer = ScriptedPeer::connect(&node, 70);
+    peer.open_live(&chain, &node, ANCHOR_SAT);
+    peer.pay(200_000_000).unwrap();
+    let before = node.channel();
+    let owned = before["our_msat"].as_u64().unwrap() + before["our_fee_msat"].as_u64().unwrap();
+    assert_eq!(owned, 200_000_000, "{before}");
+
+    // The owner closes; the peer keeps the signature and never answers.
+    let rpc_node = node.rpc.clone();
+    let dir = node.dir.path().to_owned();
+    let peer_id = peer.node_id.to_string();
+    let closer = std::thread::spawn(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
+            .args(["cli", "--rpc", &format!("http://{rpc_node}/"), "--data-dir"])
+            .arg(&dir)
+            .args(["close", &peer_id])
+            .output()
+            .unwrap()
+    });
+    let close = peer.expect("close", 30);
+    let before_close = peer.channel.clone();
+    peer.hang_up();
+    let answered = closer.join().unwrap();
+    assert!(
+        !answered.status.success(),
+        "the close cannot have completed"
+    );
+
+    peer.reconnect(&node);
+    let paid = peer.pay(100_000_000);
+    assert!(
+        paid.is_err(),
+        "the node accepted an update after giving away its close signature: {}",
+        node.channel()
+    );
+    let after = node.channel();
+    assert_eq!(after["our_msat"], before["our_msat"], "{after}");
+    assert_ne!(after["state"], "normal", "{after}");
+
+    // The peer broadcasts the close it holds: the node sees it and gets exactly its balance.
+    let mut holder = before_close;
+    let actions = holder.handle_packet(&close, 0).unwrap();
+    let tx = actions
+        .into_iter()
+        .find_map(|a| match a {
+            channel::Action::Broadcast(tx) => Some(tx),
+            _ => None,
+        })
+        .expect("the close transaction");
+    chain.call(
+        "sendrawtransaction",
+        serde_json::json!([bitcoin::consensus::encode::serialize_hex(&tx)]),
+    );
+    chain.mine(1);
+    wait_for("the node sees the close", 60, || {
+        (node.channel_state() == "closed").then_some(())
+    });
+    let ours: u64 = tx
+        .output
+        .iter()
+        .map(|o| o.value.to_sat())
+        .find(|v| *v <= 200_000 && *v > 190_000)
+        .expect("our output in the close");
+    wait_for("the close output in the wallet", 30, || {
+        (node.funds() == ours).then_some(())
+    });
+}
+
+/// A peer proposes, takes our `update_accept` (our signature on its next commitment) and
+/// then neither signs nor hangs up: past the update deadline the node drops the session,
+/// and since the peer does not resume, closes the channel on chain.
+#[test]
+fn a_stalled_update_drops_the_session_and_closes() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start_with(&chain, false, &["--update-timeout-secs", "2"]);
+    let mut peer = ScriptedPeer::connect(&node, 80);
+    peer.open_live(&chain, &node, ANCHOR_SAT);
+    peer.pay(200_000_000).unwrap();
+    let actions = peer.channel.pay(100_000_000).unwrap();
+    peer.run(actions);
+    peer.expect("update_accept", 30);
+    // Stall: no update_signature. The node must hang up on us within the deadline.
+    let started = Instant::now();
+    let mut dropped = false;
+    while started.elapsed() < Duration::from_secs(15) {
+        match peer.recv(1) {
+            Ok(Some(Packet::Error(_))) | Err(_) => {
+                dropped = true;
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert!(
+        dropped,
+        "the node waited for a stalled update: {}",
+        node.log_tail()
+    );
+    // Nobody resumes the update: the channel closes on chain with our valid commitment.
+    wait_for("the channel closes on chain", 30, || {
+        chain.mine(1);
+        (node.channel_state() == "on_chain").then_some(())
+    });
+}
+
+/// We offered an HTLC; it expires and the peer stops answering in the middle of the update
+/// that would remove it (our `update_timedout_htlc` is never accepted). Within the configured
+/// blocks after expiry the node closes on chain, whatever state the channel is in, and the
+/// HTLC's value comes back to its wallet.
+#[test]
+fn an_expired_htlc_with_a_stalled_peer_is_refunded_on_chain() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start_with(&chain, false, &["--htlc-close-after-blocks", "2"]);
+    let mut peer = ScriptedPeer::connect(&node, 90);
+    peer.open_live(&chain, &node, ANCHOR_SAT);
+    peer.pay(200_000_000).unwrap();
+    // Room for the claim delay (6) plus the safety margin (6) that both sides require.
+    let expiry = chain.height() + 14;
+    let r_hash = procs::r_hash(&[7u8; 32]);
+    let rpc_node = node.rpc.clone();
+    let dir = node.dir.path().to_owned();
+    let peer_id = peer.node_id.to_string();
+    let offer = std::thread::spawn(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
+            .args(["cli", "--rpc", &format!("http://{rpc_node}/"), "--data-dir"])
+            .arg(&dir)
+            .args([
+                "newhtlc",
+                &peer_id,
+                "50000000",
+                &r_hash,
+                &expiry.to_string(),
+            ])
+            .output()
+            .unwrap()
+    });
+    peer.answer_update();
+    assert!(offer.join().unwrap().status.success());
+    assert_eq!(node.channel()["htlcs"].as_array().unwrap().len(), 1);
+
+    // Expire it; the node asks to remove it and the peer never answers.
+    while chain.height() < expiry {
+        chain.mine(1);
+    }
+    peer.expect("update_timedout_htlc", 30);
+    let deadline_height = expiry + 2;
+    while chain.height() < deadline_height {
+        chain.mine(1);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    wait_for("the node closes on chain", 10, || {
+        (node.channel_state() == "on_chain").then_some(())
+    });
+    // The HTLC comes back: the wallet ends with about all the node owned (200,000 sat less
+    // its commitment-fee share and sweep fees), not only the 145,000 sat outside the HTLC.
+    wait_for("the HTLC refunded to the wallet", 90, || {
+        chain.mine(1);
+        std::thread::sleep(Duration::from_millis(100));
+        (node.funds() > 190_000).then_some(())
+    });
+}
+
+/// A peer offers us an HTLC, takes our `update_accept` (our signature on its next
+/// commitment, the one with the HTLC) and broadcasts that commitment instead of signing
+/// ours. The node must recognise it, sweep its output and, given R, claim the HTLC.
+#[test]
+fn a_broadcast_of_the_commitment_we_accepted_is_claimed() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start(&chain, false);
+    let mut peer = ScriptedPeer::connect(&node, 100);
+    peer.open_live(&chain, &node, ANCHOR_SAT);
+    peer.pay(200_000_000).unwrap();
+    let r = wire::Preimage([8u8; 32]);
+    let expiry = wire::Locktime::Blocks(u32::try_from(chain.height()).unwrap() + 30);
+    let actions = peer
+        .channel
+        .add_htlc(50_000_000, r.hash(), expiry, 0)
+        .unwrap();
+    peer.run(actions);
+    let accept = peer.expect("update_accept", 30);
+    // Take the signature; keep our update_signature (and our revocation) to ourselves.
+    let _withheld = peer.channel.handle_packet(&accept, 0).unwrap();
+    let theirs = peer.channel.signed_commitment().unwrap();
+    assert_eq!(
+        theirs.output.len(),
+        3,
+        "ours, theirs and the HTLC: {theirs:?}"
+    );
+    chain.call(
+        "sendrawtransaction",
+        serde_json::json!([bitcoin::consensus::encode::serialize_hex(&theirs)]),
+    );
+    chain.mine(1);
+    wait_for("the node sees the peer's commitment", 30, || {
+        (node.channel_state() == "on_chain").then_some(())
+    });
+    // The owner learns R (the payment it was for): the HTLC is claimed on chain.
+    node.cli(&["fulfillhtlc", &peer.node_id.to_string(), &hex::encode(r.0)]);
+    wait_for("our output and the HTLC in the wallet", 60, || {
+        chain.mine(1);
+        std::thread::sleep(Duration::from_millis(100));
+        // 195,000 sat outside the HTLC plus 50,000 in it, less the claim's fee.
+        (node.funds() > 240_000).then_some(())
+    });
+}
+
+/// Our peer's connection went half-open (its side vanished without a FIN): its new
+/// authenticated session must replace the old one instead of being refused as a duplicate.
+#[test]
+fn a_new_session_replaces_a_half_open_one() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start(&chain, false);
+    let mut peer = ScriptedPeer::connect(&node, 110);
+    peer.open_live(&chain, &node, ANCHOR_SAT);
+    let _half_open = peer.reconnect_keep_old(&node);
+    peer.pay(10_000_000)
+        .unwrap_or_else(|e| panic!("the new session was refused: {e}"));
+    let ch = node.channel();
+    assert_eq!(
+        ch["our_msat"].as_u64().unwrap() + ch["our_fee_msat"].as_u64().unwrap(),
+        10_000_000
+    );
+}
+
+/// Our payment crosses the peer's HTLC on the wire; the peer has priority, so ours is deferred,
+/// and we decline its HTLC (expiry beyond our limit). The owner's `pay` must get a definite
+/// answer soon — here: paid, exactly once — never a silent loss or a second payment.
+#[test]
+fn a_crossed_proposal_ends_in_one_payment() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start(&chain, false);
+    let mut peer = ScriptedPeer::connect(&node, 120);
+    peer.open_live(&chain, &node, ANCHOR_SAT);
+    // Two updates: priority toggles twice, back to the funder (the peer).
+    peer.pay(100_000_000).unwrap();
+    peer.pay(100_000_000).unwrap();
+    assert!(peer.channel.has_priority());
+
+    let rpc_node = node.rpc.clone();
+    let dir = node.dir.path().to_owned();
+    let peer_id = peer.node_id.to_string();
+    let started = Instant::now();
+    let pay = std::thread::spawn(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
+            .args(["cli", "--rpc", &format!("http://{rpc_node}/"), "--data-dir"])
+            .arg(&dir)
+            .args(["pay", &peer_id, "50000000"])
+            .output()
+            .unwrap()
+    });
+    // The node's proposal is on the wire; ours leaves before we read it: they cross.
+    let theirs = peer.expect("update", 30);
+    let far = wire::Locktime::Blocks(u32::try_from(chain.height()).unwrap() + 5_000);
+    let actions = peer
+        .channel
+        .add_htlc(1_000_000, wire::Preimage([9; 32]).hash(), far, 0)
+        .unwrap();
+    peer.run(actions);
+    peer.handle(&theirs);
+    peer.answer_all(3);
+    let out = pay.join().unwrap();
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(20),
+        "pay answered only after {took:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Paid once: 200,000 sat less 50,000, and the peer's machine agrees.
+    let ch = node.channel();
+    let ours = ch["our_msat"].as_u64().unwrap() + ch["our_fee_msat"].as_u64().unwrap();
+    assert_eq!(ours, 150_000_000, "{ch}");
+    assert_eq!(
+        peer.channel.balances().unwrap().theirs.total_msat(),
+        150_000_000
+    );
+    assert!(ch["htlcs"].as_array().unwrap().is_empty(), "{ch}");
+}
+
+/// The peer offered us an HTLC and we know R, but the peer never takes our fulfill (it
+/// stalls mid-update): before the HTLC expires — with room for our claim delay and a margin —
+/// the node closes on chain and claims it with R.
+#[test]
+fn an_incoming_htlc_with_known_r_is_claimed_on_chain_before_expiry() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start(&chain, false);
+    let mut peer = ScriptedPeer::connect(&node, 130);
+    peer.open_live(&chain, &node, ANCHOR_SAT);
+    peer.pay(100_000_000).unwrap();
+    let r = wire::Preimage([11u8; 32]);
+    let expiry = u32::try_from(chain.height()).unwrap() + 20;
+    let actions = peer
+        .channel
+        .add_htlc(50_000_000, r.hash(), wire::Locktime::Blocks(expiry), 0)
+        .unwrap();
+    peer.run(actions);
+    peer.answer_all(2);
+    assert_eq!(node.channel()["htlcs"].as_array().unwrap().len(), 1);
+    // The owner fulfills; the peer reads the fulfill and never answers.
+    let rpc_node = node.rpc.clone();
+    let dir = node.dir.path().to_owned();
+    let peer_id = peer.node_id.to_string();
+    let r_hex = hex::encode(r.0);
+    let _fulfill = std::thread::spawn(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
+            .args(["cli", "--rpc", &format!("http://{rpc_node}/"), "--data-dir"])
+            .arg(&dir)
+            .args(["fulfillhtlc", &peer_id, &r_hex])
+            .output()
+            .unwrap()
+    });
+    peer.expect("update_fulfill_htlc", 30);
+    // Well before expiry (claim delay 6 + margin) the node must be on chain.
+    while u32::try_from(chain.height()).unwrap() < expiry - 6 {
+        chain.mine(1);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    wait_for("the node closes on chain before expiry", 5, || {
+        (node.channel_state() == "on_chain").then_some(())
+    });
+    // 95,000 sat outside the HTLC plus the 50,000 in it, less the claims' fees.
+    wait_for("the HTLC claimed with R", 90, || {
+        chain.mine(1);
+        std::thread::sleep(Duration::from_millis(100));
+        (node.funds() > 140_000).then_some(())
+    });
+}
+
+/// Reorganises the chain from the block holding `txid`'s payment: that block and the ones
+/// after it are replaced by a longer branch whose first block also holds `second`. Returns
+/// `second`'s txid.
+fn reorganise_from_payment(chain: &DevChainProc, txid: &str, addr: &str) -> String {
+    let block = chain.tx(txid)["blockhash"].as_str().unwrap().to_owned();
+    let depth = chain.tx(txid)["confirmations"].as_u64().unwrap();
+    chain.call("invalidateblock", serde_json::json!([block]));
+    let second = chain.send(addr, 50_000);
+    chain.mine(u32::try_from(depth).unwrap() + 1);
+    second
+}
+
+/// Waits until the wallet holds exactly the two payments (the first, mined again on the
+/// new branch, counted once).
+fn wallet_holds_both(node: &NodeProc, first: &str, second: &str) {
+    wait_for(
+        "both payments in the wallet after the reorganisation",
+        30,
+        || {
+            let funds = node.cli(&["listfunds"]);
+            let outs = funds["outputs"].as_array()?;
+            let has = |t: &str, sat: u64| {
+                outs.iter()
+                    .any(|o| o["txid"] == t && o["amount_sat"] == sat)
+            };
+            (has(first, 100_000) && has(second, 50_000) && funds["total_sat"] == 150_000)
+                .then_some(())
+        },
+    );
+}
+
+/// A reorganisation 8 blocks deep (deeper than the 6 the watcher used to rescan): the
+/// wallet is rebuilt from the stored fork point.
+#[test]
+fn a_reorganisation_eight_blocks_deep_is_rescanned_from_the_fork() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start(&chain, false);
+    let addr = node.cli(&["newaddr"])["address"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let first = chain.send(&addr, 100_000);
+    chain.mine(8);
+    wait_for("first payment seen", 30, || {
+        (node.cli(&["listfunds"])["outputs"][0]["confirmations"] == 8).then_some(())
+    });
+    let second = reorganise_from_payment(&chain, &first, &addr);
+    wallet_holds_both(&node, &first, &second);
+}
+
+/// The same reorganisation while the node is stopped: at start it finds the fork point
+/// from the block hashes it stored, not from a last hash kept in memory.
+#[test]
+fn a_reorganisation_while_stopped_is_found_at_start() {
+    let chain = DevChainProc::start();
+    let mut node = NodeProc::start(&chain, false);
+    let addr = node.cli(&["newaddr"])["address"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let first = chain.send(&addr, 100_000);
+    chain.mine(8);
+    wait_for("first payment seen", 30, || {
+        (node.cli(&["listfunds"])["outputs"][0]["confirmations"] == 8).then_some(())
+    });
+    node.kill9();
+    let second = reorganise_from_payment(&chain, &first, &addr);
+    node.restart();
+    wallet_holds_both(&node, &first, &second);
+}
+
+/// Strangers open channels they never fund: past the cap on openings waiting for a peer's
+/// anchor, the next one is refused (nothing is stored or signed for it).
+#[test]
+fn openings_waiting_for_an_anchor_are_capped() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start_with(&chain, false, &["--max-pending-openings", "2"]);
+    let mut waiting = Vec::new();
+    for seed in [140, 141] {
+        let mut peer = ScriptedPeer::connect(&node, seed);
+        peer.open_as_funder(&chain, ANCHOR_SAT, Anchor::DoesNotExist);
+        waiting.push(peer);
+    }
+    let mut third = ScriptedPeer::connect(&node, 142);
+    match third.start_open(ANCHOR_SAT) {
+        Ok(Some(Packet::Error(e))) => {
+            let problem = e.problem.unwrap_or_default();
+            assert!(problem.contains("waiting for"), "{problem}");
+        }
+        other => panic!("a third unfunded opening was taken: {other:?}"),
+    }
+    assert_eq!(
+        node.cli(&["listchannels"])["channels"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+/// Strangers take every connection slot: the node can still dial out (the operator's
+/// `connect`), since a share of the slots is kept for our own dials and for peers we have
+/// channels with.
+#[test]
+fn strangers_cannot_take_every_connection_slot() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start_with(&chain, false, &["--max-peers", "5"]);
+    let other = NodeProc::start(&chain, false);
+    let mut strangers = Vec::new();
+    for seed in 150..160u8 {
+        // Kept only if the node keeps it: a refused one fails the handshake, or hears an
+        // error or a hang-up right after it.
+        if let Some(mut s) = ScriptedPeer::try_connect(&node, seed) {
+            if matches!(s.recv(1), Ok(None)) {
+                strangers.push(s);
+            }
+        }
+    }
+    assert!(
+        strangers.len() < 5,
+        "strangers hold all {} slots",
+        strangers.len()
+    );
+    let connected = node.try_cli(&["connect", &other.listen]);
+    assert!(
+        connected.is_ok(),
+        "our own dial found no slot: {connected:?}"
+    );
+}
+
+/// The seed's versioning rule: an unknown odd field is optional. A `pkt` whose only member is
+/// one (a packet of a newer version) is ignored, and the session goes on.
+#[test]
+fn a_pkt_with_only_an_unknown_odd_field_is_ignored() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start(&chain, false);
+    let mut peer = ScriptedPeer::connect(&node, 160);
+    peer.open_live(&chain, &node, ANCHOR_SAT);
+    // Field 1001 (odd), varint 1.
+    peer.send_payload(&[0xc8, 0x3e, 0x01]);
+    peer.pay(10_000_000)
+        .unwrap_or_else(|e| panic!("the session did not survive the unknown odd field: {e}"));
+}
+
+/// A frame whose MAC is good but whose padding is not zeros: the keystreams are still in step,
+/// so the peer is told why before the node hangs up.
+#[test]
+fn a_frame_with_non_zero_padding_gets_an_error_farewell() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start(&chain, false);
+    let mut peer = ScriptedPeer::connect(&node, 170);
+    peer.send_badly_padded(&Packet::OpenComplete(wire::OpenComplete::default()).encode());
+    match peer.recv(10) {
+        Ok(Some(Packet::Error(e))) => {
+            let problem = e.problem.unwrap_or_default();
+            assert!(problem.contains("padding"), "{problem}");
+        }
+        other => panic!("no farewell: {other:?}"),
+    }
+}

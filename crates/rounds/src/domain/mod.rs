@@ -1,0 +1,12 @@
+//! The rules of the service without IO: round and transfer states, the draw, building and signing payments, settings and their diff, addresses, time formatting.
+//!
+//! Nothing here imports axum, sqlx or tokio; every module is unit-tested
+//! without a database.
+
+pub mod address;
+pub mod draw;
+pub mod money;
+pub mod round;
+pub mod settings;
+pub mod spend;
+pub mod time;

@@ -1,0 +1,119 @@
+//! The service settings an admin can change, and the per-field diff the audit log records.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+/// Virtual size of one P2WPKH input: what each bet's output adds to the
+/// payout transaction that spends the pot.
+pub const P2WPKH_INPUT_VBYTES: i64 = 68;
+
+/// Default largest share (percent) of a bet that its own pot input may cost
+/// in fees at the current fee rate.
+pub const DEFAULT_MAX_BET_INPUT_FEE_PERCENT: u32 = 50;
+
+/// Dust limit of a P2WPKH output at the default dust relay fee; smaller
+/// bets or withdrawals would create unrelayable outputs.
+pub const DUST_LIMIT_SATS: i64 = 294;
+
+/// The service configuration row.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct ServiceConfig {
+    /// Where the 30% commission goes.
+    pub fee_address: String,
+    /// Miner fee rate of the service's transactions.
+    pub fee_rate_sat_vb: i64,
+    /// Length of a round; applies from the next round.
+    pub round_duration_seconds: i64,
+    /// Smallest accepted bet.
+    pub min_bet_sats: i64,
+    /// Smallest accepted withdrawal.
+    pub min_withdrawal_sats: i64,
+    /// Confirmations before a deposit is credited.
+    pub deposit_confirmations: i64,
+    /// Maintenance switch; changed only by pause and resume.
+    pub paused: bool,
+}
+
+impl ServiceConfig {
+    /// The settable fields as JSON values, keyed by name, for diffs.
+    pub fn settable_fields(&self) -> BTreeMap<&'static str, Value> {
+        BTreeMap::from([
+            ("fee_address", Value::from(self.fee_address.clone())),
+            ("fee_rate_sat_vb", Value::from(self.fee_rate_sat_vb)),
+            (
+                "round_duration_seconds",
+                Value::from(self.round_duration_seconds),
+            ),
+            ("min_bet_sats", Value::from(self.min_bet_sats)),
+            ("min_withdrawal_sats", Value::from(self.min_withdrawal_sats)),
+            (
+                "deposit_confirmations",
+                Value::from(self.deposit_confirmations),
+            ),
+        ])
+    }
+}
+
+/// A change to the settable config fields; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConfigPatch {
+    /// New fee address (already validated).
+    pub fee_address: Option<String>,
+    /// New fee rate.
+    pub fee_rate_sat_vb: Option<i64>,
+    /// New round duration.
+    pub round_duration_seconds: Option<i64>,
+    /// New minimum bet.
+    pub min_bet_sats: Option<i64>,
+    /// New minimum withdrawal.
+    pub min_withdrawal_sats: Option<i64>,
+    /// New deposit confirmations.
+    pub deposit_confirmations: Option<i64>,
+}
+
+impl ConfigPatch {
+    /// `base` with this patch applied.
+    pub fn apply(&self, base: &ServiceConfig) -> ServiceConfig {
+        let mut next = base.clone();
+        if let Some(v) = &self.fee_address {
+            next.fee_address = v.clone();
+        }
+        if let Some(v) = self.fee_rate_sat_vb {
+            next.fee_rate_sat_vb = v;
+        }
+        if let Some(v) = self.round_duration_seconds {
+            next.round_duration_seconds = v;
+        }
+        if let Some(v) = self.min_bet_sats {
+            next.min_bet_sats = v;
+        }
+        if let Some(v) = self.min_withdrawal_sats {
+            next.min_withdrawal_sats = v;
+        }
+        if let Some(v) = self.deposit_confirmations {
+            next.deposit_confirmations = v;
+        }
+        next
+    }
+}
+
+/// One `{before, after}` pair per changed field.
+pub type ConfigDiff = Map<String, Value>;
+
+/// The per-field difference between two configs, only for changed fields.
+pub fn config_diff(before: &ServiceConfig, after: &ServiceConfig) -> ConfigDiff {
+    let a = before.settable_fields();
+    let b = after.settable_fields();
+    let mut diff = Map::new();
+    for (field, old) in a {
+        let new = b.get(field).cloned().unwrap_or(Value::Null);
+        if old != new {
+            diff.insert(
+                field.to_string(),
+                serde_json::json!({"before": old, "after": new}),
+            );
+        }
+    }
+    diff
+}

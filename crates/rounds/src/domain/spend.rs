@@ -1,0 +1,300 @@
+//! Building and signing the service's transactions: bets, withdrawals and payouts, from outputs the ledger says the service controls.
+//!
+//! Pure with respect to IO: these functions turn ledger rows and amounts
+//! into signed transactions and the [`Intent`] rows that record them.
+
+use std::str::FromStr as _;
+
+use bitcoin::{Address, Amount, FeeRate, Network, OutPoint, ScriptBuf, TxOut, Txid};
+use wallet::{BuildError, KeyPath, SpendError, SpendableOutput, Wallet};
+
+use crate::domain::money::{Coin, Intent, NewOutput};
+use crate::domain::round::{OutputOrigin, TransferKind};
+
+/// Derivation branch of round pot addresses (index = round id); users are
+/// on branch 0, the default fee address on branch 2.
+pub const POT_BRANCH: u32 = 3;
+
+/// Why a transaction could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpendFailure {
+    /// The outputs do not cover amount plus fee.
+    #[error("insufficient funds: balance {balance_sats}, need {needed_sats}")]
+    Insufficient {
+        /// Sum of spendable outputs.
+        balance_sats: i64,
+        /// Amount plus the miner fee of spending every output.
+        needed_sats: i64,
+    },
+    /// A payment below the dust threshold.
+    #[error("amount {amount_sats} is dust (threshold {threshold_sats})")]
+    Dust {
+        /// The payment.
+        amount_sats: i64,
+        /// The threshold of its script.
+        threshold_sats: i64,
+    },
+    /// A stored row is unusable (bad txid, negative amount, …).
+    #[error("corrupt ledger row: {0}")]
+    Corrupt(String),
+    /// Signing or derivation failed.
+    #[error("wallet: {0}")]
+    Wallet(String),
+}
+
+/// A signed transaction with its ledger record.
+#[derive(Debug, Clone)]
+pub struct Signed {
+    /// The transaction.
+    pub tx: bitcoin::Transaction,
+    /// The row to write before broadcasting.
+    pub intent: Intent,
+    /// Change (bets, withdrawals) or the winner's output (payouts): vout and value.
+    pub change: Option<(u32, i64)>,
+}
+
+fn spendable(o: &Coin, path: KeyPath, script: &ScriptBuf) -> Result<SpendableOutput, SpendFailure> {
+    let txid = Txid::from_str(&o.txid)
+        .map_err(|e| SpendFailure::Corrupt(format!("txid {}: {e}", o.txid)))?;
+    let vout =
+        u32::try_from(o.vout).map_err(|_| SpendFailure::Corrupt(format!("vout {}", o.vout)))?;
+    let value = u64::try_from(o.amount_sats)
+        .map_err(|_| SpendFailure::Corrupt(format!("amount {}", o.amount_sats)))?;
+    Ok(SpendableOutput {
+        outpoint: OutPoint { txid, vout },
+        txout: TxOut {
+            value: Amount::from_sat(value),
+            script_pubkey: script.clone(),
+        },
+        path,
+    })
+}
+
+fn sats(a: Amount) -> i64 {
+    i64::try_from(a.to_sat()).unwrap_or(i64::MAX)
+}
+
+fn fee_rate(sat_vb: i64) -> FeeRate {
+    FeeRate::from_sat_per_vb(u64::try_from(sat_vb).unwrap_or(1).max(1))
+        .unwrap_or(FeeRate::BROADCAST_MIN)
+}
+
+/// The address of a user's derivation index.
+///
+/// # Errors
+/// [`SpendFailure::Wallet`] for an index out of range.
+pub fn user_key(
+    wallet: &Wallet,
+    derivation_index: i64,
+) -> Result<(KeyPath, ScriptBuf), SpendFailure> {
+    let index = u32::try_from(derivation_index)
+        .map_err(|_| SpendFailure::Corrupt(format!("index {derivation_index}")))?;
+    let path = KeyPath::receive(index);
+    let key = wallet
+        .derive(path)
+        .map_err(|e| SpendFailure::Wallet(e.to_string()))?;
+    Ok((path, key.address.script_pubkey()))
+}
+
+/// The pot key of a round.
+///
+/// # Errors
+/// [`SpendFailure::Wallet`] for a round id out of range.
+pub fn pot_key(wallet: &Wallet, round_id: i64) -> Result<(KeyPath, ScriptBuf), SpendFailure> {
+    let index =
+        u32::try_from(round_id).map_err(|_| SpendFailure::Corrupt(format!("round {round_id}")))?;
+    let path = KeyPath {
+        branch: POT_BRANCH,
+        index,
+    };
+    let key = wallet
+        .derive(path)
+        .map_err(|e| SpendFailure::Wallet(e.to_string()))?;
+    Ok((path, key.address.script_pubkey()))
+}
+
+/// Parses an address already validated for `network`.
+///
+/// # Errors
+/// [`SpendFailure::Corrupt`] when it does not parse for `network`.
+pub fn script_of(address: &str, network: Network) -> Result<ScriptBuf, SpendFailure> {
+    Address::from_str(address)
+        .ok()
+        .and_then(|a| a.require_network(network).ok())
+        .map(|a| a.script_pubkey())
+        .ok_or_else(|| SpendFailure::Corrupt(format!("address {address}")))
+}
+
+/// Spends the user's outputs (largest first, as few as cover the amount and
+/// fee) whole: `amount` to `to`, change back to the user.
+///
+/// # Errors
+/// [`SpendFailure::Insufficient`], [`SpendFailure::Dust`], wallet failures.
+#[allow(clippy::too_many_arguments)]
+pub fn user_payment(
+    wallet: &Wallet,
+    derivation_index: i64,
+    outputs: &[Coin],
+    to: &ScriptBuf,
+    amount_sats: i64,
+    fee_rate_sat_vb: i64,
+    kind: TransferKind,
+    user_id: i64,
+    round_id: Option<i64>,
+    address: Option<String>,
+) -> Result<Signed, SpendFailure> {
+    let (path, script) = user_key(wallet, derivation_index)?;
+    let amount = Amount::from_sat(u64::try_from(amount_sats).unwrap_or(0));
+    let payment = TxOut {
+        value: amount,
+        script_pubkey: to.clone(),
+    };
+    let balance: i64 = outputs.iter().map(|o| o.amount_sats).sum();
+    let rate = fee_rate(fee_rate_sat_vb);
+    let mut inputs = Vec::new();
+    let mut used = Vec::new();
+    let mut last_needed = amount_sats;
+    for o in outputs {
+        inputs.push(spendable(o, path, &script)?);
+        used.push(o.id);
+        match wallet.build_signed(&inputs, std::slice::from_ref(&payment), Some(&script), rate) {
+            Ok(built) => {
+                let txid = built.tx.compute_txid().to_string();
+                let mut new_outputs = Vec::new();
+                if let Some(r) = round_id {
+                    new_outputs.push(NewOutput {
+                        vout: 0,
+                        amount_sats,
+                        user_id: None,
+                        round_id: Some(r),
+                        origin: OutputOrigin::Pot,
+                    });
+                }
+                if let Some((vout, value)) = built.change {
+                    new_outputs.push(NewOutput {
+                        vout: i64::from(vout),
+                        amount_sats: sats(value),
+                        user_id: Some(user_id),
+                        round_id: None,
+                        origin: OutputOrigin::Change,
+                    });
+                }
+                let intent = Intent {
+                    kind,
+                    user_id: Some(user_id),
+                    round_id,
+                    txid,
+                    raw_tx: bitcoin::consensus::encode::serialize_hex(&built.tx),
+                    amount_sats,
+                    fee_sats: sats(built.fee),
+                    commission_sats: 0,
+                    address,
+                    inputs: used,
+                    outputs: new_outputs,
+                };
+                return Ok(Signed {
+                    change: built.change.map(|(v, a)| (v, sats(a))),
+                    tx: built.tx,
+                    intent,
+                });
+            }
+            Err(SpendError::Build(BuildError::InsufficientFunds { needed, .. })) => {
+                last_needed = sats(needed);
+            }
+            Err(SpendError::Build(BuildError::DustOutput {
+                value, threshold, ..
+            })) => {
+                return Err(SpendFailure::Dust {
+                    amount_sats: sats(value),
+                    threshold_sats: sats(threshold),
+                })
+            }
+            Err(e) => return Err(SpendFailure::Wallet(e.to_string())),
+        }
+    }
+    Err(SpendFailure::Insufficient {
+        balance_sats: balance,
+        needed_sats: last_needed.max(amount_sats),
+    })
+}
+
+/// The payout of a round: every pot output in; `commission` to the fee
+/// address (folded into the winner's share when it would be dust); the rest
+/// minus the miner fee to the winner.
+///
+/// # Errors
+/// Wallet failures, or [`SpendFailure::Insufficient`] when the fee eats the pot.
+#[allow(clippy::too_many_arguments)]
+pub fn payout(
+    wallet: &Wallet,
+    round_id: i64,
+    pot: &[Coin],
+    fee_script: &ScriptBuf,
+    commission_sats: i64,
+    winner_script: &ScriptBuf,
+    winner_user_id: i64,
+    fee_rate_sat_vb: i64,
+) -> Result<Signed, SpendFailure> {
+    let (path, script) = pot_key(wallet, round_id)?;
+    let inputs = pot
+        .iter()
+        .map(|o| spendable(o, path, &script))
+        .collect::<Result<Vec<_>, _>>()?;
+    let commission = Amount::from_sat(u64::try_from(commission_sats).unwrap_or(0));
+    let mut payments = Vec::new();
+    let mut commission_paid = 0;
+    if commission > Amount::ZERO && commission >= wallet::dust_threshold(fee_script) {
+        payments.push(TxOut {
+            value: commission,
+            script_pubkey: fee_script.clone(),
+        });
+        commission_paid = commission_sats;
+    }
+    let built = wallet
+        .build_signed(
+            &inputs,
+            &payments,
+            Some(winner_script),
+            fee_rate(fee_rate_sat_vb),
+        )
+        .map_err(|e| match e {
+            SpendError::Build(BuildError::InsufficientFunds { available, needed }) => {
+                SpendFailure::Insufficient {
+                    balance_sats: sats(available),
+                    needed_sats: sats(needed),
+                }
+            }
+            other => SpendFailure::Wallet(other.to_string()),
+        })?;
+    let txid = built.tx.compute_txid().to_string();
+    let winner = built.change.map(|(v, a)| (v, sats(a)));
+    let outputs = winner
+        .map(|(vout, value)| NewOutput {
+            vout: i64::from(vout),
+            amount_sats: value,
+            user_id: Some(winner_user_id),
+            round_id: None,
+            origin: OutputOrigin::Payout,
+        })
+        .into_iter()
+        .collect();
+    let intent = Intent {
+        kind: TransferKind::Payout,
+        user_id: Some(winner_user_id),
+        round_id: Some(round_id),
+        txid,
+        raw_tx: bitcoin::consensus::encode::serialize_hex(&built.tx),
+        amount_sats: winner.map_or(0, |w| w.1),
+        fee_sats: sats(built.fee),
+        commission_sats: commission_paid,
+        address: None,
+        inputs: pot.iter().map(|o| o.id).collect(),
+        outputs,
+    };
+    Ok(Signed {
+        tx: built.tx,
+        intent,
+        change: winner,
+    })
+}

@@ -1,0 +1,403 @@
+//! Admin endpoints (X-Admin-Token): config read and update with audit diff, pause/resume, password reset, the audit log, the payout retry and the ledger totals. Errors are bare strings.
+
+use axum::extract::{Path, Query, State};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::domain::address::AddressError;
+use crate::domain::round::TransferProgress;
+use crate::domain::settings::{ConfigPatch, ServiceConfig, DUST_LIMIT_SATS};
+use crate::http::accounts::validate_password;
+use crate::http::error::{AdminError, AdminErrorBody};
+use crate::http::extract::{Admin, AdminJson};
+use crate::http::state::AppState;
+use crate::store::ledger::LedgerTotals;
+use crate::store::AuditEntry;
+
+/// Who admin actions are attributed to in the audit log.
+const ACTOR: &str = "admin";
+
+/// 21 million bitcoin.
+const MAX_MONEY_SATS: i64 = 21_000_000 * 100_000_000;
+
+/// Routes of this module.
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(get_config, put_config))
+        .routes(routes!(pause))
+        .routes(routes!(resume))
+        .routes(routes!(reset_password))
+        .routes(routes!(audit))
+        .routes(routes!(retry_payout))
+        .routes(routes!(ledger))
+}
+
+/// PUT /admin/config body; every field optional.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct ConfigUpdate {
+    /// An address of the service's own network.
+    pub fee_address: Option<String>,
+    /// 1–10,000.
+    pub fee_rate_sat_vb: Option<i64>,
+    /// 1–604,800; applies from the next round.
+    pub round_duration_seconds: Option<i64>,
+    /// At least the dust limit (294).
+    pub min_bet_sats: Option<i64>,
+    /// At least the dust limit (294).
+    pub min_withdrawal_sats: Option<i64>,
+    /// 1–100.
+    pub deposit_confirmations: Option<i64>,
+}
+
+fn int_field(name: &str, v: &Value, min: i64, max: i64) -> Result<i64, AdminError> {
+    let n = v
+        .as_i64()
+        .ok_or_else(|| AdminError::Validation(format!("{name} must be an integer")))?;
+    if n < min {
+        return Err(AdminError::Validation(format!(
+            "{name} must be at least {min}"
+        )));
+    }
+    if n > max {
+        return Err(AdminError::Validation(format!(
+            "{name} must be at most {max}"
+        )));
+    }
+    Ok(n)
+}
+
+/// Turns a PUT body into a checked patch. Every error names the field and the rule.
+///
+/// # Errors
+/// [`AdminError::Validation`].
+pub fn parse_patch(
+    body: &Value,
+    validate_address: impl Fn(&str) -> Result<(), AddressError>,
+) -> Result<ConfigPatch, AdminError> {
+    let obj = body
+        .as_object()
+        .ok_or_else(|| AdminError::Validation("body must be a JSON object".into()))?;
+    let mut patch = ConfigPatch::default();
+    for (key, v) in obj {
+        match key.as_str() {
+            "fee_address" => {
+                let s = v
+                    .as_str()
+                    .ok_or_else(|| AdminError::Validation("fee_address must be a string".into()))?;
+                validate_address(s).map_err(|e| match e {
+                    AddressError::WrongNetwork { expected } => AdminError::Validation(format!(
+                        "fee_address must be an address of this service's network ({expected}); it belongs to another network"
+                    )),
+                    _ => AdminError::Validation("fee_address must be a valid address; it is malformed".into()),
+                })?;
+                patch.fee_address = Some(s.to_string());
+            }
+            "fee_rate_sat_vb" => patch.fee_rate_sat_vb = Some(int_field(key, v, 1, 10_000)?),
+            "round_duration_seconds" => {
+                patch.round_duration_seconds = Some(int_field(key, v, 1, 604_800)?)
+            }
+            "min_bet_sats" => {
+                patch.min_bet_sats = Some(int_field(key, v, DUST_LIMIT_SATS, MAX_MONEY_SATS)?)
+            }
+            "min_withdrawal_sats" => {
+                patch.min_withdrawal_sats =
+                    Some(int_field(key, v, DUST_LIMIT_SATS, MAX_MONEY_SATS)?)
+            }
+            "deposit_confirmations" => {
+                patch.deposit_confirmations = Some(int_field(key, v, 1, 100)?)
+            }
+            "paused" => {
+                return Err(AdminError::Validation(
+                    "paused is read-only here; use POST /admin/pause or POST /admin/resume".into(),
+                ))
+            }
+            other => {
+                return Err(AdminError::Validation(format!(
+                    "{other} is not a config field"
+                )))
+            }
+        }
+    }
+    Ok(patch)
+}
+
+/// The service configuration.
+#[utoipa::path(get, path = "/admin/config", tag = "admin", security(("admin_token" = [])),
+    responses((status = 200, body = ServiceConfig), (status = 403, body = AdminErrorBody)))]
+async fn get_config(
+    State(state): State<AppState>,
+    _admin: Admin,
+) -> Result<Json<ServiceConfig>, AdminError> {
+    Ok(Json(state.store.config().await?))
+}
+
+/// Update any of the settable config fields; audit-logged with a before/after diff when something changed.
+#[utoipa::path(put, path = "/admin/config", tag = "admin", security(("admin_token" = [])),
+    request_body = ConfigUpdate,
+    responses((status = 200, body = ServiceConfig), (status = 403, body = AdminErrorBody), (status = 422, body = AdminErrorBody)))]
+async fn put_config(
+    State(state): State<AppState>,
+    _admin: Admin,
+    AdminJson(body): AdminJson,
+) -> Result<Json<ServiceConfig>, AdminError> {
+    let addresses = state.addresses.clone();
+    let patch = parse_patch(&body, |a| addresses.validate(a))?;
+    let (config, diff) = state.store.update_config(&patch, ACTOR).await?;
+    if !diff.is_empty() {
+        let diff = serde_json::Value::Object(diff).to_string();
+        tracing::info!(%diff, "config updated");
+    }
+    Ok(Json(config))
+}
+
+async fn set_paused(state: &AppState, paused: bool) -> Result<Json<ServiceConfig>, AdminError> {
+    let (config, changed) = state.store.set_paused(paused, ACTOR).await?;
+    if changed {
+        state.rounds.refresh(&state.store).await?;
+        state.hub.publish();
+        tracing::info!(paused, "pause state changed");
+    }
+    Ok(Json(config))
+}
+
+/// Pause: no new bets, withdrawals or round transitions. Idempotent.
+#[utoipa::path(post, path = "/admin/pause", tag = "admin", security(("admin_token" = [])),
+    responses((status = 200, body = ServiceConfig), (status = 403, body = AdminErrorBody)))]
+async fn pause(
+    State(state): State<AppState>,
+    _admin: Admin,
+) -> Result<Json<ServiceConfig>, AdminError> {
+    set_paused(&state, true).await
+}
+
+/// Resume after a pause. Idempotent.
+#[utoipa::path(post, path = "/admin/resume", tag = "admin", security(("admin_token" = [])),
+    responses((status = 200, body = ServiceConfig), (status = 403, body = AdminErrorBody)))]
+async fn resume(
+    State(state): State<AppState>,
+    _admin: Admin,
+) -> Result<Json<ServiceConfig>, AdminError> {
+    set_paused(&state, false).await
+}
+
+/// Body of the admin password reset.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct ResetPassword {
+    /// At least 8 characters.
+    pub new_password: String,
+}
+
+/// Result of the admin password reset (no token).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ResetDone {
+    /// The name as stored.
+    pub username: String,
+    /// The raised token version; every earlier token is dead.
+    pub token_version: i64,
+}
+
+/// Set a user's password and revoke every session; returns no token.
+#[utoipa::path(post, path = "/admin/users/{username}/reset-password", tag = "admin", security(("admin_token" = [])),
+    params(("username" = String, Path, description = "matched ignoring case")),
+    request_body = ResetPassword,
+    responses((status = 200, body = ResetDone), (status = 403, body = AdminErrorBody), (status = 404, body = AdminErrorBody), (status = 422, body = AdminErrorBody)))]
+async fn reset_password(
+    State(state): State<AppState>,
+    _admin: Admin,
+    Path(username): Path<String>,
+    AdminJson(body): AdminJson,
+) -> Result<Json<ResetDone>, AdminError> {
+    let new_password = body
+        .get("new_password")
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            AdminError::Validation("new_password is required and must be a string".into())
+        })?;
+    validate_password("new_password", new_password)
+        .map_err(|e| AdminError::Validation(e.to_string()))?;
+    if state.store.user_by_name(&username).await?.is_none() {
+        return Err(AdminError::NotFound(format!("user {username} not found")));
+    }
+    let hash = state
+        .hasher
+        .hash(new_password.to_string())
+        .await
+        .map_err(AdminError::internal)?;
+    let (username, token_version) = state
+        .store
+        .reset_password(&username, &hash, ACTOR)
+        .await?
+        .ok_or_else(|| AdminError::NotFound(format!("user {username} not found")))?;
+    Ok(Json(ResetDone {
+        username,
+        token_version,
+    }))
+}
+
+/// Paging of the audit log.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct AuditQuery {
+    /// 1–200, default 50.
+    pub limit: Option<i64>,
+    /// Only entries with a smaller id (the previous page's `next_before_id`).
+    pub before_id: Option<i64>,
+}
+
+/// A page of the audit log.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct AuditPage {
+    /// Newest first.
+    pub entries: Vec<AuditEntry>,
+    /// Pass as `before_id` for the next page; null on the last page.
+    pub next_before_id: Option<i64>,
+}
+
+/// The audit log, newest first.
+#[utoipa::path(get, path = "/admin/audit", tag = "admin", security(("admin_token" = [])),
+    params(AuditQuery),
+    responses((status = 200, body = AuditPage), (status = 403, body = AdminErrorBody), (status = 422, body = AdminErrorBody)))]
+async fn audit(
+    State(state): State<AppState>,
+    _admin: Admin,
+    query: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<AuditPage>, AdminError> {
+    let Query(q) =
+        query.map_err(|e| AdminError::Validation(format!("invalid query: {}", e.body_text())))?;
+    let limit = q.limit.unwrap_or(50);
+    if !(1..=200).contains(&limit) {
+        return Err(AdminError::Validation(
+            "limit must be between 1 and 200".into(),
+        ));
+    }
+    let entries = state.store.audit_page(limit, q.before_id).await?;
+    let next_before_id = if entries.len() as i64 == limit {
+        entries.last().map(|e| e.id)
+    } else {
+        None
+    };
+    Ok(Json(AuditPage {
+        entries,
+        next_before_id,
+    }))
+}
+
+/// Result of a payout retry.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct RetryDone {
+    /// The round.
+    pub round_id: i64,
+    /// The new payout transaction.
+    pub txid: String,
+    /// `broadcast`, or `broadcast_failed` when the network refused it again
+    /// (`pending` when the chain could not be reached: the worker retries).
+    pub status: TransferProgress,
+}
+
+/// Manual intervention after `payout_failed`: rebuilds the payout from the same pot outputs at the current fee rate and broadcasts it.
+#[utoipa::path(post, path = "/admin/rounds/{id}/retry-payout", tag = "admin", security(("admin_token" = [])),
+    params(("id" = i64, Path, description = "round id")),
+    responses((status = 200, body = RetryDone), (status = 404, body = AdminErrorBody), (status = 409, body = AdminErrorBody)))]
+async fn retry_payout(
+    State(state): State<AppState>,
+    _admin: Admin,
+    Path(id): Path<String>,
+) -> Result<Json<RetryDone>, AdminError> {
+    let id: i64 = id
+        .parse()
+        .map_err(|_| AdminError::NotFound(format!("round {id} does not exist")))?;
+    if state.store.round_detail(id).await?.is_none() {
+        return Err(AdminError::NotFound(format!("round {id} does not exist")));
+    }
+    let t = state
+        .engine
+        .retry_payout(id)
+        .await
+        .map_err(AdminError::internal)?
+        .ok_or_else(|| {
+            AdminError::Conflict(format!("round {id} has no payout waiting for a retry"))
+        })?;
+    Ok(Json(RetryDone {
+        round_id: id,
+        txid: t.txid.clone(),
+        status: TransferProgress::of_own(t.status, false),
+    }))
+}
+
+/// The ledger totals behind the conservation check: deposits = users' unspent + pots in flight + commission + withdrawals + miner fees, and every unspent output listed.
+#[utoipa::path(get, path = "/admin/ledger", tag = "admin", security(("admin_token" = [])),
+    responses((status = 200, body = LedgerTotals), (status = 403, body = AdminErrorBody)))]
+async fn ledger(
+    State(state): State<AppState>,
+    _admin: Admin,
+) -> Result<Json<LedgerTotals>, AdminError> {
+    Ok(Json(state.store.ledger_totals().await?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ok(_: &str) -> Result<(), AddressError> {
+        Ok(())
+    }
+
+    fn msg(e: AdminError) -> String {
+        e.to_string()
+    }
+
+    #[test]
+    fn zero_and_out_of_range_are_rejected_naming_field_and_rule() {
+        assert_eq!(
+            msg(parse_patch(&json!({"fee_rate_sat_vb": 0}), ok).unwrap_err()),
+            "fee_rate_sat_vb must be at least 1"
+        );
+        assert_eq!(
+            msg(parse_patch(&json!({"round_duration_seconds": 0}), ok).unwrap_err()),
+            "round_duration_seconds must be at least 1"
+        );
+        assert_eq!(
+            msg(parse_patch(&json!({"fee_rate_sat_vb": 10_001}), ok).unwrap_err()),
+            "fee_rate_sat_vb must be at most 10000"
+        );
+        assert_eq!(
+            msg(parse_patch(&json!({"min_bet_sats": 293}), ok).unwrap_err()),
+            "min_bet_sats must be at least 294"
+        );
+        assert!(msg(parse_patch(&json!({"paused": true}), ok).unwrap_err())
+            .starts_with("paused is read-only"));
+        assert_eq!(
+            msg(parse_patch(&json!({"colour": 1}), ok).unwrap_err()),
+            "colour is not a config field"
+        );
+        assert_eq!(
+            msg(parse_patch(&json!({"fee_rate_sat_vb": "5"}), ok).unwrap_err()),
+            "fee_rate_sat_vb must be an integer"
+        );
+        let p = parse_patch(
+            &json!({"fee_rate_sat_vb": 1, "round_duration_seconds": 604_800}),
+            ok,
+        )
+        .unwrap();
+        assert_eq!(p.fee_rate_sat_vb, Some(1));
+        assert_eq!(p.round_duration_seconds, Some(604_800));
+    }
+
+    #[test]
+    fn address_errors_are_distinct() {
+        let wrong = |_: &str| {
+            Err(AddressError::WrongNetwork {
+                expected: bitcoin::Network::Regtest,
+            })
+        };
+        let bad = |_: &str| Err(AddressError::Malformed);
+        let a = msg(parse_patch(&json!({"fee_address": "x"}), wrong).unwrap_err());
+        let b = msg(parse_patch(&json!({"fee_address": "x"}), bad).unwrap_err());
+        assert!(a.contains("another network"), "{a}");
+        assert!(b.contains("malformed"), "{b}");
+    }
+}

@@ -1,0 +1,436 @@
+//! The HTTP error types: structured `{"detail": {code, message, params}}` for the API, a bare-string `detail` for admin endpoints.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Map, Value};
+
+use crate::http::codes::ErrorCode;
+use crate::security::password::MIN_PASSWORD_LENGTH;
+use crate::service::payments::PaymentError;
+use crate::store::StoreError;
+
+/// An error answered by a user-facing endpoint. The `Internal` variant is
+/// logged and answered as a generic 500; its text never leaves the server.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApiError {
+    /// No bearer token was sent.
+    #[error("not authenticated")]
+    NotAuthenticated,
+    /// The token is malformed, badly signed or uses another algorithm.
+    #[error("invalid token")]
+    InvalidToken,
+    /// The token expired or its `tv` no longer matches.
+    #[error("session expired")]
+    SessionExpired,
+    /// Unknown user or wrong password (deliberately the same).
+    #[error("invalid username or password")]
+    InvalidCredentials,
+    /// Change-password with a wrong current password.
+    #[error("current password is incorrect")]
+    CurrentPasswordIncorrect,
+    /// A request field breaks a rule; `code` names the rule.
+    #[error("{message}")]
+    Validation {
+        /// Machine-readable rule name, e.g. `password_too_short`.
+        code: ErrorCode,
+        /// English text.
+        message: String,
+        /// Values interpolated into the message.
+        params: Map<String, Value>,
+    },
+    /// The name is in use (ignoring case).
+    #[error("username is taken")]
+    UsernameTaken {
+        /// The name that was asked for.
+        username: String,
+    },
+    /// Derivation-index collisions persisted after the retries.
+    #[error("could not allocate a wallet derivation index, try again")]
+    DerivationIndexConflict,
+    /// Login throttled.
+    #[error("too many failed login attempts, retry later")]
+    TooManyAttempts {
+        /// Whole seconds, rounded up.
+        retry_after_secs: u64,
+    },
+    /// Registration quota of the client IP used up.
+    #[error("too many registrations from this address, retry later")]
+    RegistrationQuotaExceeded {
+        /// Whole seconds, rounded up.
+        retry_after_secs: u64,
+    },
+    /// The stream is at its global subscriber cap.
+    #[error("too many stream subscribers, poll instead")]
+    StreamCapacity,
+    /// No such resource or route.
+    #[error("not found")]
+    NotFound,
+    /// A refused bet, withdrawal or other domain operation.
+    #[error("{message}")]
+    Domain {
+        /// HTTP status.
+        status: StatusCode,
+        /// Machine-readable code, e.g. `insufficient_funds`.
+        code: ErrorCode,
+        /// English text.
+        message: String,
+        /// Values interpolated into the message; amounts end in `_sats`.
+        params: Map<String, Value>,
+    },
+    /// Anything the client cannot act on; logged with its causes, never sent.
+    #[error("internal error")]
+    Internal(#[source] BoxError),
+}
+
+/// The cause of an internal error.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+impl ApiError {
+    /// A validation error for `field` with a rule `code`.
+    pub fn validation(code: ErrorCode, message: impl Into<String>, params: Value) -> Self {
+        let params = match params {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        };
+        ApiError::Validation {
+            code,
+            message: message.into(),
+            params,
+        }
+    }
+
+    /// A domain error with its status, code, message and params.
+    pub fn domain(
+        status: StatusCode,
+        code: ErrorCode,
+        message: impl Into<String>,
+        params: Value,
+    ) -> Self {
+        let params = match params {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        };
+        ApiError::Domain {
+            status,
+            code,
+            message: message.into(),
+            params,
+        }
+    }
+
+    /// An internal error caused by `source` (logged with its chain when answered).
+    pub fn internal(source: impl Into<BoxError>) -> Self {
+        ApiError::Internal(source.into())
+    }
+
+    /// The password-length rule shared by register and change-password.
+    pub fn password_too_short(field: &str) -> Self {
+        Self::validation(
+            ErrorCode::PasswordTooShort,
+            format!("{field} must be at least {MIN_PASSWORD_LENGTH} characters"),
+            json!({"field": field, "min_length": MIN_PASSWORD_LENGTH}),
+        )
+    }
+
+    /// HTTP status of this error.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::NotAuthenticated
+            | ApiError::InvalidToken
+            | ApiError::SessionExpired
+            | ApiError::InvalidCredentials => StatusCode::UNAUTHORIZED,
+            ApiError::CurrentPasswordIncorrect => StatusCode::BAD_REQUEST,
+            ApiError::Validation { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::UsernameTaken { .. } | ApiError::DerivationIndexConflict => {
+                StatusCode::CONFLICT
+            }
+            ApiError::TooManyAttempts { .. } | ApiError::RegistrationQuotaExceeded { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
+            ApiError::StreamCapacity => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::Domain { status, .. } => *status,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The machine-readable code.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            ApiError::NotAuthenticated => ErrorCode::NotAuthenticated,
+            ApiError::InvalidToken => ErrorCode::InvalidToken,
+            ApiError::SessionExpired => ErrorCode::SessionExpired,
+            ApiError::InvalidCredentials => ErrorCode::InvalidCredentials,
+            ApiError::CurrentPasswordIncorrect => ErrorCode::CurrentPasswordIncorrect,
+            ApiError::Validation { code, .. } | ApiError::Domain { code, .. } => *code,
+            ApiError::UsernameTaken { .. } => ErrorCode::UsernameTaken,
+            ApiError::DerivationIndexConflict => ErrorCode::DerivationIndexConflict,
+            ApiError::TooManyAttempts { .. } => ErrorCode::TooManyAttempts,
+            ApiError::RegistrationQuotaExceeded { .. } => ErrorCode::RegistrationQuotaExceeded,
+            ApiError::StreamCapacity => ErrorCode::StreamCapacity,
+            ApiError::NotFound => ErrorCode::NotFound,
+            ApiError::Internal(_) => ErrorCode::InternalError,
+        }
+    }
+
+    fn params(&self) -> Map<String, Value> {
+        match self {
+            ApiError::Validation { params, .. } | ApiError::Domain { params, .. } => params.clone(),
+            ApiError::UsernameTaken { username } => {
+                let mut m = Map::new();
+                m.insert("username".into(), Value::from(username.clone()));
+                m
+            }
+            ApiError::TooManyAttempts { retry_after_secs }
+            | ApiError::RegistrationQuotaExceeded { retry_after_secs } => {
+                let mut m = Map::new();
+                m.insert("retry_after_seconds".into(), Value::from(*retry_after_secs));
+                m
+            }
+            _ => Map::new(),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::UsernameTaken(username) => ApiError::UsernameTaken { username },
+            StoreError::DerivationIndexConflict => ApiError::DerivationIndexConflict,
+            other => ApiError::internal(other),
+        }
+    }
+}
+
+impl From<PaymentError> for ApiError {
+    fn from(e: PaymentError) -> Self {
+        let unprocessable = StatusCode::UNPROCESSABLE_ENTITY;
+        match e {
+            PaymentError::Paused => ApiError::domain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::Paused,
+                e.to_string(),
+                json!({}),
+            ),
+            PaymentError::UnknownUser => ApiError::SessionExpired,
+            PaymentError::BetBelowMinimum {
+                amount_sats,
+                min_bet_sats,
+            } => ApiError::domain(
+                unprocessable,
+                ErrorCode::BetBelowMinimum,
+                e.to_string(),
+                json!({"amount_sats": amount_sats, "min_bet_sats": min_bet_sats}),
+            ),
+            PaymentError::BetUneconomic {
+                amount_sats,
+                input_fee_sats,
+                fee_rate_sat_vb,
+                max_percent,
+            } => ApiError::domain(
+                unprocessable,
+                ErrorCode::BetUneconomic,
+                e.to_string(),
+                json!({
+                    "amount_sats": amount_sats,
+                    "input_fee_sats": input_fee_sats,
+                    "fee_rate_sat_vb": fee_rate_sat_vb,
+                    "max_percent": max_percent,
+                }),
+            ),
+            PaymentError::RoundNotOpen { round_id, status } => ApiError::domain(
+                StatusCode::CONFLICT,
+                ErrorCode::RoundNotOpen,
+                "the round is not open for bets",
+                json!({"round_id": round_id, "status": status.as_str()}),
+            ),
+            PaymentError::InvalidAddress { ref address } => ApiError::domain(
+                unprocessable,
+                ErrorCode::InvalidAddress,
+                e.to_string(),
+                json!({"address": address}),
+            ),
+            PaymentError::WrongNetwork {
+                ref address,
+                expected,
+            } => ApiError::domain(
+                unprocessable,
+                ErrorCode::AddressWrongNetwork,
+                e.to_string(),
+                json!({"address": address, "network": expected.to_string()}),
+            ),
+            PaymentError::WithdrawalBelowMinimum {
+                amount_sats,
+                min_withdrawal_sats,
+            } => ApiError::domain(
+                unprocessable,
+                ErrorCode::WithdrawalBelowMinimum,
+                e.to_string(),
+                json!({"amount_sats": amount_sats, "min_withdrawal_sats": min_withdrawal_sats}),
+            ),
+            PaymentError::InsufficientFunds {
+                amount_sats,
+                needed_sats,
+                balance_sats,
+            } => ApiError::domain(
+                unprocessable,
+                ErrorCode::InsufficientFunds,
+                e.to_string(),
+                json!({"amount_sats": amount_sats, "needed_sats": needed_sats, "balance_sats": balance_sats}),
+            ),
+            PaymentError::Dust {
+                amount_sats,
+                threshold_sats,
+            } => ApiError::domain(
+                unprocessable,
+                ErrorCode::AmountBelowDust,
+                e.to_string(),
+                json!({"amount_sats": amount_sats, "dust_sats": threshold_sats}),
+            ),
+            PaymentError::BroadcastRejected => ApiError::domain(
+                StatusCode::BAD_GATEWAY,
+                ErrorCode::BroadcastRejected,
+                e.to_string(),
+                json!({}),
+            ),
+            PaymentError::FundsBusy => ApiError::domain(
+                StatusCode::CONFLICT,
+                ErrorCode::FundsBusy,
+                e.to_string(),
+                json!({}),
+            ),
+            PaymentError::Store(e) => e.into(),
+            other => ApiError::internal(other),
+        }
+    }
+}
+
+/// `error: cause: cause …`, for internal errors that are logged.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// The JSON body of a structured error.
+#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// The error itself.
+    pub detail: ErrorDetail,
+}
+
+/// `detail` of a structured error.
+#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// Machine-readable code a client maps onto its translations.
+    pub code: String,
+    /// English text, the fallback for unknown codes.
+    pub message: String,
+    /// Interpolated values; amounts end in `_sats`.
+    #[schema(value_type = Object)]
+    pub params: Map<String, Value>,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let message = match &self {
+            ApiError::Internal(source) => {
+                tracing::error!(error = %error_chain(source.as_ref()), "internal error");
+                "internal server error".to_string()
+            }
+            other => other.to_string(),
+        };
+        let body = json!({"detail": {"code": self.code().as_str(), "message": message, "params": self.params()}});
+        let mut response = (self.status(), axum::Json(body)).into_response();
+        if let ApiError::TooManyAttempts { retry_after_secs }
+        | ApiError::RegistrationQuotaExceeded { retry_after_secs } = self
+        {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+        }
+        response
+    }
+}
+
+/// An error of an admin endpoint: `detail` is a bare string.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AdminError {
+    /// Missing or wrong `X-Admin-Token`, or admin access disabled.
+    #[error("{0}")]
+    Denied(&'static str),
+    /// A field breaks a rule; the text names the field and the rule.
+    #[error("{0}")]
+    Validation(String),
+    /// The named thing does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// The operation does not apply in the current state.
+    #[error("{0}")]
+    Conflict(String),
+    /// Too many wrong admin tokens from this client; wait this many seconds.
+    #[error("too many failed admin-token attempts, retry later")]
+    TooManyAttempts(u64),
+    /// Logged with its causes, answered as a generic 500.
+    #[error("internal error")]
+    Internal(#[source] BoxError),
+}
+
+impl AdminError {
+    /// An internal error caused by `source`.
+    pub fn internal(source: impl Into<BoxError>) -> Self {
+        AdminError::Internal(source.into())
+    }
+}
+
+impl From<StoreError> for AdminError {
+    fn from(e: StoreError) -> Self {
+        AdminError::internal(e)
+    }
+}
+
+/// The JSON body of an admin error.
+#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct AdminErrorBody {
+    /// What went wrong, naming the field and the rule.
+    pub detail: String,
+}
+
+impl IntoResponse for AdminError {
+    fn into_response(self) -> Response {
+        let (status, detail) = match self {
+            AdminError::Denied(m) => (StatusCode::FORBIDDEN, m.to_string()),
+            AdminError::Validation(m) => (StatusCode::UNPROCESSABLE_ENTITY, m),
+            AdminError::NotFound(m) => (StatusCode::NOT_FOUND, m),
+            AdminError::Conflict(m) => (StatusCode::CONFLICT, m),
+            AdminError::TooManyAttempts(secs) => {
+                let mut r = (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    axum::Json(json!({
+                        "detail": "too many failed admin-token attempts, retry later"
+                    })),
+                )
+                    .into_response();
+                if let Ok(v) = axum::http::HeaderValue::from_str(&secs.to_string()) {
+                    r.headers_mut().insert(axum::http::header::RETRY_AFTER, v);
+                }
+                return r;
+            }
+            AdminError::Internal(source) => {
+                tracing::error!(error = %error_chain(source.as_ref()), "internal error (admin)");
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal server error".to_string(),
+                )
+            }
+        };
+        (status, axum::Json(json!({ "detail": detail }))).into_response()
+    }
+}

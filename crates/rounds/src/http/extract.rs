@@ -1,0 +1,192 @@
+//! Authentication extractors: the bearer-token user (checked against the stored token_version on every request), the optional user, and admin access by `X-Admin-Token` in constant time.
+
+use crate::domain::time::unix_now;
+use crate::http::client_ip::ClientIp;
+use crate::http::codes::ErrorCode;
+use crate::http::error::{AdminError, ApiError};
+use crate::http::state::AppState;
+use crate::security::admin_key::AdminDenied;
+use crate::security::throttle::ThrottleKey;
+use crate::security::token::TokenError;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
+
+/// An authenticated user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthUser {
+    /// Primary key.
+    pub id: i64,
+    /// The name as stored.
+    pub username: String,
+    /// The token version the request's token carries (= the stored one).
+    pub token_version: i64,
+}
+
+fn bearer(parts: &Parts) -> Option<&str> {
+    let value = parts
+        .headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
+}
+
+async fn authenticate(parts: &Parts, state: &AppState) -> Result<AuthUser, ApiError> {
+    let token = bearer(parts).ok_or(ApiError::NotAuthenticated)?;
+    let claims = state
+        .tokens
+        .verify(token, unix_now())
+        .map_err(|e| match e {
+            TokenError::Expired => ApiError::SessionExpired,
+            _ => ApiError::InvalidToken,
+        })?;
+    let id: i64 = claims.sub.parse().map_err(|_| ApiError::InvalidToken)?;
+    let (username, stored_tv) = state
+        .store
+        .token_version(id)
+        .await?
+        .ok_or(ApiError::InvalidToken)?;
+    if stored_tv != claims.tv {
+        return Err(ApiError::SessionExpired);
+    }
+    Ok(AuthUser {
+        id,
+        username,
+        token_version: stored_tv,
+    })
+}
+
+impl FromRequestParts<AppState> for AuthUser {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        authenticate(parts, state).await
+    }
+}
+
+/// A user if a valid token was sent; anonymous otherwise. A stale or bad
+/// token on an endpoint that works logged out is treated as no token.
+#[derive(Debug, Clone)]
+pub struct MaybeUser(pub Option<AuthUser>);
+
+impl FromRequestParts<AppState> for MaybeUser {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        if bearer(parts).is_none() {
+            return Ok(MaybeUser(None));
+        }
+        match authenticate(parts, state).await {
+            Ok(u) => Ok(MaybeUser(Some(u))),
+            Err(ApiError::Internal(e)) => Err(ApiError::Internal(e)),
+            Err(_) => Ok(MaybeUser(None)),
+        }
+    }
+}
+
+/// Proof that the request carries the admin token.
+#[derive(Debug, Clone, Copy)]
+pub struct Admin;
+
+impl FromRequestParts<AppState> for Admin {
+    type Rejection = AdminError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let Ok(ClientIp(ip)) = ClientIp::from_request_parts(parts, state).await;
+        // Wrong tokens are throttled per client like wrong passwords; the
+        // check and the reservation are one step, so a burst cannot slip
+        // through before the first failure is counted.
+        let keys = [ThrottleKey::Ip(ip)];
+        let attempt = state
+            .admin_throttle
+            .begin(&keys, std::time::Instant::now())
+            .map_err(|wait| {
+                AdminError::TooManyAttempts(wait.as_secs() + u64::from(wait.subsec_nanos() > 0))
+            })?;
+        let presented = parts.headers.get("x-admin-token").map(|v| v.as_bytes());
+        match state.admin_key.check(presented) {
+            Ok(()) => {
+                attempt.succeeded(&keys[0]);
+                Ok(Admin)
+            }
+            Err(denied) => {
+                if denied == AdminDenied::Invalid {
+                    tracing::warn!(client = %ip, "wrong admin token");
+                    attempt.failed(std::time::Instant::now());
+                }
+                Err(AdminError::Denied(denied.message()))
+            }
+        }
+    }
+}
+
+/// JSON body whose rejections use the structured error format.
+#[derive(Debug)]
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        // Parsed as a value first: serde would accept a struct from a JSON
+        // array (fields by position), and every request body is an object.
+        let value = match axum::Json::<serde_json::Value>::from_request(req, state).await {
+            Ok(axum::Json(v)) => v,
+            Err(e) => {
+                return Err(ApiError::validation(
+                    ErrorCode::InvalidBody,
+                    e.body_text(),
+                    serde_json::json!({}),
+                ))
+            }
+        };
+        if !value.is_object() {
+            return Err(ApiError::validation(
+                ErrorCode::InvalidBody,
+                "the request body must be a JSON object",
+                serde_json::json!({}),
+            ));
+        }
+        serde_json::from_value(value).map(ApiJson).map_err(|e| {
+            ApiError::validation(
+                ErrorCode::InvalidBody,
+                format!("invalid JSON body: {e}"),
+                serde_json::json!({}),
+            )
+        })
+    }
+}
+
+/// JSON body of an admin endpoint; rejections are bare strings.
+#[derive(Debug)]
+pub struct AdminJson(pub serde_json::Value);
+
+impl FromRequest<AppState> for AdminJson {
+    type Rejection = AdminError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        match axum::Json::<serde_json::Value>::from_request(req, state).await {
+            Ok(axum::Json(v)) if v.is_object() => Ok(AdminJson(v)),
+            Ok(_) => Err(AdminError::Validation(
+                "the request body must be a JSON object".into(),
+            )),
+            Err(e) => Err(AdminError::Validation(format!(
+                "invalid JSON body: {}",
+                e.body_text()
+            ))),
+        }
+    }
+}

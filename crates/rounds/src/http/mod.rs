@@ -1,0 +1,241 @@
+//! The HTTP layer: one module per resource, the extractors, the error types and the typed views; here the router with its layers and the OpenAPI document.
+//!
+//! Handlers parse the request, call a service (or a read of the store) and
+//! render the answer; nothing below this module knows about HTTP.
+
+pub mod accounts;
+pub mod admin;
+pub mod client_ip;
+pub mod codes;
+pub mod dashboard;
+pub mod error;
+pub mod extract;
+pub mod metrics;
+pub mod ops;
+pub mod qr;
+pub mod rounds;
+pub mod state;
+pub mod views;
+pub mod wallet;
+
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::Response;
+use axum::Router;
+use tower::ServiceBuilder;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::request_id::{
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+
+use crate::config::Config;
+use error::ApiError;
+use metrics::Metrics;
+pub use state::AppState;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "potluck rounds service", description = "Custodial round-based wallet: accounts, sessions, admin, rounds, live stream."),
+    modifiers(&SecuritySchemes),
+    components(schemas(error::ErrorBody, error::ErrorDetail, error::AdminErrorBody))
+)]
+struct ApiDoc;
+
+struct SecuritySchemes;
+
+impl Modify for SecuritySchemes {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("JWT")
+                    .build(),
+            ),
+        );
+        components.add_security_scheme(
+            "admin_token",
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("X-Admin-Token"))),
+        );
+    }
+}
+
+async fn not_found() -> ApiError {
+    ApiError::NotFound
+}
+
+/// All documented routes, before layers and state.
+fn api_routes(config: &Config, dev_chain: bool) -> OpenApiRouter<AppState> {
+    let timed = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .merge(accounts::router())
+        .merge(rounds::router())
+        .merge(wallet::router(dev_chain))
+        .merge(admin::router())
+        .merge(ops::router())
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            config.request_timeout,
+        ));
+    timed.merge(rounds::stream_router())
+}
+
+/// The OpenAPI document generated from the routes, as JSON.
+pub fn openapi_document() -> &'static str {
+    static DOC: OnceLock<String> = OnceLock::new();
+    DOC.get_or_init(|| {
+        let (_, api) = api_routes(&Config::new(".".into()), true).split_for_parts();
+        api.to_json()
+            .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    })
+}
+
+/// The header of the request id (the contract of docs/rounds-api.md).
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Longest caller-chosen request id that is kept.
+const MAX_REQUEST_ID_LEN: usize = 64;
+
+/// A fresh random id for requests that bring no sane one.
+#[derive(Debug, Clone, Copy, Default)]
+struct RandomRequestId;
+
+impl MakeRequestId for RandomRequestId {
+    fn make_request_id<B>(&mut self, _: &axum::http::Request<B>) -> Option<RequestId> {
+        HeaderValue::from_str(&format!("{:016x}", rand::random::<u64>()))
+            .ok()
+            .map(RequestId::new)
+    }
+}
+
+/// Drops a caller's request id that is empty, too long or not visible
+/// ASCII, so that `SetRequestIdLayer` generates one instead: ids end up in
+/// log lines, which must not be forged or flooded by clients.
+async fn drop_insane_request_id(mut request: Request) -> Request {
+    let sane = request.headers().get(&REQUEST_ID).is_some_and(|v| {
+        !v.is_empty()
+            && v.len() <= MAX_REQUEST_ID_LEN
+            && v.as_bytes().iter().all(u8::is_ascii_graphic)
+    });
+    if !sane {
+        request.headers_mut().remove(&REQUEST_ID);
+    }
+    request
+}
+
+/// The per-request span: request id, method and matched route.
+fn request_span(request: &axum::http::Request<axum::body::Body>) -> tracing::Span {
+    let id = request
+        .headers()
+        .get(&REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str);
+    tracing::info_span!("request", request_id = %id, method = %request.method(), route = %route)
+}
+
+/// Metrics per matched route.
+async fn record_metrics(
+    State(metrics): State<Arc<Metrics>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let started = Instant::now();
+    let method = request.method().clone();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let response = next.run(request).await;
+    metrics.record(
+        &method,
+        &route,
+        response.status().as_u16(),
+        started.elapsed(),
+    );
+    response
+}
+
+/// Builds the full router for `state`.
+pub fn router(state: AppState) -> Router {
+    let (routes, _) = api_routes(&state.config, state.dev_chain.is_some()).split_for_parts();
+    let metrics = state.metrics.clone();
+    let observe = ServiceBuilder::new()
+        .layer(axum::middleware::map_request(drop_insane_request_id))
+        .layer(SetRequestIdLayer::new(REQUEST_ID, RandomRequestId))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(request_span)
+                .on_request(())
+                .on_response(DefaultOnResponse::new().level(tracing::Level::DEBUG))
+                // Internal errors are logged with their cause by the error type.
+                .on_failure(()),
+        )
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+        .layer(axum::middleware::from_fn_with_state(
+            metrics,
+            record_metrics,
+        ));
+    routes
+        .merge(dashboard::router())
+        .fallback(not_found)
+        .layer(RequestBodyLimitLayer::new(state.config.body_limit_bytes))
+        .layer(observe)
+        .with_state(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openapi_documents_the_draw_proof_field_by_field() {
+        let doc: serde_json::Value =
+            serde_json::from_str(openapi_document()).expect("the document is JSON");
+        let schemas = &doc["components"]["schemas"];
+        let draw = &schemas["DrawView"]["properties"];
+        for field in [
+            "tip_height_at_close",
+            "bets_commitment",
+            "block_height",
+            "block_hash",
+            "seed",
+            "ticket",
+            "winner",
+            "bets",
+        ] {
+            assert!(draw.get(field).is_some(), "DrawView.{field} is documented");
+        }
+        for field in [
+            "bet_id",
+            "username",
+            "amount_sats",
+            "txid",
+            "range_start",
+            "range_end",
+        ] {
+            assert!(
+                schemas["DrawBetView"]["properties"].get(field).is_some(),
+                "DrawBetView.{field} is documented"
+            );
+        }
+        assert!(schemas["PayoutView"]["properties"]
+            .get("winner_sats")
+            .is_some());
+        let statuses = schemas["RoundStatus"]["enum"].as_array().expect("an enum");
+        assert_eq!(statuses.len(), 5);
+    }
+}

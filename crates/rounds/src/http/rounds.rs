@@ -1,0 +1,269 @@
+//! Round endpoints: the current round, the live-update stream, bets, round history with draw proofs, and the caller's last result.
+
+use std::convert::Infallible;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::stream::{self, Stream};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::http::client_ip::ClientIp;
+use crate::http::codes::ErrorCode;
+use crate::http::error::{ApiError, ErrorBody};
+use crate::http::extract::{ApiJson, AuthUser, MaybeUser};
+use crate::http::state::AppState;
+use crate::http::views::RoundView;
+use crate::service::history::{self, Outcome};
+use crate::service::payments::Payments;
+use crate::service::stream::{Delivery, Subscription};
+
+/// Routes served under the request time-out.
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(current_round))
+        .routes(routes!(place_bet))
+        .routes(routes!(list_rounds))
+        .routes(routes!(get_round))
+        .routes(routes!(last_round_result))
+}
+
+/// The stream route: long-lived, so it is kept out of the time-out layer.
+pub fn stream_router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(round_stream))
+}
+
+/// The current round; works logged out.
+#[utoipa::path(get, path = "/rounds/current", tag = "rounds", security((), ("bearer" = [])),
+    responses((status = 200, body = RoundView)))]
+async fn current_round(
+    State(state): State<AppState>,
+    MaybeUser(user): MaybeUser,
+) -> Result<Response, ApiError> {
+    let snapshot = state.rounds.snapshot(&state.store).await?;
+    let Some(user) = user else {
+        // The hot anonymous path serves the body rendered at refresh.
+        return Ok((
+            [(header::CONTENT_TYPE, "application/json")],
+            snapshot.anonymous_json,
+        )
+            .into_response());
+    };
+    let played = state.store.user_played(snapshot.round.id, user.id).await?;
+    Ok(Json(RoundView::of(&snapshot.detail, played, snapshot.paused)).into_response())
+}
+
+fn events(sub: Subscription) -> impl Stream<Item = Result<Event, Infallible>> {
+    stream::unfold(sub, |sub| async move {
+        match sub.next().await {
+            Delivery::Changed => Some((Ok(Event::default().data("refetch")), sub)),
+            Delivery::Closed => None,
+        }
+    })
+}
+
+/// Server-Sent Events: each `data: refetch` message means "something changed, refetch"; `: keep-alive` comments while idle.
+#[utoipa::path(get, path = "/rounds/stream", tag = "rounds",
+    responses(
+        (status = 200, description = "text/event-stream", content_type = "text/event-stream", body = String),
+        (status = 503, description = "stream_capacity: past the global subscriber cap", body = ErrorBody),
+    ))]
+async fn round_stream(
+    State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
+) -> Result<impl IntoResponse, ApiError> {
+    let sub = state
+        .hub
+        .subscribe(ip)
+        .map_err(|_| ApiError::StreamCapacity)?;
+    let sse = Sse::new(events(sub)).keep_alive(
+        KeepAlive::new()
+            .interval(state.config.keep_alive)
+            .text("keep-alive"),
+    );
+    Ok((
+        [
+            // Proxies must neither buffer nor compress the stream.
+            (header::CACHE_CONTROL, "no-cache, no-transform"),
+            (header::HeaderName::from_static("x-accel-buffering"), "no"),
+        ],
+        sse,
+    ))
+}
+
+/// POST /rounds/current/bets body.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct BetRequest {
+    /// At least `min_bet_sats`.
+    pub amount_sats: i64,
+}
+
+/// A placed bet.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct BetPlaced {
+    /// Bet id (orders the draw).
+    pub bet_id: i64,
+    /// The round.
+    pub round_id: i64,
+    /// Amount in the pot.
+    pub amount_sats: i64,
+    /// Miner fee paid by the bettor.
+    pub fee_sats: i64,
+    /// The bet transaction.
+    pub txid: String,
+}
+
+/// 201 once broadcast; 202 while the worker still has to broadcast it.
+pub(crate) fn paid_status(broadcast: bool) -> StatusCode {
+    if broadcast {
+        StatusCode::CREATED
+    } else {
+        StatusCode::ACCEPTED
+    }
+}
+
+/// Place a bet in the current round: spends the caller's outputs whole into the round's pot address, change back.
+#[utoipa::path(post, path = "/rounds/current/bets", tag = "rounds", security(("bearer" = [])),
+    request_body = BetRequest,
+    responses(
+        (status = 201, body = BetPlaced),
+        (status = 202, description = "written but the chain is unreachable: broadcast later by the worker", body = BetPlaced),
+        (status = 409, description = "round_not_open, funds_busy", body = ErrorBody),
+        (status = 422, description = "bet_below_minimum, insufficient_funds, amount_below_dust", body = ErrorBody),
+        (status = 502, description = "broadcast_rejected", body = ErrorBody),
+        (status = 503, description = "paused", body = ErrorBody),
+    ))]
+async fn place_bet(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiJson(body): ApiJson<BetRequest>,
+) -> Result<(StatusCode, Json<BetPlaced>), ApiError> {
+    let paid = Payments::new(&state.store, &state.engine)
+        .bet(
+            user.id,
+            body.amount_sats,
+            state.config.max_bet_input_fee_percent,
+        )
+        .await?;
+    Ok((
+        paid_status(paid.broadcast),
+        Json(BetPlaced {
+            bet_id: paid.bet_id.unwrap_or_default(),
+            round_id: paid.round_id.unwrap_or_default(),
+            amount_sats: body.amount_sats,
+            fee_sats: paid.fee_sats,
+            txid: paid.txid,
+        }),
+    ))
+}
+
+/// Pagination of lists, newest first.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct Page {
+    /// At most this many (1–100, default 20).
+    pub limit: Option<i64>,
+    /// Only ids below this one.
+    pub before_id: Option<i64>,
+}
+
+impl Page {
+    /// The page size, clamped to 1–100.
+    pub fn limit(&self) -> i64 {
+        self.limit.unwrap_or(20).clamp(1, 100)
+    }
+}
+
+/// The caller's last round with a result.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct LastRoundResult {
+    /// The round.
+    pub round_id: i64,
+    /// `won`, `lost` or `refunded`.
+    pub outcome: Outcome,
+    /// Sum of the caller's bets in the round.
+    pub bet_sats: i64,
+    /// What the caller received (0 when lost).
+    pub won_sats: i64,
+    /// The round with its draw proof.
+    pub round: RoundView,
+}
+
+/// The result of the last round the caller played (database-backed, for players who missed the reveal).
+#[utoipa::path(get, path = "/users/me/last-round-result", tag = "accounts", security(("bearer" = [])),
+    responses((status = 200, body = LastRoundResult), (status = 404, description = "no_round_played", body = ErrorBody)))]
+async fn last_round_result(
+    State(state): State<AppState>,
+    user: AuthUser,
+) -> Result<Json<LastRoundResult>, ApiError> {
+    let r = history::last_result(&state.store, user.id)
+        .await?
+        .ok_or_else(no_round_played)?;
+    Ok(Json(LastRoundResult {
+        round_id: r.detail.round.id,
+        outcome: r.outcome,
+        bet_sats: r.bet_sats,
+        won_sats: r.won_sats,
+        round: RoundView::of(&r.detail, true, r.paused),
+    }))
+}
+
+fn no_round_played() -> ApiError {
+    ApiError::domain(
+        StatusCode::NOT_FOUND,
+        ErrorCode::NoRoundPlayed,
+        "you have not played a round with a result yet",
+        serde_json::json!({}),
+    )
+}
+
+/// A page of rounds.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct RoundPage {
+    /// Newest first.
+    pub rounds: Vec<RoundView>,
+    /// Pass as `before_id` for the next page; null at the end.
+    pub next_before_id: Option<i64>,
+}
+
+/// Recent rounds, newest first, with their draw proofs.
+#[utoipa::path(get, path = "/rounds", tag = "rounds", security((), ("bearer" = [])),
+    params(Page), responses((status = 200, body = RoundPage)))]
+async fn list_rounds(
+    State(state): State<AppState>,
+    MaybeUser(user): MaybeUser,
+    Query(page): Query<Page>,
+) -> Result<Json<RoundPage>, ApiError> {
+    let limit = page.limit();
+    let p = history::rounds_page(&state.store, limit, page.before_id).await?;
+    let rounds = p
+        .rounds
+        .iter()
+        .map(|d| RoundView::of(d, history::played(d, user.as_ref().map(|u| u.id)), p.paused))
+        .collect();
+    Ok(Json(RoundPage {
+        rounds,
+        next_before_id: p.next_before_id,
+    }))
+}
+
+/// One round, with the full draw proof once drawn.
+#[utoipa::path(get, path = "/rounds/{id}", tag = "rounds", security((), ("bearer" = [])),
+    params(("id" = i64, Path, description = "round id")),
+    responses((status = 200, body = RoundView), (status = 404, body = ErrorBody)))]
+async fn get_round(
+    State(state): State<AppState>,
+    MaybeUser(user): MaybeUser,
+    Path(id): Path<String>,
+) -> Result<Json<RoundView>, ApiError> {
+    let id: i64 = id.parse().map_err(|_| ApiError::NotFound)?;
+    let (d, paused) = history::round(&state.store, id)
+        .await?
+        .ok_or(ApiError::NotFound)?;
+    let played = history::played(&d, user.as_ref().map(|u| u.id));
+    Ok(Json(RoundView::of(&d, played, paused)))
+}

@@ -1,0 +1,176 @@
+//! Reading rounds back: pages of past rounds with their draws, one round, and a player's last result.
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::draw;
+use crate::service::engine::draw_bets;
+use crate::store::ledger::TransferRow;
+use crate::store::rounds::RoundDetail;
+use crate::store::{Store, StoreError};
+
+/// How a round ended for one player.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The player's bet won the pot.
+    Won,
+    /// Another bet won.
+    Lost,
+    /// The player was alone in the round: the pot came back, less the fee.
+    Refunded,
+}
+
+/// A player's last round with a result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastResult {
+    /// The round.
+    pub detail: RoundDetail,
+    /// How it ended for the player.
+    pub outcome: Outcome,
+    /// Sum of the player's bets.
+    pub bet_sats: i64,
+    /// What the player received (0 when lost).
+    pub won_sats: i64,
+    /// The pause flag now.
+    pub paused: bool,
+}
+
+/// A page of rounds, newest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoundsPage {
+    /// The rounds.
+    pub rounds: Vec<RoundDetail>,
+    /// Where the next page starts; `None` at the end.
+    pub next_before_id: Option<i64>,
+    /// The pause flag now.
+    pub paused: bool,
+}
+
+/// Whether user `user_id` (if any) bet in the round.
+pub fn played(d: &RoundDetail, user_id: Option<i64>) -> bool {
+    user_id.is_some_and(|id| d.bets.iter().any(|b| b.user_id == id))
+}
+
+/// Up to `limit` rounds below `before_id`, newest first.
+///
+/// # Errors
+/// Database failures.
+pub async fn rounds_page(
+    store: &Store,
+    limit: i64,
+    before_id: Option<i64>,
+) -> Result<RoundsPage, StoreError> {
+    let paused = store.config().await?.paused;
+    let ids = store.round_ids(limit, before_id).await?;
+    let mut rounds = Vec::with_capacity(ids.len());
+    for id in &ids {
+        if let Some(d) = store.round_detail(*id).await? {
+            rounds.push(d);
+        }
+    }
+    let next_before_id = if ids.len() as i64 == limit {
+        ids.last().copied()
+    } else {
+        None
+    };
+    Ok(RoundsPage {
+        rounds,
+        next_before_id,
+        paused,
+    })
+}
+
+/// One round with the pause flag, or `None` when it does not exist.
+///
+/// # Errors
+/// Database failures.
+pub async fn round(store: &Store, id: i64) -> Result<Option<(RoundDetail, bool)>, StoreError> {
+    let Some(d) = store.round_detail(id).await? else {
+        return Ok(None);
+    };
+    let paused = store.config().await?.paused;
+    Ok(Some((d, paused)))
+}
+
+/// The last round user `user_id` played that has a result, or `None`.
+///
+/// # Errors
+/// Database failures.
+pub async fn last_result(store: &Store, user_id: i64) -> Result<Option<LastResult>, StoreError> {
+    let Some(id) = store.last_played_round(user_id).await? else {
+        return Ok(None);
+    };
+    let Some(detail) = store.round_detail(id).await? else {
+        return Ok(None);
+    };
+    let paused = store.config().await?.paused;
+    let bet_sats = detail
+        .bets
+        .iter()
+        .filter(|b| b.user_id == user_id)
+        .map(|b| b.amount_sats)
+        .sum();
+    let single = draw::single_player(&draw_bets(&detail.bets));
+    let winner = detail
+        .draw
+        .winner_bet_id
+        .and_then(|w| detail.bets.iter().find(|b| b.id == w))
+        .map(|b| b.user_id);
+    let won = winner == Some(user_id);
+    let outcome = match (single, won) {
+        (true, _) => Outcome::Refunded,
+        (false, true) => Outcome::Won,
+        (false, false) => Outcome::Lost,
+    };
+    let won_sats = if won {
+        detail.payout.as_ref().map_or(0, |p| p.amount_sats)
+    } else {
+        0
+    };
+    Ok(Some(LastResult {
+        detail,
+        outcome,
+        bet_sats,
+        won_sats,
+        paused,
+    }))
+}
+
+/// A page of one user's transfers with what their views need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransfersPage {
+    /// Newest first.
+    pub transfers: Vec<TransferRow>,
+    /// Where the next page starts; `None` at the end.
+    pub next_before_id: Option<i64>,
+    /// Height of the last processed block (0 before the first).
+    pub tip: i64,
+    /// Confirmations before a deposit is credited.
+    pub deposit_confirmations: i64,
+}
+
+/// Up to `limit` transfers of user `user_id` below `before_id`, newest first.
+///
+/// # Errors
+/// Database failures.
+pub async fn transfers_page(
+    store: &Store,
+    user_id: i64,
+    limit: i64,
+    before_id: Option<i64>,
+) -> Result<TransfersPage, StoreError> {
+    let config = store.config().await?;
+    let tip = store.synced_tip().await?.map_or(0, |t| t.0);
+    let transfers = store.user_transfers(user_id, limit, before_id).await?;
+    let next_before_id = if transfers.len() as i64 == limit {
+        transfers.last().map(|r| r.id)
+    } else {
+        None
+    };
+    Ok(TransfersPage {
+        transfers,
+        next_before_id,
+        tip,
+        deposit_confirmations: config.deposit_confirmations,
+    })
+}

@@ -1,0 +1,436 @@
+//! The one payment workflow of users: a bet or a withdrawal selects the user's coins, signs, writes the intent, broadcasts and notifies; plus the development faucet.
+//!
+//! The order is the crash-safety rule of docs/rounds-engine.md: the signed
+//! transaction is written (status `signed`) before it is broadcast, so a
+//! restart finishes what a crash interrupted and nothing is paid twice.
+
+use bitcoin::{Network, ScriptBuf};
+
+use crate::domain::address::{AddressBook, AddressError};
+use crate::domain::round::{RoundStatus, TransferKind};
+use crate::domain::settings::{ServiceConfig, DUST_LIMIT_SATS, P2WPKH_INPUT_VBYTES};
+use crate::domain::spend::{self, SpendFailure};
+use crate::domain::time::unix_now;
+use crate::service::engine::{crash_point, Engine, EngineError};
+use crate::store::users::UserRow;
+use crate::store::{LedgerError, Store, StoreError};
+
+/// Attempts of a bet or withdrawal when a concurrent spend took an output.
+const SPEND_ATTEMPTS: usize = 3;
+/// Largest faucet payment (1 BTC).
+pub const FAUCET_MAX_SATS: i64 = 100_000_000;
+/// Faucet payment when the body names no amount.
+pub const FAUCET_DEFAULT_SATS: i64 = 1_000_000;
+
+/// Why a payment was not made. Every variant but the internal ones is an
+/// answer for the user; the HTTP layer maps each to its error code.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PaymentError {
+    /// The service is paused for maintenance.
+    #[error("the service is paused for maintenance")]
+    Paused,
+    /// The session's user no longer exists.
+    #[error("unknown user")]
+    UnknownUser,
+    /// A bet below the configured minimum.
+    #[error("a bet must be at least {min_bet_sats} sats")]
+    BetBelowMinimum {
+        /// What was asked.
+        amount_sats: i64,
+        /// The minimum.
+        min_bet_sats: i64,
+    },
+    /// The bet's own input would cost the pot more than the allowed share
+    /// of the bet in fees at the current fee rate.
+    #[error("a bet of {amount_sats} sats would cost the pot {input_fee_sats} sats in fees to spend (more than {max_percent}% of it)")]
+    BetUneconomic {
+        /// What was asked.
+        amount_sats: i64,
+        /// The fee of the bet's pot input at the current fee rate.
+        input_fee_sats: i64,
+        /// The current fee rate.
+        fee_rate_sat_vb: i64,
+        /// The configured share.
+        max_percent: u32,
+    },
+    /// The round no longer takes bets.
+    #[error("round {round_id} is {status}, not open")]
+    RoundNotOpen {
+        /// The round.
+        round_id: i64,
+        /// Its status.
+        status: RoundStatus,
+    },
+    /// The withdrawal address does not parse.
+    #[error("address is not a valid address")]
+    InvalidAddress {
+        /// The address as given (trimmed).
+        address: String,
+    },
+    /// The withdrawal address is for another network.
+    #[error("address is for another network (expected {expected})")]
+    WrongNetwork {
+        /// The address as given (trimmed).
+        address: String,
+        /// The service's network.
+        expected: Network,
+    },
+    /// A withdrawal below the configured minimum or the dust limit.
+    #[error("a withdrawal must be at least {min_withdrawal_sats} sats")]
+    WithdrawalBelowMinimum {
+        /// What was asked.
+        amount_sats: i64,
+        /// The effective minimum.
+        min_withdrawal_sats: i64,
+    },
+    /// The user's confirmed coins do not cover amount and fee.
+    #[error("insufficient funds: {needed_sats} sats needed including the miner fee, {balance_sats} sats available")]
+    InsufficientFunds {
+        /// What was asked.
+        amount_sats: i64,
+        /// Amount plus fee.
+        needed_sats: i64,
+        /// Confirmed spendable balance.
+        balance_sats: i64,
+    },
+    /// The payment would be dust.
+    #[error("amount must be at least {threshold_sats} sats")]
+    Dust {
+        /// What was asked.
+        amount_sats: i64,
+        /// The dust threshold of the destination script.
+        threshold_sats: i64,
+    },
+    /// The network refused the transaction; it was undone.
+    #[error("the network refused the transaction; nothing was spent")]
+    BroadcastRejected,
+    /// Concurrent requests kept taking the user's coins.
+    #[error("your funds are being spent by another request, try again")]
+    FundsBusy,
+    /// No round exists (the service creates one at start).
+    #[error("no round exists")]
+    NoRound,
+    /// Building or signing failed for another reason than the user's.
+    #[error("building the transaction failed")]
+    Spend(#[source] SpendFailure),
+    /// The ledger refused the write for another reason than a taken coin.
+    #[error("ledger write failed")]
+    Ledger(#[source] LedgerError),
+    /// The engine failed (faucet).
+    #[error("engine step failed")]
+    Engine(#[source] EngineError),
+    /// The development chain failed (faucet).
+    #[error("development chain: {0}")]
+    DevChain(String),
+    /// The database.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A payment written (and broadcast unless the chain was unreachable).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paid {
+    /// The transfer row.
+    pub transfer_id: i64,
+    /// The bet row, for bets.
+    pub bet_id: Option<i64>,
+    /// Round of a bet.
+    pub round_id: Option<i64>,
+    /// Miner fee paid by the user.
+    pub fee_sats: i64,
+    /// The transaction.
+    pub txid: String,
+    /// False when the chain could not be reached: written, broadcast later by the worker.
+    pub broadcast: bool,
+}
+
+/// Where a user's payment goes.
+#[derive(Debug, Clone, Copy)]
+enum Destination<'a> {
+    /// A bet: the round's pot address.
+    Pot {
+        /// The round, which must still be open when the intent is written.
+        round_id: i64,
+    },
+    /// A withdrawal to this address.
+    Address(&'a str),
+}
+
+/// The users' payments over the store and the engine (which signs and broadcasts).
+#[derive(Clone, Copy)]
+pub struct Payments<'a> {
+    store: &'a Store,
+    engine: &'a Engine,
+}
+
+impl<'a> Payments<'a> {
+    /// The service over these parts.
+    pub fn new(store: &'a Store, engine: &'a Engine) -> Self {
+        Self { store, engine }
+    }
+
+    /// Bets `amount_sats` of user `user_id` in the current round; a bet
+    /// whose own pot input would cost more than `max_input_fee_percent` of
+    /// it in fees is refused, so that a pot can always pay its winner.
+    ///
+    /// # Errors
+    /// A [`PaymentError`] saying why nothing was paid.
+    pub async fn bet(
+        &self,
+        user_id: i64,
+        amount_sats: i64,
+        max_input_fee_percent: u32,
+    ) -> Result<Paid, PaymentError> {
+        let config = self.open_config().await?;
+        if amount_sats < config.min_bet_sats {
+            return Err(PaymentError::BetBelowMinimum {
+                amount_sats,
+                min_bet_sats: config.min_bet_sats,
+            });
+        }
+        let input_fee_sats = P2WPKH_INPUT_VBYTES.saturating_mul(config.fee_rate_sat_vb);
+        if input_fee_sats.saturating_mul(100)
+            > amount_sats.saturating_mul(i64::from(max_input_fee_percent))
+        {
+            return Err(PaymentError::BetUneconomic {
+                amount_sats,
+                input_fee_sats,
+                fee_rate_sat_vb: config.fee_rate_sat_vb,
+                max_percent: max_input_fee_percent,
+            });
+        }
+        let round = self
+            .store
+            .current_round()
+            .await?
+            .ok_or(PaymentError::NoRound)?;
+        // Server time decides: once closes_at has passed the round takes no
+        // bet, even before the engine has moved it (checked again in the
+        // transaction that writes the bet).
+        if round.status != RoundStatus::Open || unix_now() >= round.closes_at {
+            return Err(PaymentError::RoundNotOpen {
+                round_id: round.id,
+                status: round.status,
+            });
+        }
+        let me = self.user(user_id).await?;
+        let (_, pot_script) =
+            spend::pot_key(self.engine.wallet(), round.id).map_err(PaymentError::Spend)?;
+        self.pay_from_user(
+            &me,
+            &config,
+            &pot_script,
+            amount_sats,
+            Destination::Pot { round_id: round.id },
+        )
+        .await
+    }
+
+    /// Withdraws `amount_sats` of user `user_id` to `address` (trimmed first).
+    ///
+    /// # Errors
+    /// A [`PaymentError`] saying why nothing was paid.
+    pub async fn withdraw(
+        &self,
+        addresses: &dyn AddressBook,
+        user_id: i64,
+        address: &str,
+        amount_sats: i64,
+    ) -> Result<Paid, PaymentError> {
+        let config = self.open_config().await?;
+        let address = address.trim();
+        match addresses.validate(address) {
+            Ok(()) => {}
+            Err(AddressError::WrongNetwork { expected }) => {
+                return Err(PaymentError::WrongNetwork {
+                    address: address.to_string(),
+                    expected,
+                })
+            }
+            Err(_) => {
+                return Err(PaymentError::InvalidAddress {
+                    address: address.to_string(),
+                })
+            }
+        }
+        let min = config.min_withdrawal_sats.max(DUST_LIMIT_SATS);
+        if amount_sats < min {
+            return Err(PaymentError::WithdrawalBelowMinimum {
+                amount_sats,
+                min_withdrawal_sats: min,
+            });
+        }
+        let me = self.user(user_id).await?;
+        let to = spend::script_of(address, self.engine.wallet().network())
+            .map_err(PaymentError::Spend)?;
+        self.pay_from_user(
+            &me,
+            &config,
+            &to,
+            amount_sats,
+            Destination::Address(address),
+        )
+        .await
+    }
+
+    async fn open_config(&self) -> Result<ServiceConfig, PaymentError> {
+        let config = self.store.config().await?;
+        if config.paused {
+            return Err(PaymentError::Paused);
+        }
+        Ok(config)
+    }
+
+    async fn user(&self, user_id: i64) -> Result<UserRow, PaymentError> {
+        self.store
+            .user_by_id(user_id)
+            .await?
+            .ok_or(PaymentError::UnknownUser)
+    }
+
+    /// Spends the user's confirmed outputs whole to `to`, change back, writes the
+    /// intent before the broadcast (the crash-safety rule), then broadcasts it.
+    /// An output taken by a concurrent request between selection and write makes
+    /// it select again, a few times, then answer `funds_busy`.
+    async fn pay_from_user(
+        &self,
+        me: &UserRow,
+        config: &ServiceConfig,
+        to: &ScriptBuf,
+        amount_sats: i64,
+        dest: Destination<'_>,
+    ) -> Result<Paid, PaymentError> {
+        let (kind, round_id, address) = match dest {
+            Destination::Pot { round_id } => (TransferKind::Bet, Some(round_id), None),
+            Destination::Address(a) => (TransferKind::Withdrawal, None, Some(a.to_string())),
+        };
+        let wallet = self.engine.wallet().clone();
+        for _ in 0..SPEND_ATTEMPTS {
+            let outputs = self
+                .store
+                .spendable_outputs(me.id, config.deposit_confirmations)
+                .await?;
+            let signed = spend::user_payment(
+                &wallet,
+                me.derivation_index,
+                &outputs,
+                to,
+                amount_sats,
+                config.fee_rate_sat_vb,
+                kind,
+                me.id,
+                round_id,
+                address.clone(),
+            )
+            .map_err(|e| match e {
+                SpendFailure::Insufficient {
+                    balance_sats,
+                    needed_sats,
+                } => PaymentError::InsufficientFunds {
+                    amount_sats,
+                    needed_sats,
+                    balance_sats,
+                },
+                SpendFailure::Dust {
+                    amount_sats,
+                    threshold_sats,
+                } => PaymentError::Dust {
+                    amount_sats,
+                    threshold_sats,
+                },
+                other => PaymentError::Spend(other),
+            })?;
+            let written = match dest {
+                Destination::Pot { .. } => self
+                    .store
+                    .place_bet(&signed.intent)
+                    .await
+                    .map(|(bet, transfer)| (Some(bet), transfer)),
+                Destination::Address(_) => self
+                    .store
+                    .record_withdrawal(&signed.intent)
+                    .await
+                    .map(|transfer| (None, transfer)),
+            };
+            let (bet_id, transfer_id) = match written {
+                Ok(ids) => ids,
+                Err(LedgerError::OutputTaken(_)) => continue,
+                Err(LedgerError::WrongStatus { .. }) => {
+                    return Err(PaymentError::RoundNotOpen {
+                        round_id: round_id.unwrap_or_default(),
+                        status: RoundStatus::Closing,
+                    })
+                }
+                Err(e) => return Err(PaymentError::Ledger(e)),
+            };
+            crash_point(match kind {
+                TransferKind::Bet => "bet_signed",
+                _ => "withdrawal_signed",
+            });
+            let t =
+                self.store.transfer(transfer_id).await?.ok_or_else(|| {
+                    StoreError::Corrupt(format!("transfer {transfer_id} vanished"))
+                })?;
+            // The intent is durable from here on: a chain that cannot be reached
+            // leaves it signed and the worker broadcasts it later, so the answer
+            // is "accepted, pending" rather than an error the client would retry
+            // (and pay twice).
+            let broadcast = match self.engine.broadcast_transfer(&t).await {
+                Ok(true) => true,
+                Ok(false) => {
+                    self.engine.notify().await;
+                    return Err(PaymentError::BroadcastRejected);
+                }
+                Err(e) => {
+                    tracing::warn!(transfer = transfer_id, error = %e, "broadcast deferred; the worker retries");
+                    false
+                }
+            };
+            self.engine.notify().await;
+            return Ok(Paid {
+                transfer_id,
+                bet_id,
+                round_id,
+                fee_sats: signed.intent.fee_sats,
+                txid: signed.intent.txid,
+                broadcast,
+            });
+        }
+        Err(PaymentError::FundsBusy)
+    }
+
+    /// Development chain only: sends user `user_id` `amount_sats` test coins and
+    /// mines until they are credited. Returns the deposit txid.
+    ///
+    /// # Errors
+    /// [`PaymentError::UnknownUser`], chain or engine failures.
+    pub async fn faucet(
+        &self,
+        dev: chain::DevChain,
+        user_id: i64,
+        amount_sats: i64,
+    ) -> Result<bitcoin::Txid, PaymentError> {
+        let me = self.user(user_id).await?;
+        let (_, script) = spend::user_key(self.engine.wallet(), me.derivation_index)
+            .map_err(PaymentError::Spend)?;
+        let confirmations = self
+            .store
+            .config()
+            .await?
+            .deposit_confirmations
+            .clamp(1, 100) as u32;
+        let amount = bitcoin::Amount::from_sat(u64::try_from(amount_sats).unwrap_or(0));
+        let txid = tokio::task::spawn_blocking(move || {
+            let txid = dev.faucet(&script, amount)?;
+            let miner = dev.faucet_script().to_owned();
+            dev.mine(confirmations, &miner)?;
+            Ok::<_, chain::DevChainError>(txid)
+        })
+        .await
+        .map_err(|e| PaymentError::DevChain(e.to_string()))?
+        .map_err(|e| PaymentError::DevChain(e.to_string()))?;
+        self.engine.run_once().await.map_err(PaymentError::Engine)?;
+        Ok(txid)
+    }
+}

@@ -1,0 +1,248 @@
+//! The chain watcher's bookkeeping: processed blocks, deposits found in them, confirmations, and unwinding after a reorganisation.
+
+use super::ledger::{placeholders, BATCH};
+use sqlx::Row;
+
+use super::{Store, StoreError};
+use crate::domain::time::unix_now;
+
+/// Confirmations a coinbase output needs before consensus lets it be spent.
+pub const COINBASE_MATURITY: i64 = 100;
+
+/// An output paying a user's address, found in a block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deposit {
+    /// Txid (display hex).
+    pub txid: String,
+    /// Output index.
+    pub vout: i64,
+    /// Value.
+    pub amount_sats: i64,
+    /// The user whose address it pays.
+    pub user_id: i64,
+    /// Paid by a coinbase: credited no earlier than [`COINBASE_MATURITY`] confirmations.
+    pub coinbase: bool,
+}
+
+impl Store {
+    /// The highest processed block `(height, hash)`.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn synced_tip(&self) -> Result<Option<(i64, String)>, StoreError> {
+        let row = sqlx::query("SELECT height, hash FROM blocks ORDER BY height DESC LIMIT 1")
+            .fetch_optional(self.pool())
+            .await?;
+        Ok(row
+            .map(|r| Ok::<_, sqlx::Error>((r.try_get("height")?, r.try_get("hash")?)))
+            .transpose()?)
+    }
+
+    /// The processed block hash at `height`.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn synced_hash(&self, height: i64) -> Result<Option<String>, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT hash FROM blocks WHERE height = $1")
+                .bind(height)
+                .fetch_optional(self.pool())
+                .await?,
+        )
+    }
+
+    /// Records the block the watcher starts from on a fresh database.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn record_start_block(&self, height: i64, hash: &str) -> Result<(), StoreError> {
+        sqlx::query("INSERT INTO blocks (height, hash) SELECT $1, $2 WHERE NOT EXISTS (SELECT 1 FROM blocks)")
+            .bind(height)
+            .bind(hash)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Undoes every confirmation above `fork_height` (a reorganisation):
+    /// deposits there stop counting, our transactions go back to pending.
+    /// Returns how many transfers lost their confirmation.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn unwind_above(&self, fork_height: i64) -> Result<u64, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        sqlx::query("UPDATE outputs SET block_height = NULL WHERE block_height > $1")
+            .bind(fork_height)
+            .execute(&mut *tx)
+            .await?;
+        let n = sqlx::query("UPDATE transfers SET block_height = NULL WHERE block_height > $1")
+            .bind(fork_height)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        sqlx::query("DELETE FROM blocks WHERE height > $1")
+            .bind(fork_height)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(n)
+    }
+
+    /// Txids of our transactions and outputs that are not confirmed.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn unconfirmed_txids(&self) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT txid FROM outputs WHERE block_height IS NULL \
+             UNION SELECT txid FROM transfers WHERE block_height IS NULL AND kind <> 'deposit' \
+             AND status IN ('signed', 'broadcast')",
+        )
+        .fetch_all(self.pool())
+        .await?)
+    }
+
+    /// Every user's `(id, address)`.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn user_addresses(&self) -> Result<Vec<(i64, String)>, StoreError> {
+        let rows = sqlx::query("SELECT id, address FROM users")
+            .fetch_all(self.pool())
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| Ok::<_, sqlx::Error>((r.try_get("id")?, r.try_get("address")?)))
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// Processes one block: confirms our transactions in `ours` (txids in the
+    /// block we know), records `deposits`, and
+    /// remembers the block. Idempotent. Returns (deposits new, confirmations).
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn connect_block(
+        &self,
+        height: i64,
+        hash: &str,
+        ours: &[String],
+        deposits: &[Deposit],
+    ) -> Result<(u64, u64), StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let inserted = sqlx::query(
+            "INSERT INTO blocks (height, hash) VALUES ($1, $2) ON CONFLICT (height) DO NOTHING",
+        )
+        .bind(height)
+        .bind(hash)
+        .execute(&mut *tx)
+        .await?;
+        if inserted.rows_affected() == 0 {
+            // Another process (or an earlier run) processed this height.
+            tx.rollback().await?;
+            return Ok((0, 0));
+        }
+        let mut confirmed = 0;
+        for chunk in ours.chunks(BATCH) {
+            let list = placeholders(2, chunk.len());
+            let sql = format!("UPDATE outputs SET block_height = $1 WHERE txid IN ({list})");
+            let mut q = sqlx::query(&sql).bind(height);
+            for t in chunk {
+                q = q.bind(t);
+            }
+            q.execute(&mut *tx).await?;
+            let sql = format!(
+                "UPDATE transfers SET block_height = $1, \
+                 status = CASE WHEN status IN ('signed', 'broadcast_failed') THEN 'broadcast' ELSE status END \
+                 WHERE kind <> 'deposit' AND txid IN ({list})"
+            );
+            let mut q = sqlx::query(&sql).bind(height);
+            for t in chunk {
+                q = q.bind(t);
+            }
+            confirmed += q.execute(&mut *tx).await?.rows_affected();
+        }
+        // Outputs to users' addresses that we recorded ourselves (change,
+        // payouts) are not deposits; any other one (also one of our
+        // withdrawals paying another user) is.
+        let mut known = std::collections::HashSet::new();
+        let txids: Vec<&String> = {
+            let mut v: Vec<&String> = deposits.iter().map(|d| &d.txid).collect();
+            v.sort();
+            v.dedup();
+            v
+        };
+        for chunk in txids.chunks(BATCH) {
+            let sql = format!(
+                "SELECT txid, vout FROM outputs WHERE origin <> 'deposit' AND txid IN ({})",
+                placeholders(1, chunk.len())
+            );
+            let mut q = sqlx::query(&sql);
+            for t in chunk {
+                q = q.bind(*t);
+            }
+            for r in q.fetch_all(&mut *tx).await? {
+                known.insert((
+                    r.try_get::<String, _>("txid")?,
+                    r.try_get::<i64, _>("vout")?,
+                ));
+            }
+        }
+        let mut new_deposits = 0;
+        for d in deposits {
+            let (txid, vout, amount, user_id) = (&d.txid, &d.vout, &d.amount_sats, &d.user_id);
+            let min_confirmations = if d.coinbase { COINBASE_MATURITY } else { 0 };
+            if known.contains(&(txid.clone(), *vout)) {
+                continue;
+            }
+            sqlx::query(
+                "INSERT INTO outputs (txid, vout, amount_sats, user_id, origin, block_height, min_confirmations) \
+                 VALUES ($1, $2, $3, $4, 'deposit', $5, $6) \
+                 ON CONFLICT (txid, vout) DO UPDATE SET block_height = $5",
+            )
+            .bind(txid)
+            .bind(vout)
+            .bind(amount)
+            .bind(user_id)
+            .bind(height)
+            .bind(min_confirmations)
+            .execute(&mut *tx)
+            .await?;
+            let existing: Option<i64> = sqlx::query_scalar(
+                "SELECT id FROM transfers WHERE kind = 'deposit' AND txid = $1 AND vout = $2",
+            )
+            .bind(txid)
+            .bind(vout)
+            .fetch_optional(&mut *tx)
+            .await?;
+            match existing {
+                Some(id) => {
+                    sqlx::query("UPDATE transfers SET block_height = $1 WHERE id = $2")
+                        .bind(height)
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                None => {
+                    sqlx::query(
+                        "INSERT INTO transfers (kind, user_id, txid, vout, amount_sats, status, block_height, created_at, min_confirmations) \
+                         VALUES ('deposit', $1, $2, $3, $4, 'seen', $5, $6, $7)",
+                    )
+                    .bind(user_id)
+                    .bind(txid)
+                    .bind(vout)
+                    .bind(amount)
+                    .bind(height)
+                    .bind(unix_now())
+                    .bind(min_confirmations)
+                    .execute(&mut *tx)
+                    .await?;
+                    new_deposits += 1;
+                }
+            }
+        }
+        tx.commit().await?;
+        Ok((new_deposits, confirmed))
+    }
+}

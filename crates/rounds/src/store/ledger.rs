@@ -1,0 +1,573 @@
+//! The SQL of money: outputs the service controls, transfers (deposits, bets, withdrawals, payouts), processed blocks, and the round transitions that move money.
+//!
+//! Every money-moving step is one database transaction whose guards are in
+//! SQL: an output is taken by a conditional `UPDATE … WHERE spent_txid IS
+//! NULL` (checked row by row, so two processes on PostgreSQL cannot both
+//! spend it), a round moves only from the status the caller saw, and a unique
+//! index allows one payout per round. Signed transactions are written
+//! (status `signed`) before they are broadcast, so a restart can finish them.
+
+use sqlx::any::AnyRow;
+use sqlx::{Any, Row, Transaction};
+
+use super::{state_column, Store, StoreError};
+use crate::domain::money::{Coin, Intent};
+use crate::domain::round::{RoundStatus, TransferKind, TransferStatus};
+use crate::domain::time::unix_now;
+
+/// A transfer as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransferRow {
+    /// Row id.
+    pub id: i64,
+    /// `deposit`, `bet`, `withdrawal` or `payout`.
+    pub kind: TransferKind,
+    /// The user concerned (payout: the winner).
+    pub user_id: Option<i64>,
+    /// The round (bets, payouts).
+    pub round_id: Option<i64>,
+    /// Txid (display hex).
+    pub txid: String,
+    /// Deposits: the output index.
+    pub vout: i64,
+    /// Our own transactions: the signed transaction in hex.
+    pub raw_tx: Option<String>,
+    /// Deposit value, bet or withdrawal amount, payout to the winner.
+    pub amount_sats: i64,
+    /// Miner fee of our own transactions.
+    pub fee_sats: i64,
+    /// Payouts: the commission to the fee address.
+    pub commission_sats: i64,
+    /// Withdrawals: the destination.
+    pub address: Option<String>,
+    /// `signed`, `broadcast`, `failed`, `broadcast_failed` (payouts), `seen` (deposits).
+    pub status: TransferStatus,
+    /// Height of the confirming block.
+    pub block_height: Option<i64>,
+    /// Unix seconds.
+    pub created_at: i64,
+    /// Deposits: confirmations consensus requires before it can be spent (coinbase: 100).
+    pub min_confirmations: i64,
+}
+
+/// Why a money step was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LedgerError {
+    /// The round is no longer in the status the step needs.
+    #[error("round {round_id} is not {expected}")]
+    WrongStatus {
+        /// The round.
+        round_id: i64,
+        /// The status the step needed.
+        expected: RoundStatus,
+    },
+    /// One of the outputs was taken by another transaction meanwhile.
+    #[error("output {0} is already spent")]
+    OutputTaken(i64),
+    /// The round already has a payout.
+    #[error("round {0} already has a payout")]
+    PayoutExists(i64),
+    /// Database failure.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<sqlx::Error> for LedgerError {
+    fn from(e: sqlx::Error) -> Self {
+        LedgerError::Store(StoreError::Database(e))
+    }
+}
+
+/// Sums for the conservation check (GET /admin/ledger).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct LedgerTotals {
+    /// Every deposit ever seen.
+    pub deposits_sats: i64,
+    /// Unspent outputs owned by users (confirmed or not).
+    pub users_unspent_sats: i64,
+    /// Unspent pot outputs (rounds not yet paid).
+    pub pots_in_flight_sats: i64,
+    /// Commissions of payouts written (signed, broadcast or waiting for a retry).
+    pub commission_paid_sats: i64,
+    /// Withdrawals written and not failed.
+    pub withdrawn_sats: i64,
+    /// Miner fees of our transactions written and not failed.
+    pub miner_fees_sats: i64,
+    /// Every unspent output the service holds.
+    pub unspent: Vec<UnspentView>,
+    /// Height of the last block the watcher processed.
+    pub synced_height: i64,
+}
+
+/// One unspent output in [`LedgerTotals`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct UnspentView {
+    /// Txid.
+    pub txid: String,
+    /// Index.
+    pub vout: i64,
+    /// Value.
+    pub amount_sats: i64,
+}
+
+pub(super) const OUTPUT_COLS: &str =
+    "id, txid, vout, amount_sats, user_id, round_id, origin, block_height";
+pub(super) const TRANSFER_COLS: &str =
+    "id, kind, user_id, round_id, txid, vout, raw_tx, amount_sats, fee_sats, \
+     commission_sats, address, status, block_height, created_at, min_confirmations";
+pub(super) fn output_from_row(r: &AnyRow) -> Result<Coin, sqlx::Error> {
+    Ok(Coin {
+        id: r.try_get("id")?,
+        txid: r.try_get("txid")?,
+        vout: r.try_get("vout")?,
+        amount_sats: r.try_get("amount_sats")?,
+        user_id: r.try_get("user_id")?,
+        round_id: r.try_get("round_id")?,
+        origin: state_column(r, "origin")?,
+        block_height: r.try_get("block_height")?,
+    })
+}
+
+pub(super) fn transfer_from_row(r: &AnyRow) -> Result<TransferRow, sqlx::Error> {
+    Ok(TransferRow {
+        id: r.try_get("id")?,
+        kind: state_column(r, "kind")?,
+        user_id: r.try_get("user_id")?,
+        round_id: r.try_get("round_id")?,
+        txid: r.try_get("txid")?,
+        vout: r.try_get("vout")?,
+        raw_tx: r.try_get("raw_tx")?,
+        amount_sats: r.try_get("amount_sats")?,
+        fee_sats: r.try_get("fee_sats")?,
+        commission_sats: r.try_get("commission_sats")?,
+        address: r.try_get("address")?,
+        status: state_column(r, "status")?,
+        block_height: r.try_get("block_height")?,
+        created_at: r.try_get("created_at")?,
+        min_confirmations: r.try_get("min_confirmations")?,
+    })
+}
+
+/// Sum as BIGINT on both backends (PostgreSQL's SUM(bigint) is numeric).
+pub(super) fn sum(expr: &str) -> String {
+    format!("CAST(COALESCE(SUM({expr}), 0) AS BIGINT)")
+}
+
+pub(super) type Tx<'a> = Transaction<'a, Any>;
+
+/// `$first, $first+1, …` for `n` parameters.
+pub(super) fn placeholders(first: usize, n: usize) -> String {
+    (first..first + n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Rows per batched statement (well below both backends' parameter limits).
+pub(super) const BATCH: usize = 500;
+
+pub(super) async fn take_outputs(
+    tx: &mut Tx<'_>,
+    inputs: &[i64],
+    txid: &str,
+) -> Result<(), LedgerError> {
+    // Batched, but the guard is the same: every row must still be unspent,
+    // or the whole step rolls back.
+    for chunk in inputs.chunks(BATCH) {
+        let sql = format!(
+            "UPDATE outputs SET spent_txid = $1 WHERE spent_txid IS NULL AND id IN ({})",
+            placeholders(2, chunk.len())
+        );
+        let mut q = sqlx::query(&sql).bind(txid);
+        for id in chunk {
+            q = q.bind(id);
+        }
+        let done = q.execute(&mut **tx).await?;
+        if done.rows_affected() != chunk.len() as u64 {
+            return Err(LedgerError::OutputTaken(chunk[0]));
+        }
+    }
+    Ok(())
+}
+
+pub(super) async fn insert_intent(tx: &mut Tx<'_>, intent: &Intent) -> Result<i64, LedgerError> {
+    take_outputs(tx, &intent.inputs, &intent.txid).await?;
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO transfers (kind, user_id, round_id, txid, vout, raw_tx, amount_sats, fee_sats, \
+         commission_sats, address, status, created_at) \
+         VALUES ($1, $2, $3, $4, -1, $5, $6, $7, $8, $9, 'signed', $10) RETURNING id",
+    )
+    .bind(intent.kind.as_str())
+    .bind(intent.user_id)
+    .bind(intent.round_id)
+    .bind(&intent.txid)
+    .bind(&intent.raw_tx)
+    .bind(intent.amount_sats)
+    .bind(intent.fee_sats)
+    .bind(intent.commission_sats)
+    .bind(intent.address.as_deref())
+    .bind(unix_now())
+    .fetch_one(&mut **tx)
+    .await
+    .map_err(|e| match &e {
+        sqlx::Error::Database(db) if db.is_unique_violation() => {
+            LedgerError::PayoutExists(intent.round_id.unwrap_or(0))
+        }
+        _ => LedgerError::from(e),
+    })?;
+    for o in &intent.outputs {
+        sqlx::query(
+            "INSERT INTO outputs (txid, vout, amount_sats, user_id, round_id, origin) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(&intent.txid)
+        .bind(o.vout)
+        .bind(o.amount_sats)
+        .bind(o.user_id)
+        .bind(o.round_id)
+        .bind(o.origin.as_str())
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(id)
+}
+
+pub(super) async fn recount_round(tx: &mut Tx<'_>, round_id: i64) -> Result<(), sqlx::Error> {
+    sqlx::query(&format!(
+        "UPDATE rounds SET pot_sats = (SELECT {} FROM bets WHERE round_id = $1 AND status = 'placed'), \
+         bettors = (SELECT COUNT(DISTINCT user_id) FROM bets WHERE round_id = $1 AND status = 'placed') \
+         WHERE id = $1",
+        sum("amount_sats")
+    ))
+    .bind(round_id)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+impl Store {
+    /// `(balance, pending balance, has pending)` of a user; see DESIGN §4.1.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn balances(
+        &self,
+        user_id: i64,
+        confirmations: i64,
+    ) -> Result<(i64, i64, bool), StoreError> {
+        let tip = self.synced_tip().await?.map_or(0, |t| t.0);
+        let row = sqlx::query(&format!(
+            "SELECT {} AS balance, {} AS change_sats FROM outputs WHERE user_id = $1 AND spent_txid IS NULL",
+            sum("CASE WHEN block_height IS NOT NULL AND (origin <> 'deposit' OR ($2 - block_height + 1 >= $3 AND $2 - block_height + 1 >= min_confirmations)) THEN amount_sats ELSE 0 END"),
+            sum("CASE WHEN block_height IS NULL AND origin = 'change' THEN amount_sats ELSE 0 END"),
+        ))
+        .bind(user_id)
+        .bind(tip)
+        .bind(confirmations)
+        .fetch_one(self.pool())
+        .await?;
+        let balance: i64 = row.try_get("balance")?;
+        let change: i64 = row.try_get("change_sats")?;
+        let pending: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM transfers WHERE user_id = $1 AND kind IN ('bet', 'withdrawal') \
+             AND status IN ('signed', 'broadcast') AND block_height IS NULL",
+        )
+        .bind(user_id)
+        .fetch_one(self.pool())
+        .await?;
+        Ok((balance, balance + change, pending > 0))
+    }
+
+    /// The user's credited, unspent outputs, largest first.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn spendable_outputs(
+        &self,
+        user_id: i64,
+        confirmations: i64,
+    ) -> Result<Vec<Coin>, StoreError> {
+        let tip = self.synced_tip().await?.map_or(0, |t| t.0);
+        let rows = sqlx::query(&format!(
+            "SELECT {OUTPUT_COLS} FROM outputs WHERE user_id = $1 AND spent_txid IS NULL \
+             AND block_height IS NOT NULL AND (origin <> 'deposit' OR ($2 - block_height + 1 >= $3 AND $2 - block_height + 1 >= min_confirmations)) \
+             ORDER BY amount_sats DESC, id"
+        ))
+        .bind(user_id)
+        .bind(tip)
+        .bind(confirmations)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.iter().map(output_from_row).collect::<Result<_, _>>()?)
+    }
+
+    /// Writes a bet: the round must be `open`; takes the inputs, records the
+    /// transfer (status `signed`), the bet and the new outputs, in one
+    /// transaction. Returns `(bet id, transfer id)`.
+    ///
+    /// # Errors
+    /// [`LedgerError::WrongStatus`], [`LedgerError::OutputTaken`].
+    pub async fn place_bet(&self, intent: &Intent) -> Result<(i64, i64), LedgerError> {
+        let round_id = intent.round_id.unwrap_or(0);
+        let mut tx = self.pool().begin().await?;
+        // A write first: takes SQLite's write lock and PostgreSQL's row lock
+        // on the round, so closing waits for this bet or this bet sees it.
+        // closes_at in the same statement as the status: a bet after the
+        // close time is refused even while the engine has not closed yet.
+        let open = sqlx::query(
+            "UPDATE rounds SET pot_sats = pot_sats WHERE id = $1 AND status = 'open' AND closes_at > $2",
+        )
+        .bind(round_id)
+        .bind(unix_now())
+        .execute(&mut *tx)
+        .await?;
+        if open.rows_affected() != 1 {
+            return Err(LedgerError::WrongStatus {
+                round_id,
+                expected: RoundStatus::Open,
+            });
+        }
+        let transfer_id = insert_intent(&mut tx, intent).await?;
+        let bet_id: i64 = sqlx::query_scalar(
+            "INSERT INTO bets (round_id, user_id, amount_sats, txid, created_at, status, fee_sats) \
+             VALUES ($1, $2, $3, $4, $5, 'placed', $6) RETURNING id",
+        )
+        .bind(round_id)
+        .bind(intent.user_id)
+        .bind(intent.amount_sats)
+        .bind(&intent.txid)
+        .bind(unix_now())
+        .bind(intent.fee_sats)
+        .fetch_one(&mut *tx)
+        .await?;
+        recount_round(&mut tx, round_id).await?;
+        tx.commit().await?;
+        Ok((bet_id, transfer_id))
+    }
+
+    /// Writes a withdrawal intent. Returns the transfer id.
+    ///
+    /// # Errors
+    /// [`LedgerError::OutputTaken`].
+    pub async fn record_withdrawal(&self, intent: &Intent) -> Result<i64, LedgerError> {
+        let mut tx = self.pool().begin().await?;
+        let id = insert_intent(&mut tx, intent).await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    /// Marks a signed transfer as broadcast.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn mark_broadcast(&self, transfer_id: i64) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE transfers SET status = 'broadcast' WHERE id = $1 AND status = 'signed'",
+        )
+        .bind(transfer_id)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// Undoes a bet or withdrawal whose broadcast was refused: releases its
+    /// inputs, drops its outputs, marks it failed and recounts its round.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn fail_transfer(&self, transfer_id: i64) -> Result<(), StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let row = sqlx::query(&format!(
+            "UPDATE transfers SET status = 'failed' WHERE id = $1 AND status = 'signed' RETURNING {TRANSFER_COLS}"
+        ))
+        .bind(transfer_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            tx.rollback().await?;
+            return Ok(());
+        };
+        let t = transfer_from_row(&row)?;
+        sqlx::query("UPDATE outputs SET spent_txid = NULL WHERE spent_txid = $1")
+            .bind(&t.txid)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM outputs WHERE txid = $1")
+            .bind(&t.txid)
+            .execute(&mut *tx)
+            .await?;
+        if t.kind == TransferKind::Bet {
+            sqlx::query("UPDATE bets SET status = 'failed' WHERE txid = $1")
+                .bind(&t.txid)
+                .execute(&mut *tx)
+                .await?;
+            if let Some(r) = t.round_id {
+                recount_round(&mut tx, r).await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Our transfers written but not yet broadcast (to finish after a crash).
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn signed_transfers(&self) -> Result<Vec<TransferRow>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {TRANSFER_COLS} FROM transfers WHERE status = 'signed' ORDER BY id"
+        ))
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .iter()
+            .map(transfer_from_row)
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// Our broadcast transfers without a confirmation (to re-send after a reorg).
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn unconfirmed_broadcasts(&self) -> Result<Vec<TransferRow>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {TRANSFER_COLS} FROM transfers WHERE status = 'broadcast' AND kind <> 'deposit' \
+             AND block_height IS NULL ORDER BY id"
+        ))
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .iter()
+            .map(transfer_from_row)
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// A transfer by id.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn transfer(&self, id: i64) -> Result<Option<TransferRow>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {TRANSFER_COLS} FROM transfers WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(row.map(|r| transfer_from_row(&r)).transpose()?)
+    }
+
+    /// The user's transfers, newest first.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn user_transfers(
+        &self,
+        user_id: i64,
+        limit: i64,
+        before_id: Option<i64>,
+    ) -> Result<Vec<TransferRow>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {TRANSFER_COLS} FROM transfers WHERE user_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3"
+        ))
+        .bind(user_id)
+        .bind(before_id.unwrap_or(i64::MAX))
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .iter()
+            .map(transfer_from_row)
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// Totals for the conservation check.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn ledger_totals(&self) -> Result<LedgerTotals, StoreError> {
+        // One statement, so the six sums come from one consistent snapshot.
+        let totals = [
+            (
+                "deposits_sats",
+                "transfers",
+                "amount_sats",
+                "kind = 'deposit'",
+            ),
+            (
+                "users_unspent_sats",
+                "outputs",
+                "amount_sats",
+                "user_id IS NOT NULL AND spent_txid IS NULL",
+            ),
+            (
+                "pots_in_flight_sats",
+                "outputs",
+                "amount_sats",
+                "round_id IS NOT NULL AND spent_txid IS NULL",
+            ),
+            (
+                "commission_paid_sats",
+                "transfers",
+                "commission_sats",
+                "kind = 'payout' AND status <> 'failed'",
+            ),
+            (
+                "withdrawn_sats",
+                "transfers",
+                "amount_sats",
+                "kind = 'withdrawal' AND status <> 'failed'",
+            ),
+            (
+                "miner_fees_sats",
+                "transfers",
+                "fee_sats",
+                "kind <> 'deposit' AND status <> 'failed'",
+            ),
+        ]
+        .iter()
+        .map(|(name, table, column, filter)| {
+            format!(
+                "(SELECT {} FROM {table} WHERE {filter}) AS {name}",
+                sum(column)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+        let row = sqlx::query(&format!("SELECT {totals}"))
+            .fetch_one(self.pool())
+            .await?;
+        let deposits_sats: i64 = row.try_get("deposits_sats")?;
+        let users_unspent_sats: i64 = row.try_get("users_unspent_sats")?;
+        let pots_in_flight_sats: i64 = row.try_get("pots_in_flight_sats")?;
+        let commission_paid_sats: i64 = row.try_get("commission_paid_sats")?;
+        let withdrawn_sats: i64 = row.try_get("withdrawn_sats")?;
+        let miner_fees_sats: i64 = row.try_get("miner_fees_sats")?;
+        let rows = sqlx::query(
+            "SELECT txid, vout, amount_sats FROM outputs WHERE spent_txid IS NULL ORDER BY id",
+        )
+        .fetch_all(self.pool())
+        .await?;
+        let unspent = rows
+            .iter()
+            .map(|r| {
+                Ok::<_, sqlx::Error>(UnspentView {
+                    txid: r.try_get("txid")?,
+                    vout: r.try_get("vout")?,
+                    amount_sats: r.try_get("amount_sats")?,
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let synced_height = self.synced_tip().await?.map_or(0, |t| t.0);
+        Ok(LedgerTotals {
+            synced_height,
+            deposits_sats,
+            users_unspent_sats,
+            pots_in_flight_sats,
+            commission_paid_sats,
+            withdrawn_sats,
+            miner_fees_sats,
+            unspent,
+        })
+    }
+}

@@ -1,0 +1,197 @@
+//! All SQL of the service: one store over SQLite or PostgreSQL, its migrations, and the mapping of constraint violations to domain errors.
+//!
+//! The store talks to both backends through sqlx's `Any` driver so that every
+//! query is written once; the SQL is kept to the common subset (`$N`
+//! placeholders, `RETURNING`, `ON CONFLICT`, integers and text only).
+//! Timestamps are unix seconds.
+
+pub mod chain;
+pub mod ledger;
+pub mod migrations;
+pub mod rounds;
+pub mod settings;
+pub mod users;
+
+pub use ledger::LedgerError;
+pub use rounds::RoundRow;
+pub use settings::AuditEntry;
+pub use users::UserRow;
+
+use std::str::FromStr;
+use std::sync::Once;
+
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, Row};
+
+use crate::domain::round::UnknownState;
+
+/// How many times registration retries when the derivation index it picked
+/// was taken by a concurrent registration.
+pub const DERIVATION_INDEX_ATTEMPTS: u32 = 5;
+
+/// Errors of the store.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// A username equal to this one, ignoring case, already exists.
+    #[error("username {0:?} is taken")]
+    UsernameTaken(String),
+    /// Every attempt to pick a derivation index collided with another account.
+    #[error("derivation index still collided after {DERIVATION_INDEX_ATTEMPTS} attempts")]
+    DerivationIndexConflict,
+    /// The schema upgrade to case-insensitive usernames was refused.
+    #[error("refusing schema upgrade {version}: usernames that differ only by case exist: {}", format_collisions(.collisions))]
+    CaseCollisions {
+        /// The migration that was refused.
+        version: i64,
+        /// Each group holds the stored names that are equal ignoring case.
+        collisions: Vec<Vec<String>>,
+    },
+    /// The database URL names a backend the store does not support.
+    #[error("unsupported database URL {0:?}: expected sqlite://… or postgres://…")]
+    UnsupportedUrl(String),
+    /// The address of a new account could not be derived.
+    #[error("address derivation failed: {0}")]
+    Address(String),
+    /// A stored row does not have the shape the store expects.
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+    /// Any other database failure.
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    /// A migration failed (or the applied ones do not match this build's).
+    #[error(transparent)]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+fn format_collisions(groups: &[Vec<String>]) -> String {
+    groups
+        .iter()
+        .map(|g| g.join(" / "))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Which database the store runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// SQLite (a file in the data directory by default).
+    Sqlite,
+    /// PostgreSQL.
+    Postgres,
+}
+
+/// The database of the service: a pool over SQLite or PostgreSQL.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+static INSTALL_DRIVERS: Once = Once::new();
+
+impl Store {
+    /// Connects to `url` (`sqlite://path` creates the file, `postgres://…`).
+    ///
+    /// # Errors
+    /// [`StoreError::UnsupportedUrl`] for other schemes, or the connection error.
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+        INSTALL_DRIVERS.call_once(sqlx::any::install_default_drivers);
+        let backend = if url.starts_with("sqlite:") {
+            Backend::Sqlite
+        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            Backend::Postgres
+        } else {
+            return Err(StoreError::UnsupportedUrl(url.to_string()));
+        };
+        let url = match backend {
+            Backend::Sqlite if !url.contains("mode=") => {
+                let sep = if url.contains('?') { '&' } else { '?' };
+                format!("{url}{sep}mode=rwc")
+            }
+            _ => url.to_string(),
+        };
+        let mut options = AnyPoolOptions::new().max_connections(max_connections.max(1));
+        if backend == Backend::Sqlite {
+            options = options.after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    // WAL lets readers run beside the single writer; a
+                    // generous busy timeout turns writer contention into
+                    // waiting instead of errors.
+                    use sqlx::Executor as _;
+                    conn.execute(
+                        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
+                         PRAGMA busy_timeout = 10000; PRAGMA foreign_keys = ON;",
+                    )
+                    .await?;
+                    Ok(())
+                })
+            });
+        }
+        let pool = options.connect(&url).await?;
+        Ok(Self { pool, backend })
+    }
+
+    /// The backend in use.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The connection pool, for tests that need to reach around the store.
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    /// Whether the database answers a trivial query.
+    ///
+    /// # Errors
+    /// The database error.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    /// Closes every connection.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+enum Unique {
+    Username,
+    DerivationIndex,
+}
+
+/// Reads a state column (`status`, `kind`, `origin`) into its enum: the
+/// store's edge, where stored names become types.
+pub(crate) fn state_column<T>(r: &AnyRow, column: &str) -> Result<T, sqlx::Error>
+where
+    T: FromStr<Err = UnknownState>,
+{
+    let text: String = r.try_get(column)?;
+    text.parse()
+        .map_err(|e: UnknownState| sqlx::Error::ColumnDecode {
+            index: column.to_string(),
+            source: Box::new(e),
+        })
+}
+
+/// Names the unique constraint an insert into `users` violated. SQLite
+/// reports it only in the message, PostgreSQL by constraint name.
+fn unique_violation(e: &sqlx::Error) -> Option<Unique> {
+    let sqlx::Error::Database(db) = e else {
+        return None;
+    };
+    if !db.is_unique_violation() {
+        return None;
+    }
+    let text = format!("{} {}", db.constraint().unwrap_or(""), db.message());
+    if text.contains("derivation_index") {
+        Some(Unique::DerivationIndex)
+    } else {
+        Some(Unique::Username)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,603 @@
+//! Rounds: the current round, its creation, and who played.
+
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+use serde_json::Map;
+
+use super::ledger::{
+    insert_intent, output_from_row, transfer_from_row, LedgerError, TransferRow, OUTPUT_COLS,
+    TRANSFER_COLS,
+};
+use super::settings::insert_audit_entry;
+use super::{state_column, Store, StoreError};
+use crate::domain::money::{Coin, Intent};
+use crate::domain::round::RoundStatus;
+
+/// A round as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoundRow {
+    /// Primary key, the round id shown to clients.
+    pub id: i64,
+    /// `open`, `closing`, `drawing`, `paying_out` or `closed`.
+    pub status: RoundStatus,
+    /// Unix seconds.
+    pub opened_at: i64,
+    /// Unix seconds.
+    pub closes_at: i64,
+    /// Sum of the round's bets.
+    pub pot_sats: i64,
+    /// Number of distinct users who bet.
+    pub bettors: i64,
+}
+
+impl Store {
+    /// The newest round, if any.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn current_round(&self) -> Result<Option<RoundRow>, StoreError> {
+        let row = sqlx::query(
+            "SELECT id, status, opened_at, closes_at, pot_sats, bettors FROM rounds ORDER BY id DESC LIMIT 1",
+        )
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| round_from_row(&r)).transpose()
+    }
+
+    /// Returns the newest round, opening the first one (status `open`,
+    /// `closes_at = now + round_duration_seconds`) if there is none.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn ensure_round(&self, now: i64) -> Result<RoundRow, StoreError> {
+        if let Some(round) = self.current_round().await? {
+            return Ok(round);
+        }
+        let mut tx = self.pool.begin().await?;
+        // Takes the write lock first (SQLite) / locks the config row
+        // (PostgreSQL) so that two starting processes open one round.
+        let duration: i64 = sqlx::query_scalar(
+            "UPDATE service_config SET id = id WHERE id = 1 RETURNING round_duration_seconds",
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        let existing = sqlx::query(
+            "SELECT id, status, opened_at, closes_at, pot_sats, bettors FROM rounds ORDER BY id DESC LIMIT 1",
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
+        let round = match existing {
+            Some(r) => round_from_row(&r)?,
+            None => {
+                let row = sqlx::query(
+                    "INSERT INTO rounds (status, opened_at, closes_at, pot_sats, bettors) \
+                     VALUES ('open', $1, $2, 0, 0) \
+                     RETURNING id, status, opened_at, closes_at, pot_sats, bettors",
+                )
+                .bind(now)
+                .bind(now + duration)
+                .fetch_one(&mut *tx)
+                .await?;
+                round_from_row(&row)?
+            }
+        };
+        tx.commit().await?;
+        Ok(round)
+    }
+
+    /// Whether user `user_id` bet in round `round_id`.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn user_played(&self, round_id: i64, user_id: i64) -> Result<bool, StoreError> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM bets WHERE round_id = $1 AND user_id = $2 AND status = 'placed'",
+        )
+        .bind(round_id)
+        .bind(user_id)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(n > 0)
+    }
+}
+
+fn round_from_row(r: &AnyRow) -> Result<RoundRow, StoreError> {
+    Ok(RoundRow {
+        id: r.try_get("id")?,
+        status: state_column(r, "status")?,
+        opened_at: r.try_get("opened_at")?,
+        closes_at: r.try_get("closes_at")?,
+        pot_sats: r.try_get("pot_sats")?,
+        bettors: r.try_get("bettors")?,
+    })
+}
+
+/// The draw as stored on the round.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DrawColumns {
+    /// Tip height when the round closed.
+    pub tip_height_at_close: Option<i64>,
+    /// Hex.
+    pub bets_commitment: Option<String>,
+    /// Height of the draw block.
+    pub block_height: Option<i64>,
+    /// Display hex of the draw block.
+    pub block_hash: Option<String>,
+    /// Hex.
+    pub seed: Option<String>,
+    /// The winning satoshi.
+    pub ticket: Option<i64>,
+    /// The winning bet.
+    pub winner_bet_id: Option<i64>,
+}
+
+/// A bet with its username, as the draw and the views need it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BetRow {
+    /// Bet id.
+    pub id: i64,
+    /// Bettor.
+    pub user_id: i64,
+    /// Username as stored.
+    pub username: String,
+    /// Amount.
+    pub amount_sats: i64,
+    /// Bet transaction id.
+    pub txid: String,
+}
+
+/// A round with everything its view shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoundDetail {
+    /// The round row.
+    pub round: RoundRow,
+    /// Draw columns.
+    pub draw: DrawColumns,
+    /// Placed bets in ascending id.
+    pub bets: Vec<BetRow>,
+    /// The payout transfer, if any.
+    pub payout: Option<TransferRow>,
+}
+
+const ROUND_COLS: &str =
+    "id, status, opened_at, closes_at, pot_sats, bettors, tip_height_at_close, \
+     bets_commitment, block_height, block_hash, seed, ticket, winner_bet_id";
+
+fn round_and_draw(r: &AnyRow) -> Result<(RoundRow, DrawColumns), sqlx::Error> {
+    Ok((
+        RoundRow {
+            id: r.try_get("id")?,
+            status: state_column(r, "status")?,
+            opened_at: r.try_get("opened_at")?,
+            closes_at: r.try_get("closes_at")?,
+            pot_sats: r.try_get("pot_sats")?,
+            bettors: r.try_get("bettors")?,
+        },
+        DrawColumns {
+            tip_height_at_close: r.try_get("tip_height_at_close")?,
+            bets_commitment: r.try_get("bets_commitment")?,
+            block_height: r.try_get("block_height")?,
+            block_hash: r.try_get("block_hash")?,
+            seed: r.try_get("seed")?,
+            ticket: r.try_get("ticket")?,
+            winner_bet_id: r.try_get("winner_bet_id")?,
+        },
+    ))
+}
+
+impl Store {
+    /// A round with its draw, bets and payout.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn round_detail(&self, round_id: i64) -> Result<Option<RoundDetail>, StoreError> {
+        let row = sqlx::query(&format!("SELECT {ROUND_COLS} FROM rounds WHERE id = $1"))
+            .bind(round_id)
+            .fetch_optional(self.pool())
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        let (round, draw) = round_and_draw(&row)?;
+        let bets = self.round_bets(round_id).await?;
+        let payout = sqlx::query(&format!(
+            "SELECT {TRANSFER_COLS} FROM transfers WHERE kind = 'payout' AND round_id = $1"
+        ))
+        .bind(round_id)
+        .fetch_optional(self.pool())
+        .await?
+        .map(|r| transfer_from_row(&r))
+        .transpose()?;
+        Ok(Some(RoundDetail {
+            round,
+            draw,
+            bets,
+            payout,
+        }))
+    }
+
+    /// Placed bets of a round in ascending id.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn round_bets(&self, round_id: i64) -> Result<Vec<BetRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT b.id, b.user_id, u.username, b.amount_sats, b.txid FROM bets b \
+             JOIN users u ON u.id = b.user_id WHERE b.round_id = $1 AND b.status = 'placed' ORDER BY b.id",
+        )
+        .bind(round_id)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                Ok::<_, sqlx::Error>(BetRow {
+                    id: r.try_get("id")?,
+                    user_id: r.try_get("user_id")?,
+                    username: r.try_get("username")?,
+                    amount_sats: r.try_get("amount_sats")?,
+                    txid: r.try_get::<Option<String>, _>("txid")?.unwrap_or_default(),
+                })
+            })
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// Round ids newest first, below `before_id`.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn round_ids(
+        &self,
+        limit: i64,
+        before_id: Option<i64>,
+    ) -> Result<Vec<i64>, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT id FROM rounds WHERE id < $1 ORDER BY id DESC LIMIT $2")
+                .bind(before_id.unwrap_or(i64::MAX))
+                .bind(limit)
+                .fetch_all(self.pool())
+                .await?,
+        )
+    }
+
+    /// The newest round the user bet in that has a result (paying out or closed).
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn last_played_round(&self, user_id: i64) -> Result<Option<i64>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT r.id FROM rounds r WHERE r.status IN ('paying_out', 'closed') AND EXISTS \
+             (SELECT 1 FROM bets b WHERE b.round_id = r.id AND b.user_id = $1 AND b.status = 'placed') \
+             ORDER BY r.id DESC LIMIT 1",
+        )
+        .bind(user_id)
+        .fetch_optional(self.pool())
+        .await?)
+    }
+
+    /// Rounds that are not closed, oldest first (the engine's work list).
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn unfinished_rounds(&self) -> Result<Vec<RoundRow>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {ROUND_COLS} FROM rounds WHERE status <> 'closed' ORDER BY id"
+        ))
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| round_and_draw(r).map(|x| x.0))
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// open → closing: fixes the tip height and the bets commitment, unless a
+    /// bet of the round is still being broadcast. The tip is read (by
+    /// awaiting `tip_height`) while the round's row is held, so no bet and
+    /// no other closer can slip between reading it and fixing it; `None`
+    /// (the chain did not answer) leaves the round open. Returns whether it
+    /// moved.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn close_round(
+        &self,
+        round_id: i64,
+        tip_height: impl std::future::Future<Output = Option<i64>>,
+        commitment_of: impl FnOnce(&[BetRow]) -> String,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let moved =
+            sqlx::query("UPDATE rounds SET status = 'closing' WHERE id = $1 AND status = 'open'")
+                .bind(round_id)
+                .execute(&mut *tx)
+                .await?;
+        if moved.rows_affected() != 1 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        let in_flight: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM transfers WHERE round_id = $1 AND kind = 'bet' AND status = 'signed'",
+        )
+        .bind(round_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        if in_flight > 0 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        let Some(tip_height) = tip_height.await else {
+            tx.rollback().await?;
+            return Ok(false);
+        };
+        let rows = sqlx::query(
+            "SELECT b.id, b.user_id, u.username, b.amount_sats, b.txid FROM bets b \
+             JOIN users u ON u.id = b.user_id WHERE b.round_id = $1 AND b.status = 'placed' ORDER BY b.id",
+        )
+        .bind(round_id)
+        .fetch_all(&mut *tx)
+        .await?;
+        let bets = rows
+            .iter()
+            .map(|r| {
+                Ok::<_, sqlx::Error>(BetRow {
+                    id: r.try_get("id")?,
+                    user_id: r.try_get("user_id")?,
+                    username: r.try_get("username")?,
+                    amount_sats: r.try_get("amount_sats")?,
+                    txid: r.try_get::<Option<String>, _>("txid")?.unwrap_or_default(),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        sqlx::query(
+            "UPDATE rounds SET tip_height_at_close = $1, bets_commitment = $2 WHERE id = $3",
+        )
+        .bind(tip_height)
+        .bind(commitment_of(&bets))
+        .bind(round_id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Moves a round from `from` to `to` if it is still in `from`.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn move_round(
+        &self,
+        round_id: i64,
+        from: RoundStatus,
+        to: RoundStatus,
+    ) -> Result<bool, StoreError> {
+        Ok(
+            sqlx::query("UPDATE rounds SET status = $1 WHERE id = $2 AND status = $3")
+                .bind(to.as_str())
+                .bind(round_id)
+                .bind(from.as_str())
+                .execute(self.pool())
+                .await?
+                .rows_affected()
+                == 1,
+        )
+    }
+
+    /// Closes a round (from `from`) and opens the next one in the same
+    /// transaction, if this round is the newest. Returns whether it moved.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn finish_round(
+        &self,
+        round_id: i64,
+        from: RoundStatus,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let moved =
+            sqlx::query("UPDATE rounds SET status = 'closed' WHERE id = $1 AND status = $2")
+                .bind(round_id)
+                .bind(from.as_str())
+                .execute(&mut *tx)
+                .await?;
+        if moved.rows_affected() != 1 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        if from == RoundStatus::PayingOut {
+            sqlx::query("UPDATE transfers SET status = 'broadcast' WHERE kind = 'payout' AND round_id = $1 AND status = 'signed'")
+                .bind(round_id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        let newest: i64 = sqlx::query_scalar("SELECT MAX(id) FROM rounds")
+            .fetch_one(&mut *tx)
+            .await?;
+        if newest == round_id {
+            let duration: i64 = sqlx::query_scalar(
+                "SELECT round_duration_seconds FROM service_config WHERE id = 1",
+            )
+            .fetch_one(&mut *tx)
+            .await?;
+            sqlx::query(
+                "INSERT INTO rounds (status, opened_at, closes_at, pot_sats, bettors) VALUES ('open', $1, $2, 0, 0)",
+            )
+            .bind(now)
+            .bind(now + duration)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// drawing → paying_out: stores the draw, takes the pot outputs and
+    /// writes the payout intent (one per round by a unique index).
+    ///
+    /// # Errors
+    /// [`LedgerError::WrongStatus`], [`LedgerError::OutputTaken`],
+    /// [`LedgerError::PayoutExists`].
+    pub async fn begin_payout(
+        &self,
+        round_id: i64,
+        draw: &DrawColumns,
+        intent: &Intent,
+    ) -> Result<i64, LedgerError> {
+        let mut tx = self.pool().begin().await?;
+        let moved = sqlx::query(
+            "UPDATE rounds SET status = 'paying_out', block_height = $1, block_hash = $2, seed = $3, \
+             ticket = $4, winner_bet_id = $5 WHERE id = $6 AND status = 'drawing'",
+        )
+        .bind(draw.block_height)
+        .bind(draw.block_hash.as_deref())
+        .bind(draw.seed.as_deref())
+        .bind(draw.ticket)
+        .bind(draw.winner_bet_id)
+        .bind(round_id)
+        .execute(&mut *tx)
+        .await?;
+        if moved.rows_affected() != 1 {
+            return Err(LedgerError::WrongStatus {
+                round_id,
+                expected: RoundStatus::Drawing,
+            });
+        }
+        let id = insert_intent(&mut tx, intent).await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    /// Unspent pot outputs of a round.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn pot_outputs(&self, round_id: i64) -> Result<Vec<Coin>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {OUTPUT_COLS} FROM outputs WHERE round_id = $1 AND origin = 'pot' AND spent_txid IS NULL ORDER BY id"
+        ))
+        .bind(round_id)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.iter().map(output_from_row).collect::<Result<_, _>>()?)
+    }
+
+    /// Pot outputs taken by transaction `txid` (a failed payout to rebuild).
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn pot_outputs_spent_by(&self, txid: &str) -> Result<Vec<Coin>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {OUTPUT_COLS} FROM outputs WHERE origin = 'pot' AND spent_txid = $1 ORDER BY id"
+        ))
+        .bind(txid)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.iter().map(output_from_row).collect::<Result<_, _>>()?)
+    }
+
+    /// A payout whose broadcast failed: marks it and writes `payout_failed`
+    /// to the audit log, once. Returns whether this call marked it.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn payout_failed(
+        &self,
+        transfer_id: i64,
+        round_id: i64,
+        reason: &str,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let n = sqlx::query(
+            "UPDATE transfers SET status = 'broadcast_failed' WHERE id = $1 AND status = 'signed'",
+        )
+        .bind(transfer_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if n != 1 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        insert_audit_entry(
+            &mut tx,
+            "payout_failed",
+            "engine",
+            &Map::new(),
+            &serde_json::json!({"round_id": round_id, "transfer_id": transfer_id, "reason": reason}),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// The admin retry after `payout_failed`: replaces the payout transaction
+    /// (same inputs, so the old and the new one can never both confirm),
+    /// makes it `signed` again and writes `payout_retried`.
+    ///
+    /// # Errors
+    /// Database failures; `Ok(false)` when the payout is not in `broadcast_failed`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn replace_failed_payout(
+        &self,
+        transfer_id: i64,
+        round_id: i64,
+        old_txid: &str,
+        txid: &str,
+        raw_tx: &str,
+        fee_sats: i64,
+        winner_sats: i64,
+        winner_vout: Option<i64>,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let n = sqlx::query(
+            "UPDATE transfers SET status = 'signed', txid = $1, raw_tx = $2, fee_sats = $3, amount_sats = $4 \
+             WHERE id = $5 AND status = 'broadcast_failed'",
+        )
+        .bind(txid)
+        .bind(raw_tx)
+        .bind(fee_sats)
+        .bind(winner_sats)
+        .bind(transfer_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if n != 1 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        sqlx::query("UPDATE outputs SET spent_txid = $1 WHERE spent_txid = $2")
+            .bind(txid)
+            .bind(old_txid)
+            .execute(&mut *tx)
+            .await?;
+        match winner_vout {
+            Some(v) => {
+                sqlx::query(
+                    "UPDATE outputs SET txid = $1, vout = $2, amount_sats = $3 WHERE txid = $4",
+                )
+                .bind(txid)
+                .bind(v)
+                .bind(winner_sats)
+                .bind(old_txid)
+                .execute(&mut *tx)
+                .await?;
+            }
+            None => {
+                sqlx::query("DELETE FROM outputs WHERE txid = $1")
+                    .bind(old_txid)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
+        insert_audit_entry(
+            &mut tx,
+            "payout_retried",
+            "admin",
+            &Map::new(),
+            &serde_json::json!({"round_id": round_id, "txid": txid, "replaced_txid": old_txid}),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+}

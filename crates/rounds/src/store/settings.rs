@@ -1,0 +1,243 @@
+//! The service configuration row and the admin audit log.
+
+use serde_json::{Map, Value};
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+use super::{Store, StoreError};
+use crate::domain::settings::{config_diff, ConfigDiff, ConfigPatch, ServiceConfig};
+use crate::domain::time::unix_now;
+
+/// One audit-log entry.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct AuditEntry {
+    /// Increasing id; pages go by `before_id`.
+    pub id: i64,
+    /// RFC 3339 UTC time of the entry.
+    pub at: String,
+    /// `config_updated`, `paused`, `resumed`, `password_reset`, …
+    pub event: String,
+    /// Who did it (`admin` for the admin token).
+    pub actor: String,
+    /// `{field: {before, after}}` for config changes, else empty.
+    #[schema(value_type = Object)]
+    pub diff: Value,
+    /// Event-specific details.
+    #[schema(value_type = Object)]
+    pub details: Value,
+}
+
+impl Store {
+    /// Writes the config row unless one exists.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn init_config(&self, defaults: &ServiceConfig) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO service_config (id, fee_address, fee_rate_sat_vb, round_duration_seconds, \
+             min_bet_sats, min_withdrawal_sats, deposit_confirmations, paused) \
+             VALUES (1, $1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(&defaults.fee_address)
+        .bind(defaults.fee_rate_sat_vb)
+        .bind(defaults.round_duration_seconds)
+        .bind(defaults.min_bet_sats)
+        .bind(defaults.min_withdrawal_sats)
+        .bind(defaults.deposit_confirmations)
+        .bind(i64::from(defaults.paused))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The current config.
+    ///
+    /// # Errors
+    /// Database failures, or [`StoreError::Corrupt`] when the row is missing.
+    pub async fn config(&self) -> Result<ServiceConfig, StoreError> {
+        let row = sqlx::query(CONFIG_SELECT)
+            .fetch_optional(&self.pool)
+            .await?;
+        match row {
+            Some(r) => config_from_row(&r),
+            None => Err(StoreError::Corrupt("service_config row missing".into())),
+        }
+    }
+
+    /// Applies `patch`; when something changed, writes a `config_updated`
+    /// audit entry whose diff was computed from the values before the update,
+    /// in the same transaction. Returns the resulting config and the diff
+    /// (empty for a no-op, which writes nothing).
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn update_config(
+        &self,
+        patch: &ConfigPatch,
+        actor: &str,
+    ) -> Result<(ServiceConfig, ConfigDiff), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        lock_config(&mut tx).await?;
+        let before = match sqlx::query(CONFIG_SELECT).fetch_optional(&mut *tx).await? {
+            Some(r) => config_from_row(&r)?,
+            None => return Err(StoreError::Corrupt("service_config row missing".into())),
+        };
+        let after = patch.apply(&before);
+        let diff = config_diff(&before, &after);
+        if diff.is_empty() {
+            tx.rollback().await?;
+            return Ok((before, diff));
+        }
+        sqlx::query(
+            "UPDATE service_config SET fee_address = $1, fee_rate_sat_vb = $2, round_duration_seconds = $3, \
+             min_bet_sats = $4, min_withdrawal_sats = $5, deposit_confirmations = $6 WHERE id = 1",
+        )
+        .bind(&after.fee_address)
+        .bind(after.fee_rate_sat_vb)
+        .bind(after.round_duration_seconds)
+        .bind(after.min_bet_sats)
+        .bind(after.min_withdrawal_sats)
+        .bind(after.deposit_confirmations)
+        .execute(&mut *tx)
+        .await?;
+        insert_audit(
+            &mut tx,
+            "config_updated",
+            actor,
+            &diff,
+            &Value::Object(Map::new()),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok((after, diff))
+    }
+
+    /// Sets `paused`; writes a `paused`/`resumed` audit entry only when the
+    /// state changes. Returns the config and whether it changed.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn set_paused(
+        &self,
+        paused: bool,
+        actor: &str,
+    ) -> Result<(ServiceConfig, bool), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        lock_config(&mut tx).await?;
+        let mut config = match sqlx::query(CONFIG_SELECT).fetch_optional(&mut *tx).await? {
+            Some(r) => config_from_row(&r)?,
+            None => return Err(StoreError::Corrupt("service_config row missing".into())),
+        };
+        if config.paused == paused {
+            tx.rollback().await?;
+            return Ok((config, false));
+        }
+        sqlx::query("UPDATE service_config SET paused = $1 WHERE id = 1")
+            .bind(i64::from(paused))
+            .execute(&mut *tx)
+            .await?;
+        let mut diff = Map::new();
+        diff.insert(
+            "paused".into(),
+            serde_json::json!({"before": config.paused, "after": paused}),
+        );
+        let event = if paused { "paused" } else { "resumed" };
+        insert_audit(&mut tx, event, actor, &diff, &Value::Object(Map::new())).await?;
+        tx.commit().await?;
+        config.paused = paused;
+        Ok((config, true))
+    }
+
+    /// Audit entries newest first, at most `limit`, with ids below `before_id`.
+    ///
+    /// # Errors
+    /// Database failures, or [`StoreError::Corrupt`] for unparseable JSON.
+    pub async fn audit_page(
+        &self,
+        limit: i64,
+        before_id: Option<i64>,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, at, event, actor, diff, details FROM audit_log \
+             WHERE id < $1 ORDER BY id DESC LIMIT $2",
+        )
+        .bind(before_id.unwrap_or(i64::MAX))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let diff: String = r.try_get("diff")?;
+                let details: String = r.try_get("details")?;
+                Ok(AuditEntry {
+                    id: r.try_get("id")?,
+                    at: crate::domain::time::rfc3339(r.try_get("at")?),
+                    event: r.try_get("event")?,
+                    actor: r.try_get("actor")?,
+                    diff: serde_json::from_str(&diff)
+                        .map_err(|e| StoreError::Corrupt(format!("audit diff: {e}")))?,
+                    details: serde_json::from_str(&details)
+                        .map_err(|e| StoreError::Corrupt(format!("audit details: {e}")))?,
+                })
+            })
+            .collect()
+    }
+}
+
+const CONFIG_SELECT: &str =
+    "SELECT fee_address, fee_rate_sat_vb, round_duration_seconds, min_bet_sats, \
+     min_withdrawal_sats, deposit_confirmations, paused FROM service_config WHERE id = 1";
+
+/// Takes the write lock before reading (SQLite would otherwise fail a
+/// read-then-write transaction under contention) and locks the config row
+/// on PostgreSQL, so concurrent updates serialise and each diff is exact.
+async fn lock_config(tx: &mut sqlx::Transaction<'_, sqlx::Any>) -> Result<(), StoreError> {
+    sqlx::query("UPDATE service_config SET id = id WHERE id = 1")
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// Writes one audit entry inside the caller's transaction.
+pub(crate) async fn insert_audit_entry(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    event: &str,
+    actor: &str,
+    diff: &ConfigDiff,
+    details: &Value,
+) -> Result<(), StoreError> {
+    insert_audit(tx, event, actor, diff, details).await
+}
+
+pub(super) async fn insert_audit(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    event: &str,
+    actor: &str,
+    diff: &ConfigDiff,
+    details: &Value,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO audit_log (at, event, actor, diff, details) VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(unix_now())
+    .bind(event)
+    .bind(actor)
+    .bind(Value::Object(diff.clone()).to_string())
+    .bind(details.to_string())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+fn config_from_row(r: &AnyRow) -> Result<ServiceConfig, StoreError> {
+    let paused: i64 = r.try_get("paused")?;
+    Ok(ServiceConfig {
+        fee_address: r.try_get("fee_address")?,
+        fee_rate_sat_vb: r.try_get("fee_rate_sat_vb")?,
+        round_duration_seconds: r.try_get("round_duration_seconds")?,
+        min_bet_sats: r.try_get("min_bet_sats")?,
+        min_withdrawal_sats: r.try_get("min_withdrawal_sats")?,
+        deposit_confirmations: r.try_get("deposit_confirmations")?,
+        paused: paused != 0,
+    })
+}

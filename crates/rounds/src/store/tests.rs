@@ -1,0 +1,744 @@
+//! Store tests, each run on SQLite and on PostgreSQL (a fresh database per test).
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::migrations::CASE_INSENSITIVE_USERNAMES;
+use super::*;
+use crate::domain::round::{OutputOrigin, RoundStatus, TransferKind, TransferStatus};
+use crate::domain::settings::{ConfigPatch, ServiceConfig};
+
+/// The PostgreSQL server used by tests (override with POTLUCK_TEST_PG).
+fn pg_admin_url() -> String {
+    std::env::var("POTLUCK_TEST_PG")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// A fresh, empty database; dropped by `cleanup`.
+struct TestDb {
+    store: Store,
+    pg_name: Option<String>,
+    sqlite_path: Option<std::path::PathBuf>,
+}
+
+impl TestDb {
+    async fn new(backend: Backend) -> Self {
+        let unique = format!("potluck_t_{:016x}", rand::random::<u64>());
+        match backend {
+            Backend::Sqlite => {
+                let path = std::env::temp_dir().join(format!("{unique}.db"));
+                let store = Store::connect(&format!("sqlite://{}", path.display()), 4)
+                    .await
+                    .unwrap();
+                Self {
+                    store,
+                    pg_name: None,
+                    sqlite_path: Some(path),
+                }
+            }
+            Backend::Postgres => {
+                let admin = Store::connect(&pg_admin_url(), 1).await.unwrap();
+                sqlx::raw_sql(&format!("CREATE DATABASE {unique}"))
+                    .execute(admin.pool())
+                    .await
+                    .unwrap();
+                admin.close().await;
+                let base = pg_admin_url();
+                let url = format!("{}/{unique}", &base[..base.rfind('/').unwrap()]);
+                let store = Store::connect(&url, 4).await.unwrap();
+                Self {
+                    store,
+                    pg_name: Some(unique),
+                    sqlite_path: None,
+                }
+            }
+        }
+    }
+
+    async fn cleanup(self) {
+        self.store.close().await;
+        if let Some(name) = self.pg_name {
+            let admin = Store::connect(&pg_admin_url(), 1).await.unwrap();
+            sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .execute(admin.pool())
+                .await
+                .unwrap();
+            admin.close().await;
+        }
+        if let Some(path) = self.sqlite_path {
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+            }
+        }
+    }
+}
+
+fn addr(i: u32) -> Result<String, String> {
+    Ok(format!("addr-{i}"))
+}
+
+fn config() -> ServiceConfig {
+    ServiceConfig {
+        fee_address: "fee".into(),
+        fee_rate_sat_vb: 2,
+        round_duration_seconds: 120,
+        min_bet_sats: 1000,
+        min_withdrawal_sats: 1000,
+        deposit_confirmations: 1,
+        paused: false,
+    }
+}
+
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[tokio::test] async fn $name() { super::$name(super::Backend::Sqlite).await })*
+        }
+        mod postgres {
+            $(#[tokio::test] async fn $name() { super::$name(super::Backend::Postgres).await })*
+        }
+    };
+}
+
+both_backends!(
+    users_are_unique_ignoring_case_and_get_distinct_indexes,
+    concurrent_case_variants_give_one_account,
+    derivation_index_collision_retries_then_conflicts,
+    case_collision_blocks_the_upgrade,
+    a_database_of_the_previous_migrator_is_adopted,
+    password_changes_bump_token_version,
+    config_updates_are_audited_with_diffs,
+    first_round_is_created_once,
+    an_output_is_spent_once_even_concurrently,
+    one_payout_per_round,
+    reorg_unwinds_deposits_and_confirmations,
+    refused_broadcast_releases_the_inputs,
+);
+
+async fn users_are_unique_ignoring_case_and_get_distinct_indexes(b: Backend) {
+    let db = TestDb::new(b).await;
+    let s = &db.store;
+    s.migrate().await.unwrap();
+    let bob = s.create_user("Bob", "h1", addr).await.unwrap();
+    assert_eq!(
+        (
+            bob.username.as_str(),
+            bob.derivation_index,
+            bob.address.as_str()
+        ),
+        ("Bob", 0, "addr-0")
+    );
+    let amy = s.create_user("amy", "h2", addr).await.unwrap();
+    assert_eq!(amy.derivation_index, 1);
+    assert!(
+        matches!(s.create_user("bOB", "h3", addr).await, Err(StoreError::UsernameTaken(n)) if n == "bOB")
+    );
+    let found = s.user_by_name("BOB").await.unwrap().unwrap();
+    assert_eq!(found.username, "Bob", "stored as typed");
+    assert_eq!(s.user_by_id(amy.id).await.unwrap().unwrap().username, "amy");
+    assert!(s.user_by_name("carol").await.unwrap().is_none());
+    // Migrating again is a no-op.
+    s.migrate().await.unwrap();
+    db.cleanup().await;
+}
+
+async fn concurrent_case_variants_give_one_account(b: Backend) {
+    let db = TestDb::new(b).await;
+    db.store.migrate().await.unwrap();
+    for round in 0..5 {
+        let (upper, lower) = (format!("Racer{round}"), format!("racer{round}"));
+        let (a, c) = tokio::join!(
+            db.store.create_user(&upper, "h", addr),
+            db.store.create_user(&lower, "h", addr)
+        );
+        let oks = [a.is_ok(), c.is_ok()].iter().filter(|x| **x).count();
+        assert_eq!(
+            oks, 1,
+            "exactly one of two concurrent case variants is created"
+        );
+        let err = match (a, c) {
+            (Err(e), _) | (_, Err(e)) => e,
+            _ => unreachable!("one of them failed"),
+        };
+        assert!(matches!(err, StoreError::UsernameTaken(_)), "{err:?}");
+    }
+    db.cleanup().await;
+}
+
+async fn derivation_index_collision_retries_then_conflicts(b: Backend) {
+    let db = TestDb::new(b).await;
+    let s = &db.store;
+    s.migrate().await.unwrap();
+    s.create_user("first", "h", addr).await.unwrap();
+    let calls = Arc::new(AtomicU32::new(0));
+    let c = calls.clone();
+    let err = s
+        .create_user_with("second", "h", addr, move || {
+            c.fetch_add(1, Ordering::SeqCst);
+            async { Ok(0) }
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::DerivationIndexConflict),
+        "{err:?}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), DERIVATION_INDEX_ATTEMPTS);
+    // A collision followed by a free index succeeds on the retry.
+    let c = Arc::new(AtomicU32::new(0));
+    let c2 = c.clone();
+    let user = s
+        .create_user_with("third", "h", addr, move || {
+            let n = c2.fetch_add(1, Ordering::SeqCst);
+            async move { Ok(if n == 0 { 0 } else { 7 }) }
+        })
+        .await
+        .unwrap();
+    assert_eq!(user.derivation_index, 7);
+    assert!(s.user_by_name("second").await.unwrap().is_none());
+    db.cleanup().await;
+}
+
+/// A database created by the hand-written migrator (versions recorded in
+/// `potluck_schema_migrations`) starts under `sqlx::migrate!` without being
+/// migrated again, keeps its data, and later migrations still apply.
+async fn a_database_of_the_previous_migrator_is_adopted(b: Backend) {
+    let db = TestDb::new(b).await;
+    let s = &db.store;
+    let dir = match b {
+        Backend::Sqlite => "sqlite",
+        Backend::Postgres => "postgres",
+    };
+    let files = [
+        "0001_initial.sql",
+        "0002_username_case_insensitive.sql",
+        "0003_money.sql",
+    ];
+    // What the previous migrator did: each file, then a row in its table.
+    sqlx::raw_sql(
+        "CREATE TABLE potluck_schema_migrations (\
+           version BIGINT PRIMARY KEY, description TEXT NOT NULL, applied_at BIGINT NOT NULL)",
+    )
+    .execute(s.pool())
+    .await
+    .unwrap();
+    for (i, file) in files.iter().enumerate() {
+        let path = format!("{}/migrations/{dir}/{file}", env!("CARGO_MANIFEST_DIR"));
+        let sql = std::fs::read_to_string(path).unwrap();
+        sqlx::raw_sql(&sql).execute(s.pool()).await.unwrap();
+        sqlx::query("INSERT INTO potluck_schema_migrations VALUES ($1, 'x', 0)")
+            .bind(i as i64 + 1)
+            .execute(s.pool())
+            .await
+            .unwrap();
+    }
+    let bob = s.create_user("Bob", "h1", addr).await.unwrap();
+    s.migrate()
+        .await
+        .expect("the old install is adopted, not re-migrated");
+    s.migrate().await.expect("and a second start is a no-op");
+    assert_eq!(s.user_by_name("bob").await.unwrap().unwrap().id, bob.id);
+    let versions: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
+            .fetch_all(s.pool())
+            .await
+            .unwrap();
+    assert_eq!(versions, vec![1, 2, 3, 4], "1-3 adopted, 4 applied now");
+    // Version 4 (coinbase maturity) really ran.
+    sqlx::query("SELECT min_confirmations FROM outputs LIMIT 1")
+        .fetch_optional(s.pool())
+        .await
+        .expect("the column added by version 4 exists");
+    db.cleanup().await;
+}
+
+async fn case_collision_blocks_the_upgrade(b: Backend) {
+    let db = TestDb::new(b).await;
+    let s = &db.store;
+    s.migrate_to(1).await.unwrap();
+    for (i, name) in ["Bob", "bob", "BOB", "amy", "Carl", "carl"]
+        .iter()
+        .enumerate()
+    {
+        sqlx::query("INSERT INTO users (username, password_hash, derivation_index, address, created_at) VALUES ($1, 'h', $2, 'a', 0)")
+            .bind(*name)
+            .bind(100 + i as i64)
+            .execute(s.pool())
+            .await
+            .unwrap();
+    }
+    let err = s.migrate().await.unwrap_err();
+    match &err {
+        StoreError::CaseCollisions {
+            version,
+            collisions,
+        } => {
+            assert_eq!(*version, CASE_INSENSITIVE_USERNAMES);
+            assert_eq!(
+                collisions,
+                &vec![
+                    vec!["BOB".to_string(), "Bob".into(), "bob".into()],
+                    vec!["Carl".into(), "carl".into()]
+                ]
+            );
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(err.to_string().contains("Bob"));
+    // Nothing merged or renamed, and the upgrade is still pending.
+    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM users")
+        .fetch_one(s.pool())
+        .await
+        .unwrap();
+    assert_eq!(n, 6);
+    let v: i64 = sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations")
+        .fetch_one(s.pool())
+        .await
+        .unwrap();
+    assert_eq!(v, 1);
+    // After the operator resolves the collisions, the upgrade runs.
+    sqlx::query("UPDATE users SET username = username || '_' || id WHERE username IN ('bob', 'BOB', 'carl')").execute(s.pool()).await.unwrap();
+    s.migrate().await.unwrap();
+    assert!(matches!(
+        s.create_user("AMY", "h", addr).await,
+        Err(StoreError::UsernameTaken(_))
+    ));
+    db.cleanup().await;
+}
+
+async fn password_changes_bump_token_version(b: Backend) {
+    let db = TestDb::new(b).await;
+    let s = &db.store;
+    s.migrate().await.unwrap();
+    s.init_config(&config()).await.unwrap();
+    let u = s.create_user("Dora", "old", addr).await.unwrap();
+    assert_eq!(s.change_password(u.id, 0, "new").await.unwrap(), Some(1));
+    assert_eq!(
+        s.change_password(u.id, 0, "newer").await.unwrap(),
+        None,
+        "stale session cannot change it"
+    );
+    assert_eq!(
+        s.token_version(u.id).await.unwrap(),
+        Some(("Dora".into(), 1))
+    );
+    assert_eq!(
+        s.reset_password("dORA", "reset", "admin").await.unwrap(),
+        Some(("Dora".into(), 2))
+    );
+    assert_eq!(
+        s.reset_password("nobody", "reset", "admin").await.unwrap(),
+        None
+    );
+    let row = s.user_by_id(u.id).await.unwrap().unwrap();
+    assert_eq!(
+        (row.password_hash.as_str(), row.token_version),
+        ("reset", 2)
+    );
+    let audit = s.audit_page(10, None).await.unwrap();
+    assert_eq!(audit.len(), 1);
+    assert_eq!(audit[0].event, "password_reset");
+    assert_eq!(audit[0].details["username"], "Dora");
+    db.cleanup().await;
+}
+
+async fn config_updates_are_audited_with_diffs(b: Backend) {
+    let db = TestDb::new(b).await;
+    let s = &db.store;
+    s.migrate().await.unwrap();
+    s.init_config(&config()).await.unwrap();
+    s.init_config(&ServiceConfig {
+        fee_rate_sat_vb: 99,
+        ..config()
+    })
+    .await
+    .unwrap();
+    assert_eq!(s.config().await.unwrap(), config(), "init never overwrites");
+    let patch = ConfigPatch {
+        fee_rate_sat_vb: Some(5),
+        round_duration_seconds: Some(120),
+        ..Default::default()
+    };
+    let (after, diff) = s.update_config(&patch, "admin").await.unwrap();
+    assert_eq!(after.fee_rate_sat_vb, 5);
+    assert_eq!(
+        Value::Object(diff),
+        serde_json::json!({"fee_rate_sat_vb": {"before": 2, "after": 5}})
+    );
+    // A no-op writes nothing.
+    let (_, diff) = s.update_config(&patch, "admin").await.unwrap();
+    assert!(diff.is_empty());
+    assert!(s.set_paused(true, "admin").await.unwrap().1);
+    assert!(!s.set_paused(true, "admin").await.unwrap().1);
+    assert!(s.config().await.unwrap().paused);
+    assert!(s.set_paused(false, "admin").await.unwrap().1);
+    let all = s.audit_page(10, None).await.unwrap();
+    let events: Vec<&str> = all.iter().map(|e| e.event.as_str()).collect();
+    assert_eq!(events, ["resumed", "paused", "config_updated"]);
+    assert_eq!(
+        all[2].diff,
+        serde_json::json!({"fee_rate_sat_vb": {"before": 2, "after": 5}})
+    );
+    assert!(all[2].at.ends_with('Z'));
+    let page = s.audit_page(2, None).await.unwrap();
+    assert_eq!(page.len(), 2);
+    let rest = s.audit_page(2, Some(page[1].id)).await.unwrap();
+    assert_eq!(
+        rest.iter().map(|e| e.event.as_str()).collect::<Vec<_>>(),
+        ["config_updated"]
+    );
+    // Concurrent updates serialise: every change is audited exactly once.
+    let mut tasks = Vec::new();
+    for rate in 10..20 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            s.update_config(
+                &ConfigPatch {
+                    fee_rate_sat_vb: Some(rate),
+                    ..Default::default()
+                },
+                "admin",
+            )
+            .await
+            .unwrap()
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let n: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM audit_log WHERE event = 'config_updated'")
+            .fetch_one(s.pool())
+            .await
+            .unwrap();
+    assert_eq!(n, 11);
+    db.cleanup().await;
+}
+
+async fn first_round_is_created_once(b: Backend) {
+    let db = TestDb::new(b).await;
+    let s = &db.store;
+    s.migrate().await.unwrap();
+    s.init_config(&config()).await.unwrap();
+    assert!(s.current_round().await.unwrap().is_none());
+    let (r1, r2) = tokio::join!(s.ensure_round(1000), s.ensure_round(1000));
+    let (r1, r2) = (r1.unwrap(), r2.unwrap());
+    assert_eq!(r1, r2);
+    assert_eq!(
+        (r1.status.as_str(), r1.opened_at, r1.closes_at),
+        ("open", 1000, 1120)
+    );
+    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM rounds")
+        .fetch_one(s.pool())
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    let u = s.create_user("eve", "h", addr).await.unwrap();
+    assert!(!s.user_played(r1.id, u.id).await.unwrap());
+    sqlx::query(
+        "INSERT INTO bets (round_id, user_id, amount_sats, created_at) VALUES ($1, $2, 5000, 0)",
+    )
+    .bind(r1.id)
+    .bind(u.id)
+    .execute(s.pool())
+    .await
+    .unwrap();
+    assert!(s.user_played(r1.id, u.id).await.unwrap());
+    db.cleanup().await;
+}
+
+mod money {
+    use crate::domain::money::{Intent, NewOutput};
+    use crate::domain::round::{OutputOrigin, TransferKind};
+    use crate::store::rounds::DrawColumns;
+    use crate::store::LedgerError;
+
+    pub(super) fn intent(
+        kind: TransferKind,
+        user: i64,
+        round: Option<i64>,
+        txid: &str,
+        inputs: Vec<i64>,
+    ) -> Intent {
+        Intent {
+            kind,
+            user_id: Some(user),
+            round_id: round,
+            txid: txid.into(),
+            raw_tx: "00".into(),
+            amount_sats: 10_000,
+            fee_sats: 200,
+            commission_sats: 0,
+            address: None,
+            inputs,
+            outputs: vec![NewOutput {
+                vout: 1,
+                amount_sats: 89_800,
+                user_id: Some(user),
+                round_id: None,
+                origin: OutputOrigin::Change,
+            }],
+        }
+    }
+
+    pub(super) fn is_taken(r: &Result<i64, LedgerError>) -> bool {
+        matches!(r, Err(LedgerError::OutputTaken(_)))
+    }
+
+    pub(super) fn draw() -> DrawColumns {
+        DrawColumns {
+            block_height: Some(11),
+            block_hash: Some("ab".repeat(32)),
+            ..DrawColumns::default()
+        }
+    }
+}
+
+/// The 100,000-sat deposit output `d…d:0` to `user_id`.
+fn deposit(user_id: i64) -> crate::store::chain::Deposit {
+    crate::store::chain::Deposit {
+        txid: "d".repeat(64),
+        vout: 0,
+        amount_sats: 100_000,
+        user_id,
+        coinbase: false,
+    }
+}
+
+/// A user with one credited 100,000-sat deposit at height 10.
+async fn funded(store: &Store) -> (i64, i64) {
+    store.migrate().await.unwrap();
+    store.init_config(&config()).await.unwrap();
+    let u = store.create_user("payer", "h", addr).await.unwrap();
+    store.record_start_block(9, "h9").await.unwrap();
+    store
+        .connect_block(10, "h10", &[], &[deposit(u.id)])
+        .await
+        .unwrap();
+    let outs = store.spendable_outputs(u.id, 1).await.unwrap();
+    assert_eq!(outs.len(), 1);
+    (u.id, outs[0].id)
+}
+
+async fn an_output_is_spent_once_even_concurrently(b: Backend) {
+    let db = TestDb::new(b).await;
+    let (user, out) = funded(&db.store).await;
+    assert_eq!(
+        db.store.balances(user, 1).await.unwrap(),
+        (100_000, 100_000, false)
+    );
+    let (s1, s2) = (db.store.clone(), db.store.clone());
+    let i1 = money::intent(
+        TransferKind::Withdrawal,
+        user,
+        None,
+        &"1".repeat(64),
+        vec![out],
+    );
+    let i2 = money::intent(
+        TransferKind::Withdrawal,
+        user,
+        None,
+        &"2".repeat(64),
+        vec![out],
+    );
+    let (r1, r2) = tokio::join!(
+        tokio::spawn(async move { s1.record_withdrawal(&i1).await }),
+        tokio::spawn(async move { s2.record_withdrawal(&i2).await })
+    );
+    let (r1, r2) = (r1.unwrap(), r2.unwrap());
+    assert!(r1.is_ok() != r2.is_ok(), "exactly one spend: {r1:?} {r2:?}");
+    assert!(money::is_taken(&r1) || money::is_taken(&r2));
+    // Confirmed balance drops by the whole output; pending shows the change.
+    assert_eq!(db.store.balances(user, 1).await.unwrap(), (0, 89_800, true));
+    let again = money::intent(
+        TransferKind::Withdrawal,
+        user,
+        None,
+        &"3".repeat(64),
+        vec![out],
+    );
+    assert!(money::is_taken(&db.store.record_withdrawal(&again).await));
+    db.cleanup().await;
+}
+
+async fn one_payout_per_round(b: Backend) {
+    let db = TestDb::new(b).await;
+    let (user, out) = funded(&db.store).await;
+    let round = db
+        .store
+        .ensure_round(crate::domain::time::unix_now())
+        .await
+        .unwrap();
+    let mut bet = money::intent(
+        TransferKind::Bet,
+        user,
+        Some(round.id),
+        &"4".repeat(64),
+        vec![out],
+    );
+    bet.outputs.push(crate::domain::money::NewOutput {
+        vout: 0,
+        amount_sats: 10_000,
+        user_id: None,
+        round_id: Some(round.id),
+        origin: OutputOrigin::Pot,
+    });
+    let (_, transfer) = db.store.place_bet(&bet).await.unwrap();
+    // A bet still being broadcast holds the round open.
+    assert!(!db
+        .store
+        .close_round(round.id, async { Some(10) }, |b| b.len().to_string())
+        .await
+        .unwrap());
+    assert_eq!(
+        db.store.current_round().await.unwrap().unwrap().status,
+        RoundStatus::Open
+    );
+    db.store.mark_broadcast(transfer).await.unwrap();
+    assert!(db
+        .store
+        .close_round(round.id, async { Some(10) }, |b| b.len().to_string())
+        .await
+        .unwrap());
+    // A bet after closing is refused by the round's status.
+    let late = money::intent(
+        TransferKind::Bet,
+        user,
+        Some(round.id),
+        &"5".repeat(64),
+        vec![],
+    );
+    assert!(matches!(
+        db.store.place_bet(&late).await,
+        Err(crate::store::LedgerError::WrongStatus { .. })
+    ));
+    assert!(db
+        .store
+        .move_round(round.id, RoundStatus::Closing, RoundStatus::Drawing)
+        .await
+        .unwrap());
+    let pot = db.store.pot_outputs(round.id).await.unwrap();
+    assert_eq!(pot.len(), 1);
+    let mut p1 = money::intent(
+        TransferKind::Payout,
+        user,
+        Some(round.id),
+        &"6".repeat(64),
+        vec![pot[0].id],
+    );
+    p1.outputs.clear();
+    let mut p2 = p1.clone();
+    p2.txid = "7".repeat(64);
+    let (s1, s2) = (db.store.clone(), db.store.clone());
+    let (a, c) = (round.id, round.id);
+    let (r1, r2) = tokio::join!(
+        tokio::spawn(async move { s1.begin_payout(a, &money::draw(), &p1).await }),
+        tokio::spawn(async move { s2.begin_payout(c, &money::draw(), &p2).await })
+    );
+    let (r1, r2) = (r1.unwrap(), r2.unwrap());
+    assert!(r1.is_ok() != r2.is_ok(), "one payout: {r1:?} {r2:?}");
+    // Even around the status guard, the schema refuses a second payout row.
+    let dup = sqlx::query(
+        "INSERT INTO transfers (kind, round_id, txid, amount_sats, status, created_at) \
+         VALUES ('payout', $1, 'x', 1, 'signed', 0)",
+    )
+    .bind(round.id)
+    .execute(db.store.pool())
+    .await;
+    assert!(dup.is_err());
+    assert!(db
+        .store
+        .finish_round(round.id, RoundStatus::PayingOut, 5)
+        .await
+        .unwrap());
+    assert!(
+        !db.store
+            .finish_round(round.id, RoundStatus::PayingOut, 5)
+            .await
+            .unwrap(),
+        "closes once"
+    );
+    assert_eq!(
+        db.store.current_round().await.unwrap().unwrap().status,
+        RoundStatus::Open
+    );
+    db.cleanup().await;
+}
+
+async fn reorg_unwinds_deposits_and_confirmations(b: Backend) {
+    let db = TestDb::new(b).await;
+    let (user, out) = funded(&db.store).await;
+    let w = money::intent(
+        TransferKind::Withdrawal,
+        user,
+        None,
+        &"8".repeat(64),
+        vec![out],
+    );
+    let id = db.store.record_withdrawal(&w).await.unwrap();
+    db.store.mark_broadcast(id).await.unwrap();
+    db.store
+        .connect_block(11, "h11", &["8".repeat(64)], &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        db.store.balances(user, 1).await.unwrap(),
+        (89_800, 89_800, false)
+    );
+    assert_eq!(
+        db.store.transfer(id).await.unwrap().unwrap().block_height,
+        Some(11)
+    );
+    // Both blocks leave the chain: the deposit stops counting, the
+    // withdrawal is pending again (its change is unconfirmed).
+    db.store.unwind_above(9).await.unwrap();
+    assert_eq!(db.store.synced_tip().await.unwrap().unwrap().0, 9);
+    assert_eq!(db.store.balances(user, 1).await.unwrap(), (0, 89_800, true));
+    assert_eq!(
+        db.store.transfer(id).await.unwrap().unwrap().block_height,
+        None
+    );
+    assert_eq!(db.store.unconfirmed_broadcasts().await.unwrap().len(), 1);
+    // Re-mined on the new branch: credited once, not twice.
+    db.store
+        .connect_block(10, "n10", &["8".repeat(64)], &[deposit(user)])
+        .await
+        .unwrap();
+    let totals = db.store.ledger_totals().await.unwrap();
+    assert_eq!(totals.deposits_sats, 100_000);
+    assert_eq!(
+        db.store.balances(user, 1).await.unwrap(),
+        (89_800, 89_800, false)
+    );
+    db.cleanup().await;
+}
+
+async fn refused_broadcast_releases_the_inputs(b: Backend) {
+    let db = TestDb::new(b).await;
+    let (user, out) = funded(&db.store).await;
+    let w = money::intent(
+        TransferKind::Withdrawal,
+        user,
+        None,
+        &"9".repeat(64),
+        vec![out],
+    );
+    let id = db.store.record_withdrawal(&w).await.unwrap();
+    assert_eq!(db.store.signed_transfers().await.unwrap().len(), 1);
+    db.store.fail_transfer(id).await.unwrap();
+    assert_eq!(
+        db.store.transfer(id).await.unwrap().unwrap().status,
+        TransferStatus::Failed
+    );
+    assert_eq!(
+        db.store.balances(user, 1).await.unwrap(),
+        (100_000, 100_000, false)
+    );
+    let t = db.store.ledger_totals().await.unwrap();
+    assert_eq!(t.users_unspent_sats, 100_000);
+    assert_eq!(t.miner_fees_sats, 0);
+    db.cleanup().await;
+}
