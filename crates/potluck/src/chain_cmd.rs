@@ -44,6 +44,7 @@ pub fn run(args: ChainArgs) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
+        let mut signals = crate::StopSignals::register()?;
         let config = DevChainConfig {
             data_dir: args.data_dir.clone(),
             block_interval: (args.block_interval > 0)
@@ -70,8 +71,7 @@ pub fn run(args: ChainArgs) -> anyhow::Result<()> {
             .with_context(|| format!("writing the control URL into {}", args.data_dir.display()))?;
         tokio::select! {
             _ = running.stopped() => {}
-            r = tokio::signal::ctrl_c() => r.context("waiting for Ctrl-C")?,
-            _ = crate::terminate() => {}
+            () = signals.recv() => {}
         }
         running.shutdown().await;
         let _ = std::fs::remove_file(&control_url);

@@ -89,12 +89,43 @@ fn init_logging() {
     };
 }
 
-/// Resolves on SIGTERM (never on platforms without it).
-async fn terminate() {
+/// SIGINT and SIGTERM, registered when created. A handler that is only
+/// installed when its future is first polled leaves a window after the
+/// start-up line in which a supervisor's SIGTERM takes the default action and
+/// kills the process without its graceful shutdown; so every long-running
+/// subcommand registers these before it prints anything.
+struct StopSignals {
     #[cfg(unix)]
-    if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        s.recv().await;
-        return;
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    /// Installs the handlers (inside the runtime).
+    fn register() -> anyhow::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(Self {
+                interrupt: signal(SignalKind::interrupt())
+                    .context("installing the SIGINT handler")?,
+                terminate: signal(SignalKind::terminate())
+                    .context("installing the SIGTERM handler")?,
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(Self {})
     }
-    std::future::pending::<()>().await
+
+    /// Resolves at the first SIGINT or SIGTERM.
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

@@ -81,6 +81,7 @@ pub fn run(args: NodeArgs) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
+        let mut signals = crate::StopSignals::register()?;
         let (chain, dev): (Arc<dyn Chain>, _) = match &args.bitcoind_url {
             Some(url) => {
                 let auth = match (&args.bitcoind_cookie, &args.bitcoind_user, &args.bitcoind_password) {
@@ -148,8 +149,7 @@ pub fn run(args: NodeArgs) -> anyhow::Result<()> {
         };
         tokio::select! {
             _ = running.stopped() => {}
-            r = tokio::signal::ctrl_c() => r.context("waiting for Ctrl-C")?,
-            _ = crate::terminate() => {}
+            () = signals.recv() => {}
         }
         running.shutdown().await;
         if let Some(dev) = dev {

@@ -226,27 +226,6 @@ impl ServeArgs {
     }
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
-    }
-}
-
 /// Runs the service until SIGINT or SIGTERM.
 ///
 /// # Errors
@@ -259,6 +238,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
+        let mut signals = crate::StopSignals::register()?;
         let app = Application::build(config)
             .await
             .context("potluck serve could not start")?;
@@ -269,7 +249,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             println!("potluck serve dev chain RPC on http://{rpc}");
         }
         tracing::info!(addr = %app.local_addr(), "listening");
-        app.run_until_stopped(shutdown_signal())
+        app.run_until_stopped(async move { signals.recv().await })
             .await
             .context("server failed")?;
         tracing::info!("stopped");

@@ -358,3 +358,83 @@ async fn the_service_runs_in_process_on_port_zero() {
     app.stop().await;
     env.cleanup().await;
 }
+
+/// A supervisor may send SIGTERM the moment the start-up line appears. The
+/// handler must already be installed then, or the signal's default action
+/// kills the process without its graceful shutdown (CI once saw
+/// `graceful_shutdown_closes_streams` fail this way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_right_after_the_start_up_line_is_a_graceful_stop() {
+    let env = Env::new(Db::Sqlite).await;
+    for attempt in 0..10 {
+        let mut s = env.start(&[]).await;
+        let pid = s.child.id().unwrap();
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let status = tokio::time::timeout(std::time::Duration::from_secs(30), s.child.wait())
+            .await
+            .expect("the server exits after SIGTERM")
+            .unwrap();
+        assert!(
+            status.success(),
+            "attempt {attempt}: {status:?}\n{}",
+            s.log()
+        );
+    }
+    env.cleanup().await;
+}
+
+/// The same for `potluck chain` and `potluck node` (a node left without its
+/// shutdown keeps no promise about its last packet's durability).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chain_and_node_stop_gracefully_on_an_immediate_sigterm() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let chain_dir = dir.path().join("chain");
+    let node_dir = dir.path().join("node");
+    let (chain_dir, node_dir) = (chain_dir.to_str().unwrap(), node_dir.to_str().unwrap());
+    let commands: [&[&str]; 2] = [
+        &[
+            "chain",
+            "--rpc-bind",
+            "127.0.0.1:0",
+            "--data-dir",
+            chain_dir,
+        ],
+        &[
+            "node",
+            "--listen",
+            "127.0.0.1:0",
+            "--rpc-bind",
+            "127.0.0.1:0",
+            "--data-dir",
+            node_dir,
+        ],
+    ];
+    for args in commands {
+        for attempt in 0..5 {
+            let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
+                .args(args)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            // Kept open: a closed pipe would fail the process's next print.
+            let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+            let mut line = String::new();
+            out.read_line(&mut line).unwrap();
+            assert!(line.starts_with("potluck "), "{args:?}: {line}");
+            let sent = std::process::Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status()
+                .unwrap();
+            assert!(sent.success());
+            let status = child.wait().unwrap();
+            assert!(status.success(), "{args:?} attempt {attempt}: {status:?}");
+        }
+    }
+}
