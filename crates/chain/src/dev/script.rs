@@ -158,9 +158,7 @@ impl ScriptError {
             TaprootWrongControlSize => "Invalid Taproot control block size",
             WitnessProgramMismatch => "Witness program hash mismatch",
             WitnessProgramWitnessEmpty => "Witness program was passed an empty witness",
-            TapscriptValidationWeight => {
-                "Too much signature validation relative to witness weight"
-            }
+            TapscriptValidationWeight => "Too much signature validation relative to witness weight",
             TapscriptCheckMultisig => "OP_CHECKMULTISIG(VERIFY) is not available in tapscript",
             DiscourageOpSuccess => "OP_SUCCESSx reserved for soft-fork upgrades",
             DiscourageTaprootVersion => "Taproot version reserved for soft-fork upgrades",
@@ -278,8 +276,7 @@ impl<'a> TxChecker<'a> {
         // Script path.
         let control = stack.pop().unwrap_or_default();
         let script = Script::from_bytes(stack.pop().unwrap_or_default());
-        if control.len() < 33 || (control.len() - 33) % 32 != 0 || control.len() > 33 + 32 * 128
-        {
+        if control.len() < 33 || (control.len() - 33) % 32 != 0 || control.len() > 33 + 32 * 128 {
             return Err(ScriptError::TaprootWrongControlSize);
         }
         let committed = match (
@@ -360,10 +357,7 @@ impl<'a> TxChecker<'a> {
 
     fn policy_inner(&mut self, index: usize) -> Eval<()> {
         let tx = self.tx;
-        let input = tx
-            .input
-            .get(index)
-            .ok_or(Halt::Unmodelled("input index"))?;
+        let input = tx.input.get(index).ok_or(Halt::Unmodelled("input index"))?;
         let spk = self
             .prevouts
             .get(index)
@@ -414,7 +408,12 @@ impl<'a> TxChecker<'a> {
         Ok(())
     }
 
-    fn run_legacy(&mut self, index: usize, script: &Script, stack: Vec<Vec<u8>>) -> Eval<Vec<Vec<u8>>> {
+    fn run_legacy(
+        &mut self,
+        index: usize,
+        script: &Script,
+        stack: Vec<Vec<u8>>,
+    ) -> Eval<Vec<Vec<u8>>> {
         let ops = decode(script, SigVersion::Base)?;
         let mut machine = Machine {
             checker: self,
@@ -481,7 +480,13 @@ impl<'a> TxChecker<'a> {
         };
         let sighash = self
             .cache
-            .taproot_signature_hash(index, &Prevouts::All(&self.prevouts), annex, leaf, hash_type)
+            .taproot_signature_hash(
+                index,
+                &Prevouts::All(&self.prevouts),
+                annex,
+                leaf,
+                hash_type,
+            )
             .map_err(|_| ScriptError::SchnorrSigHashtype)?;
         let signature = secp256k1::schnorr::Signature::from_slice(sig64)
             .map_err(|_| ScriptError::SchnorrSig)?;
@@ -832,7 +837,11 @@ impl Machine<'_, '_, '_> {
                 self.stack.push(b);
             }
             OP_3DUP => {
-                let (a, b, c) = (self.top(3)?.clone(), self.top(2)?.clone(), self.top(1)?.clone());
+                let (a, b, c) = (
+                    self.top(3)?.clone(),
+                    self.top(2)?.clone(),
+                    self.top(1)?.clone(),
+                );
                 self.stack.extend([a, b, c]);
             }
             OP_2OVER => {
@@ -932,9 +941,19 @@ impl Machine<'_, '_, '_> {
                 };
                 self.stack.push(encode_num(r));
             }
-            OP_ADD | OP_SUB | OP_BOOLAND | OP_BOOLOR | OP_NUMEQUAL | OP_NUMEQUALVERIFY
-            | OP_NUMNOTEQUAL | OP_LESSTHAN | OP_GREATERTHAN | OP_LESSTHANOREQUAL
-            | OP_GREATERTHANOREQUAL | OP_MIN | OP_MAX => {
+            OP_ADD
+            | OP_SUB
+            | OP_BOOLAND
+            | OP_BOOLOR
+            | OP_NUMEQUAL
+            | OP_NUMEQUALVERIFY
+            | OP_NUMNOTEQUAL
+            | OP_LESSTHAN
+            | OP_GREATERTHAN
+            | OP_LESSTHANOREQUAL
+            | OP_GREATERTHANOREQUAL
+            | OP_MIN
+            | OP_MAX => {
                 self.need(2)?;
                 let b = self.pop_num()?;
                 let a = self.pop_num()?;
@@ -1058,15 +1077,13 @@ impl Machine<'_, '_, '_> {
             return Ok(true);
         }
         if self.seen_codesep {
-            return Err(Halt::Unmodelled("OP_CODESEPARATOR before a signature check"));
+            return Err(Halt::Unmodelled(
+                "OP_CODESEPARATOR before a signature check",
+            ));
         }
-        let ok = self.checker.check_ecdsa(
-            self.index,
-            self.version,
-            self.script_code,
-            sig,
-            key,
-        )?;
+        let ok = self
+            .checker
+            .check_ecdsa(self.index, self.version, self.script_code, sig, key)?;
         if !ok {
             return Err(ScriptError::NullFail.into());
         }
@@ -1108,7 +1125,9 @@ impl Machine<'_, '_, '_> {
         if known_ok && self.assume_final {
             // Consensus passed and a false result would have failed it.
         } else if self.seen_codesep && sig_items.iter().any(|s| !s.is_empty()) {
-            return Err(Halt::Unmodelled("OP_CODESEPARATOR before a signature check"));
+            return Err(Halt::Unmodelled(
+                "OP_CODESEPARATOR before a signature check",
+            ));
         } else {
             while success && sigs > 0 {
                 let sig = self.stack[n - isig].clone();
@@ -1234,7 +1253,14 @@ mod tests {
         let ops = vec![s(OP_CHECKSIG), s(OP_NOT)];
         assert!(!is_tail(&ops, 0));
         // A second ELSE executes again.
-        let ops = vec![s(OP_CHECKSIG), s(OP_ELSE), s(OP_NOP), s(OP_ELSE), s(OP_NOT), s(OP_ENDIF)];
+        let ops = vec![
+            s(OP_CHECKSIG),
+            s(OP_ELSE),
+            s(OP_NOP),
+            s(OP_ELSE),
+            s(OP_NOT),
+            s(OP_ENDIF),
+        ];
         assert!(!is_tail(&ops, 0));
     }
 }

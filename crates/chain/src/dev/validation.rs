@@ -292,7 +292,11 @@ pub fn verify_scripts_policy(tx: &Transaction, coins: &[&Coin]) -> Result<(), Tx
                 )));
             }
             Err(e) => {
-                tracing::warn!(input = index, error = e.text(), "policy interpreter disagrees with consensus");
+                tracing::warn!(
+                    input = index,
+                    error = e.text(),
+                    "policy interpreter disagrees with consensus"
+                );
             }
         }
     }
