@@ -570,6 +570,14 @@ async fn refusals_and_withdrawals(db: Db) {
         .output
         .iter()
         .any(|o| o.script_pubkey == dest_script && o.value.to_sat() == 50_000));
+    // Anti-fee-sniping, as Core's wallet: nLockTime is the last block the
+    // service processed (at most the tip, a block or two behind at worst).
+    let tip = u64::from(rig.rpc.get_block_count().await.unwrap());
+    let lock = u64::from(tx.lock_time.to_consensus_u32());
+    assert!(
+        lock > 100 && lock <= tip && lock + 2 >= tip,
+        "nLockTime {lock} at tip {tip}"
+    );
 
     // A withdrawal to another user's deposit address is that user's deposit.
     let other = rig.s().user("dora", "10.0.1.2").await;

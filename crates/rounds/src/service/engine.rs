@@ -178,6 +178,12 @@ impl Engine {
         &self.wallet
     }
 
+    /// The last processed block's height: the anti-fee-sniping `nLockTime`.
+    async fn tip_height(&self) -> Result<Option<u32>, EngineError> {
+        let tip = self.store.synced_tip().await?;
+        Ok(tip.and_then(|(h, _)| u32::try_from(h).ok()))
+    }
+
     /// Publishes a stream notification and drops the cached round, so the
     /// refetch that follows sees the change.
     pub async fn notify(&self) {
@@ -509,6 +515,7 @@ impl Engine {
             &winner_script,
             winner.user_id,
             config.fee_rate_sat_vb,
+            self.tip_height().await?,
         )?;
         let columns = DrawColumns {
             tip_height_at_close: Some(close_tip),
@@ -635,6 +642,7 @@ impl Engine {
             &winner_script,
             winner_id,
             config.fee_rate_sat_vb,
+            self.tip_height().await?,
         )?;
         self.store
             .replace_failed_payout(
