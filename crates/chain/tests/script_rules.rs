@@ -4,6 +4,9 @@
 //! spends (key path, control block, tapscript signatures), which must be
 //! verified by consensus in blocks too.
 
+// A failed unwrap is how a test reports failure.
+#![allow(clippy::unwrap_used)]
+
 use std::time::Duration;
 
 use bitcoin::absolute::LockTime;
