@@ -12,9 +12,10 @@
 //! its failure is a NULLFAIL violation that consensus allows.
 //!
 //! For taproot it is the consensus check itself: key-path Schnorr
-//! signatures, the control block's commitment, and tapscripts made of the
-//! opcodes modelled here. A script using anything else is let through
-//! ([`Checked::Unmodelled`]; a row in `docs/chain.md`).
+//! signatures, the control block's commitment, and tapscripts (every
+//! tapscript opcode is modelled). A legacy or v0 script using an opcode
+//! outside the modelled set is not judged ([`Checked::Unmodelled`]; a row in
+//! `docs/chain.md`).
 
 use std::sync::OnceLock;
 
@@ -266,11 +267,8 @@ impl<'a> TxChecker<'a> {
         };
         if stack.len() == 1 {
             // Key path: one Schnorr signature by the output key.
-            let Ok(key) = secp256k1::XOnlyPublicKey::from_slice(program) else {
-                return Err(ScriptError::SchnorrSig);
-            };
             return self
-                .check_schnorr(index, stack[0], &key, annex, None)
+                .check_schnorr(index, stack[0], program, annex, None)
                 .map(|()| Checked::Passed);
         }
         // Script path.
@@ -297,22 +295,28 @@ impl<'a> TxChecker<'a> {
                 Ok(Checked::Passed)
             };
         }
+        // OP_SUCCESSx makes the script succeed before it runs, even when
+        // what follows it does not decode (Core scans op by op).
+        for ins in script.instructions() {
+            match ins {
+                Ok(Instruction::Op(c))
+                    if c.classify(ClassifyContext::TapScript) == Class::SuccessOp =>
+                {
+                    return if self.policy {
+                        Err(ScriptError::DiscourageOpSuccess)
+                    } else {
+                        Ok(Checked::Passed)
+                    };
+                }
+                Ok(_) => {}
+                Err(_) => return Err(ScriptError::BadOpcode),
+            }
+        }
         let ops = match decode(script, SigVersion::Tapscript) {
             Ok(ops) => ops,
             Err(Halt::Error(e)) => return Err(e),
             Err(Halt::Unmodelled(what)) => return Ok(Checked::Unmodelled(what)),
         };
-        if ops
-            .iter()
-            .any(|op| matches!(op, Op::Code(c) if c.classify(ClassifyContext::TapScript) == Class::SuccessOp))
-        {
-            // OP_SUCCESSx makes the script succeed before it runs.
-            return if self.policy {
-                Err(ScriptError::DiscourageOpSuccess)
-            } else {
-                Ok(Checked::Passed)
-            };
-        }
         if stack.len() > MAX_STACK_SIZE {
             return Err(ScriptError::StackSize);
         }
@@ -462,7 +466,7 @@ impl<'a> TxChecker<'a> {
         &mut self,
         index: usize,
         sig: &[u8],
-        key: &secp256k1::XOnlyPublicKey,
+        key: &[u8],
         annex: Option<Annex>,
         leaf: Option<(TapLeafHash, u32)>,
     ) -> Result<(), ScriptError> {
@@ -488,11 +492,15 @@ impl<'a> TxChecker<'a> {
                 hash_type,
             )
             .map_err(|_| ScriptError::SchnorrSigHashtype)?;
+        // As Core: a key that is not on the curve fails like a bad signature,
+        // after the size and hash type checks.
+        let key =
+            secp256k1::XOnlyPublicKey::from_slice(key).map_err(|_| ScriptError::SchnorrSig)?;
         let signature = secp256k1::schnorr::Signature::from_slice(sig64)
             .map_err(|_| ScriptError::SchnorrSig)?;
         let msg = Message::from_digest(sighash.to_byte_array());
         secp()
-            .verify_schnorr(&signature, &msg, key)
+            .verify_schnorr(&signature, &msg, &key)
             .map_err(|_| ScriptError::SchnorrSig)
     }
 
@@ -749,6 +757,11 @@ impl Machine<'_, '_, '_> {
                 }
                 Op::Code(c) => *c,
             };
+            if code == OP_VERIF || code == OP_VERNOTIF {
+                // Between OP_IF and OP_ENDIF in value, so Core's interpreter
+                // looks at them even in an unexecuted branch: always bad.
+                return Err(ScriptError::BadOpcode.into());
+            }
             if code == OP_IF || code == OP_NOTIF {
                 let mut value = false;
                 if executing {
@@ -1036,6 +1049,11 @@ impl Machine<'_, '_, '_> {
                     self.stack.push(encode_bool(ok));
                 }
             }
+            // Every tapscript opcode that is not OP_SUCCESSx is modelled but
+            // OP_INVALIDOPCODE, which Core refuses when executed.
+            _ if self.version == SigVersion::Tapscript => {
+                return Err(E::BadOpcode.into());
+            }
             _ => return Err(Halt::Unmodelled("opcode outside the modelled set")),
         }
         Ok(())
@@ -1056,14 +1074,11 @@ impl Machine<'_, '_, '_> {
             }
             if key.len() == 32 {
                 if !sig.is_empty() {
-                    let Ok(xonly) = secp256k1::XOnlyPublicKey::from_slice(key) else {
-                        return Err(ScriptError::SchnorrSig.into());
-                    };
                     let annex = self.annex.clone();
                     let annex = annex.as_deref().and_then(|a| Annex::new(a).ok());
                     let leaf = self.leaf.map(|l| (l, self.codesep_pos));
                     self.checker
-                        .check_schnorr(self.index, sig, &xonly, annex, leaf)?;
+                        .check_schnorr(self.index, sig, key, annex, leaf)?;
                 }
             } else if self.checker.policy {
                 return Err(ScriptError::DiscouragePubkeyType.into());
@@ -1262,5 +1277,215 @@ mod tests {
             s(OP_ENDIF),
         ];
         assert!(!is_tail(&ops, 0));
+    }
+
+    use bitcoin::script::Builder;
+    use bitcoin::secp256k1::{Keypair, SecretKey};
+    use bitcoin::taproot::TaprootBuilder;
+    use bitcoin::{Amount, OutPoint, ScriptBuf, Sequence, TxIn, Witness};
+
+    fn spend_of(prevout: &TxOut, sequence: u32) -> Transaction {
+        Transaction {
+            version: bitcoin::transaction::Version::TWO,
+            lock_time: bitcoin::absolute::LockTime::ZERO,
+            input: vec![TxIn {
+                previous_output: OutPoint::new(bitcoin::Txid::from_byte_array([4; 32]), 1),
+                sequence: Sequence(sequence),
+                ..TxIn::default()
+            }],
+            output: vec![TxOut {
+                value: prevout.value - Amount::from_sat(500),
+                script_pubkey: ScriptBuf::new_op_return([]),
+            }],
+        }
+    }
+
+    fn sk(n: u8) -> SecretKey {
+        SecretKey::from_slice(&[n; 32]).unwrap()
+    }
+
+    /// A 2-of-2 CHECKMULTISIG that is not the script's last operation is
+    /// verified for real: correct signatures must pass (right sighash and
+    /// key order), a wrong one is a NULLFAIL.
+    #[test]
+    fn non_final_multisig_is_verified() {
+        let s = Secp256k1::new();
+        let (a, b) = (sk(1).public_key(&s), sk(2).public_key(&s));
+        let ws = Builder::new()
+            .push_int(2)
+            .push_slice(a.serialize())
+            .push_slice(b.serialize())
+            .push_int(2)
+            .push_opcode(OP_CHECKMULTISIG)
+            .push_opcode(OP_VERIFY)
+            .push_int(1)
+            .into_script();
+        let prevout = TxOut {
+            value: Amount::from_sat(50_000),
+            script_pubkey: ScriptBuf::new_p2wsh(&ws.wscript_hash()),
+        };
+        let mut tx = spend_of(&prevout, u32::MAX);
+        let h = SighashCache::new(&tx)
+            .p2wsh_signature_hash(0, &ws, prevout.value, EcdsaSighashType::All)
+            .unwrap();
+        let msg = Message::from_digest(h.to_byte_array());
+        let sig = |k: u8| {
+            let mut v = s.sign_ecdsa(&msg, &sk(k)).serialize_der().to_vec();
+            v.push(1);
+            v
+        };
+        let witness = |sigs: [Vec<u8>; 2]| {
+            let mut w = Witness::new();
+            w.push([]);
+            for x in sigs {
+                w.push(x);
+            }
+            w.push(ws.as_bytes());
+            w
+        };
+        tx.input[0].witness = witness([sig(1), sig(2)]);
+        let mut c = TxChecker::new(&tx, vec![prevout.clone()], true);
+        assert_eq!(c.check_policy(0), Ok(Checked::Passed));
+        // Wrong order: consensus fails too, but the interpreter sees a failed
+        // check with signatures (what it reports when run on its own).
+        tx.input[0].witness = witness([sig(2), sig(1)]);
+        let mut c = TxChecker::new(&tx, vec![prevout], true);
+        assert_eq!(c.check_policy(0), Err(ScriptError::NullFail));
+    }
+
+    /// Tapscript 2-of-2 with CHECKSIGADD: both signatures pass, a missing
+    /// one leaves a false result, a forged one is a consensus failure.
+    #[test]
+    fn tapscript_checksigadd_multisig() {
+        let s = Secp256k1::new();
+        let (ka, kb) = (
+            Keypair::from_secret_key(&s, &sk(3)),
+            Keypair::from_secret_key(&s, &sk(4)),
+        );
+        let script = Builder::new()
+            .push_slice(ka.x_only_public_key().0.serialize())
+            .push_opcode(OP_CHECKSIG)
+            .push_slice(kb.x_only_public_key().0.serialize())
+            .push_opcode(OP_CHECKSIGADD)
+            .push_int(2)
+            .push_opcode(OP_NUMEQUAL)
+            .into_script();
+        let internal = Keypair::from_secret_key(&s, &sk(5)).x_only_public_key().0;
+        let info = TaprootBuilder::new()
+            .add_leaf(0, script.clone())
+            .unwrap()
+            .finalize(&s, internal)
+            .unwrap();
+        let prevout = TxOut {
+            value: Amount::from_sat(50_000),
+            script_pubkey: ScriptBuf::new_p2tr_tweaked(info.output_key()),
+        };
+        let control = info
+            .control_block(&(script.clone(), LeafVersion::TapScript))
+            .unwrap()
+            .serialize();
+        let mut tx = spend_of(&prevout, u32::MAX);
+        let leaf = TapLeafHash::from_script(&script, LeafVersion::TapScript);
+        let h = SighashCache::new(&tx)
+            .taproot_script_spend_signature_hash(
+                0,
+                &Prevouts::All(std::slice::from_ref(&prevout)),
+                leaf,
+                TapSighashType::Default,
+            )
+            .unwrap();
+        let msg = Message::from_digest(h.to_byte_array());
+        let sig = |k: &Keypair| s.sign_schnorr_no_aux_rand(&msg, k).as_ref().to_vec();
+        let run = |tx: &mut Transaction, sa: Vec<u8>, sb: Vec<u8>| {
+            let mut w = Witness::new();
+            // Stack order: the first key's signature is on top.
+            w.push(sb);
+            w.push(sa);
+            w.push(script.as_bytes());
+            w.push(&control);
+            tx.input[0].witness = w;
+            TxChecker::new(tx, vec![prevout.clone()], false).check_taproot(0)
+        };
+        assert_eq!(run(&mut tx, sig(&ka), sig(&kb)), Ok(Checked::Passed));
+        assert_eq!(run(&mut tx, sig(&ka), vec![]), Err(ScriptError::EvalFalse));
+        let mut forged = sig(&kb);
+        forged[5] ^= 1;
+        assert_eq!(run(&mut tx, sig(&ka), forged), Err(ScriptError::SchnorrSig));
+    }
+
+    /// Tapscript consensus rules the interpreter enforces itself: MINIMALIF,
+    /// CHECKSEQUENCEVERIFY and CHECKMULTISIG's absence.
+    #[test]
+    fn tapscript_minimalif_csv_and_no_multisig() {
+        let s = Secp256k1::new();
+        let internal = Keypair::from_secret_key(&s, &sk(6)).x_only_public_key().0;
+        let check = |script: ScriptBuf, items: Vec<Vec<u8>>, sequence: u32| {
+            let info = TaprootBuilder::new()
+                .add_leaf(0, script.clone())
+                .unwrap()
+                .finalize(&s, internal)
+                .unwrap();
+            let prevout = TxOut {
+                value: Amount::from_sat(50_000),
+                script_pubkey: ScriptBuf::new_p2tr_tweaked(info.output_key()),
+            };
+            let mut tx = spend_of(&prevout, sequence);
+            let mut w = Witness::new();
+            for i in items {
+                w.push(i);
+            }
+            w.push(script.as_bytes());
+            w.push(
+                info.control_block(&(script.clone(), LeafVersion::TapScript))
+                    .unwrap()
+                    .serialize(),
+            );
+            tx.input[0].witness = w;
+            TxChecker::new(&tx, vec![prevout], true).check_taproot(0)
+        };
+        let if_script = Builder::new()
+            .push_opcode(OP_IF)
+            .push_int(1)
+            .push_opcode(OP_ELSE)
+            .push_int(0)
+            .push_opcode(OP_ENDIF)
+            .into_script();
+        assert_eq!(
+            check(if_script.clone(), vec![vec![1]], 0),
+            Ok(Checked::Passed)
+        );
+        assert_eq!(
+            check(if_script, vec![vec![2]], 0),
+            Err(ScriptError::TapscriptMinimalIf)
+        );
+        let csv = Builder::new()
+            .push_int(10)
+            .push_opcode(OP_CSV)
+            .into_script();
+        assert_eq!(check(csv.clone(), vec![], 10), Ok(Checked::Passed));
+        assert_eq!(check(csv, vec![], 9), Err(ScriptError::UnsatisfiedLocktime));
+        let multi = Builder::new()
+            .push_int(0)
+            .push_int(0)
+            .push_opcode(OP_CHECKMULTISIG)
+            .into_script();
+        assert_eq!(
+            check(multi, vec![vec![]], 0),
+            Err(ScriptError::TapscriptCheckMultisig)
+        );
+        // OP_SUCCESS: valid by consensus, refused by policy.
+        let success = ScriptBuf::from_bytes(vec![0x50]);
+        assert_eq!(
+            check(success, vec![], 0),
+            Err(ScriptError::DiscourageOpSuccess)
+        );
+        // OP_VERIF is bad even where it is not executed; OP_INVALIDOPCODE
+        // where it is.
+        let verif = ScriptBuf::from_bytes(vec![0x51, 0x64, 0x65, 0x68]);
+        assert_eq!(check(verif, vec![], 0), Err(ScriptError::BadOpcode));
+        let invalid = ScriptBuf::from_bytes(vec![0x51, 0x00, 0x63, 0xff, 0x68]);
+        assert_eq!(check(invalid, vec![], 0), Ok(Checked::Passed));
+        let invalid = ScriptBuf::from_bytes(vec![0x51, 0xff]);
+        assert_eq!(check(invalid, vec![], 0), Err(ScriptError::BadOpcode));
     }
 }
