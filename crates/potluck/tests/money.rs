@@ -6,7 +6,7 @@ use std::str::FromStr as _;
 use std::time::{Duration, Instant};
 
 use bitcoin::{Address, Network, Txid};
-use chain::{Auth, BitcoindRpc, RpcConfig};
+use chain::{Auth, BitcoindRpc, Chain as _, RpcConfig};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use support::{Db, Env, Server};
@@ -818,6 +818,15 @@ async fn reorged_draw_block_keeps_the_draw_and_one_payout() {
     wait_for(Duration::from_secs(30), || async {
         let r = rig.round(id).await;
         (r["payout"]["status"] == "broadcast").then_some(())
+    })
+    .await;
+    // The payout's anti-fee-sniping nLockTime is the draw block's height: it
+    // is final again once a block is back at that height (as with Core's
+    // wallet), and the worker re-sends it then.
+    rig.mine(1).await;
+    let payout_txid = Txid::from_str(confirmed["payout"]["txid"].as_str().unwrap()).unwrap();
+    wait_for(Duration::from_secs(60), || async {
+        rig.rpc.in_mempool(payout_txid).await.unwrap().then_some(())
     })
     .await;
     rig.mine(3).await;
