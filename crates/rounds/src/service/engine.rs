@@ -308,9 +308,12 @@ impl Engine {
                 changed = true;
             }
         }
-        if fork < synced {
+        if changed {
             // Transactions of the dropped blocks may not be in the node's
-            // mempool any more: offer them again.
+            // mempool any more: offer them again, after a reorganisation and
+            // with every new block, since one whose anti-fee-sniping
+            // nLockTime is the height of a dropped block is refused
+            // (`non-final`) until the chain is back at that height.
             for t in self.store.unconfirmed_broadcasts().await? {
                 if let Some(raw) = &t.raw_tx {
                     if let Ok(tx) = txid_of(raw) {
