@@ -436,3 +436,68 @@ async fn taproot_script_path_commitment_and_signatures_are_verified() {
     assert!(err.contains("Witness program hash mismatch"), "{err}");
     node.shutdown().await;
 }
+
+/// CLEANSTACK on a bare script (1-of-1 multisig, a standard output): an
+/// extra item under the signature is refused by policy, mined by consensus.
+#[tokio::test]
+async fn cleanstack_refuses_leftover_stack_items_in_bare_multisig() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, c) = start(dir.path()).await;
+    let secp = Secp256k1::new();
+    let pk = key(8).public_key(&secp);
+    let bare = Builder::new()
+        .push_int(1)
+        .push_slice(pk.serialize())
+        .push_int(1)
+        .push_opcode(OP_CHECKMULTISIG)
+        .into_script();
+    // Fund a wallet key, then pay two bare outputs from it.
+    let w = wallet::Wallet::from_seed(&[12u8; 32], Network::Regtest).unwrap();
+    let path = wallet::KeyPath::receive(0);
+    let funded = fund(&c, &[w.derive(path).unwrap().address]).await;
+    let coin = wallet::SpendableOutput {
+        outpoint: funded[0].0,
+        txout: funded[0].1.clone(),
+        path,
+    };
+    let out = |v| TxOut {
+        value: Amount::from_sat(v),
+        script_pubkey: bare.clone(),
+    };
+    let payer = w
+        .build_signed(
+            &[coin],
+            &[out(30_000), out(30_000)],
+            Some(&sink()),
+            bitcoin::FeeRate::from_sat_per_vb(2).unwrap(),
+        )
+        .unwrap()
+        .tx;
+    c.send_raw_transaction(&payer).await.unwrap();
+    let to = Address::from_script(&sink(), Network::Regtest).unwrap();
+    c.generate_to_address(1, &to).await.unwrap();
+    let txid = payer.compute_txid();
+    let sign = |tx: &Transaction| {
+        let h = SighashCache::new(tx)
+            .legacy_signature_hash(0, &bare, EcdsaSighashType::All.to_u32())
+            .unwrap();
+        PushBytesBuf::try_from(ecdsa_sig(h.to_byte_array(), &key(8))).unwrap()
+    };
+    let mut dirty = spend(&(OutPoint::new(txid, 0), out(30_000)));
+    let sig = sign(&dirty);
+    dirty.input[0].script_sig = Builder::new()
+        .push_slice([0xaa])
+        .push_opcode(OP_PUSHBYTES_0)
+        .push_slice(&sig)
+        .into_script();
+    assert_eq!(refusal(&c, &dirty).await, CLEANSTACK);
+    mine_directly(&node, vec![dirty]).unwrap();
+    let mut clean = spend(&(OutPoint::new(txid, 1), out(30_000)));
+    let sig = sign(&clean);
+    clean.input[0].script_sig = Builder::new()
+        .push_opcode(OP_PUSHBYTES_0)
+        .push_slice(&sig)
+        .into_script();
+    c.send_raw_transaction(&clean).await.unwrap();
+    node.shutdown().await;
+}
