@@ -4,6 +4,9 @@
 //! at start, package limits, restarts that keep the active chain, and the
 //! RPC server's limits.
 
+// A failed unwrap is how a test reports failure.
+#![allow(clippy::unwrap_used)]
+
 use std::time::Duration;
 
 use bitcoin::absolute::LockTime;

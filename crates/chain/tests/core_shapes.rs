@@ -2,6 +2,9 @@
 //! Bitcoin Core 28 and convert to its typed model: evidence that the shapes
 //! are Core's, field for field, not only what our own client reads.
 
+// A failed unwrap is how a test reports failure.
+#![allow(clippy::unwrap_used)]
+
 use bitcoin::{Amount, Network};
 use chain::{Auth, BitcoindRpc, DevChain, DevChainConfig, RpcConfig};
 use corepc_types::v28;

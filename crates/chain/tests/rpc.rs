@@ -2,6 +2,9 @@
 //! Core's error codes for each rejection, reorgs in the tip stream, a wallet
 //! spend mined end to end, and restarts.
 
+// A failed unwrap is how a test reports failure.
+#![allow(clippy::unwrap_used)]
+
 use std::time::Duration;
 
 use bitcoin::absolute::LockTime;

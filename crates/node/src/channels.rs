@@ -577,15 +577,23 @@ impl NodeState {
         };
         let change = self.wallet.derive(change_path)?.address.script_pubkey();
         self.watch_script(change.clone(), change_path);
-        let built = self.wallet.build_signed(
-            &inputs,
-            &[TxOut {
-                value: amount,
-                script_pubkey,
-            }],
-            Some(&change),
-            fee_rate,
-        )?;
+        let payment = [TxOut {
+            value: amount,
+            script_pubkey,
+        }];
+        // Anti-fee-sniping nLockTime at the tip, as Core's wallet does.
+        let built = match self.chain.tip().await {
+            Ok(tip) => self.wallet.build_signed_at(
+                &inputs,
+                &payment,
+                Some(&change),
+                fee_rate,
+                tip.height,
+            )?,
+            Err(_) => self
+                .wallet
+                .build_signed(&inputs, &payment, Some(&change), fee_rate)?,
+        };
         let txid = built.tx.compute_txid();
         let spent: Vec<OutPoint> = inputs.iter().map(|i| i.outpoint).collect();
         self.store.spend_outputs(&spent, &txid).await?;

@@ -6,7 +6,7 @@ use std::str::FromStr as _;
 use std::time::{Duration, Instant};
 
 use bitcoin::{Address, Network, Txid};
-use chain::{Auth, BitcoindRpc, RpcConfig};
+use chain::{Auth, BitcoindRpc, Chain as _, RpcConfig};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use support::{Db, Env, Server};
@@ -230,6 +230,18 @@ impl Rig {
     }
 }
 
+/// Anti-fee-sniping, as Core's wallet: the service's own transactions carry
+/// the height of the last block it processed as nLockTime (at most the tip,
+/// a block or two behind at worst).
+async fn assert_locked_near_tip(rig: &Rig, tx: &bitcoin::Transaction) {
+    let tip = u64::from(rig.rpc.get_block_count().await.unwrap());
+    let lock = u64::from(tx.lock_time.to_consensus_u32());
+    assert!(
+        lock > 100 && lock <= tip && lock + 2 >= tip,
+        "nLockTime {lock} at tip {tip}"
+    );
+}
+
 async fn wait_for<T, F, Fut>(limit: Duration, mut f: F) -> T
 where
     F: FnMut() -> Fut,
@@ -338,6 +350,13 @@ async fn three_users_round(db: Db) {
         let b = r.json();
         assert_eq!(b["round_id"], id);
         fees.push(b["fee_sats"].as_i64().unwrap());
+        let bet_tx = rig
+            .rpc
+            .get_raw_transaction(&Txid::from_str(b["txid"].as_str().unwrap()).unwrap())
+            .await
+            .unwrap()
+            .expect("bet in the mempool");
+        assert_locked_near_tip(&rig, &bet_tx).await;
         let me = rig.me(t).await;
         // Whole outputs are spent at broadcast: the change is pending.
         assert_eq!(me["balance_sats"], 0);
@@ -372,6 +391,9 @@ async fn three_users_round(db: Db) {
         .await
         .unwrap()
         .expect("payout on chain");
+    assert_locked_near_tip(&rig, &tx).await;
+    let draw_height = r["draw"]["block_height"].as_u64().unwrap();
+    assert!(u64::from(tx.lock_time.to_consensus_u32()) >= draw_height);
     let fee_address = rig.s().admin_get("/admin/config").await.json()["fee_address"]
         .as_str()
         .unwrap()
@@ -570,6 +592,7 @@ async fn refusals_and_withdrawals(db: Db) {
         .output
         .iter()
         .any(|o| o.script_pubkey == dest_script && o.value.to_sat() == 50_000));
+    assert_locked_near_tip(&rig, &tx).await;
 
     // A withdrawal to another user's deposit address is that user's deposit.
     let other = rig.s().user("dora", "10.0.1.2").await;
@@ -810,6 +833,15 @@ async fn reorged_draw_block_keeps_the_draw_and_one_payout() {
     wait_for(Duration::from_secs(30), || async {
         let r = rig.round(id).await;
         (r["payout"]["status"] == "broadcast").then_some(())
+    })
+    .await;
+    // The payout's anti-fee-sniping nLockTime is the draw block's height: it
+    // is final again once a block is back at that height (as with Core's
+    // wallet), and the worker re-sends it then.
+    rig.mine(1).await;
+    let payout_txid = Txid::from_str(confirmed["payout"]["txid"].as_str().unwrap()).unwrap();
+    wait_for(Duration::from_secs(60), || async {
+        rig.rpc.in_mempool(payout_txid).await.unwrap().then_some(())
     })
     .await;
     rig.mine(3).await;

@@ -40,6 +40,12 @@ fn open_channel(chain: &DevChainProc, a: &NodeProc, b: &NodeProc) -> u64 {
     let opened = a.cli(&["open", &b.id, &CAPACITY_SAT.to_string()]);
     assert_eq!(opened["state"], "open_wait_complete", "{opened}");
     let anchor = opened["anchor_txid"].as_str().unwrap().to_owned();
+    // Anti-fee-sniping, as Core's wallet: nLockTime is the tip it was built at.
+    assert_eq!(
+        chain.tx(&anchor)["locktime"],
+        chain.height(),
+        "anchor nLockTime"
+    );
     chain.mine(1);
     wait_for("channel live on both", 60, || {
         (a.channel_state() == "normal" && b.channel_state() == "normal").then_some(())

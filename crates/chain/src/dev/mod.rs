@@ -3,6 +3,7 @@
 //! [`crate::Chain`]) or over Bitcoin Core's JSON-RPC ([`DevChain::start`]).
 
 pub mod json;
+pub mod script;
 pub mod server;
 pub mod state;
 pub mod store;

@@ -18,7 +18,7 @@ use bitcoin::{
 
 use super::validation::{
     check_policy_scripts, check_standard, check_transaction, check_tx_inputs, is_final,
-    sequence_locks_ok, verify_scripts, BlockContext, Coin, TxReject,
+    sequence_locks_ok, verify_scripts, verify_scripts_policy, BlockContext, Coin, TxReject,
 };
 
 /// Regtest's proof-of-work limit, used for every block (no retargeting on regtest).
@@ -453,7 +453,7 @@ impl ChainState {
             }
         }
         check_policy_scripts(tx, &coin_refs)?;
-        verify_scripts(tx, &coin_refs)?;
+        verify_scripts_policy(tx, &coin_refs)?;
         let accepted = Accepted { txid, fee, vsize };
         if !test_only {
             for id in evicted {

@@ -4,6 +4,8 @@
 use bitcoin::consensus::encode::serialize;
 use bitcoin::{Amount, OutPoint, Transaction, TxOut};
 
+use crate::dev::script::{Checked, ScriptError, TxChecker};
+
 /// `SCRIPT_VERIFY_P2SH` in libbitcoinconsensus.
 const VERIFY_P2SH: u32 = 1 << 0;
 /// `SCRIPT_VERIFY_DERSIG`.
@@ -18,8 +20,8 @@ const VERIFY_CHECKSEQUENCEVERIFY: u32 = 1 << 10;
 const VERIFY_WITNESS: u32 = 1 << 11;
 
 /// Every soft fork up to segwit: regtest activates them all from height 1.
-/// Taproot spends are not checked because libbitcoinconsensus's per-input
-/// API (as wrapped by rust-bitcoin 0.32) has no spent-outputs argument.
+/// libbitcoinconsensus 25.1 as wrapped by rust-bitcoin 0.32 has no
+/// spent-outputs argument, so taproot is verified by [`crate::dev::script`].
 pub const SCRIPT_FLAGS: u32 = VERIFY_P2SH
     | VERIFY_DERSIG
     | VERIFY_NULLDUMMY
@@ -238,12 +240,102 @@ pub fn check_tx_inputs(
     Ok(value_in - value_out)
 }
 
-/// Verifies every input's script with libbitcoinconsensus (consensus flags);
-/// [`check_policy_scripts`] adds the policy flags for the mempool.
+/// Verifies every input's script by consensus: libbitcoinconsensus (Core
+/// 25.1, consensus flags) for everything it knows, and our own check of
+/// taproot spends, which that version cannot verify.
 ///
 /// # Errors
-/// `mandatory-script-verify-flag-failed (…)` naming the input.
+/// `mandatory-script-verify-flag-failed (…)` naming the input, or for
+/// taproot with Core's script error text.
 pub fn verify_scripts(tx: &Transaction, coins: &[&Coin]) -> Result<(), TxReject> {
+    verify_consensus(tx, coins)?;
+    if coins.iter().any(|c| c.txout.script_pubkey.is_p2tr()) {
+        let mut checker = TxChecker::new(tx, prevouts(coins), false);
+        check_taproot_inputs(&mut checker, coins)?;
+    }
+    Ok(())
+}
+
+/// [`verify_scripts`] with Core's policy script flags on, for the mempool:
+/// after consensus passed, NULLFAIL, MINIMALIF and CLEANSTACK on legacy and
+/// segwit v0 inputs, and the taproot upgrade flags (OP_SUCCESSx, unknown
+/// leaf versions and key types), by [`crate::dev::script`]. P2WPKH inputs
+/// are not interpreted: consensus already implies those flags for them.
+///
+/// # Errors
+/// `mandatory-script-verify-flag-failed (…)` for consensus failures,
+/// `non-mandatory-script-verify-flag (…)` with Core's text for policy ones.
+pub fn verify_scripts_policy(tx: &Transaction, coins: &[&Coin]) -> Result<(), TxReject> {
+    verify_consensus(tx, coins)?;
+    if coins.iter().all(|c| c.txout.script_pubkey.is_p2wpkh()) {
+        return Ok(());
+    }
+    let mut checker = TxChecker::new(tx, prevouts(coins), true);
+    check_taproot_inputs(&mut checker, coins)?;
+    for (index, coin) in coins.iter().enumerate() {
+        let spk = &coin.txout.script_pubkey;
+        if spk.is_p2wpkh() || spk.is_p2tr() {
+            continue;
+        }
+        match checker.check_policy(index) {
+            Ok(Checked::Passed) => {}
+            Ok(Checked::Unmodelled(what)) => {
+                tracing::debug!(input = index, what, "policy flags not checked");
+            }
+            // Consensus passed: what the interpreter finds is policy. Only
+            // the flags it exists for may refuse; anything else would be a
+            // disagreement with libbitcoinconsensus, so it lets it through.
+            Err(e @ (ScriptError::NullFail | ScriptError::MinimalIf | ScriptError::CleanStack)) => {
+                return Err(TxReject::rejected(format!(
+                    "non-mandatory-script-verify-flag ({})",
+                    e.text()
+                )));
+            }
+            Err(e) => {
+                tracing::warn!(
+                    input = index,
+                    error = e.text(),
+                    "policy interpreter disagrees with consensus"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn prevouts(coins: &[&Coin]) -> Vec<TxOut> {
+    coins.iter().map(|c| c.txout.clone()).collect()
+}
+
+fn check_taproot_inputs(checker: &mut TxChecker<'_>, coins: &[&Coin]) -> Result<(), TxReject> {
+    for (index, coin) in coins.iter().enumerate() {
+        if !coin.txout.script_pubkey.is_p2tr() {
+            continue;
+        }
+        match checker.check_taproot(index) {
+            Ok(Checked::Passed) => {}
+            Ok(Checked::Unmodelled(what)) => {
+                tracing::debug!(input = index, what, "tapscript not verified");
+            }
+            Err(e) if e.policy_only() => {
+                return Err(TxReject::rejected(format!(
+                    "non-mandatory-script-verify-flag ({})",
+                    e.text()
+                )));
+            }
+            Err(e) => {
+                return Err(TxReject::rejected(format!(
+                    "mandatory-script-verify-flag-failed ({})",
+                    e.text()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// libbitcoinconsensus on every input (taproot outputs are anyone-can-spend to it).
+fn verify_consensus(tx: &Transaction, coins: &[&Coin]) -> Result<(), TxReject> {
     let bytes = serialize(tx);
     for (index, coin) in coins.iter().enumerate() {
         bitcoin::consensus::validation::verify_script_with_flags(

@@ -127,7 +127,9 @@ pub fn script_of(address: &str, network: Network) -> Result<ScriptBuf, SpendFail
 }
 
 /// Spends the user's outputs (largest first, as few as cover the amount and
-/// fee) whole: `amount` to `to`, change back to the user.
+/// fee) whole: `amount` to `to`, change back to the user. With `tip_height`
+/// (the last block processed), `nLockTime` is set to it, as Core's wallet
+/// does against fee sniping.
 ///
 /// # Errors
 /// [`SpendFailure::Insufficient`], [`SpendFailure::Dust`], wallet failures.
@@ -143,6 +145,7 @@ pub fn user_payment(
     user_id: i64,
     round_id: Option<i64>,
     address: Option<String>,
+    tip_height: Option<u32>,
 ) -> Result<Signed, SpendFailure> {
     let (path, script) = user_key(wallet, derivation_index)?;
     let amount = Amount::from_sat(u64::try_from(amount_sats).unwrap_or(0));
@@ -158,7 +161,14 @@ pub fn user_payment(
     for o in outputs {
         inputs.push(spendable(o, path, &script)?);
         used.push(o.id);
-        match wallet.build_signed(&inputs, std::slice::from_ref(&payment), Some(&script), rate) {
+        match build_signed(
+            wallet,
+            &inputs,
+            std::slice::from_ref(&payment),
+            &script,
+            rate,
+            tip_height,
+        ) {
             Ok(built) => {
                 let txid = built.tx.compute_txid().to_string();
                 let mut new_outputs = Vec::new();
@@ -221,7 +231,7 @@ pub fn user_payment(
 
 /// The payout of a round: every pot output in; `commission` to the fee
 /// address (folded into the winner's share when it would be dust); the rest
-/// minus the miner fee to the winner.
+/// minus the miner fee to the winner. `tip_height` as for [`user_payment`].
 ///
 /// # Errors
 /// Wallet failures, or [`SpendFailure::Insufficient`] when the fee eats the pot.
@@ -235,6 +245,7 @@ pub fn payout(
     winner_script: &ScriptBuf,
     winner_user_id: i64,
     fee_rate_sat_vb: i64,
+    tip_height: Option<u32>,
 ) -> Result<Signed, SpendFailure> {
     let (path, script) = pot_key(wallet, round_id)?;
     let inputs = pot
@@ -251,22 +262,23 @@ pub fn payout(
         });
         commission_paid = commission_sats;
     }
-    let built = wallet
-        .build_signed(
-            &inputs,
-            &payments,
-            Some(winner_script),
-            fee_rate(fee_rate_sat_vb),
-        )
-        .map_err(|e| match e {
-            SpendError::Build(BuildError::InsufficientFunds { available, needed }) => {
-                SpendFailure::Insufficient {
-                    balance_sats: sats(available),
-                    needed_sats: sats(needed),
-                }
+    let built = build_signed(
+        wallet,
+        &inputs,
+        &payments,
+        winner_script,
+        fee_rate(fee_rate_sat_vb),
+        tip_height,
+    )
+    .map_err(|e| match e {
+        SpendError::Build(BuildError::InsufficientFunds { available, needed }) => {
+            SpendFailure::Insufficient {
+                balance_sats: sats(available),
+                needed_sats: sats(needed),
             }
-            other => SpendFailure::Wallet(other.to_string()),
-        })?;
+        }
+        other => SpendFailure::Wallet(other.to_string()),
+    })?;
     let txid = built.tx.compute_txid().to_string();
     let winner = built.change.map(|(v, a)| (v, sats(a)));
     let outputs = winner
@@ -297,4 +309,19 @@ pub fn payout(
         intent,
         change: winner,
     })
+}
+
+/// Builds and signs, with anti-fee-sniping `nLockTime` when the tip is known.
+fn build_signed(
+    wallet: &Wallet,
+    inputs: &[SpendableOutput],
+    payments: &[TxOut],
+    change: &ScriptBuf,
+    rate: FeeRate,
+    tip_height: Option<u32>,
+) -> Result<wallet::BuiltTransaction, SpendError> {
+    match tip_height {
+        Some(h) => wallet.build_signed_at(inputs, payments, Some(change), rate, h),
+        None => wallet.build_signed(inputs, payments, Some(change), rate),
+    }
 }

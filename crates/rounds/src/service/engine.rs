@@ -178,6 +178,12 @@ impl Engine {
         &self.wallet
     }
 
+    /// The last processed block's height: the anti-fee-sniping `nLockTime`.
+    async fn tip_height(&self) -> Result<Option<u32>, EngineError> {
+        let tip = self.store.synced_tip().await?;
+        Ok(tip.and_then(|(h, _)| u32::try_from(h).ok()))
+    }
+
     /// Publishes a stream notification and drops the cached round, so the
     /// refetch that follows sees the change.
     pub async fn notify(&self) {
@@ -302,9 +308,12 @@ impl Engine {
                 changed = true;
             }
         }
-        if fork < synced {
+        if changed {
             // Transactions of the dropped blocks may not be in the node's
-            // mempool any more: offer them again.
+            // mempool any more: offer them again, after a reorganisation and
+            // with every new block, since one whose anti-fee-sniping
+            // nLockTime is the height of a dropped block is refused
+            // (`non-final`) until the chain is back at that height.
             for t in self.store.unconfirmed_broadcasts().await? {
                 if let Some(raw) = &t.raw_tx {
                     if let Ok(tx) = txid_of(raw) {
@@ -509,6 +518,7 @@ impl Engine {
             &winner_script,
             winner.user_id,
             config.fee_rate_sat_vb,
+            self.tip_height().await?,
         )?;
         let columns = DrawColumns {
             tip_height_at_close: Some(close_tip),
@@ -635,6 +645,7 @@ impl Engine {
             &winner_script,
             winner_id,
             config.fee_rate_sat_vb,
+            self.tip_height().await?,
         )?;
         self.store
             .replace_failed_payout(

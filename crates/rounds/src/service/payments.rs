@@ -306,6 +306,8 @@ impl<'a> Payments<'a> {
             Destination::Address(a) => (TransferKind::Withdrawal, None, Some(a.to_string())),
         };
         let wallet = self.engine.wallet().clone();
+        let tip = self.store.synced_tip().await?;
+        let tip_height = tip.and_then(|(h, _)| u32::try_from(h).ok());
         for _ in 0..SPEND_ATTEMPTS {
             let outputs = self
                 .store
@@ -322,6 +324,7 @@ impl<'a> Payments<'a> {
                 me.id,
                 round_id,
                 address.clone(),
+                tip_height,
             )
             .map_err(|e| match e {
                 SpendFailure::Insufficient {
