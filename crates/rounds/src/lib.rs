@@ -48,3 +48,56 @@ pub mod store;
 
 pub use app::{Application, StartupError};
 pub use config::{ChainSource, Config};
+
+#[cfg(test)]
+mod layering {
+    //! The rule above, checked on the source: a module that breaks it fails here.
+
+    use std::path::Path;
+
+    fn sources(dir: &str) -> Vec<(String, String)> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(dir);
+        let mut files: Vec<_> = std::fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+            .collect();
+        files.sort();
+        assert!(!files.is_empty(), "no sources under {}", root.display());
+        files
+            .into_iter()
+            .map(|p| (p.display().to_string(), std::fs::read_to_string(&p).unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn http_never_reaches_the_store() {
+        for (file, text) in sources("http") {
+            for needle in ["crate::store", "super::store", ".store.", ".store)", "&state.store"] {
+                assert!(
+                    !text.contains(needle),
+                    "{file} uses the store (`{needle}`): go through a service"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_domain_knows_no_io() {
+        for (file, text) in sources("domain") {
+            for needle in [
+                "axum::",
+                "sqlx::",
+                "tokio::",
+                "crate::store",
+                "crate::service",
+                "crate::http",
+            ] {
+                assert!(
+                    !text.contains(needle),
+                    "{file} imports `{needle}`: the domain is pure"
+                );
+            }
+        }
+    }
+}
