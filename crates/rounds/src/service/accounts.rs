@@ -365,13 +365,10 @@ impl Accounts {
     /// # Errors
     /// [`AccountError::InvalidToken`], [`AccountError::SessionExpired`], or a store failure.
     pub async fn authenticate(&self, token: &str) -> Result<SessionUser, AccountError> {
-        let claims = self
-            .tokens
-            .verify(token, unix_now())
-            .map_err(|e| match e {
-                TokenError::Expired => AccountError::SessionExpired,
-                _ => AccountError::InvalidToken,
-            })?;
+        let claims = self.tokens.verify(token, unix_now()).map_err(|e| match e {
+            TokenError::Expired => AccountError::SessionExpired,
+            _ => AccountError::InvalidToken,
+        })?;
         let id: i64 = claims.sub.parse().map_err(|_| AccountError::InvalidToken)?;
         let (username, stored_tv) = self
             .store
