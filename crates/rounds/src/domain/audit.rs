@@ -48,6 +48,10 @@ pub enum AuditValue {
     Text(String),
     /// A list of such values.
     List(Vec<AuditValue>),
+    /// A group of named values.
+    Map(BTreeMap<String, AuditValue>),
+    /// No value.
+    Null,
 }
 
 impl AuditDetails {
@@ -77,7 +81,7 @@ mod tests {
 
     #[test]
     fn unknown_details_survive_a_round_trip() {
-        let stored = r#"{"round_id":7,"outpoints":["a:0","b:1"],"debt_sats":1200,"manual":true}"#;
+        let stored = r#"{"round_id":7,"outpoints":["a:0","b:1"],"debt_sats":1200,"manual":true,"spent_by":{"txid":"ab","vout":1},"note":null}"#;
         let d: AuditDetails = serde_json::from_str(stored).unwrap();
         assert_eq!(d.round_id, Some(7));
         assert_eq!(d.other.get("debt_sats"), Some(&AuditValue::Int(1200)));
