@@ -1,29 +1,23 @@
 //! Black-box tests of `potluck chain`: the real binary, driven over JSON-RPC.
 
+mod support;
+
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use chain::{Auth, BitcoindRpc, RpcConfig, RpcError};
+use support::channels::{chain_command, start_chain};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn spawn(args: &[&str], envs: &[(&str, &str)]) -> Child {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_potluck"));
-    cmd.arg("chain")
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
+/// Starts `potluck chain` (on the RPC address of `args` / `envs`, port 0)
+/// and returns it with the JSON-RPC URL it reports.
+fn spawn(args: &[&str], envs: &[(&str, &str)]) -> (Child, String) {
+    let mut cmd = chain_command(args);
+    cmd.stderr(Stdio::inherit());
     for (k, v) in envs {
         cmd.env(k, v);
     }
-    cmd.spawn().unwrap()
+    start_chain(cmd)
 }
 
 /// Waits until the RPC answers (the cookie appears first when cookie auth is used).
@@ -62,18 +56,15 @@ fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
 async fn chain_serves_rpc_with_cookie_stops_and_keeps_its_blocks() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("chain");
-    let port = free_port().to_string();
-    let bind = format!("127.0.0.1:{port}");
-    let url = format!("http://{bind}/");
     let args = [
         "--rpc-bind",
-        &bind,
+        "127.0.0.1:0",
         "--data-dir",
         data.to_str().unwrap(),
         "--block-interval",
         "0",
     ];
-    let mut child = spawn(&args, &[]);
+    let (mut child, url) = spawn(&args, &[]);
     let cookie = data.join(".cookie");
     let c = connect(&url, Auth::Cookie(cookie.clone()), Some(&cookie)).await;
     assert!(std::fs::read_to_string(&cookie)
@@ -108,7 +99,7 @@ async fn chain_serves_rpc_with_cookie_stops_and_keeps_its_blocks() {
     assert!(wait_exit(&mut child, Duration::from_secs(20)).success());
     assert!(!cookie.exists(), "the cookie is removed on shutdown");
 
-    let mut child = spawn(&args, &[]);
+    let (mut child, url) = spawn(&args, &[]);
     let c = connect(&url, Auth::Cookie(cookie.clone()), Some(&cookie)).await;
     assert_eq!(c.get_block_count().await.unwrap(), 103);
     assert_eq!(c.get_best_block_hash().await.unwrap(), hashes[1]);
@@ -122,16 +113,14 @@ async fn chain_serves_rpc_with_cookie_stops_and_keeps_its_blocks() {
 async fn chain_takes_flags_from_env_and_mines_on_an_interval() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("c");
-    let bind = format!("127.0.0.1:{}", free_port());
-    let url = format!("http://{bind}/");
     let envs = [
-        ("POTLUCK_RPC_BIND", bind.as_str()),
+        ("POTLUCK_RPC_BIND", "127.0.0.1:0"),
         ("POTLUCK_DATA_DIR", data.to_str().unwrap()),
         ("POTLUCK_RPC_USER", "alice"),
         ("POTLUCK_RPC_PASSWORD", "s3cret"),
         ("POTLUCK_BLOCK_INTERVAL", "1"),
     ];
-    let mut child = spawn(&[], &envs);
+    let (mut child, url) = spawn(&[], &envs);
     let c = connect(&url, Auth::UserPass("alice".into(), "s3cret".into()), None).await;
     assert!(
         !data.join(".cookie").exists(),

@@ -2,29 +2,20 @@
 //! an intact chain, and a node pointed at a chain of another network refuses
 //! to start.
 
+mod support;
+
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use chain::{Auth, BitcoindRpc, RpcConfig};
+use support::channels::{chain_command, start_chain};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn spawn_chain(bind: &str, data: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_potluck"))
-        .args(["chain", "--rpc-bind", bind, "--data-dir"])
-        .arg(data)
-        .args(["--block-interval", "0"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap()
+/// Starts `potluck chain` on port 0 over `data`; returns it with the JSON-RPC URL it reports.
+fn spawn_chain(data: &Path) -> (Child, String) {
+    let mut cmd = chain_command(&["--rpc-bind", "127.0.0.1:0", "--block-interval", "0"]);
+    cmd.arg("--data-dir").arg(data).stderr(Stdio::inherit());
+    start_chain(cmd)
 }
 
 async fn connect(url: &str, cookie: &Path) -> BitcoindRpc {
@@ -61,10 +52,8 @@ async fn assert_connected(c: &BitcoindRpc) -> u32 {
 async fn chain_killed_during_block_writes_restarts_intact() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("chain");
-    let bind = format!("127.0.0.1:{}", free_port());
-    let url = format!("http://{bind}/");
     let cookie = data.join(".cookie");
-    let mut child = spawn_chain(&bind, &data);
+    let (mut child, url) = spawn_chain(&data);
     let c = connect(&url, &cookie).await;
     let address = wallet::Wallet::from_seed(&[5u8; 32], bitcoin::Network::Regtest)
         .unwrap()
@@ -98,7 +87,7 @@ async fn chain_killed_during_block_writes_restarts_intact() {
     std::io::Write::write_all(&mut f, &[0xd0, 0x07, 0, 0, 9, 9, 9, 9, 1, 2, 3]).unwrap();
     drop(f);
 
-    let mut child = spawn_chain(&bind, &data);
+    let (mut child, url) = spawn_chain(&data);
     let c = connect(&url, &cookie).await;
     let height = assert_connected(&c).await;
     assert!(
@@ -109,7 +98,7 @@ async fn chain_killed_during_block_writes_restarts_intact() {
     c.generate_to_address(2, &address).await.unwrap();
     c.stop().await.unwrap();
     child.wait().unwrap();
-    let mut child = spawn_chain(&bind, &data);
+    let (mut child, url) = spawn_chain(&data);
     let c = connect(&url, &cookie).await;
     assert_eq!(assert_connected(&c).await, height + 2);
     c.stop().await.unwrap();
@@ -120,10 +109,8 @@ async fn chain_killed_during_block_writes_restarts_intact() {
 async fn node_refuses_a_chain_of_another_network() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("chain");
-    let bind = format!("127.0.0.1:{}", free_port());
-    let url = format!("http://{bind}/");
     let cookie = data.join(".cookie");
-    let mut chain = spawn_chain(&bind, &data);
+    let (mut chain, url) = spawn_chain(&data);
     let c = connect(&url, &cookie).await;
     let out = Command::new(env!("CARGO_BIN_EXE_potluck"))
         .args(["node", "--network", "bitcoin", "--bitcoind-url", &url])
@@ -150,10 +137,8 @@ async fn node_refuses_a_chain_of_another_network() {
 async fn serve_refuses_a_chain_of_another_network() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("chain");
-    let bind = format!("127.0.0.1:{}", free_port());
-    let url = format!("http://{bind}/");
     let cookie = data.join(".cookie");
-    let mut chain = spawn_chain(&bind, &data);
+    let (mut chain, url) = spawn_chain(&data);
     let c = connect(&url, &cookie).await;
     let mut serve = Command::new(env!("CARGO_BIN_EXE_potluck"))
         .args(["serve", "--network", "testnet", "--bitcoind-url", &url])

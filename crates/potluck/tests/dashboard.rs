@@ -62,19 +62,49 @@ struct Driver {
 
 impl Driver {
     async fn start() -> Driver {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new("chromedriver")
-            .arg(format!("--port={port}"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("chromedriver (Debian package chromium-driver) is installed");
+        use tokio::io::AsyncBufReadExt as _;
+        let marker = "started successfully on port ";
+        // Port 0: chromedriver binds a free port itself and reports it
+        // ("ChromeDriver was started successfully on port N."). Its output
+        // goes to the test's log; one start exited at once without reporting
+        // (not reproduced), so an exit before the report is retried twice.
+        let mut attempts = 0;
+        let (child, port) = loop {
+            attempts += 1;
+            let mut child = Command::new("chromedriver")
+                .arg("--port=0")
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .kill_on_drop(true)
+                .spawn()
+                .expect("chromedriver (Debian package chromium-driver) is installed");
+            let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+            let port = tokio::time::timeout(WAIT, async {
+                while let Ok(Some(line)) = lines.next_line().await {
+                    eprintln!("chromedriver: {line}");
+                    if let Some(rest) = line.split(marker).nth(1) {
+                        return rest.trim().trim_end_matches('.').parse::<u16>().ok();
+                    }
+                }
+                None
+            })
+            .await
+            .expect("chromedriver reports its port within the deadline");
+            if let Some(port) = port {
+                // Its later output is drained: a write into a closed pipe would kill it.
+                tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+                break (child, port);
+            }
+            let status = child.wait().await.unwrap();
+            assert!(
+                attempts < 3,
+                "chromedriver exited ({status}) before reporting its port, {attempts} times"
+            );
+            eprintln!(
+                "chromedriver exited ({status}) before reporting its port; starting it again"
+            );
+        };
         let url = format!("http://127.0.0.1:{port}");
         let deadline = Instant::now() + WAIT;
         loop {

@@ -9,7 +9,7 @@ use bitcoin::{Address, Network, Txid};
 use chain::{Auth, BitcoindRpc, Chain as _, RpcConfig};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use support::{Db, Env, Server};
+use support::{bearer as auth, Db, Env, Server};
 
 const ROUND_SECS: &str = "6";
 
@@ -89,39 +89,29 @@ impl Rig {
         self.rpc.generate_to_address(n, &a).await.unwrap();
     }
 
-    async fn me(&self, token: &str) -> Value {
-        let r = self
-            .s()
-            .get(
-                "/users/me",
-                &[("authorization", &format!("Bearer {token}"))],
-            )
-            .await;
-        assert_eq!(r.status, 200, "{}", r.text());
-        r.json()
+    /// `user`'s account with its balances.
+    async fn me(&self, user: &str) -> Value {
+        self.s().me(user).await
     }
 
-    async fn faucet(&self, token: &str, amount: i64) -> Value {
-        let r = self
-            .s()
-            .post(
-                "/dev/faucet",
-                &[("authorization", &format!("Bearer {token}"))],
-                json!({"amount_sats": amount}),
-            )
-            .await;
-        assert_eq!(r.status, 200, "{}", r.text());
-        r.json()
+    /// Deposits `sats` to `user` through the faucet, credited when this returns.
+    async fn deposit(&self, user: &str, sats: i64) -> Value {
+        self.s().deposit(user, sats).await
     }
 
-    async fn bet(&self, token: &str, amount: i64) -> support::Resp {
-        self.s()
-            .post(
-                "/rounds/current/bets",
-                &[("authorization", &format!("Bearer {token}"))],
-                json!({"amount_sats": amount}),
-            )
-            .await
+    /// `user` bets `sats` in the current round; the answer, accepted or refused.
+    async fn bet(&self, user: &str, sats: i64) -> support::Resp {
+        self.s().bet(user, sats).await
+    }
+
+    /// `user` withdraws `sats` to `address`; the answer, accepted or refused.
+    async fn withdraw(&self, user: &str, address: &str, sats: i64) -> support::Resp {
+        self.s().withdraw(user, address, sats).await
+    }
+
+    /// `user`'s transaction history (newest first).
+    async fn transactions(&self, user: &str) -> Value {
+        self.s().transactions(user).await
     }
 
     async fn round(&self, id: i64) -> Value {
@@ -260,10 +250,6 @@ where
     }
 }
 
-fn auth(token: &str) -> String {
-    format!("Bearer {token}")
-}
-
 /// Recomputes the draw of `round` from its published proof, independently
 /// of the service's code, and returns the winning username.
 async fn verify_draw(rig: &Rig, round: &Value) -> String {
@@ -325,19 +311,12 @@ async fn three_users_round(db: Db) {
     }
     let deposit = 500_000;
     for t in &tokens {
-        rig.faucet(t, deposit).await;
+        rig.deposit(t, deposit).await;
         let me = rig.me(t).await;
         assert_eq!(me["balance_sats"], deposit, "{me}");
         assert_eq!(me["pending_balance_sats"], deposit);
     }
-    let txs = rig
-        .s()
-        .get(
-            "/users/me/transactions",
-            &[("authorization", &auth(&tokens[0]))],
-        )
-        .await
-        .json();
+    let txs = rig.transactions(&tokens[0]).await;
     assert_eq!(txs["transactions"][0]["kind"], "deposit");
     assert_eq!(txs["transactions"][0]["status"], "credited");
 
@@ -518,44 +497,31 @@ async fn refusals_and_withdrawals(db: Db) {
     assert_eq!(r.json()["detail"]["params"]["min_bet_sats"], 1000);
     let r = rig
         .s()
-        .post("/dev/faucet", &h, json!({"amount_sats": 10_000_000_000i64}))
+        .faucet(&t, json!({"amount_sats": 10_000_000_000i64}))
         .await;
     assert_eq!(
         (r.status, r.code()),
         (422, "faucet_amount_invalid".to_string())
     );
-    rig.faucet(&t, 200_000).await;
+    rig.deposit(&t, 200_000).await;
     assert_eq!(rig.me(&t).await["balance_sats"], 200_000);
 
     // Withdrawals: wrong network, malformed, below minimum, then a real one.
     let mainnet = "bc1qcr8te4kr609gcawutmrza0j4xv80jy8z306fyu";
-    let w = |address: &str, amount: i64| json!({"address": address, "amount_sats": amount});
-    let r = rig
-        .s()
-        .post("/users/me/withdrawals", &h, w(mainnet, 10_000))
-        .await;
+    let r = rig.withdraw(&t, mainnet, 10_000).await;
     assert_eq!(
         (r.status, r.code()),
         (422, "address_wrong_network".to_string())
     );
-    let r = rig
-        .s()
-        .post("/users/me/withdrawals", &h, w("nonsense", 10_000))
-        .await;
+    let r = rig.withdraw(&t, "nonsense", 10_000).await;
     assert_eq!((r.status, r.code()), (422, "invalid_address".to_string()));
     let dest = "bcrt1qs758ursh4q9z627kt3pp5yysm78ddny6txaqgw";
-    let r = rig
-        .s()
-        .post("/users/me/withdrawals", &h, w(dest, 100))
-        .await;
+    let r = rig.withdraw(&t, dest, 100).await;
     assert_eq!(
         (r.status, r.code()),
         (422, "withdrawal_below_minimum".to_string())
     );
-    let r = rig
-        .s()
-        .post("/users/me/withdrawals", &h, w(dest, 1_000_000))
-        .await;
+    let r = rig.withdraw(&t, dest, 1_000_000).await;
     assert_eq!(
         (r.status, r.code()),
         (422, "insufficient_funds".to_string())
@@ -565,10 +531,7 @@ async fn refusals_and_withdrawals(db: Db) {
         200_000,
         "refusals change nothing"
     );
-    let r = rig
-        .s()
-        .post("/users/me/withdrawals", &h, w(dest, 50_000))
-        .await;
+    let r = rig.withdraw(&t, dest, 50_000).await;
     assert_eq!(r.status, 201, "{}", r.text());
     let wd = r.json();
     let fee = wd["fee_sats"].as_i64().unwrap();
@@ -605,10 +568,7 @@ async fn refusals_and_withdrawals(db: Db) {
         (rig.me(&t).await["has_pending"] == false).then_some(())
     })
     .await;
-    let r = rig
-        .s()
-        .post("/users/me/withdrawals", &h, w(&other_addr, 20_000))
-        .await;
+    let r = rig.withdraw(&t, &other_addr, 20_000).await;
     assert_eq!(r.status, 201, "{}", r.text());
     rig.mine(1).await;
     wait_for(Duration::from_secs(30), || async {
@@ -623,10 +583,7 @@ async fn refusals_and_withdrawals(db: Db) {
     );
     let r = rig.bet(&t, 5_000).await;
     assert_eq!((r.status, r.code()), (503, "paused".to_string()));
-    let r = rig
-        .s()
-        .post("/users/me/withdrawals", &h, w(dest, 5_000))
-        .await;
+    let r = rig.withdraw(&t, dest, 5_000).await;
     assert_eq!((r.status, r.code()), (503, "paused".to_string()));
     assert_eq!(
         rig.s().admin_post("/admin/resume", json!({})).await.status,
@@ -645,7 +602,7 @@ async fn refusals_and_withdrawals(db: Db) {
         .await;
     assert_eq!(r.status, 404);
     rig.conservation(&[&t, &other]).await;
-    let txs = rig.s().get("/users/me/transactions", &h).await.json();
+    let txs = rig.transactions(&t).await;
     let kinds: Vec<_> = txs["transactions"]
         .as_array()
         .unwrap()
@@ -662,8 +619,8 @@ async fn refusals_and_withdrawals(db: Db) {
 async fn concurrent_bets_never_share_an_output(db: Db) {
     let rig = Rig::new(db).await;
     let a = rig.s().user("erin", "10.0.2.1").await;
-    rig.faucet(&a, 100_000).await;
-    rig.faucet(&a, 100_000).await;
+    rig.deposit(&a, 100_000).await;
+    rig.deposit(&a, 100_000).await;
     rig.fresh_round().await;
     let (r1, r2, r3) = tokio::join!(
         rig.bet(&a, 30_000),
@@ -729,7 +686,7 @@ both_databases!(
 async fn late_and_uneconomic_bets_are_refused(db: Db) {
     let rig = Rig::with_rounds(db, "3600").await;
     let t = rig.s().user("latecomer", "10.0.9.1").await;
-    rig.faucet(&t, 500_000).await;
+    rig.deposit(&t, 500_000).await;
     let r = rig
         .s()
         .admin_put("/admin/config", json!({"fee_rate_sat_vb": 100}))
@@ -774,7 +731,7 @@ async fn late_and_uneconomic_bets_are_refused(db: Db) {
 async fn reorged_deposit_is_uncredited_then_recredited() {
     let rig = Rig::new(Db::Sqlite).await;
     let t = rig.s().user("frank", "10.0.3.1").await;
-    let f = rig.faucet(&t, 300_000).await;
+    let f = rig.deposit(&t, 300_000).await;
     assert_eq!(rig.me(&t).await["balance_sats"], 300_000);
     let tip = rig.rpc.get_best_block_hash().await.unwrap();
     rig.rpc.invalidate_block(&tip).await.unwrap();
@@ -782,11 +739,7 @@ async fn reorged_deposit_is_uncredited_then_recredited() {
         (rig.me(&t).await["balance_sats"] == 0).then_some(())
     })
     .await;
-    let txs = rig
-        .s()
-        .get("/users/me/transactions", &[("authorization", &auth(&t))])
-        .await
-        .json();
+    let txs = rig.transactions(&t).await;
     assert_eq!(txs["transactions"][0]["txid"], f["txid"]);
     assert_eq!(txs["transactions"][0]["status"], "unconfirmed");
     let r = rig.bet(&t, 5_000).await;
@@ -813,8 +766,8 @@ async fn reorged_draw_block_keeps_the_draw_and_one_payout() {
     let rig = Rig::new(Db::Sqlite).await;
     let a = rig.s().user("gina", "10.0.4.1").await;
     let b = rig.s().user("hank", "10.0.4.2").await;
-    rig.faucet(&a, 100_000).await;
-    rig.faucet(&b, 100_000).await;
+    rig.deposit(&a, 100_000).await;
+    rig.deposit(&b, 100_000).await;
     let id = rig.fresh_round().await;
     assert_eq!(rig.bet(&a, 20_000).await.status, 201);
     assert_eq!(rig.bet(&b, 40_000).await.status, 201);
@@ -897,8 +850,8 @@ async fn crash_at(step: &str) {
     let mut rig = Rig::new(Db::Sqlite).await;
     let a = rig.s().user("ivan", "10.0.5.1").await;
     let b = rig.s().user("judy", "10.0.5.2").await;
-    rig.faucet(&a, 100_000).await;
-    rig.faucet(&b, 100_000).await;
+    rig.deposit(&a, 100_000).await;
+    rig.deposit(&b, 100_000).await;
     let start_height = rig.rpc.get_block_count().await.unwrap();
     // Restart with the crash hook armed.
     rig.server.take().unwrap().stop().await;
@@ -1016,8 +969,8 @@ async fn refused_payout_waits_for_the_admin_retry() {
     let a = rig.s().user("kate", "10.0.6.1").await;
     let b = rig.s().user("liam", "10.0.6.2").await;
     for t in [&a, &b] {
-        rig.faucet(t, 50_000_000).await;
-        rig.faucet(t, 50_000_000).await;
+        rig.deposit(t, 50_000_000).await;
+        rig.deposit(t, 50_000_000).await;
     }
     let start_height = rig.rpc.get_block_count().await.unwrap();
     let id = rig.fresh_round().await;
@@ -1112,7 +1065,7 @@ async fn stream_notifies_money_events() {
         0,
         "idle: no notifications"
     );
-    rig.faucet(&t, 100_000).await;
+    rig.deposit(&t, 100_000).await;
     assert!(st.next_refetch(wait).await, "deposit credited");
     st.count_refetches(quiet).await;
     rig.mine(1).await;
@@ -1172,22 +1125,17 @@ async fn two_processes_on_postgres_spend_once_and_pay_once() {
         .await;
     let a = rig.s().user("nina", "10.0.8.1").await;
     let c = rig.s().user("otto", "10.0.8.2").await;
-    rig.faucet(&a, 100_000).await;
-    rig.faucet(&a, 100_000).await;
-    rig.faucet(&c, 100_000).await;
+    rig.deposit(&a, 100_000).await;
+    rig.deposit(&a, 100_000).await;
+    rig.deposit(&c, 100_000).await;
     // The second process has no faucet: it is not running the dev chain.
-    let r = second
-        .post("/dev/faucet", &[("authorization", &auth(&a))], json!({}))
-        .await;
+    let r = second.faucet(&a, json!({})).await;
     assert_eq!(r.status, 404);
     let id = rig.fresh_round().await;
-    let body = json!({"amount_sats": 30_000});
-    let ha = auth(&a);
-    let h = [("authorization", ha.as_str())];
     let (r1, r2, r3) = tokio::join!(
-        rig.s().post("/rounds/current/bets", &h, body.clone()),
-        second.post("/rounds/current/bets", &h, body.clone()),
-        second.post("/rounds/current/bets", &h, body.clone()),
+        rig.bet(&a, 30_000),
+        second.bet(&a, 30_000),
+        second.bet(&a, 30_000),
     );
     let ok: Vec<Value> = [&r1, &r2, &r3]
         .iter()
@@ -1217,13 +1165,7 @@ async fn two_processes_on_postgres_spend_once_and_pay_once() {
             assert!(inputs.insert(i.previous_output), "output spent twice");
         }
     }
-    let r = second
-        .post(
-            "/rounds/current/bets",
-            &[("authorization", &auth(&c))],
-            body.clone(),
-        )
-        .await;
+    let r = second.bet(&c, 30_000).await;
     assert_eq!(r.status, 201, "{}", r.text());
     let start_height = rig.rpc.get_block_count().await.unwrap();
     rig.wait_status(id, "drawing").await;
@@ -1253,7 +1195,7 @@ async fn two_processes_on_postgres_spend_once_and_pay_once() {
 async fn pause_holds_the_round_and_resume_moves_it_on() {
     let rig = Rig::new(Db::Sqlite).await;
     let t = rig.s().user("pia", "10.0.9.1").await;
-    rig.faucet(&t, 100_000).await;
+    rig.deposit(&t, 100_000).await;
     let id = rig.fresh_round().await;
     assert_eq!(rig.bet(&t, 10_000).await.status, 201);
     assert_eq!(
@@ -1291,14 +1233,10 @@ async fn pause_holds_the_round_and_resume_moves_it_on() {
 async fn crash_in_withdrawal(step: &str) {
     let mut rig = Rig::new(Db::Sqlite).await;
     let t = rig.s().user("quinn", "10.0.10.1").await;
-    rig.faucet(&t, 100_000).await;
+    rig.deposit(&t, 100_000).await;
     let start_height = rig.rpc.get_block_count().await.unwrap();
     let spent = {
-        let txs = rig
-            .s()
-            .get("/users/me/transactions", &[("authorization", &auth(&t))])
-            .await
-            .json();
+        let txs = rig.transactions(&t).await;
         let d = &txs["transactions"][0];
         let tx = rig
             .rpc
@@ -1344,11 +1282,7 @@ async fn crash_in_withdrawal(step: &str) {
     assert!(!status.success());
     rig.start(&[]).await;
     let w = wait_for(Duration::from_secs(60), || async {
-        let txs = rig
-            .s()
-            .get("/users/me/transactions", &[("authorization", &auth(&t))])
-            .await
-            .json();
+        let txs = rig.transactions(&t).await;
         let w = txs["transactions"][0].clone();
         (w["kind"] == "withdrawal" && w["status"] == "broadcast").then_some(w)
     })
@@ -1415,11 +1349,7 @@ async fn deposit_status(
     confirmations: i64,
 ) -> Value {
     wait_for(Duration::from_secs(30), || async {
-        let txs = rig
-            .s()
-            .get("/users/me/transactions", &[("authorization", &auth(token))])
-            .await
-            .json();
+        let txs = rig.transactions(token).await;
         let d = txs["transactions"][0].clone();
         (d["txid"] == txid && d["status"] == want && d["confirmations"] == confirmations)
             .then_some(d)
@@ -1506,11 +1436,7 @@ async fn a_payment_written_while_the_chain_is_down_is_broadcast_later() {
         )
         .await;
     let t = second.user("pia", "10.0.13.1").await;
-    let h = auth(&t);
-    let me = second
-        .get("/users/me", &[("authorization", &h)])
-        .await
-        .json();
+    let me = second.me(&t).await;
     let address = me["address"].as_str().unwrap().to_string();
     for _ in 0..2 {
         let _: Value = rig
@@ -1521,40 +1447,22 @@ async fn a_payment_written_while_the_chain_is_down_is_broadcast_later() {
     }
     rig.mine(1).await;
     wait_for(Duration::from_secs(30), || async {
-        let me = second
-            .get("/users/me", &[("authorization", &h)])
-            .await
-            .json();
+        let me = second.me(&t).await;
         (me["balance_sats"] == 200_000).then_some(())
     })
     .await;
 
     // The chain (inside the first process) goes away.
     rig.server.take().unwrap().stop().await;
-    let bet = second
-        .post(
-            "/rounds/current/bets",
-            &[("authorization", &h)],
-            json!({"amount_sats": 20_000}),
-        )
-        .await;
+    let bet = second.bet(&t, 20_000).await;
     assert_eq!(bet.status, 202, "{}", bet.text());
     let bet_txid = bet.json()["txid"].as_str().unwrap().to_string();
     let miner = "bcrt1qs758ursh4q9z627kt3pp5yysm78ddny6txaqgw";
-    let wd = second
-        .post(
-            "/users/me/withdrawals",
-            &[("authorization", &h)],
-            json!({"address": miner, "amount_sats": 30_000}),
-        )
-        .await;
+    let wd = second.withdraw(&t, miner, 30_000).await;
     assert_eq!(wd.status, 202, "{}", wd.text());
     assert_eq!(wd.json()["status"], "pending");
     let wd_txid = wd.json()["txid"].as_str().unwrap().to_string();
-    let me = second
-        .get("/users/me", &[("authorization", &h)])
-        .await
-        .json();
+    let me = second.me(&t).await;
     assert_eq!(
         me["balance_sats"], 0,
         "both outputs are spent by the written intents"
@@ -1573,10 +1481,7 @@ async fn a_payment_written_while_the_chain_is_down_is_broadcast_later() {
     // Marked broadcast right after the chain took it.
     for txid in [&bet_txid, &wd_txid] {
         wait_for(Duration::from_secs(30), || async {
-            let txs = second
-                .get("/users/me/transactions", &[("authorization", &h)])
-                .await
-                .json();
+            let txs = second.transactions(&t).await;
             let row = txs["transactions"]
                 .as_array()?
                 .iter()
@@ -1640,7 +1545,7 @@ async fn chaos_kills_keep_the_money_whole() {
             .s()
             .user(&format!("chaos{i}"), &format!("10.0.77.{i}"))
             .await;
-        rig.faucet(&t, 400_000).await;
+        rig.deposit(&t, 400_000).await;
         tokens.push(t);
     }
     let dest = "bcrt1qs758ursh4q9z627kt3pp5yysm78ddny6txaqgw";

@@ -2,15 +2,12 @@
 //! stalls (docs/node.md, "Attacks"): each test is a way a peer could take money or
 //! freeze the node, and checks that it does not.
 
-#[path = "support/peer.rs"]
-mod peer;
-#[path = "support/channels.rs"]
-mod procs;
+mod support;
 
 use std::time::{Duration, Instant};
 
-use peer::{Anchor, ScriptedPeer};
-use procs::{wait_for, DevChainProc, NodeProc};
+use support::channels::{wait_for, DevChainProc, NodeProc};
+use support::peer::{Anchor, ScriptedPeer};
 use wire::Packet;
 
 const ANCHOR_SAT: u64 = 1_000_000;
@@ -291,7 +288,7 @@ fn an_expired_htlc_with_a_stalled_peer_is_refunded_on_chain() {
     peer.pay(200_000_000).unwrap();
     // Room for the claim delay (6) plus the safety margin (6) that both sides require.
     let expiry = chain.height() + 14;
-    let r_hash = procs::r_hash(&[7u8; 32]);
+    let r_hash = support::channels::r_hash(&[7u8; 32]);
     let rpc_node = node.rpc.clone();
     let dir = node.dir.path().to_owned();
     let peer_id = peer.node_id.to_string();

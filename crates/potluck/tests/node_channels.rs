@@ -3,11 +3,10 @@
 //! every balance checked on both nodes and on the chain to the satoshi; the
 //! same across `kill -9`; and a cheating peer's revoked commitment swept.
 
-#[path = "support/channels.rs"]
-mod procs;
+mod support;
 
-use procs::{r_hash, wait_for, DevChainProc, NodeProc};
 use serde_json::Value;
+use support::channels::{btc_to_sat, r_hash, wait_for, DevChainProc, NodeProc};
 
 const FUNDING_SAT: u64 = 1_000_000;
 const CAPACITY_SAT: u64 = 500_000;
@@ -57,7 +56,7 @@ fn open_channel(chain: &DevChainProc, a: &NodeProc, b: &NodeProc) -> u64 {
         .as_array()
         .unwrap()
         .iter()
-        .map(|o| procs::btc_to_sat(&o["value"]))
+        .map(|o| btc_to_sat(&o["value"]))
         .collect();
     assert!(outs.contains(&CAPACITY_SAT), "{outs:?}");
     let change = FUNDING_SAT - CAPACITY_SAT - fee;
@@ -118,7 +117,7 @@ fn close_and_check(
     // On the chain: B's output exists, unspent, with exactly that value.
     let out = &b.cli(&["listfunds"])["outputs"][0];
     let utxo = chain.call("gettxout", serde_json::json!([out["txid"], out["vout"]]));
-    assert_eq!(procs::btc_to_sat(&utxo["value"]), b_expect);
+    assert_eq!(btc_to_sat(&utxo["value"]), b_expect);
 }
 
 #[test]
@@ -368,7 +367,7 @@ fn revoked_commitment_is_swept_by_the_penalty_also_after_restart() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|o| procs::btc_to_sat(&o["value"]))
+        .map(|o| btc_to_sat(&o["value"]))
         .sum();
     let penalty = wait_for("penalty in B's wallet", 90, || {
         chain.mine(1);

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use bitcoin::{Amount, FeeRate, Network, OutPoint, Transaction, Txid};
 use chain::{Auth, BitcoindRpc, ChainError, RpcConfig};
-use serde_json::{json, Value};
+use serde_json::json;
 use support::{Db, Env, Server};
 use wallet::{KeyPath, SpendableOutput, Wallet};
 
@@ -88,17 +88,6 @@ async fn rpc_up(env: &Env, rpc_bind: &str) -> BitcoindRpc {
     .await
 }
 
-async fn me(s: &Server, token: &str) -> Value {
-    let r = s
-        .get(
-            "/users/me",
-            &[("authorization", &format!("Bearer {token}"))],
-        )
-        .await;
-    assert_eq!(r.status, 200, "{}", r.text());
-    r.json()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rebroadcast_of_a_confirmed_fully_spent_withdrawal_credits_nothing_back() {
     let env = Env::new(Db::Sqlite).await;
@@ -110,15 +99,8 @@ async fn rebroadcast_of_a_confirmed_fully_spent_withdrawal_credits_nothing_back(
         .expect("serve reports its chain RPC address")
         .to_string();
     let token = server.user("vera", "10.0.14.1").await;
-    let r = server
-        .post(
-            "/dev/faucet",
-            &[("authorization", &format!("Bearer {token}"))],
-            json!({"amount_sats": 100_000}),
-        )
-        .await;
-    assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(me(&server, &token).await["balance_sats"], 100_000);
+    server.deposit(&token, 100_000).await;
+    assert_eq!(server.me(&token).await["balance_sats"], 100_000);
     server.stop().await;
 
     // Withdraw everything (the leftover is below what change would cost, so
@@ -211,13 +193,7 @@ async fn rebroadcast_of_a_confirmed_fully_spent_withdrawal_credits_nothing_back(
     .await;
     // Let the engine run a few more passes over its signed transfers.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let txs = server
-        .get(
-            "/users/me/transactions",
-            &[("authorization", &format!("Bearer {token}"))],
-        )
-        .await
-        .json();
+    let txs = server.transactions(&token).await;
     let w = txs["transactions"]
         .as_array()
         .unwrap()
@@ -235,7 +211,7 @@ async fn rebroadcast_of_a_confirmed_fully_spent_withdrawal_credits_nothing_back(
         w["status"], "failed",
         "the mined withdrawal was undone: {w}"
     );
-    let after = me(&server, &token).await;
+    let after = server.me(&token).await;
     assert_eq!(
         (
             after["balance_sats"].as_i64(),

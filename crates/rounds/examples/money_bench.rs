@@ -105,6 +105,7 @@ async fn main() {
     let app = Application::build(config).await.expect("build");
     let addr = app.local_addr();
     let state = app.state().clone();
+    let store = app.store().clone();
     let dev = state.dev_chain.clone().expect("dev chain");
     tokio::spawn(app.run_until_stopped(std::future::pending()));
 
@@ -230,19 +231,14 @@ async fn main() {
 
     // Close the round now (the bench does not wait out its timer), let the
     // engine fix the commitment, then mine the draw block and time the payout.
-    let round = state
-        .store
-        .current_round()
-        .await
-        .expect("round")
-        .expect("exists");
+    let round = store.current_round().await.expect("round").expect("exists");
     sqlx::query("UPDATE rounds SET closes_at = 0 WHERE id = $1")
         .bind(round.id)
-        .execute(state.store.pool())
+        .execute(store.pool())
         .await
         .expect("close");
     let status = |id: i64| {
-        let store = state.store.clone();
+        let store = store.clone();
         async move {
             store
                 .round_detail(id)
@@ -259,8 +255,7 @@ async fn main() {
     dev.mine(1, dev.faucet_script()).expect("mine");
     let mined = Instant::now();
     loop {
-        let d = state
-            .store
+        let d = store
             .round_detail(round.id)
             .await
             .expect("detail")

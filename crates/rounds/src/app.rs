@@ -17,8 +17,13 @@ use crate::security::password::PasswordHasher;
 use crate::security::quota::RegistrationQuota;
 use crate::security::throttle::{LoginThrottle, ThrottlePolicy};
 use crate::security::token::TokenKeys;
+use crate::service::accounts::Accounts;
+use crate::service::admin::Administration;
+use crate::service::cashier::Cashier;
 use crate::service::current::CurrentRound;
 use crate::service::engine::Engine;
+use crate::service::health::Health;
+use crate::service::history::History;
 use crate::service::stream::StreamHub;
 use crate::store::{Store, StoreError};
 
@@ -186,6 +191,8 @@ pub struct Application {
     listener: tokio::net::TcpListener,
     local_addr: SocketAddr,
     state: AppState,
+    /// Closed after the server stopped (no handler holds it).
+    store: Store,
     running_chain: Option<chain::RunningDevChain>,
 }
 
@@ -387,17 +394,29 @@ impl Application {
             tracing::warn!(error = %e, "first engine step failed; the worker retries");
         }
         let state = AppState {
-            store,
-            hasher,
-            tokens: TokenKeys::new(&jwt_secret),
-            throttle: Arc::new(LoginThrottle::new(config.throttle, now)),
-            quota: RegistrationQuota::new(config.quota, now),
+            accounts: Accounts::new(
+                store.clone(),
+                hasher,
+                TokenKeys::new(&jwt_secret),
+                Arc::new(LoginThrottle::new(config.throttle, now)),
+                RegistrationQuota::new(config.quota, now),
+                addresses.clone(),
+            ),
+            admin: Administration::new(store.clone(), engine.clone(), rounds.clone(), hub.clone()),
+            cashier: Cashier::new(
+                store.clone(),
+                engine.clone(),
+                addresses.clone(),
+                config.max_bet_input_fee_percent,
+                dev_chain.clone(),
+            ),
+            history: History::new(store.clone(), rounds),
+            health: Health::new(store.clone(), engine.chain().clone()),
             hub,
             addresses,
             admin_key: AdminKey::new(config.admin_token.as_deref()),
             admin_throttle: Arc::new(LoginThrottle::new(ADMIN_THROTTLE, now)),
             metrics: Arc::new(Metrics::default()),
-            rounds,
             engine,
             dev_chain,
             config: Arc::new(config),
@@ -416,6 +435,7 @@ impl Application {
             listener,
             local_addr,
             state,
+            store,
             running_chain,
         })
     }
@@ -441,6 +461,11 @@ impl Application {
         &self.state
     }
 
+    /// The database (for benches and tests that reach around the HTTP API).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
     /// Serves until `shutdown` resolves, then closes every stream and lets
     /// in-flight requests finish.
     ///
@@ -451,7 +476,6 @@ impl Application {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let hub = self.state.hub.clone();
-        let store = self.state.store.clone();
         let worker = tokio::spawn(
             self.state
                 .engine
@@ -471,7 +495,7 @@ impl Application {
         if let Some(chain) = self.running_chain {
             chain.shutdown().await;
         }
-        store.close().await;
+        self.store.close().await;
         Ok(())
     }
 }

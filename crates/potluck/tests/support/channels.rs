@@ -1,22 +1,75 @@
-//! Processes for the channel tests: one `potluck chain` and `potluck node`s that use it
+//! Processes for the chain and channel tests: `potluck chain` and `potluck node`s that use it
 //! through `--bitcoind-url`, driven with `potluck cli` and the chain's JSON-RPC.
-#![allow(dead_code)]
+//!
+//! Every server binds port 0 and the test reads the address the process
+//! reports on stdout, so no port is picked before it is bound.
 
 use std::fs::File;
 use std::io::{BufRead as _, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use chain::{Auth, BitcoindRpc, RpcConfig};
 use serde_json::{json, Value};
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// The lines a child prints on stdout, read by a thread that drains the pipe
+/// to its end: a child printing into a pipe nobody reads any more would die
+/// of EPIPE.
+pub struct StdoutLines(Receiver<String>);
+
+impl StdoutLines {
+    /// Takes over the child's piped stdout.
+    pub fn of(child: &mut Child) -> StdoutLines {
+        let out = child.stdout.take().expect("stdout is piped");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                // Once the test stopped listening, the lines are only drained.
+                let _ = tx.send(line);
+            }
+        });
+        StdoutLines(rx)
+    }
+
+    /// The next line containing `marker`, waiting up to `secs`; `None` when
+    /// the child closed its stdout (exited) before printing one.
+    pub fn find(&self, marker: &str, secs: u64) -> Option<String> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.0.recv_timeout(left) {
+                Ok(line) if line.contains(marker) => return Some(line),
+                Ok(_) => {}
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!("no stdout line with {marker:?} within {secs} s")
+                }
+                Err(RecvTimeoutError::Disconnected) => return None,
+            }
+        }
+    }
+}
+
+/// The `potluck chain` command with `args` (give `--rpc-bind 127.0.0.1:0`).
+pub fn chain_command(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_potluck"));
+    cmd.arg("chain").args(args).stdout(Stdio::piped());
+    cmd
+}
+
+/// Starts `cmd` (a `potluck chain`) and returns it with the JSON-RPC URL it
+/// reports (`potluck chain: regtest at height N, JSON-RPC on http://ADDR/`).
+pub fn start_chain(mut cmd: Command) -> (Child, String) {
+    let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
+    let lines = StdoutLines::of(&mut child);
+    let Some(line) = lines.find("JSON-RPC on ", 60) else {
+        let status = child.wait().unwrap();
+        panic!("potluck chain exited ({status}) before reporting its RPC address");
+    };
+    let url = line.split("JSON-RPC on ").nth(1).unwrap().trim().to_owned();
+    (child, url)
 }
 
 /// Polls `f` until it returns Some, for at most `secs` seconds.
@@ -53,23 +106,12 @@ impl DevChainProc {
     pub fn start() -> DevChainProc {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("chain");
-        let bind = format!("127.0.0.1:{}", free_port());
-        let child = Command::new(env!("CARGO_BIN_EXE_potluck"))
-            .args([
-                "chain",
-                "--rpc-bind",
-                &bind,
-                "--block-interval",
-                "0",
-                "--data-dir",
-            ])
+        let mut cmd = chain_command(&["--rpc-bind", "127.0.0.1:0", "--block-interval", "0"]);
+        cmd.arg("--data-dir")
             .arg(&data)
             .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let url = format!("http://{bind}/");
+            .stderr(Stdio::null());
+        let (child, url) = start_chain(cmd);
         let cookie = data.join(".cookie");
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -196,8 +238,9 @@ impl NodeProc {
         let mut node = NodeProc {
             child: None,
             dir: tempfile::tempdir().unwrap(),
-            listen: format!("127.0.0.1:{}", free_port()),
-            rpc: format!("127.0.0.1:{}", free_port()),
+            // Port 0 on the first start; the ports the node reports are kept for restarts.
+            listen: "127.0.0.1:0".to_owned(),
+            rpc: "127.0.0.1:0".to_owned(),
             id: String::new(),
             chain_url: chain.url.clone(),
             chain_cookie: chain.cookie.clone(),
@@ -205,18 +248,14 @@ impl NodeProc {
             starts: 0,
             extra: extra.iter().map(|s| s.to_string()).collect(),
         };
-        // A port picked as free may be taken by the time the node binds it: try other ports.
-        for _ in 0..5 {
-            if node.try_start() {
-                return node;
-            }
-            node.listen = format!("127.0.0.1:{}", free_port());
-            node.rpc = format!("127.0.0.1:{}", free_port());
-        }
-        panic!("node did not start: {}", node.log_tail());
+        assert!(node.try_start(), "node did not start: {}", node.log_tail());
+        node
     }
 
-    /// Starts the process (again) on the same data directory and ports.
+    /// Starts the process again on the same data directory and the ports it
+    /// reported at its first start (its peers know it by that address). The
+    /// ports were this node's own until it was stopped, so only a process
+    /// that binds them in between could take them.
     pub fn restart(&mut self) {
         assert!(
             self.try_start(),
@@ -244,17 +283,20 @@ impl NodeProc {
         }
         cmd.args(&self.extra);
         let mut child = cmd.spawn().unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let words: Vec<&str> = line.split_whitespace().collect();
-        if words.get(..2) != Some(&["potluck", "node"][..]) {
+        // "potluck node <id> peers on <addr> control on http://<addr>/"
+        let lines = StdoutLines::of(&mut child);
+        let Some(line) = lines.find("potluck node ", 60) else {
             let _ = child.kill();
             let _ = child.wait();
             return false;
-        }
+        };
+        let words: Vec<&str> = line.split_whitespace().collect();
         self.id = words[2].to_owned();
+        self.listen = words[5].to_owned();
+        self.rpc = words[8]
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_owned();
         self.child = Some(child);
         true
     }

@@ -2,6 +2,9 @@
 
 #![allow(dead_code)]
 
+pub mod channels;
+pub mod peer;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -332,6 +335,63 @@ impl Server {
         r.json()["access_token"].as_str().unwrap().to_string()
     }
 
+    /// `user`'s account with its balances (GET /users/me, which must answer 200).
+    pub async fn me(&self, user: &str) -> Value {
+        let r = self
+            .get("/users/me", &[("authorization", &bearer(user))])
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    }
+
+    /// `user` bets `sats` in the current round; the answer, accepted or refused.
+    pub async fn bet(&self, user: &str, sats: i64) -> Resp {
+        self.post(
+            "/rounds/current/bets",
+            &[("authorization", &bearer(user))],
+            serde_json::json!({"amount_sats": sats}),
+        )
+        .await
+    }
+
+    /// `user` withdraws `sats` to `address`; the answer, accepted or refused.
+    pub async fn withdraw(&self, user: &str, address: &str, sats: i64) -> Resp {
+        self.post(
+            "/users/me/withdrawals",
+            &[("authorization", &bearer(user))],
+            serde_json::json!({"address": address, "amount_sats": sats}),
+        )
+        .await
+    }
+
+    /// POST /dev/faucet with `body` as `user`, whatever it answers.
+    pub async fn faucet(&self, user: &str, body: Value) -> Resp {
+        self.post("/dev/faucet", &[("authorization", &bearer(user))], body)
+            .await
+    }
+
+    /// Deposits `sats` to `user` through the development faucet (which mines
+    /// until the deposit is credited); the faucet's answer.
+    pub async fn deposit(&self, user: &str, sats: i64) -> Value {
+        let r = self
+            .faucet(user, serde_json::json!({"amount_sats": sats}))
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    }
+
+    /// `user`'s transaction history, newest first (must answer 200).
+    pub async fn transactions(&self, user: &str) -> Value {
+        let r = self
+            .get(
+                "/users/me/transactions",
+                &[("authorization", &bearer(user))],
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    }
+
     pub async fn admin_get(&self, path: &str) -> Resp {
         self.get(path, &[("x-admin-token", ADMIN)]).await
     }
@@ -353,6 +413,11 @@ impl Server {
             .parse()
             .unwrap()
     }
+}
+
+/// The `Authorization` value of a session token.
+pub fn bearer(token: &str) -> String {
+    format!("Bearer {token}")
 }
 
 /// A response.

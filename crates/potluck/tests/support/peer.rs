@@ -12,7 +12,7 @@ use secp256k1::{PublicKey, Secp256k1, SecretKey};
 use serde_json::json;
 use wire::{OpenAnchor, OpenChannel, Packet, Sha256d};
 
-use super::procs::{DevChainProc, NodeProc};
+use super::channels::{DevChainProc, NodeProc};
 
 /// How the scripted funder's anchor lies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -401,7 +401,7 @@ impl ScriptedPeer {
         self.run(actions);
         let complete = self.expect("open_complete", 30);
         self.handle(&complete);
-        super::procs::wait_for("node lists the channel as normal", 30, || {
+        super::channels::wait_for("node lists the channel as normal", 30, || {
             (node.channel_state() == "normal").then_some(())
         });
     }

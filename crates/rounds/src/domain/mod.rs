@@ -4,6 +4,7 @@
 //! without a database.
 
 pub mod address;
+pub mod audit;
 pub mod draw;
 pub mod money;
 pub mod round;

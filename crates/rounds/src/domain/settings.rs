@@ -2,7 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::{Map, Value};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 /// Virtual size of one P2WPKH input: what each bet's output adds to the
 /// payout transaction that spends the pot.
@@ -36,20 +37,23 @@ pub struct ServiceConfig {
 }
 
 impl ServiceConfig {
-    /// The settable fields as JSON values, keyed by name, for diffs.
-    pub fn settable_fields(&self) -> BTreeMap<&'static str, Value> {
+    /// The settable fields, keyed by name, for diffs.
+    pub fn settable_fields(&self) -> BTreeMap<&'static str, SettingValue> {
         BTreeMap::from([
-            ("fee_address", Value::from(self.fee_address.clone())),
-            ("fee_rate_sat_vb", Value::from(self.fee_rate_sat_vb)),
+            ("fee_address", SettingValue::Text(self.fee_address.clone())),
+            ("fee_rate_sat_vb", SettingValue::Int(self.fee_rate_sat_vb)),
             (
                 "round_duration_seconds",
-                Value::from(self.round_duration_seconds),
+                SettingValue::Int(self.round_duration_seconds),
             ),
-            ("min_bet_sats", Value::from(self.min_bet_sats)),
-            ("min_withdrawal_sats", Value::from(self.min_withdrawal_sats)),
+            ("min_bet_sats", SettingValue::Int(self.min_bet_sats)),
+            (
+                "min_withdrawal_sats",
+                SettingValue::Int(self.min_withdrawal_sats),
+            ),
             (
                 "deposit_confirmations",
-                Value::from(self.deposit_confirmations),
+                SettingValue::Int(self.deposit_confirmations),
             ),
         ])
     }
@@ -98,22 +102,47 @@ impl ConfigPatch {
     }
 }
 
-/// One `{before, after}` pair per changed field.
-pub type ConfigDiff = Map<String, Value>;
+/// The value of a setting as a diff shows it: a JSON boolean, number or string.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum SettingValue {
+    /// `paused`.
+    Bool(bool),
+    /// Rates, durations, amounts, counts.
+    Int(i64),
+    /// The fee address.
+    Text(String),
+}
+
+/// One changed setting.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct FieldChange {
+    /// The value before the change.
+    pub before: SettingValue,
+    /// The value after it.
+    pub after: SettingValue,
+}
+
+/// One `{before, after}` pair per changed field, keyed by the field's name.
+pub type ConfigDiff = BTreeMap<String, FieldChange>;
 
 /// The per-field difference between two configs, only for changed fields.
 pub fn config_diff(before: &ServiceConfig, after: &ServiceConfig) -> ConfigDiff {
-    let a = before.settable_fields();
-    let b = after.settable_fields();
-    let mut diff = Map::new();
-    for (field, old) in a {
-        let new = b.get(field).cloned().unwrap_or(Value::Null);
-        if old != new {
-            diff.insert(
-                field.to_string(),
-                serde_json::json!({"before": old, "after": new}),
-            );
-        }
-    }
-    diff
+    let mut b = after.settable_fields();
+    before
+        .settable_fields()
+        .into_iter()
+        .filter_map(|(field, old)| {
+            let new = b.remove(field)?;
+            (old != new).then(|| {
+                (
+                    field.to_string(),
+                    FieldChange {
+                        before: old,
+                        after: new,
+                    },
+                )
+            })
+        })
+        .collect()
 }

@@ -11,12 +11,11 @@ use utoipa_axum::routes;
 use crate::domain::address::AddressError;
 use crate::domain::round::TransferProgress;
 use crate::domain::settings::{ConfigPatch, ServiceConfig, DUST_LIMIT_SATS};
-use crate::http::accounts::validate_password;
 use crate::http::error::{AdminError, AdminErrorBody};
 use crate::http::extract::{Admin, AdminJson};
 use crate::http::state::AppState;
-use crate::store::ledger::LedgerTotals;
-use crate::store::AuditEntry;
+use crate::service::accounts::AccountError;
+use crate::service::admin::{AuditEntry, LedgerTotals};
 
 /// Who admin actions are attributed to in the audit log.
 const ACTOR: &str = "admin";
@@ -132,7 +131,7 @@ async fn get_config(
     State(state): State<AppState>,
     _admin: Admin,
 ) -> Result<Json<ServiceConfig>, AdminError> {
-    Ok(Json(state.store.config().await?))
+    Ok(Json(state.admin.config().await?))
 }
 
 /// Update any of the settable config fields; audit-logged with a before/after diff when something changed.
@@ -146,22 +145,16 @@ async fn put_config(
 ) -> Result<Json<ServiceConfig>, AdminError> {
     let addresses = state.addresses.clone();
     let patch = parse_patch(&body, |a| addresses.validate(a))?;
-    let (config, diff) = state.store.update_config(&patch, ACTOR).await?;
+    let (config, diff) = state.admin.update_config(&patch, ACTOR).await?;
     if !diff.is_empty() {
-        let diff = serde_json::Value::Object(diff).to_string();
+        let diff = serde_json::to_string(&diff).unwrap_or_default();
         tracing::info!(%diff, "config updated");
     }
     Ok(Json(config))
 }
 
 async fn set_paused(state: &AppState, paused: bool) -> Result<Json<ServiceConfig>, AdminError> {
-    let (config, changed) = state.store.set_paused(paused, ACTOR).await?;
-    if changed {
-        state.rounds.refresh(&state.store).await?;
-        state.hub.publish();
-        tracing::info!(paused, "pause state changed");
-    }
-    Ok(Json(config))
+    Ok(Json(state.admin.set_paused(paused, ACTOR).await?))
 }
 
 /// Pause: no new bets, withdrawals or round transitions. Idempotent.
@@ -217,21 +210,17 @@ async fn reset_password(
         .ok_or_else(|| {
             AdminError::Validation("new_password is required and must be a string".into())
         })?;
-    validate_password("new_password", new_password)
-        .map_err(|e| AdminError::Validation(e.to_string()))?;
-    if state.store.user_by_name(&username).await?.is_none() {
-        return Err(AdminError::NotFound(format!("user {username} not found")));
-    }
-    let hash = state
-        .hasher
-        .hash(new_password.to_string())
-        .await
-        .map_err(AdminError::internal)?;
     let (username, token_version) = state
-        .store
-        .reset_password(&username, &hash, ACTOR)
-        .await?
-        .ok_or_else(|| AdminError::NotFound(format!("user {username} not found")))?;
+        .accounts
+        .reset_password(&username, new_password.to_string(), ACTOR)
+        .await
+        .map_err(|e| match e {
+            AccountError::PasswordTooShort { .. } | AccountError::PasswordTooLong { .. } => {
+                AdminError::Validation(e.to_string())
+            }
+            AccountError::UnknownUser => AdminError::NotFound(format!("user {username} not found")),
+            other => AdminError::internal(other),
+        })?;
     Ok(Json(ResetDone {
         username,
         token_version,
@@ -273,7 +262,7 @@ async fn audit(
             "limit must be between 1 and 200".into(),
         ));
     }
-    let entries = state.store.audit_page(limit, q.before_id).await?;
+    let entries = state.admin.audit_page(limit, q.before_id).await?;
     let next_before_id = if entries.len() as i64 == limit {
         entries.last().map(|e| e.id)
     } else {
@@ -309,17 +298,7 @@ async fn retry_payout(
     let id: i64 = id
         .parse()
         .map_err(|_| AdminError::NotFound(format!("round {id} does not exist")))?;
-    if state.store.round_detail(id).await?.is_none() {
-        return Err(AdminError::NotFound(format!("round {id} does not exist")));
-    }
-    let t = state
-        .engine
-        .retry_payout(id)
-        .await
-        .map_err(AdminError::internal)?
-        .ok_or_else(|| {
-            AdminError::Conflict(format!("round {id} has no payout waiting for a retry"))
-        })?;
+    let t = state.admin.retry_payout(id).await?;
     Ok(Json(RetryDone {
         round_id: id,
         txid: t.txid.clone(),
@@ -334,7 +313,7 @@ async fn ledger(
     State(state): State<AppState>,
     _admin: Admin,
 ) -> Result<Json<LedgerTotals>, AdminError> {
-    Ok(Json(state.store.ledger_totals().await?))
+    Ok(Json(state.admin.ledger_totals().await?))
 }
 
 #[cfg(test)]

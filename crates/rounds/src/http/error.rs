@@ -2,12 +2,90 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::{json, Map, Value};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
+use crate::domain::round::RoundStatus;
 use crate::http::codes::ErrorCode;
-use crate::security::password::MIN_PASSWORD_LENGTH;
+use crate::security::password::{MAX_PASSWORD_LENGTH, MIN_PASSWORD_LENGTH};
+use crate::service::accounts::{AccountError, MAX_USERNAME_LENGTH, MIN_USERNAME_LENGTH};
+use crate::service::admin::AdminOpError;
 use crate::service::payments::PaymentError;
-use crate::store::StoreError;
+use crate::service::StoreError;
+
+/// The values interpolated into an error's message (`detail.params`): only
+/// the fields of the error's code are present (an error without values sends
+/// `{}`); amounts end in `_sats`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ErrorParams {
+    /// The request field a password rule applies to (`password`, `new_password`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// The shortest allowed length (usernames, passwords).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_length: Option<usize>,
+    /// The longest allowed length (usernames, passwords).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_length: Option<usize>,
+    /// The name asked for (`username_taken`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    /// Seconds to wait (`too_many_attempts`, `registration_quota_exceeded`; also `Retry-After`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_seconds: Option<u64>,
+    /// The amount asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amount_sats: Option<i64>,
+    /// The configured minimum bet (`bet_below_minimum`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_bet_sats: Option<i64>,
+    /// What the bet's own pot input would cost in fees (`bet_uneconomic`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_fee_sats: Option<i64>,
+    /// The current fee rate (`bet_uneconomic`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fee_rate_sat_vb: Option<i64>,
+    /// The largest share of a bet its input may cost (`bet_uneconomic`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_percent: Option<u32>,
+    /// The round (`round_not_open`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round_id: Option<i64>,
+    /// The round's status (`round_not_open`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<RoundStatus>,
+    /// The address as given, trimmed (`invalid_address`, `address_wrong_network`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// The service's network (`address_wrong_network`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
+    /// The effective minimum withdrawal (`withdrawal_below_minimum`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_withdrawal_sats: Option<i64>,
+    /// Amount plus miner fee (`insufficient_funds`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub needed_sats: Option<i64>,
+    /// The confirmed spendable balance (`insufficient_funds`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balance_sats: Option<i64>,
+    /// The dust threshold of the destination (`amount_below_dust`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dust_sats: Option<i64>,
+    /// The smallest allowed amount (`faucet_amount_invalid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_sats: Option<i64>,
+    /// The largest allowed amount (`faucet_amount_invalid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_sats: Option<i64>,
+}
+
+impl ErrorParams {
+    /// No values: `{}`.
+    pub fn none() -> Self {
+        Self::default()
+    }
+}
 
 /// An error answered by a user-facing endpoint. The `Internal` variant is
 /// logged and answered as a generic 500; its text never leaves the server.
@@ -37,7 +115,7 @@ pub enum ApiError {
         /// English text.
         message: String,
         /// Values interpolated into the message.
-        params: Map<String, Value>,
+        params: ErrorParams,
     },
     /// The name is in use (ignoring case).
     #[error("username is taken")]
@@ -76,7 +154,7 @@ pub enum ApiError {
         /// English text.
         message: String,
         /// Values interpolated into the message; amounts end in `_sats`.
-        params: Map<String, Value>,
+        params: ErrorParams,
     },
     /// Anything the client cannot act on; logged with its causes, never sent.
     #[error("internal error")]
@@ -88,11 +166,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 impl ApiError {
     /// A validation error for `field` with a rule `code`.
-    pub fn validation(code: ErrorCode, message: impl Into<String>, params: Value) -> Self {
-        let params = match params {
-            Value::Object(m) => m,
-            _ => Map::new(),
-        };
+    pub fn validation(code: ErrorCode, message: impl Into<String>, params: ErrorParams) -> Self {
         ApiError::Validation {
             code,
             message: message.into(),
@@ -105,12 +179,8 @@ impl ApiError {
         status: StatusCode,
         code: ErrorCode,
         message: impl Into<String>,
-        params: Value,
+        params: ErrorParams,
     ) -> Self {
-        let params = match params {
-            Value::Object(m) => m,
-            _ => Map::new(),
-        };
         ApiError::Domain {
             status,
             code,
@@ -122,15 +192,6 @@ impl ApiError {
     /// An internal error caused by `source` (logged with its chain when answered).
     pub fn internal(source: impl Into<BoxError>) -> Self {
         ApiError::Internal(source.into())
-    }
-
-    /// The password-length rule shared by register and change-password.
-    pub fn password_too_short(field: &str) -> Self {
-        Self::validation(
-            ErrorCode::PasswordTooShort,
-            format!("{field} must be at least {MIN_PASSWORD_LENGTH} characters"),
-            json!({"field": field, "min_length": MIN_PASSWORD_LENGTH}),
-        )
     }
 
     /// HTTP status of this error.
@@ -174,21 +235,20 @@ impl ApiError {
         }
     }
 
-    fn params(&self) -> Map<String, Value> {
+    /// The values of `detail.params`.
+    pub fn params(&self) -> ErrorParams {
         match self {
             ApiError::Validation { params, .. } | ApiError::Domain { params, .. } => params.clone(),
-            ApiError::UsernameTaken { username } => {
-                let mut m = Map::new();
-                m.insert("username".into(), Value::from(username.clone()));
-                m
-            }
+            ApiError::UsernameTaken { username } => ErrorParams {
+                username: Some(username.clone()),
+                ..ErrorParams::none()
+            },
             ApiError::TooManyAttempts { retry_after_secs }
-            | ApiError::RegistrationQuotaExceeded { retry_after_secs } => {
-                let mut m = Map::new();
-                m.insert("retry_after_seconds".into(), Value::from(*retry_after_secs));
-                m
-            }
-            _ => Map::new(),
+            | ApiError::RegistrationQuotaExceeded { retry_after_secs } => ErrorParams {
+                retry_after_seconds: Some(*retry_after_secs),
+                ..ErrorParams::none()
+            },
+            _ => ErrorParams::none(),
         }
     }
 }
@@ -203,6 +263,66 @@ impl From<StoreError> for ApiError {
     }
 }
 
+impl From<AccountError> for ApiError {
+    fn from(e: AccountError) -> Self {
+        let lengths = ErrorParams {
+            min_length: Some(MIN_USERNAME_LENGTH),
+            max_length: Some(MAX_USERNAME_LENGTH),
+            ..ErrorParams::none()
+        };
+        match e {
+            AccountError::UsernameInvalidCharacters => {
+                ApiError::validation(ErrorCode::UsernameInvalidCharacters, e.to_string(), lengths)
+            }
+            AccountError::UsernameTooShort => {
+                ApiError::validation(ErrorCode::UsernameTooShort, e.to_string(), lengths)
+            }
+            AccountError::UsernameTooLong => {
+                ApiError::validation(ErrorCode::UsernameTooLong, e.to_string(), lengths)
+            }
+            AccountError::PasswordTooShort { field } => ApiError::validation(
+                ErrorCode::PasswordTooShort,
+                e.to_string(),
+                ErrorParams {
+                    field: Some(field.to_string()),
+                    min_length: Some(MIN_PASSWORD_LENGTH),
+                    ..ErrorParams::none()
+                },
+            ),
+            AccountError::PasswordTooLong { field } => ApiError::validation(
+                ErrorCode::PasswordTooLong,
+                e.to_string(),
+                ErrorParams {
+                    field: Some(field.to_string()),
+                    max_length: Some(MAX_PASSWORD_LENGTH),
+                    ..ErrorParams::none()
+                },
+            ),
+            AccountError::RegistrationClosed => ApiError::domain(
+                StatusCode::FORBIDDEN,
+                ErrorCode::RegistrationClosed,
+                e.to_string(),
+                ErrorParams::none(),
+            ),
+            AccountError::RegistrationQuotaExceeded { retry_after_secs } => {
+                ApiError::RegistrationQuotaExceeded { retry_after_secs }
+            }
+            AccountError::UsernameTaken { username } => ApiError::UsernameTaken { username },
+            AccountError::DerivationIndexConflict => ApiError::DerivationIndexConflict,
+            AccountError::TooManyAttempts { retry_after_secs } => {
+                ApiError::TooManyAttempts { retry_after_secs }
+            }
+            AccountError::InvalidCredentials => ApiError::InvalidCredentials,
+            AccountError::CurrentPasswordIncorrect => ApiError::CurrentPasswordIncorrect,
+            AccountError::InvalidToken => ApiError::InvalidToken,
+            // A session whose user is gone is over.
+            AccountError::UnknownUser | AccountError::SessionExpired => ApiError::SessionExpired,
+            AccountError::Store(e) => e.into(),
+            other => ApiError::internal(other),
+        }
+    }
+}
+
 impl From<PaymentError> for ApiError {
     fn from(e: PaymentError) -> Self {
         let unprocessable = StatusCode::UNPROCESSABLE_ENTITY;
@@ -211,7 +331,7 @@ impl From<PaymentError> for ApiError {
                 StatusCode::SERVICE_UNAVAILABLE,
                 ErrorCode::Paused,
                 e.to_string(),
-                json!({}),
+                ErrorParams::none(),
             ),
             PaymentError::UnknownUser => ApiError::SessionExpired,
             PaymentError::BetBelowMinimum {
@@ -221,7 +341,11 @@ impl From<PaymentError> for ApiError {
                 unprocessable,
                 ErrorCode::BetBelowMinimum,
                 e.to_string(),
-                json!({"amount_sats": amount_sats, "min_bet_sats": min_bet_sats}),
+                ErrorParams {
+                    amount_sats: Some(amount_sats),
+                    min_bet_sats: Some(min_bet_sats),
+                    ..ErrorParams::none()
+                },
             ),
             PaymentError::BetUneconomic {
                 amount_sats,
@@ -232,24 +356,32 @@ impl From<PaymentError> for ApiError {
                 unprocessable,
                 ErrorCode::BetUneconomic,
                 e.to_string(),
-                json!({
-                    "amount_sats": amount_sats,
-                    "input_fee_sats": input_fee_sats,
-                    "fee_rate_sat_vb": fee_rate_sat_vb,
-                    "max_percent": max_percent,
-                }),
+                ErrorParams {
+                    amount_sats: Some(amount_sats),
+                    input_fee_sats: Some(input_fee_sats),
+                    fee_rate_sat_vb: Some(fee_rate_sat_vb),
+                    max_percent: Some(max_percent),
+                    ..ErrorParams::none()
+                },
             ),
             PaymentError::RoundNotOpen { round_id, status } => ApiError::domain(
                 StatusCode::CONFLICT,
                 ErrorCode::RoundNotOpen,
                 "the round is not open for bets",
-                json!({"round_id": round_id, "status": status.as_str()}),
+                ErrorParams {
+                    round_id: Some(round_id),
+                    status: Some(status),
+                    ..ErrorParams::none()
+                },
             ),
             PaymentError::InvalidAddress { ref address } => ApiError::domain(
                 unprocessable,
                 ErrorCode::InvalidAddress,
                 e.to_string(),
-                json!({"address": address}),
+                ErrorParams {
+                    address: Some(address.clone()),
+                    ..ErrorParams::none()
+                },
             ),
             PaymentError::WrongNetwork {
                 ref address,
@@ -258,7 +390,11 @@ impl From<PaymentError> for ApiError {
                 unprocessable,
                 ErrorCode::AddressWrongNetwork,
                 e.to_string(),
-                json!({"address": address, "network": expected.to_string()}),
+                ErrorParams {
+                    address: Some(address.clone()),
+                    network: Some(expected.to_string()),
+                    ..ErrorParams::none()
+                },
             ),
             PaymentError::WithdrawalBelowMinimum {
                 amount_sats,
@@ -267,7 +403,11 @@ impl From<PaymentError> for ApiError {
                 unprocessable,
                 ErrorCode::WithdrawalBelowMinimum,
                 e.to_string(),
-                json!({"amount_sats": amount_sats, "min_withdrawal_sats": min_withdrawal_sats}),
+                ErrorParams {
+                    amount_sats: Some(amount_sats),
+                    min_withdrawal_sats: Some(min_withdrawal_sats),
+                    ..ErrorParams::none()
+                },
             ),
             PaymentError::InsufficientFunds {
                 amount_sats,
@@ -277,7 +417,12 @@ impl From<PaymentError> for ApiError {
                 unprocessable,
                 ErrorCode::InsufficientFunds,
                 e.to_string(),
-                json!({"amount_sats": amount_sats, "needed_sats": needed_sats, "balance_sats": balance_sats}),
+                ErrorParams {
+                    amount_sats: Some(amount_sats),
+                    needed_sats: Some(needed_sats),
+                    balance_sats: Some(balance_sats),
+                    ..ErrorParams::none()
+                },
             ),
             PaymentError::Dust {
                 amount_sats,
@@ -286,19 +431,23 @@ impl From<PaymentError> for ApiError {
                 unprocessable,
                 ErrorCode::AmountBelowDust,
                 e.to_string(),
-                json!({"amount_sats": amount_sats, "dust_sats": threshold_sats}),
+                ErrorParams {
+                    amount_sats: Some(amount_sats),
+                    dust_sats: Some(threshold_sats),
+                    ..ErrorParams::none()
+                },
             ),
             PaymentError::BroadcastRejected => ApiError::domain(
                 StatusCode::BAD_GATEWAY,
                 ErrorCode::BroadcastRejected,
                 e.to_string(),
-                json!({}),
+                ErrorParams::none(),
             ),
             PaymentError::FundsBusy => ApiError::domain(
                 StatusCode::CONFLICT,
                 ErrorCode::FundsBusy,
                 e.to_string(),
-                json!({}),
+                ErrorParams::none(),
             ),
             PaymentError::Store(e) => e.into(),
             other => ApiError::internal(other),
@@ -333,8 +482,7 @@ pub struct ErrorDetail {
     /// English text, the fallback for unknown codes.
     pub message: String,
     /// Interpolated values; amounts end in `_sats`.
-    #[schema(value_type = Object)]
-    pub params: Map<String, Value>,
+    pub params: ErrorParams,
 }
 
 impl IntoResponse for ApiError {
@@ -346,7 +494,13 @@ impl IntoResponse for ApiError {
             }
             other => other.to_string(),
         };
-        let body = json!({"detail": {"code": self.code().as_str(), "message": message, "params": self.params()}});
+        let body = ErrorBody {
+            detail: ErrorDetail {
+                code: self.code().as_str().to_string(),
+                message,
+                params: self.params(),
+            },
+        };
         let mut response = (self.status(), axum::Json(body)).into_response();
         if let ApiError::TooManyAttempts { retry_after_secs }
         | ApiError::RegistrationQuotaExceeded { retry_after_secs } = self
@@ -396,6 +550,16 @@ impl From<StoreError> for AdminError {
     }
 }
 
+impl From<AdminOpError> for AdminError {
+    fn from(e: AdminOpError) -> Self {
+        match e {
+            AdminOpError::UnknownRound(_) => AdminError::NotFound(e.to_string()),
+            AdminOpError::NothingToRetry(_) => AdminError::Conflict(e.to_string()),
+            other => AdminError::internal(other),
+        }
+    }
+}
+
 /// The JSON body of an admin error.
 #[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct AdminErrorBody {
@@ -413,9 +577,9 @@ impl IntoResponse for AdminError {
             AdminError::TooManyAttempts(secs) => {
                 let mut r = (
                     StatusCode::TOO_MANY_REQUESTS,
-                    axum::Json(json!({
-                        "detail": "too many failed admin-token attempts, retry later"
-                    })),
+                    axum::Json(AdminErrorBody {
+                        detail: "too many failed admin-token attempts, retry later".into(),
+                    }),
                 )
                     .into_response();
                 if let Ok(v) = axum::http::HeaderValue::from_str(&secs.to_string()) {
@@ -431,6 +595,6 @@ impl IntoResponse for AdminError {
                 )
             }
         };
-        (status, axum::Json(json!({ "detail": detail }))).into_response()
+        (status, axum::Json(AdminErrorBody { detail })).into_response()
     }
 }

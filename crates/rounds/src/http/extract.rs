@@ -1,13 +1,12 @@
 //! Authentication extractors: the bearer-token user (checked against the stored token_version on every request), the optional user, and admin access by `X-Admin-Token` in constant time.
 
-use crate::domain::time::unix_now;
 use crate::http::client_ip::ClientIp;
 use crate::http::codes::ErrorCode;
-use crate::http::error::{AdminError, ApiError};
+use crate::http::error::{AdminError, ApiError, ErrorParams};
 use crate::http::state::AppState;
 use crate::security::admin_key::AdminDenied;
 use crate::security::throttle::ThrottleKey;
-use crate::security::token::TokenError;
+use crate::service::accounts::SessionUser;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
@@ -21,6 +20,26 @@ pub struct AuthUser {
     pub username: String,
     /// The token version the request's token carries (= the stored one).
     pub token_version: i64,
+}
+
+impl From<SessionUser> for AuthUser {
+    fn from(u: SessionUser) -> Self {
+        AuthUser {
+            id: u.id,
+            username: u.username,
+            token_version: u.token_version,
+        }
+    }
+}
+
+impl From<AuthUser> for SessionUser {
+    fn from(u: AuthUser) -> Self {
+        SessionUser {
+            id: u.id,
+            username: u.username,
+            token_version: u.token_version,
+        }
+    }
 }
 
 fn bearer(parts: &Parts) -> Option<&str> {
@@ -37,27 +56,7 @@ fn bearer(parts: &Parts) -> Option<&str> {
 
 async fn authenticate(parts: &Parts, state: &AppState) -> Result<AuthUser, ApiError> {
     let token = bearer(parts).ok_or(ApiError::NotAuthenticated)?;
-    let claims = state
-        .tokens
-        .verify(token, unix_now())
-        .map_err(|e| match e {
-            TokenError::Expired => ApiError::SessionExpired,
-            _ => ApiError::InvalidToken,
-        })?;
-    let id: i64 = claims.sub.parse().map_err(|_| ApiError::InvalidToken)?;
-    let (username, stored_tv) = state
-        .store
-        .token_version(id)
-        .await?
-        .ok_or(ApiError::InvalidToken)?;
-    if stored_tv != claims.tv {
-        return Err(ApiError::SessionExpired);
-    }
-    Ok(AuthUser {
-        id,
-        username,
-        token_version: stored_tv,
-    })
+    Ok(state.accounts.authenticate(token).await?.into())
 }
 
 impl FromRequestParts<AppState> for AuthUser {
@@ -149,7 +148,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
                 return Err(ApiError::validation(
                     ErrorCode::InvalidBody,
                     e.body_text(),
-                    serde_json::json!({}),
+                    ErrorParams::none(),
                 ))
             }
         };
@@ -157,14 +156,14 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
             return Err(ApiError::validation(
                 ErrorCode::InvalidBody,
                 "the request body must be a JSON object",
-                serde_json::json!({}),
+                ErrorParams::none(),
             ));
         }
         serde_json::from_value(value).map(ApiJson).map_err(|e| {
             ApiError::validation(
                 ErrorCode::InvalidBody,
                 format!("invalid JSON body: {e}"),
-                serde_json::json!({}),
+                ErrorParams::none(),
             )
         })
     }

@@ -171,7 +171,7 @@ async fn record_metrics(
 
 /// Builds the full router for `state`.
 pub fn router(state: AppState) -> Router {
-    let (routes, _) = api_routes(&state.config, state.dev_chain.is_some()).split_for_parts();
+    let (routes, _) = api_routes(&state.config, state.cashier.has_faucet()).split_for_parts();
     let metrics = state.metrics.clone();
     let observe = ServiceBuilder::new()
         .layer(axum::middleware::map_request(drop_insane_request_id))
@@ -237,5 +237,39 @@ mod tests {
             .is_some());
         let statuses = schemas["RoundStatus"]["enum"].as_array().expect("an enum");
         assert_eq!(statuses.len(), 5);
+    }
+
+    #[test]
+    fn openapi_documents_error_params_and_audit_entries_field_by_field() {
+        let doc: serde_json::Value =
+            serde_json::from_str(openapi_document()).expect("the document is JSON");
+        let schemas = &doc["components"]["schemas"];
+        for (schema, field) in [
+            ("ErrorParams", "retry_after_seconds"),
+            ("ErrorParams", "needed_sats"),
+            ("ErrorParams", "min_length"),
+            ("AuditDetails", "username"),
+            ("AuditDetails", "replaced_txid"),
+        ] {
+            assert!(
+                schemas[schema]["properties"].get(field).is_some(),
+                "{schema}.{field} is documented: {}",
+                schemas[schema]
+            );
+        }
+        let params = &schemas["ErrorDetail"]["properties"]["params"];
+        assert!(
+            params.to_string().contains("ErrorParams"),
+            "params refers to ErrorParams: {params}"
+        );
+        let entry = &schemas["AuditEntry"]["properties"];
+        assert!(
+            entry["details"].to_string().contains("AuditDetails"),
+            "{entry}"
+        );
+        assert!(
+            entry["diff"].to_string().contains("before"),
+            "diff documents before/after: {entry}"
+        );
     }
 }

@@ -53,10 +53,9 @@ async fn livez() -> axum::Json<Live> {
     (status = 503, description = "a dependency failed; its field says why", body = Health),
 ))]
 async fn healthz(State(state): State<AppState>) -> (StatusCode, axum::Json<Health>) {
-    let chain = state.engine.chain().clone();
     let (db, tip) = tokio::join!(
-        tokio::time::timeout(CHECK_TIMEOUT, state.store.ping()),
-        tokio::time::timeout(CHECK_TIMEOUT, async move { chain.tip().await }),
+        tokio::time::timeout(CHECK_TIMEOUT, state.health.database()),
+        tokio::time::timeout(CHECK_TIMEOUT, state.health.chain()),
     );
     let database = match db {
         Ok(Ok(())) => "ok".to_string(),
@@ -91,10 +90,10 @@ async fn healthz(State(state): State<AppState>) -> (StatusCode, axum::Json<Healt
 async fn metrics(State(state): State<AppState>, request: HeaderMap) -> Response {
     let text = state.metrics.render(Gauges {
         stream_subscribers: state.hub.len(),
-        login_throttle_keys: state.throttle.len(),
-        registration_quota_keys: state.quota.len(),
-        password_hashes_in_flight: state.hasher.in_flight(),
-        password_hash_concurrency: state.hasher.concurrency(),
+        login_throttle_keys: state.accounts.throttle().len(),
+        registration_quota_keys: state.accounts.quota().len(),
+        password_hashes_in_flight: state.accounts.hasher().in_flight(),
+        password_hash_concurrency: state.accounts.hasher().concurrency(),
     });
     // The body is OpenMetrics text; Prometheus reads it under either type,
     // and scrapers that ask for OpenMetrics get it labelled as such.

@@ -15,12 +15,11 @@ use utoipa_axum::routes;
 
 use crate::http::client_ip::ClientIp;
 use crate::http::codes::ErrorCode;
-use crate::http::error::{ApiError, ErrorBody};
+use crate::http::error::{ApiError, ErrorBody, ErrorParams};
 use crate::http::extract::{ApiJson, AuthUser, MaybeUser};
 use crate::http::state::AppState;
 use crate::http::views::RoundView;
 use crate::service::history::{self, Outcome};
-use crate::service::payments::Payments;
 use crate::service::stream::{Delivery, Subscription};
 
 /// Routes served under the request time-out.
@@ -45,7 +44,7 @@ async fn current_round(
     State(state): State<AppState>,
     MaybeUser(user): MaybeUser,
 ) -> Result<Response, ApiError> {
-    let snapshot = state.rounds.snapshot(&state.store).await?;
+    let snapshot = state.history.current().await?;
     let Some(user) = user else {
         // The hot anonymous path serves the body rendered at refresh.
         return Ok((
@@ -54,7 +53,10 @@ async fn current_round(
         )
             .into_response());
     };
-    let played = state.store.user_played(snapshot.round.id, user.id).await?;
+    let played = state
+        .history
+        .user_played(snapshot.round.id, user.id)
+        .await?;
     Ok(Json(RoundView::of(&snapshot.detail, played, snapshot.paused)).into_response())
 }
 
@@ -143,13 +145,7 @@ async fn place_bet(
     user: AuthUser,
     ApiJson(body): ApiJson<BetRequest>,
 ) -> Result<(StatusCode, Json<BetPlaced>), ApiError> {
-    let paid = Payments::new(&state.store, &state.engine)
-        .bet(
-            user.id,
-            body.amount_sats,
-            state.config.max_bet_input_fee_percent,
-        )
-        .await?;
+    let paid = state.cashier.bet(user.id, body.amount_sats).await?;
     Ok((
         paid_status(paid.broadcast),
         Json(BetPlaced {
@@ -200,7 +196,9 @@ async fn last_round_result(
     State(state): State<AppState>,
     user: AuthUser,
 ) -> Result<Json<LastRoundResult>, ApiError> {
-    let r = history::last_result(&state.store, user.id)
+    let r = state
+        .history
+        .last_result(user.id)
         .await?
         .ok_or_else(no_round_played)?;
     Ok(Json(LastRoundResult {
@@ -217,7 +215,7 @@ fn no_round_played() -> ApiError {
         StatusCode::NOT_FOUND,
         ErrorCode::NoRoundPlayed,
         "you have not played a round with a result yet",
-        serde_json::json!({}),
+        ErrorParams::none(),
     )
 }
 
@@ -239,7 +237,7 @@ async fn list_rounds(
     Query(page): Query<Page>,
 ) -> Result<Json<RoundPage>, ApiError> {
     let limit = page.limit();
-    let p = history::rounds_page(&state.store, limit, page.before_id).await?;
+    let p = state.history.rounds_page(limit, page.before_id).await?;
     let rounds = p
         .rounds
         .iter()
@@ -261,9 +259,7 @@ async fn get_round(
     Path(id): Path<String>,
 ) -> Result<Json<RoundView>, ApiError> {
     let id: i64 = id.parse().map_err(|_| ApiError::NotFound)?;
-    let (d, paused) = history::round(&state.store, id)
-        .await?
-        .ok_or(ApiError::NotFound)?;
+    let (d, paused) = state.history.round(id).await?.ok_or(ApiError::NotFound)?;
     let played = history::played(&d, user.as_ref().map(|u| u.id));
     Ok(Json(RoundView::of(&d, played, paused)))
 }

@@ -1,4 +1,6 @@
-//! The state every handler receives: configuration, the store, the security parts and the services.
+//! The state every handler receives: configuration, the services, and the security parts the extractors need.
+//!
+//! There is no store here: handlers reach data only through the services.
 
 use std::sync::Arc;
 
@@ -6,33 +8,33 @@ use crate::config::Config;
 use crate::domain::address::AddressBook;
 use crate::http::metrics::Metrics;
 use crate::security::admin_key::AdminKey;
-use crate::security::password::PasswordHasher;
-use crate::security::quota::RegistrationQuota;
 use crate::security::throttle::LoginThrottle;
-use crate::security::token::TokenKeys;
-use crate::service::current::CurrentRound;
+use crate::service::accounts::Accounts;
+use crate::service::admin::Administration;
+use crate::service::cashier::Cashier;
 use crate::service::engine::Engine;
+use crate::service::health::Health;
+use crate::service::history::History;
 use crate::service::stream::StreamHub;
-use crate::store::Store;
 
 /// Shared state of every handler.
 #[derive(Clone)]
 pub struct AppState {
     /// The configuration.
     pub config: Arc<Config>,
-    /// The database.
-    pub store: Store,
-    /// Argon2 on the blocking pool.
-    pub hasher: PasswordHasher,
-    /// Session token keys.
-    pub tokens: TokenKeys,
-    /// Login throttle.
-    pub throttle: Arc<LoginThrottle>,
-    /// Registration quota.
-    pub quota: RegistrationQuota,
+    /// Registration, login, sessions, passwords.
+    pub accounts: Accounts,
+    /// The operator's requests.
+    pub admin: Administration,
+    /// Bets, withdrawals and the faucet.
+    pub cashier: Cashier,
+    /// Rounds and transfers read back, and the cached current round.
+    pub history: History,
+    /// Readiness of the database and the chain.
+    pub health: Health,
     /// Stream notifier.
     pub hub: StreamHub,
-    /// Address derivation and validation.
+    /// Address validation (the admin's fee address).
     pub addresses: Arc<dyn AddressBook>,
     /// The admin token digest.
     pub admin_key: AdminKey,
@@ -40,10 +42,8 @@ pub struct AppState {
     pub admin_throttle: Arc<LoginThrottle>,
     /// HTTP metrics.
     pub metrics: Arc<Metrics>,
-    /// Cached current round.
-    pub rounds: Arc<CurrentRound>,
-    /// The chain watcher and rounds engine (also signs bets and withdrawals).
+    /// The chain watcher and rounds engine (run by the application; benches drive it).
     pub engine: Arc<Engine>,
-    /// The embedded development chain, when the service runs one (faucet).
+    /// The embedded development chain, when the service runs one (faucet, benches).
     pub dev_chain: Option<chain::DevChain>,
 }

@@ -7,8 +7,7 @@ use crate::domain::draw;
 use crate::domain::round::{RoundStatus, TransferKind, TransferProgress};
 use crate::domain::time::rfc3339;
 use crate::service::engine::draw_bets;
-use crate::store::ledger::TransferRow;
-use crate::store::rounds::{RoundDetail, RoundRow};
+use crate::service::history::{RoundDetail, RoundRow, TransferRow};
 
 /// A round as clients see it.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]

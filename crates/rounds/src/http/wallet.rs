@@ -11,13 +11,12 @@ use utoipa_axum::routes;
 use crate::domain::round::TransferProgress;
 use crate::domain::settings::DUST_LIMIT_SATS;
 use crate::http::codes::ErrorCode;
-use crate::http::error::{ApiError, ErrorBody};
+use crate::http::error::{ApiError, ErrorBody, ErrorParams};
 use crate::http::extract::{ApiJson, AuthUser};
 use crate::http::rounds::{paid_status, Page};
 use crate::http::state::AppState;
 use crate::http::views::TransferView;
-use crate::service::history;
-use crate::service::payments::{Payments, FAUCET_DEFAULT_SATS, FAUCET_MAX_SATS};
+use crate::service::payments::{FAUCET_DEFAULT_SATS, FAUCET_MAX_SATS};
 
 /// Routes of this module (the faucet only with the development chain).
 pub fn router(dev_chain: bool) -> OpenApiRouter<AppState> {
@@ -74,13 +73,9 @@ async fn withdraw(
     user: AuthUser,
     ApiJson(body): ApiJson<WithdrawalRequest>,
 ) -> Result<(StatusCode, Json<WithdrawalDone>), ApiError> {
-    let paid = Payments::new(&state.store, &state.engine)
-        .withdraw(
-            state.addresses.as_ref(),
-            user.id,
-            &body.address,
-            body.amount_sats,
-        )
+    let paid = state
+        .cashier
+        .withdraw(user.id, &body.address, body.amount_sats)
         .await?;
     Ok((
         paid_status(paid.broadcast),
@@ -116,7 +111,10 @@ async fn transactions(
     user: AuthUser,
     Query(page): Query<Page>,
 ) -> Result<Json<TransferPage>, ApiError> {
-    let p = history::transfers_page(&state.store, user.id, page.limit(), page.before_id).await?;
+    let p = state
+        .history
+        .transfers_page(user.id, page.limit(), page.before_id)
+        .await?;
     let transactions = p
         .transfers
         .iter()
@@ -136,12 +134,8 @@ async fn deposit_qr(
     user: AuthUser,
 ) -> Result<axum::response::Response, ApiError> {
     use axum::response::IntoResponse as _;
-    let me = state
-        .store
-        .user_by_id(user.id)
-        .await?
-        .ok_or(ApiError::SessionExpired)?;
-    let svg = crate::http::qr::svg(&me.address).map_err(ApiError::internal)?;
+    let address = state.accounts.deposit_address(user.id).await?;
+    let svg = crate::http::qr::svg(&address).map_err(ApiError::internal)?;
     Ok((
         [
             (axum::http::header::CONTENT_TYPE, "image/svg+xml"),
@@ -185,13 +179,19 @@ async fn faucet(
             StatusCode::UNPROCESSABLE_ENTITY,
             ErrorCode::FaucetAmountInvalid,
             format!("amount_sats must be between {DUST_LIMIT_SATS} and {FAUCET_MAX_SATS}"),
-            serde_json::json!({"amount_sats": amount, "min_sats": DUST_LIMIT_SATS, "max_sats": FAUCET_MAX_SATS}),
+            ErrorParams {
+                amount_sats: Some(amount),
+                min_sats: Some(DUST_LIMIT_SATS),
+                max_sats: Some(FAUCET_MAX_SATS),
+                ..ErrorParams::none()
+            },
         ));
     }
-    let dev = state.dev_chain.clone().ok_or(ApiError::NotFound)?;
-    let txid = Payments::new(&state.store, &state.engine)
-        .faucet(dev, user.id, amount)
-        .await?;
+    let txid = state
+        .cashier
+        .faucet(user.id, amount)
+        .await
+        .ok_or(ApiError::NotFound)??;
     Ok(Json(FaucetPaid {
         txid: txid.to_string(),
         amount_sats: amount,

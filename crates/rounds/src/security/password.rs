@@ -1,10 +1,12 @@
 //! Argon2id password hashing off the async runtime, with bounded concurrency.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use argon2::password_hash::{PasswordHash, PasswordHasher as _, PasswordVerifier as _, SaltString};
-use argon2::{Algorithm, Argon2, Params, Version};
+use argon2::password_hash::{
+    self, Output, ParamsString, PasswordHash, PasswordHasher as _, Salt, SaltString,
+};
+use argon2::{Algorithm, Argon2, Block, Params, Version};
 use tokio::sync::Semaphore;
 
 /// Shortest accepted password, in Unicode code points; shared by
@@ -72,6 +74,99 @@ pub struct PasswordHasher {
     /// unknown or the stored hash is unparseable, so every login does the
     /// same Argon2 work.
     dummy_hash: Arc<str>,
+    /// Argon2's working memory, reused from one hash to the next.
+    blocks: Arc<BlockPool>,
+}
+
+/// Argon2 block arrays kept between hashes. A fresh array per hash (what
+/// `argon2`'s own `hash_password` does) costs a 19 MiB allocation whose
+/// pages the kernel must fault in and zero on every login, about a tenth
+/// of its CPU; a reused one is simply overwritten (Argon2 writes every block
+/// before it reads it). A hash takes an array for its whole run, so there
+/// are never more arrays than hashes running at once (the semaphore's
+/// permits).
+#[derive(Debug, Default)]
+struct BlockPool(Mutex<Vec<Vec<Block>>>);
+
+impl BlockPool {
+    /// Runs `f` over at least `count` blocks taken from the pool.
+    fn with<R>(&self, count: usize, f: impl FnOnce(&mut [Block]) -> R) -> R {
+        let mut blocks = self
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+            .unwrap_or_default();
+        if blocks.len() < count {
+            blocks.resize(count, Block::default());
+        }
+        let result = f(&mut blocks[..count]);
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(blocks);
+        result
+    }
+}
+
+/// `argon.hash_password(password, salt)` as a PHC string, byte for byte,
+/// computed in pooled memory.
+fn hash_phc(
+    argon: &Argon2<'_>,
+    pool: &BlockPool,
+    password: &[u8],
+    salt: Salt<'_>,
+) -> password_hash::Result<String> {
+    let params = argon.params();
+    let mut salt_buf = [0u8; 64];
+    let salt_bytes = salt.decode_b64(&mut salt_buf)?;
+    let output_len = params.output_len().unwrap_or(Params::DEFAULT_OUTPUT_LEN);
+    let output = Output::init_with(output_len, |out| {
+        pool.with(params.block_count(), |blocks| {
+            argon.hash_password_into_with_memory(password, salt_bytes, out, blocks)
+        })
+        .map_err(Into::into)
+    })?;
+    Ok(PasswordHash {
+        algorithm: Algorithm::Argon2id.ident(),
+        version: Some(Version::V0x13.into()),
+        params: ParamsString::try_from(params)?,
+        salt: Some(salt),
+        hash: Some(output),
+    }
+    .to_string())
+}
+
+/// What `verify_password` of `argon2` decides for `hash`, with the algorithm,
+/// version and parameters the hash names (so hashes made under older
+/// parameters keep working), computed in pooled memory; the outputs are
+/// compared in constant time.
+fn verify_phc(pool: &BlockPool, password: &[u8], hash: &PasswordHash<'_>) -> bool {
+    let check = || -> password_hash::Result<bool> {
+        let (Some(salt), Some(expected)) = (&hash.salt, &hash.hash) else {
+            return Ok(false);
+        };
+        let algorithm = Algorithm::try_from(hash.algorithm)?;
+        let version = hash
+            .version
+            .map(Version::try_from)
+            .transpose()?
+            .unwrap_or_default();
+        let params = Params::try_from(hash)?;
+        let count = params.block_count();
+        let argon = Argon2::new(algorithm, version, params);
+        let mut salt_buf = [0u8; 64];
+        let salt_bytes = salt.decode_b64(&mut salt_buf)?;
+        let computed = Output::init_with(expected.len(), |out| {
+            pool.with(count, |blocks| {
+                argon.hash_password_into_with_memory(password, salt_bytes, out, blocks)
+            })
+            .map_err(Into::into)
+        })?;
+        // `Output`'s equality is constant-time.
+        Ok(computed == *expected)
+    };
+    check().unwrap_or(false)
 }
 
 impl std::fmt::Debug for PasswordHasher {
@@ -121,6 +216,7 @@ impl PasswordHasher {
             concurrency,
             running: Arc::new(AtomicUsize::new(0)),
             dummy_hash: dummy.into(),
+            blocks: Arc::new(BlockPool::default()),
         })
     }
 
@@ -171,11 +267,10 @@ impl PasswordHasher {
     /// [`HashError`] if hashing fails.
     pub async fn hash(&self, password: String) -> Result<String, HashError> {
         let argon = self.argon.clone();
+        let pool = self.blocks.clone();
         self.run(move || {
             let salt = SaltString::generate(&mut rand::thread_rng());
-            argon
-                .hash_password(password.as_bytes(), &salt)
-                .map(|h| h.to_string())
+            hash_phc(&argon, &pool, password.as_bytes(), salt.as_salt())
                 .map_err(|e| HashError::Hash(e.to_string()))
         })
         .await?
@@ -191,7 +286,7 @@ impl PasswordHasher {
         password: String,
         stored: Option<String>,
     ) -> Result<Verdict, HashError> {
-        let argon = self.argon.clone();
+        let pool = self.blocks.clone();
         let dummy = self.dummy_hash.clone();
         self.run(move || {
             let known = stored.is_some();
@@ -200,7 +295,7 @@ impl PasswordHasher {
                 Ok(parsed) => {
                     // The parameters of the stored hash are used, so hashes
                     // made under older parameters keep working.
-                    let ok = argon.verify_password(password.as_bytes(), &parsed).is_ok();
+                    let ok = verify_phc(&pool, password.as_bytes(), &parsed);
                     if ok && known {
                         Verdict::Match
                     } else {
@@ -209,7 +304,7 @@ impl PasswordHasher {
                 }
                 Err(_) => {
                     if let Ok(parsed) = PasswordHash::new(&dummy) {
-                        let _ = argon.verify_password(password.as_bytes(), &parsed);
+                        let _ = verify_phc(&pool, password.as_bytes(), &parsed);
                     }
                     Verdict::CorruptHash
                 }
@@ -272,6 +367,84 @@ mod tests {
             stored.starts_with("$argon2id$v=19$m=19456,t=2,p=1$"),
             "{stored}"
         );
+    }
+
+    /// The pooled hashing must be the `argon2` crate's, bit for bit: hashes
+    /// stored before the change verify after it, and hashes made after it
+    /// verify with the crate's own verifier (a rollback keeps every login).
+    #[tokio::test]
+    async fn pooled_hashes_are_the_crates_hashes_both_ways() {
+        use argon2::password_hash::PasswordVerifier as _;
+        for params in [CHEAP, HashParams::default()] {
+            let h = PasswordHasher::new(params, 2).unwrap();
+            let stock = Argon2::new(
+                Algorithm::Argon2id,
+                Version::V0x13,
+                Params::new(
+                    params.memory_kib,
+                    params.iterations,
+                    params.parallelism,
+                    None,
+                )
+                .unwrap(),
+            );
+            // Made the old way, checked the new way.
+            let salt = SaltString::generate(&mut rand::thread_rng());
+            let before = stock
+                .hash_password(b"pass-before", &salt)
+                .unwrap()
+                .to_string();
+            assert_eq!(
+                h.verify("pass-before".into(), Some(before.clone()))
+                    .await
+                    .unwrap(),
+                Verdict::Match
+            );
+            assert_eq!(
+                h.verify("pass-befor".into(), Some(before.clone()))
+                    .await
+                    .unwrap(),
+                Verdict::Mismatch
+            );
+            // The same salt gives the same string as the crate's hasher.
+            let same = hash_phc(&h.argon, &h.blocks, b"pass-before", salt.as_salt()).unwrap();
+            assert_eq!(same, before);
+            // Made the new way, checked the old way.
+            let after = h.hash("pass-after".into()).await.unwrap();
+            let parsed = PasswordHash::new(&after).unwrap();
+            assert!(stock.verify_password(b"pass-after", &parsed).is_ok());
+            assert!(stock.verify_password(b"pass-afte", &parsed).is_err());
+        }
+    }
+
+    #[tokio::test]
+    async fn hashes_of_other_parameters_still_verify_with_pooled_memory() {
+        // A big pool array first, then a smaller and a larger stored hash.
+        let h = PasswordHasher::new(CHEAP, 1).unwrap();
+        for m in [256, 32, 1024] {
+            let other = Argon2::new(
+                Algorithm::Argon2id,
+                Version::V0x13,
+                Params::new(m, 1, 1, None).unwrap(),
+            );
+            let salt = SaltString::generate(&mut rand::thread_rng());
+            let stored = other
+                .hash_password(b"pw-123456", &salt)
+                .unwrap()
+                .to_string();
+            assert_eq!(
+                h.verify("pw-123456".into(), Some(stored.clone()))
+                    .await
+                    .unwrap(),
+                Verdict::Match,
+                "m={m}"
+            );
+            assert_eq!(
+                h.verify("pw-1234567".into(), Some(stored)).await.unwrap(),
+                Verdict::Mismatch,
+                "m={m}"
+            );
+        }
     }
 
     #[test]

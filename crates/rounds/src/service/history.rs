@@ -1,12 +1,88 @@
 //! Reading rounds back: pages of past rounds with their draws, one round, and a player's last result.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::domain::draw;
+use crate::service::current::{CurrentRound, RoundSnapshot};
 use crate::service::engine::draw_bets;
-use crate::store::ledger::TransferRow;
-use crate::store::rounds::RoundDetail;
 use crate::store::{Store, StoreError};
+
+pub use crate::store::ledger::TransferRow;
+pub use crate::store::rounds::{RoundDetail, RoundRow};
+
+/// Rounds and transfers read back, as the HTTP layer asks for them: an owned
+/// handle over the free functions below and the current-round cache.
+#[derive(Debug, Clone)]
+pub struct History {
+    store: Store,
+    current: Arc<CurrentRound>,
+}
+
+impl History {
+    /// The service over the store and the current-round cache.
+    pub fn new(store: Store, current: Arc<CurrentRound>) -> Self {
+        Self { store, current }
+    }
+
+    /// The current round (cached for a short time).
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn current(&self) -> Result<RoundSnapshot, StoreError> {
+        self.current.snapshot(&self.store).await
+    }
+
+    /// Whether user `user_id` bet in round `round_id` (always read from the database).
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn user_played(&self, round_id: i64, user_id: i64) -> Result<bool, StoreError> {
+        self.store.user_played(round_id, user_id).await
+    }
+
+    /// See [`rounds_page`].
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn rounds_page(
+        &self,
+        limit: i64,
+        before_id: Option<i64>,
+    ) -> Result<RoundsPage, StoreError> {
+        rounds_page(&self.store, limit, before_id).await
+    }
+
+    /// See [`round`].
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn round(&self, id: i64) -> Result<Option<(RoundDetail, bool)>, StoreError> {
+        round(&self.store, id).await
+    }
+
+    /// See [`last_result`].
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn last_result(&self, user_id: i64) -> Result<Option<LastResult>, StoreError> {
+        last_result(&self.store, user_id).await
+    }
+
+    /// See [`transfers_page`].
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn transfers_page(
+        &self,
+        user_id: i64,
+        limit: i64,
+        before_id: Option<i64>,
+    ) -> Result<TransfersPage, StoreError> {
+        transfers_page(&self.store, user_id, limit, before_id).await
+    }
+}
 
 /// How a round ended for one player.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]

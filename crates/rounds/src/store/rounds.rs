@@ -3,16 +3,16 @@
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use serde_json::Map;
-
 use super::ledger::{
     insert_intent, output_from_row, transfer_from_row, LedgerError, TransferRow, OUTPUT_COLS,
     TRANSFER_COLS,
 };
 use super::settings::insert_audit_entry;
 use super::{state_column, Store, StoreError};
+use crate::domain::audit::AuditDetails;
 use crate::domain::money::{Coin, Intent};
 use crate::domain::round::RoundStatus;
+use crate::domain::settings::ConfigDiff;
 
 /// A round as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -522,8 +522,13 @@ impl Store {
             &mut tx,
             "payout_failed",
             "engine",
-            &Map::new(),
-            &serde_json::json!({"round_id": round_id, "transfer_id": transfer_id, "reason": reason}),
+            &ConfigDiff::new(),
+            &AuditDetails {
+                round_id: Some(round_id),
+                transfer_id: Some(transfer_id),
+                reason: Some(reason.to_string()),
+                ..AuditDetails::none()
+            },
         )
         .await?;
         tx.commit().await?;
@@ -593,8 +598,13 @@ impl Store {
             &mut tx,
             "payout_retried",
             "admin",
-            &Map::new(),
-            &serde_json::json!({"round_id": round_id, "txid": txid, "replaced_txid": old_txid}),
+            &ConfigDiff::new(),
+            &AuditDetails {
+                round_id: Some(round_id),
+                txid: Some(txid.to_string()),
+                replaced_txid: Some(old_txid.to_string()),
+                ..AuditDetails::none()
+            },
         )
         .await?;
         tx.commit().await?;

@@ -1,11 +1,13 @@
 //! The service configuration row and the admin audit log.
 
-use serde_json::{Map, Value};
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::{Store, StoreError};
-use crate::domain::settings::{config_diff, ConfigDiff, ConfigPatch, ServiceConfig};
+use crate::domain::audit::AuditDetails;
+use crate::domain::settings::{
+    config_diff, ConfigDiff, ConfigPatch, FieldChange, ServiceConfig, SettingValue,
+};
 use crate::domain::time::unix_now;
 
 /// One audit-log entry.
@@ -19,12 +21,10 @@ pub struct AuditEntry {
     pub event: String,
     /// Who did it (`admin` for the admin token).
     pub actor: String,
-    /// `{field: {before, after}}` for config changes, else empty.
-    #[schema(value_type = Object)]
-    pub diff: Value,
+    /// `{field: {before, after}}` for config changes and pause/resume, else empty.
+    pub diff: ConfigDiff,
     /// Event-specific details.
-    #[schema(value_type = Object)]
-    pub details: Value,
+    pub details: AuditDetails,
 }
 
 impl Store {
@@ -105,7 +105,7 @@ impl Store {
             "config_updated",
             actor,
             &diff,
-            &Value::Object(Map::new()),
+            &AuditDetails::none(),
         )
         .await?;
         tx.commit().await?;
@@ -136,13 +136,15 @@ impl Store {
             .bind(i64::from(paused))
             .execute(&mut *tx)
             .await?;
-        let mut diff = Map::new();
-        diff.insert(
-            "paused".into(),
-            serde_json::json!({"before": config.paused, "after": paused}),
-        );
+        let diff = ConfigDiff::from([(
+            "paused".to_string(),
+            FieldChange {
+                before: SettingValue::Bool(config.paused),
+                after: SettingValue::Bool(paused),
+            },
+        )]);
         let event = if paused { "paused" } else { "resumed" };
-        insert_audit(&mut tx, event, actor, &diff, &Value::Object(Map::new())).await?;
+        insert_audit(&mut tx, event, actor, &diff, &AuditDetails::none()).await?;
         tx.commit().await?;
         config.paused = paused;
         Ok((config, true))
@@ -204,7 +206,7 @@ pub(crate) async fn insert_audit_entry(
     event: &str,
     actor: &str,
     diff: &ConfigDiff,
-    details: &Value,
+    details: &AuditDetails,
 ) -> Result<(), StoreError> {
     insert_audit(tx, event, actor, diff, details).await
 }
@@ -214,16 +216,20 @@ pub(super) async fn insert_audit(
     event: &str,
     actor: &str,
     diff: &ConfigDiff,
-    details: &Value,
+    details: &AuditDetails,
 ) -> Result<(), StoreError> {
+    let diff =
+        serde_json::to_string(diff).map_err(|e| StoreError::Corrupt(format!("audit diff: {e}")))?;
+    let details = serde_json::to_string(details)
+        .map_err(|e| StoreError::Corrupt(format!("audit details: {e}")))?;
     sqlx::query(
         "INSERT INTO audit_log (at, event, actor, diff, details) VALUES ($1, $2, $3, $4, $5)",
     )
     .bind(unix_now())
     .bind(event)
     .bind(actor)
-    .bind(Value::Object(diff.clone()).to_string())
-    .bind(details.to_string())
+    .bind(diff)
+    .bind(details)
     .execute(&mut **tx)
     .await?;
     Ok(())

@@ -3,8 +3,6 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use serde_json::Value;
-
 use super::migrations::CASE_INSENSITIVE_USERNAMES;
 use super::*;
 use crate::domain::round::{OutputOrigin, RoundStatus, TransferKind, TransferStatus};
@@ -340,7 +338,10 @@ async fn password_changes_bump_token_version(b: Backend) {
     let audit = s.audit_page(10, None).await.unwrap();
     assert_eq!(audit.len(), 1);
     assert_eq!(audit[0].event, "password_reset");
-    assert_eq!(audit[0].details["username"], "Dora");
+    assert_eq!(
+        serde_json::to_value(&audit[0].details).unwrap(),
+        serde_json::json!({"username": "Dora", "token_version": 2})
+    );
     db.cleanup().await;
 }
 
@@ -364,7 +365,7 @@ async fn config_updates_are_audited_with_diffs(b: Backend) {
     let (after, diff) = s.update_config(&patch, "admin").await.unwrap();
     assert_eq!(after.fee_rate_sat_vb, 5);
     assert_eq!(
-        Value::Object(diff),
+        serde_json::to_value(&diff).unwrap(),
         serde_json::json!({"fee_rate_sat_vb": {"before": 2, "after": 5}})
     );
     // A no-op writes nothing.
@@ -378,8 +379,16 @@ async fn config_updates_are_audited_with_diffs(b: Backend) {
     let events: Vec<&str> = all.iter().map(|e| e.event.as_str()).collect();
     assert_eq!(events, ["resumed", "paused", "config_updated"]);
     assert_eq!(
-        all[2].diff,
+        serde_json::to_value(&all[2].diff).unwrap(),
         serde_json::json!({"fee_rate_sat_vb": {"before": 2, "after": 5}})
+    );
+    assert_eq!(
+        serde_json::to_value(&all[0].diff).unwrap(),
+        serde_json::json!({"paused": {"before": true, "after": false}})
+    );
+    assert_eq!(
+        serde_json::to_value(&all[0].details).unwrap(),
+        serde_json::json!({})
     );
     assert!(all[2].at.ends_with('Z'));
     let page = s.audit_page(2, None).await.unwrap();

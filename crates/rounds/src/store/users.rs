@@ -1,11 +1,12 @@
 //! Accounts: creation with a unique derivation index, look-ups, password changes and resets.
 
-use serde_json::Map;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::settings::insert_audit;
 use super::{unique_violation, Store, StoreError, Unique, DERIVATION_INDEX_ATTEMPTS};
+use crate::domain::audit::AuditDetails;
+use crate::domain::settings::ConfigDiff;
 use crate::domain::time::unix_now;
 
 /// A user account as stored.
@@ -240,8 +241,12 @@ impl Store {
             &mut tx,
             "password_reset",
             actor,
-            &Map::new(),
-            &serde_json::json!({"username": name, "token_version": tv}),
+            &ConfigDiff::new(),
+            &AuditDetails {
+                username: Some(name.clone()),
+                token_version: Some(tv),
+                ..AuditDetails::none()
+            },
         )
         .await?;
         tx.commit().await?;

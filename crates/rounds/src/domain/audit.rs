@@ -1,0 +1,93 @@
+//! The typed details of an audit-log entry (the per-field diff of a settings change is [`crate::domain::settings::ConfigDiff`]).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// What an audit entry records besides its event, actor and diff; only the
+/// fields of its event are present (`{}` for config updates, pause and resume).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AuditDetails {
+    /// `password_reset`: the name as stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    /// `password_reset`: the raised token version (every earlier token is dead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_version: Option<i64>,
+    /// `payout_failed`, `payout_retried`: the round.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round_id: Option<i64>,
+    /// `payout_failed`: the payout transfer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer_id: Option<i64>,
+    /// `payout_failed`: why the network refused the payout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// `payout_retried`: the new payout transaction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub txid: Option<String>,
+    /// `payout_retried`: the payout transaction it replaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced_txid: Option<String>,
+    /// Details this build has no field for (an entry written by a newer
+    /// version), shown as stored rather than dropped.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, AuditValue>,
+}
+
+/// A detail value without a field of its own in [`AuditDetails`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum AuditValue {
+    /// A flag.
+    Bool(bool),
+    /// A number (ids, amounts in sats, heights).
+    Int(i64),
+    /// Text (names, txids, reasons).
+    Text(String),
+    /// A list of such values.
+    List(Vec<AuditValue>),
+    /// A group of named values.
+    Map(BTreeMap<String, AuditValue>),
+    /// No value.
+    Null,
+}
+
+impl AuditDetails {
+    /// No details: `{}`.
+    pub fn none() -> Self {
+        Self::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_events_fields_are_written() {
+        let d = AuditDetails {
+            username: Some("Dora".into()),
+            token_version: Some(2),
+            ..AuditDetails::none()
+        };
+        assert_eq!(
+            serde_json::to_string(&d).unwrap(),
+            r#"{"username":"Dora","token_version":2}"#
+        );
+        assert_eq!(serde_json::to_string(&AuditDetails::none()).unwrap(), "{}");
+    }
+
+    #[test]
+    fn unknown_details_survive_a_round_trip() {
+        let stored = r#"{"round_id":7,"outpoints":["a:0","b:1"],"debt_sats":1200,"manual":true,"spent_by":{"txid":"ab","vout":1},"note":null}"#;
+        let d: AuditDetails = serde_json::from_str(stored).unwrap();
+        assert_eq!(d.round_id, Some(7));
+        assert_eq!(d.other.get("debt_sats"), Some(&AuditValue::Int(1200)));
+        let back: serde_json::Value =
+            serde_json::from_str(&serde_json::to_string(&d).unwrap()).unwrap();
+        let orig: serde_json::Value = serde_json::from_str(stored).unwrap();
+        assert_eq!(back, orig);
+    }
+}

@@ -1,0 +1,41 @@
+//! Readiness: whether the database and the chain answer.
+
+use std::sync::Arc;
+
+use crate::store::{Store, StoreError};
+
+/// The dependencies a readiness check asks.
+#[derive(Clone)]
+pub struct Health {
+    store: Store,
+    chain: Arc<dyn chain::Chain>,
+}
+
+impl std::fmt::Debug for Health {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Health").finish_non_exhaustive()
+    }
+}
+
+impl Health {
+    /// The check over these parts.
+    pub fn new(store: Store, chain: Arc<dyn chain::Chain>) -> Self {
+        Self { store, chain }
+    }
+
+    /// Whether the database answers a trivial query.
+    ///
+    /// # Errors
+    /// The database error.
+    pub async fn database(&self) -> Result<(), StoreError> {
+        self.store.ping().await
+    }
+
+    /// Whether the chain reports its tip.
+    ///
+    /// # Errors
+    /// The chain error.
+    pub async fn chain(&self) -> Result<(), chain::ChainError> {
+        self.chain.tip().await.map(|_| ())
+    }
+}
