@@ -835,6 +835,11 @@ impl Channel {
         }
     }
 
+    /// Confirmations of the anchor this channel waits for before it goes live (ours).
+    pub fn min_depth(&self) -> u32 {
+        self.config.min_depth
+    }
+
     /// The coarse state.
     pub fn state(&self) -> State {
         match &self.stage {

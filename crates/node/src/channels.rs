@@ -63,6 +63,15 @@ pub(crate) struct SlotInner {
     anchor_missing_since: Option<u32>,
     /// When the update in flight started (or the node found it in flight at start).
     update_since: Option<std::time::Instant>,
+    /// A live channel whose anchor a reorganisation took below `min_depth`: its
+    /// confirmations now. No update is proposed or accepted until it is back at depth.
+    pub(crate) suspended: Option<u32>,
+    /// The outputs the anchor spends (from the chain when it was seen), to recognise a
+    /// transaction that double-spends it.
+    pub(crate) anchor_inputs: Vec<OutPoint>,
+    /// Height of the block holding a transaction that spends one of `anchor_inputs` and is
+    /// not the anchor: the anchor can never confirm while that block stands.
+    pub(crate) anchor_conflict: Option<u32>,
 }
 
 /// What the chain says about the anchor a channel stands on.
@@ -180,6 +189,9 @@ impl Slot {
                 waiter: None,
                 anchor_missing_since: None,
                 update_since: None,
+                suspended: None,
+                anchor_inputs: Vec::new(),
+                anchor_conflict: None,
             }),
             changed: Notify::new(),
         })
@@ -192,7 +204,17 @@ impl Slot {
     /// The channel as `listchannels` shows it.
     pub(crate) async fn to_json(&self) -> Value {
         let inner = self.inner.lock().await;
-        channel_json(&self.peer, &inner.channel)
+        let mut v = channel_json(&self.peer, &inner.channel);
+        let state = inner.channel.state();
+        let live = !opening(state)
+            && !finished(state)
+            && state != State::OpenWaitComplete
+            && inner.suspended.is_none();
+        v["live"] = json!(live);
+        if let Some(confirmations) = inner.suspended {
+            v["anchor_confirmations"] = json!(confirmations);
+        }
+        v
     }
 }
 
@@ -665,6 +687,14 @@ impl NodeState {
             let changed = slot.changed.notified();
             {
                 let mut inner = slot.lock().await;
+                if let Some(confirmations) = inner.suspended {
+                    if !matches!(command, Command::Close | Command::ForceClose) {
+                        return Err(ControlError::AnchorUnconfirmed {
+                            confirmations,
+                            min_depth: inner.channel.min_depth(),
+                        });
+                    }
+                }
                 let ch = &mut inner.channel;
                 let kind = if matches!(command, Command::Close) {
                     WaitKind::Close
@@ -808,6 +838,25 @@ impl NodeState {
             }
         }
         tracing::debug!(%peer, packet = pkt.name(), state = state_name(inner.channel.state()), "received");
+        if let Some(confirmations) = inner.suspended {
+            // A proposal on a channel whose anchor a reorganisation took away: the money
+            // it would move may not exist. An update already in flight may finish.
+            let proposal = matches!(
+                pkt,
+                Packet::Update(_)
+                    | Packet::UpdateAddHtlc(_)
+                    | Packet::UpdateFulfillHtlc(_)
+                    | Packet::UpdateTimedoutHtlc(_)
+                    | Packet::UpdateRoutefailHtlc(_)
+            );
+            if proposal && inner.channel.state() == State::Normal {
+                tracing::warn!(%peer, channel = slot.id, confirmations, "proposal refused: the anchor is not confirmed");
+                return Err(Packet::error(format!(
+                    "Anchor not confirmed ({confirmations} of {} confirmations): no updates until it is",
+                    inner.channel.min_depth()
+                )));
+            }
+        }
         match inner.channel.handle_packet(&pkt, unix_now()) {
             Ok(actions) => self
                 .run_actions(&slot, &mut inner, actions)
@@ -955,6 +1004,7 @@ impl NodeState {
         match check {
             AnchorCheck::Good(depth) => {
                 inner.anchor_missing_since = None;
+                self.remember_anchor_inputs(inner).await;
                 let actions = inner.channel.anchor_depth(depth);
                 if !actions.is_empty() {
                     if let Err(e) = self.run_actions(slot, inner, actions).await {
@@ -983,6 +1033,94 @@ impl NodeState {
             }
             AnchorCheck::Missing => {}
         }
+    }
+
+    /// Keeps the outputs the anchor spends, once, so that a double-spend of them is recognised
+    /// in a block even after the anchor itself left the chain.
+    async fn remember_anchor_inputs(&self, inner: &mut SlotInner) {
+        if !inner.anchor_inputs.is_empty() {
+            return;
+        }
+        if let Some(tx) = inner.channel.anchor_tx() {
+            inner.anchor_inputs = tx.input.iter().map(|i| i.previous_output).collect();
+            return;
+        }
+        let Some(op) = inner.channel.anchor_outpoint() else {
+            return;
+        };
+        if let Ok(Some(status)) = self.chain.transaction(op.txid).await {
+            inner.anchor_inputs = status.tx.input.iter().map(|i| i.previous_output).collect();
+        }
+    }
+
+    /// A live channel after a new block or a reorganisation: its anchor must still be on the
+    /// best chain at `min_depth`. Below that the channel is suspended (listed as not live, no
+    /// update proposed or accepted) until it is back at depth; an anchor that can never
+    /// confirm (a block holds a double-spend of its inputs, or it stays unseen for
+    /// `anchor_wait_blocks`) ends the channel: it backs no money, so there is nothing to
+    /// close on chain and it is abandoned like an opening that was never funded.
+    pub(crate) async fn check_live_anchor(&self, slot: &Slot, inner: &mut SlotInner, height: u32) {
+        let state = inner.channel.state();
+        if opening(state) || finished(state) || state == State::OpenWaitComplete {
+            return;
+        }
+        let check = match self.check_anchor(&inner.channel).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(peer = %slot.peer, channel = slot.id, error = %e, "cannot check the anchor yet");
+                return;
+            }
+        };
+        let min_depth = inner.channel.min_depth();
+        let confirmations = match check {
+            AnchorCheck::Good(depth) => {
+                inner.anchor_missing_since = None;
+                self.remember_anchor_inputs(inner).await;
+                depth
+            }
+            AnchorCheck::Bad(why) => {
+                tracing::error!(peer = %slot.peer, channel = slot.id, %why, "the anchor of a live channel no longer matches");
+                0
+            }
+            AnchorCheck::Missing => {
+                let since = *inner.anchor_missing_since.get_or_insert(height);
+                let why = if inner.anchor_conflict.is_some() {
+                    Some(
+                        "Anchor double-spent: a block holds a transaction spending its inputs"
+                            .to_owned(),
+                    )
+                } else if height >= since.saturating_add(self.anchor_wait_blocks) {
+                    Some(format!(
+                        "Anchor off the best chain for {} blocks",
+                        self.anchor_wait_blocks
+                    ))
+                } else {
+                    None
+                };
+                if let Some(why) = why {
+                    self.end_unbacked(slot, inner, &why).await;
+                    return;
+                }
+                0
+            }
+        };
+        if confirmations >= min_depth {
+            if inner.suspended.take().is_some() {
+                tracing::info!(peer = %slot.peer, channel = slot.id, confirmations, "anchor confirmed again; channel live");
+                slot.changed.notify_waiters();
+            }
+        } else if inner.suspended.replace(confirmations).is_none() {
+            tracing::warn!(peer = %slot.peer, channel = slot.id, confirmations, min_depth, "anchor reorganised below min_depth; channel suspended");
+        }
+    }
+
+    /// Ends a channel whose anchor will never be on chain (see [`Self::check_live_anchor`]).
+    async fn end_unbacked(&self, slot: &Slot, inner: &mut SlotInner, why: &str) {
+        tracing::warn!(peer = %slot.peer, channel = slot.id, %why, "channel abandoned: its anchor can never confirm");
+        // What was in flight falls back to the disk; nothing more is signed for it.
+        inner.channel = inner.persisted.clone();
+        self.abandon_opening(slot, inner, why).await;
+        self.peers.kick(&slot.peer, why);
     }
 
     /// Forgets an opening whose anchor the peer funds and that will never back it: the peer
@@ -1152,7 +1290,7 @@ impl NodeState {
             }
             return;
         }
-        if inner.outbox.is_none() || state != State::Normal {
+        if inner.outbox.is_none() || state != State::Normal || inner.suspended.is_some() {
             return;
         }
         let expired: Option<Sha256> = inner.channel.balances().and_then(|cs| {

@@ -150,6 +150,8 @@ pub(crate) struct NodeState {
     funding: tokio::sync::Mutex<()>,
     /// One watcher pass at a time (the loop and tests that step it).
     watch_pass: tokio::sync::Mutex<()>,
+    /// Set by the watcher's first pass after a start.
+    watched_once: std::sync::atomic::AtomicBool,
 }
 
 impl NodeState {
@@ -294,6 +296,7 @@ pub async fn start(config: NodeConfig, chain: Arc<dyn Chain>) -> Result<RunningN
         cheat_enabled: config.dev_allow_cheat,
         funding: tokio::sync::Mutex::new(()),
         watch_pass: tokio::sync::Mutex::new(()),
+        watched_once: std::sync::atomic::AtomicBool::new(false),
     });
     #[cfg(feature = "test-hooks")]
     if config.dev_allow_cheat {
