@@ -15,7 +15,10 @@
 //! that fails leaves the channel exactly as it was: handlers check everything
 //! that can fail before they change anything.
 
+mod legacy;
 mod onchain;
+
+pub use legacy::{ChannelV0, Migrated, MigrationError};
 
 use bitcoin::hashes::Hash as _;
 use bitcoin::{Amount, OutPoint, ScriptBuf, Transaction, Txid};

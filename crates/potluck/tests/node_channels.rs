@@ -520,3 +520,79 @@ fn a_mined_coinbase_funds_a_channel_only_once_mature() {
     assert_eq!(funds["outputs"][0]["confirmations"], 100, "{funds}");
     assert_eq!(funds["outputs"][0]["spendable"], true, "{funds}");
 }
+
+/// Runs `sql` on a stopped node's database.
+fn node_sql(node: &NodeProc, sql: &str, bind: &str) -> Vec<String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use sqlx::Row as _;
+        let url = format!("sqlite://{}", node.dir.path().join("node.sqlite").display());
+        let pool = sqlx::sqlite::SqlitePool::connect(&url).await.unwrap();
+        let rows = sqlx::query(sql).bind(bind).fetch_all(&pool).await.unwrap();
+        let out = rows
+            .iter()
+            .map(|r| r.try_get::<String, _>(0).unwrap_or_default())
+            .collect();
+        pool.close().await;
+        out
+    })
+}
+
+/// A data directory holding a channel snapshot written by the previous release (layout
+/// before the channel restructure, `crates/channel/tests/fixtures/snapshot_v0.json`,
+/// written by that release's channel crate): the node loads it with its balances and
+/// HTLC, upgrades it on disk to the current version and archives its HTLC history for
+/// penalties; nothing is lost.
+#[test]
+fn a_snapshot_from_the_previous_release_is_migrated_at_start() {
+    let chain = DevChainProc::start();
+    let mut node = NodeProc::start(&chain, false);
+    node.kill9();
+    let fixture: Value = serde_json::from_str(include_str!(
+        "../../channel/tests/fixtures/snapshot_v0.json"
+    ))
+    .unwrap();
+    let peer = {
+        use secp256k1::{PublicKey, Secp256k1, SecretKey};
+        PublicKey::from_secret_key(&Secp256k1::new(), &SecretKey::from_slice(&[2; 32]).unwrap())
+            .to_string()
+    };
+    node_sql(
+        &node,
+        &format!("INSERT INTO channels (id, peer_id, snapshot) VALUES (1, '{peer}', ?) RETURNING peer_id"),
+        &fixture["a"].to_string(),
+    );
+    node.restart();
+    let ch = node.channel_with(&peer);
+    assert_eq!(ch["state"], "normal", "{ch}");
+    assert_eq!(ch["capacity_sat"], 10_000_000);
+    assert_eq!(ch["our_msat"], 8_895_000_000u64);
+    assert_eq!(ch["their_msat"], 795_000_000);
+    assert_eq!(ch["commitment_number"], 4);
+    assert_eq!(ch["htlcs"].as_array().unwrap().len(), 1);
+    assert_eq!(ch["htlcs"][0]["amount_msat"], 300_000_000);
+    node.kill9();
+    let snapshot = node_sql(
+        &node,
+        "SELECT snapshot FROM channels WHERE id = 1 AND ? = ''",
+        "",
+    );
+    assert!(
+        snapshot[0].contains("\"snapshot_version\":2"),
+        "{}",
+        snapshot[0]
+    );
+    let history = node_sql(
+        &node,
+        "SELECT record FROM revoked_commitments WHERE channel_id = 1 AND num = -1 AND ? = ''",
+        "",
+    );
+    assert_eq!(history.len(), 1, "the old HTLC history is archived");
+    assert!(history[0].contains("htlcs"), "{}", history[0]);
+    // And it loads again, now as the current version.
+    node.restart();
+    assert_eq!(node.channel_with(&peer)["our_msat"], 8_895_000_000u64);
+}
