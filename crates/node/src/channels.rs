@@ -74,6 +74,20 @@ pub(crate) struct SlotInner {
     pub(crate) anchor_conflict: Option<u32>,
 }
 
+/// Why a channel was abandoned (the `abandoned` column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Abandoned {
+    /// Before it went live: nothing was ever at stake.
+    Opening = 1,
+    /// After it went live, its anchor could never confirm.
+    Unbacked = 2,
+}
+
+/// The wallet index of a channel's keys (channel ids are the index plus one).
+pub(crate) fn channel_index(id: i64) -> Option<u32> {
+    u32::try_from(id.checked_sub(1)?).ok()
+}
+
 /// What the chain says about the anchor a channel stands on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum AnchorCheck {
@@ -333,6 +347,11 @@ impl NodeState {
 
     pub(crate) fn script_path(&self, script: &ScriptBuf) -> Option<KeyPath> {
         lock(&self.scripts).get(script).copied()
+    }
+
+    /// How many scripts the watcher looks for.
+    pub(crate) fn watched_scripts(&self) -> usize {
+        lock(&self.scripts).len()
     }
 
     /// Performs `actions` in order; stops at the first failed persist (nothing after it may leave).
@@ -771,10 +790,7 @@ impl NodeState {
             if stale {
                 tracing::info!(%peer, channel = slot.id, "peer opens again; forgetting the unfunded opening");
                 inner.channel = inner.persisted.clone();
-                if let Err(e) = self.store.abandon_channel(slot.id, None).await {
-                    tracing::error!(error = %e, "cannot abandon channel");
-                }
-                self.channels.remove(slot.id);
+                self.forget_channel(slot, None, Abandoned::Opening).await;
                 drop(inner);
                 active = None;
             }
@@ -925,10 +941,7 @@ impl NodeState {
         if opening(state) {
             tracing::info!(peer = %slot.peer, channel = slot.id, state = state_name(state), "opening abandoned (anchor never broadcast)");
             let anchor = inner.channel.anchor_outpoint().map(|o| o.txid);
-            if let Err(e) = self.store.abandon_channel(slot.id, anchor).await {
-                tracing::error!(error = %e, "cannot abandon channel");
-            }
-            self.channels.remove(slot.id);
+            self.forget_channel(slot, anchor, Abandoned::Opening).await;
         } else if state == State::OpenWaitComplete {
             // A crash between persisting and broadcasting must not leave the anchor unsent.
             if let Some(tx) = inner.channel.anchor_tx().cloned() {
@@ -1035,6 +1048,29 @@ impl NodeState {
         }
     }
 
+    /// Marks a channel abandoned on disk and drops it from the registry (the watcher stops
+    /// looking at its anchor). An opening that never went live also stops watching its final
+    /// key: no transaction can pay it (the acceptor has no output in the funder's first
+    /// commitment; a funder's unbroadcast anchor backs nothing), so strangers cannot make us
+    /// watch keys without end. A live channel ended for an unbacked anchor keeps the watch:
+    /// should that anchor ever confirm after all, the peer's commitment pays us there.
+    async fn forget_channel(&self, slot: &Slot, anchor: Option<bitcoin::Txid>, kind: Abandoned) {
+        if let Err(e) = self.store.abandon_channel(slot.id, anchor, kind).await {
+            tracing::error!(channel = slot.id, error = %e, "cannot abandon channel");
+        }
+        self.channels.remove(slot.id);
+        if kind == Abandoned::Opening {
+            if let Some(index) = channel_index(slot.id) {
+                if let Ok(key) = self.wallet.derive(KeyPath {
+                    branch: FINAL_BRANCH,
+                    index,
+                }) {
+                    lock(&self.scripts).remove(&key.address.script_pubkey());
+                }
+            }
+        }
+    }
+
     /// Keeps the outputs the anchor spends, once, so that a double-spend of them is recognised
     /// in a block even after the anchor itself left the chain.
     async fn remember_anchor_inputs(&self, inner: &mut SlotInner) {
@@ -1127,10 +1163,13 @@ impl NodeState {
     /// is told why, the channel is marked abandoned on disk and leaves the registry.
     async fn abandon_opening(&self, slot: &Slot, inner: &mut SlotInner, why: &str) {
         tracing::warn!(peer = %slot.peer, channel = slot.id, %why, "opening abandoned");
-        if let Err(e) = self.store.abandon_channel(slot.id, None).await {
-            tracing::error!(channel = slot.id, error = %e, "cannot abandon channel");
-        }
-        self.channels.remove(slot.id);
+        let kind =
+            if opening(inner.channel.state()) || inner.channel.state() == State::OpenWaitComplete {
+                Abandoned::Opening
+            } else {
+                Abandoned::Unbacked
+            };
+        self.forget_channel(slot, None, kind).await;
         if let Some(out) = inner.outbox.take() {
             // The error ends the session (it is the last packet written).
             let _ = out.try_send(Packet::error(why));
@@ -1205,6 +1244,13 @@ impl NodeState {
     /// Rebuilds the script map from the counters, so every key the node handed out is watched.
     pub(crate) async fn load_scripts(&self) -> Result<(), ControlError> {
         let mut map = HashMap::new();
+        let forgotten: std::collections::HashSet<u32> = self
+            .store
+            .abandoned_openings()
+            .await?
+            .into_iter()
+            .filter_map(channel_index)
+            .collect();
         for (key, branch) in [
             ("next_receive", wallet::RECEIVE_BRANCH),
             ("next_change", wallet::CHANGE_BRANCH),
@@ -1212,6 +1258,9 @@ impl NodeState {
         ] {
             let n = self.store.meta(key).await?;
             for index in 0..u32::try_from(n).unwrap_or(0) {
+                if branch == FINAL_BRANCH && forgotten.contains(&index) {
+                    continue;
+                }
                 let path = KeyPath { branch, index };
                 let key = self.wallet.derive(path)?;
                 map.insert(key.address.script_pubkey(), path);

@@ -244,6 +244,7 @@ async fn dispatch(
                 "channels": all.len(),
                 "open_channels": open,
                 "suspended_channels": suspended,
+                "watched_scripts": state.watched_scripts(),
                 "open_channel_balance_msat": our_msat,
                 "pending_htlcs": htlcs,
                 "wallet_sat": wallet_sat,

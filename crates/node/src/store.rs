@@ -283,9 +283,11 @@ impl Store {
         &self,
         id: i64,
         anchor: Option<Txid>,
+        kind: crate::channels::Abandoned,
     ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query("UPDATE channels SET abandoned = 1 WHERE id = ?")
+        sqlx::query("UPDATE channels SET abandoned = ? WHERE id = ?")
+            .bind(kind as i64)
             .bind(id)
             .execute(&mut *tx)
             .await?;
@@ -296,6 +298,23 @@ impl Store {
                 .await?;
         }
         tx.commit().await?;
+        Ok(())
+    }
+
+    /// Ids of the channels abandoned before they went live.
+    pub(crate) async fn abandoned_openings(&self) -> Result<Vec<i64>, StoreError> {
+        let rows = sqlx::query("SELECT id FROM channels WHERE abandoned = 1")
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    /// Forgets the stored address of a peer (no channel needs reconnecting to it).
+    pub(crate) async fn forget_peer(&self, node_id: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM peers WHERE node_id = ?")
+            .bind(node_id)
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 
