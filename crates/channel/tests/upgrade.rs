@@ -5,6 +5,8 @@
 //! sat, pays B 1,000,000 sat, B offers A an HTLC of 200,000 sat that A fulfills (B's
 //! commitment 2, holding it, is revoked and kept as `b_revoked_commitment`), then A offers
 //! B an HTLC of 300,000 sat left pending).
+// Test and benchmark code: a failed unwrap is the run failing, with its message.
+#![allow(clippy::unwrap_used)]
 
 mod support;
 

@@ -9,6 +9,8 @@
 //! - the same across CHANNELS channels (one hub, CHANNELS peers) in parallel;
 //! - memory per idle channel (RSS growth from opening CHANNELS channels, both ends in process);
 //! - baseline, same run: the in-memory state machines alone (no IO), add+fulfill pairs/s.
+// Test and benchmark code: a failed unwrap is the run failing, with its message.
+#![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
