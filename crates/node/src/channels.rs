@@ -363,6 +363,9 @@ impl NodeState {
     ) -> Result<(), ControlError> {
         let mut queue: VecDeque<Action> = actions.into();
         let mut persisted = false;
+        // Records of the peer's revoked commitments, written in the same commit as the
+        // Persist that drops them from the channel (one fsync, not two).
+        let mut archive: Vec<channel::RevokedCommitment> = Vec::new();
         while let Some(action) = queue.pop_front() {
             // A signature we give away lets the peer broadcast (or complete) a transaction:
             // the state that knows about it is on disk before it leaves, whatever the machine
@@ -380,12 +383,13 @@ impl NodeState {
                 Action::Persist => {
                     persisted = true;
                     self.store
-                        .save_channel(slot.id, &inner.channel)
+                        .save_channel(slot.id, &inner.channel, &archive)
                         .await
                         .map_err(|e| {
                             tracing::error!(peer = %slot.peer, channel = slot.id, error = %e, "persist failed");
                             ControlError::Store(e)
                         })?;
+                    archive.clear();
                     inner.persisted = inner.channel.clone();
                     #[cfg(feature = "test-hooks")]
                     if self.cheat_enabled {
@@ -423,14 +427,9 @@ impl NodeState {
                     tracing::info!(peer = %slot.peer, txid = %tx.compute_txid(), csv_blocks, lock_time, "claim queued");
                 }
                 Action::Archive(record) => {
-                    // Before the Persist that follows drops it from the channel.
-                    self.store
-                        .save_revoked(slot.id, &record)
-                        .await
-                        .map_err(|e| {
-                            tracing::error!(peer = %slot.peer, channel = slot.id, error = %e, "archive failed");
-                            ControlError::Store(e)
-                        })?;
+                    // Durable no later than the Persist that follows and drops it from the
+                    // channel: both go in one commit.
+                    archive.push(record);
                 }
                 Action::WatchOutput(op) => {
                     tracing::debug!(peer = %slot.peer, anchor = %op, "watching anchor");
@@ -441,6 +440,12 @@ impl NodeState {
                         queue.push_front(a);
                     }
                 }
+            }
+        }
+        if !archive.is_empty() {
+            // No Persist followed (the machine always sends one; keep the records anyway).
+            for record in &archive {
+                self.store.save_revoked(slot.id, record).await?;
             }
         }
         // An open completes once the anchor is out.
@@ -1218,8 +1223,16 @@ impl NodeState {
     }
 
     pub(crate) async fn list_funds(&self) -> Result<Value, StoreError> {
-        let tip = self.store.meta("scanned_height").await?;
         let outputs: Vec<OutputRow> = self.store.outputs(true).await?;
+        // The watcher records a block's outputs before it moves the scanned height past
+        // that block: an output is never younger than its own block.
+        let tip = self.store.meta("scanned_height").await?.max(
+            outputs
+                .iter()
+                .map(|o| i64::from(o.height))
+                .max()
+                .unwrap_or(0),
+        );
         let total: u64 = outputs.iter().map(|o| o.amount_sat).sum();
         let spendable: u64 = outputs
             .iter()

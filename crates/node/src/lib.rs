@@ -326,6 +326,10 @@ pub async fn start(config: NodeConfig, chain: Arc<dyn Chain>) -> Result<RunningN
     let mut rpc_shutdown = state.shutdown.subscribe();
     let rpc_task = tokio::spawn(async move {
         let app = rpc::router(rpc_state);
+        // Answers are small and each call waits for its answer: no Nagle delay on them.
+        let rpc_listener = axum::serve::ListenerExt::tap_io(rpc_listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let served = axum::serve(rpc_listener, app)
             .with_graceful_shutdown(async move {
                 let _ = rpc_shutdown.wait_for(|stop| *stop).await;

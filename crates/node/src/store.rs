@@ -32,6 +32,9 @@ pub enum StoreError {
         /// Its snapshot's version.
         version: u64,
     },
+    /// A group commit failed (nothing of it was written).
+    #[error("database write: {0}")]
+    Write(String),
     /// A channel snapshot could not be encoded (nothing was written).
     #[error("channel {0} cannot be encoded: {1}")]
     Encode(i64, String),
@@ -189,6 +192,61 @@ const LEGACY_HISTORY_NUM: i64 = -1;
 #[derive(Clone)]
 pub(crate) struct Store {
     pool: SqlitePool,
+    /// The group-commit writer of channel states (see [`Store::save_channel`]).
+    writes: tokio::sync::mpsc::Sender<WriteRequest>,
+}
+
+/// One channel's durable write: its snapshot and the revoked-commitment records that must
+/// be on disk no later than it (they leave the snapshot with it).
+struct WriteRequest {
+    id: i64,
+    snapshot: String,
+    revoked: Vec<(i64, String)>,
+    done: tokio::sync::oneshot::Sender<Result<(), String>>,
+}
+
+/// The most channel writes one commit (one fsync) covers.
+const GROUP_MAX: usize = 256;
+
+/// Group commit: every channel write waiting when the previous commit ended goes into the
+/// next transaction, so N channels ready at the same moment cost one fsync, not N; no
+/// channel waits on another's lock, only on the shared commit. Each caller is answered
+/// only after the commit that holds its write, so nothing it sends next can overtake it.
+async fn group_writer(pool: SqlitePool, mut rx: tokio::sync::mpsc::Receiver<WriteRequest>) {
+    let mut batch: Vec<WriteRequest> = Vec::with_capacity(GROUP_MAX);
+    while let Some(first) = rx.recv().await {
+        batch.push(first);
+        while batch.len() < GROUP_MAX {
+            match rx.try_recv() {
+                Ok(w) => batch.push(w),
+                Err(_) => break,
+            }
+        }
+        let result = write_group(&pool, &batch).await.map_err(|e| e.to_string());
+        for w in batch.drain(..) {
+            let _ = w.done.send(result.clone());
+        }
+    }
+}
+
+async fn write_group(pool: &SqlitePool, batch: &[WriteRequest]) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    for w in batch {
+        for (num, record) in &w.revoked {
+            sqlx::query("INSERT INTO revoked_commitments (channel_id, num, record) VALUES (?, ?, ?) ON CONFLICT DO NOTHING")
+                .bind(w.id)
+                .bind(num)
+                .bind(record)
+                .execute(&mut *tx)
+                .await?;
+        }
+        sqlx::query("UPDATE channels SET snapshot = ? WHERE id = ?")
+            .bind(&w.snapshot)
+            .bind(w.id)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await
 }
 
 impl Store {
@@ -206,7 +264,9 @@ impl Store {
             .connect_with(options)
             .await?;
         sqlx::raw_sql(SCHEMA).execute(&pool).await?;
-        Ok(Store { pool })
+        let (writes, rx) = tokio::sync::mpsc::channel(4 * GROUP_MAX);
+        tokio::spawn(group_writer(pool.clone(), rx));
+        Ok(Store { pool, writes })
     }
 
     pub(crate) async fn meta(&self, key: &str) -> Result<i64, StoreError> {
@@ -269,13 +329,34 @@ impl Store {
         Ok(())
     }
 
-    pub(crate) async fn save_channel(&self, id: i64, channel: &Channel) -> Result<(), StoreError> {
-        sqlx::query("UPDATE channels SET snapshot = ? WHERE id = ?")
-            .bind(encode_snapshot(id, channel)?)
-            .bind(id)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+    /// Writes the channel's state durably, with the revoked-commitment records that leave
+    /// it (`channel` crate's `Action::Archive`) in the same commit; returns once committed.
+    /// Concurrent callers share commits (group commit, [`group_writer`]).
+    pub(crate) async fn save_channel(
+        &self,
+        id: i64,
+        channel: &Channel,
+        revoked: &[channel::RevokedCommitment],
+    ) -> Result<(), StoreError> {
+        let snapshot = encode_snapshot(id, channel)?;
+        let revoked = revoked
+            .iter()
+            .map(|r| {
+                serde_json::to_string(r)
+                    .map(|json| (i64::try_from(r.commitment_number).unwrap_or(i64::MAX), json))
+                    .map_err(|e| StoreError::Encode(id, e.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let (done, answer) = tokio::sync::oneshot::channel();
+        let request = WriteRequest {
+            id,
+            snapshot,
+            revoked,
+            done,
+        };
+        let gone = || StoreError::Write("the database writer stopped".into());
+        self.writes.send(request).await.map_err(|_| gone())?;
+        answer.await.map_err(|_| gone())?.map_err(StoreError::Write)
     }
 
     /// Forgets a channel that never got an anchor on chain, and frees the outputs it had reserved.
