@@ -835,3 +835,31 @@ fn strangers_that_leave_are_forgotten_with_their_openings() {
         "abandoned openings are not watched again after a restart"
     );
 }
+
+/// The same reorganisation while the node is stopped: at start the channel is found
+/// suspended, and goes live again once the anchor reconfirms.
+#[test]
+fn a_live_channel_whose_anchor_left_while_the_node_was_down_is_suspended_at_start() {
+    let chain = DevChainProc::start();
+    let mut node = NodeProc::start(&chain, false);
+    let mut peer = ScriptedPeer::connect(&node, 64);
+    peer.open_live(&chain, &node, ANCHOR_SAT);
+    peer.pay(100_000_000).unwrap();
+    let anchor = node.channel()["anchor_txid"].as_str().unwrap().to_owned();
+    node.kill9();
+    let block = chain.tx(&anchor)["blockhash"].as_str().unwrap().to_owned();
+    chain.call("invalidateblock", serde_json::json!([block]));
+    node.restart();
+    wait_for("the channel found suspended at start", 30, || {
+        (node.channel()["live"] == false).then_some(())
+    });
+    let refused = node.try_cli(&["pay", &peer.node_id.to_string(), "10000000"]);
+    assert!(
+        refused.as_ref().is_err_and(|e| e.contains("anchor")),
+        "{refused:?}"
+    );
+    chain.mine(1);
+    wait_for("the channel live again", 30, || {
+        (node.channel()["live"] == true).then_some(())
+    });
+}
