@@ -225,14 +225,18 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Median latency of one durable write on `dir`'s disk: 4 KiB appended, then fdatasync
-/// (what an SQLite WAL commit with synchronous = FULL costs).
+/// Median latency of one durable write on `dir`'s disk: 4 KiB written into a file whose size
+/// does not change, then fdatasync (what an SQLite WAL commit with synchronous = FULL costs
+/// once the WAL is allocated: the data, no metadata).
 fn fsync_latency(dir: &std::path::Path) -> f64 {
-    use std::io::Write as _;
+    use std::io::{Seek as _, SeekFrom, Write as _};
     let mut f = std::fs::File::create(dir.join("fsync-probe")).unwrap();
+    f.write_all(&vec![0u8; 1 << 20]).unwrap();
+    f.sync_all().unwrap();
     let block = [0x5au8; 4096];
-    let samples = (0..200)
-        .map(|_| {
+    let samples = (0..200u64)
+        .map(|i| {
+            f.seek(SeekFrom::Start((i % 256) * 4096)).unwrap();
             let t = Instant::now();
             f.write_all(&block).unwrap();
             f.sync_data().unwrap();

@@ -212,6 +212,9 @@ const GROUP_MAX: usize = 256;
 /// next transaction, so N channels ready at the same moment cost one fsync, not N; no
 /// channel waits on another's lock, only on the shared commit. Each caller is answered
 /// only after the commit that holds its write, so nothing it sends next can overtake it.
+/// A task of its own rather than the callers taking turns: a caller dropped mid-write (a
+/// control call whose client hung up) cannot abandon the writes of others, and the writes
+/// of one channel commit in the order they were made even then (one queue, in order).
 async fn group_writer(pool: SqlitePool, mut rx: tokio::sync::mpsc::Receiver<WriteRequest>) {
     let mut batch: Vec<WriteRequest> = Vec::with_capacity(GROUP_MAX);
     while let Some(first) = rx.recv().await {
