@@ -2,6 +2,8 @@
 //! wall time: run under `perf stat -e task-clock` twice, with 0 and with N updates, and divide
 //! the difference by N (docs/benchmarks.md). Arguments: `fresh|history N [H]`;
 //! `history` first offers and fulfils H HTLCs (default 2,000).
+// Test and benchmark code: a failed unwrap is the run failing, with its message.
+#![allow(clippy::unwrap_used)]
 
 #[path = "../tests/support/mod.rs"]
 mod support;

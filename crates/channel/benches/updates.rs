@@ -1,5 +1,7 @@
 //! Completed updates per second for two in-memory channels, next to the raw
 //! secp256k1 cost of one update (two signatures and two verifications).
+// Test and benchmark code: a failed unwrap is the run failing, with its message.
+#![allow(clippy::unwrap_used)]
 
 #[path = "../tests/support/mod.rs"]
 mod support;

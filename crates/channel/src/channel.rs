@@ -15,7 +15,10 @@
 //! that fails leaves the channel exactly as it was: handlers check everything
 //! that can fail before they change anything.
 
+mod legacy;
 mod onchain;
+
+pub use legacy::{ChannelV0, Migrated, MigrationError};
 
 use bitcoin::hashes::Hash as _;
 use bitcoin::{Amount, OutPoint, ScriptBuf, Transaction, Txid};
@@ -833,6 +836,11 @@ impl Channel {
             Stage::Established(e) => Some(e),
             _ => None,
         }
+    }
+
+    /// Confirmations of the anchor this channel waits for before it goes live (ours).
+    pub fn min_depth(&self) -> u32 {
+        self.config.min_depth
     }
 
     /// The coarse state.

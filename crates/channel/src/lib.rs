@@ -11,7 +11,8 @@ pub mod tx;
 
 pub use channel::{
     apply_change, Action, AnchorRole, Change, Channel, ChannelConfig, ChannelError, ChannelSecrets,
-    CommandError, Deadlines, Event, Rejected, RevokedCommitment, State,
+    ChannelV0, CommandError, Deadlines, Event, Migrated, MigrationError, Rejected,
+    RevokedCommitment, State,
 };
 pub use funding::{CState, Htlc, Side, Who};
 pub use shachain::RevocationSecrets;

@@ -3,6 +3,8 @@
 //! interleaved at random; whatever arrives in whatever state, the machine
 //! never panics (debug assertions included), and a rejected packet leaves the
 //! serialised snapshot exactly as it was.
+// Test and benchmark code: a failed unwrap is the run failing, with its message.
+#![allow(clippy::unwrap_used)]
 
 mod support;
 

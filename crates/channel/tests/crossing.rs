@@ -1,6 +1,8 @@
 //! Crossing proposals (issue 13, must-have 5): when the winning proposal is
 //! declined, the loser's deferred proposal is proposed again deliberately and
 //! ends with a definite answer; no payment happens twice.
+// Test and benchmark code: a failed unwrap is the run failing, with its message.
+#![allow(clippy::unwrap_used)]
 
 mod support;
 

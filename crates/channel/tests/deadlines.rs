@@ -1,5 +1,7 @@
 //! Deadlines in any state (issue 13, must-have 3, channel part): the machine says
 //! when an HTLC forces the channel on chain, whether an update is in flight or not.
+// Test and benchmark code: a failed unwrap is the run failing, with its message.
+#![allow(clippy::unwrap_used)]
 
 mod support;
 

@@ -7,6 +7,8 @@
 //! anchor spends a real faucet coin; every transaction the harness "mined"
 //! is then replayed on a `DevChain` over `sendrawtransaction`, mining blocks
 //! until its relative and absolute locks allow it, and must confirm.
+// Test and benchmark code: a failed unwrap is the run failing, with its message.
+#![allow(clippy::unwrap_used)]
 
 mod support;
 

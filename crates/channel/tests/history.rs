@@ -1,6 +1,8 @@
 //! History out of the hot path (issue 13, must-have 7): the channel's snapshot does
 //! not grow with the number of HTLCs it has seen; the HTLCs of revoked commitments
 //! leave as `Action::Archive` records and come back only for a penalty.
+// Test and benchmark code: a failed unwrap is the run failing, with its message.
+#![allow(clippy::unwrap_used)]
 
 mod support;
 

@@ -1,6 +1,8 @@
 //! proptest: 1,000 random mixed updates between two in-memory channels; after
 //! every completed update both sides agree on every balance and HTLC and the
 //! total never changes.
+// Test and benchmark code: a failed unwrap is the run failing, with its message.
+#![allow(clippy::unwrap_used)]
 
 mod support;
 

@@ -1,5 +1,7 @@
 //! Every packet in a state that does not allow it, and every malformed update,
 //! is rejected with an `error` packet and leaves the channel unchanged.
+// Test and benchmark code: a failed unwrap is the run failing, with its message.
+#![allow(clippy::unwrap_used)]
 
 mod support;
 

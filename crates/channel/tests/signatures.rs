@@ -1,6 +1,8 @@
 //! Every signature we give away is durable and watched (issue 13, must-have 2):
 //! the channel is persisted before a signature or preimage leaves, and every
 //! transaction the peer can complete with our signature is recognised on chain.
+// Test and benchmark code: a failed unwrap is the run failing, with its message.
+#![allow(clippy::unwrap_used)]
 
 mod support;
 

@@ -1,5 +1,7 @@
 //! Two channels back to back in memory on a virtual clock and a fake chain
 //! that script-verifies every transaction it mines.
+// Test and benchmark code: a failed unwrap is the run failing, with its message.
+#![allow(clippy::unwrap_used)]
 
 mod support;
 

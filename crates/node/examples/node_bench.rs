@@ -9,6 +9,8 @@
 //! - the same across CHANNELS channels (one hub, CHANNELS peers) in parallel;
 //! - memory per idle channel (RSS growth from opening CHANNELS channels, both ends in process);
 //! - baseline, same run: the in-memory state machines alone (no IO), add+fulfill pairs/s.
+// Test and benchmark code: a failed unwrap is the run failing, with its message.
+#![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -99,8 +101,19 @@ async fn htlc_pairs(a: &Node, b: &Node, pairs: u32, tag: u32, expiry: u32) {
     }
 }
 
+/// What one add+fulfill pair costs the state machines alone.
+struct InMemory {
+    /// Pairs per second.
+    pairs_per_s: f64,
+    /// Durable writes (`Action::Persist`, both sides) per pair: each precedes the packet or
+    /// the completion that the next step waits for, so all are on the critical path.
+    persists_per_pair: f64,
+    /// Packets per pair (both directions).
+    packets_per_pair: f64,
+}
+
 /// The baseline: two channels back to back in memory, add+fulfill pairs per second.
-fn in_memory_pairs(pairs: u32) -> f64 {
+fn in_memory_pairs(pairs: u32) -> InMemory {
     let secrets = |t: u8| ChannelSecrets {
         commit_key: SecretKey::from_slice(&[t; 32]).unwrap(),
         final_key: SecretKey::from_slice(&[t + 0x40; 32]).unwrap(),
@@ -117,14 +130,23 @@ fn in_memory_pairs(pairs: u32) -> f64 {
     let mut b = Channel::new(cfg, secrets(2), AnchorRole::Accept);
     let mut to_b: Vec<Packet> = Vec::new();
     let mut to_a: Vec<Packet> = Vec::new();
+    static PERSISTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    static PACKETS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     fn take(
         actions: Vec<Action>,
         out: &mut Vec<Packet>,
         anchor: &mut Option<(bitcoin::ScriptBuf, Amount)>,
     ) {
+        use std::sync::atomic::Ordering::Relaxed;
         for act in actions {
             match act {
-                Action::Send(p) => out.push(p),
+                Action::Persist => {
+                    PERSISTS.fetch_add(1, Relaxed);
+                }
+                Action::Send(p) => {
+                    PACKETS.fetch_add(1, Relaxed);
+                    out.push(p)
+                }
                 Action::Notify(channel::Event::AnchorNeeded {
                     script_pubkey,
                     amount,
@@ -170,6 +192,8 @@ fn in_memory_pairs(pairs: u32) -> f64 {
     pump(&mut a, &mut b, &mut to_a, &mut to_b, &mut anchor);
     a.block_height(100);
     b.block_height(100);
+    let persists0 = PERSISTS.load(std::sync::atomic::Ordering::Relaxed);
+    let packets0 = PACKETS.load(std::sync::atomic::Ordering::Relaxed);
     let start = Instant::now();
     for i in 0..pairs {
         let mut r = [0u8; 32];
@@ -185,7 +209,70 @@ fn in_memory_pairs(pairs: u32) -> f64 {
         take(b.fulfill_htlc(pre).unwrap(), &mut to_a, &mut anchor);
         pump(&mut a, &mut b, &mut to_a, &mut to_b, &mut anchor);
     }
-    f64::from(pairs) / start.elapsed().as_secs_f64()
+    let elapsed = start.elapsed().as_secs_f64();
+    let per_pair = |n: u64| n as f64 / f64::from(pairs);
+    InMemory {
+        pairs_per_s: f64::from(pairs) / elapsed,
+        persists_per_pair: per_pair(
+            PERSISTS.load(std::sync::atomic::Ordering::Relaxed) - persists0,
+        ),
+        packets_per_pair: per_pair(PACKETS.load(std::sync::atomic::Ordering::Relaxed) - packets0),
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Median latency of one durable write on `dir`'s disk: 4 KiB written into a file whose size
+/// does not change, then fdatasync (what an SQLite WAL commit with synchronous = FULL costs
+/// once the WAL is allocated: the data, no metadata).
+fn fsync_latency(dir: &std::path::Path) -> f64 {
+    use std::io::{Seek as _, SeekFrom, Write as _};
+    let mut f = std::fs::File::create(dir.join("fsync-probe")).unwrap();
+    f.write_all(&vec![0u8; 1 << 20]).unwrap();
+    f.sync_all().unwrap();
+    let block = [0x5au8; 4096];
+    let samples = (0..200u64)
+        .map(|i| {
+            f.seek(SeekFrom::Start((i % 256) * 4096)).unwrap();
+            let t = Instant::now();
+            f.write_all(&block).unwrap();
+            f.sync_data().unwrap();
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    median(samples)
+}
+
+/// Median round trip of one packet over a v3 session on loopback (sent, echoed back).
+async fn packet_rtt() -> f64 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let cfg = session::Config::default();
+    let server_key = SecretKey::from_slice(&[0x43; 32]).unwrap();
+    let scfg = cfg.clone();
+    tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.unwrap();
+        let mut s = session::accept(stream, &server_key, &scfg).await.unwrap();
+        while let Ok(p) = s.recv().await {
+            if s.send(&p).await.is_err() {
+                break;
+            }
+        }
+    });
+    let key = SecretKey::from_slice(&[0x44; 32]).unwrap();
+    let mut s = session::connect(addr, &key, &cfg).await.unwrap();
+    let pkt = Packet::OpenComplete(wire::OpenComplete::default());
+    let mut samples = Vec::new();
+    for _ in 0..500 {
+        let t = Instant::now();
+        s.send(&pkt).await.unwrap();
+        s.recv().await.unwrap();
+        samples.push(t.elapsed().as_secs_f64());
+    }
+    median(samples)
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -288,7 +375,47 @@ async fn main() {
     }
     let all = f64::from(per_channel) * channels as f64 / start.elapsed().as_secs_f64();
 
-    let baseline = in_memory_pairs(pairs * 5);
+    let mem = in_memory_pairs(pairs * 5);
+    let baseline = mem.pairs_per_s;
+    let fsync = fsync_latency(hub._dir.path());
+    let pkt_rtt = packet_rtt().await;
+    let mut ctrl = Vec::new();
+    for _ in 0..300 {
+        let t = Instant::now();
+        hub.call("listpeers", json!([])).await;
+        ctrl.push(t.elapsed().as_secs_f64());
+    }
+    let ctrl_rtt = median(ctrl);
+    // One pair, sequentially: the machines' work, every durable write, every packet's
+    // one-way trip and the two control calls (newhtlc, fulfillhtlc), nothing overlapping.
+    let pair_s = 1.0 / baseline
+        + mem.persists_per_pair * fsync
+        + mem.packets_per_pair * pkt_rtt / 2.0
+        + 2.0 * ctrl_rtt;
+    let bound = 1.0 / pair_s;
+    println!("bound of one channel, sequential pairs:");
+    println!("  in-memory time of a pair: {:.1} us", 1e6 / baseline);
+    println!(
+        "  fsync latency of the data directory's disk (4 KiB + fdatasync, median): {:.1} us",
+        fsync * 1e6
+    );
+    println!(
+        "  durable writes on the critical path of a pair: {:.1}",
+        mem.persists_per_pair
+    );
+    println!(
+        "  packets per pair: {:.1}; loopback round trip of a packet (v3 session, median): {:.1} us",
+        mem.packets_per_pair,
+        pkt_rtt * 1e6
+    );
+    println!(
+        "  loopback round trip of a control call (listpeers, median): {:.1} us",
+        ctrl_rtt * 1e6
+    );
+    println!(
+        "  sequential bound: {bound:.0} pairs/s; achieved: {one:.0} pairs/s = {:.0}% of the bound",
+        one / bound * 100.0
+    );
     println!("connect+handshake (TCP, v3 handshake, authenticate, hello): {connect_ms:.2} ms");
     println!(
         "HTLC add+fulfill pairs/s, one channel: {one:.0}  ({:.1}% of the in-memory state machines)",

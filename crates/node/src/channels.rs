@@ -63,6 +63,29 @@ pub(crate) struct SlotInner {
     anchor_missing_since: Option<u32>,
     /// When the update in flight started (or the node found it in flight at start).
     update_since: Option<std::time::Instant>,
+    /// A live channel whose anchor a reorganisation took below `min_depth`: its
+    /// confirmations now. No update is proposed or accepted until it is back at depth.
+    pub(crate) suspended: Option<u32>,
+    /// The outputs the anchor spends (from the chain when it was seen), to recognise a
+    /// transaction that double-spends it.
+    pub(crate) anchor_inputs: Vec<OutPoint>,
+    /// Height of the block holding a transaction that spends one of `anchor_inputs` and is
+    /// not the anchor: the anchor can never confirm while that block stands.
+    pub(crate) anchor_conflict: Option<u32>,
+}
+
+/// Why a channel was abandoned (the `abandoned` column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Abandoned {
+    /// Before it went live: nothing was ever at stake.
+    Opening = 1,
+    /// After it went live, its anchor could never confirm.
+    Unbacked = 2,
+}
+
+/// The wallet index of a channel's keys (channel ids are the index plus one).
+pub(crate) fn channel_index(id: i64) -> Option<u32> {
+    u32::try_from(id.checked_sub(1)?).ok()
 }
 
 /// What the chain says about the anchor a channel stands on.
@@ -180,6 +203,9 @@ impl Slot {
                 waiter: None,
                 anchor_missing_since: None,
                 update_since: None,
+                suspended: None,
+                anchor_inputs: Vec::new(),
+                anchor_conflict: None,
             }),
             changed: Notify::new(),
         })
@@ -192,7 +218,17 @@ impl Slot {
     /// The channel as `listchannels` shows it.
     pub(crate) async fn to_json(&self) -> Value {
         let inner = self.inner.lock().await;
-        channel_json(&self.peer, &inner.channel)
+        let mut v = channel_json(&self.peer, &inner.channel);
+        let state = inner.channel.state();
+        let live = !opening(state)
+            && !finished(state)
+            && state != State::OpenWaitComplete
+            && inner.suspended.is_none();
+        v["live"] = json!(live);
+        if let Some(confirmations) = inner.suspended {
+            v["anchor_confirmations"] = json!(confirmations);
+        }
+        v
     }
 }
 
@@ -313,6 +349,11 @@ impl NodeState {
         lock(&self.scripts).get(script).copied()
     }
 
+    /// How many scripts the watcher looks for.
+    pub(crate) fn watched_scripts(&self) -> usize {
+        lock(&self.scripts).len()
+    }
+
     /// Performs `actions` in order; stops at the first failed persist (nothing after it may leave).
     pub(crate) async fn run_actions(
         &self,
@@ -322,6 +363,9 @@ impl NodeState {
     ) -> Result<(), ControlError> {
         let mut queue: VecDeque<Action> = actions.into();
         let mut persisted = false;
+        // Records of the peer's revoked commitments, written in the same commit as the
+        // Persist that drops them from the channel (one fsync, not two).
+        let mut archive: Vec<channel::RevokedCommitment> = Vec::new();
         while let Some(action) = queue.pop_front() {
             // A signature we give away lets the peer broadcast (or complete) a transaction:
             // the state that knows about it is on disk before it leaves, whatever the machine
@@ -339,12 +383,13 @@ impl NodeState {
                 Action::Persist => {
                     persisted = true;
                     self.store
-                        .save_channel(slot.id, &inner.channel)
+                        .save_channel(slot.id, &inner.channel, &archive)
                         .await
                         .map_err(|e| {
                             tracing::error!(peer = %slot.peer, channel = slot.id, error = %e, "persist failed");
                             ControlError::Store(e)
                         })?;
+                    archive.clear();
                     inner.persisted = inner.channel.clone();
                     #[cfg(feature = "test-hooks")]
                     if self.cheat_enabled {
@@ -382,14 +427,9 @@ impl NodeState {
                     tracing::info!(peer = %slot.peer, txid = %tx.compute_txid(), csv_blocks, lock_time, "claim queued");
                 }
                 Action::Archive(record) => {
-                    // Before the Persist that follows drops it from the channel.
-                    self.store
-                        .save_revoked(slot.id, &record)
-                        .await
-                        .map_err(|e| {
-                            tracing::error!(peer = %slot.peer, channel = slot.id, error = %e, "archive failed");
-                            ControlError::Store(e)
-                        })?;
+                    // Durable no later than the Persist that follows and drops it from the
+                    // channel: both go in one commit.
+                    archive.push(record);
                 }
                 Action::WatchOutput(op) => {
                     tracing::debug!(peer = %slot.peer, anchor = %op, "watching anchor");
@@ -400,6 +440,12 @@ impl NodeState {
                         queue.push_front(a);
                     }
                 }
+            }
+        }
+        if !archive.is_empty() {
+            // No Persist followed (the machine always sends one; keep the records anyway).
+            for record in &archive {
+                self.store.save_revoked(slot.id, record).await?;
             }
         }
         // An open completes once the anchor is out.
@@ -673,6 +719,14 @@ impl NodeState {
             let changed = slot.changed.notified();
             {
                 let mut inner = slot.lock().await;
+                if let Some(confirmations) = inner.suspended {
+                    if !matches!(command, Command::Close | Command::ForceClose) {
+                        return Err(ControlError::AnchorUnconfirmed {
+                            confirmations,
+                            min_depth: inner.channel.min_depth(),
+                        });
+                    }
+                }
                 let ch = &mut inner.channel;
                 let kind = if matches!(command, Command::Close) {
                     WaitKind::Close
@@ -749,10 +803,7 @@ impl NodeState {
             if stale {
                 tracing::info!(%peer, channel = slot.id, "peer opens again; forgetting the unfunded opening");
                 inner.channel = inner.persisted.clone();
-                if let Err(e) = self.store.abandon_channel(slot.id, None).await {
-                    tracing::error!(error = %e, "cannot abandon channel");
-                }
-                self.channels.remove(slot.id);
+                self.forget_channel(slot, None, Abandoned::Opening).await;
                 drop(inner);
                 active = None;
             }
@@ -816,6 +867,25 @@ impl NodeState {
             }
         }
         tracing::debug!(%peer, packet = pkt.name(), state = state_name(inner.channel.state()), "received");
+        if let Some(confirmations) = inner.suspended {
+            // A proposal on a channel whose anchor a reorganisation took away: the money
+            // it would move may not exist. An update already in flight may finish.
+            let proposal = matches!(
+                pkt,
+                Packet::Update(_)
+                    | Packet::UpdateAddHtlc(_)
+                    | Packet::UpdateFulfillHtlc(_)
+                    | Packet::UpdateTimedoutHtlc(_)
+                    | Packet::UpdateRoutefailHtlc(_)
+            );
+            if proposal && inner.channel.state() == State::Normal {
+                tracing::warn!(%peer, channel = slot.id, confirmations, "proposal refused: the anchor is not confirmed");
+                return Err(Packet::error(format!(
+                    "Anchor not confirmed ({confirmations} of {} confirmations): no updates until it is",
+                    inner.channel.min_depth()
+                )));
+            }
+        }
         match inner.channel.handle_packet(&pkt, unix_now()) {
             Ok(actions) => self
                 .run_actions(&slot, &mut inner, actions)
@@ -884,10 +954,7 @@ impl NodeState {
         if opening(state) {
             tracing::info!(peer = %slot.peer, channel = slot.id, state = state_name(state), "opening abandoned (anchor never broadcast)");
             let anchor = inner.channel.anchor_outpoint().map(|o| o.txid);
-            if let Err(e) = self.store.abandon_channel(slot.id, anchor).await {
-                tracing::error!(error = %e, "cannot abandon channel");
-            }
-            self.channels.remove(slot.id);
+            self.forget_channel(slot, anchor, Abandoned::Opening).await;
         } else if state == State::OpenWaitComplete {
             // A crash between persisting and broadcasting must not leave the anchor unsent.
             if let Some(tx) = inner.channel.anchor_tx().cloned() {
@@ -963,6 +1030,7 @@ impl NodeState {
         match check {
             AnchorCheck::Good(depth) => {
                 inner.anchor_missing_since = None;
+                self.remember_anchor_inputs(inner).await;
                 let actions = inner.channel.anchor_depth(depth);
                 if !actions.is_empty() {
                     if let Err(e) = self.run_actions(slot, inner, actions).await {
@@ -993,14 +1061,128 @@ impl NodeState {
         }
     }
 
+    /// Marks a channel abandoned on disk and drops it from the registry (the watcher stops
+    /// looking at its anchor). An opening that never went live also stops watching its final
+    /// key: no transaction can pay it (the acceptor has no output in the funder's first
+    /// commitment; a funder's unbroadcast anchor backs nothing), so strangers cannot make us
+    /// watch keys without end. A live channel ended for an unbacked anchor keeps the watch:
+    /// should that anchor ever confirm after all, the peer's commitment pays us there.
+    async fn forget_channel(&self, slot: &Slot, anchor: Option<bitcoin::Txid>, kind: Abandoned) {
+        if let Err(e) = self.store.abandon_channel(slot.id, anchor, kind).await {
+            tracing::error!(channel = slot.id, error = %e, "cannot abandon channel");
+        }
+        self.channels.remove(slot.id);
+        if kind == Abandoned::Opening {
+            if let Some(index) = channel_index(slot.id) {
+                if let Ok(key) = self.wallet.derive(KeyPath {
+                    branch: FINAL_BRANCH,
+                    index,
+                }) {
+                    lock(&self.scripts).remove(&key.address.script_pubkey());
+                }
+            }
+        }
+    }
+
+    /// Keeps the outputs the anchor spends, once, so that a double-spend of them is recognised
+    /// in a block even after the anchor itself left the chain.
+    async fn remember_anchor_inputs(&self, inner: &mut SlotInner) {
+        if !inner.anchor_inputs.is_empty() {
+            return;
+        }
+        if let Some(tx) = inner.channel.anchor_tx() {
+            inner.anchor_inputs = tx.input.iter().map(|i| i.previous_output).collect();
+            return;
+        }
+        let Some(op) = inner.channel.anchor_outpoint() else {
+            return;
+        };
+        if let Ok(Some(status)) = self.chain.transaction(op.txid).await {
+            inner.anchor_inputs = status.tx.input.iter().map(|i| i.previous_output).collect();
+        }
+    }
+
+    /// A live channel after a new block or a reorganisation: its anchor must still be on the
+    /// best chain at `min_depth`. Below that the channel is suspended (listed as not live, no
+    /// update proposed or accepted) until it is back at depth; an anchor that can never
+    /// confirm (a block holds a double-spend of its inputs, or it stays unseen for
+    /// `anchor_wait_blocks`) ends the channel: it backs no money, so there is nothing to
+    /// close on chain and it is abandoned like an opening that was never funded.
+    pub(crate) async fn check_live_anchor(&self, slot: &Slot, inner: &mut SlotInner, height: u32) {
+        let state = inner.channel.state();
+        if opening(state) || finished(state) || state == State::OpenWaitComplete {
+            return;
+        }
+        let check = match self.check_anchor(&inner.channel).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(peer = %slot.peer, channel = slot.id, error = %e, "cannot check the anchor yet");
+                return;
+            }
+        };
+        let min_depth = inner.channel.min_depth();
+        let confirmations = match check {
+            AnchorCheck::Good(depth) => {
+                inner.anchor_missing_since = None;
+                self.remember_anchor_inputs(inner).await;
+                depth
+            }
+            AnchorCheck::Bad(why) => {
+                tracing::error!(peer = %slot.peer, channel = slot.id, %why, "the anchor of a live channel no longer matches");
+                0
+            }
+            AnchorCheck::Missing => {
+                let since = *inner.anchor_missing_since.get_or_insert(height);
+                let why = if inner.anchor_conflict.is_some() {
+                    Some(
+                        "Anchor double-spent: a block holds a transaction spending its inputs"
+                            .to_owned(),
+                    )
+                } else if height >= since.saturating_add(self.anchor_wait_blocks) {
+                    Some(format!(
+                        "Anchor off the best chain for {} blocks",
+                        self.anchor_wait_blocks
+                    ))
+                } else {
+                    None
+                };
+                if let Some(why) = why {
+                    self.end_unbacked(slot, inner, &why).await;
+                    return;
+                }
+                0
+            }
+        };
+        if confirmations >= min_depth {
+            if inner.suspended.take().is_some() {
+                tracing::info!(peer = %slot.peer, channel = slot.id, confirmations, "anchor confirmed again; channel live");
+                slot.changed.notify_waiters();
+            }
+        } else if inner.suspended.replace(confirmations).is_none() {
+            tracing::warn!(peer = %slot.peer, channel = slot.id, confirmations, min_depth, "anchor reorganised below min_depth; channel suspended");
+        }
+    }
+
+    /// Ends a channel whose anchor will never be on chain (see [`Self::check_live_anchor`]).
+    async fn end_unbacked(&self, slot: &Slot, inner: &mut SlotInner, why: &str) {
+        tracing::warn!(peer = %slot.peer, channel = slot.id, %why, "channel abandoned: its anchor can never confirm");
+        // What was in flight falls back to the disk; nothing more is signed for it.
+        inner.channel = inner.persisted.clone();
+        self.abandon_opening(slot, inner, why).await;
+        self.peers.kick(&slot.peer, why);
+    }
+
     /// Forgets an opening whose anchor the peer funds and that will never back it: the peer
     /// is told why, the channel is marked abandoned on disk and leaves the registry.
     async fn abandon_opening(&self, slot: &Slot, inner: &mut SlotInner, why: &str) {
         tracing::warn!(peer = %slot.peer, channel = slot.id, %why, "opening abandoned");
-        if let Err(e) = self.store.abandon_channel(slot.id, None).await {
-            tracing::error!(channel = slot.id, error = %e, "cannot abandon channel");
-        }
-        self.channels.remove(slot.id);
+        let kind =
+            if opening(inner.channel.state()) || inner.channel.state() == State::OpenWaitComplete {
+                Abandoned::Opening
+            } else {
+                Abandoned::Unbacked
+            };
+        self.forget_channel(slot, None, kind).await;
         if let Some(out) = inner.outbox.take() {
             // The error ends the session (it is the last packet written).
             let _ = out.try_send(Packet::error(why));
@@ -1049,8 +1231,16 @@ impl NodeState {
     }
 
     pub(crate) async fn list_funds(&self) -> Result<Value, StoreError> {
-        let tip = self.store.meta("scanned_height").await?;
         let outputs: Vec<OutputRow> = self.store.outputs(true).await?;
+        // The watcher records a block's outputs before it moves the scanned height past
+        // that block: an output is never younger than its own block.
+        let tip = self.store.meta("scanned_height").await?.max(
+            outputs
+                .iter()
+                .map(|o| i64::from(o.height))
+                .max()
+                .unwrap_or(0),
+        );
         let total: u64 = outputs.iter().map(|o| o.amount_sat).sum();
         let spendable: u64 = outputs
             .iter()
@@ -1075,6 +1265,13 @@ impl NodeState {
     /// Rebuilds the script map from the counters, so every key the node handed out is watched.
     pub(crate) async fn load_scripts(&self) -> Result<(), ControlError> {
         let mut map = HashMap::new();
+        let forgotten: std::collections::HashSet<u32> = self
+            .store
+            .abandoned_openings()
+            .await?
+            .into_iter()
+            .filter_map(channel_index)
+            .collect();
         for (key, branch) in [
             ("next_receive", wallet::RECEIVE_BRANCH),
             ("next_change", wallet::CHANGE_BRANCH),
@@ -1082,6 +1279,9 @@ impl NodeState {
         ] {
             let n = self.store.meta(key).await?;
             for index in 0..u32::try_from(n).unwrap_or(0) {
+                if branch == FINAL_BRANCH && forgotten.contains(&index) {
+                    continue;
+                }
                 let path = KeyPath { branch, index };
                 let key = self.wallet.derive(path)?;
                 map.insert(key.address.script_pubkey(), path);
@@ -1160,7 +1360,7 @@ impl NodeState {
             }
             return;
         }
-        if inner.outbox.is_none() || state != State::Normal {
+        if inner.outbox.is_none() || state != State::Normal || inner.suspended.is_some() {
             return;
         }
         let expired: Option<Sha256> = inner.channel.balances().and_then(|cs| {

@@ -61,6 +61,15 @@ pub(crate) enum ControlError {
     /// The channel closed on chain while the call waited.
     #[error("the channel closed on chain")]
     ClosedOnChain,
+    /// The channel's anchor is not (or no longer, after a reorganisation) confirmed at
+    /// `min_depth` on the best chain: no update until it is.
+    #[error("the channel's anchor has {confirmations} of {min_depth} confirmations on the best chain: no updates until it confirms again")]
+    AnchorUnconfirmed {
+        /// Confirmations now (0: in the mempool or nowhere).
+        confirmations: u32,
+        /// Confirmations the channel needs.
+        min_depth: u32,
+    },
     /// The anchor could not be built or signed by the wallet.
     #[error("cannot fund the anchor: {0}")]
     Funding(#[from] wallet::SpendError),
@@ -133,6 +142,8 @@ pub(crate) mod codes {
     pub const CLOSED_ON_CHAIN: i64 = -109;
     /// The chain backend failed.
     pub const CHAIN_ERROR: i64 = -110;
+    /// The channel's anchor is not confirmed at `min_depth` (a reorganisation took it off).
+    pub const ANCHOR_UNCONFIRMED: i64 = -112;
     /// The test-only cheat is off.
     #[cfg(feature = "test-hooks")]
     pub const CHEAT_DISABLED: i64 = -111;
@@ -153,6 +164,7 @@ impl ControlError {
             ControlError::PeerGone(_) => codes::PEER_GONE,
             ControlError::Timeout(_) => codes::TIMEOUT,
             ControlError::ClosedOnChain => codes::CLOSED_ON_CHAIN,
+            ControlError::AnchorUnconfirmed { .. } => codes::ANCHOR_UNCONFIRMED,
             ControlError::Funding(_) | ControlError::Wallet(_) => codes::WALLET_ERROR,
             ControlError::Chain(_) => codes::CHAIN_ERROR,
             ControlError::Store(_) => codes::DATABASE_ERROR,

@@ -150,6 +150,8 @@ pub(crate) struct NodeState {
     funding: tokio::sync::Mutex<()>,
     /// One watcher pass at a time (the loop and tests that step it).
     watch_pass: tokio::sync::Mutex<()>,
+    /// Set by the watcher's first pass after a start.
+    watched_once: std::sync::atomic::AtomicBool,
 }
 
 impl NodeState {
@@ -294,6 +296,7 @@ pub async fn start(config: NodeConfig, chain: Arc<dyn Chain>) -> Result<RunningN
         cheat_enabled: config.dev_allow_cheat,
         funding: tokio::sync::Mutex::new(()),
         watch_pass: tokio::sync::Mutex::new(()),
+        watched_once: std::sync::atomic::AtomicBool::new(false),
     });
     #[cfg(feature = "test-hooks")]
     if config.dev_allow_cheat {
@@ -323,6 +326,10 @@ pub async fn start(config: NodeConfig, chain: Arc<dyn Chain>) -> Result<RunningN
     let mut rpc_shutdown = state.shutdown.subscribe();
     let rpc_task = tokio::spawn(async move {
         let app = rpc::router(rpc_state);
+        // Answers are small and each call waits for its answer: no Nagle delay on them.
+        let rpc_listener = axum::serve::ListenerExt::tap_io(rpc_listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let served = axum::serve(rpc_listener, app)
             .with_graceful_shutdown(async move {
                 let _ = rpc_shutdown.wait_for(|stop| *stop).await;

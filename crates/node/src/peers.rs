@@ -149,6 +149,23 @@ impl Peers {
             // A replaced session's channel was settled when the new one came.
             if current {
                 state.session_down(&node_id).await;
+                // A peer we hold no open channel with is forgotten once it is gone: the list
+                // (and the stored addresses) stay bounded however many strangers come by.
+                if state.channels.active(&node_id).await.is_none() {
+                    let forgotten = {
+                        let mut entries = peers.lock();
+                        let idle = entries.get(&node_id).is_some_and(|e| e.session.is_none());
+                        if idle {
+                            entries.remove(&node_id);
+                        }
+                        idle
+                    };
+                    if forgotten {
+                        if let Err(e) = state.store.forget_peer(&node_id.to_string()).await {
+                            tracing::warn!(peer = %node_id, error = %e, "cannot forget the peer's address");
+                        }
+                    }
+                }
             }
             // Every sender is gone now: the writer flushes what is queued (the goodbye) and ends.
             drop(out_tx);

@@ -217,12 +217,14 @@ async fn dispatch(
             let mut open = 0u64;
             let mut our_msat = 0u64;
             let mut htlcs = 0usize;
+            let mut suspended = 0u64;
             let all = state.channels.all();
             for slot in &all {
                 let inner = slot.lock().await;
                 let st = inner.channel.state();
                 if !matches!(st, channel::State::Closed | channel::State::OnChain) {
                     open += 1;
+                    suspended += u64::from(inner.suspended.is_some());
                     if let Some(cs) = inner.channel.balances() {
                         our_msat += cs.ours.pay_msat + cs.ours.fee_msat;
                         htlcs += cs.ours.htlcs.len() + cs.theirs.htlcs.len();
@@ -241,6 +243,8 @@ async fn dispatch(
                 "block_height": tip.height,
                 "channels": all.len(),
                 "open_channels": open,
+                "suspended_channels": suspended,
+                "watched_scripts": state.watched_scripts(),
                 "open_channel_balance_msat": our_msat,
                 "pending_htlcs": htlcs,
                 "wallet_sat": wallet_sat,

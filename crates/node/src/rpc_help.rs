@@ -60,8 +60,10 @@ pub const METHODS: &[MethodHelp] = &[
         summary: "this node: id, peer address, network, chain height, channel and wallet totals",
         params: &[],
         result: "{node_id, listen, network, block_height, channels, open_channels, \
-                 open_channel_balance_msat, pending_htlcs, wallet_sat}; \
-                 open_channel_balance_msat is our balance before fee shares in channels not yet closed",
+                 suspended_channels, open_channel_balance_msat, pending_htlcs, wallet_sat, \
+                 watched_scripts}; open_channel_balance_msat is our balance before fee shares \
+                 in channels not yet closed; suspended: open channels whose anchor a \
+                 reorganisation took below min_depth (no updates until it reconfirms)",
         example: "potluck cli --data-dir ./a getinfo",
         hidden: false,
     },
@@ -199,7 +201,9 @@ pub const METHODS: &[MethodHelp] = &[
         summary: "every channel with its state, balances per side, fee shares and HTLCs",
         params: &[],
         result: "{channels: [{peer_id, state, anchor_txid, capacity_sat, our_msat, their_msat, \
-                 our_fee_msat, their_fee_msat, ours, theirs, commitment_number, htlcs}]}; \
+                 our_fee_msat, their_fee_msat, ours, theirs, commitment_number, live, htlcs}]}; \
+                 live: false before the anchor is at min_depth or after a reorganisation took \
+                 it (then anchor_confirmations says how many it has); \
                  ours/theirs are {balance_msat, fee_share_msat, htlc_msat, spendable_msat} \
                  (balance before the fee share, outside HTLCs; spendable: the most one pay or \
                  newhtlc from that side moves now)",

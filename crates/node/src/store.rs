@@ -24,6 +24,92 @@ pub enum StoreError {
     /// A stored channel snapshot does not decode.
     #[error("stored channel {0} is corrupt: {1}")]
     Corrupt(i64, String),
+    /// A channel snapshot written by a newer release: refused, never dropped.
+    #[error("stored channel {id} has snapshot version {version}; this release reads versions 0 to {SNAPSHOT_VERSION}: run the release that wrote it")]
+    SnapshotTooNew {
+        /// The channel.
+        id: i64,
+        /// Its snapshot's version.
+        version: u64,
+    },
+    /// A group commit failed (nothing of it was written).
+    #[error("database write: {0}")]
+    Write(String),
+    /// A channel snapshot could not be encoded (nothing was written).
+    #[error("channel {0} cannot be encoded: {1}")]
+    Encode(i64, String),
+}
+
+/// The version of the channel snapshot layout this release writes. 0: before the
+/// channel restructure (flat struct, `state` beside loose options; migrated on load);
+/// 1: the restructured layout without a version field; 2: the same with
+/// `snapshot_version`. docs/node.md, "Upgrades".
+pub(crate) const SNAPSHOT_VERSION: u64 = 2;
+
+/// The JSON key holding the snapshot version.
+const VERSION_KEY: &str = "snapshot_version";
+
+/// A channel read from its snapshot, with the history an old layout kept inside it.
+pub(crate) struct Decoded {
+    pub channel: Channel,
+    /// The layout version it was read from.
+    pub version: u64,
+    /// Version 0: every HTLC it ever saw, to archive for penalties.
+    pub legacy_history: Option<channel::RevokedCommitment>,
+}
+
+/// Encodes `channel` as a snapshot of [`SNAPSHOT_VERSION`].
+pub(crate) fn encode_snapshot(id: i64, channel: &Channel) -> Result<String, StoreError> {
+    let mut value =
+        serde_json::to_value(channel).map_err(|e| StoreError::Encode(id, e.to_string()))?;
+    let serde_json::Value::Object(map) = &mut value else {
+        return Err(StoreError::Encode(id, "not a JSON object".into()));
+    };
+    map.insert(VERSION_KEY.into(), SNAPSHOT_VERSION.into());
+    serde_json::to_string(&value).map_err(|e| StoreError::Encode(id, e.to_string()))
+}
+
+/// Decodes a snapshot of any version this release knows; migrates version 0.
+///
+/// # Errors
+/// A newer version ([`StoreError::SnapshotTooNew`]) or a snapshot that does not parse
+/// as its version ([`StoreError::Corrupt`], naming the version): the node refuses to start
+/// rather than lose the channel.
+pub(crate) fn decode_snapshot(id: i64, json: &str) -> Result<Decoded, StoreError> {
+    let corrupt = |version: u64, e: &dyn std::fmt::Display| {
+        StoreError::Corrupt(id, format!("snapshot version {version}: {e}"))
+    };
+    let mut value: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| StoreError::Corrupt(id, e.to_string()))?;
+    let serde_json::Value::Object(map) = &mut value else {
+        return Err(StoreError::Corrupt(id, "not a JSON object".into()));
+    };
+    let version = match map.remove(VERSION_KEY) {
+        Some(v) => v
+            .as_u64()
+            .ok_or_else(|| StoreError::Corrupt(id, format!("bad {VERSION_KEY} {v}")))?,
+        // Unversioned: the old flat layout has `state`, the restructured one `stage`.
+        None if map.contains_key("state") => 0,
+        None => 1,
+    };
+    match version {
+        0 => {
+            let old: channel::ChannelV0 =
+                serde_json::from_value(value).map_err(|e| corrupt(0, &e))?;
+            let migrated = old.migrate().map_err(|e| corrupt(0, &e))?;
+            Ok(Decoded {
+                channel: migrated.channel,
+                version,
+                legacy_history: Some(migrated.history),
+            })
+        }
+        1 | 2 => Ok(Decoded {
+            channel: serde_json::from_value(value).map_err(|e| corrupt(version, &e))?,
+            version,
+            legacy_history: None,
+        }),
+        _ => Err(StoreError::SnapshotTooNew { id, version }),
+    }
 }
 
 /// One row of `channels`.
@@ -98,10 +184,72 @@ CREATE TABLE IF NOT EXISTS revoked_for_tests (
 );
 ";
 
+/// The `num` under which a migrated channel's old history is archived (an SQLite
+/// integer cannot hold [`channel::Migrated::LEGACY_HISTORY`]; no commitment reaches it).
+const LEGACY_HISTORY_NUM: i64 = -1;
+
 /// The node's database.
 #[derive(Clone)]
 pub(crate) struct Store {
     pool: SqlitePool,
+    /// The group-commit writer of channel states (see [`Store::save_channel`]).
+    writes: tokio::sync::mpsc::Sender<WriteRequest>,
+}
+
+/// One channel's durable write: its snapshot and the revoked-commitment records that must
+/// be on disk no later than it (they leave the snapshot with it).
+struct WriteRequest {
+    id: i64,
+    snapshot: String,
+    revoked: Vec<(i64, String)>,
+    done: tokio::sync::oneshot::Sender<Result<(), String>>,
+}
+
+/// The most channel writes one commit (one fsync) covers.
+const GROUP_MAX: usize = 256;
+
+/// Group commit: every channel write waiting when the previous commit ended goes into the
+/// next transaction, so N channels ready at the same moment cost one fsync, not N; no
+/// channel waits on another's lock, only on the shared commit. Each caller is answered
+/// only after the commit that holds its write, so nothing it sends next can overtake it.
+/// A task of its own rather than the callers taking turns: a caller dropped mid-write (a
+/// control call whose client hung up) cannot abandon the writes of others, and the writes
+/// of one channel commit in the order they were made even then (one queue, in order).
+async fn group_writer(pool: SqlitePool, mut rx: tokio::sync::mpsc::Receiver<WriteRequest>) {
+    let mut batch: Vec<WriteRequest> = Vec::with_capacity(GROUP_MAX);
+    while let Some(first) = rx.recv().await {
+        batch.push(first);
+        while batch.len() < GROUP_MAX {
+            match rx.try_recv() {
+                Ok(w) => batch.push(w),
+                Err(_) => break,
+            }
+        }
+        let result = write_group(&pool, &batch).await.map_err(|e| e.to_string());
+        for w in batch.drain(..) {
+            let _ = w.done.send(result.clone());
+        }
+    }
+}
+
+async fn write_group(pool: &SqlitePool, batch: &[WriteRequest]) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    for w in batch {
+        for (num, record) in &w.revoked {
+            sqlx::query("INSERT INTO revoked_commitments (channel_id, num, record) VALUES (?, ?, ?) ON CONFLICT DO NOTHING")
+                .bind(w.id)
+                .bind(num)
+                .bind(record)
+                .execute(&mut *tx)
+                .await?;
+        }
+        sqlx::query("UPDATE channels SET snapshot = ? WHERE id = ?")
+            .bind(&w.snapshot)
+            .bind(w.id)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await
 }
 
 impl Store {
@@ -119,7 +267,9 @@ impl Store {
             .connect_with(options)
             .await?;
         sqlx::raw_sql(SCHEMA).execute(&pool).await?;
-        Ok(Store { pool })
+        let (writes, rx) = tokio::sync::mpsc::channel(4 * GROUP_MAX);
+        tokio::spawn(group_writer(pool.clone(), rx));
+        Ok(Store { pool, writes })
     }
 
     pub(crate) async fn meta(&self, key: &str) -> Result<i64, StoreError> {
@@ -167,11 +317,6 @@ impl Store {
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
-    fn encode_channel(channel: &Channel) -> String {
-        // Serializing plain data (keys, numbers, transactions) cannot fail.
-        serde_json::to_string(channel).unwrap_or_default()
-    }
-
     pub(crate) async fn insert_channel(
         &self,
         id: i64,
@@ -181,19 +326,40 @@ impl Store {
         sqlx::query("INSERT INTO channels (id, peer_id, snapshot) VALUES (?, ?, ?)")
             .bind(id)
             .bind(peer_id)
-            .bind(Self::encode_channel(channel))
+            .bind(encode_snapshot(id, channel)?)
             .execute(&self.pool)
             .await?;
         Ok(())
     }
 
-    pub(crate) async fn save_channel(&self, id: i64, channel: &Channel) -> Result<(), StoreError> {
-        sqlx::query("UPDATE channels SET snapshot = ? WHERE id = ?")
-            .bind(Self::encode_channel(channel))
-            .bind(id)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+    /// Writes the channel's state durably, with the revoked-commitment records that leave
+    /// it (`channel` crate's `Action::Archive`) in the same commit; returns once committed.
+    /// Concurrent callers share commits (group commit, [`group_writer`]).
+    pub(crate) async fn save_channel(
+        &self,
+        id: i64,
+        channel: &Channel,
+        revoked: &[channel::RevokedCommitment],
+    ) -> Result<(), StoreError> {
+        let snapshot = encode_snapshot(id, channel)?;
+        let revoked = revoked
+            .iter()
+            .map(|r| {
+                serde_json::to_string(r)
+                    .map(|json| (i64::try_from(r.commitment_number).unwrap_or(i64::MAX), json))
+                    .map_err(|e| StoreError::Encode(id, e.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let (done, answer) = tokio::sync::oneshot::channel();
+        let request = WriteRequest {
+            id,
+            snapshot,
+            revoked,
+            done,
+        };
+        let gone = || StoreError::Write("the database writer stopped".into());
+        self.writes.send(request).await.map_err(|_| gone())?;
+        answer.await.map_err(|_| gone())?.map_err(StoreError::Write)
     }
 
     /// Forgets a channel that never got an anchor on chain, and frees the outputs it had reserved.
@@ -201,9 +367,11 @@ impl Store {
         &self,
         id: i64,
         anchor: Option<Txid>,
+        kind: crate::channels::Abandoned,
     ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query("UPDATE channels SET abandoned = 1 WHERE id = ?")
+        sqlx::query("UPDATE channels SET abandoned = ? WHERE id = ?")
+            .bind(kind as i64)
             .bind(id)
             .execute(&mut *tx)
             .await?;
@@ -217,25 +385,66 @@ impl Store {
         Ok(())
     }
 
+    /// Ids of the channels abandoned before they went live.
+    pub(crate) async fn abandoned_openings(&self) -> Result<Vec<i64>, StoreError> {
+        let rows = sqlx::query("SELECT id FROM channels WHERE abandoned = 1")
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    /// Forgets the stored address of a peer (no channel needs reconnecting to it).
+    pub(crate) async fn forget_peer(&self, node_id: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM peers WHERE node_id = ?")
+            .bind(node_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     pub(crate) async fn channels(&self) -> Result<Vec<ChannelRow>, StoreError> {
         let rows = sqlx::query(
             "SELECT id, peer_id, snapshot FROM channels WHERE abandoned = 0 ORDER BY id",
         )
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| {
-                let id: i64 = r.get(0);
-                let snapshot: String = r.get(2);
-                let channel = serde_json::from_str(&snapshot)
-                    .map_err(|e| StoreError::Corrupt(id, e.to_string()))?;
-                Ok(ChannelRow {
-                    id,
-                    peer_id: r.get(1),
-                    channel,
-                })
-            })
-            .collect()
+        let mut out = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let id: i64 = r.get(0);
+            let snapshot: String = r.get(2);
+            let decoded = decode_snapshot(id, &snapshot)?;
+            if decoded.version < SNAPSHOT_VERSION {
+                // Upgrade in place, the old history archived first: one transaction, so
+                // a crash leaves either the old snapshot or the new one with its history.
+                let mut tx = self.pool.begin().await?;
+                if let Some(history) = &decoded.legacy_history {
+                    sqlx::query("INSERT INTO revoked_commitments (channel_id, num, record) VALUES (?, ?, ?) ON CONFLICT(channel_id, num) DO UPDATE SET record = excluded.record")
+                        .bind(id)
+                        .bind(LEGACY_HISTORY_NUM)
+                        .bind(serde_json::to_string(history).map_err(|e| StoreError::Encode(id, e.to_string()))?)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                sqlx::query("UPDATE channels SET snapshot = ? WHERE id = ?")
+                    .bind(encode_snapshot(id, &decoded.channel)?)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                tracing::info!(
+                    channel = id,
+                    from = decoded.version,
+                    to = SNAPSHOT_VERSION,
+                    "channel snapshot upgraded"
+                );
+            }
+            out.push(ChannelRow {
+                id,
+                peer_id: r.get(1),
+                channel: decoded.channel,
+            });
+        }
+        Ok(out)
     }
 
     pub(crate) async fn add_output(&self, o: &OutputRow) -> Result<(), StoreError> {
@@ -427,20 +636,29 @@ impl Store {
         Ok(())
     }
 
-    /// The archived record of the peer's revoked commitment `num`, if any.
+    /// The archived record of the peer's revoked commitment `num`, if any; for a channel
+    /// migrated from snapshot version 0 without a record of its own, every HTLC the old
+    /// snapshot had seen (a superset: the penalty matches outputs by script).
     pub(crate) async fn revoked(
         &self,
         channel_id: i64,
         num: u64,
     ) -> Result<Option<channel::RevokedCommitment>, StoreError> {
-        let row =
-            sqlx::query("SELECT record FROM revoked_commitments WHERE channel_id = ? AND num = ?")
-                .bind(channel_id)
-                .bind(i64::try_from(num).unwrap_or(i64::MAX))
-                .fetch_optional(&self.pool)
-                .await?;
+        let row = sqlx::query(
+            "SELECT record FROM revoked_commitments WHERE channel_id = ? AND num IN (?, ?) ORDER BY num = ? LIMIT 1",
+        )
+        .bind(channel_id)
+        .bind(i64::try_from(num).unwrap_or(i64::MAX))
+        .bind(LEGACY_HISTORY_NUM)
+        .bind(LEGACY_HISTORY_NUM)
+        .fetch_optional(&self.pool)
+        .await?;
         row.map(|r| {
-            serde_json::from_str(&r.get::<String, _>(0))
+            serde_json::from_str::<channel::RevokedCommitment>(&r.get::<String, _>(0))
+                .map(|mut record| {
+                    record.commitment_number = num;
+                    record
+                })
                 .map_err(|e| StoreError::Corrupt(channel_id, e.to_string()))
         })
         .transpose()
@@ -475,5 +693,57 @@ impl Store {
             .fetch_optional(&self.pool)
             .await?;
         Ok(row.and_then(|r| encode::deserialize_hex(&r.get::<String, _>(0)).ok()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Channel {
+        let secrets = channel::ChannelSecrets {
+            commit_key: secp256k1::SecretKey::from_slice(&[1; 32]).unwrap(),
+            final_key: secp256k1::SecretKey::from_slice(&[2; 32]).unwrap(),
+            revocation_seed: [3; 32],
+        };
+        Channel::new(
+            channel::ChannelConfig::default(),
+            secrets,
+            channel::AnchorRole::Accept,
+        )
+    }
+
+    #[test]
+    fn snapshots_carry_their_version_and_read_back() {
+        let ch = sample();
+        let json = encode_snapshot(1, &ch).unwrap();
+        assert!(json.contains("\"snapshot_version\":2"));
+        let back = decode_snapshot(1, &json).unwrap();
+        assert_eq!((back.channel, back.version), (ch.clone(), 2));
+        // The restructured layout before versions (1) still reads.
+        let v1 = serde_json::to_string(&ch).unwrap();
+        let back = decode_snapshot(1, &v1).unwrap();
+        assert_eq!((back.channel, back.version), (ch, 1));
+    }
+
+    #[test]
+    fn a_snapshot_from_a_newer_release_is_refused_by_version() {
+        let json = encode_snapshot(7, &sample())
+            .unwrap()
+            .replace("\"snapshot_version\":2", "\"snapshot_version\":3");
+        let err = decode_snapshot(7, &json).err().unwrap();
+        assert!(matches!(
+            err,
+            StoreError::SnapshotTooNew { id: 7, version: 3 }
+        ));
+        assert!(err.to_string().contains("version 3"), "{err}");
+    }
+
+    #[test]
+    fn a_broken_old_snapshot_is_refused_naming_its_version() {
+        let err = decode_snapshot(4, r#"{"state":"Normal","config":{}}"#)
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("snapshot version 0"), "{err}");
     }
 }

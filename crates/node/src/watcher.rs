@@ -53,9 +53,22 @@ pub(crate) async fn step(state: &NodeState) -> Result<(), WatchError> {
     let _pass = state.watch_pass.lock().await;
     let tip = state.chain.tip().await?;
     let mut scanned = state.store.meta("scanned_height").await?;
+    let mut forked = false;
     if let Some(fork) = find_fork(state, scanned).await? {
         scanned = i64::from(fork);
+        forked = true;
+        for slot in state.channels.all() {
+            let mut inner = slot.lock().await;
+            if inner.anchor_conflict.is_some_and(|h| h > fork) {
+                inner.anchor_conflict = None;
+            }
+        }
     }
+    // The first pass after a start checks every live channel's anchor: a reorganisation
+    // while the node was down may have taken it.
+    let first_pass = !state
+        .watched_once
+        .swap(true, std::sync::atomic::Ordering::Relaxed);
     // A fresh node starts at the current tip: nothing of it can be older.
     let mut next = if scanned == 0 {
         tip.height
@@ -80,12 +93,13 @@ pub(crate) async fn step(state: &NodeState) -> Result<(), WatchError> {
         new_blocks = true;
     }
     let height = next.saturating_sub(1);
-    if new_blocks || scanned == 0 {
+    if new_blocks || scanned == 0 || forked || first_pass {
         for slot in state.channels.all() {
             {
                 let mut inner = slot.lock().await;
                 let _ = inner.channel.block_height(height);
                 state.advance_opening(&slot, &mut inner, height).await;
+                state.check_live_anchor(&slot, &mut inner, height).await;
             }
         }
     }
@@ -153,11 +167,16 @@ async fn find_fork(state: &NodeState, scanned: i64) -> Result<Option<u32>, Watch
 }
 
 async fn scan_block(state: &NodeState, height: u32, block: &Block) -> Result<(), WatchError> {
+    let mut anchor_inputs: Vec<(OutPoint, bitcoin::Txid, Arc<crate::channels::Slot>)> = Vec::new();
     let anchors: Vec<(OutPoint, Arc<crate::channels::Slot>)> = {
         let mut v = Vec::new();
         for slot in state.channels.all() {
-            let op = slot.lock().await.channel.anchor_outpoint();
-            if let Some(op) = op {
+            let inner = slot.lock().await;
+            if let Some(op) = inner.channel.anchor_outpoint() {
+                for input in &inner.anchor_inputs {
+                    anchor_inputs.push((*input, op.txid, Arc::clone(&slot)));
+                }
+                drop(inner);
                 v.push((op, slot));
             }
         }
@@ -168,6 +187,12 @@ async fn scan_block(state: &NodeState, height: u32, block: &Block) -> Result<(),
         let txid = tx.compute_txid();
         let spent: Vec<OutPoint> = tx.input.iter().map(|i| i.previous_output).collect();
         state.store.spend_outputs(&spent, &txid).await?;
+        for (input, anchor, slot) in &anchor_inputs {
+            if txid != *anchor && spent.contains(input) {
+                tracing::warn!(peer = %slot.peer, channel = slot.id, %txid, height, "a block double-spends the channel's anchor");
+                slot.lock().await.anchor_conflict = Some(height);
+            }
+        }
         for (op, slot) in &anchors {
             if spent.contains(op) {
                 let mut inner = slot.lock().await;

@@ -662,3 +662,201 @@ fn a_frame_with_non_zero_padding_gets_an_error_farewell() {
         other => panic!("no farewell: {other:?}"),
     }
 }
+
+/// Invalidates the block holding the channel's anchor: the chain falls back to its parent
+/// and the anchor returns to the mempool. Returns the anchor's txid.
+fn reorganise_anchor_out(chain: &DevChainProc, node: &NodeProc) -> String {
+    let anchor = node.channel()["anchor_txid"].as_str().unwrap().to_owned();
+    let block = chain.tx(&anchor)["blockhash"].as_str().unwrap().to_owned();
+    chain.call("invalidateblock", serde_json::json!([block]));
+    anchor
+}
+
+/// A live channel whose anchor a reorganisation takes off the best chain is not live until
+/// the anchor confirms again at `min_depth`: it is listed as such, the node proposes nothing
+/// on it and refuses the peer's proposals; once the anchor is back at depth, it works again.
+#[test]
+fn a_reorganised_anchor_suspends_a_live_channel_until_it_reconfirms() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start(&chain, false);
+    let mut peer = ScriptedPeer::connect(&node, 62);
+    peer.open_live(&chain, &node, ANCHOR_SAT);
+    peer.pay(100_000_000).unwrap();
+    assert_eq!(node.channel()["live"], true, "{}", node.channel());
+
+    let anchor = reorganise_anchor_out(&chain, &node);
+    assert_eq!(chain.tx(&anchor)["confirmations"].as_u64().unwrap_or(0), 0);
+    wait_for("the channel listed as not live", 30, || {
+        (node.channel()["live"] == false).then_some(())
+    });
+    assert_eq!(node.cli(&["getinfo"])["suspended_channels"], 1);
+    let peer_id = peer.node_id.to_string();
+    let refused = node.try_cli(&["pay", &peer_id, "10000000"]);
+    assert!(
+        refused.as_ref().is_err_and(|e| e.contains("anchor")),
+        "the node proposed on a channel without a confirmed anchor: {refused:?}"
+    );
+    let saved = peer.channel.clone();
+    let paid = peer.pay(50_000_000);
+    assert!(
+        paid.is_err(),
+        "the node accepted an update on a channel without a confirmed anchor: {}",
+        node.channel()
+    );
+    let ch = node.channel();
+    let owned = ch["our_msat"].as_u64().unwrap() + ch["our_fee_msat"].as_u64().unwrap();
+    assert_eq!(owned, 100_000_000, "{ch}");
+
+    // The anchor confirms again (the next block takes it from the mempool): live again.
+    chain.mine(1);
+    wait_for("the channel live again", 30, || {
+        (node.channel()["live"] == true).then_some(())
+    });
+    assert_eq!(node.channel()["state"], "normal");
+    assert_eq!(node.cli(&["getinfo"])["suspended_channels"], 0);
+    peer.channel = saved;
+    wait_for("the peer back in session", 30, || {
+        (!node.connected_to(&peer_id)).then_some(())
+    });
+    peer.reconnect(&node);
+    peer.pay(50_000_000).unwrap();
+    let ch = node.channel();
+    let owned = ch["our_msat"].as_u64().unwrap() + ch["our_fee_msat"].as_u64().unwrap();
+    assert_eq!(owned, 150_000_000, "{ch}");
+}
+
+/// The peer funds the anchor from its own coin, pays us over the live channel, then
+/// double-spends that coin in a reorganisation: the anchor can never confirm, so the
+/// channel (and the payment in it) is over: it is not live, nothing more is accepted or
+/// proposed on it, and it does not count as open.
+#[test]
+fn a_double_spent_anchor_ends_a_live_channel() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start(&chain, false);
+    let mut peer = ScriptedPeer::connect(&node, 63);
+    peer.open_live_with(&chain, &node, ANCHOR_SAT, peer::Anchor::OwnCoin);
+    peer.pay(200_000_000).unwrap();
+
+    let anchor = reorganise_anchor_out(&chain, &node);
+    let conflict = peer.double_spend_anchor(&chain);
+    chain.mine(2);
+    assert_eq!(chain.tx(&conflict)["confirmations"], 2);
+    assert!(chain
+        .call("getrawmempool", serde_json::json!([]))
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|t| t != anchor.as_str()));
+    let peer_id = peer.node_id.to_string();
+    wait_for("the channel ended", 30, || {
+        let ch = node.channel_with(&peer_id);
+        let ended = ch.is_null()
+            || (ch["live"] == false
+                && ch["state"] != "normal"
+                && ch["state"] != "open_wait_complete");
+        (ended && node.cli(&["getinfo"])["open_channels"] == 0).then_some(())
+    });
+    let refused = node.try_cli(&["pay", &peer_id, "10000000"]);
+    assert!(
+        refused.is_err(),
+        "the node proposed on a dead channel: {refused:?}"
+    );
+    wait_for("the peer's session dropped", 30, || {
+        (!node.connected_to(&peer_id)).then_some(())
+    });
+    peer.reconnect(&node);
+    assert!(
+        peer.pay(50_000_000).is_err(),
+        "the node accepted an update on a channel whose anchor was double-spent"
+    );
+    assert_eq!(node.cli(&["getinfo"])["open_channel_balance_msat"], 0);
+}
+
+/// Strangers that come, open a channel they never fund, and go leave nothing behind: the
+/// peer list forgets them, the abandoned openings stop being watched (their final keys
+/// leave the watched scripts, also after a restart), while a peer with a live channel
+/// stays listed after it disconnects.
+#[test]
+fn strangers_that_leave_are_forgotten_with_their_openings() {
+    let chain = DevChainProc::start();
+    let mut node = NodeProc::start(&chain, false);
+    let mut friend = ScriptedPeer::connect(&node, 170);
+    friend.open_live(&chain, &node, ANCHOR_SAT);
+    let baseline = node.cli(&["getinfo"])["watched_scripts"].as_u64().unwrap();
+    let listed = |node: &NodeProc, id: &str| {
+        node.cli(&["listpeers"])["peers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["node_id"] == id)
+    };
+    let mut gone = Vec::new();
+    for seed in 171..175u8 {
+        let mut s = ScriptedPeer::connect(&node, seed);
+        if seed % 2 == 1 {
+            // Opens (the node answers with its own open and a fresh key), then vanishes.
+            assert!(matches!(
+                s.start_open(ANCHOR_SAT),
+                Ok(Some(Packet::Open(_)))
+            ));
+        }
+        gone.push(s.node_id.to_string());
+        s.hang_up();
+    }
+    wait_for("the strangers forgotten", 30, || {
+        gone.iter().all(|id| !listed(&node, id)).then_some(())
+    });
+    wait_for("their openings unwatched", 30, || {
+        (node.cli(&["getinfo"])["watched_scripts"].as_u64().unwrap() == baseline).then_some(())
+    });
+    assert_eq!(
+        node.cli(&["listchannels"])["channels"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+
+    let friend_id = friend.node_id.to_string();
+    friend.hang_up();
+    wait_for("the friend disconnected", 30, || {
+        (!node.connected_to(&friend_id)).then_some(())
+    });
+    assert!(listed(&node, &friend_id), "a peer with a channel is kept");
+
+    node.kill9();
+    node.restart();
+    assert_eq!(
+        node.cli(&["getinfo"])["watched_scripts"].as_u64().unwrap(),
+        baseline,
+        "abandoned openings are not watched again after a restart"
+    );
+}
+
+/// The same reorganisation while the node is stopped: at start the channel is found
+/// suspended, and goes live again once the anchor reconfirms.
+#[test]
+fn a_live_channel_whose_anchor_left_while_the_node_was_down_is_suspended_at_start() {
+    let chain = DevChainProc::start();
+    let mut node = NodeProc::start(&chain, false);
+    let mut peer = ScriptedPeer::connect(&node, 64);
+    peer.open_live(&chain, &node, ANCHOR_SAT);
+    peer.pay(100_000_000).unwrap();
+    let anchor = node.channel()["anchor_txid"].as_str().unwrap().to_owned();
+    node.kill9();
+    let block = chain.tx(&anchor)["blockhash"].as_str().unwrap().to_owned();
+    chain.call("invalidateblock", serde_json::json!([block]));
+    node.restart();
+    wait_for("the channel found suspended at start", 30, || {
+        (node.channel()["live"] == false).then_some(())
+    });
+    let refused = node.try_cli(&["pay", &peer.node_id.to_string(), "10000000"]);
+    assert!(
+        refused.as_ref().is_err_and(|e| e.contains("anchor")),
+        "{refused:?}"
+    );
+    chain.mine(1);
+    wait_for("the channel live again", 30, || {
+        (node.channel()["live"] == true).then_some(())
+    });
+}

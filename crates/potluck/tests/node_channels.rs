@@ -525,3 +525,179 @@ fn a_mined_coinbase_funds_a_channel_only_once_mature() {
     assert_eq!(funds["outputs"][0]["confirmations"], 100, "{funds}");
     assert_eq!(funds["outputs"][0]["spendable"], true, "{funds}");
 }
+
+/// Runs `sql` on a stopped node's database.
+fn node_sql(node: &NodeProc, sql: &str, bind: &str) -> Vec<String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use sqlx::Row as _;
+        let url = format!("sqlite://{}", node.dir.path().join("node.sqlite").display());
+        let pool = sqlx::sqlite::SqlitePool::connect(&url).await.unwrap();
+        let rows = sqlx::query(sql).bind(bind).fetch_all(&pool).await.unwrap();
+        let out = rows
+            .iter()
+            .map(|r| r.try_get::<String, _>(0).unwrap_or_default())
+            .collect();
+        pool.close().await;
+        out
+    })
+}
+
+/// A data directory holding a channel snapshot written by the previous release (layout
+/// before the channel restructure, `crates/channel/tests/fixtures/snapshot_v0.json`,
+/// written by that release's channel crate): the node loads it with its balances and
+/// HTLC, upgrades it on disk to the current version and archives its HTLC history for
+/// penalties; nothing is lost.
+#[test]
+fn a_snapshot_from_the_previous_release_is_migrated_at_start() {
+    let chain = DevChainProc::start();
+    let mut node = NodeProc::start(&chain, false);
+    node.kill9();
+    let fixture: Value = serde_json::from_str(include_str!(
+        "../../channel/tests/fixtures/snapshot_v0.json"
+    ))
+    .unwrap();
+    let peer = {
+        use secp256k1::{PublicKey, Secp256k1, SecretKey};
+        PublicKey::from_secret_key(&Secp256k1::new(), &SecretKey::from_slice(&[2; 32]).unwrap())
+            .to_string()
+    };
+    node_sql(
+        &node,
+        &format!("INSERT INTO channels (id, peer_id, snapshot) VALUES (1, '{peer}', ?) RETURNING peer_id"),
+        &fixture["a"].to_string(),
+    );
+    node.restart();
+    let ch = node.channel_with(&peer);
+    assert_eq!(ch["state"], "normal", "{ch}");
+    assert_eq!(ch["capacity_sat"], 10_000_000);
+    assert_eq!(ch["our_msat"], 8_895_000_000u64);
+    assert_eq!(ch["their_msat"], 795_000_000);
+    assert_eq!(ch["commitment_number"], 4);
+    assert_eq!(ch["htlcs"].as_array().unwrap().len(), 1);
+    assert_eq!(ch["htlcs"][0]["amount_msat"], 300_000_000);
+    node.kill9();
+    let snapshot = node_sql(
+        &node,
+        "SELECT snapshot FROM channels WHERE id = 1 AND ? = ''",
+        "",
+    );
+    assert!(
+        snapshot[0].contains("\"snapshot_version\":2"),
+        "{}",
+        snapshot[0]
+    );
+    let history = node_sql(
+        &node,
+        "SELECT record FROM revoked_commitments WHERE channel_id = 1 AND num = -1 AND ? = ''",
+        "",
+    );
+    assert_eq!(history.len(), 1, "the old HTLC history is archived");
+    assert!(history[0].contains("htlcs"), "{}", history[0]);
+    // And it loads again, now as the current version.
+    node.restart();
+    assert_eq!(node.channel_with(&peer)["our_msat"], 8_895_000_000u64);
+}
+
+/// Group commit under kill -9: a hub is killed while payments run on several channels at
+/// once (their writes share commits). After the restart no channel is missing and every one
+/// either resumes, both sides agreeing on each balance to the millisatoshi and paying again,
+/// or is on chain on both sides.
+#[test]
+fn kill9_of_a_hub_mid_update_on_many_channels_loses_no_channel() {
+    const PEERS: usize = 4;
+    let chain = DevChainProc::start();
+    let mut hub = NodeProc::start(&chain, false);
+    let peers: Vec<NodeProc> = (0..PEERS).map(|_| NodeProc::start(&chain, false)).collect();
+    for _ in 0..PEERS {
+        let addr = hub.cli(&["newaddr"])["address"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        chain.send(&addr, FUNDING_SAT);
+    }
+    chain.mine(1);
+    wait_for("hub funded", 60, || {
+        (hub.funds() == FUNDING_SAT * PEERS as u64).then_some(())
+    });
+    for p in &peers {
+        hub.cli(&["connect", &p.listen]);
+        hub.cli(&["open", &p.id, &CAPACITY_SAT.to_string()]);
+    }
+    chain.mine(1);
+    wait_for("every channel live on both sides", 60, || {
+        peers
+            .iter()
+            .all(|p| hub.channel_with(&p.id)["state"] == "normal" && p.channel_state() == "normal")
+            .then_some(())
+    });
+
+    let payers: Vec<_> = peers
+        .iter()
+        .map(|p| {
+            let rpc = hub.rpc.clone();
+            let dir = hub.dir.path().to_owned();
+            let id = p.id.clone();
+            std::thread::spawn(move || {
+                for _ in 0..200 {
+                    let out = std::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
+                        .args(["cli", "--rpc", &format!("http://{rpc}/"), "--data-dir"])
+                        .arg(&dir)
+                        .args(["pay", &id, "1000000"])
+                        .output()
+                        .unwrap();
+                    if !out.status.success() {
+                        break;
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    hub.kill9();
+    for t in payers {
+        t.join().unwrap();
+    }
+    hub.restart();
+    assert_eq!(
+        hub.cli(&["listchannels"])["channels"]
+            .as_array()
+            .unwrap()
+            .len(),
+        PEERS,
+        "a channel went missing"
+    );
+    let mut outcomes = Vec::new();
+    for p in &peers {
+        let outcome = wait_for("the channel settles after restart", 90, || {
+            let sh = hub.channel_with(&p.id)["state"].as_str()?.to_owned();
+            let sp = p.channel_state();
+            if sh == "normal" && sp == "normal" && hub.try_cli(&["pay", &p.id, "1000000"]).is_ok() {
+                return Some("resumed");
+            }
+            if sh == "on_chain" || sp == "on_chain" {
+                return Some("on_chain");
+            }
+            None
+        });
+        if outcome == "resumed" {
+            let ch = hub.channel_with(&p.id);
+            let cp = p.channel();
+            assert_eq!(msat(&ch, "our_msat"), msat(&cp, "their_msat"), "{ch} {cp}");
+            assert_eq!(msat(&ch, "their_msat"), msat(&cp, "our_msat"), "{ch} {cp}");
+            assert_eq!(msat(&ch, "our_fee_msat"), msat(&cp, "their_fee_msat"));
+            assert_eq!(ch["commitment_number"], cp["commitment_number"]);
+        } else {
+            wait_for("both sides see the channel on chain", 60, || {
+                chain.mine(1);
+                (hub.channel_with(&p.id)["state"] == "on_chain" && p.channel_state() == "on_chain")
+                    .then_some(())
+            });
+        }
+        outcomes.push(outcome);
+    }
+    eprintln!("after kill -9 of the hub: {outcomes:?}");
+}

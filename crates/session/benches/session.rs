@@ -1,6 +1,8 @@
 //! Frame throughput next to raw AES-128-CTR + HMAC-SHA256, and handshakes per second over loopback.
 //!
 //! `cargo bench -p potluck-session --bench session`
+// Test and benchmark code: a failed unwrap is the run failing, with its message.
+#![allow(clippy::unwrap_used)]
 
 use std::time::Duration;
 

@@ -1,4 +1,6 @@
 //! Sessions over real loopback TCP: bulk traffic both ways, and every failure provoked by a scripted peer.
+// Test and benchmark code: a failed unwrap is the run failing, with its message.
+#![allow(clippy::unwrap_used)]
 
 use std::time::Duration;
 

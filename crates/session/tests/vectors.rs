@@ -1,4 +1,6 @@
 //! The session vectors of `shared/vectors/` reproduce byte for byte: keys, IVs, signatures, every frame.
+// Test and benchmark code: a failed unwrap is the run failing, with its message.
+#![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;
 

@@ -1,6 +1,8 @@
 //! Encode/decode throughput of typical packets, next to plain prost on the same bytes.
 //!
 //! `cargo bench -p potluck-wire --bench codec`
+// Test and benchmark code: a failed unwrap is the run failing, with its message.
+#![allow(clippy::unwrap_used)]
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use prost::Message;

@@ -1,6 +1,8 @@
 //! `src/pb.rs` is generated from `proto/peer.proto`; this test fails when the two drift apart.
 //!
 //! Regenerate with `POTLUCK_REGENERATE=1 cargo nextest run -p potluck-wire --test generated`.
+// Test and benchmark code: a failed unwrap is the run failing, with its message.
+#![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;
 

@@ -1,4 +1,6 @@
 //! Property tests: every packet type round-trips, and random unknown fields obey the parity rule.
+// Test and benchmark code: a failed unwrap is the run failing, with its message.
+#![allow(clippy::unwrap_used)]
 
 use bitcoin_hashes::{sha256, sha256d, Hash};
 use proptest::prelude::*;

@@ -1,4 +1,6 @@
 //! The proto2 and parity rules, provoked with hand-built bytes.
+// Test and benchmark code: a failed unwrap is the run failing, with its message.
+#![allow(clippy::unwrap_used)]
 
 use wire::{DecodeErrorKind, Packet};
 

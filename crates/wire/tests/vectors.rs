@@ -1,4 +1,6 @@
 //! Every message vector of `shared/vectors/` decodes to the stated values and re-encodes to the same bytes.
+// Test and benchmark code: a failed unwrap is the run failing, with its message.
+#![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;
 

@@ -3,6 +3,8 @@
 //! `bitcoinconsensus` feature, as the dev-dependency is) plus nLockTime and
 //! BIP68 relative locks against its own heights.
 #![allow(dead_code)]
+// Test and benchmark code: a failed unwrap is the run failing, with its message.
+#![allow(clippy::unwrap_used)]
 
 use std::collections::{HashMap, VecDeque};
 

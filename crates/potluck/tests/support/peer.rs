@@ -25,6 +25,9 @@ pub enum Anchor {
     PaysTooLittle,
     /// A transaction id no chain has ever seen.
     DoesNotExist,
+    /// A real anchor, built by the peer from a coin of its own wallet (so that it can
+    /// double-spend that coin later: [`ScriptedPeer::double_spend_anchor`]).
+    OwnCoin,
 }
 
 pub struct ScriptedPeer {
@@ -37,6 +40,13 @@ pub struct ScriptedPeer {
     /// Every packet the node sent us, in order.
     pub received: Vec<Packet>,
     seed: u8,
+    /// The coin an [`Anchor::OwnCoin`] anchor spends.
+    own_coin: Option<wallet::SpendableOutput>,
+}
+
+/// The scripted peer's on-chain wallet (not the node's).
+fn peer_wallet() -> wallet::Wallet {
+    wallet::Wallet::from_seed(&[0x3c; 32], bitcoin::Network::Regtest).unwrap()
 }
 
 fn key(byte: u8) -> SecretKey {
@@ -87,6 +97,7 @@ impl ScriptedPeer {
             secrets,
             received: Vec::new(),
             seed,
+            own_coin: None,
         })
     }
 
@@ -286,6 +297,60 @@ impl ScriptedPeer {
         let anchor_addr =
             bitcoin::Address::from_script(&script_pubkey, bitcoin::Network::Regtest).unwrap();
         let outpoint = match how {
+            Anchor::OwnCoin => {
+                let w = peer_wallet();
+                let key = w
+                    .derive(wallet::KeyPath {
+                        branch: 0,
+                        index: 0,
+                    })
+                    .unwrap();
+                let coin_sat = anchor_sat + 100_000;
+                let coin_txid = chain.send(&key.address.to_string(), coin_sat);
+                chain.mine(1);
+                let coin_tx = raw_tx(chain, &coin_txid);
+                let vout = coin_tx
+                    .output
+                    .iter()
+                    .position(|o| o.script_pubkey == key.address.script_pubkey())
+                    .unwrap() as u32;
+                let coin = wallet::SpendableOutput {
+                    outpoint: OutPoint {
+                        txid: coin_tx.compute_txid(),
+                        vout,
+                    },
+                    txout: coin_tx.output[vout as usize].clone(),
+                    path: key.path,
+                };
+                let built = w
+                    .build_signed(
+                        std::slice::from_ref(&coin),
+                        &[bitcoin::TxOut {
+                            value: Amount::from_sat(anchor_sat),
+                            script_pubkey: script_pubkey.clone(),
+                        }],
+                        Some(&key.address.script_pubkey()),
+                        bitcoin::FeeRate::from_sat_per_vb_u32(2),
+                    )
+                    .unwrap();
+                self.own_coin = Some(coin);
+                let tx = built.tx;
+                chain.call(
+                    "sendrawtransaction",
+                    json!([bitcoin::consensus::encode::serialize_hex(&tx)]),
+                );
+                let vout = tx
+                    .output
+                    .iter()
+                    .position(|o| o.script_pubkey == script_pubkey)
+                    .unwrap() as u32;
+                let actions = self.channel.anchor_created(tx.clone(), vout).unwrap();
+                self.run(actions);
+                OutPoint {
+                    txid: tx.compute_txid(),
+                    vout,
+                }
+            }
             Anchor::Honest => {
                 let txid = chain.send(&anchor_addr.to_string(), anchor_sat);
                 let tx = raw_tx(chain, &txid);
@@ -335,7 +400,7 @@ impl ScriptedPeer {
             }
         };
         let sig = self.expect("open_commit_sig", 30);
-        if how == Anchor::Honest {
+        if matches!(how, Anchor::Honest | Anchor::OwnCoin) {
             let actions = self.channel.handle_packet(&sig, 0).unwrap();
             // Broadcast: the faucet did already; the rest is ours to do.
             self.run(actions);
@@ -393,9 +458,47 @@ impl ScriptedPeer {
         self.run(actions);
     }
 
+    /// Spends the coin an [`Anchor::OwnCoin`] anchor spent, back to our wallet at a higher
+    /// fee (replacing the anchor if it is in the mempool). Returns the txid.
+    pub fn double_spend_anchor(&self, chain: &DevChainProc) -> String {
+        let coin = self.own_coin.clone().expect("an OwnCoin anchor");
+        let w = peer_wallet();
+        let to = w.derive_address(0, 1).unwrap().script_pubkey();
+        let built = w
+            .build_signed(
+                std::slice::from_ref(&coin),
+                &[bitcoin::TxOut {
+                    value: coin.txout.value - Amount::from_sat(10_000),
+                    script_pubkey: to.clone(),
+                }],
+                Some(&to),
+                bitcoin::FeeRate::from_sat_per_vb_u32(50),
+            )
+            .unwrap();
+        chain
+            .call(
+                "sendrawtransaction",
+                json!([bitcoin::consensus::encode::serialize_hex(&built.tx)]),
+            )
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
     /// Honest funder up to `normal`: anchor confirmed, both `open_complete`s exchanged.
     pub fn open_live(&mut self, chain: &DevChainProc, node: &NodeProc, anchor_sat: u64) {
-        self.open_as_funder(chain, anchor_sat, Anchor::Honest);
+        self.open_live_with(chain, node, anchor_sat, Anchor::Honest);
+    }
+
+    /// [`ScriptedPeer::open_live`] with an anchor made as `how` says (`Honest` or `OwnCoin`).
+    pub fn open_live_with(
+        &mut self,
+        chain: &DevChainProc,
+        node: &NodeProc,
+        anchor_sat: u64,
+        how: Anchor,
+    ) {
+        self.open_as_funder(chain, anchor_sat, how);
         chain.mine(1);
         let actions = self.channel.anchor_depth(1);
         self.run(actions);
