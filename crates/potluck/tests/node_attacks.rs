@@ -734,7 +734,7 @@ fn a_double_spent_anchor_ends_a_live_channel() {
     let chain = DevChainProc::start();
     let node = NodeProc::start(&chain, false);
     let mut peer = ScriptedPeer::connect(&node, 63);
-    peer.open_live_with(&chain, &node, ANCHOR_SAT, peer::Anchor::OwnCoin);
+    peer.open_live_with(&chain, &node, ANCHOR_SAT, Anchor::OwnCoin);
     peer.pay(200_000_000).unwrap();
 
     let anchor = reorganise_anchor_out(&chain, &node);
