@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DUR=${DUR:-10}
+command -v wrk >/dev/null 2>&1 || apt-get install -y wrk >/dev/null
 cargo build --release -p potluck -p potluck-rounds --examples --bins >/dev/null
 BIN=target/release/potluck
 EX=target/release/examples
