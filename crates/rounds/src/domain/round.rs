@@ -59,7 +59,8 @@ macro_rules! stored_enum {
 
 stored_enum! {
     /// Where a round is in its lifecycle: open → closing → drawing → paying_out → closed
-    /// (an empty round goes from closing straight to closed).
+    /// (an empty round goes from closing straight to closed; a payout that
+    /// cannot be built or is refused ends in payout_failed until an admin retry).
     RoundStatus, "round status" {
         /// Taking bets until `closes_at`.
         Open = "open",
@@ -71,6 +72,9 @@ stored_enum! {
         PayingOut = "paying_out",
         /// Done.
         Closed = "closed",
+        /// The payout could not be built or the network refused it: waits for
+        /// `POST /admin/rounds/{id}/retry-payout`; the next round is open meanwhile.
+        PayoutFailed = "payout_failed",
     }
 }
 

@@ -15,6 +15,7 @@ use crate::http::accounts::validate_password;
 use crate::http::error::{AdminError, AdminErrorBody};
 use crate::http::extract::{Admin, AdminJson};
 use crate::http::state::AppState;
+use crate::service::engine::EngineError;
 use crate::store::ledger::LedgerTotals;
 use crate::store::AuditEntry;
 
@@ -297,7 +298,7 @@ pub struct RetryDone {
     pub status: TransferProgress,
 }
 
-/// Manual intervention after `payout_failed`: rebuilds the payout from the same pot outputs at the current fee rate and broadcasts it.
+/// Manual intervention for a `payout_failed` round: rebuilds the payout at the current config from the pot outputs that still exist (dropped ones become ledger corrections) and broadcasts it, or draws a round whose payout could not be built again from its stored draw block.
 #[utoipa::path(post, path = "/admin/rounds/{id}/retry-payout", tag = "admin", security(("admin_token" = [])),
     params(("id" = i64, Path, description = "round id")),
     responses((status = 200, body = RetryDone), (status = 404, body = AdminErrorBody), (status = 409, body = AdminErrorBody)))]
@@ -316,7 +317,10 @@ async fn retry_payout(
         .engine
         .retry_payout(id)
         .await
-        .map_err(AdminError::internal)?
+        .map_err(|e| match e {
+            EngineError::Unbuildable(reason) => AdminError::Conflict(reason),
+            other => AdminError::internal(other),
+        })?
         .ok_or_else(|| {
             AdminError::Conflict(format!("round {id} has no payout waiting for a retry"))
         })?;

@@ -94,10 +94,34 @@ pub struct LedgerTotals {
     pub withdrawn_sats: i64,
     /// Miner fees of our transactions written and not failed.
     pub miner_fees_sats: i64,
+    /// Money the ledger had recorded but the chain took back (ledger
+    /// corrections): deposits = users' unspent + pots + commission +
+    /// withdrawals + miner fees + corrections.
+    pub corrections_sats: i64,
+    /// The ledger corrections, oldest first.
+    pub corrections: Vec<CorrectionView>,
     /// Every unspent output the service holds.
     pub unspent: Vec<UnspentView>,
     /// Height of the last block the watcher processed.
     pub synced_height: i64,
+}
+
+/// One ledger correction in [`LedgerTotals`]: an output the ledger held
+/// that no longer exists on the chain.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct CorrectionView {
+    /// Unix seconds.
+    pub at: i64,
+    /// The round whose payout was rebuilt without it, if any.
+    pub round_id: Option<i64>,
+    /// The output's transaction.
+    pub txid: String,
+    /// The output's index.
+    pub vout: i64,
+    /// Its value, taken out of the books.
+    pub amount_sats: i64,
+    /// Why.
+    pub reason: String,
 }
 
 /// One unspent output in [`LedgerTotals`].
@@ -377,6 +401,20 @@ impl Store {
     /// # Errors
     /// Database failures.
     pub async fn fail_transfer(&self, transfer_id: i64) -> Result<(), StoreError> {
+        self.fail_transfer_keeping(transfer_id, &[]).await
+    }
+
+    /// [`Store::fail_transfer`], except that the inputs in `lost` (found
+    /// spent on the chain by a transaction we do not know) are not released
+    /// but taken out of the books as ledger corrections.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn fail_transfer_keeping(
+        &self,
+        transfer_id: i64,
+        lost: &[Coin],
+    ) -> Result<(), StoreError> {
         let mut tx = self.pool().begin().await?;
         let row = sqlx::query(&format!(
             "UPDATE transfers SET status = 'failed' WHERE id = $1 AND status = 'signed' RETURNING {TRANSFER_COLS}"
@@ -389,6 +427,24 @@ impl Store {
             return Ok(());
         };
         let t = transfer_from_row(&row)?;
+        for o in lost {
+            sqlx::query("DELETE FROM outputs WHERE id = $1 AND spent_txid = $2")
+                .bind(o.id)
+                .bind(&t.txid)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(
+                "INSERT INTO ledger_corrections (at, round_id, transfer_id, txid, vout, amount_sats, reason) \
+                 VALUES ($1, NULL, $2, $3, $4, $5, 'spent by an unknown transaction')",
+            )
+            .bind(unix_now())
+            .bind(transfer_id)
+            .bind(&o.txid)
+            .bind(o.vout)
+            .bind(o.amount_sats)
+            .execute(&mut *tx)
+            .await?;
+        }
         sqlx::query("UPDATE outputs SET spent_txid = NULL WHERE spent_txid = $1")
             .bind(&t.txid)
             .execute(&mut *tx)
@@ -410,13 +466,14 @@ impl Store {
         Ok(())
     }
 
-    /// Our transfers written but not yet broadcast (to finish after a crash).
+    /// Our transfers written but not yet broadcast (to finish after a
+    /// crash), except those set aside.
     ///
     /// # Errors
     /// Database failures.
     pub async fn signed_transfers(&self) -> Result<Vec<TransferRow>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT {TRANSFER_COLS} FROM transfers WHERE status = 'signed' ORDER BY id"
+            "SELECT {TRANSFER_COLS} FROM transfers WHERE status = 'signed' AND set_aside_at IS NULL ORDER BY id"
         ))
         .fetch_all(self.pool())
         .await?;
@@ -426,14 +483,15 @@ impl Store {
             .collect::<Result<_, _>>()?)
     }
 
-    /// Our broadcast transfers without a confirmation (to re-send after a reorg).
+    /// Our broadcast transfers without a confirmation, except those set
+    /// aside (re-sent every few blocks and after a reorg).
     ///
     /// # Errors
     /// Database failures.
     pub async fn unconfirmed_broadcasts(&self) -> Result<Vec<TransferRow>, StoreError> {
         let rows = sqlx::query(&format!(
             "SELECT {TRANSFER_COLS} FROM transfers WHERE status = 'broadcast' AND kind <> 'deposit' \
-             AND block_height IS NULL ORDER BY id"
+             AND block_height IS NULL AND set_aside_at IS NULL ORDER BY id"
         ))
         .fetch_all(self.pool())
         .await?;
@@ -524,6 +582,7 @@ impl Store {
                 "fee_sats",
                 "kind <> 'deposit' AND status <> 'failed'",
             ),
+            ("corrections_sats", "ledger_corrections", "amount_sats", "1 = 1"),
         ]
         .iter()
         .map(|(name, table, column, filter)| {
@@ -543,6 +602,24 @@ impl Store {
         let commission_paid_sats: i64 = row.try_get("commission_paid_sats")?;
         let withdrawn_sats: i64 = row.try_get("withdrawn_sats")?;
         let miner_fees_sats: i64 = row.try_get("miner_fees_sats")?;
+        let corrections_sats: i64 = row.try_get("corrections_sats")?;
+        let corrections = sqlx::query(
+            "SELECT at, round_id, txid, vout, amount_sats, reason FROM ledger_corrections ORDER BY id",
+        )
+        .fetch_all(self.pool())
+        .await?
+        .iter()
+        .map(|r| {
+            Ok::<_, sqlx::Error>(CorrectionView {
+                at: r.try_get("at")?,
+                round_id: r.try_get("round_id")?,
+                txid: r.try_get("txid")?,
+                vout: r.try_get("vout")?,
+                amount_sats: r.try_get("amount_sats")?,
+                reason: r.try_get("reason")?,
+            })
+        })
+        .collect::<Result<_, _>>()?;
         let rows = sqlx::query(
             "SELECT txid, vout, amount_sats FROM outputs WHERE spent_txid IS NULL ORDER BY id",
         )
@@ -567,7 +644,123 @@ impl Store {
             commission_paid_sats,
             withdrawn_sats,
             miner_fees_sats,
+            corrections_sats,
+            corrections,
             unspent,
         })
+    }
+
+    /// Our transfer with this txid, if any.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn transfer_by_txid(&self, txid: &str) -> Result<Option<TransferRow>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {TRANSFER_COLS} FROM transfers WHERE txid = $1 AND kind <> 'deposit' ORDER BY id LIMIT 1"
+        ))
+        .bind(txid)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(row.map(|r| transfer_from_row(&r)).transpose()?)
+    }
+
+    /// Outputs taken by transaction `txid` (the inputs of one of ours).
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn outputs_spent_by(&self, txid: &str) -> Result<Vec<Coin>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {OUTPUT_COLS} FROM outputs WHERE spent_txid = $1 ORDER BY id"
+        ))
+        .bind(txid)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.iter().map(output_from_row).collect::<Result<_, _>>()?)
+    }
+
+    /// Counts a broadcast attempt of transfer `id` that had no settled
+    /// answer, at most once per block `height`. Returns the attempts so far.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn count_broadcast_attempt(&self, id: i64, height: i64) -> Result<i64, StoreError> {
+        sqlx::query(
+            "UPDATE transfers SET broadcast_attempts = broadcast_attempts + 1, attempt_height = $2 \
+             WHERE id = $1 AND (attempt_height IS NULL OR attempt_height < $2)",
+        )
+        .bind(id)
+        .bind(height)
+        .execute(self.pool())
+        .await?;
+        Ok(
+            sqlx::query_scalar("SELECT broadcast_attempts FROM transfers WHERE id = $1")
+                .bind(id)
+                .fetch_optional(self.pool())
+                .await?
+                .unwrap_or(0),
+        )
+    }
+
+    /// Sets a transfer that keeps failing aside: the worker skips it from
+    /// now on; writes `transfer_set_aside` to the audit log, once. Returns
+    /// whether this call set it aside.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn set_transfer_aside(&self, id: i64, reason: &str) -> Result<bool, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let row = sqlx::query(&format!(
+            "UPDATE transfers SET set_aside_at = $2 WHERE id = $1 AND set_aside_at IS NULL RETURNING {TRANSFER_COLS}"
+        ))
+        .bind(id)
+        .bind(unix_now())
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            tx.rollback().await?;
+            return Ok(false);
+        };
+        let t = transfer_from_row(&row)?;
+        super::settings::insert_audit_entry(
+            &mut tx,
+            "transfer_set_aside",
+            "engine",
+            &serde_json::Map::new(),
+            &serde_json::json!({
+                "transfer_id": t.id,
+                "kind": t.kind.as_str(),
+                "txid": t.txid,
+                "user_id": t.user_id,
+                "round_id": t.round_id,
+                "reason": reason,
+            }),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Writes `unknown_spend` to the audit log: an output the service holds
+    /// is spent on the chain by a transaction it does not know.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn audit_unknown_spend(
+        &self,
+        txid: &str,
+        vout: i64,
+        amount_sats: i64,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool().begin().await?;
+        super::settings::insert_audit_entry(
+            &mut tx,
+            "unknown_spend",
+            "engine",
+            &serde_json::Map::new(),
+            &serde_json::json!({"txid": txid, "vout": vout, "amount_sats": amount_sats}),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
     }
 }
