@@ -1,0 +1,627 @@
+//! Issue 16, points 9 and 10, against the real `potluck serve` binary and its development chain over JSON-RPC: a pipeline that never halts (a payout that cannot be built or is refused becomes `payout_failed` and the next round opens, a transfer that keeps failing is set aside, evicted transactions are re-broadcast, the payout retry drops pot inputs that no longer exist as a ledger correction) and a chaos run with the chain as a separate process restarted once.
+
+mod support;
+
+use std::str::FromStr as _;
+use std::time::{Duration, Instant};
+
+use bitcoin::{Address, Network, Txid};
+use chain::{Auth, BitcoindRpc, RpcConfig};
+use serde_json::{json, Value};
+use support::{Db, Env, Server};
+
+const MINER: &str = "bcrt1qs758ursh4q9z627kt3pp5yysm78ddny6txaqgw";
+
+/// A service on its embedded chain, with the chain's RPC.
+struct Rig {
+    env: Env,
+    round_secs: &'static str,
+    rpc_port: u16,
+    server: Option<Server>,
+    rpc: BitcoindRpc,
+}
+
+impl Rig {
+    async fn new(db: Db, round_secs: &'static str) -> Self {
+        let env = Env::new(db).await;
+        let rpc = rpc_client("http://127.0.0.1:1/", &env);
+        let mut rig = Self {
+            env,
+            round_secs,
+            rpc_port: 0,
+            server: None,
+            rpc,
+        };
+        rig.start().await;
+        rig
+    }
+
+    async fn start(&mut self) {
+        let bind = format!("127.0.0.1:{}", self.rpc_port);
+        let args = [
+            "--argon2-memory-kib",
+            "64",
+            "--argon2-iterations",
+            "1",
+            "--admin-token",
+            support::ADMIN,
+            "--dev-block-interval",
+            "0",
+            "--dev-chain-rpc-bind",
+            &bind,
+            "--round-duration-seconds",
+            self.round_secs,
+        ];
+        let server = self.env.start_env(&args, &[]).await;
+        let rpc_addr = server.rpc_addr.expect("the chain RPC address is reported");
+        self.rpc_port = rpc_addr.port();
+        self.rpc = rpc_client(&format!("http://{rpc_addr}/"), &self.env);
+        self.server = Some(server);
+    }
+
+    /// SIGKILLs the service (and its embedded chain), deletes the chain's
+    /// saved mempool, and starts again: every unconfirmed transaction is
+    /// gone from the node, as after an eviction or a node restarted with
+    /// `-persistmempool=0`.
+    async fn restart_with_empty_mempool(&mut self) {
+        self.server.take().unwrap().stop().await;
+        let _ = std::fs::remove_file(self.env.data_dir.join("chain").join("mempool.dat"));
+        self.start().await;
+        let mempool = self.rpc.get_raw_mempool().await.unwrap();
+        assert!(
+            mempool.is_empty() || mempool.len() < 100,
+            "the node restarted: {mempool:?}"
+        );
+    }
+
+    fn s(&self) -> &Server {
+        self.server.as_ref().expect("server running")
+    }
+
+    async fn mine(&self, n: u32) {
+        self.rpc
+            .generate_to_address(n, &regtest_address(MINER))
+            .await
+            .unwrap();
+    }
+
+    async fn me(&self, token: &str) -> Value {
+        let r = self.s().get("/users/me", &[("authorization", &auth(token))]).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    }
+
+    async fn faucet(&self, token: &str, amount: i64) -> Value {
+        let r = self
+            .s()
+            .post(
+                "/dev/faucet",
+                &[("authorization", &auth(token))],
+                json!({"amount_sats": amount}),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    }
+
+    async fn bet(&self, token: &str, amount: i64) -> support::Resp {
+        self.s()
+            .post(
+                "/rounds/current/bets",
+                &[("authorization", &auth(token))],
+                json!({"amount_sats": amount}),
+            )
+            .await
+    }
+
+    async fn round(&self, id: i64) -> Value {
+        let r = self.s().get(&format!("/rounds/{id}"), &[]).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    }
+
+    async fn current(&self) -> Value {
+        self.s().get("/rounds/current", &[]).await.json()
+    }
+
+    /// Waits for a round that opened after the current one, so bets fit in it.
+    async fn fresh_round(&self) -> i64 {
+        let start = self.current().await["id"].as_i64().unwrap();
+        wait_for(Duration::from_secs(60), || async {
+            let c = self.current().await;
+            let id = c["id"].as_i64().unwrap();
+            (id > start && c["status"] == "open").then_some(id)
+        })
+        .await
+    }
+
+    async fn wait_status(&self, id: i64, status: &str) -> Value {
+        wait_for(Duration::from_secs(60), || async {
+            let r = self.round(id).await;
+            (r["status"] == status).then_some(r)
+        })
+        .await
+    }
+
+    async fn set_fee_rate(&self, rate: i64) {
+        let r = self
+            .s()
+            .admin_put("/admin/config", json!({"fee_rate_sat_vb": rate}))
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+
+    async fn audit(&self, event: &str) -> Vec<Value> {
+        let audit = self.s().admin_get("/admin/audit?limit=200").await.json();
+        audit["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["event"] == event)
+            .cloned()
+            .collect()
+    }
+
+    /// Mines until nothing of ours is unconfirmed and the service has
+    /// processed the tip.
+    async fn settle(&self) {
+        self.mine(1).await;
+        wait_for(Duration::from_secs(60), || async {
+            let height = self.rpc.get_block_count().await.unwrap();
+            if !self.rpc.get_raw_mempool().await.unwrap().is_empty() {
+                self.mine(1).await;
+                return None;
+            }
+            let l = self.s().admin_get("/admin/ledger").await.json();
+            (l["synced_height"].as_u64() == Some(u64::from(height))).then_some(())
+        })
+        .await;
+    }
+
+    /// The conservation check with ledger corrections: deposits = users'
+    /// outputs + pots + commission + withdrawals + miner fees + corrections,
+    /// and (when `outputs_exist`) every output the ledger holds is unspent on
+    /// the chain with its value.
+    async fn conservation(&self, outputs_exist: bool) -> Value {
+        self.settle().await;
+        let l = self.s().admin_get("/admin/ledger").await;
+        assert_eq!(l.status, 200, "{}", l.text());
+        let l = l.json();
+        let n = |k: &str| l[k].as_i64().unwrap_or_else(|| panic!("{k} in {l}"));
+        assert_eq!(
+            n("deposits_sats"),
+            n("users_unspent_sats")
+                + n("pots_in_flight_sats")
+                + n("commission_paid_sats")
+                + n("withdrawn_sats")
+                + n("miner_fees_sats")
+                + n("corrections_sats"),
+            "ledger does not balance: {l}"
+        );
+        if outputs_exist {
+            for o in l["unspent"].as_array().unwrap() {
+                let v: Value = self
+                    .rpc
+                    .call("gettxout", json!([o["txid"], o["vout"], true]))
+                    .await
+                    .unwrap();
+                assert!(!v.is_null(), "ledger output {o} is not unspent on the chain");
+                let sats = (v["value"].as_f64().unwrap() * 1e8).round() as i64;
+                assert_eq!(sats, o["amount_sats"].as_i64().unwrap(), "{o}");
+            }
+        }
+        l
+    }
+
+    async fn finish(mut self) {
+        if let Some(s) = self.server.take() {
+            s.stop().await;
+        }
+        self.env.cleanup().await;
+    }
+}
+
+fn rpc_client(url: &str, env: &Env) -> BitcoindRpc {
+    BitcoindRpc::new(RpcConfig::new(
+        url.to_string(),
+        Auth::Cookie(env.data_dir.join("chain").join(".cookie")),
+    ))
+    .unwrap()
+}
+
+async fn wait_for<T, F, Fut>(limit: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "condition not reached within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn auth(token: &str) -> String {
+    format!("Bearer {token}")
+}
+
+fn regtest_address(a: &str) -> Address {
+    Address::from_str(a)
+        .unwrap()
+        .require_network(Network::Regtest)
+        .unwrap()
+}
+
+/// Confirmations of `txid` on the chain (`None`: unknown to the node).
+async fn confirmations(rpc: &BitcoindRpc, txid: &str) -> Option<u64> {
+    let v: Result<Value, _> = rpc.call("getrawtransaction", json!([txid, true])).await;
+    v.ok().map(|v| v["confirmations"].as_u64().unwrap_or(0))
+}
+
+/// Point 9: a payout that cannot be built (here: the fee rate raised after
+/// the bets above what the pot can pay) makes the round `payout_failed`
+/// with an audit entry, and the next round opens anyway; the admin retry at
+/// a sane fee rate draws from the same block and pays once.
+async fn unbuildable_payout_fails_the_round_and_the_next_opens(db: Db) {
+    let rig = Rig::new(db, "4").await;
+    let a = rig.s().user("ada", "10.0.90.1").await;
+    let b = rig.s().user("bo", "10.0.90.2").await;
+    rig.faucet(&a, 100_000).await;
+    rig.faucet(&b, 100_000).await;
+    let id = rig.fresh_round().await;
+    assert_eq!(rig.bet(&a, 5_000).await.status, 201);
+    assert_eq!(rig.bet(&b, 7_000).await.status, 201);
+    // 10,000 sat/vB: a two-input payout costs far more than the 12,000 sat pot.
+    rig.set_fee_rate(10_000).await;
+    rig.wait_status(id, "drawing").await;
+    rig.mine(1).await;
+    let failed = rig.wait_status(id, "payout_failed").await;
+    assert!(failed["payout"].is_null(), "nothing was written: {failed}");
+    assert!(
+        failed["draw"]["block_hash"].is_string(),
+        "the draw block is fixed: {failed}"
+    );
+    let entry = wait_for(Duration::from_secs(30), || async {
+        rig.audit("payout_failed")
+            .await
+            .into_iter()
+            .find(|e| e["details"]["round_id"] == id)
+    })
+    .await;
+    assert!(
+        entry["details"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("cannot be built"),
+        "{entry}"
+    );
+    // The pipeline goes on: the next round is open and takes bets.
+    let next = wait_for(Duration::from_secs(30), || async {
+        let c = rig.current().await;
+        (c["id"].as_i64().unwrap() > id && c["status"] == "open").then_some(c)
+    })
+    .await;
+    rig.set_fee_rate(2).await;
+    let r = rig.bet(&a, 3_000).await;
+    assert!(
+        r.status == 201 || r.code() == "round_not_open",
+        "{}",
+        r.text()
+    );
+    assert!(next["id"].as_i64().unwrap() > id);
+    // Still failed: nothing retries on its own.
+    assert_eq!(rig.round(id).await["status"], "payout_failed");
+    let r = rig
+        .s()
+        .admin_post(&format!("/admin/rounds/{id}/retry-payout"), json!({}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let closed = rig.wait_status(id, "closed").await;
+    assert_eq!(
+        closed["draw"]["block_hash"], failed["draw"]["block_hash"],
+        "the retry draws from the block first seen"
+    );
+    let r = rig
+        .s()
+        .admin_post(&format!("/admin/rounds/{id}/retry-payout"), json!({}))
+        .await;
+    assert_eq!(r.status, 409, "a second retry is refused: {}", r.text());
+    assert!(!rig.audit("payout_retried").await.is_empty());
+    let l = rig.conservation(true).await;
+    assert_eq!(l["corrections_sats"], 0);
+    rig.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unbuildable_payout_fails_the_round_and_the_next_opens_sqlite() {
+    unbuildable_payout_fails_the_round_and_the_next_opens(Db::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unbuildable_payout_fails_the_round_and_the_next_opens_postgres() {
+    unbuildable_payout_fails_the_round_and_the_next_opens(Db::Postgres).await;
+}
+
+/// Point 8 and 9: a bets commitment changed after the close (here written
+/// around the API) is caught by the draw: nothing is paid, the round is
+/// `payout_failed` with the mismatch in the audit log, and the next round opens.
+async fn a_tampered_commitment_pays_nothing_and_the_next_round_opens(db: Db) {
+    let rig = Rig::new(db, "3").await;
+    let a = rig.s().user("cy", "10.0.91.1").await;
+    rig.faucet(&a, 100_000).await;
+    let id = rig.fresh_round().await;
+    assert_eq!(rig.bet(&a, 5_000).await.status, 201);
+    let closing = rig.wait_status(id, "drawing").await;
+    let stored = closing["draw"]["bets_commitment"].as_str().unwrap().to_string();
+    let pool = rig.env.pool().await;
+    sqlx::query("UPDATE rounds SET bets_commitment = $1 WHERE id = $2")
+        .bind("00".repeat(32))
+        .bind(id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    rig.mine(1).await;
+    let failed = rig.wait_status(id, "payout_failed").await;
+    assert!(failed["payout"].is_null(), "nothing paid: {failed}");
+    let entry = wait_for(Duration::from_secs(30), || async {
+        rig.audit("payout_failed")
+            .await
+            .into_iter()
+            .find(|e| e["details"]["round_id"] == id)
+    })
+    .await;
+    assert!(
+        entry["details"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("commitment"),
+        "{entry}"
+    );
+    assert_ne!(stored, "00".repeat(32));
+    wait_for(Duration::from_secs(30), || async {
+        let c = rig.current().await;
+        (c["id"].as_i64().unwrap() > id && c["status"] == "open").then_some(())
+    })
+    .await;
+    rig.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tampered_commitment_pays_nothing_and_the_next_round_opens_sqlite() {
+    a_tampered_commitment_pays_nothing_and_the_next_round_opens(Db::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tampered_commitment_pays_nothing_and_the_next_round_opens_postgres() {
+    a_tampered_commitment_pays_nothing_and_the_next_round_opens(Db::Postgres).await;
+}
+
+/// Point 9: a transfer whose stored transaction cannot be used (here a
+/// signed row whose bytes do not decode, written around the API) is set
+/// aside with an audit entry; the worker goes on and rounds keep paying.
+async fn a_transfer_that_keeps_failing_is_set_aside(db: Db) {
+    let rig = Rig::new(db, "3").await;
+    let a = rig.s().user("dee", "10.0.92.1").await;
+    let b = rig.s().user("eli", "10.0.92.2").await;
+    rig.faucet(&a, 100_000).await;
+    rig.faucet(&b, 100_000).await;
+    let pool = rig.env.pool().await;
+    let bad: i64 = sqlx::query_scalar(
+        "INSERT INTO transfers (kind, user_id, round_id, txid, vout, raw_tx, amount_sats, fee_sats, \
+         commission_sats, address, status, created_at) \
+         VALUES ('withdrawal', NULL, NULL, 'not-a-transaction', -1, 'zz', 0, 0, 0, NULL, 'signed', 0) \
+         RETURNING id",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    let entry = wait_for(Duration::from_secs(60), || async {
+        rig.audit("transfer_set_aside")
+            .await
+            .into_iter()
+            .find(|e| e["details"]["transfer_id"] == bad)
+    })
+    .await;
+    assert_eq!(entry["details"]["txid"], "not-a-transaction");
+    // The worker did not stop: a round with bets is drawn and paid.
+    let id = rig.fresh_round().await;
+    assert_eq!(rig.bet(&a, 5_000).await.status, 201);
+    assert_eq!(rig.bet(&b, 6_000).await.status, 201);
+    rig.wait_status(id, "drawing").await;
+    rig.mine(1).await;
+    rig.wait_status(id, "closed").await;
+    // Once: the entry is not repeated on every pass.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        rig.audit("transfer_set_aside")
+            .await
+            .iter()
+            .filter(|e| e["details"]["transfer_id"] == bad)
+            .count(),
+        1
+    );
+    rig.conservation(true).await;
+    rig.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_that_keeps_failing_is_set_aside_sqlite() {
+    a_transfer_that_keeps_failing_is_set_aside(Db::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_that_keeps_failing_is_set_aside_postgres() {
+    a_transfer_that_keeps_failing_is_set_aside(Db::Postgres).await;
+}
+
+/// Point 9: a withdrawal and a bet the node lost from its mempool (the
+/// chain restarted without its saved mempool) are re-broadcast within a
+/// few blocks and confirm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evicted_transactions_are_rebroadcast() {
+    let mut rig = Rig::new(Db::Sqlite, "600").await;
+    let a = rig.s().user("fay", "10.0.93.1").await;
+    rig.faucet(&a, 100_000).await;
+    rig.faucet(&a, 100_000).await;
+    let wd = rig
+        .s()
+        .post(
+            "/users/me/withdrawals",
+            &[("authorization", &auth(&a))],
+            json!({"address": MINER, "amount_sats": 30_000}),
+        )
+        .await;
+    assert_eq!(wd.status, 201, "{}", wd.text());
+    let wd_txid = wd.json()["txid"].as_str().unwrap().to_string();
+    let bet = rig.bet(&a, 20_000).await;
+    assert_eq!(bet.status, 201, "{}", bet.text());
+    let bet_txid = bet.json()["txid"].as_str().unwrap().to_string();
+    rig.restart_with_empty_mempool().await;
+    // The node no longer knows them (unless the service already re-sent them).
+    for txid in [&wd_txid, &bet_txid] {
+        wait_for(Duration::from_secs(60), || async {
+            if confirmations(&rig.rpc, txid).await.unwrap_or(0) > 0 {
+                return Some(());
+            }
+            rig.mine(1).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            None
+        })
+        .await;
+    }
+    let txs = rig
+        .s()
+        .get("/users/me/transactions", &[("authorization", &auth(&a))])
+        .await
+        .json();
+    for txid in [&wd_txid, &bet_txid] {
+        let row = txs["transactions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["txid"] == txid.as_str())
+            .cloned()
+            .unwrap();
+        assert_ne!(row["status"], "failed", "{row}");
+    }
+    rig.conservation(true).await;
+    rig.finish().await;
+}
+
+/// Point 9: a refused payout makes the round `payout_failed` and the next
+/// round opens; when one bet of the pot no longer exists (its deposit was
+/// reorganised out and the node forgot both), the admin retry pays from the
+/// pot outputs that are left and records the missing one as a ledger
+/// correction visible in `/admin/ledger`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_pays_from_the_pot_outputs_that_still_exist() {
+    let mut rig = Rig::new(Db::Sqlite, "5").await;
+    let a = rig.s().user("gus", "10.0.94.1").await;
+    let b = rig.s().user("hal", "10.0.94.2").await;
+    // B's deposits first, then A's: invalidating A's deposit block keeps B's.
+    rig.faucet(&b, 50_000_000).await;
+    rig.faucet(&b, 50_000_000).await;
+    let a_dep = rig.faucet(&a, 50_000_000).await;
+    rig.faucet(&a, 50_000_000).await;
+    let a_dep_block: Value = rig
+        .rpc
+        .call("getrawtransaction", json!([a_dep["txid"], true]))
+        .await
+        .unwrap();
+    let a_dep_block =
+        bitcoin::BlockHash::from_str(a_dep_block["blockhash"].as_str().unwrap()).unwrap();
+    let id = rig.fresh_round().await;
+    let mut bets = Vec::new();
+    for t in [&a, &b, &a, &b] {
+        let r = rig.bet(t, 30_000_000).await;
+        assert_eq!(r.status, 201, "{}", r.text());
+        bets.push(r.json()["txid"].as_str().unwrap().to_string());
+    }
+    // Above Core's default maxfeerate: the node refuses the payout.
+    rig.set_fee_rate(10_000).await;
+    rig.wait_status(id, "drawing").await;
+    rig.mine(1).await;
+    let failed = rig.wait_status(id, "payout_failed").await;
+    assert_eq!(failed["payout"]["status"], "broadcast_failed", "{failed}");
+    wait_for(Duration::from_secs(30), || async {
+        let c = rig.current().await;
+        (c["id"].as_i64().unwrap() > id && c["status"] == "open").then_some(())
+    })
+    .await;
+    // A's deposits leave the chain, and the node forgets them and A's bets.
+    rig.rpc.invalidate_block(&a_dep_block).await.unwrap();
+    rig.restart_with_empty_mempool().await;
+    rig.mine(2).await;
+    // B's bets are re-broadcast and confirm; A's cannot be.
+    for txid in [&bets[1], &bets[3]] {
+        wait_for(Duration::from_secs(60), || async {
+            if confirmations(&rig.rpc, txid).await.unwrap_or(0) > 0 {
+                return Some(());
+            }
+            rig.mine(1).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            None
+        })
+        .await;
+    }
+    for txid in [&bets[0], &bets[2]] {
+        assert_eq!(confirmations(&rig.rpc, txid).await, None, "{txid}");
+    }
+    rig.set_fee_rate(2).await;
+    let r = rig
+        .s()
+        .admin_post(&format!("/admin/rounds/{id}/retry-payout"), json!({}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let closed = rig.wait_status(id, "closed").await;
+    let payout_txid = Txid::from_str(closed["payout"]["txid"].as_str().unwrap()).unwrap();
+    wait_for(Duration::from_secs(60), || async {
+        if confirmations(&rig.rpc, &payout_txid.to_string()).await.unwrap_or(0) > 0 {
+            return Some(());
+        }
+        rig.mine(1).await;
+        None
+    })
+    .await;
+    let payout = rig.rpc.get_raw_transaction(&payout_txid).await.unwrap().unwrap();
+    let spent: Vec<String> = payout
+        .input
+        .iter()
+        .map(|i| i.previous_output.txid.to_string())
+        .collect();
+    assert_eq!(spent.len(), 2, "{spent:?}");
+    assert!(spent.contains(&bets[1]) && spent.contains(&bets[3]), "{spent:?}");
+    let l = rig.s().admin_get("/admin/ledger").await.json();
+    assert_eq!(l["corrections_sats"], 60_000_000, "{l}");
+    let corrected: Vec<&str> = l["corrections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["txid"].as_str().unwrap())
+        .collect();
+    assert!(corrected.contains(&bets[0].as_str()) && corrected.contains(&bets[2].as_str()));
+    assert!(l["corrections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|c| c["round_id"] == id));
+    let retried = rig.audit("payout_retried").await;
+    assert!(
+        retried
+            .iter()
+            .any(|e| e["details"]["dropped_inputs"].as_array().map(Vec::len) == Some(2)),
+        "{retried:?}"
+    );
+    // The books balance with the correction (A's change outputs went with
+    // A's deposits: the chain-side check of outputs is point 10's).
+    rig.conservation(false).await;
+    rig.finish().await;
+}
