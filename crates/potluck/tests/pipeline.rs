@@ -270,8 +270,8 @@ async fn confirmations(rpc: &BitcoindRpc, txid: &str) -> Option<u64> {
 /// a sane fee rate draws from the same block and pays once.
 async fn unbuildable_payout_fails_the_round_and_the_next_opens(db: Db) {
     let rig = Rig::new(db, "4").await;
-    let a = rig.s().user("ada", "10.0.90.1").await;
-    let b = rig.s().user("bo", "10.0.90.2").await;
+    let a = rig.s().user("adam", "10.0.90.1").await;
+    let b = rig.s().user("boris", "10.0.90.2").await;
     rig.faucet(&a, 100_000).await;
     rig.faucet(&b, 100_000).await;
     let id = rig.fresh_round().await;
@@ -353,7 +353,7 @@ async fn unbuildable_payout_fails_the_round_and_the_next_opens_postgres() {
 /// `payout_failed` with the mismatch in the audit log, and the next round opens.
 async fn a_tampered_commitment_pays_nothing_and_the_next_round_opens(db: Db) {
     let rig = Rig::new(db, "3").await;
-    let a = rig.s().user("cy", "10.0.91.1").await;
+    let a = rig.s().user("cyril", "10.0.91.1").await;
     rig.faucet(&a, 100_000).await;
     let id = rig.fresh_round().await;
     assert_eq!(rig.bet(&a, 5_000).await.status, 201);
@@ -408,8 +408,8 @@ async fn a_tampered_commitment_pays_nothing_and_the_next_round_opens_postgres() 
 /// aside with an audit entry; the worker goes on and rounds keep paying.
 async fn a_transfer_that_keeps_failing_is_set_aside(db: Db) {
     let rig = Rig::new(db, "3").await;
-    let a = rig.s().user("dee", "10.0.92.1").await;
-    let b = rig.s().user("eli", "10.0.92.2").await;
+    let a = rig.s().user("deena", "10.0.92.1").await;
+    let b = rig.s().user("elias", "10.0.92.2").await;
     rig.faucet(&a, 100_000).await;
     rig.faucet(&b, 100_000).await;
     let pool = rig.env.pool().await;
@@ -468,7 +468,7 @@ async fn a_transfer_that_keeps_failing_is_set_aside_postgres() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn evicted_transactions_are_rebroadcast() {
     let mut rig = Rig::new(Db::Sqlite, "600").await;
-    let a = rig.s().user("fay", "10.0.93.1").await;
+    let a = rig.s().user("faye", "10.0.93.1").await;
     rig.faucet(&a, 100_000).await;
     rig.faucet(&a, 100_000).await;
     let wd = rig
@@ -524,8 +524,8 @@ async fn evicted_transactions_are_rebroadcast() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_pays_from_the_pot_outputs_that_still_exist() {
     let mut rig = Rig::new(Db::Sqlite, "5").await;
-    let a = rig.s().user("gus", "10.0.94.1").await;
-    let b = rig.s().user("hal", "10.0.94.2").await;
+    let a = rig.s().user("gustav", "10.0.94.1").await;
+    let b = rig.s().user("halvar", "10.0.94.2").await;
     // B's deposits first, then A's: invalidating A's deposit block keeps B's.
     rig.faucet(&b, 50_000_000).await;
     rig.faucet(&b, 50_000_000).await;
