@@ -178,8 +178,9 @@ impl Rig {
         .await;
     }
 
-    /// The conservation check with ledger corrections: deposits = users'
-    /// outputs + pots + commission + withdrawals + miner fees + corrections,
+    /// The conservation check with ledger corrections and debts: deposits =
+    /// users' outputs + pots + commission + withdrawals + miner fees +
+    /// corrections − debts,
     /// and (when `outputs_exist`) every output the ledger holds is unspent on
     /// the chain with its value.
     async fn conservation(&self, outputs_exist: bool) -> Value {
@@ -195,7 +196,8 @@ impl Rig {
                 + n("commission_paid_sats")
                 + n("withdrawn_sats")
                 + n("miner_fees_sats")
-                + n("corrections_sats"),
+                + n("corrections_sats")
+                - n("debts_sats"),
             "ledger does not balance: {l}"
         );
         if outputs_exist {
@@ -516,13 +518,12 @@ async fn evicted_transactions_are_rebroadcast() {
     rig.finish().await;
 }
 
-/// Point 9: a refused payout makes the round `payout_failed` and the next
-/// round opens; when one bet of the pot no longer exists (its deposit was
-/// reorganised out and the node forgot both), the admin retry pays from the
-/// pot outputs that are left and records the missing one as a ledger
-/// correction visible in `/admin/ledger`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retry_pays_from_the_pot_outputs_that_still_exist() {
+/// A round of four bets (A, B, A, B; 30M sat each) whose payout the node
+/// refused (fee rate above Core's maxfeerate), after which A's deposits are
+/// reorganised out and the node forgets them and A's bets (the chain
+/// restarts without its saved mempool): A's bets can never confirm, B's are
+/// re-broadcast and confirm. Returns the rig, A, B, the round and the bet txids.
+async fn vanished_deposit_scenario() -> (Rig, String, String, i64, Vec<Value>) {
     let mut rig = Rig::new(Db::Sqlite, "5").await;
     let a = rig.s().user("gustav", "10.0.94.1").await;
     let b = rig.s().user("halvar", "10.0.94.2").await;
@@ -543,7 +544,7 @@ async fn retry_pays_from_the_pot_outputs_that_still_exist() {
     for t in [&a, &b, &a, &b] {
         let r = rig.bet(t, 30_000_000).await;
         assert_eq!(r.status, 201, "{}", r.text());
-        bets.push(r.json()["txid"].as_str().unwrap().to_string());
+        bets.push(r.json());
     }
     // Above Core's default maxfeerate: the node refuses the payout.
     rig.set_fee_rate(10_000).await;
@@ -556,12 +557,14 @@ async fn retry_pays_from_the_pot_outputs_that_still_exist() {
         (c["id"].as_i64().unwrap() > id && c["status"] == "open").then_some(())
     })
     .await;
+    rig.set_fee_rate(2).await;
     // A's deposits leave the chain, and the node forgets them and A's bets.
     rig.rpc.invalidate_block(&a_dep_block).await.unwrap();
     rig.restart_with_empty_mempool().await;
     rig.mine(2).await;
     // B's bets are re-broadcast and confirm; A's cannot be.
-    for txid in [&bets[1], &bets[3]] {
+    for bet in [&bets[1], &bets[3]] {
+        let txid = bet["txid"].as_str().unwrap();
         wait_for(Duration::from_secs(60), || async {
             if confirmations(&rig.rpc, txid).await.unwrap_or(0) > 0 {
                 return Some(());
@@ -572,10 +575,22 @@ async fn retry_pays_from_the_pot_outputs_that_still_exist() {
         })
         .await;
     }
-    for txid in [&bets[0], &bets[2]] {
+    for bet in [&bets[0], &bets[2]] {
+        let txid = bet["txid"].as_str().unwrap();
         assert_eq!(confirmations(&rig.rpc, txid).await, None, "{txid}");
     }
-    rig.set_fee_rate(2).await;
+    (rig, a, b, id, bets)
+}
+
+/// Point 9: a refused payout makes the round `payout_failed` and the next
+/// round opens; when pot outputs no longer exist (their bets' deposit was
+/// reorganised out and the node forgot both), the admin retry pays from the
+/// pot outputs that are left and records the missing ones as ledger
+/// corrections visible in `/admin/ledger`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_pays_from_the_pot_outputs_that_still_exist() {
+    let (rig, _a, _b, id, bets) = vanished_deposit_scenario().await;
+    let txid = |i: usize| bets[i]["txid"].as_str().unwrap().to_string();
     let r = rig
         .s()
         .admin_post(&format!("/admin/rounds/{id}/retry-payout"), json!({}))
@@ -598,16 +613,16 @@ async fn retry_pays_from_the_pot_outputs_that_still_exist() {
         .map(|i| i.previous_output.txid.to_string())
         .collect();
     assert_eq!(spent.len(), 2, "{spent:?}");
-    assert!(spent.contains(&bets[1]) && spent.contains(&bets[3]), "{spent:?}");
+    assert!(spent.contains(&txid(1)) && spent.contains(&txid(3)), "{spent:?}");
     let l = rig.s().admin_get("/admin/ledger").await.json();
     assert_eq!(l["corrections_sats"], 60_000_000, "{l}");
-    let corrected: Vec<&str> = l["corrections"]
+    let corrected: Vec<String> = l["corrections"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| c["txid"].as_str().unwrap())
+        .map(|c| c["txid"].as_str().unwrap().to_string())
         .collect();
-    assert!(corrected.contains(&bets[0].as_str()) && corrected.contains(&bets[2].as_str()));
+    assert!(corrected.contains(&txid(0)) && corrected.contains(&txid(2)), "{l}");
     assert!(l["corrections"]
         .as_array()
         .unwrap()
@@ -620,8 +635,76 @@ async fn retry_pays_from_the_pot_outputs_that_still_exist() {
             .any(|e| e["details"]["dropped_inputs"].as_array().map(Vec::len) == Some(2)),
         "{retried:?}"
     );
-    // The books balance with the correction (A's change outputs went with
-    // A's deposits: the chain-side check of outputs is point 10's).
-    rig.conservation(false).await;
+    rig.finish().await;
+}
+
+/// Point 10: deposits reorganised out for good after A spent them leave A
+/// with a negative balance (the debt) in `/users/me`, `reversed` deposits in
+/// the history and `deposit_reversed` audit entries; bets and withdrawals
+/// are refused with `debt_outstanding` until A's coins cover the debt; the
+/// books balance with the debt and every output they hold exists on chain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reversed_deposit_leaves_a_debt_that_blocks_spending() {
+    let (rig, a, _b, _id, bets) = vanished_deposit_scenario().await;
+    let reversed = wait_for(Duration::from_secs(90), || async {
+        let entries = rig.audit("deposit_reversed").await;
+        if entries.len() >= 2 {
+            return Some(entries);
+        }
+        rig.mine(1).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        None
+    })
+    .await;
+    assert_eq!(reversed.len(), 2, "{reversed:?}");
+    // What A spent out of the vanished deposits: both bets and their fees.
+    let spent: i64 = [&bets[0], &bets[2]]
+        .iter()
+        .map(|b| b["amount_sats"].as_i64().unwrap() + b["fee_sats"].as_i64().unwrap())
+        .sum();
+    let debt: i64 = reversed
+        .iter()
+        .map(|e| e["details"]["debt_sats"].as_i64().unwrap())
+        .sum();
+    assert_eq!(debt, spent, "{reversed:?}");
+    let me = rig.me(&a).await;
+    assert_eq!(me["balance_sats"], -spent, "{me}");
+    let r = rig.bet(&a, 5_000).await;
+    assert_eq!((r.status, r.code()), (409, "debt_outstanding".into()), "{}", r.text());
+    let r = rig
+        .s()
+        .post(
+            "/users/me/withdrawals",
+            &[("authorization", &auth(&a))],
+            json!({"address": MINER, "amount_sats": 10_000}),
+        )
+        .await;
+    assert_eq!((r.status, r.code()), (409, "debt_outstanding".into()), "{}", r.text());
+    let txs = rig
+        .s()
+        .get("/users/me/transactions?limit=50", &[("authorization", &auth(&a))])
+        .await
+        .json();
+    let reversed_rows = txs["transactions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["kind"] == "deposit" && t["status"] == "reversed")
+        .count();
+    assert_eq!(reversed_rows, 2, "{txs}");
+    // A new deposit covers the debt: spending beyond it is refused, within it allowed.
+    rig.faucet(&a, 70_000_000).await;
+    let me = rig.me(&a).await;
+    assert_eq!(me["balance_sats"], 70_000_000 - spent, "{me}");
+    let r = rig.bet(&a, 20_000_000).await;
+    assert_eq!(r.code(), "debt_outstanding", "{}", r.text());
+    let r = rig.bet(&a, 1_000_000).await;
+    assert!(
+        r.status == 201 || r.code() == "round_not_open",
+        "{}",
+        r.text()
+    );
+    let l = rig.conservation(true).await;
+    assert_eq!(l["debts_sats"], spent, "{l}");
     rig.finish().await;
 }

@@ -19,3 +19,7 @@ CREATE TABLE ledger_corrections (
     amount_sats BIGINT NOT NULL,
     reason TEXT NOT NULL
 );
+-- Money the chain took back (point 10): what a user spent out of a deposit
+-- that was reorganised out for good. Shown as a negative balance; bets and
+-- withdrawals are refused until the user's coins cover it.
+ALTER TABLE users ADD COLUMN debt_sats BIGINT NOT NULL DEFAULT 0;

@@ -105,6 +105,8 @@ stored_enum! {
         Failed = "failed",
         /// A payout the node refused: waits for an admin retry.
         BroadcastFailed = "broadcast_failed",
+        /// Deposits: reorganised out and gone from the chain for good.
+        Reversed = "reversed",
     }
 }
 
@@ -145,6 +147,8 @@ pub enum TransferProgress {
     Confirming,
     /// Deposits: spendable.
     Credited,
+    /// Deposits: reorganised out for good; never credited again.
+    Reversed,
 }
 
 impl TransferProgress {
@@ -154,6 +158,7 @@ impl TransferProgress {
         match (status, confirmed) {
             (TransferStatus::Failed, _) => Self::Failed,
             (TransferStatus::BroadcastFailed, _) => Self::BroadcastFailed,
+            (TransferStatus::Reversed, _) => Self::Reversed,
             (_, true) => Self::Confirmed,
             (TransferStatus::Signed, false) => Self::Pending,
             (TransferStatus::Broadcast | TransferStatus::Seen, false) => Self::Broadcast,
@@ -180,6 +185,7 @@ impl TransferProgress {
             Self::Unconfirmed => "unconfirmed",
             Self::Confirming => "confirming",
             Self::Credited => "credited",
+            Self::Reversed => "reversed",
         }
     }
 }

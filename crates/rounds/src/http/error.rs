@@ -294,6 +294,15 @@ impl From<PaymentError> for ApiError {
                 e.to_string(),
                 json!({}),
             ),
+            PaymentError::DebtOutstanding {
+                debt_sats,
+                balance_sats,
+            } => ApiError::domain(
+                StatusCode::CONFLICT,
+                ErrorCode::DebtOutstanding,
+                e.to_string(),
+                json!({"debt_sats": debt_sats, "balance_sats": balance_sats}),
+            ),
             PaymentError::FundsBusy => ApiError::domain(
                 StatusCode::CONFLICT,
                 ErrorCode::FundsBusy,

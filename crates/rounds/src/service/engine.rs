@@ -221,6 +221,7 @@ impl Engine {
         let mut changed = self.sync().await?;
         changed |= self.recover_signed().await?;
         changed |= self.rebroadcast().await?;
+        changed |= self.reverse_vanished_deposits().await?;
         for _ in 0..16 {
             if !self.tick(unix_now()).await? {
                 break;
@@ -443,6 +444,39 @@ impl Engine {
                 Broadcast::Pending(e) => {
                     changed |= self.failed_attempt(&t, &EngineError::Chain(e)).await?;
                 }
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Deposits reorganised out whose transaction the node has in neither
+    /// its mempool nor its chain, seen so in [`SET_ASIDE_AFTER_BLOCKS`]
+    /// different blocks, are reversed for good (see
+    /// [`Store::reverse_deposit`]): never offered again, and what the user
+    /// spent out of one becomes a debt.
+    async fn reverse_vanished_deposits(&self) -> Result<bool, EngineError> {
+        let deposits = self.store.unconfirmed_deposits().await?;
+        if deposits.is_empty() {
+            return Ok(false);
+        }
+        let height = self.store.synced_tip().await?.map_or(0, |t| t.0);
+        let mut changed = false;
+        for d in deposits {
+            let Ok(txid) = bitcoin::Txid::from_str(&d.txid) else {
+                continue;
+            };
+            match self.chain.transaction(txid).await {
+                Ok(None) => {}
+                // Known (mempool or chain), or the node cannot be asked.
+                Ok(Some(_)) | Err(_) => continue,
+            }
+            if self.store.count_broadcast_attempt(d.id, height).await? < SET_ASIDE_AFTER_BLOCKS {
+                continue;
+            }
+            if let Some(debt) = self.store.reverse_deposit(d.id).await? {
+                tracing::error!(transfer = d.id, txid = %d.txid, user = ?d.user_id, amount_sats = d.amount_sats,
+                    debt_sats = debt, "deposit reorganised out for good: reversed");
+                changed = true;
             }
         }
         Ok(changed)
@@ -757,7 +791,7 @@ impl Engine {
                 .store
                 .park_failed_payout(round.id, unix_now())
                 .await?),
-            TransferStatus::Seen | TransferStatus::Failed => Ok(false),
+            TransferStatus::Seen | TransferStatus::Failed | TransferStatus::Reversed => Ok(false),
         }
     }
 

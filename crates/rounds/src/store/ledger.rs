@@ -82,7 +82,7 @@ impl From<sqlx::Error> for LedgerError {
 /// Sums for the conservation check (GET /admin/ledger).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct LedgerTotals {
-    /// Every deposit ever seen.
+    /// Every deposit seen and not reversed.
     pub deposits_sats: i64,
     /// Unspent outputs owned by users (confirmed or not).
     pub users_unspent_sats: i64,
@@ -100,6 +100,10 @@ pub struct LedgerTotals {
     pub corrections_sats: i64,
     /// The ledger corrections, oldest first.
     pub corrections: Vec<CorrectionView>,
+    /// What users owe after deposits they spent were reversed by the chain:
+    /// deposits = users' unspent + pots + commission + withdrawals + miner
+    /// fees + corrections − debts.
+    pub debts_sats: i64,
     /// Every unspent output the service holds.
     pub unspent: Vec<UnspentView>,
     /// Height of the last block the watcher processed.
@@ -291,7 +295,9 @@ impl Store {
         .bind(confirmations)
         .fetch_one(self.pool())
         .await?;
-        let balance: i64 = row.try_get("balance")?;
+        // A debt left by a reversed deposit shows as a negative balance.
+        let debt = self.user_debt(user_id).await?;
+        let balance: i64 = row.try_get::<i64, _>("balance")? - debt;
         let change: i64 = row.try_get("change_sats")?;
         let pending: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM transfers WHERE user_id = $1 AND kind IN ('bet', 'withdrawal') \
@@ -550,7 +556,7 @@ impl Store {
                 "deposits_sats",
                 "transfers",
                 "amount_sats",
-                "kind = 'deposit'",
+                "kind = 'deposit' AND status <> 'reversed'",
             ),
             (
                 "users_unspent_sats",
@@ -583,6 +589,7 @@ impl Store {
                 "kind <> 'deposit' AND status <> 'failed'",
             ),
             ("corrections_sats", "ledger_corrections", "amount_sats", "1 = 1"),
+            ("debts_sats", "users", "debt_sats", "debt_sats <> 0"),
         ]
         .iter()
         .map(|(name, table, column, filter)| {
@@ -603,6 +610,7 @@ impl Store {
         let withdrawn_sats: i64 = row.try_get("withdrawn_sats")?;
         let miner_fees_sats: i64 = row.try_get("miner_fees_sats")?;
         let corrections_sats: i64 = row.try_get("corrections_sats")?;
+        let debts_sats: i64 = row.try_get("debts_sats")?;
         let corrections = sqlx::query(
             "SELECT at, round_id, txid, vout, amount_sats, reason FROM ledger_corrections ORDER BY id",
         )
@@ -646,6 +654,7 @@ impl Store {
             miner_fees_sats,
             corrections_sats,
             corrections,
+            debts_sats,
             unspent,
         })
     }
@@ -762,5 +771,170 @@ impl Store {
         .await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    /// What user `user_id` owes after a reversed deposit (0 normally).
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn user_debt(&self, user_id: i64) -> Result<i64, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT debt_sats FROM users WHERE id = $1")
+                .bind(user_id)
+                .fetch_optional(self.pool())
+                .await?
+                .unwrap_or(0),
+        )
+    }
+
+    /// Deposits whose block was reorganised out and that no block has
+    /// confirmed since.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn unconfirmed_deposits(&self) -> Result<Vec<TransferRow>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {TRANSFER_COLS} FROM transfers WHERE kind = 'deposit' AND status = 'seen' \
+             AND block_height IS NULL ORDER BY id"
+        ))
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .iter()
+            .map(transfer_from_row)
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// A deposit gone from the chain for good: marks it `reversed` and takes
+    /// its output out of the books, so it is never offered again. If our
+    /// transaction `S` spent it, `S` is invalid too: a withdrawal, or a bet
+    /// of a round still open, is undone (nothing left the user); otherwise
+    /// (a bet already committed to a draw) `S` is set aside, its change to
+    /// the user is dropped and what the user spent beyond that becomes the
+    /// user's debt. Writes `deposit_reversed` to the audit log. Returns the
+    /// debt added, or `None` when the deposit was not waiting to be reversed.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn reverse_deposit(&self, transfer_id: i64) -> Result<Option<i64>, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let row = sqlx::query(&format!(
+            "UPDATE transfers SET status = 'reversed' WHERE id = $1 AND kind = 'deposit' \
+             AND status = 'seen' AND block_height IS NULL RETURNING {TRANSFER_COLS}"
+        ))
+        .bind(transfer_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            tx.rollback().await?;
+            return Ok(None);
+        };
+        let deposit = transfer_from_row(&row)?;
+        let spent_by: Option<Option<String>> = sqlx::query_scalar(
+            "SELECT spent_txid FROM outputs WHERE txid = $1 AND vout = $2 AND origin = 'deposit'",
+        )
+        .bind(&deposit.txid)
+        .bind(deposit.vout)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let spender = match spent_by.flatten() {
+            Some(txid) => sqlx::query(&format!(
+                "SELECT {TRANSFER_COLS} FROM transfers WHERE txid = $1 AND kind <> 'deposit'"
+            ))
+            .bind(&txid)
+            .fetch_optional(&mut *tx)
+            .await?
+            .map(|r| transfer_from_row(&r))
+            .transpose()?,
+            None => None,
+        };
+        let mut debt = 0;
+        if let Some(s) = &spender {
+            let round_open = match s.round_id {
+                Some(r) => {
+                    sqlx::query_scalar::<_, String>("SELECT status FROM rounds WHERE id = $1")
+                        .bind(r)
+                        .fetch_optional(&mut *tx)
+                        .await?
+                        .as_deref()
+                        == Some("open")
+                }
+                None => false,
+            };
+            let undo = s.block_height.is_none()
+                && matches!(s.status, TransferStatus::Signed | TransferStatus::Broadcast)
+                && (s.kind == TransferKind::Withdrawal
+                    || (s.kind == TransferKind::Bet && round_open));
+            if undo {
+                sqlx::query("UPDATE transfers SET status = 'failed' WHERE id = $1")
+                    .bind(s.id)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query("UPDATE outputs SET spent_txid = NULL WHERE spent_txid = $1")
+                    .bind(&s.txid)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query("DELETE FROM outputs WHERE txid = $1")
+                    .bind(&s.txid)
+                    .execute(&mut *tx)
+                    .await?;
+                if s.kind == TransferKind::Bet {
+                    sqlx::query("UPDATE bets SET status = 'failed' WHERE txid = $1")
+                        .bind(&s.txid)
+                        .execute(&mut *tx)
+                        .await?;
+                    if let Some(r) = s.round_id {
+                        recount_round(&mut tx, r).await?;
+                    }
+                }
+            } else {
+                let change: i64 = sqlx::query_scalar(&format!(
+                    "SELECT {} FROM outputs WHERE txid = $1 AND origin = 'change' AND spent_txid IS NULL",
+                    sum("amount_sats")
+                ))
+                .bind(&s.txid)
+                .fetch_one(&mut *tx)
+                .await?;
+                sqlx::query(
+                    "DELETE FROM outputs WHERE txid = $1 AND origin = 'change' AND spent_txid IS NULL",
+                )
+                .bind(&s.txid)
+                .execute(&mut *tx)
+                .await?;
+                sqlx::query("UPDATE transfers SET set_aside_at = $2 WHERE id = $1 AND set_aside_at IS NULL")
+                    .bind(s.id)
+                    .bind(unix_now())
+                    .execute(&mut *tx)
+                    .await?;
+                debt = (deposit.amount_sats - change).max(0);
+                sqlx::query("UPDATE users SET debt_sats = debt_sats + $1 WHERE id = $2")
+                    .bind(debt)
+                    .bind(deposit.user_id)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
+        sqlx::query("DELETE FROM outputs WHERE txid = $1 AND vout = $2 AND origin = 'deposit'")
+            .bind(&deposit.txid)
+            .bind(deposit.vout)
+            .execute(&mut *tx)
+            .await?;
+        super::settings::insert_audit_entry(
+            &mut tx,
+            "deposit_reversed",
+            "engine",
+            &serde_json::Map::new(),
+            &serde_json::json!({
+                "user_id": deposit.user_id,
+                "txid": deposit.txid,
+                "vout": deposit.vout,
+                "amount_sats": deposit.amount_sats,
+                "spent_by": spender.as_ref().map(|s| s.txid.clone()),
+                "debt_sats": debt,
+            }),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(Some(debt))
     }
 }
