@@ -716,3 +716,273 @@ async fn a_reversed_deposit_leaves_a_debt_that_blocks_spending() {
     assert_eq!(l["debts_sats"], spent, "{l}");
     rig.finish().await;
 }
+
+/// `potluck chain` as its own process, restartable on the same data and port.
+struct ChainProcess {
+    dir: std::path::PathBuf,
+    addr: std::net::SocketAddr,
+    child: Option<tokio::process::Child>,
+}
+
+impl ChainProcess {
+    async fn start(dir: std::path::PathBuf, port: u16) -> Self {
+        use tokio::io::AsyncBufReadExt as _;
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
+            .arg("chain")
+            .args(["--rpc-bind", &format!("127.0.0.1:{port}")])
+            .arg("--data-dir")
+            .arg(&dir)
+            .args(["--block-interval", "0"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .expect("potluck chain printed its address")
+            .unwrap()
+            .expect("potluck chain exited");
+        let addr = line
+            .rsplit("http://")
+            .next()
+            .unwrap()
+            .trim()
+            .trim_end_matches('/')
+            .parse()
+            .unwrap();
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Self {
+            dir,
+            addr,
+            child: Some(child),
+        }
+    }
+
+    fn rpc(&self) -> BitcoindRpc {
+        BitcoindRpc::new(RpcConfig::new(
+            format!("http://{}/", self.addr),
+            Auth::Cookie(self.dir.join(".cookie")),
+        ))
+        .unwrap()
+    }
+
+    /// SIGKILL, then a start on the same data directory and port.
+    async fn restart(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill().await;
+        }
+        let port = self.addr.port();
+        *self = Self::start(self.dir.clone(), port).await;
+    }
+}
+
+/// The chaos test with the chain as a separate process (issue 16): clients
+/// register, deposit, bet and withdraw while `serve` is SIGKILLed and
+/// restarted at random moments and the `potluck chain` process is SIGKILLed
+/// and restarted once. At the end every round is closed or `payout_failed`
+/// (one open), nothing was paid twice, no transaction was recorded twice,
+/// and the conservation check holds to the satoshi.
+/// `POTLUCK_CHAOS_SECS` sets the duration (default 20 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_with_the_chain_restarted_keeps_the_money_whole() {
+    let secs: u64 = std::env::var("POTLUCK_CHAOS_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let env = Env::new(Db::Sqlite).await;
+    let mut chain = ChainProcess::start(env.data_dir.join("chain-process"), 0).await;
+    let url = format!("http://{}/", chain.addr);
+    let cookie = chain.dir.join(".cookie").display().to_string();
+    let args = [
+        "--argon2-memory-kib",
+        "64",
+        "--argon2-iterations",
+        "1",
+        "--admin-token",
+        support::ADMIN,
+        "--bitcoind-url",
+        &url,
+        "--bitcoind-cookie",
+        &cookie,
+        "--round-duration-seconds",
+        "2",
+    ];
+    let mut server = Some(env.start_env(&args, &[]).await);
+    let rpc = chain.rpc();
+    let mut tokens = Vec::new();
+    for i in 0..3 {
+        let s = server.as_ref().unwrap();
+        let t = s
+            .user(&format!("chaoschain{i}"), &format!("10.0.78.{i}"))
+            .await;
+        let me = s.get("/users/me", &[("authorization", &auth(&t))]).await.json();
+        let _: Value = rpc
+            .call("sendtoaddress", json!([me["address"], 0.004]))
+            .await
+            .unwrap();
+        tokens.push(t);
+    }
+    rpc.generate_to_address(1, &regtest_address(MINER))
+        .await
+        .unwrap();
+    wait_for(Duration::from_secs(60), || async {
+        let s = server.as_ref().unwrap();
+        let mut all = true;
+        for t in &tokens {
+            let me = s.get("/users/me", &[("authorization", &auth(t))]).await.json();
+            all &= me["balance_sats"] == 400_000;
+        }
+        all.then_some(())
+    })
+    .await;
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(secs);
+    let mut kills = 0;
+    let mut chain_restarted = false;
+    while Instant::now() < deadline {
+        let addr = server.as_ref().unwrap().addr;
+        let mut clients = tokio::task::JoinSet::new();
+        for t in tokens.clone() {
+            clients.spawn(async move {
+                for _ in 0..40 {
+                    let amount = 2_000 + rand::random::<i64>().rem_euclid(8_000);
+                    let (path, body) = if rand::random::<u8>() % 4 == 0 {
+                        (
+                            "/users/me/withdrawals",
+                            json!({"address": MINER, "amount_sats": amount}),
+                        )
+                    } else {
+                        ("/rounds/current/bets", json!({"amount_sats": amount}))
+                    };
+                    let header = auth(&t);
+                    let headers = [("authorization", header.as_str())];
+                    let r = support::request(
+                        addr,
+                        "POST",
+                        path,
+                        &headers,
+                        Some(body.to_string().into_bytes()),
+                    );
+                    if tokio::time::timeout(Duration::from_secs(10), r)
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            });
+        }
+        let run = Duration::from_millis(500 + u64::from(rand::random::<u16>() % 2_500));
+        let until = Instant::now() + run;
+        while Instant::now() < until {
+            let _ = chain
+                .rpc()
+                .generate_to_address(1, &regtest_address(MINER))
+                .await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        // Half-way, once: the chain process dies mid-traffic and comes back.
+        if !chain_restarted && start.elapsed() > Duration::from_secs(secs / 2) {
+            chain.restart().await;
+            chain_restarted = true;
+        }
+        // SIGKILL the service mid-traffic, then a restart on the same data.
+        if let Some(s) = server.take() {
+            s.stop().await;
+        }
+        kills += 1;
+        clients.abort_all();
+        while clients.join_next().await.is_some() {}
+        server = Some(env.start_env(&args, &[]).await);
+    }
+    assert!(chain_restarted, "the chain process was restarted");
+    assert!(kills >= 2, "the server was killed {kills} times");
+    let s = server.take().unwrap();
+    let rpc = chain.rpc();
+    // Quiet: blocks until no round is left between open and closed.
+    wait_for(Duration::from_secs(120), || async {
+        rpc.generate_to_address(1, &regtest_address(MINER))
+            .await
+            .unwrap();
+        let pool = env.pool().await;
+        let (busy, open): (i64, i64) = sqlx::query_as(
+            "SELECT \
+               (SELECT COUNT(*) FROM rounds WHERE status NOT IN ('open', 'closed', 'payout_failed')), \
+               (SELECT COUNT(*) FROM rounds WHERE status = 'open')",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+        assert!(open <= 1, "{open} rounds open at once");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        (busy == 0 && open == 1).then_some(())
+    })
+    .await;
+    let pool = env.pool().await;
+    let twice: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM (SELECT round_id FROM transfers WHERE kind = 'payout' \
+         GROUP BY round_id HAVING COUNT(*) > 1) t",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(twice, 0, "a round was paid twice");
+    let dup: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM (SELECT txid FROM transfers GROUP BY txid HAVING COUNT(*) > 1) t",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(dup, 0, "a transaction was recorded twice");
+    let paid: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM transfers WHERE kind = 'payout'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(paid > 0, "rounds were played and paid during the run");
+    pool.close().await;
+    // Everything confirms; then the books balance to the satoshi and every
+    // output they hold is unspent on the chain with its value.
+    wait_for(Duration::from_secs(60), || async {
+        let height = rpc.get_block_count().await.unwrap();
+        if !rpc.get_raw_mempool().await.unwrap().is_empty() {
+            rpc.generate_to_address(1, &regtest_address(MINER))
+                .await
+                .unwrap();
+            return None;
+        }
+        let l = s.admin_get("/admin/ledger").await.json();
+        (l["synced_height"].as_u64() == Some(u64::from(height))).then_some(())
+    })
+    .await;
+    let l = s.admin_get("/admin/ledger").await.json();
+    let n = |k: &str| l[k].as_i64().unwrap_or_else(|| panic!("{k} in {l}"));
+    assert_eq!(
+        n("deposits_sats"),
+        n("users_unspent_sats")
+            + n("pots_in_flight_sats")
+            + n("commission_paid_sats")
+            + n("withdrawn_sats")
+            + n("miner_fees_sats")
+            + n("corrections_sats")
+            - n("debts_sats"),
+        "ledger does not balance: {l}"
+    );
+    assert_eq!(n("deposits_sats"), 1_200_000, "{l}");
+    for o in l["unspent"].as_array().unwrap() {
+        let v: Value = rpc
+            .call("gettxout", json!([o["txid"], o["vout"], true]))
+            .await
+            .unwrap();
+        assert!(!v.is_null(), "ledger output {o} is not unspent on the chain");
+        let sats = (v["value"].as_f64().unwrap() * 1e8).round() as i64;
+        assert_eq!(sats, o["amount_sats"].as_i64().unwrap(), "{o}");
+    }
+    s.stop().await;
+    drop(chain);
+    env.cleanup().await;
+}
