@@ -1010,7 +1010,10 @@ async fn refused_payout_waits_for_the_admin_retry() {
     .await;
     assert_eq!(failed["status"], "payout_failed");
     let next = rig.current().await;
-    assert!(next["id"].as_i64().unwrap() > id, "the next round opened: {next}");
+    assert!(
+        next["id"].as_i64().unwrap() > id,
+        "the next round opened: {next}"
+    );
     let audit = rig.s().admin_get("/admin/audit").await.json();
     let entry = audit["entries"]
         .as_array()

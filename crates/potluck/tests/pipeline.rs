@@ -86,7 +86,10 @@ impl Rig {
     }
 
     async fn me(&self, token: &str) -> Value {
-        let r = self.s().get("/users/me", &[("authorization", &auth(token))]).await;
+        let r = self
+            .s()
+            .get("/users/me", &[("authorization", &auth(token))])
+            .await;
         assert_eq!(r.status, 200, "{}", r.text());
         r.json()
     }
@@ -207,7 +210,10 @@ impl Rig {
                     .call("gettxout", json!([o["txid"], o["vout"], true]))
                     .await
                     .unwrap();
-                assert!(!v.is_null(), "ledger output {o} is not unspent on the chain");
+                assert!(
+                    !v.is_null(),
+                    "ledger output {o} is not unspent on the chain"
+                );
                 let sats = (v["value"].as_f64().unwrap() * 1e8).round() as i64;
                 assert_eq!(sats, o["amount_sats"].as_i64().unwrap(), "{o}");
             }
@@ -360,7 +366,10 @@ async fn a_tampered_commitment_pays_nothing_and_the_next_round_opens(db: Db) {
     let id = rig.fresh_round().await;
     assert_eq!(rig.bet(&a, 5_000).await.status, 201);
     let closing = rig.wait_status(id, "drawing").await;
-    let stored = closing["draw"]["bets_commitment"].as_str().unwrap().to_string();
+    let stored = closing["draw"]["bets_commitment"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let pool = rig.env.pool().await;
     sqlx::query("UPDATE rounds SET bets_commitment = $1 WHERE id = $2")
         .bind("00".repeat(32))
@@ -599,21 +608,33 @@ async fn retry_pays_from_the_pot_outputs_that_still_exist() {
     let closed = rig.wait_status(id, "closed").await;
     let payout_txid = Txid::from_str(closed["payout"]["txid"].as_str().unwrap()).unwrap();
     wait_for(Duration::from_secs(60), || async {
-        if confirmations(&rig.rpc, &payout_txid.to_string()).await.unwrap_or(0) > 0 {
+        if confirmations(&rig.rpc, &payout_txid.to_string())
+            .await
+            .unwrap_or(0)
+            > 0
+        {
             return Some(());
         }
         rig.mine(1).await;
         None
     })
     .await;
-    let payout = rig.rpc.get_raw_transaction(&payout_txid).await.unwrap().unwrap();
+    let payout = rig
+        .rpc
+        .get_raw_transaction(&payout_txid)
+        .await
+        .unwrap()
+        .unwrap();
     let spent: Vec<String> = payout
         .input
         .iter()
         .map(|i| i.previous_output.txid.to_string())
         .collect();
     assert_eq!(spent.len(), 2, "{spent:?}");
-    assert!(spent.contains(&txid(1)) && spent.contains(&txid(3)), "{spent:?}");
+    assert!(
+        spent.contains(&txid(1)) && spent.contains(&txid(3)),
+        "{spent:?}"
+    );
     let l = rig.s().admin_get("/admin/ledger").await.json();
     assert_eq!(l["corrections_sats"], 60_000_000, "{l}");
     let corrected: Vec<String> = l["corrections"]
@@ -622,7 +643,10 @@ async fn retry_pays_from_the_pot_outputs_that_still_exist() {
         .iter()
         .map(|c| c["txid"].as_str().unwrap().to_string())
         .collect();
-    assert!(corrected.contains(&txid(0)) && corrected.contains(&txid(2)), "{l}");
+    assert!(
+        corrected.contains(&txid(0)) && corrected.contains(&txid(2)),
+        "{l}"
+    );
     assert!(l["corrections"]
         .as_array()
         .unwrap()
@@ -670,7 +694,12 @@ async fn a_reversed_deposit_leaves_a_debt_that_blocks_spending() {
     let me = rig.me(&a).await;
     assert_eq!(me["balance_sats"], -spent, "{me}");
     let r = rig.bet(&a, 5_000).await;
-    assert_eq!((r.status, r.code()), (409, "debt_outstanding".into()), "{}", r.text());
+    assert_eq!(
+        (r.status, r.code()),
+        (409, "debt_outstanding".into()),
+        "{}",
+        r.text()
+    );
     let r = rig
         .s()
         .post(
@@ -679,10 +708,18 @@ async fn a_reversed_deposit_leaves_a_debt_that_blocks_spending() {
             json!({"address": MINER, "amount_sats": 10_000}),
         )
         .await;
-    assert_eq!((r.status, r.code()), (409, "debt_outstanding".into()), "{}", r.text());
+    assert_eq!(
+        (r.status, r.code()),
+        (409, "debt_outstanding".into()),
+        "{}",
+        r.text()
+    );
     let txs = rig
         .s()
-        .get("/users/me/transactions?limit=50", &[("authorization", &auth(&a))])
+        .get(
+            "/users/me/transactions?limit=50",
+            &[("authorization", &auth(&a))],
+        )
         .await
         .json();
     let reversed_rows = txs["transactions"]
@@ -818,7 +855,10 @@ async fn chaos_with_the_chain_restarted_keeps_the_money_whole() {
         let t = s
             .user(&format!("chaoschain{i}"), &format!("10.0.78.{i}"))
             .await;
-        let me = s.get("/users/me", &[("authorization", &auth(&t))]).await.json();
+        let me = s
+            .get("/users/me", &[("authorization", &auth(&t))])
+            .await
+            .json();
         let _: Value = rpc
             .call("sendtoaddress", json!([me["address"], 0.004]))
             .await
@@ -832,7 +872,10 @@ async fn chaos_with_the_chain_restarted_keeps_the_money_whole() {
         let s = server.as_ref().unwrap();
         let mut all = true;
         for t in &tokens {
-            let me = s.get("/users/me", &[("authorization", &auth(t))]).await.json();
+            let me = s
+                .get("/users/me", &[("authorization", &auth(t))])
+                .await
+                .json();
             all &= me["balance_sats"] == 400_000;
         }
         all.then_some(())
@@ -978,7 +1021,10 @@ async fn chaos_with_the_chain_restarted_keeps_the_money_whole() {
             .call("gettxout", json!([o["txid"], o["vout"], true]))
             .await
             .unwrap();
-        assert!(!v.is_null(), "ledger output {o} is not unspent on the chain");
+        assert!(
+            !v.is_null(),
+            "ledger output {o} is not unspent on the chain"
+        );
         let sats = (v["value"].as_f64().unwrap() * 1e8).round() as i64;
         assert_eq!(sats, o["amount_sats"].as_i64().unwrap(), "{o}");
     }

@@ -372,7 +372,10 @@ impl Engine {
     /// chain (mempool included): spent by a transaction we do not know,
     /// which is logged and audited. A chain that cannot be asked counts
     /// nothing as lost.
-    async fn lost_inputs(&self, txid: &str) -> Result<Vec<crate::domain::money::Coin>, EngineError> {
+    async fn lost_inputs(
+        &self,
+        txid: &str,
+    ) -> Result<Vec<crate::domain::money::Coin>, EngineError> {
         let mut lost = Vec::new();
         for o in self.store.outputs_spent_by(txid).await? {
             let outpoint = outpoint_of(&o)?;
@@ -527,7 +530,9 @@ impl Engine {
                 Ok(true) => return Ok(true),
                 Ok(false) => {}
                 // One round's failure does not hold up the rounds after it.
-                Err(e) => tracing::warn!(round = round.id, error = %e, "round step failed; retried"),
+                Err(e) => {
+                    tracing::warn!(round = round.id, error = %e, "round step failed; retried")
+                }
             }
         }
         Ok(false)
@@ -787,10 +792,9 @@ impl Engine {
             // bets and withdrawals.)
             // A round left paying_out with a refused payout by an older
             // version: park it as payout_failed so the next round opens.
-            TransferStatus::BroadcastFailed => Ok(self
-                .store
-                .park_failed_payout(round.id, unix_now())
-                .await?),
+            TransferStatus::BroadcastFailed => {
+                Ok(self.store.park_failed_payout(round.id, unix_now()).await?)
+            }
             TransferStatus::Seen | TransferStatus::Failed | TransferStatus::Reversed => Ok(false),
         }
     }
@@ -896,7 +900,8 @@ impl Engine {
         }
         if let Some(t) = self.store.transfer_by_txid(&o.txid).await? {
             if let Some(raw) = t.raw_tx.as_deref() {
-                if let Broadcast::Accepted = Broadcast::send(self.chain.as_ref(), txid_of(raw)?).await
+                if let Broadcast::Accepted =
+                    Broadcast::send(self.chain.as_ref(), txid_of(raw)?).await
                 {
                     if self.chain.unspent_output(outpoint).await?.is_some() {
                         return Ok(true);

@@ -588,7 +588,12 @@ impl Store {
                 "fee_sats",
                 "kind <> 'deposit' AND status <> 'failed'",
             ),
-            ("corrections_sats", "ledger_corrections", "amount_sats", "1 = 1"),
+            (
+                "corrections_sats",
+                "ledger_corrections",
+                "amount_sats",
+                "1 = 1",
+            ),
             ("debts_sats", "users", "debt_sats", "debt_sats <> 0"),
         ]
         .iter()
@@ -901,11 +906,13 @@ impl Store {
                 .bind(&s.txid)
                 .execute(&mut *tx)
                 .await?;
-                sqlx::query("UPDATE transfers SET set_aside_at = $2 WHERE id = $1 AND set_aside_at IS NULL")
-                    .bind(s.id)
-                    .bind(unix_now())
-                    .execute(&mut *tx)
-                    .await?;
+                sqlx::query(
+                    "UPDATE transfers SET set_aside_at = $2 WHERE id = $1 AND set_aside_at IS NULL",
+                )
+                .bind(s.id)
+                .bind(unix_now())
+                .execute(&mut *tx)
+                .await?;
                 debt = (deposit.amount_sats - change).max(0);
                 sqlx::query("UPDATE users SET debt_sats = debt_sats + $1 WHERE id = $2")
                     .bind(debt)
