@@ -1032,3 +1032,115 @@ async fn chaos_with_the_chain_restarted_keeps_the_money_whole() {
     drop(chain);
     env.cleanup().await;
 }
+
+/// Point 10: a deposit output the service holds is spent behind its back
+/// (here with the user's key derived from the service's own seed file, as a
+/// thief with the seed would): the user's next withdrawal is refused by the
+/// node as spending a missing input; the service logs and audits the
+/// unknown spend (once), answers pending, never pays it twice, and sets the
+/// withdrawal aside once it keeps failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spend_by_an_unknown_transaction_is_audited() {
+    let rig = Rig::new(Db::Sqlite, "600").await;
+    let a = rig.s().user("ingrid", "10.0.95.1").await;
+    let dep = rig.faucet(&a, 200_000).await;
+    let dep_txid = Txid::from_str(dep["txid"].as_str().unwrap()).unwrap();
+    let dep_tx = rig
+        .rpc
+        .get_raw_transaction(&dep_txid)
+        .await
+        .unwrap()
+        .unwrap();
+    let pool = rig.env.pool().await;
+    let index: i64 =
+        sqlx::query_scalar("SELECT derivation_index FROM users WHERE username = 'ingrid'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    pool.close().await;
+    let w =
+        wallet::load_or_create_seed(&rig.env.data_dir.join("wallet.mnemonic"), Network::Regtest)
+            .unwrap();
+    let path = wallet::KeyPath::receive(u32::try_from(index).unwrap());
+    let script = w.derive(path).unwrap().address.script_pubkey();
+    let vout = dep_tx
+        .output
+        .iter()
+        .position(|o| o.script_pubkey == script)
+        .unwrap();
+    let value = dep_tx.output[vout].value;
+    let input = wallet::SpendableOutput {
+        outpoint: bitcoin::OutPoint {
+            txid: dep_txid,
+            vout: vout as u32,
+        },
+        txout: dep_tx.output[vout].clone(),
+        path,
+    };
+    let theft = w
+        .build_signed(
+            &[input],
+            &[bitcoin::TxOut {
+                value: value - bitcoin::Amount::from_sat(5_000),
+                script_pubkey: regtest_address(MINER).script_pubkey(),
+            }],
+            None,
+            bitcoin::FeeRate::from_sat_per_vb(10).unwrap(),
+        )
+        .unwrap();
+    let _: Value = rig
+        .rpc
+        .call(
+            "sendrawtransaction",
+            json!([bitcoin::consensus::encode::serialize_hex(&theft.tx)]),
+        )
+        .await
+        .unwrap();
+    rig.mine(1).await;
+    let wd = rig
+        .s()
+        .post(
+            "/users/me/withdrawals",
+            &[("authorization", &auth(&a))],
+            json!({"address": MINER, "amount_sats": 50_000}),
+        )
+        .await;
+    assert_eq!(
+        wd.status,
+        202,
+        "refused for now, never an error to retry: {}",
+        wd.text()
+    );
+    let wd_txid = wd.json()["txid"].as_str().unwrap().to_string();
+    let entry = wait_for(Duration::from_secs(60), || async {
+        rig.audit("unknown_spend")
+            .await
+            .into_iter()
+            .find(|e| e["details"]["txid"] == dep_txid.to_string())
+    })
+    .await;
+    assert_eq!(entry["details"]["vout"], vout as i64);
+    // Kept failing in 6 blocks: set aside, audited once each.
+    wait_for(Duration::from_secs(90), || async {
+        let aside = rig.audit("transfer_set_aside").await;
+        if aside
+            .iter()
+            .any(|e| e["details"]["txid"] == wd_txid.as_str())
+        {
+            return Some(());
+        }
+        rig.mine(1).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        None
+    })
+    .await;
+    let spends = rig
+        .audit("unknown_spend")
+        .await
+        .into_iter()
+        .filter(|e| e["details"]["txid"] == dep_txid.to_string())
+        .count();
+    assert_eq!(spends, 1, "one audit entry per unknown spend");
+    assert_eq!(confirmations(&rig.rpc, &wd_txid).await, None, "never paid");
+    rig.finish().await;
+}

@@ -363,6 +363,12 @@ impl Engine {
             }
             Broadcast::Pending(e) => {
                 tracing::info!(transfer = t.id, error = %e, "broadcast not settled; stays signed, retried");
+                if e.is_inputs_spent() {
+                    // Never undone on this (it may be this very transaction,
+                    // mined); only a confirmed input that is spent while our
+                    // transaction is nowhere is named, for the operator.
+                    self.lost_inputs(&t.txid).await?;
+                }
                 Err(e.into())
             }
         }

@@ -754,8 +754,9 @@ impl Store {
         Ok(true)
     }
 
-    /// Writes `unknown_spend` to the audit log: an output the service holds
-    /// is spent on the chain by a transaction it does not know.
+    /// Writes `unknown_spend` to the audit log, once per output: an output
+    /// the service holds is spent on the chain by a transaction it does not
+    /// know.
     ///
     /// # Errors
     /// Database failures.
@@ -765,15 +766,25 @@ impl Store {
         vout: i64,
         amount_sats: i64,
     ) -> Result<(), StoreError> {
+        let details = serde_json::json!({"txid": txid, "vout": vout, "amount_sats": amount_sats});
         let mut tx = self.pool().begin().await?;
-        super::settings::insert_audit_entry(
-            &mut tx,
-            "unknown_spend",
-            "engine",
-            &serde_json::Map::new(),
-            &serde_json::json!({"txid": txid, "vout": vout, "amount_sats": amount_sats}),
+        // Once per output, however often the worker finds it.
+        let seen: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM audit_log WHERE event = 'unknown_spend' AND details = $1",
         )
+        .bind(details.to_string())
+        .fetch_one(&mut *tx)
         .await?;
+        if seen == 0 {
+            super::settings::insert_audit_entry(
+                &mut tx,
+                "unknown_spend",
+                "engine",
+                &serde_json::Map::new(),
+                &details,
+            )
+            .await?;
+        }
         tx.commit().await?;
         Ok(())
     }
