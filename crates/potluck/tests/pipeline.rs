@@ -122,7 +122,7 @@ impl Rig {
     async fn bet_in_an_open_round(&self, token: &str, amount: i64) -> support::Resp {
         wait_for(Duration::from_secs(60), || async {
             let r = self.bet(token, amount).await;
-            (r.code() != "round_not_open").then_some(r)
+            (r.status < 400 || r.code() != "round_not_open").then_some(r)
         })
         .await
     }
