@@ -960,9 +960,9 @@ async fn crash_after_payout_broadcast() {
     crash_at("payout_broadcast").await;
 }
 
-/// A payout the network refuses (here: above Core's default maxfeerate) is
-/// written to the audit log as payout_failed and waits; the admin retry at a
-/// sane fee rate pays it, once.
+/// A payout the network refuses (here: above Core's default maxfeerate)
+/// makes the round payout_failed, written to the audit log, while the next
+/// round opens; the admin retry at a sane fee rate pays it, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_payout_waits_for_the_admin_retry() {
     let rig = Rig::new(Db::Sqlite).await;
@@ -993,7 +993,12 @@ async fn refused_payout_waits_for_the_admin_retry() {
         (r["payout"]["status"] == "broadcast_failed").then_some(r)
     })
     .await;
-    assert_eq!(failed["status"], "paying_out");
+    assert_eq!(failed["status"], "payout_failed");
+    let next = rig.current().await;
+    assert!(
+        next["id"].as_i64().unwrap() > id,
+        "the next round opened: {next}"
+    );
     let audit = rig.s().admin_get("/admin/audit").await.json();
     let entry = audit["entries"]
         .as_array()
@@ -1608,7 +1613,7 @@ async fn chaos_kills_keep_the_money_whole() {
         // queries, so "none busy" and "exactly one open" are read together.
         let (busy, open): (i64, i64) = sqlx::query_as(
             "SELECT \
-               (SELECT COUNT(*) FROM rounds WHERE status NOT IN ('open', 'closed')), \
+               (SELECT COUNT(*) FROM rounds WHERE status NOT IN ('open', 'closed', 'payout_failed')), \
                (SELECT COUNT(*) FROM rounds WHERE status = 'open')",
         )
         .fetch_one(&pool)

@@ -30,10 +30,42 @@ pub struct AuditDetails {
     /// `payout_retried`: the payout transaction it replaced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replaced_txid: Option<String>,
+    /// `transfer_set_aside`: the transfer's kind (`bet`, `withdrawal`, `payout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// `transfer_set_aside`, `deposit_reversed`: the user concerned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<i64>,
+    /// `unknown_spend`, `deposit_reversed`: the output's index in `txid`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vout: Option<i64>,
+    /// `unknown_spend`, `deposit_reversed`: the output's amount.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amount_sats: Option<i64>,
+    /// `deposit_reversed`: the service's transaction that had spent the deposit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spent_by: Option<String>,
+    /// `deposit_reversed`: what the user owes after the reversal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debt_sats: Option<i64>,
+    /// `payout_retried`: pot outputs gone from the chain, left out of the new payout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropped_inputs: Option<Vec<AuditOutput>>,
     /// Details this build has no field for (an entry written by a newer
     /// version), shown as stored rather than dropped.
     #[serde(flatten)]
     pub other: BTreeMap<String, AuditValue>,
+}
+
+/// An output named in an audit entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AuditOutput {
+    /// The transaction holding it.
+    pub txid: String,
+    /// Its index.
+    pub vout: i64,
+    /// Its amount.
+    pub amount_sats: i64,
 }
 
 /// A detail value without a field of its own in [`AuditDetails`].

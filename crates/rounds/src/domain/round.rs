@@ -59,7 +59,8 @@ macro_rules! stored_enum {
 
 stored_enum! {
     /// Where a round is in its lifecycle: open → closing → drawing → paying_out → closed
-    /// (an empty round goes from closing straight to closed).
+    /// (an empty round goes from closing straight to closed; a payout that
+    /// cannot be built or is refused ends in payout_failed until an admin retry).
     RoundStatus, "round status" {
         /// Taking bets until `closes_at`.
         Open = "open",
@@ -71,6 +72,9 @@ stored_enum! {
         PayingOut = "paying_out",
         /// Done.
         Closed = "closed",
+        /// The payout could not be built or the network refused it: waits for
+        /// `POST /admin/rounds/{id}/retry-payout`; the next round is open meanwhile.
+        PayoutFailed = "payout_failed",
     }
 }
 
@@ -101,6 +105,8 @@ stored_enum! {
         Failed = "failed",
         /// A payout the node refused: waits for an admin retry.
         BroadcastFailed = "broadcast_failed",
+        /// Deposits: reorganised out and gone from the chain for good.
+        Reversed = "reversed",
     }
 }
 
@@ -141,6 +147,8 @@ pub enum TransferProgress {
     Confirming,
     /// Deposits: spendable.
     Credited,
+    /// Deposits: reorganised out for good; never credited again.
+    Reversed,
 }
 
 impl TransferProgress {
@@ -150,6 +158,7 @@ impl TransferProgress {
         match (status, confirmed) {
             (TransferStatus::Failed, _) => Self::Failed,
             (TransferStatus::BroadcastFailed, _) => Self::BroadcastFailed,
+            (TransferStatus::Reversed, _) => Self::Reversed,
             (_, true) => Self::Confirmed,
             (TransferStatus::Signed, false) => Self::Pending,
             (TransferStatus::Broadcast | TransferStatus::Seen, false) => Self::Broadcast,
@@ -176,6 +185,7 @@ impl TransferProgress {
             Self::Unconfirmed => "unconfirmed",
             Self::Confirming => "confirming",
             Self::Credited => "credited",
+            Self::Reversed => "reversed",
         }
     }
 }

@@ -286,7 +286,7 @@ pub struct RetryDone {
     pub status: TransferProgress,
 }
 
-/// Manual intervention after `payout_failed`: rebuilds the payout from the same pot outputs at the current fee rate and broadcasts it.
+/// Manual intervention for a `payout_failed` round: rebuilds the payout at the current config from the pot outputs that still exist (dropped ones become ledger corrections) and broadcasts it, or draws a round whose payout could not be built again from its stored draw block.
 #[utoipa::path(post, path = "/admin/rounds/{id}/retry-payout", tag = "admin", security(("admin_token" = [])),
     params(("id" = i64, Path, description = "round id")),
     responses((status = 200, body = RetryDone), (status = 404, body = AdminErrorBody), (status = 409, body = AdminErrorBody)))]

@@ -76,6 +76,8 @@ error_codes! {
     RoundNotOpen = "round_not_open",
     /// Concurrent requests keep taking the caller's coins.
     FundsBusy = "funds_busy",
+    /// A deposit the caller spent was reorganised out: the debt must be covered first.
+    DebtOutstanding = "debt_outstanding",
     /// The network refused the transaction.
     BroadcastRejected = "broadcast_rejected",
     /// The address does not parse.

@@ -10,6 +10,7 @@ use crate::http::codes::ErrorCode;
 use crate::security::password::{MAX_PASSWORD_LENGTH, MIN_PASSWORD_LENGTH};
 use crate::service::accounts::{AccountError, MAX_USERNAME_LENGTH, MIN_USERNAME_LENGTH};
 use crate::service::admin::AdminOpError;
+use crate::service::engine::EngineError;
 use crate::service::payments::PaymentError;
 use crate::service::StoreError;
 
@@ -443,6 +444,15 @@ impl From<PaymentError> for ApiError {
                 e.to_string(),
                 ErrorParams::none(),
             ),
+            PaymentError::DebtOutstanding {
+                debt_sats,
+                balance_sats,
+            } => ApiError::domain(
+                StatusCode::CONFLICT,
+                ErrorCode::DebtOutstanding,
+                e.to_string(),
+                json!({"debt_sats": debt_sats, "balance_sats": balance_sats}),
+            ),
             PaymentError::FundsBusy => ApiError::domain(
                 StatusCode::CONFLICT,
                 ErrorCode::FundsBusy,
@@ -555,6 +565,8 @@ impl From<AdminOpError> for AdminError {
         match e {
             AdminOpError::UnknownRound(_) => AdminError::NotFound(e.to_string()),
             AdminOpError::NothingToRetry(_) => AdminError::Conflict(e.to_string()),
+            // The operator must change something (the fee rate, the fee address) first.
+            AdminOpError::Engine(EngineError::Unbuildable(reason)) => AdminError::Conflict(reason),
             other => AdminError::internal(other),
         }
     }

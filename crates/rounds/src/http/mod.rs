@@ -236,7 +236,8 @@ mod tests {
             .get("winner_sats")
             .is_some());
         let statuses = schemas["RoundStatus"]["enum"].as_array().expect("an enum");
-        assert_eq!(statuses.len(), 5);
+        assert_eq!(statuses.len(), 6);
+        assert!(statuses.iter().any(|s| s == "payout_failed"));
     }
 
     #[test]

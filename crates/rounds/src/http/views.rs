@@ -208,6 +208,9 @@ impl TransferView {
     pub fn of(t: &TransferRow, tip: i64, required_confirmations: i64) -> Self {
         let confirmations = t.block_height.map_or(0, |h| (tip - h + 1).max(0));
         let status = match t.kind {
+            TransferKind::Deposit if t.status == crate::domain::round::TransferStatus::Reversed => {
+                TransferProgress::Reversed
+            }
             TransferKind::Deposit => TransferProgress::of_deposit(
                 t.block_height.is_some(),
                 confirmations,

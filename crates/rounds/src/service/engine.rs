@@ -75,6 +75,10 @@ pub enum EngineError {
     /// Stored data does not make sense.
     #[error("corrupt: {0}")]
     Corrupt(String),
+    /// A payout retry could not build the payout (say, the fee rate is
+    /// still above what the pot can pay).
+    #[error("{0}")]
+    Unbuildable(String),
 }
 
 /// What a broadcast answer means for the ledger.
@@ -122,6 +126,10 @@ impl Broadcast {
 
 /// Blocks processed per sync, so one sync stays short after a long outage.
 const MAX_BLOCKS_PER_SYNC: i64 = 500;
+/// Blocks between two re-broadcasts of our unconfirmed transactions.
+const REBROADCAST_EVERY_BLOCKS: i64 = 3;
+/// Blocks in which a transfer's broadcast failed before it is set aside.
+const SET_ASIDE_AFTER_BLOCKS: i64 = 6;
 /// How old a `signed` bet or withdrawal must be before the worker finishes
 /// its broadcast (younger ones are still being broadcast by their request).
 const RECOVER_AFTER_SECS: i64 = 3;
@@ -135,6 +143,8 @@ pub struct Engine {
     rounds: Arc<CurrentRound>,
     /// One sync/tick at a time in this process.
     lock: tokio::sync::Mutex<()>,
+    /// Synced height of the last re-broadcast pass (`None`: not yet).
+    last_rebroadcast: tokio::sync::Mutex<Option<i64>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -165,6 +175,7 @@ impl Engine {
             hub,
             rounds,
             lock: tokio::sync::Mutex::new(()),
+            last_rebroadcast: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -215,6 +226,8 @@ impl Engine {
         let _guard = self.lock.lock().await;
         let mut changed = self.sync().await?;
         changed |= self.recover_signed().await?;
+        changed |= self.rebroadcast().await?;
+        changed |= self.reverse_vanished_deposits().await?;
         for _ in 0..16 {
             if !self.tick(unix_now()).await? {
                 break;
@@ -351,14 +364,51 @@ impl Engine {
             }
             Broadcast::Refused { code, reason } => {
                 tracing::warn!(transfer = t.id, code, %reason, "broadcast refused as invalid and found nowhere; undoing");
-                self.store.fail_transfer(t.id).await?;
+                // Released inputs are offered to the user again: only those
+                // that really are unspent on the chain.
+                let lost = self.lost_inputs(&t.txid).await?;
+                self.store.fail_transfer_keeping(t.id, &lost).await?;
                 Ok(false)
             }
             Broadcast::Pending(e) => {
                 tracing::info!(transfer = t.id, error = %e, "broadcast not settled; stays signed, retried");
+                if e.is_inputs_spent() {
+                    // Never undone on this (it may be this very transaction,
+                    // mined); only a confirmed input that is spent while our
+                    // transaction is nowhere is named, for the operator.
+                    self.lost_inputs(&t.txid).await?;
+                }
                 Err(e.into())
             }
         }
+    }
+
+    /// Inputs of our transaction `txid` that are no longer unspent on the
+    /// chain (mempool included): spent by a transaction we do not know,
+    /// which is logged and audited. A chain that cannot be asked counts
+    /// nothing as lost.
+    async fn lost_inputs(
+        &self,
+        txid: &str,
+    ) -> Result<Vec<crate::domain::money::Coin>, EngineError> {
+        let mut lost = Vec::new();
+        for o in self.store.outputs_spent_by(txid).await? {
+            let outpoint = outpoint_of(&o)?;
+            match self.chain.unspent_output(outpoint).await {
+                Ok(Some(_)) | Err(_) => {}
+                // Unconfirmed outputs of ours may just not be relayed yet.
+                Ok(None) if o.block_height.is_none() => {}
+                Ok(None) => {
+                    tracing::error!(txid = %o.txid, vout = o.vout, spender = %txid,
+                        "a tracked output is spent by a transaction the service does not know");
+                    self.store
+                        .audit_unknown_spend(&o.txid, o.vout, o.amount_sats)
+                        .await?;
+                    lost.push(o);
+                }
+            }
+        }
+        Ok(lost)
     }
 
     async fn recover_signed(&self) -> Result<bool, EngineError> {
@@ -371,14 +421,113 @@ impl Engine {
             tracing::info!(transfer = t.id, kind = %t.kind, "finishing a signed transfer");
             match self.broadcast_transfer(&t).await {
                 Ok(_) => changed = true,
-                // Not settled (unreachable, refused for now, inputs spent by
-                // what may be this very transaction): the next pass retries;
-                // the other transfers and the rounds go on meanwhile.
-                Err(EngineError::Chain(_)) => {}
-                Err(e) => return Err(e),
+                // One transfer's failure never stops the worker: the others
+                // and the rounds go on; one that keeps failing is set aside.
+                Err(e) => changed |= self.failed_attempt(&t, &e).await?,
             }
         }
         Ok(changed)
+    }
+
+    /// Re-sends our unconfirmed transactions (bets, withdrawals, payouts)
+    /// every [`REBROADCAST_EVERY_BLOCKS`] blocks and once at start: a node
+    /// that restarted without its mempool, or evicted them, gets them again.
+    async fn rebroadcast(&self) -> Result<bool, EngineError> {
+        let height = self.store.synced_tip().await?.map_or(0, |t| t.0);
+        {
+            let mut last = self.last_rebroadcast.lock().await;
+            if matches!(*last, Some(h) if height < h + REBROADCAST_EVERY_BLOCKS && height >= h) {
+                return Ok(false);
+            }
+            *last = Some(height);
+        }
+        let mut changed = false;
+        for t in self.store.unconfirmed_broadcasts().await? {
+            let tx = match t.raw_tx.as_deref().map(txid_of) {
+                Some(Ok(tx)) => tx,
+                Some(Err(e)) => {
+                    changed |= self.failed_attempt(&t, &e).await?;
+                    continue;
+                }
+                None => continue,
+            };
+            match Broadcast::send(self.chain.as_ref(), tx).await {
+                Broadcast::Accepted => {
+                    tracing::debug!(transfer = t.id, txid = %t.txid, "re-broadcast");
+                }
+                Broadcast::Refused { code, reason } => {
+                    let e = EngineError::Chain(ChainError::rejected(code, reason));
+                    changed |= self.failed_attempt(&t, &e).await?;
+                }
+                Broadcast::Pending(e) => {
+                    changed |= self.failed_attempt(&t, &EngineError::Chain(e)).await?;
+                }
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Deposits reorganised out whose transaction the node has in neither
+    /// its mempool nor its chain, seen so in [`SET_ASIDE_AFTER_BLOCKS`]
+    /// different blocks, are reversed for good (see
+    /// [`Store::reverse_deposit`]): never offered again, and what the user
+    /// spent out of one becomes a debt.
+    async fn reverse_vanished_deposits(&self) -> Result<bool, EngineError> {
+        let deposits = self.store.unconfirmed_deposits().await?;
+        if deposits.is_empty() {
+            return Ok(false);
+        }
+        let height = self.store.synced_tip().await?.map_or(0, |t| t.0);
+        let mut changed = false;
+        for d in deposits {
+            let Ok(txid) = bitcoin::Txid::from_str(&d.txid) else {
+                continue;
+            };
+            match self.chain.transaction(txid).await {
+                Ok(None) => {}
+                // Known (mempool or chain), or the node cannot be asked.
+                Ok(Some(_)) | Err(_) => continue,
+            }
+            if self.store.count_broadcast_attempt(d.id, height).await? < SET_ASIDE_AFTER_BLOCKS {
+                continue;
+            }
+            if let Some(debt) = self.store.reverse_deposit(d.id).await? {
+                tracing::error!(transfer = d.id, txid = %d.txid, user = ?d.user_id, amount_sats = d.amount_sats,
+                    debt_sats = debt, "deposit reorganised out for good: reversed");
+                changed = true;
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Books a broadcast attempt of `t` that did not settle. A chain that
+    /// cannot be reached is nobody's fault and is not counted; a transfer
+    /// whose stored bytes do not decode is set aside at once; any other
+    /// failure seen in [`SET_ASIDE_AFTER_BLOCKS`] different blocks sets it
+    /// aside (a payout becomes payout_failed), with an error log and an
+    /// audit entry. Returns whether something changed.
+    async fn failed_attempt(&self, t: &TransferRow, e: &EngineError) -> Result<bool, EngineError> {
+        match e {
+            EngineError::Chain(ChainError::Unavailable(_)) => return Ok(false),
+            EngineError::Chain(_) => {
+                let height = self.store.synced_tip().await?.map_or(0, |t| t.0);
+                let attempts = self.store.count_broadcast_attempt(t.id, height).await?;
+                if attempts < SET_ASIDE_AFTER_BLOCKS {
+                    tracing::info!(transfer = t.id, attempts, error = %e, "broadcast not settled; retried");
+                    return Ok(false);
+                }
+            }
+            _ => {}
+        }
+        let reason = format!("{e}");
+        if t.kind == TransferKind::Payout && t.status == TransferStatus::Signed {
+            if let Some(round_id) = t.round_id {
+                tracing::error!(transfer = t.id, round = round_id, %reason, "payout keeps failing: payout_failed");
+                return Ok(self.store.payout_failed(t.id, round_id, &reason).await?);
+            }
+        }
+        tracing::error!(transfer = t.id, kind = %t.kind, txid = %t.txid, %reason, "transfer keeps failing; set aside for the operator");
+        Ok(self.store.set_transfer_aside(t.id, &reason).await?)
     }
 
     /// One engine step on the oldest unfinished round that can move.
@@ -392,8 +541,13 @@ impl Engine {
             return Ok(false);
         }
         for round in self.store.unfinished_rounds().await? {
-            if self.step(&round, now, &config).await? {
-                return Ok(true);
+            match self.step(&round, now, &config).await {
+                Ok(true) => return Ok(true),
+                Ok(false) => {}
+                // One round's failure does not hold up the rounds after it.
+                Err(e) => {
+                    tracing::warn!(round = round.id, error = %e, "round step failed; retried")
+                }
             }
         }
         Ok(false)
@@ -456,7 +610,7 @@ impl Engine {
             }
             RoundStatus::Drawing => self.draw_and_pay(round, config).await,
             RoundStatus::PayingOut => self.finish_payout(round).await,
-            RoundStatus::Closed => Ok(false),
+            RoundStatus::Closed | RoundStatus::PayoutFailed => Ok(false),
         }
     }
 
@@ -475,16 +629,28 @@ impl Engine {
             .tip_height_at_close
             .ok_or_else(|| EngineError::Corrupt(format!("round {} has no close tip", round.id)))?;
         let draw_height = close_tip + 1;
-        // The first block seen at the draw height fixes the draw (see the docs).
-        let Some(block_hash) = self.store.synced_hash(draw_height).await? else {
-            return Ok(false);
+        // The first block seen at the draw height fixes the draw (see the
+        // docs); a redraw after payout_failed uses the block stored then.
+        let block_hash = match detail.draw.block_hash.clone() {
+            Some(h) => h,
+            None => match self.store.synced_hash(draw_height).await? {
+                Some(h) => h,
+                None => return Ok(false),
+            },
         };
         let bets = draw_bets(&detail.bets);
-        let d = draw::compute_draw(round.id, &block_hash, &bets)
-            .map_err(|e| EngineError::Corrupt(e.to_string()))?;
+        let d = match draw::compute_draw(round.id, &block_hash, &bets) {
+            Ok(d) => d,
+            Err(e) => {
+                return self
+                    .give_up_draw(round.id, &DrawColumns::default(), &format!("draw: {e}"))
+                    .await
+            }
+        };
         // The bets drawn must be exactly those committed to at close: a bet
         // added, removed or changed since would make the published proof
-        // false, so nothing is paid.
+        // false, so nothing is paid; the round waits for the operator as
+        // payout_failed and the next round opens.
         let recomputed = hex::encode(d.commitment);
         if detail.draw.bets_commitment.as_deref() != Some(recomputed.as_str()) {
             tracing::error!(
@@ -493,33 +659,14 @@ impl Engine {
                 %recomputed,
                 "bets commitment mismatch; the round is not drawn"
             );
-            return Err(EngineError::Corrupt(format!(
-                "round {}: recomputed bets commitment {recomputed} differs from the one stored at close",
-                round.id
-            )));
+            let reason = format!(
+                "bets commitment mismatch: recomputed {recomputed} differs from the one stored at close"
+            );
+            return self
+                .give_up_draw(round.id, &DrawColumns::default(), &reason)
+                .await;
         }
         let winner = &detail.bets[d.winner_index];
-        let single = draw::single_player(&bets);
-        let commission = draw::commission(d.pot_sats, single) as i64;
-        let winner_row = self
-            .store
-            .user_by_id(winner.user_id)
-            .await?
-            .ok_or_else(|| EngineError::Corrupt(format!("user {} vanished", winner.user_id)))?;
-        let (_, winner_script) = spend::user_key(&self.wallet, winner_row.derivation_index)?;
-        let fee_script = spend::script_of(&config.fee_address, self.wallet.network())?;
-        let pot = self.store.pot_outputs(round.id).await?;
-        let signed = spend::payout(
-            &self.wallet,
-            round.id,
-            &pot,
-            &fee_script,
-            commission,
-            &winner_script,
-            winner.user_id,
-            config.fee_rate_sat_vb,
-            self.tip_height().await?,
-        )?;
         let columns = DrawColumns {
             tip_height_at_close: Some(close_tip),
             bets_commitment: Some(hex::encode(d.commitment)),
@@ -528,6 +675,16 @@ impl Engine {
             seed: Some(hex::encode(d.seed)),
             ticket: Some(d.ticket as i64),
             winner_bet_id: Some(winner.id),
+        };
+        let single = draw::single_player(&bets);
+        let commission = draw::commission(d.pot_sats, single) as i64;
+        let pot = self.store.pot_outputs(round.id).await?;
+        let signed = match self
+            .build_payout(round.id, &pot, commission, winner.user_id, config)
+            .await?
+        {
+            Ok(signed) => signed,
+            Err(reason) => return self.give_up_draw(round.id, &columns, &reason).await,
         };
         match self
             .store
@@ -545,6 +702,60 @@ impl Engine {
         self.notify().await;
         self.finish_payout(round).await?;
         Ok(true)
+    }
+
+    /// Builds and signs the payout of `pot`; `Ok(Err(reason))` when it
+    /// cannot be built (fee above the pot, unusable fee address, winner
+    /// without a key): the round then becomes payout_failed instead of
+    /// holding up the rounds after it.
+    async fn build_payout(
+        &self,
+        round_id: i64,
+        pot: &[crate::domain::money::Coin],
+        commission: i64,
+        winner_id: i64,
+        config: &ServiceConfig,
+    ) -> Result<Result<spend::Signed, String>, EngineError> {
+        let Some(winner) = self.store.user_by_id(winner_id).await? else {
+            return Ok(Err(format!("winner {winner_id} does not exist")));
+        };
+        let tip_height = self.tip_height().await?;
+        let built = spend::user_key(&self.wallet, winner.derivation_index).and_then(
+            |(_, winner_script)| {
+                let fee_script = spend::script_of(&config.fee_address, self.wallet.network())?;
+                spend::payout(
+                    &self.wallet,
+                    round_id,
+                    pot,
+                    &fee_script,
+                    commission,
+                    &winner_script,
+                    winner_id,
+                    config.fee_rate_sat_vb,
+                    tip_height,
+                )
+            },
+        );
+        Ok(built.map_err(|e| format!("the payout cannot be built: {e}")))
+    }
+
+    /// drawing → payout_failed with an error log and an audit entry; the
+    /// next round opens in the same transaction.
+    async fn give_up_draw(
+        &self,
+        round_id: i64,
+        columns: &DrawColumns,
+        reason: &str,
+    ) -> Result<bool, EngineError> {
+        tracing::error!(round = round_id, %reason, "payout_failed: the round waits for an admin retry");
+        let moved = self
+            .store
+            .payout_unbuildable(round_id, columns, reason)
+            .await?;
+        if moved {
+            self.notify().await;
+        }
+        Ok(moved)
     }
 
     async fn finish_payout(&self, round: &RoundRow) -> Result<bool, EngineError> {
@@ -586,67 +797,94 @@ impl Engine {
                             .await?)
                     }
                     Broadcast::Pending(e) => {
-                        // Stays signed; the next tick tries again.
+                        // Stays signed; the next tick tries again, and one
+                        // that keeps failing becomes payout_failed.
                         tracing::warn!(round = round.id, txid = %payout.txid, error = %e, "payout broadcast not settled; retried");
-                        Ok(false)
+                        self.failed_attempt(&payout, &EngineError::Chain(e)).await
                     }
                 }
             }
             // Waits for POST /admin/rounds/{id}/retry-payout. (A payout is
             // never `seen` or `failed`; those belong to deposits and to
             // bets and withdrawals.)
-            TransferStatus::BroadcastFailed | TransferStatus::Seen | TransferStatus::Failed => {
-                Ok(false)
+            // A round left paying_out with a refused payout by an older
+            // version: park it as payout_failed so the next round opens.
+            TransferStatus::BroadcastFailed => {
+                Ok(self.store.park_failed_payout(round.id, unix_now()).await?)
             }
+            TransferStatus::Seen | TransferStatus::Failed | TransferStatus::Reversed => Ok(false),
         }
     }
 
-    /// The admin retry after `payout_failed`: rebuilds the payout from the
-    /// same pot outputs at the current fee rate and broadcasts it. Returns
-    /// the payout after the attempt, or `None` when no payout waits for a retry.
+    /// The admin retry of a `payout_failed` round. A refused payout is
+    /// rebuilt at the current config from the pot outputs it spent that
+    /// still exist (an output whose bet was double-spent or evicted for good
+    /// is dropped and its value recorded as a ledger correction), then
+    /// broadcast; a round whose payout could not be built is drawn again
+    /// from its stored draw block. Returns the payout after the attempt, or
+    /// `None` when the round does not wait for a retry.
     ///
     /// # Errors
-    /// Database, wallet or chain failures.
+    /// [`EngineError::Unbuildable`] when the payout still cannot be built;
+    /// database, wallet or chain failures.
     pub async fn retry_payout(&self, round_id: i64) -> Result<Option<TransferRow>, EngineError> {
         let _guard = self.lock.lock().await;
         let Some(detail) = self.store.round_detail(round_id).await? else {
             return Ok(None);
         };
-        let Some(payout) = detail.payout.clone() else {
-            return Ok(None);
-        };
-        if payout.status != TransferStatus::BroadcastFailed
-            || detail.round.status != RoundStatus::PayingOut
-        {
+        if detail.round.status != RoundStatus::PayoutFailed {
             return Ok(None);
         }
         let config = self.store.config().await?;
+        let Some(payout) = detail.payout.clone() else {
+            // Nothing was written: draw again (same block) and pay.
+            if !self.store.redraw_failed_round(round_id).await? {
+                return Ok(None);
+            }
+            let mut round = detail.round.clone();
+            round.status = RoundStatus::Drawing;
+            self.draw_and_pay(&round, &config).await?;
+            self.notify().await;
+            let after = self.store.round_detail(round_id).await?;
+            return match after.and_then(|d| d.payout) {
+                Some(t) => Ok(Some(t)),
+                None => Err(EngineError::Unbuildable(format!(
+                    "round {round_id}: the payout still cannot be built at the current config"
+                ))),
+            };
+        };
+        if payout.status != TransferStatus::BroadcastFailed {
+            return Ok(None);
+        }
         let winner_id = payout
             .user_id
             .ok_or_else(|| EngineError::Corrupt("payout without winner".into()))?;
-        let winner = self
-            .store
-            .user_by_id(winner_id)
-            .await?
-            .ok_or_else(|| EngineError::Corrupt(format!("user {winner_id} vanished")))?;
-        let (_, winner_script) = spend::user_key(&self.wallet, winner.derivation_index)?;
-        let fee_script = spend::script_of(&config.fee_address, self.wallet.network())?;
-        // The pot outputs are marked spent by the failed payout; rebuild from them.
-        let pot: Vec<_> = self.store.pot_outputs_spent_by(&payout.txid).await?;
+        // The pot outputs are marked spent by the failed payout; rebuild from
+        // those that still exist on the chain.
+        let mut pot = Vec::new();
+        let mut dropped = Vec::new();
+        for o in self.store.pot_outputs_spent_by(&payout.txid).await? {
+            if self.output_exists(&o).await? {
+                pot.push(o);
+            } else {
+                dropped.push(o);
+            }
+        }
         let bets = draw_bets(&detail.bets);
         let single = draw::single_player(&bets);
-        let commission = draw::commission(detail.round.pot_sats as u64, single) as i64;
-        let signed = spend::payout(
-            &self.wallet,
-            round_id,
-            &pot,
-            &fee_script,
-            commission,
-            &winner_script,
-            winner_id,
-            config.fee_rate_sat_vb,
-            self.tip_height().await?,
-        )?;
+        let left: i64 = pot.iter().map(|o| o.amount_sats).sum();
+        let commission = draw::commission(u64::try_from(left).unwrap_or(0), single) as i64;
+        let signed = match self
+            .build_payout(round_id, &pot, commission, winner_id, &config)
+            .await?
+        {
+            Ok(s) => s,
+            Err(reason) => return Err(EngineError::Unbuildable(reason)),
+        };
+        for o in &dropped {
+            tracing::error!(round = round_id, txid = %o.txid, vout = o.vout, amount_sats = o.amount_sats,
+                "pot output no longer exists; the payout is rebuilt without it (ledger correction)");
+        }
         self.store
             .replace_failed_payout(
                 payout.id,
@@ -657,13 +895,54 @@ impl Engine {
                 signed.intent.fee_sats,
                 signed.intent.amount_sats,
                 signed.change.map(|c| i64::from(c.0)),
+                signed.intent.commission_sats,
+                &dropped,
             )
             .await?;
-        let round = detail.round.clone();
+        let mut round = detail.round.clone();
+        round.status = RoundStatus::PayingOut;
         self.finish_payout(&round).await?;
         self.notify().await;
         Ok(self.store.transfer(payout.id).await?)
     }
+
+    /// Whether an output we hold still exists: unspent on the chain (mempool
+    /// included). A missing one whose transaction we signed is offered to the
+    /// node again first (it may only have been evicted); one that is spent by
+    /// a transaction we do not know is logged and audited.
+    async fn output_exists(&self, o: &crate::domain::money::Coin) -> Result<bool, EngineError> {
+        let outpoint = outpoint_of(o)?;
+        if self.chain.unspent_output(outpoint).await?.is_some() {
+            return Ok(true);
+        }
+        if let Some(t) = self.store.transfer_by_txid(&o.txid).await? {
+            if let Some(raw) = t.raw_tx.as_deref() {
+                if let Broadcast::Accepted =
+                    Broadcast::send(self.chain.as_ref(), txid_of(raw)?).await
+                {
+                    if self.chain.unspent_output(outpoint).await?.is_some() {
+                        return Ok(true);
+                    }
+                }
+            }
+        }
+        if self.chain.transaction(outpoint.txid).await?.is_some() {
+            // Its transaction exists, the output does not: someone else spent it.
+            tracing::error!(txid = %o.txid, vout = o.vout, "a tracked output is spent by a transaction the service does not know");
+            self.store
+                .audit_unknown_spend(&o.txid, o.vout, o.amount_sats)
+                .await?;
+        }
+        Ok(false)
+    }
+}
+
+fn outpoint_of(o: &crate::domain::money::Coin) -> Result<bitcoin::OutPoint, EngineError> {
+    let txid = bitcoin::Txid::from_str(&o.txid)
+        .map_err(|e| EngineError::Corrupt(format!("txid {}: {e}", o.txid)))?;
+    let vout = u32::try_from(o.vout)
+        .map_err(|_| EngineError::Corrupt(format!("vout {} of {}", o.vout, o.txid)))?;
+    Ok(bitcoin::OutPoint { txid, vout })
 }
 
 /// Bets as the draw sees them.

@@ -105,6 +105,15 @@ pub enum PaymentError {
     /// The network refused the transaction; it was undone.
     #[error("the network refused the transaction; nothing was spent")]
     BroadcastRejected,
+    /// A deposit the user spent was reorganised out for good: the debt it
+    /// left is not covered by the user's coins beyond this payment.
+    #[error("a deposit you spent was reversed by the chain: {debt_sats} sats are owed and your coins ({balance_sats} sats) must cover it before you bet or withdraw")]
+    DebtOutstanding {
+        /// What the user owes.
+        debt_sats: i64,
+        /// The user's balance after the debt (may be negative).
+        balance_sats: i64,
+    },
     /// Concurrent requests kept taking the user's coins.
     #[error("your funds are being spent by another request, try again")]
     FundsBusy,
@@ -313,6 +322,17 @@ impl<'a> Payments<'a> {
                 .store
                 .spendable_outputs(me.id, config.deposit_confirmations)
                 .await?;
+            // Coins that cover a debt are not the user's to spend.
+            let debt_sats = self.store.user_debt(me.id).await?;
+            if debt_sats > 0 {
+                let coins: i64 = outputs.iter().map(|o| o.amount_sats).sum();
+                if coins - debt_sats < amount_sats {
+                    return Err(PaymentError::DebtOutstanding {
+                        debt_sats,
+                        balance_sats: coins - debt_sats,
+                    });
+                }
+            }
             let signed = spend::user_payment(
                 &wallet,
                 me.derivation_index,
@@ -344,6 +364,16 @@ impl<'a> Payments<'a> {
                 },
                 other => PaymentError::Spend(other),
             })?;
+            if debt_sats > 0 {
+                let coins: i64 = outputs.iter().map(|o| o.amount_sats).sum();
+                let left = coins - amount_sats - signed.intent.fee_sats;
+                if left < debt_sats {
+                    return Err(PaymentError::DebtOutstanding {
+                        debt_sats,
+                        balance_sats: coins - debt_sats,
+                    });
+                }
+            }
             let written = match dest {
                 Destination::Pot { .. } => self
                     .store

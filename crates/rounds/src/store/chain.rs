@@ -218,7 +218,13 @@ impl Store {
             .await?;
             match existing {
                 Some(id) => {
-                    sqlx::query("UPDATE transfers SET block_height = $1 WHERE id = $2")
+                    // A reversed deposit that a block confirms after all is
+                    // credited again (its output was re-inserted above); a
+                    // debt it left stays for the operator.
+                    sqlx::query(
+                        "UPDATE transfers SET block_height = $1, \
+                         status = CASE WHEN status = 'reversed' THEN 'seen' ELSE status END WHERE id = $2",
+                    )
                         .bind(height)
                         .bind(id)
                         .execute(&mut *tx)

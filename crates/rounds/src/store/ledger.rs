@@ -11,8 +11,10 @@ use sqlx::any::AnyRow;
 use sqlx::{Any, Row, Transaction};
 
 use super::{state_column, Store, StoreError};
+use crate::domain::audit::AuditDetails;
 use crate::domain::money::{Coin, Intent};
 use crate::domain::round::{RoundStatus, TransferKind, TransferStatus};
+use crate::domain::settings::ConfigDiff;
 use crate::domain::time::unix_now;
 
 /// A transfer as stored.
@@ -82,7 +84,7 @@ impl From<sqlx::Error> for LedgerError {
 /// Sums for the conservation check (GET /admin/ledger).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct LedgerTotals {
-    /// Every deposit ever seen.
+    /// Every deposit seen and not reversed.
     pub deposits_sats: i64,
     /// Unspent outputs owned by users (confirmed or not).
     pub users_unspent_sats: i64,
@@ -94,10 +96,38 @@ pub struct LedgerTotals {
     pub withdrawn_sats: i64,
     /// Miner fees of our transactions written and not failed.
     pub miner_fees_sats: i64,
+    /// Money the ledger had recorded but the chain took back (ledger
+    /// corrections): deposits = users' unspent + pots + commission +
+    /// withdrawals + miner fees + corrections.
+    pub corrections_sats: i64,
+    /// The ledger corrections, oldest first.
+    pub corrections: Vec<CorrectionView>,
+    /// What users owe after deposits they spent were reversed by the chain:
+    /// deposits = users' unspent + pots + commission + withdrawals + miner
+    /// fees + corrections − debts.
+    pub debts_sats: i64,
     /// Every unspent output the service holds.
     pub unspent: Vec<UnspentView>,
     /// Height of the last block the watcher processed.
     pub synced_height: i64,
+}
+
+/// One ledger correction in [`LedgerTotals`]: an output the ledger held
+/// that no longer exists on the chain.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct CorrectionView {
+    /// Unix seconds.
+    pub at: i64,
+    /// The round whose payout was rebuilt without it, if any.
+    pub round_id: Option<i64>,
+    /// The output's transaction.
+    pub txid: String,
+    /// The output's index.
+    pub vout: i64,
+    /// Its value, taken out of the books.
+    pub amount_sats: i64,
+    /// Why.
+    pub reason: String,
 }
 
 /// One unspent output in [`LedgerTotals`].
@@ -267,7 +297,9 @@ impl Store {
         .bind(confirmations)
         .fetch_one(self.pool())
         .await?;
-        let balance: i64 = row.try_get("balance")?;
+        // A debt left by a reversed deposit shows as a negative balance.
+        let debt = self.user_debt(user_id).await?;
+        let balance: i64 = row.try_get::<i64, _>("balance")? - debt;
         let change: i64 = row.try_get("change_sats")?;
         let pending: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM transfers WHERE user_id = $1 AND kind IN ('bet', 'withdrawal') \
@@ -377,6 +409,20 @@ impl Store {
     /// # Errors
     /// Database failures.
     pub async fn fail_transfer(&self, transfer_id: i64) -> Result<(), StoreError> {
+        self.fail_transfer_keeping(transfer_id, &[]).await
+    }
+
+    /// [`Store::fail_transfer`], except that the inputs in `lost` (found
+    /// spent on the chain by a transaction we do not know) are not released
+    /// but taken out of the books as ledger corrections.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn fail_transfer_keeping(
+        &self,
+        transfer_id: i64,
+        lost: &[Coin],
+    ) -> Result<(), StoreError> {
         let mut tx = self.pool().begin().await?;
         let row = sqlx::query(&format!(
             "UPDATE transfers SET status = 'failed' WHERE id = $1 AND status = 'signed' RETURNING {TRANSFER_COLS}"
@@ -389,6 +435,24 @@ impl Store {
             return Ok(());
         };
         let t = transfer_from_row(&row)?;
+        for o in lost {
+            sqlx::query("DELETE FROM outputs WHERE id = $1 AND spent_txid = $2")
+                .bind(o.id)
+                .bind(&t.txid)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(
+                "INSERT INTO ledger_corrections (at, round_id, transfer_id, txid, vout, amount_sats, reason) \
+                 VALUES ($1, NULL, $2, $3, $4, $5, 'spent by an unknown transaction')",
+            )
+            .bind(unix_now())
+            .bind(transfer_id)
+            .bind(&o.txid)
+            .bind(o.vout)
+            .bind(o.amount_sats)
+            .execute(&mut *tx)
+            .await?;
+        }
         sqlx::query("UPDATE outputs SET spent_txid = NULL WHERE spent_txid = $1")
             .bind(&t.txid)
             .execute(&mut *tx)
@@ -410,13 +474,14 @@ impl Store {
         Ok(())
     }
 
-    /// Our transfers written but not yet broadcast (to finish after a crash).
+    /// Our transfers written but not yet broadcast (to finish after a
+    /// crash), except those set aside.
     ///
     /// # Errors
     /// Database failures.
     pub async fn signed_transfers(&self) -> Result<Vec<TransferRow>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT {TRANSFER_COLS} FROM transfers WHERE status = 'signed' ORDER BY id"
+            "SELECT {TRANSFER_COLS} FROM transfers WHERE status = 'signed' AND set_aside_at IS NULL ORDER BY id"
         ))
         .fetch_all(self.pool())
         .await?;
@@ -426,14 +491,15 @@ impl Store {
             .collect::<Result<_, _>>()?)
     }
 
-    /// Our broadcast transfers without a confirmation (to re-send after a reorg).
+    /// Our broadcast transfers without a confirmation, except those set
+    /// aside (re-sent every few blocks and after a reorg).
     ///
     /// # Errors
     /// Database failures.
     pub async fn unconfirmed_broadcasts(&self) -> Result<Vec<TransferRow>, StoreError> {
         let rows = sqlx::query(&format!(
             "SELECT {TRANSFER_COLS} FROM transfers WHERE status = 'broadcast' AND kind <> 'deposit' \
-             AND block_height IS NULL ORDER BY id"
+             AND block_height IS NULL AND set_aside_at IS NULL ORDER BY id"
         ))
         .fetch_all(self.pool())
         .await?;
@@ -492,7 +558,7 @@ impl Store {
                 "deposits_sats",
                 "transfers",
                 "amount_sats",
-                "kind = 'deposit'",
+                "kind = 'deposit' AND status <> 'reversed'",
             ),
             (
                 "users_unspent_sats",
@@ -524,6 +590,13 @@ impl Store {
                 "fee_sats",
                 "kind <> 'deposit' AND status <> 'failed'",
             ),
+            (
+                "corrections_sats",
+                "ledger_corrections",
+                "amount_sats",
+                "1 = 1",
+            ),
+            ("debts_sats", "users", "debt_sats", "debt_sats <> 0"),
         ]
         .iter()
         .map(|(name, table, column, filter)| {
@@ -543,6 +616,25 @@ impl Store {
         let commission_paid_sats: i64 = row.try_get("commission_paid_sats")?;
         let withdrawn_sats: i64 = row.try_get("withdrawn_sats")?;
         let miner_fees_sats: i64 = row.try_get("miner_fees_sats")?;
+        let corrections_sats: i64 = row.try_get("corrections_sats")?;
+        let debts_sats: i64 = row.try_get("debts_sats")?;
+        let corrections = sqlx::query(
+            "SELECT at, round_id, txid, vout, amount_sats, reason FROM ledger_corrections ORDER BY id",
+        )
+        .fetch_all(self.pool())
+        .await?
+        .iter()
+        .map(|r| {
+            Ok::<_, sqlx::Error>(CorrectionView {
+                at: r.try_get("at")?,
+                round_id: r.try_get("round_id")?,
+                txid: r.try_get("txid")?,
+                vout: r.try_get("vout")?,
+                amount_sats: r.try_get("amount_sats")?,
+                reason: r.try_get("reason")?,
+            })
+        })
+        .collect::<Result<_, _>>()?;
         let rows = sqlx::query(
             "SELECT txid, vout, amount_sats FROM outputs WHERE spent_txid IS NULL ORDER BY id",
         )
@@ -567,7 +659,312 @@ impl Store {
             commission_paid_sats,
             withdrawn_sats,
             miner_fees_sats,
+            corrections_sats,
+            corrections,
+            debts_sats,
             unspent,
         })
+    }
+
+    /// Our transfer with this txid, if any.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn transfer_by_txid(&self, txid: &str) -> Result<Option<TransferRow>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {TRANSFER_COLS} FROM transfers WHERE txid = $1 AND kind <> 'deposit' ORDER BY id LIMIT 1"
+        ))
+        .bind(txid)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(row.map(|r| transfer_from_row(&r)).transpose()?)
+    }
+
+    /// Outputs taken by transaction `txid` (the inputs of one of ours).
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn outputs_spent_by(&self, txid: &str) -> Result<Vec<Coin>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {OUTPUT_COLS} FROM outputs WHERE spent_txid = $1 ORDER BY id"
+        ))
+        .bind(txid)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.iter().map(output_from_row).collect::<Result<_, _>>()?)
+    }
+
+    /// Counts a broadcast attempt of transfer `id` that had no settled
+    /// answer, at most once per block `height`. Returns the attempts so far.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn count_broadcast_attempt(&self, id: i64, height: i64) -> Result<i64, StoreError> {
+        sqlx::query(
+            "UPDATE transfers SET broadcast_attempts = broadcast_attempts + 1, attempt_height = $2 \
+             WHERE id = $1 AND (attempt_height IS NULL OR attempt_height < $2)",
+        )
+        .bind(id)
+        .bind(height)
+        .execute(self.pool())
+        .await?;
+        Ok(
+            sqlx::query_scalar("SELECT broadcast_attempts FROM transfers WHERE id = $1")
+                .bind(id)
+                .fetch_optional(self.pool())
+                .await?
+                .unwrap_or(0),
+        )
+    }
+
+    /// Sets a transfer that keeps failing aside: the worker skips it from
+    /// now on; writes `transfer_set_aside` to the audit log, once. Returns
+    /// whether this call set it aside.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn set_transfer_aside(&self, id: i64, reason: &str) -> Result<bool, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let row = sqlx::query(&format!(
+            "UPDATE transfers SET set_aside_at = $2 WHERE id = $1 AND set_aside_at IS NULL RETURNING {TRANSFER_COLS}"
+        ))
+        .bind(id)
+        .bind(unix_now())
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            tx.rollback().await?;
+            return Ok(false);
+        };
+        let t = transfer_from_row(&row)?;
+        super::settings::insert_audit_entry(
+            &mut tx,
+            "transfer_set_aside",
+            "engine",
+            &ConfigDiff::new(),
+            &AuditDetails {
+                transfer_id: Some(t.id),
+                kind: Some(t.kind.as_str().to_owned()),
+                txid: t.txid.clone(),
+                user_id: t.user_id,
+                round_id: t.round_id,
+                reason: Some(reason.to_string()),
+                ..AuditDetails::none()
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Writes `unknown_spend` to the audit log, once per output: an output
+    /// the service holds is spent on the chain by a transaction it does not
+    /// know.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn audit_unknown_spend(
+        &self,
+        txid: &str,
+        vout: i64,
+        amount_sats: i64,
+    ) -> Result<(), StoreError> {
+        let details = AuditDetails {
+            txid: Some(txid.to_owned()),
+            vout: Some(vout),
+            amount_sats: Some(amount_sats),
+            ..AuditDetails::none()
+        };
+        // As `insert_audit` stores it: the same fields in the same order.
+        let stored = serde_json::to_string(&details)
+            .map_err(|e| StoreError::Corrupt(format!("audit details: {e}")))?;
+        let mut tx = self.pool().begin().await?;
+        // Once per output, however often the worker finds it.
+        let seen: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM audit_log WHERE event = 'unknown_spend' AND details = $1",
+        )
+        .bind(stored)
+        .fetch_one(&mut *tx)
+        .await?;
+        if seen == 0 {
+            super::settings::insert_audit_entry(
+                &mut tx,
+                "unknown_spend",
+                "engine",
+                &ConfigDiff::new(),
+                &details,
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// What user `user_id` owes after a reversed deposit (0 normally).
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn user_debt(&self, user_id: i64) -> Result<i64, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT debt_sats FROM users WHERE id = $1")
+                .bind(user_id)
+                .fetch_optional(self.pool())
+                .await?
+                .unwrap_or(0),
+        )
+    }
+
+    /// Deposits whose block was reorganised out and that no block has
+    /// confirmed since.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn unconfirmed_deposits(&self) -> Result<Vec<TransferRow>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {TRANSFER_COLS} FROM transfers WHERE kind = 'deposit' AND status = 'seen' \
+             AND block_height IS NULL ORDER BY id"
+        ))
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .iter()
+            .map(transfer_from_row)
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// A deposit gone from the chain for good: marks it `reversed` and takes
+    /// its output out of the books, so it is never offered again. If our
+    /// transaction `S` spent it, `S` is invalid too: a withdrawal, or a bet
+    /// of a round still open, is undone (nothing left the user); otherwise
+    /// (a bet already committed to a draw) `S` is set aside, its change to
+    /// the user is dropped and what the user spent beyond that becomes the
+    /// user's debt. Writes `deposit_reversed` to the audit log. Returns the
+    /// debt added, or `None` when the deposit was not waiting to be reversed.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn reverse_deposit(&self, transfer_id: i64) -> Result<Option<i64>, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let row = sqlx::query(&format!(
+            "UPDATE transfers SET status = 'reversed' WHERE id = $1 AND kind = 'deposit' \
+             AND status = 'seen' AND block_height IS NULL RETURNING {TRANSFER_COLS}"
+        ))
+        .bind(transfer_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            tx.rollback().await?;
+            return Ok(None);
+        };
+        let deposit = transfer_from_row(&row)?;
+        let spent_by: Option<Option<String>> = sqlx::query_scalar(
+            "SELECT spent_txid FROM outputs WHERE txid = $1 AND vout = $2 AND origin = 'deposit'",
+        )
+        .bind(&deposit.txid)
+        .bind(deposit.vout)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let spender = match spent_by.flatten() {
+            Some(txid) => sqlx::query(&format!(
+                "SELECT {TRANSFER_COLS} FROM transfers WHERE txid = $1 AND kind <> 'deposit'"
+            ))
+            .bind(&txid)
+            .fetch_optional(&mut *tx)
+            .await?
+            .map(|r| transfer_from_row(&r))
+            .transpose()?,
+            None => None,
+        };
+        let mut debt = 0;
+        if let Some(s) = &spender {
+            let round_open = match s.round_id {
+                Some(r) => {
+                    sqlx::query_scalar::<_, String>("SELECT status FROM rounds WHERE id = $1")
+                        .bind(r)
+                        .fetch_optional(&mut *tx)
+                        .await?
+                        .as_deref()
+                        == Some("open")
+                }
+                None => false,
+            };
+            let undo = s.block_height.is_none()
+                && matches!(s.status, TransferStatus::Signed | TransferStatus::Broadcast)
+                && (s.kind == TransferKind::Withdrawal
+                    || (s.kind == TransferKind::Bet && round_open));
+            if undo {
+                sqlx::query("UPDATE transfers SET status = 'failed' WHERE id = $1")
+                    .bind(s.id)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query("UPDATE outputs SET spent_txid = NULL WHERE spent_txid = $1")
+                    .bind(&s.txid)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query("DELETE FROM outputs WHERE txid = $1")
+                    .bind(&s.txid)
+                    .execute(&mut *tx)
+                    .await?;
+                if s.kind == TransferKind::Bet {
+                    sqlx::query("UPDATE bets SET status = 'failed' WHERE txid = $1")
+                        .bind(&s.txid)
+                        .execute(&mut *tx)
+                        .await?;
+                    if let Some(r) = s.round_id {
+                        recount_round(&mut tx, r).await?;
+                    }
+                }
+            } else {
+                let change: i64 = sqlx::query_scalar(&format!(
+                    "SELECT {} FROM outputs WHERE txid = $1 AND origin = 'change' AND spent_txid IS NULL",
+                    sum("amount_sats")
+                ))
+                .bind(&s.txid)
+                .fetch_one(&mut *tx)
+                .await?;
+                sqlx::query(
+                    "DELETE FROM outputs WHERE txid = $1 AND origin = 'change' AND spent_txid IS NULL",
+                )
+                .bind(&s.txid)
+                .execute(&mut *tx)
+                .await?;
+                sqlx::query(
+                    "UPDATE transfers SET set_aside_at = $2 WHERE id = $1 AND set_aside_at IS NULL",
+                )
+                .bind(s.id)
+                .bind(unix_now())
+                .execute(&mut *tx)
+                .await?;
+                debt = (deposit.amount_sats - change).max(0);
+                sqlx::query("UPDATE users SET debt_sats = debt_sats + $1 WHERE id = $2")
+                    .bind(debt)
+                    .bind(deposit.user_id)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
+        sqlx::query("DELETE FROM outputs WHERE txid = $1 AND vout = $2 AND origin = 'deposit'")
+            .bind(&deposit.txid)
+            .bind(deposit.vout)
+            .execute(&mut *tx)
+            .await?;
+        super::settings::insert_audit_entry(
+            &mut tx,
+            "deposit_reversed",
+            "engine",
+            &ConfigDiff::new(),
+            &AuditDetails {
+                user_id: Some(deposit.user_id),
+                txid: Some(deposit.txid.clone()),
+                vout: Some(deposit.vout),
+                amount_sats: Some(deposit.amount_sats),
+                spent_by: spender.as_ref().and_then(|s| s.txid.clone()),
+                debt_sats: Some(debt),
+                ..AuditDetails::none()
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(Some(debt))
     }
 }

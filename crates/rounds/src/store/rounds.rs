@@ -9,10 +9,11 @@ use super::ledger::{
 };
 use super::settings::insert_audit_entry;
 use super::{state_column, Store, StoreError};
-use crate::domain::audit::AuditDetails;
+use crate::domain::audit::{AuditDetails, AuditOutput};
 use crate::domain::money::{Coin, Intent};
 use crate::domain::round::RoundStatus;
 use crate::domain::settings::ConfigDiff;
+use crate::domain::time::unix_now;
 
 /// A round as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,6 +112,33 @@ fn round_from_row(r: &AnyRow) -> Result<RoundRow, StoreError> {
         pot_sats: r.try_get("pot_sats")?,
         bettors: r.try_get("bettors")?,
     })
+}
+
+/// Opens the next round when `round_id` is the newest one, inside the
+/// transaction that ends `round_id` (closed or payout_failed), so exactly one
+/// round is open afterwards.
+async fn open_next_if_newest(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    round_id: i64,
+    now: i64,
+) -> Result<(), StoreError> {
+    let newest: i64 = sqlx::query_scalar("SELECT MAX(id) FROM rounds")
+        .fetch_one(&mut **tx)
+        .await?;
+    if newest == round_id {
+        let duration: i64 =
+            sqlx::query_scalar("SELECT round_duration_seconds FROM service_config WHERE id = 1")
+                .fetch_one(&mut **tx)
+                .await?;
+        sqlx::query(
+            "INSERT INTO rounds (status, opened_at, closes_at, pot_sats, bettors) VALUES ('open', $1, $2, 0, 0)",
+        )
+        .bind(now)
+        .bind(now + duration)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
 }
 
 /// The draw as stored on the round.
@@ -265,7 +293,7 @@ impl Store {
     /// Database failures.
     pub async fn last_played_round(&self, user_id: i64) -> Result<Option<i64>, StoreError> {
         Ok(sqlx::query_scalar(
-            "SELECT r.id FROM rounds r WHERE r.status IN ('paying_out', 'closed') AND EXISTS \
+            "SELECT r.id FROM rounds r WHERE r.status IN ('paying_out', 'closed', 'payout_failed') AND EXISTS \
              (SELECT 1 FROM bets b WHERE b.round_id = r.id AND b.user_id = $1 AND b.status = 'placed') \
              ORDER BY r.id DESC LIMIT 1",
         )
@@ -274,13 +302,14 @@ impl Store {
         .await?)
     }
 
-    /// Rounds that are not closed, oldest first (the engine's work list).
+    /// Rounds that are neither closed nor waiting for an admin retry, oldest
+    /// first (the engine's work list).
     ///
     /// # Errors
     /// Database failures.
     pub async fn unfinished_rounds(&self) -> Result<Vec<RoundRow>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT {ROUND_COLS} FROM rounds WHERE status <> 'closed' ORDER BY id"
+            "SELECT {ROUND_COLS} FROM rounds WHERE status NOT IN ('closed', 'payout_failed') ORDER BY id"
         ))
         .fetch_all(self.pool())
         .await?;
@@ -316,7 +345,8 @@ impl Store {
             return Ok(false);
         }
         let in_flight: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM transfers WHERE round_id = $1 AND kind = 'bet' AND status = 'signed'",
+            "SELECT COUNT(*) FROM transfers WHERE round_id = $1 AND kind = 'bet' AND status = 'signed' \
+             AND set_aside_at IS NULL",
         )
         .bind(round_id)
         .fetch_one(&mut *tx)
@@ -410,23 +440,7 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
         }
-        let newest: i64 = sqlx::query_scalar("SELECT MAX(id) FROM rounds")
-            .fetch_one(&mut *tx)
-            .await?;
-        if newest == round_id {
-            let duration: i64 = sqlx::query_scalar(
-                "SELECT round_duration_seconds FROM service_config WHERE id = 1",
-            )
-            .fetch_one(&mut *tx)
-            .await?;
-            sqlx::query(
-                "INSERT INTO rounds (status, opened_at, closes_at, pot_sats, bettors) VALUES ('open', $1, $2, 0, 0)",
-            )
-            .bind(now)
-            .bind(now + duration)
-            .execute(&mut *tx)
-            .await?;
-        }
+        open_next_if_newest(&mut tx, round_id, now).await?;
         tx.commit().await?;
         Ok(true)
     }
@@ -518,6 +532,13 @@ impl Store {
             tx.rollback().await?;
             return Ok(false);
         }
+        sqlx::query(
+            "UPDATE rounds SET status = 'payout_failed' WHERE id = $1 AND status = 'paying_out'",
+        )
+        .bind(round_id)
+        .execute(&mut *tx)
+        .await?;
+        open_next_if_newest(&mut tx, round_id, unix_now()).await?;
         insert_audit_entry(
             &mut tx,
             "payout_failed",
@@ -527,6 +548,88 @@ impl Store {
                 round_id: Some(round_id),
                 transfer_id: Some(transfer_id),
                 reason: Some(reason.to_string()),
+                ..AuditDetails::none()
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// drawing → payout_failed when no payout can be built (a fee above the
+    /// pot, an unusable fee address …): stores the draw (so a retry draws
+    /// from the same block), writes `payout_failed` to the audit log and
+    /// opens the next round, in one transaction. Returns whether it moved.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn payout_unbuildable(
+        &self,
+        round_id: i64,
+        draw: &DrawColumns,
+        reason: &str,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let moved = sqlx::query(
+            "UPDATE rounds SET status = 'payout_failed', block_height = COALESCE($1, block_height), \
+             block_hash = COALESCE($2, block_hash), seed = COALESCE($3, seed), ticket = COALESCE($4, ticket), \
+             winner_bet_id = COALESCE($5, winner_bet_id) WHERE id = $6 AND status = 'drawing'",
+        )
+        .bind(draw.block_height)
+        .bind(draw.block_hash.as_deref())
+        .bind(draw.seed.as_deref())
+        .bind(draw.ticket)
+        .bind(draw.winner_bet_id)
+        .bind(round_id)
+        .execute(&mut *tx)
+        .await?;
+        if moved.rows_affected() != 1 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        open_next_if_newest(&mut tx, round_id, unix_now()).await?;
+        insert_audit_entry(
+            &mut tx,
+            "payout_failed",
+            "engine",
+            &ConfigDiff::new(),
+            &AuditDetails {
+                round_id: Some(round_id),
+                reason: Some(reason.to_string()),
+                ..AuditDetails::none()
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// The admin retry of a round that failed before any payout was written:
+    /// payout_failed → drawing, audited as `payout_retried`; the engine then
+    /// draws again from the stored draw block. Returns whether it moved.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn redraw_failed_round(&self, round_id: i64) -> Result<bool, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let moved = sqlx::query(
+            "UPDATE rounds SET status = 'drawing' WHERE id = $1 AND status = 'payout_failed' \
+             AND NOT EXISTS (SELECT 1 FROM transfers WHERE kind = 'payout' AND round_id = $1)",
+        )
+        .bind(round_id)
+        .execute(&mut *tx)
+        .await?;
+        if moved.rows_affected() != 1 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        insert_audit_entry(
+            &mut tx,
+            "payout_retried",
+            "admin",
+            &ConfigDiff::new(),
+            &AuditDetails {
+                round_id: Some(round_id),
                 ..AuditDetails::none()
             },
         )
@@ -552,10 +655,13 @@ impl Store {
         fee_sats: i64,
         winner_sats: i64,
         winner_vout: Option<i64>,
+        commission_sats: i64,
+        dropped: &[Coin],
     ) -> Result<bool, StoreError> {
         let mut tx = self.pool().begin().await?;
         let n = sqlx::query(
-            "UPDATE transfers SET status = 'signed', txid = $1, raw_tx = $2, fee_sats = $3, amount_sats = $4 \
+            "UPDATE transfers SET status = 'signed', txid = $1, raw_tx = $2, fee_sats = $3, amount_sats = $4, \
+             commission_sats = $6, broadcast_attempts = 0, set_aside_at = NULL \
              WHERE id = $5 AND status = 'broadcast_failed'",
         )
         .bind(txid)
@@ -563,12 +669,39 @@ impl Store {
         .bind(fee_sats)
         .bind(winner_sats)
         .bind(transfer_id)
+        .bind(commission_sats)
         .execute(&mut *tx)
         .await?
         .rows_affected();
         if n != 1 {
             tx.rollback().await?;
             return Ok(false);
+        }
+        sqlx::query(
+            "UPDATE rounds SET status = 'paying_out' WHERE id = $1 AND status = 'payout_failed'",
+        )
+        .bind(round_id)
+        .execute(&mut *tx)
+        .await?;
+        // Inputs that no longer exist leave the ledger; their value is
+        // recorded as a correction so the conservation check still balances.
+        for o in dropped {
+            sqlx::query("DELETE FROM outputs WHERE id = $1")
+                .bind(o.id)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(
+                "INSERT INTO ledger_corrections (at, round_id, transfer_id, txid, vout, amount_sats, reason) \
+                 VALUES ($1, $2, $3, $4, $5, $6, 'pot input no longer exists')",
+            )
+            .bind(unix_now())
+            .bind(round_id)
+            .bind(transfer_id)
+            .bind(&o.txid)
+            .bind(o.vout)
+            .bind(o.amount_sats)
+            .execute(&mut *tx)
+            .await?;
         }
         sqlx::query("UPDATE outputs SET spent_txid = $1 WHERE spent_txid = $2")
             .bind(txid)
@@ -603,10 +736,42 @@ impl Store {
                 round_id: Some(round_id),
                 txid: Some(txid.to_string()),
                 replaced_txid: Some(old_txid.to_string()),
+                dropped_inputs: Some(
+                    dropped
+                        .iter()
+                        .map(|o| AuditOutput {
+                            txid: o.txid.clone(),
+                            vout: o.vout,
+                            amount_sats: o.amount_sats,
+                        })
+                        .collect(),
+                ),
                 ..AuditDetails::none()
             },
         )
         .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// A round left `paying_out` with a refused payout (written by an older
+    /// version): moves it to payout_failed and opens the next round.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn park_failed_payout(&self, round_id: i64, now: i64) -> Result<bool, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let moved = sqlx::query(
+            "UPDATE rounds SET status = 'payout_failed' WHERE id = $1 AND status = 'paying_out'",
+        )
+        .bind(round_id)
+        .execute(&mut *tx)
+        .await?;
+        if moved.rows_affected() != 1 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        open_next_if_newest(&mut tx, round_id, now).await?;
         tx.commit().await?;
         Ok(true)
     }

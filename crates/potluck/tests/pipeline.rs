@@ -1,0 +1,1152 @@
+//! Issue 16, points 9 and 10, against the real `potluck serve` binary and its development chain over JSON-RPC: a pipeline that never halts (a payout that cannot be built or is refused becomes `payout_failed` and the next round opens, a transfer that keeps failing is set aside, evicted transactions are re-broadcast, the payout retry drops pot inputs that no longer exist as a ledger correction) and a chaos run with the chain as a separate process restarted once.
+
+mod support;
+
+use std::str::FromStr as _;
+use std::time::{Duration, Instant};
+
+use bitcoin::{Address, Network, Txid};
+use chain::{Auth, BitcoindRpc, RpcConfig};
+use serde_json::{json, Value};
+use support::{Db, Env, Server};
+
+const MINER: &str = "bcrt1qs758ursh4q9z627kt3pp5yysm78ddny6txaqgw";
+
+/// A service on its embedded chain, with the chain's RPC.
+struct Rig {
+    env: Env,
+    round_secs: &'static str,
+    rpc_port: u16,
+    server: Option<Server>,
+    rpc: BitcoindRpc,
+}
+
+impl Rig {
+    async fn new(db: Db, round_secs: &'static str) -> Self {
+        let env = Env::new(db).await;
+        let rpc = rpc_client("http://127.0.0.1:1/", &env);
+        let mut rig = Self {
+            env,
+            round_secs,
+            rpc_port: 0,
+            server: None,
+            rpc,
+        };
+        rig.start().await;
+        rig
+    }
+
+    async fn start(&mut self) {
+        let bind = format!("127.0.0.1:{}", self.rpc_port);
+        let args = [
+            "--argon2-memory-kib",
+            "64",
+            "--argon2-iterations",
+            "1",
+            "--admin-token",
+            support::ADMIN,
+            "--dev-block-interval",
+            "0",
+            "--dev-chain-rpc-bind",
+            &bind,
+            "--round-duration-seconds",
+            self.round_secs,
+        ];
+        let server = self.env.start_env(&args, &[]).await;
+        let rpc_addr = server.rpc_addr.expect("the chain RPC address is reported");
+        self.rpc_port = rpc_addr.port();
+        self.rpc = rpc_client(&format!("http://{rpc_addr}/"), &self.env);
+        self.server = Some(server);
+    }
+
+    /// SIGKILLs the service (and its embedded chain), deletes the chain's
+    /// saved mempool, and starts again: every unconfirmed transaction is
+    /// gone from the node, as after an eviction or a node restarted with
+    /// `-persistmempool=0`.
+    async fn restart_with_empty_mempool(&mut self) {
+        self.server.take().unwrap().stop().await;
+        let _ = std::fs::remove_file(self.env.data_dir.join("chain").join("mempool.dat"));
+        self.start().await;
+        let mempool = self.rpc.get_raw_mempool().await.unwrap();
+        assert!(
+            mempool.is_empty() || mempool.len() < 100,
+            "the node restarted: {mempool:?}"
+        );
+    }
+
+    fn s(&self) -> &Server {
+        self.server.as_ref().expect("server running")
+    }
+
+    async fn mine(&self, n: u32) {
+        self.rpc
+            .generate_to_address(n, &regtest_address(MINER))
+            .await
+            .unwrap();
+    }
+
+    async fn me(&self, token: &str) -> Value {
+        let r = self
+            .s()
+            .get("/users/me", &[("authorization", &auth(token))])
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    }
+
+    async fn faucet(&self, token: &str, amount: i64) -> Value {
+        let r = self
+            .s()
+            .post(
+                "/dev/faucet",
+                &[("authorization", &auth(token))],
+                json!({"amount_sats": amount}),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    }
+
+    async fn bet(&self, token: &str, amount: i64) -> support::Resp {
+        self.s()
+            .post(
+                "/rounds/current/bets",
+                &[("authorization", &auth(token))],
+                json!({"amount_sats": amount}),
+            )
+            .await
+    }
+
+    /// A bet, asked again while the answer is only that the round is
+    /// between two rounds (short rounds close every few seconds).
+    async fn bet_in_an_open_round(&self, token: &str, amount: i64) -> support::Resp {
+        wait_for(Duration::from_secs(60), || async {
+            let r = self.bet(token, amount).await;
+            (r.status < 400 || r.code() != "round_not_open").then_some(r)
+        })
+        .await
+    }
+
+    async fn round(&self, id: i64) -> Value {
+        let r = self.s().get(&format!("/rounds/{id}"), &[]).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    }
+
+    async fn current(&self) -> Value {
+        self.s().get("/rounds/current", &[]).await.json()
+    }
+
+    /// Waits for a round that opened after the current one, so bets fit in it.
+    async fn fresh_round(&self) -> i64 {
+        let start = self.current().await["id"].as_i64().unwrap();
+        wait_for(Duration::from_secs(60), || async {
+            let c = self.current().await;
+            let id = c["id"].as_i64().unwrap();
+            (id > start && c["status"] == "open").then_some(id)
+        })
+        .await
+    }
+
+    async fn wait_status(&self, id: i64, status: &str) -> Value {
+        wait_for(Duration::from_secs(60), || async {
+            let r = self.round(id).await;
+            (r["status"] == status).then_some(r)
+        })
+        .await
+    }
+
+    async fn set_fee_rate(&self, rate: i64) {
+        let r = self
+            .s()
+            .admin_put("/admin/config", json!({"fee_rate_sat_vb": rate}))
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+
+    async fn audit(&self, event: &str) -> Vec<Value> {
+        let audit = self.s().admin_get("/admin/audit?limit=200").await.json();
+        audit["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["event"] == event)
+            .cloned()
+            .collect()
+    }
+
+    /// Mines until nothing of ours is unconfirmed and the service has
+    /// processed the tip.
+    async fn settle(&self) {
+        self.mine(1).await;
+        wait_for(Duration::from_secs(60), || async {
+            let height = self.rpc.get_block_count().await.unwrap();
+            if !self.rpc.get_raw_mempool().await.unwrap().is_empty() {
+                self.mine(1).await;
+                return None;
+            }
+            let l = self.s().admin_get("/admin/ledger").await.json();
+            (l["synced_height"].as_u64() == Some(u64::from(height))).then_some(())
+        })
+        .await;
+    }
+
+    /// The conservation check with ledger corrections and debts: deposits =
+    /// users' outputs + pots + commission + withdrawals + miner fees +
+    /// corrections − debts,
+    /// and (when `outputs_exist`) every output the ledger holds is unspent on
+    /// the chain with its value.
+    async fn conservation(&self, outputs_exist: bool) -> Value {
+        self.settle().await;
+        let l = self.s().admin_get("/admin/ledger").await;
+        assert_eq!(l.status, 200, "{}", l.text());
+        let l = l.json();
+        let n = |k: &str| l[k].as_i64().unwrap_or_else(|| panic!("{k} in {l}"));
+        assert_eq!(
+            n("deposits_sats"),
+            n("users_unspent_sats")
+                + n("pots_in_flight_sats")
+                + n("commission_paid_sats")
+                + n("withdrawn_sats")
+                + n("miner_fees_sats")
+                + n("corrections_sats")
+                - n("debts_sats"),
+            "ledger does not balance: {l}"
+        );
+        if outputs_exist {
+            for o in l["unspent"].as_array().unwrap() {
+                let v: Value = self
+                    .rpc
+                    .call("gettxout", json!([o["txid"], o["vout"], true]))
+                    .await
+                    .unwrap();
+                assert!(
+                    !v.is_null(),
+                    "ledger output {o} is not unspent on the chain"
+                );
+                let sats = (v["value"].as_f64().unwrap() * 1e8).round() as i64;
+                assert_eq!(sats, o["amount_sats"].as_i64().unwrap(), "{o}");
+            }
+        }
+        l
+    }
+
+    async fn finish(mut self) {
+        if let Some(s) = self.server.take() {
+            s.stop().await;
+        }
+        self.env.cleanup().await;
+    }
+}
+
+fn rpc_client(url: &str, env: &Env) -> BitcoindRpc {
+    BitcoindRpc::new(RpcConfig::new(
+        url.to_string(),
+        Auth::Cookie(env.data_dir.join("chain").join(".cookie")),
+    ))
+    .unwrap()
+}
+
+async fn wait_for<T, F, Fut>(limit: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "condition not reached within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn auth(token: &str) -> String {
+    format!("Bearer {token}")
+}
+
+fn regtest_address(a: &str) -> Address {
+    Address::from_str(a)
+        .unwrap()
+        .require_network(Network::Regtest)
+        .unwrap()
+}
+
+/// Confirmations of `txid` on the chain (`None`: unknown to the node).
+async fn confirmations(rpc: &BitcoindRpc, txid: &str) -> Option<u64> {
+    let v: Result<Value, _> = rpc.call("getrawtransaction", json!([txid, true])).await;
+    v.ok().map(|v| v["confirmations"].as_u64().unwrap_or(0))
+}
+
+/// Point 9: a payout that cannot be built (here: the fee rate raised after
+/// the bets above what the pot can pay) makes the round `payout_failed`
+/// with an audit entry, and the next round opens anyway; the admin retry at
+/// a sane fee rate draws from the same block and pays once.
+async fn unbuildable_payout_fails_the_round_and_the_next_opens(db: Db) {
+    let rig = Rig::new(db, "4").await;
+    let a = rig.s().user("adam", "10.0.90.1").await;
+    let b = rig.s().user("boris", "10.0.90.2").await;
+    rig.faucet(&a, 100_000).await;
+    rig.faucet(&b, 100_000).await;
+    let id = rig.fresh_round().await;
+    assert_eq!(rig.bet(&a, 5_000).await.status, 201);
+    assert_eq!(rig.bet(&b, 7_000).await.status, 201);
+    // 10,000 sat/vB: a two-input payout costs far more than the 12,000 sat pot.
+    rig.set_fee_rate(10_000).await;
+    rig.wait_status(id, "drawing").await;
+    rig.mine(1).await;
+    let failed = rig.wait_status(id, "payout_failed").await;
+    assert!(failed["payout"].is_null(), "nothing was written: {failed}");
+    assert!(
+        failed["draw"]["block_hash"].is_string(),
+        "the draw block is fixed: {failed}"
+    );
+    let entry = wait_for(Duration::from_secs(30), || async {
+        rig.audit("payout_failed")
+            .await
+            .into_iter()
+            .find(|e| e["details"]["round_id"] == id)
+    })
+    .await;
+    assert!(
+        entry["details"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("cannot be built"),
+        "{entry}"
+    );
+    // The pipeline goes on: the next round is open and takes bets.
+    let next = wait_for(Duration::from_secs(30), || async {
+        let c = rig.current().await;
+        (c["id"].as_i64().unwrap() > id && c["status"] == "open").then_some(c)
+    })
+    .await;
+    rig.set_fee_rate(2).await;
+    let r = rig.bet(&a, 3_000).await;
+    assert!(
+        r.status == 201 || r.code() == "round_not_open",
+        "{}",
+        r.text()
+    );
+    assert!(next["id"].as_i64().unwrap() > id);
+    // Still failed: nothing retries on its own.
+    assert_eq!(rig.round(id).await["status"], "payout_failed");
+    let r = rig
+        .s()
+        .admin_post(&format!("/admin/rounds/{id}/retry-payout"), json!({}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let closed = rig.wait_status(id, "closed").await;
+    assert_eq!(
+        closed["draw"]["block_hash"], failed["draw"]["block_hash"],
+        "the retry draws from the block first seen"
+    );
+    let r = rig
+        .s()
+        .admin_post(&format!("/admin/rounds/{id}/retry-payout"), json!({}))
+        .await;
+    assert_eq!(r.status, 409, "a second retry is refused: {}", r.text());
+    assert!(!rig.audit("payout_retried").await.is_empty());
+    let l = rig.conservation(true).await;
+    assert_eq!(l["corrections_sats"], 0);
+    rig.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unbuildable_payout_fails_the_round_and_the_next_opens_sqlite() {
+    unbuildable_payout_fails_the_round_and_the_next_opens(Db::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unbuildable_payout_fails_the_round_and_the_next_opens_postgres() {
+    unbuildable_payout_fails_the_round_and_the_next_opens(Db::Postgres).await;
+}
+
+/// Point 8 and 9: a bets commitment changed after the close (here written
+/// around the API) is caught by the draw: nothing is paid, the round is
+/// `payout_failed` with the mismatch in the audit log, and the next round opens.
+async fn a_tampered_commitment_pays_nothing_and_the_next_round_opens(db: Db) {
+    let rig = Rig::new(db, "3").await;
+    let a = rig.s().user("cyril", "10.0.91.1").await;
+    rig.faucet(&a, 100_000).await;
+    let id = rig.fresh_round().await;
+    assert_eq!(rig.bet(&a, 5_000).await.status, 201);
+    let closing = rig.wait_status(id, "drawing").await;
+    let stored = closing["draw"]["bets_commitment"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let pool = rig.env.pool().await;
+    sqlx::query("UPDATE rounds SET bets_commitment = $1 WHERE id = $2")
+        .bind("00".repeat(32))
+        .bind(id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    rig.mine(1).await;
+    let failed = rig.wait_status(id, "payout_failed").await;
+    assert!(failed["payout"].is_null(), "nothing paid: {failed}");
+    let entry = wait_for(Duration::from_secs(30), || async {
+        rig.audit("payout_failed")
+            .await
+            .into_iter()
+            .find(|e| e["details"]["round_id"] == id)
+    })
+    .await;
+    assert!(
+        entry["details"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("commitment"),
+        "{entry}"
+    );
+    assert_ne!(stored, "00".repeat(32));
+    wait_for(Duration::from_secs(30), || async {
+        let c = rig.current().await;
+        (c["id"].as_i64().unwrap() > id && c["status"] == "open").then_some(())
+    })
+    .await;
+    rig.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tampered_commitment_pays_nothing_and_the_next_round_opens_sqlite() {
+    a_tampered_commitment_pays_nothing_and_the_next_round_opens(Db::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tampered_commitment_pays_nothing_and_the_next_round_opens_postgres() {
+    a_tampered_commitment_pays_nothing_and_the_next_round_opens(Db::Postgres).await;
+}
+
+/// Point 9: a transfer whose stored transaction cannot be used (here a
+/// signed row whose bytes do not decode, written around the API) is set
+/// aside with an audit entry; the worker goes on and rounds keep paying.
+async fn a_transfer_that_keeps_failing_is_set_aside(db: Db) {
+    let rig = Rig::new(db, "3").await;
+    let a = rig.s().user("deena", "10.0.92.1").await;
+    let b = rig.s().user("elias", "10.0.92.2").await;
+    rig.faucet(&a, 100_000).await;
+    rig.faucet(&b, 100_000).await;
+    let pool = rig.env.pool().await;
+    let bad: i64 = sqlx::query_scalar(
+        "INSERT INTO transfers (kind, user_id, round_id, txid, vout, raw_tx, amount_sats, fee_sats, \
+         commission_sats, address, status, created_at) \
+         VALUES ('withdrawal', NULL, NULL, 'not-a-transaction', -1, 'zz', 0, 0, 0, NULL, 'signed', 0) \
+         RETURNING id",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    let entry = wait_for(Duration::from_secs(60), || async {
+        rig.audit("transfer_set_aside")
+            .await
+            .into_iter()
+            .find(|e| e["details"]["transfer_id"] == bad)
+    })
+    .await;
+    assert_eq!(entry["details"]["txid"], "not-a-transaction");
+    // The worker did not stop: a round with bets is drawn and paid.
+    let id = rig.fresh_round().await;
+    assert_eq!(rig.bet(&a, 5_000).await.status, 201);
+    assert_eq!(rig.bet(&b, 6_000).await.status, 201);
+    rig.wait_status(id, "drawing").await;
+    rig.mine(1).await;
+    rig.wait_status(id, "closed").await;
+    // Once: the entry is not repeated on every pass.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        rig.audit("transfer_set_aside")
+            .await
+            .iter()
+            .filter(|e| e["details"]["transfer_id"] == bad)
+            .count(),
+        1
+    );
+    rig.conservation(true).await;
+    rig.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_that_keeps_failing_is_set_aside_sqlite() {
+    a_transfer_that_keeps_failing_is_set_aside(Db::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_that_keeps_failing_is_set_aside_postgres() {
+    a_transfer_that_keeps_failing_is_set_aside(Db::Postgres).await;
+}
+
+/// Point 9: a withdrawal and a bet the node lost from its mempool (the
+/// chain restarted without its saved mempool) are re-broadcast within a
+/// few blocks and confirm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evicted_transactions_are_rebroadcast() {
+    let mut rig = Rig::new(Db::Sqlite, "600").await;
+    let a = rig.s().user("faye", "10.0.93.1").await;
+    rig.faucet(&a, 100_000).await;
+    rig.faucet(&a, 100_000).await;
+    let wd = rig
+        .s()
+        .post(
+            "/users/me/withdrawals",
+            &[("authorization", &auth(&a))],
+            json!({"address": MINER, "amount_sats": 30_000}),
+        )
+        .await;
+    assert_eq!(wd.status, 201, "{}", wd.text());
+    let wd_txid = wd.json()["txid"].as_str().unwrap().to_string();
+    let bet = rig.bet(&a, 20_000).await;
+    assert_eq!(bet.status, 201, "{}", bet.text());
+    let bet_txid = bet.json()["txid"].as_str().unwrap().to_string();
+    rig.restart_with_empty_mempool().await;
+    // The node no longer knows them (unless the service already re-sent them).
+    for txid in [&wd_txid, &bet_txid] {
+        wait_for(Duration::from_secs(60), || async {
+            if confirmations(&rig.rpc, txid).await.unwrap_or(0) > 0 {
+                return Some(());
+            }
+            rig.mine(1).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            None
+        })
+        .await;
+    }
+    let txs = rig
+        .s()
+        .get("/users/me/transactions", &[("authorization", &auth(&a))])
+        .await
+        .json();
+    for txid in [&wd_txid, &bet_txid] {
+        let row = txs["transactions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["txid"] == txid.as_str())
+            .cloned()
+            .unwrap();
+        assert_ne!(row["status"], "failed", "{row}");
+    }
+    rig.conservation(true).await;
+    rig.finish().await;
+}
+
+/// A round of four bets (A, B, A, B; 30M sat each) whose payout the node
+/// refused (fee rate above Core's maxfeerate), after which A's deposits are
+/// reorganised out and the node forgets them and A's bets (the chain
+/// restarts without its saved mempool): A's bets can never confirm, B's are
+/// re-broadcast and confirm. Returns the rig, A, B, the round and the bet txids.
+async fn vanished_deposit_scenario() -> (Rig, String, String, i64, Vec<Value>) {
+    let mut rig = Rig::new(Db::Sqlite, "5").await;
+    let a = rig.s().user("gustav", "10.0.94.1").await;
+    let b = rig.s().user("halvar", "10.0.94.2").await;
+    // B's deposits first, then A's: invalidating A's deposit block keeps B's.
+    rig.faucet(&b, 50_000_000).await;
+    rig.faucet(&b, 50_000_000).await;
+    let a_dep = rig.faucet(&a, 50_000_000).await;
+    rig.faucet(&a, 50_000_000).await;
+    let a_dep_block: Value = rig
+        .rpc
+        .call("getrawtransaction", json!([a_dep["txid"], true]))
+        .await
+        .unwrap();
+    let a_dep_block =
+        bitcoin::BlockHash::from_str(a_dep_block["blockhash"].as_str().unwrap()).unwrap();
+    let id = rig.fresh_round().await;
+    let mut bets = Vec::new();
+    for t in [&a, &b, &a, &b] {
+        let r = rig.bet(t, 30_000_000).await;
+        assert_eq!(r.status, 201, "{}", r.text());
+        bets.push(r.json());
+    }
+    // Above Core's default maxfeerate: the node refuses the payout.
+    rig.set_fee_rate(10_000).await;
+    rig.wait_status(id, "drawing").await;
+    rig.mine(1).await;
+    let failed = rig.wait_status(id, "payout_failed").await;
+    assert_eq!(failed["payout"]["status"], "broadcast_failed", "{failed}");
+    wait_for(Duration::from_secs(30), || async {
+        let c = rig.current().await;
+        (c["id"].as_i64().unwrap() > id && c["status"] == "open").then_some(())
+    })
+    .await;
+    rig.set_fee_rate(2).await;
+    // A's deposits leave the chain, and the node forgets them and A's bets.
+    rig.rpc.invalidate_block(&a_dep_block).await.unwrap();
+    rig.restart_with_empty_mempool().await;
+    rig.mine(2).await;
+    // B's bets are re-broadcast and confirm; A's cannot be.
+    for bet in [&bets[1], &bets[3]] {
+        let txid = bet["txid"].as_str().unwrap();
+        wait_for(Duration::from_secs(60), || async {
+            if confirmations(&rig.rpc, txid).await.unwrap_or(0) > 0 {
+                return Some(());
+            }
+            rig.mine(1).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            None
+        })
+        .await;
+    }
+    for bet in [&bets[0], &bets[2]] {
+        let txid = bet["txid"].as_str().unwrap();
+        assert_eq!(confirmations(&rig.rpc, txid).await, None, "{txid}");
+    }
+    (rig, a, b, id, bets)
+}
+
+/// Point 9: a refused payout makes the round `payout_failed` and the next
+/// round opens; when pot outputs no longer exist (their bets' deposit was
+/// reorganised out and the node forgot both), the admin retry pays from the
+/// pot outputs that are left and records the missing ones as ledger
+/// corrections visible in `/admin/ledger`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_pays_from_the_pot_outputs_that_still_exist() {
+    let (rig, _a, _b, id, bets) = vanished_deposit_scenario().await;
+    let txid = |i: usize| bets[i]["txid"].as_str().unwrap().to_string();
+    let r = rig
+        .s()
+        .admin_post(&format!("/admin/rounds/{id}/retry-payout"), json!({}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let closed = rig.wait_status(id, "closed").await;
+    let payout_txid = Txid::from_str(closed["payout"]["txid"].as_str().unwrap()).unwrap();
+    wait_for(Duration::from_secs(60), || async {
+        if confirmations(&rig.rpc, &payout_txid.to_string())
+            .await
+            .unwrap_or(0)
+            > 0
+        {
+            return Some(());
+        }
+        rig.mine(1).await;
+        None
+    })
+    .await;
+    let payout = rig
+        .rpc
+        .get_raw_transaction(&payout_txid)
+        .await
+        .unwrap()
+        .unwrap();
+    let spent: Vec<String> = payout
+        .input
+        .iter()
+        .map(|i| i.previous_output.txid.to_string())
+        .collect();
+    assert_eq!(spent.len(), 2, "{spent:?}");
+    assert!(
+        spent.contains(&txid(1)) && spent.contains(&txid(3)),
+        "{spent:?}"
+    );
+    let l = rig.s().admin_get("/admin/ledger").await.json();
+    assert_eq!(l["corrections_sats"], 60_000_000, "{l}");
+    let corrected: Vec<String> = l["corrections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["txid"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        corrected.contains(&txid(0)) && corrected.contains(&txid(2)),
+        "{l}"
+    );
+    assert!(l["corrections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|c| c["round_id"] == id));
+    let retried = rig.audit("payout_retried").await;
+    assert!(
+        retried
+            .iter()
+            .any(|e| e["details"]["dropped_inputs"].as_array().map(Vec::len) == Some(2)),
+        "{retried:?}"
+    );
+    rig.finish().await;
+}
+
+/// Point 10: deposits reorganised out for good after A spent them leave A
+/// with a negative balance (the debt) in `/users/me`, `reversed` deposits in
+/// the history and `deposit_reversed` audit entries; bets and withdrawals
+/// are refused with `debt_outstanding` until A's coins cover the debt; the
+/// books balance with the debt and every output they hold exists on chain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reversed_deposit_leaves_a_debt_that_blocks_spending() {
+    let (rig, a, _b, id, bets) = vanished_deposit_scenario().await;
+    let reversed = wait_for(Duration::from_secs(90), || async {
+        let entries = rig.audit("deposit_reversed").await;
+        if entries.len() >= 2 {
+            return Some(entries);
+        }
+        rig.mine(1).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        None
+    })
+    .await;
+    assert_eq!(reversed.len(), 2, "{reversed:?}");
+    // What A spent out of the vanished deposits: both bets and their fees.
+    let spent: i64 = [&bets[0], &bets[2]]
+        .iter()
+        .map(|b| b["amount_sats"].as_i64().unwrap() + b["fee_sats"].as_i64().unwrap())
+        .sum();
+    let debt: i64 = reversed
+        .iter()
+        .map(|e| e["details"]["debt_sats"].as_i64().unwrap())
+        .sum();
+    assert_eq!(debt, spent, "{reversed:?}");
+    let me = rig.me(&a).await;
+    assert_eq!(me["balance_sats"], -spent, "{me}");
+    let r = rig.bet_in_an_open_round(&a, 5_000).await;
+    assert_eq!(
+        (r.status, r.code()),
+        (409, "debt_outstanding".into()),
+        "{}",
+        r.text()
+    );
+    let r = rig
+        .s()
+        .post(
+            "/users/me/withdrawals",
+            &[("authorization", &auth(&a))],
+            json!({"address": MINER, "amount_sats": 10_000}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (409, "debt_outstanding".into()),
+        "{}",
+        r.text()
+    );
+    let txs = rig
+        .s()
+        .get(
+            "/users/me/transactions?limit=50",
+            &[("authorization", &auth(&a))],
+        )
+        .await
+        .json();
+    let reversed_rows = txs["transactions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["kind"] == "deposit" && t["status"] == "reversed")
+        .count();
+    assert_eq!(reversed_rows, 2, "{txs}");
+    // A new deposit covers the debt: spending beyond it is refused, within it allowed.
+    rig.faucet(&a, 70_000_000).await;
+    let me = rig.me(&a).await;
+    assert_eq!(me["balance_sats"], 70_000_000 - spent, "{me}");
+    let r = rig.bet_in_an_open_round(&a, 20_000_000).await;
+    assert_eq!(r.code(), "debt_outstanding", "{}", r.text());
+    let r = rig.bet_in_an_open_round(&a, 1_000_000).await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    // The failed round is paid from what is left; then every output the
+    // books hold exists on the chain.
+    let r = rig
+        .s()
+        .admin_post(&format!("/admin/rounds/{id}/retry-payout"), json!({}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    rig.wait_status(id, "closed").await;
+    let l = rig.conservation(true).await;
+    assert_eq!(l["debts_sats"], spent, "{l}");
+    rig.finish().await;
+}
+
+/// `potluck chain` as its own process, restartable on the same data and port.
+struct ChainProcess {
+    dir: std::path::PathBuf,
+    addr: std::net::SocketAddr,
+    child: Option<tokio::process::Child>,
+}
+
+impl ChainProcess {
+    async fn start(dir: std::path::PathBuf, port: u16) -> Self {
+        use tokio::io::AsyncBufReadExt as _;
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
+            .arg("chain")
+            .args(["--rpc-bind", &format!("127.0.0.1:{port}")])
+            .arg("--data-dir")
+            .arg(&dir)
+            .args(["--block-interval", "0"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .expect("potluck chain printed its address")
+            .unwrap()
+            .expect("potluck chain exited");
+        let addr = line
+            .rsplit("http://")
+            .next()
+            .unwrap()
+            .trim()
+            .trim_end_matches('/')
+            .parse()
+            .unwrap();
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Self {
+            dir,
+            addr,
+            child: Some(child),
+        }
+    }
+
+    fn rpc(&self) -> BitcoindRpc {
+        BitcoindRpc::new(RpcConfig::new(
+            format!("http://{}/", self.addr),
+            Auth::Cookie(self.dir.join(".cookie")),
+        ))
+        .unwrap()
+    }
+
+    /// SIGKILL, then a start on the same data directory and port.
+    async fn restart(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill().await;
+        }
+        let port = self.addr.port();
+        *self = Self::start(self.dir.clone(), port).await;
+    }
+}
+
+/// The chaos test with the chain as a separate process (issue 16): clients
+/// register, deposit, bet and withdraw while `serve` is SIGKILLed and
+/// restarted at random moments and the `potluck chain` process is SIGKILLed
+/// and restarted once. At the end every round is closed or `payout_failed`
+/// (one open), nothing was paid twice, no transaction was recorded twice,
+/// and the conservation check holds to the satoshi.
+/// `POTLUCK_CHAOS_SECS` sets the duration (default 20 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_with_the_chain_restarted_keeps_the_money_whole() {
+    let secs: u64 = std::env::var("POTLUCK_CHAOS_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let env = Env::new(Db::Sqlite).await;
+    let mut chain = ChainProcess::start(env.data_dir.join("chain-process"), 0).await;
+    let url = format!("http://{}/", chain.addr);
+    let cookie = chain.dir.join(".cookie").display().to_string();
+    let args = [
+        "--argon2-memory-kib",
+        "64",
+        "--argon2-iterations",
+        "1",
+        "--admin-token",
+        support::ADMIN,
+        "--bitcoind-url",
+        &url,
+        "--bitcoind-cookie",
+        &cookie,
+        "--round-duration-seconds",
+        "2",
+    ];
+    let mut server = Some(env.start_env(&args, &[]).await);
+    let rpc = chain.rpc();
+    let mut tokens = Vec::new();
+    for i in 0..3 {
+        let s = server.as_ref().unwrap();
+        let t = s
+            .user(&format!("chaoschain{i}"), &format!("10.0.78.{i}"))
+            .await;
+        let me = s
+            .get("/users/me", &[("authorization", &auth(&t))])
+            .await
+            .json();
+        let _: Value = rpc
+            .call("sendtoaddress", json!([me["address"], 0.004]))
+            .await
+            .unwrap();
+        tokens.push(t);
+    }
+    rpc.generate_to_address(1, &regtest_address(MINER))
+        .await
+        .unwrap();
+    wait_for(Duration::from_secs(60), || async {
+        let s = server.as_ref().unwrap();
+        let mut all = true;
+        for t in &tokens {
+            let me = s
+                .get("/users/me", &[("authorization", &auth(t))])
+                .await
+                .json();
+            all &= me["balance_sats"] == 400_000;
+        }
+        all.then_some(())
+    })
+    .await;
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(secs);
+    let mut kills = 0;
+    let mut chain_restarted = false;
+    while Instant::now() < deadline {
+        let addr = server.as_ref().unwrap().addr;
+        let mut clients = tokio::task::JoinSet::new();
+        for t in tokens.clone() {
+            clients.spawn(async move {
+                for _ in 0..40 {
+                    let amount = 2_000 + rand::random::<i64>().rem_euclid(8_000);
+                    let (path, body) = if rand::random::<u8>() % 4 == 0 {
+                        (
+                            "/users/me/withdrawals",
+                            json!({"address": MINER, "amount_sats": amount}),
+                        )
+                    } else {
+                        ("/rounds/current/bets", json!({"amount_sats": amount}))
+                    };
+                    let header = auth(&t);
+                    let headers = [("authorization", header.as_str())];
+                    let r = support::request(
+                        addr,
+                        "POST",
+                        path,
+                        &headers,
+                        Some(body.to_string().into_bytes()),
+                    );
+                    if tokio::time::timeout(Duration::from_secs(10), r)
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            });
+        }
+        let run = Duration::from_millis(500 + u64::from(rand::random::<u16>() % 2_500));
+        let until = Instant::now() + run;
+        while Instant::now() < until {
+            let _ = chain
+                .rpc()
+                .generate_to_address(1, &regtest_address(MINER))
+                .await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        // Half-way, once: the chain process dies mid-traffic and comes back.
+        if !chain_restarted && start.elapsed() > Duration::from_secs(secs / 2) {
+            chain.restart().await;
+            chain_restarted = true;
+        }
+        // SIGKILL the service mid-traffic, then a restart on the same data.
+        if let Some(s) = server.take() {
+            s.stop().await;
+        }
+        kills += 1;
+        clients.abort_all();
+        while clients.join_next().await.is_some() {}
+        server = Some(env.start_env(&args, &[]).await);
+    }
+    assert!(chain_restarted, "the chain process was restarted");
+    assert!(kills >= 2, "the server was killed {kills} times");
+    let s = server.take().unwrap();
+    let rpc = chain.rpc();
+    // Quiet: blocks until no round is left between open and closed.
+    wait_for(Duration::from_secs(120), || async {
+        rpc.generate_to_address(1, &regtest_address(MINER))
+            .await
+            .unwrap();
+        let pool = env.pool().await;
+        let (busy, open): (i64, i64) = sqlx::query_as(
+            "SELECT \
+               (SELECT COUNT(*) FROM rounds WHERE status NOT IN ('open', 'closed', 'payout_failed')), \
+               (SELECT COUNT(*) FROM rounds WHERE status = 'open')",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+        assert!(open <= 1, "{open} rounds open at once");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        (busy == 0 && open == 1).then_some(())
+    })
+    .await;
+    let pool = env.pool().await;
+    let twice: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM (SELECT round_id FROM transfers WHERE kind = 'payout' \
+         GROUP BY round_id HAVING COUNT(*) > 1) t",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(twice, 0, "a round was paid twice");
+    let dup: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM (SELECT txid FROM transfers GROUP BY txid HAVING COUNT(*) > 1) t",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(dup, 0, "a transaction was recorded twice");
+    let paid: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM transfers WHERE kind = 'payout'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(paid > 0, "rounds were played and paid during the run");
+    pool.close().await;
+    // Everything confirms; then the books balance to the satoshi and every
+    // output they hold is unspent on the chain with its value.
+    wait_for(Duration::from_secs(60), || async {
+        let height = rpc.get_block_count().await.unwrap();
+        if !rpc.get_raw_mempool().await.unwrap().is_empty() {
+            rpc.generate_to_address(1, &regtest_address(MINER))
+                .await
+                .unwrap();
+            return None;
+        }
+        let l = s.admin_get("/admin/ledger").await.json();
+        (l["synced_height"].as_u64() == Some(u64::from(height))).then_some(())
+    })
+    .await;
+    let l = s.admin_get("/admin/ledger").await.json();
+    let n = |k: &str| l[k].as_i64().unwrap_or_else(|| panic!("{k} in {l}"));
+    assert_eq!(
+        n("deposits_sats"),
+        n("users_unspent_sats")
+            + n("pots_in_flight_sats")
+            + n("commission_paid_sats")
+            + n("withdrawn_sats")
+            + n("miner_fees_sats")
+            + n("corrections_sats")
+            - n("debts_sats"),
+        "ledger does not balance: {l}"
+    );
+    assert_eq!(n("deposits_sats"), 1_200_000, "{l}");
+    for o in l["unspent"].as_array().unwrap() {
+        let v: Value = rpc
+            .call("gettxout", json!([o["txid"], o["vout"], true]))
+            .await
+            .unwrap();
+        assert!(
+            !v.is_null(),
+            "ledger output {o} is not unspent on the chain"
+        );
+        let sats = (v["value"].as_f64().unwrap() * 1e8).round() as i64;
+        assert_eq!(sats, o["amount_sats"].as_i64().unwrap(), "{o}");
+    }
+    s.stop().await;
+    drop(chain);
+    env.cleanup().await;
+}
+
+/// Point 10: a deposit output the service holds is spent behind its back
+/// (here with the user's key derived from the service's own seed file, as a
+/// thief with the seed would): the user's next withdrawal is refused by the
+/// node as spending a missing input; the service logs and audits the
+/// unknown spend (once), answers pending, never pays it twice, and sets the
+/// withdrawal aside once it keeps failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spend_by_an_unknown_transaction_is_audited() {
+    let rig = Rig::new(Db::Sqlite, "600").await;
+    let a = rig.s().user("ingrid", "10.0.95.1").await;
+    let dep = rig.faucet(&a, 200_000).await;
+    let dep_txid = Txid::from_str(dep["txid"].as_str().unwrap()).unwrap();
+    let dep_tx = rig
+        .rpc
+        .get_raw_transaction(&dep_txid)
+        .await
+        .unwrap()
+        .unwrap();
+    let pool = rig.env.pool().await;
+    let index: i64 =
+        sqlx::query_scalar("SELECT derivation_index FROM users WHERE username = 'ingrid'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    pool.close().await;
+    let w =
+        wallet::load_or_create_seed(&rig.env.data_dir.join("wallet.mnemonic"), Network::Regtest)
+            .unwrap();
+    let path = wallet::KeyPath::receive(u32::try_from(index).unwrap());
+    let script = w.derive(path).unwrap().address.script_pubkey();
+    let vout = dep_tx
+        .output
+        .iter()
+        .position(|o| o.script_pubkey == script)
+        .unwrap();
+    let value = dep_tx.output[vout].value;
+    let input = wallet::SpendableOutput {
+        outpoint: bitcoin::OutPoint {
+            txid: dep_txid,
+            vout: vout as u32,
+        },
+        txout: dep_tx.output[vout].clone(),
+        path,
+    };
+    let theft = w
+        .build_signed(
+            &[input],
+            &[bitcoin::TxOut {
+                value: value - bitcoin::Amount::from_sat(5_000),
+                script_pubkey: regtest_address(MINER).script_pubkey(),
+            }],
+            None,
+            bitcoin::FeeRate::from_sat_per_vb(10).unwrap(),
+        )
+        .unwrap();
+    let _: Value = rig
+        .rpc
+        .call(
+            "sendrawtransaction",
+            json!([bitcoin::consensus::encode::serialize_hex(&theft.tx)]),
+        )
+        .await
+        .unwrap();
+    rig.mine(1).await;
+    let wd = rig
+        .s()
+        .post(
+            "/users/me/withdrawals",
+            &[("authorization", &auth(&a))],
+            json!({"address": MINER, "amount_sats": 50_000}),
+        )
+        .await;
+    assert_eq!(
+        wd.status,
+        202,
+        "refused for now, never an error to retry: {}",
+        wd.text()
+    );
+    let wd_txid = wd.json()["txid"].as_str().unwrap().to_string();
+    let entry = wait_for(Duration::from_secs(60), || async {
+        rig.audit("unknown_spend")
+            .await
+            .into_iter()
+            .find(|e| e["details"]["txid"] == dep_txid.to_string())
+    })
+    .await;
+    assert_eq!(entry["details"]["vout"], vout as i64);
+    // Kept failing in 6 blocks: set aside, audited once each.
+    wait_for(Duration::from_secs(90), || async {
+        let aside = rig.audit("transfer_set_aside").await;
+        if aside
+            .iter()
+            .any(|e| e["details"]["txid"] == wd_txid.as_str())
+        {
+            return Some(());
+        }
+        rig.mine(1).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        None
+    })
+    .await;
+    let spends = rig
+        .audit("unknown_spend")
+        .await
+        .into_iter()
+        .filter(|e| e["details"]["txid"] == dep_txid.to_string())
+        .count();
+    assert_eq!(spends, 1, "one audit entry per unknown spend");
+    assert_eq!(confirmations(&rig.rpc, &wd_txid).await, None, "never paid");
+    rig.finish().await;
+}
