@@ -228,14 +228,23 @@ impl Browser {
         e.send_keys(value).await.unwrap();
     }
 
+    /// Clicks the element matching `css`. The page re-renders lists on every
+    /// stream notification, so an element found a moment ago may have been
+    /// replaced: the lookup is repeated then, as a user would click again.
     async fn click(&self, css: &str) {
-        self.client
-            .find(Locator::Css(css))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        for attempt in 0.. {
+            let clicked = match self.client.find(Locator::Css(css)).await {
+                Ok(e) => e.click().await,
+                Err(e) => Err(e),
+            };
+            match clicked {
+                Ok(()) => return,
+                Err(e) if attempt < 5 && format!("{e:?}").contains("StaleElementReference") => {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("clicking {css}: {e:?}"),
+            }
+        }
     }
 
     /// Saves a screenshot of the whole window as `{name}.png` (see [`screenshots_dir`]).

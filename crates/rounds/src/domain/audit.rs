@@ -113,10 +113,10 @@ mod tests {
 
     #[test]
     fn unknown_details_survive_a_round_trip() {
-        let stored = r#"{"round_id":7,"outpoints":["a:0","b:1"],"debt_sats":1200,"manual":true,"spent_by":{"txid":"ab","vout":1},"note":null}"#;
+        let stored = r#"{"round_id":7,"outpoints":["a:0","b:1"],"penalty_sats":1200,"manual":true,"claimed_by":{"txid":"ab","vout":1},"note":null}"#;
         let d: AuditDetails = serde_json::from_str(stored).unwrap();
         assert_eq!(d.round_id, Some(7));
-        assert_eq!(d.other.get("debt_sats"), Some(&AuditValue::Int(1200)));
+        assert_eq!(d.other.get("penalty_sats"), Some(&AuditValue::Int(1200)));
         let back: serde_json::Value =
             serde_json::from_str(&serde_json::to_string(&d).unwrap()).unwrap();
         let orig: serde_json::Value = serde_json::from_str(stored).unwrap();

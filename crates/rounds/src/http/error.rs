@@ -67,9 +67,12 @@ pub struct ErrorParams {
     /// Amount plus miner fee (`insufficient_funds`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub needed_sats: Option<i64>,
-    /// The confirmed spendable balance (`insufficient_funds`).
+    /// The confirmed spendable balance (`insufficient_funds`, `debt_outstanding`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub balance_sats: Option<i64>,
+    /// What the user owes after a reversed deposit (`debt_outstanding`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debt_sats: Option<i64>,
     /// The dust threshold of the destination (`amount_below_dust`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dust_sats: Option<i64>,
@@ -451,7 +454,11 @@ impl From<PaymentError> for ApiError {
                 StatusCode::CONFLICT,
                 ErrorCode::DebtOutstanding,
                 e.to_string(),
-                json!({"debt_sats": debt_sats, "balance_sats": balance_sats}),
+                ErrorParams {
+                    debt_sats: Some(debt_sats),
+                    balance_sats: Some(balance_sats),
+                    ..ErrorParams::none()
+                },
             ),
             PaymentError::FundsBusy => ApiError::domain(
                 StatusCode::CONFLICT,

@@ -745,7 +745,7 @@ impl Store {
             &AuditDetails {
                 transfer_id: Some(t.id),
                 kind: Some(t.kind.as_str().to_owned()),
-                txid: t.txid.clone(),
+                txid: Some(t.txid.clone()),
                 user_id: t.user_id,
                 round_id: t.round_id,
                 reason: Some(reason.to_string()),
@@ -954,11 +954,11 @@ impl Store {
             "engine",
             &ConfigDiff::new(),
             &AuditDetails {
-                user_id: Some(deposit.user_id),
+                user_id: deposit.user_id,
                 txid: Some(deposit.txid.clone()),
                 vout: Some(deposit.vout),
                 amount_sats: Some(deposit.amount_sats),
-                spent_by: spender.as_ref().and_then(|s| s.txid.clone()),
+                spent_by: spender.as_ref().map(|s| s.txid.clone()),
                 debt_sats: Some(debt),
                 ..AuditDetails::none()
             },
