@@ -187,6 +187,8 @@ pub struct Application {
     local_addr: SocketAddr,
     state: AppState,
     running_chain: Option<chain::RunningDevChain>,
+    /// The PostgreSQL URL: the stream fan-out and the engine lock run on it.
+    pg_url: Option<String>,
 }
 
 /// Refuses to start when the wallet seed does not derive the addresses the
@@ -336,6 +338,7 @@ impl Application {
                 other => StartupError::Store(other),
             })?;
         store.migrate().await?;
+        let pg_url = (store.backend() == crate::store::Backend::Postgres).then(|| db_url.clone());
         if let (Some(file), true) = (&db_file, db_is_new) {
             make_private(file);
         }
@@ -417,6 +420,7 @@ impl Application {
             local_addr,
             state,
             running_chain,
+            pg_url,
         })
     }
 
@@ -452,12 +456,26 @@ impl Application {
     ) -> std::io::Result<()> {
         let hub = self.state.hub.clone();
         let store = self.state.store.clone();
-        let worker = tokio::spawn(
-            self.state
-                .engine
-                .clone()
-                .run(self.state.config.engine_interval),
-        );
+        let engine = self.state.engine.clone();
+        let interval = self.state.config.engine_interval;
+        // On PostgreSQL several processes may share the database: one runs
+        // the engine (advisory lock), all fan the stream out (LISTEN/NOTIFY).
+        let (worker, fanout) = match self.pg_url.clone() {
+            Some(url) => (
+                tokio::spawn(crate::service::leader::run_when_leader(
+                    url.clone(),
+                    engine,
+                    interval,
+                )),
+                Some(crate::service::fanout::Fanout::spawn(
+                    url,
+                    store.clone(),
+                    hub.clone(),
+                    self.state.rounds.clone(),
+                )),
+            ),
+            None => (tokio::spawn(engine.run(interval)), None),
+        };
         let limits = self.state.config.server;
         let app = router(self.state);
         crate::server::serve(self.listener, app, limits, async move {
@@ -468,6 +486,9 @@ impl Application {
         .await?;
         worker.abort();
         let _ = worker.await;
+        if let Some(fanout) = fanout {
+            fanout.stop().await;
+        }
         if let Some(chain) = self.running_chain {
             chain.shutdown().await;
         }

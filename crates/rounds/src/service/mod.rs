@@ -2,6 +2,8 @@
 
 pub mod current;
 pub mod engine;
+pub mod fanout;
 pub mod history;
+pub mod leader;
 pub mod payments;
 pub mod stream;

@@ -49,6 +49,9 @@ struct HubState {
 pub struct StreamHub {
     policy: StreamPolicy,
     state: Arc<Mutex<HubState>>,
+    /// Raised by every local publish for the cross-process fan-out
+    /// (`service::fanout`); one permit, so a burst is sent on once.
+    outbox: Arc<Notify>,
 }
 
 /// The hub is full; the caller answers 503.
@@ -105,6 +108,7 @@ impl StreamHub {
         Self {
             policy,
             state: Arc::new(Mutex::new(HubState::default())),
+            outbox: Arc::new(Notify::new()),
         }
     }
 
@@ -159,8 +163,22 @@ impl StreamHub {
     }
 
     /// Tells every subscriber that something changed. A subscriber that
-    /// already has a notification pending gets nothing more.
+    /// already has a notification pending gets nothing more. With the
+    /// PostgreSQL fan-out running, the other processes hear of it too.
     pub fn publish(&self) {
+        self.publish_local();
+        self.outbox.notify_one();
+    }
+
+    /// Waits until [`StreamHub::publish`] was called since the last wait
+    /// (the fan-out's sender).
+    pub async fn published(&self) {
+        self.outbox.notified().await;
+    }
+
+    /// [`StreamHub::publish`] to this process's subscribers only: for
+    /// notifications that came from another process.
+    pub fn publish_local(&self) {
         let st = self.lock();
         for (_, slot) in st.subscribers.values() {
             if !slot.pending.swap(true, Ordering::AcqRel) {

@@ -1,0 +1,281 @@
+//! Black-box: several `serve` processes on one PostgreSQL database behave as one service: the stream fans out across processes (LISTEN/NOTIFY, reconnect and refetch), and one engine runs at a time (advisory lock) with a stand-by that takes over when the leader is killed with SIGKILL.
+
+mod support;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::{Db, Env, EventStream, Server};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// A standalone development chain (`potluck chain`, no automatic blocks),
+/// so that every `serve` process is a plain Bitcoin Core client and any of
+/// them can be killed.
+struct Chain {
+    _child: Child,
+    url: String,
+    cookie: String,
+}
+
+async fn start_chain(dir: &std::path::Path) -> Chain {
+    let data = dir.join("chain");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_potluck"))
+        .args([
+            "chain",
+            "--rpc-bind",
+            "127.0.0.1:0",
+            "--block-interval",
+            "0",
+        ])
+        .arg("--data-dir")
+        .arg(&data)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .expect("chain printed its address")
+        .unwrap()
+        .expect("chain running");
+    let url = line
+        .rsplit("JSON-RPC on ")
+        .next()
+        .unwrap()
+        .trim()
+        .to_string();
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Chain {
+        _child: child,
+        url,
+        cookie: data.join(".cookie").display().to_string(),
+    }
+}
+
+/// Two processes on one fresh PostgreSQL database and one chain.
+struct Pair {
+    env: Env,
+    _chain: Chain,
+    a: Server,
+    b: Server,
+}
+
+async fn start_on(env: &Env, chain: &Chain, round_secs: &str) -> Server {
+    env.start(&[
+        "--bitcoind-url",
+        &chain.url,
+        "--bitcoind-cookie",
+        &chain.cookie,
+        "--round-duration-seconds",
+        round_secs,
+    ])
+    .await
+}
+
+async fn pair(round_secs: &str) -> Pair {
+    let env = Env::new(Db::Postgres).await;
+    let chain = start_chain(&env.data_dir).await;
+    let a = start_on(&env, &chain, round_secs).await;
+    let b_env = Env {
+        db: Db::Postgres,
+        data_dir: env.data_dir.join("second"),
+        pg_name: env.pg_name.clone(),
+    };
+    std::fs::create_dir_all(&b_env.data_dir).unwrap();
+    for f in ["wallet.mnemonic", "jwt-secret"] {
+        std::fs::copy(env.data_dir.join(f), b_env.data_dir.join(f)).unwrap();
+    }
+    let b = start_on(&b_env, &chain, round_secs).await;
+    Pair {
+        env,
+        _chain: chain,
+        a,
+        b,
+    }
+}
+
+impl Pair {
+    async fn finish(self) {
+        self.a.stop().await;
+        self.b.stop().await;
+        self.env.cleanup().await;
+    }
+}
+
+/// Pauses or resumes through `s` and returns when the answer is in.
+async fn toggle(s: &Server, pause: bool) {
+    let path = if pause {
+        "/admin/pause"
+    } else {
+        "/admin/resume"
+    };
+    let r = s.admin_post(path, json!({})).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+/// Time from sending a change through `via` until `stream` hears of it.
+async fn latency(via: &Server, pause: bool, stream: &mut EventStream) -> Duration {
+    let t0 = Instant::now();
+    toggle(via, pause).await;
+    assert!(
+        stream.next_refetch(Duration::from_secs(30)).await,
+        "the other process's subscriber heard of the change"
+    );
+    t0.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_in_one_process_reaches_the_subscribers_of_the_other() {
+    let p = pair("3600").await;
+    let mut sa = EventStream::open(p.a.addr, "10.20.0.1").await;
+    let mut sb = EventStream::open(p.b.addr, "10.20.0.2").await;
+    assert_eq!((sa.status, sb.status), (200, 200));
+    let mut worst = Duration::ZERO;
+    for _ in 0..3 {
+        worst = worst.max(latency(&p.b, true, &mut sa).await);
+        // The process that made the change tells its own subscriber once,
+        // not once more when its own NOTIFY comes back.
+        assert_eq!(sb.count_refetches(Duration::from_millis(1500)).await, 1);
+        // The other direction.
+        worst = worst.max(latency(&p.a, false, &mut sb).await);
+        assert_eq!(sa.count_refetches(Duration::from_millis(1500)).await, 1);
+    }
+    eprintln!("cross-process delivery, worst of 6: {worst:?}");
+    assert!(
+        worst < Duration::from_secs(1),
+        "cross-process delivery took {worst:?}"
+    );
+    // Fresh data behind the notification: A's cached current round (filled
+    // just before) is dropped with the notification from B.
+    assert_eq!(
+        p.a.get("/rounds/current", &[]).await.json()["paused"],
+        false
+    );
+    latency(&p.b, true, &mut sa).await;
+    let seen = p.a.get("/rounds/current", &[]).await.json();
+    assert_eq!(seen["paused"], true, "{seen}");
+    p.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_listener_connection_is_reestablished_and_subscribers_refetch() {
+    let p = pair("3600").await;
+    let mut sa = EventStream::open(p.a.addr, "10.21.0.1").await;
+    let mut sb = EventStream::open(p.b.addr, "10.21.0.2").await;
+    assert_eq!((sa.status, sb.status), (200, 200));
+    // Both listeners are up once a change through each reaches the other.
+    latency(&p.b, true, &mut sa).await;
+    latency(&p.a, false, &mut sb).await;
+    let _ = sa.count_refetches(Duration::from_millis(500)).await;
+    let _ = sb.count_refetches(Duration::from_millis(500)).await;
+    let pool = p.env.pool().await;
+    let killed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE application_name = 'potluck-stream-listener' AND datname = current_database()) t",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(killed, 2, "one listener connection per process");
+    // Whatever was published meanwhile is lost: both are told to refetch.
+    assert!(
+        sa.next_refetch(Duration::from_secs(30)).await,
+        "A refetches"
+    );
+    assert!(
+        sb.next_refetch(Duration::from_secs(30)).await,
+        "B refetches"
+    );
+    // And the fan-out works again.
+    let back: i64 = loop {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE application_name = 'potluck-stream-listener' AND datname = current_database()",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if n == 2 {
+            break n;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(back, 2);
+    latency(&p.b, true, &mut sa).await;
+    latency(&p.a, false, &mut sb).await;
+    pool.close().await;
+    p.finish().await;
+}
+
+fn is_leader(s: &Server) -> bool {
+    s.log().contains("engine leader: this process runs")
+}
+
+async fn current_round(s: &Server) -> i64 {
+    let r = s.get("/rounds/current", &[]).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["id"].as_i64().unwrap()
+}
+
+/// Waits (up to `secs`) until `f` holds.
+async fn wait_until(what: &str, secs: u64, mut f: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_engine_at_a_time_and_the_standby_takes_over_after_sigkill() {
+    let p = pair("2").await;
+    wait_until("a leader", 60, async || is_leader(&p.a) || is_leader(&p.b)).await;
+    let (mut leader, standby) = if is_leader(&p.a) {
+        (p.a, p.b)
+    } else {
+        (p.b, p.a)
+    };
+    wait_until("the standby to stand by", 60, async || {
+        standby.log().contains("engine standby")
+    })
+    .await;
+    // Rounds move under the leader alone.
+    let start = current_round(&standby).await;
+    wait_until("two rounds under the first leader", 60, async || {
+        current_round(&standby).await >= start + 2
+    })
+    .await;
+    assert!(!is_leader(&standby), "two engines ran at once");
+    let pool = p.env.pool().await;
+    let holders: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+         WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = 'potluck-engine-lock' \
+         AND a.datname = current_database()",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(holders, 1, "exactly one process holds the engine lock");
+    // SIGKILL the leader: the standby takes over within a few seconds.
+    leader.child.start_kill().unwrap();
+    let _ = leader.child.wait().await;
+    let killed_at = Instant::now();
+    wait_until("the take-over", 60, async || is_leader(&standby)).await;
+    let takeover = killed_at.elapsed();
+    eprintln!("take-over after SIGKILL: {takeover:?}");
+    assert!(takeover < Duration::from_secs(10), "took {takeover:?}");
+    let start = current_round(&standby).await;
+    wait_until("two rounds under the new leader", 60, async || {
+        current_round(&standby).await >= start + 2
+    })
+    .await;
+    pool.close().await;
+    standby.stop().await;
+    p.env.cleanup().await;
+}
