@@ -279,3 +279,211 @@ async fn one_engine_at_a_time_and_the_standby_takes_over_after_sigkill() {
     standby.stop().await;
     p.env.cleanup().await;
 }
+
+/// `nginx`, installed from Debian if missing (as the dashboard tests need
+/// Chromium).
+fn nginx_binary() -> String {
+    let found = || {
+        ["/usr/sbin/nginx", "/usr/bin/nginx"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+    };
+    if found().is_none() {
+        let _ = std::process::Command::new("apt-get")
+            .args(["install", "-y", "--no-install-recommends", "nginx-light"])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status();
+    }
+    found()
+        .expect("nginx is installed (Debian package nginx-light)")
+        .to_string()
+}
+
+/// nginx with the shipped `deploy/nginx/potluck.conf`, its upstreams and
+/// listen address pointed at this test's processes.
+struct Nginx {
+    _child: Child,
+    addr: std::net::SocketAddr,
+}
+
+async fn start_nginx(dir: &std::path::Path, upstreams: &[std::net::SocketAddr]) -> Nginx {
+    let shipped = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/nginx/potluck.conf"
+    ))
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let servers: String = upstreams
+        .iter()
+        .map(|a| format!("    server {a} max_fails=3 fail_timeout=5s;\n"))
+        .collect();
+    let mut conf = String::new();
+    let mut upstream_done = false;
+    for line in shipped.lines() {
+        let t = line.trim_start();
+        if t.starts_with("server 127.0.0.1:808") {
+            if !upstream_done {
+                conf.push_str(&servers);
+                upstream_done = true;
+            }
+        } else if t.starts_with("listen [::]:80") {
+        } else if t.starts_with("listen 80;") {
+            conf.push_str(&format!("    listen 127.0.0.1:{port};\n"));
+        } else {
+            conf.push_str(line);
+            conf.push('\n');
+        }
+    }
+    assert!(upstream_done, "the shipped upstream block was found");
+    let dir = dir.join("nginx");
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.display();
+    let main = format!(
+        "daemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\nevents {{}}\nhttp {{\n\
+         access_log off;\nclient_body_temp_path {d}/body;\nproxy_temp_path {d}/proxy;\n\
+         include {d}/potluck.conf;\n}}\n"
+    );
+    std::fs::write(dir.join("potluck.conf"), conf).unwrap();
+    std::fs::write(dir.join("nginx.conf"), main).unwrap();
+    let child = Command::new(nginx_binary())
+        .arg("-c")
+        .arg(dir.join("nginx.conf"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    wait_until("nginx", 30, async || {
+        tokio::net::TcpStream::connect(addr).await.is_ok()
+    })
+    .await;
+    Nginx {
+        _child: child,
+        addr,
+    }
+}
+
+/// A raw connection through nginx and everything read from it.
+struct RawStream {
+    raw: tokio::net::TcpStream,
+    seen: Vec<u8>,
+}
+
+impl RawStream {
+    /// Reads until `needle` appears after byte `from` (false after 30 s or EOF).
+    async fn read_until(&mut self, needle: &[u8], from: usize) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut chunk = [0u8; 4096];
+        loop {
+            if self.seen[from..].windows(needle.len()).any(|w| w == needle) {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(
+                left,
+                tokio::io::AsyncReadExt::read(&mut self.raw, &mut chunk),
+            )
+            .await
+            {
+                Ok(Ok(n)) if n > 0 => self.seen.extend_from_slice(&chunk[..n]),
+                _ => return false,
+            }
+        }
+    }
+}
+
+/// Requests to `/livez` counted by one process.
+async fn livez_count(s: &Server) -> f64 {
+    s.get("/metrics", &[])
+        .await
+        .text()
+        .lines()
+        .filter(|l| l.starts_with("potluck_http_requests_total{") && l.contains("livez"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_nginx_config_in_front_of_two_processes() {
+    let p = pair("3600").await;
+    let ngx = start_nginx(&p.env.data_dir, &[p.a.addr, p.b.addr]).await;
+    // The stream through nginx: not compressed although the client accepts
+    // gzip, and it hears of changes made on either process.
+    let mut raw = tokio::net::TcpStream::connect(ngx.addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(
+        &mut raw,
+        b"GET /rounds/stream HTTP/1.1\r\nhost: test\r\naccept: text/event-stream\r\n\
+          accept-encoding: gzip, deflate, br\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut st = RawStream {
+        raw,
+        seen: Vec::new(),
+    };
+    assert!(st.read_until(b"\r\n\r\n", 0).await, "stream head");
+    toggle(&p.a, true).await;
+    assert!(st.read_until(b"data: refetch", 0).await, "change on A");
+    let first = String::from_utf8_lossy(&st.seen).to_string();
+    let head = first.split("\r\n\r\n").next().unwrap().to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("text/event-stream"), "{head}");
+    assert!(
+        !head.contains("content-encoding"),
+        "stream compressed: {head}"
+    );
+    let after_first = first.len();
+    toggle(&p.b, false).await;
+    assert!(
+        st.read_until(b"data: refetch", after_first).await,
+        "change on B"
+    );
+    // JSON is compressed.
+    let r = support::request(
+        ngx.addr,
+        "GET",
+        "/openapi.json",
+        &[("accept-encoding", "gzip")],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("content-encoding"),
+        Some("gzip"),
+        "{:?}",
+        r.headers
+    );
+    // Both processes get requests (least_conn: with the stream open, its
+    // process is the busier one, so close it first).
+    drop(st);
+    wait_until("the stream to close behind nginx", 30, async || {
+        p.a.metric("potluck_stream_subscribers").await == 0.0
+            && p.b.metric("potluck_stream_subscribers").await == 0.0
+    })
+    .await;
+    let (a0, b0) = (livez_count(&p.a).await, livez_count(&p.b).await);
+    for _ in 0..20 {
+        let r = support::request(ngx.addr, "GET", "/livez", &[], None).await;
+        assert_eq!(r.status, 200);
+    }
+    let (a1, b1) = (livez_count(&p.a).await, livez_count(&p.b).await);
+    assert_eq!(a1 - a0 + b1 - b0, 20.0);
+    assert!(a1 > a0 && b1 > b0, "balanced: A {a0}->{a1}, B {b0}->{b1}");
+    // One process dies: nginx keeps answering from the other.
+    let mut b = p.b;
+    b.child.start_kill().unwrap();
+    let _ = b.child.wait().await;
+    for _ in 0..10 {
+        let r = support::request(ngx.addr, "GET", "/rounds/current", &[], None).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    p.a.stop().await;
+    p.env.cleanup().await;
+}
