@@ -476,6 +476,24 @@ async fn the_shipped_nginx_config_in_front_of_two_processes() {
     let (a1, b1) = (livez_count(&p.a).await, livez_count(&p.b).await);
     assert_eq!(a1 - a0 + b1 - b0, 20.0);
     assert!(a1 > a0 && b1 > b0, "balanced: A {a0}->{a1}, B {b0}->{b1}");
+    // Figure: GET /rounds/current through nginx against direct, same run.
+    let mut direct = Vec::new();
+    let mut proxied = Vec::new();
+    for _ in 0..100 {
+        let t = Instant::now();
+        assert_eq!(p.a.get("/rounds/current", &[]).await.status, 200);
+        direct.push(t.elapsed());
+        let t = Instant::now();
+        let r = support::request(ngx.addr, "GET", "/rounds/current", &[], None).await;
+        assert_eq!(r.status, 200);
+        proxied.push(t.elapsed());
+    }
+    direct.sort();
+    proxied.sort();
+    eprintln!(
+        "GET /rounds/current, 100 each: direct median {:?} p99 {:?}; through nginx median {:?} p99 {:?}",
+        direct[50], direct[98], proxied[50], proxied[98]
+    );
     // One process dies: nginx keeps answering from the other.
     let mut b = p.b;
     b.child.start_kill().unwrap();
@@ -486,4 +504,55 @@ async fn the_shipped_nginx_config_in_front_of_two_processes() {
     }
     p.a.stop().await;
     p.env.cleanup().await;
+}
+
+/// Figure: 2 x 500 subscribers; from a change made through B to delivery to
+/// every subscriber of A (cross-process) and of B (local).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fanout_to_500_subscribers_on_each_of_two_processes() {
+    let p = pair("3600").await;
+    let t0: std::sync::Arc<std::sync::OnceLock<Instant>> = Default::default();
+    let mut tasks = Vec::new();
+    for (side, s) in [(0u8, &p.a), (1u8, &p.b)] {
+        for i in 0..500u32 {
+            let ip = format!("100.{}.{}.{}", 70 + side, i / 5 / 256, i / 5 % 256);
+            let mut st = EventStream::open(s.addr, &ip).await;
+            assert_eq!(st.status, 200, "stream {side}/{i}");
+            let t0 = t0.clone();
+            tasks.push(tokio::spawn(async move {
+                let ok = st.next_refetch(Duration::from_secs(60)).await;
+                let at = Instant::now();
+                (side, ok, t0.get().map(|t| at.saturating_duration_since(*t)))
+            }));
+        }
+    }
+    assert_eq!(p.a.metric("potluck_stream_subscribers").await, 500.0);
+    assert_eq!(p.b.metric("potluck_stream_subscribers").await, 500.0);
+    t0.set(Instant::now()).unwrap();
+    toggle(&p.b, true).await;
+    let mut remote = Vec::new();
+    let mut local = Vec::new();
+    for t in tasks {
+        let (side, ok, d) = t.await.unwrap();
+        assert!(ok, "a subscriber of process {side} heard of the change");
+        let d = d.expect("delivered after the change");
+        if side == 0 {
+            remote.push(d)
+        } else {
+            local.push(d)
+        }
+    }
+    remote.sort();
+    local.sort();
+    let p99 = |v: &[Duration]| v[v.len() * 99 / 100 - 1];
+    eprintln!(
+        "2 x 500 subscribers, change through B: A (other process) median {:?} p99 {:?} max {:?}; B (same process) median {:?} p99 {:?}",
+        remote[250], p99(&remote), remote[499], local[250], p99(&local)
+    );
+    assert!(
+        p99(&remote) < Duration::from_secs(1),
+        "p99 {:?}",
+        p99(&remote)
+    );
+    p.finish().await;
 }
