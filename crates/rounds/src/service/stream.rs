@@ -166,8 +166,10 @@ impl StreamHub {
     /// already has a notification pending gets nothing more. With the
     /// PostgreSQL fan-out running, the other processes hear of it too.
     pub fn publish(&self) {
-        self.publish_local();
+        // The other processes first: their subscribers wait on a database
+        // round trip, this process's only on the wakes below.
         self.outbox.notify_one();
+        self.publish_local();
     }
 
     /// Waits until [`StreamHub::publish`] was called since the last wait
