@@ -556,3 +556,47 @@ async fn fanout_to_500_subscribers_on_each_of_two_processes() {
     );
     p.finish().await;
 }
+
+/// A leader whose lock connection is cut (PostgreSQL ends its session, so
+/// the lock is free) steps down; one process leads again and rounds go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_loses_its_lock_connection_steps_down() {
+    let p = pair("2").await;
+    wait_until("a leader", 60, async || is_leader(&p.a) || is_leader(&p.b)).await;
+    let pool = p.env.pool().await;
+    let cut: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(a.pid) FROM pg_locks l \
+         JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted \
+         AND a.application_name = 'potluck-engine-lock' AND a.datname = current_database()) t",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(cut, 1, "one lock holder");
+    let stepped = |s: &Server| s.log().contains("engine leader: stepped down");
+    wait_until("the old leader to step down", 60, async || {
+        stepped(&p.a) || stepped(&p.b)
+    })
+    .await;
+    wait_until("a leader again", 60, async || {
+        let n = |s: &Server| s.log().matches("engine leader: this process runs").count();
+        n(&p.a) + n(&p.b) >= 2
+    })
+    .await;
+    let start = current_round(&p.a).await;
+    wait_until("two more rounds", 60, async || {
+        current_round(&p.a).await >= start + 2
+    })
+    .await;
+    let holders: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+         WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = 'potluck-engine-lock' \
+         AND a.datname = current_database()",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(holders, 1, "exactly one process holds the engine lock");
+    pool.close().await;
+    p.finish().await;
+}

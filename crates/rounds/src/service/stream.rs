@@ -261,6 +261,27 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn only_local_publishes_reach_the_fanout_outbox() {
+        let hub = StreamHub::new(StreamPolicy::default());
+        let sub = hub.subscribe(ip(1)).unwrap();
+        hub.publish_local();
+        assert_eq!(sub.next().await, Delivery::Changed);
+        let outbox_quiet = tokio::time::timeout(Duration::from_millis(50), hub.published())
+            .await
+            .is_err();
+        assert!(outbox_quiet, "a remote notification is not sent back out");
+        for _ in 0..100 {
+            hub.publish();
+        }
+        hub.published().await;
+        let outbox_quiet = tokio::time::timeout(Duration::from_millis(50), hub.published())
+            .await
+            .is_err();
+        assert!(outbox_quiet, "a burst is sent on once");
+        assert_eq!(sub.next().await, Delivery::Changed);
+    }
+
+    #[tokio::test]
     async fn shutdown_closes_everything() {
         let hub = StreamHub::new(StreamPolicy::default());
         let s = hub.subscribe(ip(1)).unwrap();
