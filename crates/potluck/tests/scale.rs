@@ -476,6 +476,37 @@ async fn the_shipped_nginx_config_in_front_of_two_processes() {
     let (a1, b1) = (livez_count(&p.a).await, livez_count(&p.b).await);
     assert_eq!(a1 - a0 + b1 - b0, 20.0);
     assert!(a1 > a0 && b1 > b0, "balanced: A {a0}->{a1}, B {b0}->{b1}");
+    // The client IP is the one nginx saw: a client that writes a new
+    // X-Forwarded-For into every failed login is still one IP to the login
+    // throttle (20 free failures per IP), while the same spoofing straight
+    // at a process (which trusts its loopback peer's header) would work.
+    let login = |addr, i: u32| async move {
+        let ip = format!("10.77.{}.{}", i / 256, i % 256);
+        let body = json!({"username": format!("ghost{i}"), "password": "wrong-password-1"});
+        support::request(
+            addr,
+            "POST",
+            "/auth/login",
+            &[("x-forwarded-for", ip.as_str())],
+            Some(body.to_string().into_bytes()),
+        )
+        .await
+    };
+    for i in 0..30 {
+        let r = login(p.a.addr, i).await;
+        assert_eq!(r.status, 401, "direct, spoofed IPs: {}", r.text());
+    }
+    let mut throttled = false;
+    for i in 100..160 {
+        let r = login(ngx.addr, i).await;
+        assert!(r.status == 401 || r.status == 429, "{}", r.text());
+        if r.status == 429 {
+            assert_eq!(r.code(), "too_many_attempts");
+            throttled = true;
+            break;
+        }
+    }
+    assert!(throttled, "nginx's X-Forwarded-For is the client IP");
     // Figure: GET /rounds/current through nginx against direct, same run.
     let mut direct = Vec::new();
     let mut proxied = Vec::new();
