@@ -343,12 +343,14 @@ async fn start_nginx(dir: &std::path::Path, upstreams: &[std::net::SocketAddr]) 
     std::fs::create_dir_all(&dir).unwrap();
     let d = dir.display();
     let main = format!(
-        "daemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\nevents {{}}\nhttp {{\n\
+        "daemon off;\nmaster_process off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\nevents {{}}\nhttp {{\n\
          access_log off;\nclient_body_temp_path {d}/body;\nproxy_temp_path {d}/proxy;\n\
          include {d}/potluck.conf;\n}}\n"
     );
     std::fs::write(dir.join("potluck.conf"), conf).unwrap();
     std::fs::write(dir.join("nginx.conf"), main).unwrap();
+    // One process (no master and workers), so that killing it on drop
+    // leaves nothing behind.
     let child = Command::new(nginx_binary())
         .arg("-c")
         .arg(dir.join("nginx.conf"))
