@@ -1088,7 +1088,7 @@ async fn stream_notifies_money_events() {
 /// Two `serve` processes share one PostgreSQL database and one chain (the
 /// second reaches the first's development chain over its Bitcoin Core RPC):
 /// concurrent bets of one user through both never spend an output twice, and
-/// the round is paid once although both engines run it.
+/// the round is paid once (one engine runs it, chosen by the engine lock).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_on_postgres_spend_once_and_pay_once() {
     let rig = Rig::new(Db::Postgres).await;

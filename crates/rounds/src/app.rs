@@ -194,6 +194,10 @@ pub struct Application {
     /// Closed after the server stopped (no handler holds it).
     store: Store,
     running_chain: Option<chain::RunningDevChain>,
+    /// The PostgreSQL URL: the stream fan-out and the engine lock run on it.
+    pg_url: Option<String>,
+    /// The cached current round, dropped when another process reports a change.
+    rounds: Arc<CurrentRound>,
 }
 
 /// Refuses to start when the wallet seed does not derive the addresses the
@@ -343,6 +347,7 @@ impl Application {
                 other => StartupError::Store(other),
             })?;
         store.migrate().await?;
+        let pg_url = (store.backend() == crate::store::Backend::Postgres).then(|| db_url.clone());
         if let (Some(file), true) = (&db_file, db_is_new) {
             make_private(file);
         }
@@ -410,7 +415,7 @@ impl Application {
                 config.max_bet_input_fee_percent,
                 dev_chain.clone(),
             ),
-            history: History::new(store.clone(), rounds),
+            history: History::new(store.clone(), rounds.clone()),
             health: Health::new(store.clone(), engine.chain().clone()),
             hub,
             addresses,
@@ -437,6 +442,8 @@ impl Application {
             state,
             store,
             running_chain,
+            pg_url,
+            rounds,
         })
     }
 
@@ -476,12 +483,27 @@ impl Application {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let hub = self.state.hub.clone();
-        let worker = tokio::spawn(
-            self.state
-                .engine
-                .clone()
-                .run(self.state.config.engine_interval),
-        );
+        let store = self.store.clone();
+        let engine = self.state.engine.clone();
+        let interval = self.state.config.engine_interval;
+        // On PostgreSQL several processes may share the database: one runs
+        // the engine (advisory lock), all fan the stream out (LISTEN/NOTIFY).
+        let (worker, fanout) = match self.pg_url.clone() {
+            Some(url) => (
+                tokio::spawn(crate::service::leader::run_when_leader(
+                    url.clone(),
+                    engine,
+                    interval,
+                )),
+                Some(crate::service::fanout::Fanout::spawn(
+                    url,
+                    store.clone(),
+                    hub.clone(),
+                    self.rounds.clone(),
+                )),
+            ),
+            None => (tokio::spawn(engine.run(interval)), None),
+        };
         let limits = self.state.config.server;
         let app = router(self.state);
         crate::server::serve(self.listener, app, limits, async move {
@@ -492,6 +514,9 @@ impl Application {
         .await?;
         worker.abort();
         let _ = worker.await;
+        if let Some(fanout) = fanout {
+            fanout.stop().await;
+        }
         if let Some(chain) = self.running_chain {
             chain.shutdown().await;
         }

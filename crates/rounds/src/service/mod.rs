@@ -10,8 +10,10 @@ pub mod admin;
 pub mod cashier;
 pub mod current;
 pub mod engine;
+pub mod fanout;
 pub mod health;
 pub mod history;
+pub mod leader;
 pub mod payments;
 pub mod stream;
 

@@ -49,6 +49,9 @@ struct HubState {
 pub struct StreamHub {
     policy: StreamPolicy,
     state: Arc<Mutex<HubState>>,
+    /// Raised by every local publish for the cross-process fan-out
+    /// (`service::fanout`); one permit, so a burst is sent on once.
+    outbox: Arc<Notify>,
 }
 
 /// The hub is full; the caller answers 503.
@@ -105,6 +108,7 @@ impl StreamHub {
         Self {
             policy,
             state: Arc::new(Mutex::new(HubState::default())),
+            outbox: Arc::new(Notify::new()),
         }
     }
 
@@ -159,8 +163,24 @@ impl StreamHub {
     }
 
     /// Tells every subscriber that something changed. A subscriber that
-    /// already has a notification pending gets nothing more.
+    /// already has a notification pending gets nothing more. With the
+    /// PostgreSQL fan-out running, the other processes hear of it too.
     pub fn publish(&self) {
+        // The other processes first: their subscribers wait on a database
+        // round trip, this process's only on the wakes below.
+        self.outbox.notify_one();
+        self.publish_local();
+    }
+
+    /// Waits until [`StreamHub::publish`] was called since the last wait
+    /// (the fan-out's sender).
+    pub async fn published(&self) {
+        self.outbox.notified().await;
+    }
+
+    /// [`StreamHub::publish`] to this process's subscribers only: for
+    /// notifications that came from another process.
+    pub fn publish_local(&self) {
         let st = self.lock();
         for (_, slot) in st.subscribers.values() {
             if !slot.pending.swap(true, Ordering::AcqRel) {
@@ -238,6 +258,27 @@ mod tests {
         assert_eq!(hub.len(), 5);
         hub.publish();
         assert_eq!(sixth.next().await, Delivery::Changed);
+    }
+
+    #[tokio::test]
+    async fn only_local_publishes_reach_the_fanout_outbox() {
+        let hub = StreamHub::new(StreamPolicy::default());
+        let sub = hub.subscribe(ip(1)).unwrap();
+        hub.publish_local();
+        assert_eq!(sub.next().await, Delivery::Changed);
+        let outbox_quiet = tokio::time::timeout(Duration::from_millis(50), hub.published())
+            .await
+            .is_err();
+        assert!(outbox_quiet, "a remote notification is not sent back out");
+        for _ in 0..100 {
+            hub.publish();
+        }
+        hub.published().await;
+        let outbox_quiet = tokio::time::timeout(Duration::from_millis(50), hub.published())
+            .await
+            .is_err();
+        assert!(outbox_quiet, "a burst is sent on once");
+        assert_eq!(sub.next().await, Delivery::Changed);
     }
 
     #[tokio::test]

@@ -1,0 +1,635 @@
+//! Black-box: several `serve` processes on one PostgreSQL database behave as one service: the stream fans out across processes (LISTEN/NOTIFY, reconnect and refetch), and one engine runs at a time (advisory lock) with a stand-by that takes over when the leader is killed with SIGKILL.
+
+mod support;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::{Db, Env, EventStream, Server};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// A standalone development chain (`potluck chain`, no automatic blocks),
+/// so that every `serve` process is a plain Bitcoin Core client and any of
+/// them can be killed.
+struct Chain {
+    _child: Child,
+    url: String,
+    cookie: String,
+}
+
+async fn start_chain(dir: &std::path::Path) -> Chain {
+    let data = dir.join("chain");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_potluck"))
+        .args([
+            "chain",
+            "--rpc-bind",
+            "127.0.0.1:0",
+            "--block-interval",
+            "0",
+        ])
+        .arg("--data-dir")
+        .arg(&data)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .expect("chain printed its address")
+        .unwrap()
+        .expect("chain running");
+    let url = line
+        .rsplit("JSON-RPC on ")
+        .next()
+        .unwrap()
+        .trim()
+        .to_string();
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Chain {
+        _child: child,
+        url,
+        cookie: data.join(".cookie").display().to_string(),
+    }
+}
+
+/// Two processes on one fresh PostgreSQL database and one chain.
+struct Pair {
+    env: Env,
+    _chain: Chain,
+    a: Server,
+    b: Server,
+}
+
+async fn start_on(env: &Env, chain: &Chain, round_secs: &str) -> Server {
+    env.start(&[
+        "--bitcoind-url",
+        &chain.url,
+        "--bitcoind-cookie",
+        &chain.cookie,
+        "--round-duration-seconds",
+        round_secs,
+    ])
+    .await
+}
+
+async fn pair(round_secs: &str) -> Pair {
+    let env = Env::new(Db::Postgres).await;
+    let chain = start_chain(&env.data_dir).await;
+    let a = start_on(&env, &chain, round_secs).await;
+    let b_env = Env {
+        db: Db::Postgres,
+        data_dir: env.data_dir.join("second"),
+        pg_name: env.pg_name.clone(),
+    };
+    std::fs::create_dir_all(&b_env.data_dir).unwrap();
+    for f in ["wallet.mnemonic", "jwt-secret"] {
+        std::fs::copy(env.data_dir.join(f), b_env.data_dir.join(f)).unwrap();
+    }
+    let b = start_on(&b_env, &chain, round_secs).await;
+    Pair {
+        env,
+        _chain: chain,
+        a,
+        b,
+    }
+}
+
+impl Pair {
+    async fn finish(self) {
+        self.a.stop().await;
+        self.b.stop().await;
+        self.env.cleanup().await;
+    }
+}
+
+/// Pauses or resumes through `s` and returns when the answer is in.
+async fn toggle(s: &Server, pause: bool) {
+    let path = if pause {
+        "/admin/pause"
+    } else {
+        "/admin/resume"
+    };
+    let r = s.admin_post(path, json!({})).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+/// Time from sending a change through `via` until `stream` hears of it.
+async fn latency(via: &Server, pause: bool, stream: &mut EventStream) -> Duration {
+    let t0 = Instant::now();
+    toggle(via, pause).await;
+    assert!(
+        stream.next_refetch(Duration::from_secs(30)).await,
+        "the other process's subscriber heard of the change"
+    );
+    t0.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_in_one_process_reaches_the_subscribers_of_the_other() {
+    let p = pair("3600").await;
+    let mut sa = EventStream::open(p.a.addr, "10.20.0.1").await;
+    let mut sb = EventStream::open(p.b.addr, "10.20.0.2").await;
+    assert_eq!((sa.status, sb.status), (200, 200));
+    let mut worst = Duration::ZERO;
+    for _ in 0..3 {
+        worst = worst.max(latency(&p.b, true, &mut sa).await);
+        // The process that made the change tells its own subscriber once,
+        // not once more when its own NOTIFY comes back.
+        assert_eq!(sb.count_refetches(Duration::from_millis(1500)).await, 1);
+        // The other direction.
+        worst = worst.max(latency(&p.a, false, &mut sb).await);
+        assert_eq!(sa.count_refetches(Duration::from_millis(1500)).await, 1);
+    }
+    eprintln!("cross-process delivery, worst of 6: {worst:?}");
+    assert!(
+        worst < Duration::from_secs(1),
+        "cross-process delivery took {worst:?}"
+    );
+    // Fresh data behind the notification: A's cached current round (filled
+    // just before) is dropped with the notification from B.
+    assert_eq!(
+        p.a.get("/rounds/current", &[]).await.json()["paused"],
+        false
+    );
+    latency(&p.b, true, &mut sa).await;
+    let seen = p.a.get("/rounds/current", &[]).await.json();
+    assert_eq!(seen["paused"], true, "{seen}");
+    p.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_listener_connection_is_reestablished_and_subscribers_refetch() {
+    let p = pair("3600").await;
+    let mut sa = EventStream::open(p.a.addr, "10.21.0.1").await;
+    let mut sb = EventStream::open(p.b.addr, "10.21.0.2").await;
+    assert_eq!((sa.status, sb.status), (200, 200));
+    // Both listeners are up once a change through each reaches the other.
+    latency(&p.b, true, &mut sa).await;
+    latency(&p.a, false, &mut sb).await;
+    let _ = sa.count_refetches(Duration::from_millis(500)).await;
+    let _ = sb.count_refetches(Duration::from_millis(500)).await;
+    let pool = p.env.pool().await;
+    let killed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE application_name = 'potluck-stream-listener' AND datname = current_database()) t",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(killed, 2, "one listener connection per process");
+    // Whatever was published meanwhile is lost: both are told to refetch.
+    assert!(
+        sa.next_refetch(Duration::from_secs(30)).await,
+        "A refetches"
+    );
+    assert!(
+        sb.next_refetch(Duration::from_secs(30)).await,
+        "B refetches"
+    );
+    // And the fan-out works again.
+    let back: i64 = loop {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE application_name = 'potluck-stream-listener' AND datname = current_database()",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if n == 2 {
+            break n;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(back, 2);
+    latency(&p.b, true, &mut sa).await;
+    latency(&p.a, false, &mut sb).await;
+    pool.close().await;
+    p.finish().await;
+}
+
+fn is_leader(s: &Server) -> bool {
+    s.log().contains("engine leader: this process runs")
+}
+
+async fn current_round(s: &Server) -> i64 {
+    let r = s.get("/rounds/current", &[]).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["id"].as_i64().unwrap()
+}
+
+/// Waits (up to `secs`) until `f` holds.
+async fn wait_until(what: &str, secs: u64, mut f: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_engine_at_a_time_and_the_standby_takes_over_after_sigkill() {
+    let p = pair("2").await;
+    wait_until("a leader", 60, async || is_leader(&p.a) || is_leader(&p.b)).await;
+    let (mut leader, standby) = if is_leader(&p.a) {
+        (p.a, p.b)
+    } else {
+        (p.b, p.a)
+    };
+    wait_until("the standby to stand by", 60, async || {
+        standby.log().contains("engine standby")
+    })
+    .await;
+    // Rounds move under the leader alone.
+    let start = current_round(&standby).await;
+    wait_until("two rounds under the first leader", 60, async || {
+        current_round(&standby).await >= start + 2
+    })
+    .await;
+    assert!(!is_leader(&standby), "two engines ran at once");
+    let pool = p.env.pool().await;
+    let holders: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+         WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = 'potluck-engine-lock' \
+         AND a.datname = current_database()",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(holders, 1, "exactly one process holds the engine lock");
+    // SIGKILL the leader: the standby takes over within a few seconds.
+    leader.child.start_kill().unwrap();
+    let _ = leader.child.wait().await;
+    let killed_at = Instant::now();
+    wait_until("the take-over", 60, async || is_leader(&standby)).await;
+    let takeover = killed_at.elapsed();
+    eprintln!("take-over after SIGKILL: {takeover:?}");
+    assert!(takeover < Duration::from_secs(10), "took {takeover:?}");
+    let start = current_round(&standby).await;
+    wait_until("two rounds under the new leader", 60, async || {
+        current_round(&standby).await >= start + 2
+    })
+    .await;
+    pool.close().await;
+    standby.stop().await;
+    p.env.cleanup().await;
+}
+
+/// `nginx`, installed from Debian if missing (as the dashboard tests need
+/// Chromium).
+fn nginx_binary() -> String {
+    let found = || {
+        ["/usr/sbin/nginx", "/usr/bin/nginx"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+    };
+    if found().is_none() {
+        let _ = std::process::Command::new("apt-get")
+            .args(["install", "-y", "--no-install-recommends", "nginx-light"])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status();
+    }
+    found()
+        .expect("nginx is installed (Debian package nginx-light)")
+        .to_string()
+}
+
+/// nginx with the shipped `deploy/nginx/potluck.conf`, its upstreams and
+/// listen address pointed at this test's processes.
+struct Nginx {
+    _child: Child,
+    addr: std::net::SocketAddr,
+}
+
+async fn start_nginx(dir: &std::path::Path, upstreams: &[std::net::SocketAddr]) -> Nginx {
+    let shipped = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/nginx/potluck.conf"
+    ))
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let servers: String = upstreams
+        .iter()
+        .map(|a| format!("    server {a} max_fails=3 fail_timeout=5s;\n"))
+        .collect();
+    let mut conf = String::new();
+    let mut upstream_done = false;
+    for line in shipped.lines() {
+        let t = line.trim_start();
+        if t.starts_with("server 127.0.0.1:808") {
+            if !upstream_done {
+                conf.push_str(&servers);
+                upstream_done = true;
+            }
+        } else if t.starts_with("listen [::]:80") {
+        } else if t.starts_with("listen 80;") {
+            conf.push_str(&format!("    listen 127.0.0.1:{port};\n"));
+        } else {
+            conf.push_str(line);
+            conf.push('\n');
+        }
+    }
+    assert!(upstream_done, "the shipped upstream block was found");
+    let dir = dir.join("nginx");
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.display();
+    let main = format!(
+        "daemon off;\nmaster_process off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\nevents {{}}\nhttp {{\n\
+         access_log off;\nclient_body_temp_path {d}/body;\nproxy_temp_path {d}/proxy;\n\
+         include {d}/potluck.conf;\n}}\n"
+    );
+    std::fs::write(dir.join("potluck.conf"), conf).unwrap();
+    std::fs::write(dir.join("nginx.conf"), main).unwrap();
+    // One process (no master and workers), so that killing it on drop
+    // leaves nothing behind.
+    let child = Command::new(nginx_binary())
+        .arg("-c")
+        .arg(dir.join("nginx.conf"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    wait_until("nginx", 30, async || {
+        tokio::net::TcpStream::connect(addr).await.is_ok()
+    })
+    .await;
+    Nginx {
+        _child: child,
+        addr,
+    }
+}
+
+/// A raw connection through nginx and everything read from it.
+struct RawStream {
+    raw: tokio::net::TcpStream,
+    seen: Vec<u8>,
+}
+
+impl RawStream {
+    /// Reads until `needle` appears after byte `from` (false after 30 s or EOF).
+    async fn read_until(&mut self, needle: &[u8], from: usize) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut chunk = [0u8; 4096];
+        loop {
+            if self.seen[from..].windows(needle.len()).any(|w| w == needle) {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(
+                left,
+                tokio::io::AsyncReadExt::read(&mut self.raw, &mut chunk),
+            )
+            .await
+            {
+                Ok(Ok(n)) if n > 0 => self.seen.extend_from_slice(&chunk[..n]),
+                _ => return false,
+            }
+        }
+    }
+}
+
+/// Requests to `/livez` counted by one process.
+async fn livez_count(s: &Server) -> f64 {
+    s.get("/metrics", &[])
+        .await
+        .text()
+        .lines()
+        .filter(|l| l.starts_with("potluck_http_requests_total{") && l.contains("livez"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_nginx_config_in_front_of_two_processes() {
+    let p = pair("3600").await;
+    let ngx = start_nginx(&p.env.data_dir, &[p.a.addr, p.b.addr]).await;
+    // The stream through nginx: not compressed although the client accepts
+    // gzip, and it hears of changes made on either process.
+    let mut raw = tokio::net::TcpStream::connect(ngx.addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(
+        &mut raw,
+        b"GET /rounds/stream HTTP/1.1\r\nhost: test\r\naccept: text/event-stream\r\n\
+          accept-encoding: gzip, deflate, br\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut st = RawStream {
+        raw,
+        seen: Vec::new(),
+    };
+    assert!(st.read_until(b"\r\n\r\n", 0).await, "stream head");
+    toggle(&p.a, true).await;
+    assert!(st.read_until(b"data: refetch", 0).await, "change on A");
+    let first = String::from_utf8_lossy(&st.seen).to_string();
+    let head = first.split("\r\n\r\n").next().unwrap().to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("text/event-stream"), "{head}");
+    assert!(
+        !head.contains("content-encoding"),
+        "stream compressed: {head}"
+    );
+    let after_first = first.len();
+    toggle(&p.b, false).await;
+    assert!(
+        st.read_until(b"data: refetch", after_first).await,
+        "change on B"
+    );
+    // JSON is compressed.
+    let r = support::request(
+        ngx.addr,
+        "GET",
+        "/openapi.json",
+        &[("accept-encoding", "gzip")],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("content-encoding"),
+        Some("gzip"),
+        "{:?}",
+        r.headers
+    );
+    // Both processes get requests (least_conn: with the stream open, its
+    // process is the busier one, so close it first).
+    drop(st);
+    wait_until("the stream to close behind nginx", 30, async || {
+        p.a.metric("potluck_stream_subscribers").await == 0.0
+            && p.b.metric("potluck_stream_subscribers").await == 0.0
+    })
+    .await;
+    let (a0, b0) = (livez_count(&p.a).await, livez_count(&p.b).await);
+    for _ in 0..20 {
+        let r = support::request(ngx.addr, "GET", "/livez", &[], None).await;
+        assert_eq!(r.status, 200);
+    }
+    let (a1, b1) = (livez_count(&p.a).await, livez_count(&p.b).await);
+    assert_eq!(a1 - a0 + b1 - b0, 20.0);
+    assert!(a1 > a0 && b1 > b0, "balanced: A {a0}->{a1}, B {b0}->{b1}");
+    // The client IP is the one nginx saw: a client that writes a new
+    // X-Forwarded-For into every failed login is still one IP to the login
+    // throttle (20 free failures per IP), while the same spoofing straight
+    // at a process (which trusts its loopback peer's header) would work.
+    let login = |addr, i: u32| async move {
+        let ip = format!("10.77.{}.{}", i / 256, i % 256);
+        let body = json!({"username": format!("ghost{i}"), "password": "wrong-password-1"});
+        support::request(
+            addr,
+            "POST",
+            "/auth/login",
+            &[("x-forwarded-for", ip.as_str())],
+            Some(body.to_string().into_bytes()),
+        )
+        .await
+    };
+    for i in 0..30 {
+        let r = login(p.a.addr, i).await;
+        assert_eq!(r.status, 401, "direct, spoofed IPs: {}", r.text());
+    }
+    let mut throttled = false;
+    for i in 100..160 {
+        let r = login(ngx.addr, i).await;
+        assert!(r.status == 401 || r.status == 429, "{}", r.text());
+        if r.status == 429 {
+            assert_eq!(r.code(), "too_many_attempts");
+            throttled = true;
+            break;
+        }
+    }
+    assert!(throttled, "nginx's X-Forwarded-For is the client IP");
+    // Figure: GET /rounds/current through nginx against direct, same run.
+    let mut direct = Vec::new();
+    let mut proxied = Vec::new();
+    for _ in 0..100 {
+        let t = Instant::now();
+        assert_eq!(p.a.get("/rounds/current", &[]).await.status, 200);
+        direct.push(t.elapsed());
+        let t = Instant::now();
+        let r = support::request(ngx.addr, "GET", "/rounds/current", &[], None).await;
+        assert_eq!(r.status, 200);
+        proxied.push(t.elapsed());
+    }
+    direct.sort();
+    proxied.sort();
+    eprintln!(
+        "GET /rounds/current, 100 each: direct median {:?} p99 {:?}; through nginx median {:?} p99 {:?}",
+        direct[50], direct[98], proxied[50], proxied[98]
+    );
+    // One process dies: nginx keeps answering from the other.
+    let mut b = p.b;
+    b.child.start_kill().unwrap();
+    let _ = b.child.wait().await;
+    for _ in 0..10 {
+        let r = support::request(ngx.addr, "GET", "/rounds/current", &[], None).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    p.a.stop().await;
+    p.env.cleanup().await;
+}
+
+/// Figure: 2 x 500 subscribers; from a change made through B to delivery to
+/// every subscriber of A (cross-process) and of B (local).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fanout_to_500_subscribers_on_each_of_two_processes() {
+    let p = pair("3600").await;
+    let t0: std::sync::Arc<std::sync::OnceLock<Instant>> = Default::default();
+    let mut tasks = Vec::new();
+    for (side, s) in [(0u8, &p.a), (1u8, &p.b)] {
+        for i in 0..500u32 {
+            let ip = format!("100.{}.{}.{}", 70 + side, i / 5 / 256, i / 5 % 256);
+            let mut st = EventStream::open(s.addr, &ip).await;
+            assert_eq!(st.status, 200, "stream {side}/{i}");
+            let t0 = t0.clone();
+            tasks.push(tokio::spawn(async move {
+                let ok = st.next_refetch(Duration::from_secs(60)).await;
+                let at = Instant::now();
+                (side, ok, t0.get().map(|t| at.saturating_duration_since(*t)))
+            }));
+        }
+    }
+    assert_eq!(p.a.metric("potluck_stream_subscribers").await, 500.0);
+    assert_eq!(p.b.metric("potluck_stream_subscribers").await, 500.0);
+    t0.set(Instant::now()).unwrap();
+    toggle(&p.b, true).await;
+    let mut remote = Vec::new();
+    let mut local = Vec::new();
+    for t in tasks {
+        let (side, ok, d) = t.await.unwrap();
+        assert!(ok, "a subscriber of process {side} heard of the change");
+        let d = d.expect("delivered after the change");
+        if side == 0 {
+            remote.push(d)
+        } else {
+            local.push(d)
+        }
+    }
+    remote.sort();
+    local.sort();
+    let p99 = |v: &[Duration]| v[v.len() * 99 / 100 - 1];
+    eprintln!(
+        "2 x 500 subscribers, change through B: A (other process) median {:?} p99 {:?} max {:?}; B (same process) median {:?} p99 {:?}",
+        remote[250], p99(&remote), remote[499], local[250], p99(&local)
+    );
+    assert!(
+        p99(&remote) < Duration::from_secs(1),
+        "p99 {:?}",
+        p99(&remote)
+    );
+    p.finish().await;
+}
+
+/// A leader whose lock connection is cut (PostgreSQL ends its session, so
+/// the lock is free) steps down; one process leads again and rounds go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_loses_its_lock_connection_steps_down() {
+    let p = pair("2").await;
+    wait_until("a leader", 60, async || is_leader(&p.a) || is_leader(&p.b)).await;
+    let pool = p.env.pool().await;
+    let cut: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(a.pid) FROM pg_locks l \
+         JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted \
+         AND a.application_name = 'potluck-engine-lock' AND a.datname = current_database()) t",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(cut, 1, "one lock holder");
+    let stepped = |s: &Server| s.log().contains("engine leader: stepped down");
+    wait_until("the old leader to step down", 60, async || {
+        stepped(&p.a) || stepped(&p.b)
+    })
+    .await;
+    wait_until("a leader again", 60, async || {
+        let n = |s: &Server| s.log().matches("engine leader: this process runs").count();
+        n(&p.a) + n(&p.b) >= 2
+    })
+    .await;
+    let start = current_round(&p.a).await;
+    wait_until("two more rounds", 60, async || {
+        current_round(&p.a).await >= start + 2
+    })
+    .await;
+    let holders: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+         WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = 'potluck-engine-lock' \
+         AND a.datname = current_database()",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(holders, 1, "exactly one process holds the engine lock");
+    pool.close().await;
+    p.finish().await;
+}

@@ -1,0 +1,127 @@
+//! Cross-process stream fan-out on PostgreSQL: every local publish becomes a `NOTIFY`, every `NOTIFY` of another process a local publish; a lost listener connection is re-established and followed by a refetch notification.
+//!
+//! The payload is the sending process's random id, so a process skips its
+//! own notifications (PostgreSQL delivers them to the sender's session too).
+//! Notifications stay content-free: the subscriber refetches, and the hub's
+//! one-pending-notification rule applies to remote changes as to local ones.
+
+use std::str::FromStr as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+
+use crate::service::current::CurrentRound;
+use crate::service::stream::StreamHub;
+use crate::store::Store;
+
+/// The `LISTEN`/`NOTIFY` channel of stream notifications.
+pub const CHANNEL: &str = "potluck_rounds_stream";
+
+/// The `application_name` of the listener connection (operators and tests
+/// find it in `pg_stat_activity`).
+pub const LISTENER_APPLICATION_NAME: &str = "potluck-stream-listener";
+
+/// Wait between attempts to re-establish a lost listener connection.
+const RECONNECT_DELAY: Duration = Duration::from_secs(1);
+
+/// The two tasks of the fan-out; aborted on shutdown.
+#[derive(Debug)]
+pub struct Fanout {
+    sender: tokio::task::JoinHandle<()>,
+    listener: tokio::task::JoinHandle<()>,
+}
+
+impl Fanout {
+    /// Starts the sender (local publishes to `NOTIFY`) and the listener
+    /// (`NOTIFY`s of other processes to local publishes) on the PostgreSQL
+    /// database at `url`.
+    pub fn spawn(url: String, store: Store, hub: StreamHub, rounds: Arc<CurrentRound>) -> Self {
+        let me = format!("{:016x}", rand::random::<u64>());
+        let sender = tokio::spawn(send_loop(store, hub.clone(), me.clone()));
+        let listener = tokio::spawn(listen_loop(url, hub, rounds, me));
+        Self { sender, listener }
+    }
+
+    /// Stops both tasks.
+    pub async fn stop(self) {
+        self.sender.abort();
+        self.listener.abort();
+        let _ = self.sender.await;
+        let _ = self.listener.await;
+    }
+}
+
+async fn send_loop(store: Store, hub: StreamHub, me: String) {
+    loop {
+        hub.published().await;
+        // A failed NOTIFY loses nothing durable: the other processes'
+        // listeners see the same outage, reconnect and tell their
+        // subscribers to refetch.
+        if let Err(e) = sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(CHANNEL)
+            .bind(me.as_str())
+            .execute(store.pool())
+            .await
+        {
+            tracing::warn!(error = %e, "stream fan-out: NOTIFY failed");
+        }
+    }
+}
+
+async fn connect_listener(url: &str) -> Result<PgListener, sqlx::Error> {
+    let options = PgConnectOptions::from_str(url)?.application_name(LISTENER_APPLICATION_NAME);
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_lazy_with(options);
+    let mut listener = PgListener::connect_with(&pool).await?;
+    listener.listen(CHANNEL).await?;
+    Ok(listener)
+}
+
+/// Tells this process's subscribers to refetch after a change elsewhere.
+fn deliver(hub: &StreamHub, rounds: &CurrentRound) {
+    rounds.invalidate();
+    hub.publish_local();
+}
+
+async fn listen_loop(url: String, hub: StreamHub, rounds: Arc<CurrentRound>, me: String) {
+    let mut first = true;
+    loop {
+        let mut listener = match connect_listener(&url).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "stream fan-out: cannot listen; retrying");
+                tokio::time::sleep(RECONNECT_DELAY).await;
+                continue;
+            }
+        };
+        if !first {
+            // Whatever other processes published while the connection was
+            // down is lost: subscribers refetch once.
+            tracing::info!("stream fan-out: listener reconnected");
+            deliver(&hub, &rounds);
+        }
+        first = false;
+        loop {
+            match listener.try_recv().await {
+                Ok(Some(n)) => {
+                    if n.payload() != me {
+                        deliver(&hub, &rounds);
+                    }
+                }
+                // The connection dropped and sqlx re-established it (and
+                // LISTENs again) before returning.
+                Ok(None) => {
+                    tracing::info!("stream fan-out: listener reconnected");
+                    deliver(&hub, &rounds);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "stream fan-out: listener lost; reconnecting");
+                    tokio::time::sleep(RECONNECT_DELAY).await;
+                    break;
+                }
+            }
+        }
+    }
+}
