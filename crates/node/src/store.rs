@@ -60,13 +60,23 @@ pub(crate) struct Decoded {
 
 /// Encodes `channel` as a snapshot of [`SNAPSHOT_VERSION`].
 pub(crate) fn encode_snapshot(id: i64, channel: &Channel) -> Result<String, StoreError> {
-    let mut value =
-        serde_json::to_value(channel).map_err(|e| StoreError::Encode(id, e.to_string()))?;
-    let serde_json::Value::Object(map) = &mut value else {
+    /// The channel's fields and the version beside them, written in one pass (no
+    /// intermediate JSON tree: this runs on every durable write).
+    #[derive(serde::Serialize)]
+    struct Versioned<'a> {
+        #[serde(flatten)]
+        channel: &'a Channel,
+        snapshot_version: u64,
+    }
+    let json = serde_json::to_string(&Versioned {
+        channel,
+        snapshot_version: SNAPSHOT_VERSION,
+    })
+    .map_err(|e| StoreError::Encode(id, e.to_string()))?;
+    if !json.starts_with('{') {
         return Err(StoreError::Encode(id, "not a JSON object".into()));
-    };
-    map.insert(VERSION_KEY.into(), SNAPSHOT_VERSION.into());
-    serde_json::to_string(&value).map_err(|e| StoreError::Encode(id, e.to_string()))
+    }
+    Ok(json)
 }
 
 /// Decodes a snapshot of any version this release knows; migrates version 0.
@@ -215,7 +225,10 @@ const GROUP_MAX: usize = 256;
 /// A task of its own rather than the callers taking turns: a caller dropped mid-write (a
 /// control call whose client hung up) cannot abandon the writes of others, and the writes
 /// of one channel commit in the order they were made even then (one queue, in order).
-async fn group_writer(pool: SqlitePool, mut rx: tokio::sync::mpsc::Receiver<WriteRequest>) {
+async fn group_writer(
+    mut conn: sqlx::SqliteConnection,
+    mut rx: tokio::sync::mpsc::Receiver<WriteRequest>,
+) {
     let mut batch: Vec<WriteRequest> = Vec::with_capacity(GROUP_MAX);
     while let Some(first) = rx.recv().await {
         batch.push(first);
@@ -225,15 +238,36 @@ async fn group_writer(pool: SqlitePool, mut rx: tokio::sync::mpsc::Receiver<Writ
                 Err(_) => break,
             }
         }
-        let result = write_group(&pool, &batch).await.map_err(|e| e.to_string());
+        let result = write_group(&mut conn, &batch)
+            .await
+            .map_err(|e| e.to_string());
         for w in batch.drain(..) {
             let _ = w.done.send(result.clone());
         }
     }
 }
 
-async fn write_group(pool: &SqlitePool, batch: &[WriteRequest]) -> Result<(), sqlx::Error> {
-    let mut tx = pool.begin().await?;
+/// One commit holding every write of `batch`. Each statement is a round trip to SQLite's
+/// worker thread, which on a busy machine costs a thread wake-up: a lone snapshot write
+/// (the common case of one channel) is one statement in autocommit, which SQLite commits
+/// (and syncs) as its own transaction, atomically, before answering.
+async fn write_group(
+    conn: &mut sqlx::SqliteConnection,
+    batch: &[WriteRequest],
+) -> Result<(), sqlx::Error> {
+    use sqlx::Connection as _;
+    const UPDATE: &str = "UPDATE channels SET snapshot = ? WHERE id = ?";
+    if let [w] = batch {
+        if w.revoked.is_empty() {
+            sqlx::query(UPDATE)
+                .bind(&w.snapshot)
+                .bind(w.id)
+                .execute(&mut *conn)
+                .await?;
+            return Ok(());
+        }
+    }
+    let mut tx = conn.begin().await?;
     for w in batch {
         for (num, record) in &w.revoked {
             sqlx::query("INSERT INTO revoked_commitments (channel_id, num, record) VALUES (?, ?, ?) ON CONFLICT DO NOTHING")
@@ -243,7 +277,7 @@ async fn write_group(pool: &SqlitePool, batch: &[WriteRequest]) -> Result<(), sq
                 .execute(&mut *tx)
                 .await?;
         }
-        sqlx::query("UPDATE channels SET snapshot = ? WHERE id = ?")
+        sqlx::query(UPDATE)
             .bind(&w.snapshot)
             .bind(w.id)
             .execute(&mut *tx)
@@ -267,8 +301,11 @@ impl Store {
             .connect_with(options)
             .await?;
         sqlx::raw_sql(SCHEMA).execute(&pool).await?;
+        // The writer keeps a connection of its own: no pool checkout (and its liveness
+        // ping, one more round trip to SQLite's thread) per commit.
+        let writer = pool.acquire().await?.detach();
         let (writes, rx) = tokio::sync::mpsc::channel(4 * GROUP_MAX);
-        tokio::spawn(group_writer(pool.clone(), rx));
+        tokio::spawn(group_writer(writer, rx));
         Ok(Store { pool, writes })
     }
 
