@@ -90,7 +90,7 @@ async fn main() {
     let mut config = Config::new(dir.clone());
     config.bind = "127.0.0.1:0".parse().expect("addr");
     config.database_url = db.clone();
-    config.admin_token = Some("bench".into());
+    config.admin_token = Some("bench-admin-token-16".into());
     config.hash_params = HashParams {
         memory_kib: 64,
         iterations: 1,
@@ -112,6 +112,7 @@ async fn main() {
     // Users, each with `per_user` confirmed outputs (one mined block).
     let mut tokens = Vec::new();
     let mut c = Conn::open(addr).await;
+    let mut paid = 0u32;
     for i in 0..users {
         let body = format!(r#"{{"username":"bench{i}","password":"benchmark-password"}}"#);
         let (s, reg) = c.call("POST", "/auth/register", None, &body).await;
@@ -132,9 +133,12 @@ async fn main() {
         for _ in 0..per_user {
             dev.faucet(&address.script_pubkey(), Amount::from_sat(100_000))
                 .expect("faucet");
-        }
-        if i % 20 == 19 {
-            dev.mine(1, dev.faucet_script()).expect("mine");
+            // The faucet's payments chain on its change: a block before the
+            // chain reaches the mempool's ancestor limit (25).
+            paid += 1;
+            if paid % 20 == 0 {
+                dev.mine(1, dev.faucet_script()).expect("mine");
+            }
         }
     }
     dev.mine(1, dev.faucet_script()).expect("mine");
@@ -150,7 +154,10 @@ async fn main() {
         })
         .expect("key");
     let mut outs = Vec::new();
-    for _ in 0..base_n {
+    for i in 0..base_n {
+        if i % 20 == 19 {
+            dev.mine(1, dev.faucet_script()).expect("mine");
+        }
         let txid = dev
             .faucet(&key.address.script_pubkey(), Amount::from_sat(100_000))
             .expect("faucet");
