@@ -113,6 +113,7 @@ both_backends!(
     one_payout_per_round,
     reorg_unwinds_deposits_and_confirmations,
     refused_broadcast_releases_the_inputs,
+    the_close_reads_the_tip_while_holding_the_round,
 );
 
 async fn users_are_unique_ignoring_case_and_get_distinct_indexes(b: Backend) {
@@ -753,5 +754,56 @@ async fn refused_broadcast_releases_the_inputs(b: Backend) {
     let t = db.store.ledger_totals().await.unwrap();
     assert_eq!(t.users_unspent_sats, 100_000);
     assert_eq!(t.miner_fees_sats, 0);
+    db.cleanup().await;
+}
+
+/// Issue 16, point 8: the close reads the chain's tip while it holds the
+/// round, so no bet can get in between the tip read (which fixes the draw
+/// block) and the bets being fixed. A bet tried while the tip is being read
+/// must wait and then be refused by the round's status.
+async fn the_close_reads_the_tip_while_holding_the_round(b: Backend) {
+    let db = TestDb::new(b).await;
+    let (user, out) = funded(&db.store).await;
+    let round = db
+        .store
+        .ensure_round(crate::domain::time::unix_now())
+        .await
+        .unwrap();
+    let mut bet = money::intent(
+        TransferKind::Bet,
+        user,
+        Some(round.id),
+        &"6".repeat(64),
+        vec![out],
+    );
+    bet.outputs.push(crate::domain::money::NewOutput {
+        vout: 0,
+        amount_sats: 10_000,
+        user_id: None,
+        round_id: Some(round.id),
+        origin: OutputOrigin::Pot,
+    });
+    let store = db.store.clone();
+    let (seen_tx, seen_rx) = tokio::sync::oneshot::channel();
+    let read_tip = async move {
+        let late = tokio::spawn(async move { store.place_bet(&bet).await });
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let placed_during_the_read = late.is_finished();
+        let _ = seen_tx.send((placed_during_the_read, late));
+        Some(10)
+    };
+    assert!(db
+        .store
+        .close_round(round.id, read_tip, |b| b.len().to_string())
+        .await
+        .unwrap());
+    let (placed_during_the_read, late) = seen_rx.await.unwrap();
+    let late = late.await.unwrap();
+    assert!(
+        !(placed_during_the_read && late.is_ok()),
+        "a bet got in while the close read the tip"
+    );
+    assert!(late.is_err(), "a bet after the close: {late:?}");
+    assert!(db.store.round_bets(round.id).await.unwrap().is_empty());
     db.cleanup().await;
 }
