@@ -52,17 +52,43 @@ pub enum SeedFileError {
 /// The file is created with mode 0600 on Unix and never overwritten; its
 /// directory is synced so that the new entry survives a power loss (else the
 /// service could hand out addresses of a seed that is gone after a crash).
-/// An existing file readable by group or others is refused, as ssh does with
-/// keys. The phrase is wiped from memory once the wallet is derived.
+/// The phrase is written to a private temporary file, synced, and only then
+/// linked to `path`, which fails if `path` exists: processes started together
+/// on an empty directory all end up with the one seed that won, and nobody
+/// ever reads a half-written file. An existing file readable by group or
+/// others is refused, as ssh does with keys. The phrase is wiped from memory
+/// once the wallet is derived.
 ///
 /// # Errors
 /// See [`SeedFileError`].
 pub fn load_or_create(path: &Path, network: Network) -> Result<Wallet, SeedFileError> {
+    let phrase = match read_existing(path)? {
+        Some(phrase) => phrase,
+        None => match create(path)? {
+            Some(phrase) => phrase,
+            // Another process linked its seed first: that one is the wallet.
+            None => read_existing(path)?.ok_or_else(|| SeedFileError::Io {
+                path: path.to_owned(),
+                source: io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "the seed file vanished while it was being created",
+                ),
+            })?,
+        },
+    };
+    Wallet::from_mnemonic(&phrase, "", network).map_err(|source| SeedFileError::Invalid {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// The phrase in `path`, `None` if there is no such file.
+fn read_existing(path: &Path) -> Result<Option<Zeroizing<String>>, SeedFileError> {
     let io_err = |source| SeedFileError::Io {
         path: path.to_owned(),
         source,
     };
-    let phrase: Zeroizing<String> = match fs::read_to_string(path).map(Zeroizing::new) {
+    match fs::read_to_string(path).map(Zeroizing::new) {
         Ok(s) => {
             #[cfg(unix)]
             {
@@ -75,38 +101,57 @@ pub fn load_or_create(path: &Path, network: Network) -> Result<Wallet, SeedFileE
                     });
                 }
             }
-            Zeroizing::new(s.trim().to_owned())
+            Ok(Some(Zeroizing::new(s.trim().to_owned())))
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            let mut entropy = Zeroizing::new([0u8; 32]);
-            getrandom::fill(entropy.as_mut()).map_err(|e| SeedFileError::Entropy(e.to_string()))?;
-            let phrase =
-                Zeroizing::new(mnemonic_from_entropy(entropy.as_ref()).map_err(|source| {
-                    SeedFileError::Invalid {
-                        path: path.to_owned(),
-                        source,
-                    }
-                })?);
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                fs::create_dir_all(dir).map_err(io_err)?;
-            }
-            let mut options = fs::OpenOptions::new();
-            options.write(true).create_new(true);
-            #[cfg(unix)]
-            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-            let mut file = options.open(path).map_err(io_err)?;
-            file.write_all(Zeroizing::new(format!("{}\n", phrase.as_str())).as_bytes())
-                .map_err(io_err)?;
-            file.sync_all().map_err(io_err)?;
-            sync_parent(path).map_err(io_err)?;
-            phrase
-        }
-        Err(e) => return Err(io_err(e)),
-    };
-    Wallet::from_mnemonic(&phrase, "", network).map_err(|source| SeedFileError::Invalid {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_err(e)),
+    }
+}
+
+/// Writes a fresh phrase to `path` unless the file appeared meanwhile;
+/// returns the phrase, or `None` when another process created the file.
+fn create(path: &Path) -> Result<Option<Zeroizing<String>>, SeedFileError> {
+    let io_err = |source| SeedFileError::Io {
         path: path.to_owned(),
         source,
-    })
+    };
+    let mut entropy = Zeroizing::new([0u8; 32]);
+    getrandom::fill(entropy.as_mut()).map_err(|e| SeedFileError::Entropy(e.to_string()))?;
+    let phrase = Zeroizing::new(mnemonic_from_entropy(entropy.as_ref()).map_err(|source| {
+        SeedFileError::Invalid {
+            path: path.to_owned(),
+            source,
+        }
+    })?);
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::create_dir_all(dir).map_err(io_err)?;
+    }
+    let mut nonce = [0u8; 8];
+    getrandom::fill(&mut nonce).map_err(|e| SeedFileError::Entropy(e.to_string()))?;
+    let name = path
+        .file_name()
+        .map_or_else(|| "seed".into(), |n| n.to_string_lossy().into_owned());
+    let temp = path.with_file_name(format!(".{name}.{}.tmp", u64::from_le_bytes(nonce)));
+    let written = (|| {
+        let mut options = fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = options.open(&temp)?;
+        file.write_all(Zeroizing::new(format!("{}\n", phrase.as_str())).as_bytes())?;
+        file.sync_all()?;
+        fs::hard_link(&temp, path)
+    })();
+    // The temporary name goes whatever happened; the link, if made, stays.
+    let _ = fs::remove_file(&temp);
+    match written {
+        Ok(()) => {
+            sync_parent(path).map_err(io_err)?;
+            Ok(Some(phrase))
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(None),
+        Err(e) => Err(io_err(e)),
+    }
 }
 
 /// fsyncs the directory holding `path`, making a new entry durable.
@@ -155,6 +200,44 @@ mod tests {
             a.derive_address(0, 0).unwrap(),
             c.derive_address(0, 0).unwrap()
         );
+    }
+
+    /// Several processes started together on an empty data directory (two
+    /// `serve` units under systemd, say) must all open the one wallet: none
+    /// may fail on a file another is still writing, and none may keep a
+    /// seed of its own.
+    #[test]
+    fn starts_racing_on_an_empty_directory_agree_on_one_seed() {
+        for _ in 0..8 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("wallet.seed");
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
+            let starts: Vec<_> = (0..8)
+                .map(|_| {
+                    let (path, barrier) = (path.clone(), barrier.clone());
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        load_or_create(&path, Network::Regtest)
+                            .map(|w| w.derive_address(0, 0).unwrap())
+                    })
+                })
+                .collect();
+            let addresses: Vec<_> = starts
+                .into_iter()
+                .map(|s| s.join().unwrap().expect("every start opens the wallet"))
+                .collect();
+            assert!(
+                addresses.iter().all(|a| *a == addresses[0]),
+                "{addresses:?}"
+            );
+            let on_disk = load_or_create(&path, Network::Regtest).unwrap();
+            assert_eq!(on_disk.derive_address(0, 0).unwrap(), addresses[0]);
+            let names: Vec<_> = fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(names, vec![std::ffi::OsString::from("wallet.seed")]);
+        }
     }
 
     #[cfg(unix)]
