@@ -239,7 +239,7 @@ impl Browser {
             };
             match clicked {
                 Ok(()) => return,
-                Err(e) if attempt < 5 && format!("{e:?}").contains("StaleElementReference") => {
+                Err(e) if attempt < 5 && e.is_stale_element_reference() => {
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 }
                 Err(e) => panic!("clicking {css}: {e:?}"),

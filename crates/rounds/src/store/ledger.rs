@@ -775,18 +775,19 @@ impl Store {
             amount_sats: Some(amount_sats),
             ..AuditDetails::none()
         };
-        // As `insert_audit` stores it: the same fields in the same order.
-        let stored = serde_json::to_string(&details)
-            .map_err(|e| StoreError::Corrupt(format!("audit details: {e}")))?;
         let mut tx = self.pool().begin().await?;
-        // Once per output, however often the worker finds it.
-        let seen: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM audit_log WHERE event = 'unknown_spend' AND details = $1",
+        // Once per output, however often (and by however many processes)
+        // the worker finds it: the key decides, inside this transaction.
+        let first = sqlx::query(
+            "INSERT INTO unknown_spends (txid, vout) VALUES ($1, $2) ON CONFLICT DO NOTHING",
         )
-        .bind(stored)
-        .fetch_one(&mut *tx)
-        .await?;
-        if seen == 0 {
+        .bind(txid)
+        .bind(vout)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if first {
             super::settings::insert_audit_entry(
                 &mut tx,
                 "unknown_spend",

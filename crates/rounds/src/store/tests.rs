@@ -114,6 +114,7 @@ both_backends!(
     reorg_unwinds_deposits_and_confirmations,
     refused_broadcast_releases_the_inputs,
     the_close_reads_the_tip_while_holding_the_round,
+    an_unknown_spend_is_audited_once_per_output_across_an_upgrade,
 );
 
 async fn users_are_unique_ignoring_case_and_get_distinct_indexes(b: Backend) {
@@ -805,5 +806,57 @@ async fn the_close_reads_the_tip_while_holding_the_round(b: Backend) {
     );
     assert!(late.is_err(), "a bet after the close: {late:?}");
     assert!(db.store.round_bets(round.id).await.unwrap().is_empty());
+    db.cleanup().await;
+}
+
+/// An output spent by a stranger is audited once, however often the worker
+/// finds it, also when the first entry was written by an older release whose
+/// details serialise differently (other field order, other spacing): the
+/// output's key decides, not the stored text.
+async fn an_unknown_spend_is_audited_once_per_output_across_an_upgrade(b: Backend) {
+    let db = TestDb::new(b).await;
+    let s = &db.store;
+    s.migrate_to(5).await.unwrap();
+    let old = "a".repeat(64);
+    sqlx::query(
+        "INSERT INTO audit_log (at, event, actor, diff, details) \
+         VALUES (1, 'unknown_spend', 'engine', '{}', $1)",
+    )
+    .bind(format!(
+        r#"{{ "amount_sats": 700, "vout": 1, "txid": "{old}" }}"#
+    ))
+    .execute(s.pool())
+    .await
+    .unwrap();
+    s.migrate().await.unwrap();
+    let new = "b".repeat(64);
+    for _ in 0..3 {
+        s.audit_unknown_spend(&old, 1, 700).await.unwrap();
+        s.audit_unknown_spend(&new, 0, 900).await.unwrap();
+    }
+    // Two processes finding the same output at the same moment.
+    let (x, y) = tokio::join!(
+        s.audit_unknown_spend(&new, 2, 50),
+        s.audit_unknown_spend(&new, 2, 50)
+    );
+    x.unwrap();
+    y.unwrap();
+    let rows: Vec<String> = sqlx::query_scalar(
+        "SELECT details FROM audit_log WHERE event = 'unknown_spend' ORDER BY id",
+    )
+    .fetch_all(s.pool())
+    .await
+    .unwrap();
+    let keys: Vec<(String, i64)> = rows
+        .iter()
+        .map(|d| {
+            let v: serde_json::Value = serde_json::from_str(d).unwrap();
+            (
+                v["txid"].as_str().unwrap().to_owned(),
+                v["vout"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(keys, vec![(old, 1), (new.clone(), 0), (new, 2)]);
     db.cleanup().await;
 }
