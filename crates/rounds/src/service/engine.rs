@@ -134,6 +134,15 @@ const SET_ASIDE_AFTER_BLOCKS: i64 = 6;
 /// its broadcast (younger ones are still being broadcast by their request).
 const RECOVER_AFTER_SECS: i64 = 3;
 
+/// Where the last re-broadcast pass ran.
+#[derive(Debug)]
+struct Offered {
+    /// The synced tip's hash: a new block or a reorganisation changes it.
+    hash: String,
+    /// Synced height of the last pass whose failures were counted.
+    counted_at: i64,
+}
+
 /// The chain watcher and the rounds engine.
 pub struct Engine {
     store: Store,
@@ -143,8 +152,8 @@ pub struct Engine {
     rounds: Arc<CurrentRound>,
     /// One sync/tick at a time in this process.
     lock: tokio::sync::Mutex<()>,
-    /// Synced height of the last re-broadcast pass (`None`: not yet).
-    last_rebroadcast: tokio::sync::Mutex<Option<i64>>,
+    /// The tip of the last re-broadcast pass (`None`: not yet).
+    last_rebroadcast: tokio::sync::Mutex<Option<Offered>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -321,22 +330,6 @@ impl Engine {
                 changed = true;
             }
         }
-        if changed {
-            // Transactions of the dropped blocks may not be in the node's
-            // mempool any more: offer them again, after a reorganisation and
-            // with every new block, since one whose anti-fee-sniping
-            // nLockTime is the height of a dropped block is refused
-            // (`non-final`) until the chain is back at that height.
-            for t in self.store.unconfirmed_broadcasts().await? {
-                if let Some(raw) = &t.raw_tx {
-                    if let Ok(tx) = txid_of(raw) {
-                        if let Err(e) = self.chain.broadcast(tx).await {
-                            tracing::debug!(txid = %t.txid, error = %e, "re-broadcast after reorg");
-                        }
-                    }
-                }
-            }
-        }
         Ok(changed)
     }
 
@@ -429,18 +422,36 @@ impl Engine {
         Ok(changed)
     }
 
-    /// Re-sends our unconfirmed transactions (bets, withdrawals, payouts)
-    /// every [`REBROADCAST_EVERY_BLOCKS`] blocks and once at start: a node
-    /// that restarted without its mempool, or evicted them, gets them again.
+    /// Re-offers our unconfirmed transactions (bets, withdrawals, payouts)
+    /// to the node, the one place that does so. It runs whenever the synced
+    /// tip moved (a new block or a reorganisation) and once at start: a node
+    /// that restarted without its mempool, or evicted them, gets them again,
+    /// and one whose anti-fee-sniping nLockTime is the height of a dropped
+    /// block, refused as `non-final` until the chain is back at that height,
+    /// is offered again with every block. Only every
+    /// [`REBROADCAST_EVERY_BLOCKS`] blocks is an unsettled answer counted as
+    /// a failed attempt (see [`Engine::failed_attempt`]), so a transfer is
+    /// set aside after the same number of blocks however often it is offered.
     async fn rebroadcast(&self) -> Result<bool, EngineError> {
-        let height = self.store.synced_tip().await?.map_or(0, |t| t.0);
-        {
+        let Some((height, hash)) = self.store.synced_tip().await? else {
+            return Ok(false);
+        };
+        let counted = {
             let mut last = self.last_rebroadcast.lock().await;
-            if matches!(*last, Some(h) if height < h + REBROADCAST_EVERY_BLOCKS && height >= h) {
-                return Ok(false);
-            }
-            *last = Some(height);
-        }
+            let counted = match &*last {
+                Some(l) if l.hash == hash => return Ok(false),
+                Some(l) => {
+                    height < l.counted_at || height >= l.counted_at + REBROADCAST_EVERY_BLOCKS
+                }
+                None => true,
+            };
+            let counted_at = match (&*last, counted) {
+                (Some(l), false) => l.counted_at,
+                _ => height,
+            };
+            *last = Some(Offered { hash, counted_at });
+            counted
+        };
         let mut changed = false;
         for t in self.store.unconfirmed_broadcasts().await? {
             let tx = match t.raw_tx.as_deref().map(txid_of) {
@@ -451,17 +462,20 @@ impl Engine {
                 }
                 None => continue,
             };
-            match Broadcast::send(self.chain.as_ref(), tx).await {
+            let failure = match Broadcast::send(self.chain.as_ref(), tx).await {
                 Broadcast::Accepted => {
                     tracing::debug!(transfer = t.id, txid = %t.txid, "re-broadcast");
+                    continue;
                 }
                 Broadcast::Refused { code, reason } => {
-                    let e = EngineError::Chain(ChainError::rejected(code, reason));
-                    changed |= self.failed_attempt(&t, &e).await?;
+                    EngineError::Chain(ChainError::rejected(code, reason))
                 }
-                Broadcast::Pending(e) => {
-                    changed |= self.failed_attempt(&t, &EngineError::Chain(e)).await?;
-                }
+                Broadcast::Pending(e) => EngineError::Chain(e),
+            };
+            if counted {
+                changed |= self.failed_attempt(&t, &failure).await?;
+            } else {
+                tracing::debug!(transfer = t.id, txid = %t.txid, error = %failure, "re-broadcast not settled");
             }
         }
         Ok(changed)
