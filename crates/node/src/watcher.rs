@@ -197,7 +197,8 @@ async fn scan_block(state: &NodeState, height: u32, block: &Block) -> Result<(),
     for tx in &block.txdata {
         let txid = tx.compute_txid();
         let spent: Vec<OutPoint> = tx.input.iter().map(|i| i.previous_output).collect();
-        let spent_ours: Vec<OutPoint> = spent.iter().filter(|o| ours.contains(o)).copied().collect();
+        let spent_ours: Vec<OutPoint> =
+            spent.iter().filter(|o| ours.contains(o)).copied().collect();
         if !spent_ours.is_empty() {
             state.store.spend_outputs(&spent_ours, &txid).await?;
         }
