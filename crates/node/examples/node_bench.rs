@@ -7,7 +7,10 @@
 //! - connect+handshake: `session::connect` to a node (TCP, v3 handshake, authenticate, hello);
 //! - HTLC add+fulfill pairs/s on one channel (`newhtlc` by A, `fulfillhtlc` by B);
 //! - the same across CHANNELS channels (one hub, CHANNELS peers) in parallel;
-//! - memory per idle channel (RSS growth from opening CHANNELS channels, both ends in process);
+//! - memory per idle channel (RSS growth from opening CHANNELS channels, both ends in process),
+//!   and where the memory goes: per idle node, per idle peer session and per idle channel, each
+//!   split into the Rust heap (a counting global allocator), SQLite's heap, malloc's free
+//!   slack and the rest (thread stacks, mapped files);
 //! - baseline, same run: the in-memory state machines alone (no IO), add+fulfill pairs/s.
 // Test and benchmark code: a failed unwrap is the run failing, with its message.
 #![allow(clippy::unwrap_used)]
@@ -60,15 +63,174 @@ impl Node {
 }
 
 fn rss_kib() -> u64 {
+    status_field("VmRSS:")
+}
+
+/// A number field of /proc/self/status (0 if absent).
+fn status_field(name: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
+                .find(|l| l.starts_with(name))
                 .and_then(|l| l.split_whitespace().nth(1))
                 .and_then(|v| v.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// Where the process's memory is, beyond the RSS: what Rust code holds on the heap, what
+/// SQLite holds, and what malloc keeps free. The unsafe code of the workspace lives here only
+/// (node's Cargo.toml lowers `unsafe_code` to deny for it; the library forbids it).
+#[allow(unsafe_code)]
+mod mem {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::sync::atomic::{AtomicIsize, Ordering::Relaxed};
+
+    /// Bytes that Rust code holds on the heap now (requested sizes, without malloc's headers).
+    static LIVE: AtomicIsize = AtomicIsize::new(0);
+    /// The most `LIVE` reached since the last [`snapshot`].
+    static PEAK: AtomicIsize = AtomicIsize::new(0);
+    /// Allocations made (a realloc counts as one) and bytes they asked for, since the start.
+    static ALLOCS: AtomicIsize = AtomicIsize::new(0);
+    static ASKED: AtomicIsize = AtomicIsize::new(0);
+
+    fn grew(by: isize) {
+        let now = LIVE.fetch_add(by, Relaxed) + by;
+        PEAK.fetch_max(now, Relaxed);
+        ALLOCS.fetch_add(1, Relaxed);
+        ASKED.fetch_add(by.max(0), Relaxed);
+    }
+
+    /// The system allocator, counting live bytes.
+    struct Counting;
+
+    // SAFETY: every call is forwarded unchanged to `System`; the counter is only arithmetic.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            // SAFETY: the caller's contract for `layout` is System's.
+            let p = unsafe { System.alloc(layout) };
+            if !p.is_null() {
+                grew(layout.size() as isize);
+            }
+            p
+        }
+
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            // SAFETY: as `alloc`.
+            let p = unsafe { System.alloc_zeroed(layout) };
+            if !p.is_null() {
+                grew(layout.size() as isize);
+            }
+            p
+        }
+
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            // SAFETY: `ptr` came from this allocator, that is from System, with `layout`.
+            unsafe { System.dealloc(ptr, layout) };
+            LIVE.fetch_sub(layout.size() as isize, Relaxed);
+        }
+
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            // SAFETY: as `dealloc`, and `new_size` is the caller's to get right.
+            let p = unsafe { System.realloc(ptr, layout, new_size) };
+            if !p.is_null() {
+                grew(new_size as isize - layout.size() as isize);
+            }
+            p
+        }
+    }
+
+    #[global_allocator]
+    static GLOBAL: Counting = Counting;
+
+    /// glibc's `struct mallinfo2` (malloc.h).
+    #[repr(C)]
+    #[derive(Default)]
+    struct MallInfo2 {
+        arena: usize,
+        ordblks: usize,
+        smblks: usize,
+        hblks: usize,
+        hblkhd: usize,
+        usmblks: usize,
+        fsmblks: usize,
+        uordblks: usize,
+        fordblks: usize,
+        keepcost: usize,
+    }
+
+    extern "C" {
+        /// glibc: totals over every malloc arena.
+        fn mallinfo2() -> MallInfo2;
+        /// SQLite: bytes its allocator holds now (the bundled build keeps the statistic on).
+        fn sqlite3_memory_used() -> i64;
+    }
+
+    /// One reading.
+    #[derive(Debug, Clone, Copy, Default)]
+    pub struct Snapshot {
+        /// Resident set, KiB.
+        pub rss_kib: i64,
+        /// Rust heap, live bytes.
+        pub rust: i64,
+        /// SQLite's heap (page caches, prepared statements, schemas), live bytes.
+        pub sqlite: i64,
+        /// Bytes malloc has handed out and not got back (Rust, SQLite, everything else).
+        pub malloc_used: i64,
+        /// Bytes malloc holds from the system but has free (arena slack, top chunks).
+        pub malloc_free: i64,
+        /// Threads of the process.
+        pub threads: i64,
+        /// The highest Rust heap since the previous snapshot.
+        pub rust_peak: i64,
+        /// Rust allocations so far, and the bytes they asked for.
+        pub allocs: i64,
+        pub asked: i64,
+    }
+
+    /// Reads everything at once.
+    pub fn snapshot() -> Snapshot {
+        // SAFETY: both are plain C calls without arguments that only read counters.
+        let (mi, sqlite) = unsafe { (mallinfo2(), sqlite3_memory_used()) };
+        let to_i = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
+        let num = |name| i64::try_from(super::status_field(name)).unwrap_or(i64::MAX);
+        Snapshot {
+            rss_kib: num("VmRSS:"),
+            rust: LIVE.load(Relaxed) as i64,
+            sqlite,
+            malloc_used: to_i(mi.uordblks) + to_i(mi.hblkhd),
+            malloc_free: to_i(mi.fordblks),
+            threads: num("Threads:"),
+            rust_peak: PEAK.swap(LIVE.load(Relaxed), Relaxed) as i64,
+            allocs: ALLOCS.load(Relaxed) as i64,
+            asked: ASKED.load(Relaxed) as i64,
+        }
+    }
+
+    impl Snapshot {
+        /// What grew from `before` to `self`, per `n` things, as one line of KiB.
+        pub fn per(&self, before: &Snapshot, n: usize) -> String {
+            let n = n as f64;
+            let kib = |b: i64| b as f64 / 1024.0 / n;
+            let rss = (self.rss_kib - before.rss_kib) as f64 / n;
+            let used = self.malloc_used - before.malloc_used;
+            let free = self.malloc_free - before.malloc_free;
+            let other_malloc = used - (self.rust - before.rust) - (self.sqlite - before.sqlite);
+            format!(
+                "RSS {rss:.1} = Rust heap {:.1} + SQLite heap {:.1} + other malloc {:.1} + malloc free {:.1} + rest {:.1} (stacks, mapped files; threads {:+.2}); Rust heap peak above the end {:.0} KiB in all, Rust allocations {:.0} asking {:.1}",
+                kib(self.rust - before.rust),
+                kib(self.sqlite - before.sqlite),
+                kib(other_malloc),
+                kib(free),
+                rss - kib(used + free),
+                (self.threads - before.threads) as f64 / n,
+                (self.rust_peak - self.rust) as f64 / 1024.0,
+                (self.allocs - before.allocs) as f64 / n,
+                kib(self.asked - before.asked),
+            )
+        }
+    }
 }
 
 async fn wait_until(what: &str, mut f: impl AsyncFnMut() -> bool) {
@@ -292,11 +454,17 @@ async fn main() {
     let chain = dev.chain.clone();
     let burn = chain.faucet_script().to_owned();
 
+    // Settled: the watchers' first passes and the chain's start are behind each reading.
+    let settle = || tokio::time::sleep(Duration::from_secs(2));
+    settle().await;
+    let mem_start = mem::snapshot();
     let hub = start_node(&chain).await;
     let mut peers = Vec::new();
     for _ in 0..channels {
         peers.push(start_node(&chain).await);
     }
+    settle().await;
+    let mem_nodes = mem::snapshot();
 
     // connect+handshake: a fresh session key each time, against the hub's listener.
     let key = SecretKey::from_slice(&[0x42; 32]).unwrap();
@@ -330,10 +498,14 @@ async fn main() {
             == Some(300_000 * channels as u64)
     })
     .await;
+    settle().await;
+    let mem_unconnected = mem::snapshot();
     for p in &peers {
         hub.call("connect", json!([p.running.p2p_addr.to_string()]))
             .await;
     }
+    settle().await;
+    let mem_connected = mem::snapshot();
     let rss_before = rss_kib();
     for p in &peers {
         hub.call("open", json!([p.running.node_id.to_string(), 250_000]))
@@ -347,8 +519,9 @@ async fn main() {
             .is_some_and(|c| c.len() == channels && c.iter().all(|c| c["state"] == "normal"))
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    settle().await;
     let rss_after = rss_kib();
+    let mem_channels = mem::snapshot();
     let per_channel_kib = (rss_after.saturating_sub(rss_before)) as f64 / channels as f64;
     let expiry = chain.height() + 1000;
 
@@ -429,5 +602,19 @@ async fn main() {
     println!("baseline, in-memory state machines without IO: {baseline:.0} pairs/s");
     println!(
         "memory per idle channel (both ends, RSS growth / {channels}): {per_channel_kib:.0} KiB"
+    );
+    println!("where the memory goes, KiB:");
+    println!(
+        "  per idle node ({} started, no peer): {}",
+        channels + 1,
+        mem_nodes.per(&mem_start, channels + 1)
+    );
+    println!(
+        "  per idle peer session (both ends, {channels} sessions): {}",
+        mem_connected.per(&mem_unconnected, channels)
+    );
+    println!(
+        "  per idle channel (both ends, {channels} channels): {}",
+        mem_channels.per(&mem_connected, channels)
     );
 }

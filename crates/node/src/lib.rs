@@ -7,6 +7,7 @@
 //! their actions are in `channels.rs`, the chain watcher in `watcher.rs`, SQLite in
 //! `store.rs`; the control API (`rpc.rs`) is JSON-RPC over HTTP with the cookie as Basic
 //! auth, the same scheme as Bitcoin Core.
+#![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod channels;

@@ -296,8 +296,14 @@ impl Store {
             // FULL: a committed write survives a power cut, not only kill -9.
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(std::time::Duration::from_secs(10));
+        // Readers only (channel writes go through the writer's own connection): the watcher's
+        // pass, the reconnect loop and the control API. Each connection is a thread, a page
+        // cache holding the whole small database and a statement cache: two, not four, save
+        // ~140 KiB per idle node (docs/node.md, "Memory"). A local file cannot drop a
+        // connection, so no liveness ping (a round trip to the connection's thread) per checkout.
         let pool = SqlitePoolOptions::new()
-            .max_connections(4)
+            .max_connections(2)
+            .test_before_acquire(false)
             .connect_with(options)
             .await?;
         sqlx::raw_sql(SCHEMA).execute(&pool).await?;

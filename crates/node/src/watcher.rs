@@ -183,10 +183,25 @@ async fn scan_block(state: &NodeState, height: u32, block: &Block) -> Result<(),
         v
     };
     let pending = state.store.pending_broadcasts().await?;
+    // Every output the wallet has (spent and reserved ones too, whose spender the chain may
+    // overrule): only their spends are written. Writing every input of every transaction
+    // cost a database transaction per transaction of the block, on every node, and kept
+    // the block in memory for all those round trips.
+    let mut ours: std::collections::HashSet<OutPoint> = state
+        .store
+        .outputs(false)
+        .await?
+        .iter()
+        .map(|o| o.outpoint)
+        .collect();
     for tx in &block.txdata {
         let txid = tx.compute_txid();
         let spent: Vec<OutPoint> = tx.input.iter().map(|i| i.previous_output).collect();
-        state.store.spend_outputs(&spent, &txid).await?;
+        let spent_ours: Vec<OutPoint> =
+            spent.iter().filter(|o| ours.contains(o)).copied().collect();
+        if !spent_ours.is_empty() {
+            state.store.spend_outputs(&spent_ours, &txid).await?;
+        }
         for (input, anchor, slot) in &anchor_inputs {
             if txid != *anchor && spent.contains(input) {
                 tracing::warn!(peer = %slot.peer, channel = slot.id, %txid, height, "a block double-spends the channel's anchor");
@@ -227,6 +242,8 @@ async fn scan_block(state: &NodeState, height: u32, block: &Block) -> Result<(),
                     coinbase: tx.is_coinbase(),
                 };
                 state.store.add_output(&row).await?;
+                // A later transaction of the same block may spend it.
+                ours.insert(row.outpoint);
                 tracing::info!(%txid, vout, amount_sat = row.amount_sat, "wallet output confirmed");
             }
         }
