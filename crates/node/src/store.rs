@@ -247,16 +247,20 @@ async fn group_writer(
     }
 }
 
-/// One commit holding every write of `batch`. Each statement is a round trip to SQLite's
-/// worker thread, which on a busy machine costs a thread wake-up: a lone snapshot write
-/// (the common case of one channel) is one statement in autocommit, which SQLite commits
-/// (and syncs) as its own transaction, atomically, before answering.
+/// One commit holding every write of `batch`, sent to SQLite's worker thread as a single
+/// command. Each command is a round trip to that thread (a wake-up of it and one of ours);
+/// sqlx's `begin()`/`commit()` are two more commands, each of which also blocks the worker
+/// until we take its answer. So the transaction is one multi-statement query:
+/// `BEGIN; INSERT …; UPDATE …; COMMIT`, its arguments bound in order across the
+/// statements. A lone snapshot write without revoked records is a single `UPDATE` in
+/// autocommit, which SQLite commits (and syncs) as its own transaction before answering.
+/// The connection is the writer's alone, so sqlx's transaction bookkeeping is not needed.
 async fn write_group(
     conn: &mut sqlx::SqliteConnection,
     batch: &[WriteRequest],
 ) -> Result<(), sqlx::Error> {
-    use sqlx::Connection as _;
-    const UPDATE: &str = "UPDATE channels SET snapshot = ? WHERE id = ?";
+    const UPDATE: &str = "UPDATE channels SET snapshot = ? WHERE id = ?;";
+    const INSERT: &str = "INSERT INTO revoked_commitments (channel_id, num, record) VALUES (?, ?, ?) ON CONFLICT DO NOTHING;";
     if let [w] = batch {
         if w.revoked.is_empty() {
             sqlx::query(UPDATE)
@@ -267,23 +271,30 @@ async fn write_group(
             return Ok(());
         }
     }
-    let mut tx = conn.begin().await?;
+    let mut sql = String::from("BEGIN;");
+    for w in batch {
+        for _ in &w.revoked {
+            sql.push_str(INSERT);
+        }
+        sql.push_str(UPDATE);
+    }
+    sql.push_str("COMMIT;");
+    let mut query = sqlx::query(&sql);
     for w in batch {
         for (num, record) in &w.revoked {
-            sqlx::query("INSERT INTO revoked_commitments (channel_id, num, record) VALUES (?, ?, ?) ON CONFLICT DO NOTHING")
-                .bind(w.id)
-                .bind(num)
-                .bind(record)
-                .execute(&mut *tx)
-                .await?;
+            query = query.bind(w.id).bind(num).bind(record);
         }
-        sqlx::query(UPDATE)
-            .bind(&w.snapshot)
-            .bind(w.id)
-            .execute(&mut *tx)
-            .await?;
+        query = query.bind(&w.snapshot).bind(w.id);
     }
-    tx.commit().await
+    // A lone channel's shapes are few (one UPDATE and its records): keep them prepared. A
+    // group's shape changes with its members: prepared once, not cached.
+    let result = query.persistent(batch.len() == 1).execute(&mut *conn).await;
+    if result.is_err() {
+        // A statement failed after BEGIN: nothing of the group is committed; end the
+        // transaction so that the next group starts clean (an error here means none is open).
+        let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+    }
+    result.map(|_| ())
 }
 
 impl Store {
@@ -748,6 +759,82 @@ mod tests {
             secrets,
             channel::AnchorRole::Accept,
         )
+    }
+
+    fn request(id: i64, snapshot: &str, revoked: &[i64]) -> WriteRequest {
+        WriteRequest {
+            id,
+            snapshot: snapshot.into(),
+            revoked: revoked
+                .iter()
+                .map(|n| (*n, format!("record {n}")))
+                .collect(),
+            done: tokio::sync::oneshot::channel().0,
+        }
+    }
+
+    async fn snapshot_of(store: &Store, id: i64) -> String {
+        sqlx::query("SELECT snapshot FROM channels WHERE id = ?")
+            .bind(id)
+            .fetch_one(&store.pool)
+            .await
+            .unwrap()
+            .get(0)
+    }
+
+    /// The group is one multi-statement command: every write and record in it commits, and
+    /// a statement failing after BEGIN leaves nothing of the group and no open transaction.
+    #[tokio::test]
+    async fn a_group_commits_whole_or_not_at_all_and_the_next_one_starts_clean() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).await.unwrap();
+        for id in [1, 2] {
+            store.insert_channel(id, "peer", &sample()).await.unwrap();
+        }
+        let mut conn = store.pool.acquire().await.unwrap().detach();
+        let group = [request(1, "one-a", &[5, 6]), request(2, "two-a", &[5])];
+        write_group(&mut conn, &group).await.unwrap();
+        assert_eq!(snapshot_of(&store, 1).await, "one-a");
+        assert_eq!(snapshot_of(&store, 2).await, "two-a");
+        let records: Vec<(i64, i64, String)> = sqlx::query_as(
+            "SELECT channel_id, num, record FROM revoked_commitments ORDER BY channel_id, num",
+        )
+        .fetch_all(&store.pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            records,
+            vec![
+                (1, 5, "record 5".into()),
+                (1, 6, "record 6".into()),
+                (2, 5, "record 5".into())
+            ]
+        );
+
+        // The record's table is gone: channel 1's UPDATE runs inside the transaction, then
+        // channel 2's INSERT fails.
+        sqlx::query("ALTER TABLE revoked_commitments RENAME TO away")
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        let group = [request(1, "one-b", &[]), request(2, "two-b", &[7])];
+        assert!(write_group(&mut conn, &group).await.is_err());
+        assert_eq!(snapshot_of(&store, 1).await, "one-a");
+        assert_eq!(snapshot_of(&store, 2).await, "two-a");
+        sqlx::query("ALTER TABLE away RENAME TO revoked_commitments")
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        // Not left inside the failed transaction: the next group commits (and is visible
+        // to other connections).
+        write_group(&mut conn, &[request(2, "two-c", &[7])])
+            .await
+            .unwrap();
+        assert_eq!(snapshot_of(&store, 2).await, "two-c");
+        write_group(&mut conn, &[request(1, "one-c", &[])])
+            .await
+            .unwrap();
+        assert_eq!(snapshot_of(&store, 1).await, "one-c");
     }
 
     #[test]
