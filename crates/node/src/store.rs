@@ -247,20 +247,37 @@ async fn group_writer(
     }
 }
 
+/// The writer connection's own (TEMP, never on disk) way to put snapshots and their revoked
+/// records in one statement: a row with a snapshot updates the channel, a row with a record
+/// archives it. One INSERT into this view is one statement, so SQLite runs it as one
+/// transaction (atomic, one fsync) and sqlx answers it with one message.
+const WRITER_SETUP: &str = "
+CREATE TEMP VIEW channel_writes AS
+    SELECT 0 AS id, NULL AS snapshot, NULL AS num, NULL AS record WHERE 0;
+CREATE TEMP TRIGGER channel_writes_insert INSTEAD OF INSERT ON channel_writes BEGIN
+    INSERT INTO revoked_commitments (channel_id, num, record)
+        SELECT NEW.id, NEW.num, NEW.record WHERE NEW.record IS NOT NULL
+        ON CONFLICT DO NOTHING;
+    UPDATE channels SET snapshot = NEW.snapshot WHERE id = NEW.id AND NEW.snapshot IS NOT NULL;
+END;
+";
+
+/// Bound values one statement may carry (SQLite's default limit is 32,766).
+const MAX_BOUND: usize = 30_000;
+
 /// One commit holding every write of `batch`, sent to SQLite's worker thread as a single
-/// command. Each command is a round trip to that thread (a wake-up of it and one of ours);
-/// sqlx's `begin()`/`commit()` are two more commands, each of which also blocks the worker
-/// until we take its answer. So the transaction is one multi-statement query:
-/// `BEGIN; INSERT …; UPDATE …; COMMIT`, its arguments bound in order across the
-/// statements. A lone snapshot write without revoked records is a single `UPDATE` in
-/// autocommit, which SQLite commits (and syncs) as its own transaction before answering.
-/// The connection is the writer's alone, so sqlx's transaction bookkeeping is not needed.
+/// command of a single statement. Each command is a round trip to that thread (a wake-up of
+/// it and one of ours), sqlx's `begin()`/`commit()` are two more commands that each block
+/// the worker until we take the answer, and each statement of a multi-statement command
+/// sends its own answer (a wake-up of ours that preempts the worker before it syncs). So:
+/// a lone snapshot is one `UPDATE` in autocommit; anything else is one `INSERT` into
+/// [`WRITER_SETUP`]'s view, its records' rows before their snapshot's; a group too large
+/// for one statement is one multi-statement transaction.
 async fn write_group(
     conn: &mut sqlx::SqliteConnection,
     batch: &[WriteRequest],
 ) -> Result<(), sqlx::Error> {
     const UPDATE: &str = "UPDATE channels SET snapshot = ? WHERE id = ?;";
-    const INSERT: &str = "INSERT INTO revoked_commitments (channel_id, num, record) VALUES (?, ?, ?) ON CONFLICT DO NOTHING;";
     if let [w] = batch {
         if w.revoked.is_empty() {
             sqlx::query(UPDATE)
@@ -271,6 +288,46 @@ async fn write_group(
             return Ok(());
         }
     }
+    let rows: usize = batch.iter().map(|w| 1 + w.revoked.len()).sum();
+    if rows * 4 > MAX_BOUND {
+        return write_group_statements(conn, batch).await;
+    }
+    let mut sql = String::from("INSERT INTO channel_writes (id, snapshot, num, record) VALUES ");
+    for i in 0..rows {
+        sql.push_str(if i == 0 {
+            "(?, ?, ?, ?)"
+        } else {
+            ", (?, ?, ?, ?)"
+        });
+    }
+    let mut query = sqlx::query(&sql);
+    for w in batch {
+        for (num, record) in &w.revoked {
+            query = query.bind(w.id).bind(None::<&str>).bind(num).bind(record);
+        }
+        query = query
+            .bind(w.id)
+            .bind(&w.snapshot)
+            .bind(None::<i64>)
+            .bind(None::<&str>);
+    }
+    // A lone channel's shapes are few (its snapshot and a record or two): keep them
+    // prepared. A group's shape changes with its members: prepared once, not cached.
+    query
+        .persistent(batch.len() == 1)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// [`write_group`] for a group too large for one statement: one multi-statement command,
+/// `BEGIN; INSERT …; UPDATE …; COMMIT`, its arguments bound in order across the statements.
+async fn write_group_statements(
+    conn: &mut sqlx::SqliteConnection,
+    batch: &[WriteRequest],
+) -> Result<(), sqlx::Error> {
+    const UPDATE: &str = "UPDATE channels SET snapshot = ? WHERE id = ?;";
+    const INSERT: &str = "INSERT INTO revoked_commitments (channel_id, num, record) VALUES (?, ?, ?) ON CONFLICT DO NOTHING;";
     let mut sql = String::from("BEGIN;");
     for w in batch {
         for _ in &w.revoked {
@@ -286,9 +343,7 @@ async fn write_group(
         }
         query = query.bind(&w.snapshot).bind(w.id);
     }
-    // A lone channel's shapes are few (one UPDATE and its records): keep them prepared. A
-    // group's shape changes with its members: prepared once, not cached.
-    let result = query.persistent(batch.len() == 1).execute(&mut *conn).await;
+    let result = query.persistent(false).execute(&mut *conn).await;
     if result.is_err() {
         // A statement failed after BEGIN: nothing of the group is committed; end the
         // transaction so that the next group starts clean (an error here means none is open).
@@ -314,7 +369,8 @@ impl Store {
         sqlx::raw_sql(SCHEMA).execute(&pool).await?;
         // The writer keeps a connection of its own: no pool checkout (and its liveness
         // ping, one more round trip to SQLite's thread) per commit.
-        let writer = pool.acquire().await?.detach();
+        let mut writer = pool.acquire().await?.detach();
+        sqlx::raw_sql(WRITER_SETUP).execute(&mut writer).await?;
         let (writes, rx) = tokio::sync::mpsc::channel(4 * GROUP_MAX);
         tokio::spawn(group_writer(writer, rx));
         Ok(Store { pool, writes })
@@ -782,59 +838,79 @@ mod tests {
             .get(0)
     }
 
-    /// The group is one multi-statement command: every write and record in it commits, and
-    /// a statement failing after BEGIN leaves nothing of the group and no open transaction.
+    async fn write(
+        conn: &mut sqlx::SqliteConnection,
+        batch: &[WriteRequest],
+        statements: bool,
+    ) -> Result<(), sqlx::Error> {
+        if statements {
+            write_group_statements(conn, batch).await
+        } else {
+            write_group(conn, batch).await
+        }
+    }
+
+    /// A group is one command: every write and record in it commits, and a failure in the
+    /// middle leaves nothing of the group and no open transaction. Both forms: the single
+    /// statement into the writer's view, and the multi-statement transaction of large groups.
     #[tokio::test]
     async fn a_group_commits_whole_or_not_at_all_and_the_next_one_starts_clean() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).await.unwrap();
-        for id in [1, 2] {
-            store.insert_channel(id, "peer", &sample()).await.unwrap();
-        }
-        let mut conn = store.pool.acquire().await.unwrap().detach();
-        let group = [request(1, "one-a", &[5, 6]), request(2, "two-a", &[5])];
-        write_group(&mut conn, &group).await.unwrap();
-        assert_eq!(snapshot_of(&store, 1).await, "one-a");
-        assert_eq!(snapshot_of(&store, 2).await, "two-a");
-        let records: Vec<(i64, i64, String)> = sqlx::query_as(
-            "SELECT channel_id, num, record FROM revoked_commitments ORDER BY channel_id, num",
-        )
-        .fetch_all(&store.pool)
-        .await
-        .unwrap();
-        assert_eq!(
-            records,
-            vec![
-                (1, 5, "record 5".into()),
-                (1, 6, "record 6".into()),
-                (2, 5, "record 5".into())
-            ]
-        );
+        for statements in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let store = Store::open(dir.path()).await.unwrap();
+            for id in [1, 2] {
+                store.insert_channel(id, "peer", &sample()).await.unwrap();
+            }
+            let mut conn = store.pool.acquire().await.unwrap().detach();
+            sqlx::raw_sql(WRITER_SETUP)
+                .execute(&mut conn)
+                .await
+                .unwrap();
+            let group = [request(1, "one-a", &[5, 6]), request(2, "two-a", &[5])];
+            write(&mut conn, &group, statements).await.unwrap();
+            assert_eq!(snapshot_of(&store, 1).await, "one-a");
+            assert_eq!(snapshot_of(&store, 2).await, "two-a");
+            let records = || async {
+                sqlx::query_as::<_, (i64, i64, String)>(
+                    "SELECT channel_id, num, record FROM revoked_commitments ORDER BY channel_id, num",
+                )
+                .fetch_all(&store.pool)
+                .await
+                .unwrap()
+            };
+            let first = vec![
+                (1, 5, "record 5".to_owned()),
+                (1, 6, "record 6".to_owned()),
+                (2, 5, "record 5".to_owned()),
+            ];
+            assert_eq!(records().await, first);
 
-        // The record's table is gone: channel 1's UPDATE runs inside the transaction, then
-        // channel 2's INSERT fails.
-        sqlx::query("ALTER TABLE revoked_commitments RENAME TO away")
-            .execute(&store.pool)
-            .await
-            .unwrap();
-        let group = [request(1, "one-b", &[]), request(2, "two-b", &[7])];
-        assert!(write_group(&mut conn, &group).await.is_err());
-        assert_eq!(snapshot_of(&store, 1).await, "one-a");
-        assert_eq!(snapshot_of(&store, 2).await, "two-a");
-        sqlx::query("ALTER TABLE away RENAME TO revoked_commitments")
-            .execute(&store.pool)
-            .await
-            .unwrap();
-        // Not left inside the failed transaction: the next group commits (and is visible
-        // to other connections).
-        write_group(&mut conn, &[request(2, "two-c", &[7])])
-            .await
-            .unwrap();
-        assert_eq!(snapshot_of(&store, 2).await, "two-c");
-        write_group(&mut conn, &[request(1, "one-c", &[])])
-            .await
-            .unwrap();
-        assert_eq!(snapshot_of(&store, 1).await, "one-c");
+            // Channel 2's write is refused after channel 1's ran inside the same commit.
+            sqlx::raw_sql("CREATE TRIGGER refuse BEFORE UPDATE ON channels WHEN NEW.snapshot = 'two-b' BEGIN SELECT RAISE(ABORT, 'refused'); END;")
+                .execute(&store.pool)
+                .await
+                .unwrap();
+            let group = [request(1, "one-b", &[]), request(2, "two-b", &[7])];
+            assert!(write(&mut conn, &group, statements).await.is_err());
+            assert_eq!(snapshot_of(&store, 1).await, "one-a");
+            assert_eq!(snapshot_of(&store, 2).await, "two-a");
+            assert_eq!(records().await, first);
+            sqlx::raw_sql("DROP TRIGGER refuse")
+                .execute(&store.pool)
+                .await
+                .unwrap();
+            // Not left inside the failed transaction: the next writes commit (and other
+            // connections see them).
+            write(&mut conn, &[request(2, "two-c", &[7])], statements)
+                .await
+                .unwrap();
+            assert_eq!(snapshot_of(&store, 2).await, "two-c");
+            assert_eq!(records().await.len(), 4);
+            write(&mut conn, &[request(1, "one-c", &[])], statements)
+                .await
+                .unwrap();
+            assert_eq!(snapshot_of(&store, 1).await, "one-c");
+        }
     }
 
     #[test]
