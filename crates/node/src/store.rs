@@ -247,16 +247,37 @@ async fn group_writer(
     }
 }
 
-/// One commit holding every write of `batch`. Each statement is a round trip to SQLite's
-/// worker thread, which on a busy machine costs a thread wake-up: a lone snapshot write
-/// (the common case of one channel) is one statement in autocommit, which SQLite commits
-/// (and syncs) as its own transaction, atomically, before answering.
+/// The writer connection's own (TEMP, never on disk) way to put snapshots and their revoked
+/// records in one statement: a row with a snapshot updates the channel, a row with a record
+/// archives it. One INSERT into this view is one statement, so SQLite runs it as one
+/// transaction (atomic, one fsync) and sqlx answers it with one message.
+const WRITER_SETUP: &str = "
+CREATE TEMP VIEW channel_writes AS
+    SELECT 0 AS id, NULL AS snapshot, NULL AS num, NULL AS record WHERE 0;
+CREATE TEMP TRIGGER channel_writes_insert INSTEAD OF INSERT ON channel_writes BEGIN
+    INSERT INTO revoked_commitments (channel_id, num, record)
+        SELECT NEW.id, NEW.num, NEW.record WHERE NEW.record IS NOT NULL
+        ON CONFLICT DO NOTHING;
+    UPDATE channels SET snapshot = NEW.snapshot WHERE id = NEW.id AND NEW.snapshot IS NOT NULL;
+END;
+";
+
+/// Bound values one statement may carry (SQLite's default limit is 32,766).
+const MAX_BOUND: usize = 30_000;
+
+/// One commit holding every write of `batch`, sent to SQLite's worker thread as a single
+/// command of a single statement. Each command is a round trip to that thread (a wake-up of
+/// it and one of ours), sqlx's `begin()`/`commit()` are two more commands that each block
+/// the worker until we take the answer, and each statement of a multi-statement command
+/// sends its own answer (a wake-up of ours that preempts the worker before it syncs). So:
+/// a lone snapshot is one `UPDATE` in autocommit; anything else is one `INSERT` into
+/// [`WRITER_SETUP`]'s view, its records' rows before their snapshot's; a group too large
+/// for one statement is one multi-statement transaction.
 async fn write_group(
     conn: &mut sqlx::SqliteConnection,
     batch: &[WriteRequest],
 ) -> Result<(), sqlx::Error> {
-    use sqlx::Connection as _;
-    const UPDATE: &str = "UPDATE channels SET snapshot = ? WHERE id = ?";
+    const UPDATE: &str = "UPDATE channels SET snapshot = ? WHERE id = ?;";
     if let [w] = batch {
         if w.revoked.is_empty() {
             sqlx::query(UPDATE)
@@ -267,23 +288,68 @@ async fn write_group(
             return Ok(());
         }
     }
-    let mut tx = conn.begin().await?;
+    let rows: usize = batch.iter().map(|w| 1 + w.revoked.len()).sum();
+    if rows * 4 > MAX_BOUND {
+        return write_group_statements(conn, batch).await;
+    }
+    let mut sql = String::from("INSERT INTO channel_writes (id, snapshot, num, record) VALUES ");
+    for i in 0..rows {
+        sql.push_str(if i == 0 {
+            "(?, ?, ?, ?)"
+        } else {
+            ", (?, ?, ?, ?)"
+        });
+    }
+    let mut query = sqlx::query(&sql);
     for w in batch {
         for (num, record) in &w.revoked {
-            sqlx::query("INSERT INTO revoked_commitments (channel_id, num, record) VALUES (?, ?, ?) ON CONFLICT DO NOTHING")
-                .bind(w.id)
-                .bind(num)
-                .bind(record)
-                .execute(&mut *tx)
-                .await?;
+            query = query.bind(w.id).bind(None::<&str>).bind(num).bind(record);
         }
-        sqlx::query(UPDATE)
-            .bind(&w.snapshot)
+        query = query
             .bind(w.id)
-            .execute(&mut *tx)
-            .await?;
+            .bind(&w.snapshot)
+            .bind(None::<i64>)
+            .bind(None::<&str>);
     }
-    tx.commit().await
+    // A lone channel's shapes are few (its snapshot and a record or two): keep them
+    // prepared. A group's shape changes with its members: prepared once, not cached.
+    query
+        .persistent(batch.len() == 1)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// [`write_group`] for a group too large for one statement: one multi-statement command,
+/// `BEGIN; INSERT …; UPDATE …; COMMIT`, its arguments bound in order across the statements.
+async fn write_group_statements(
+    conn: &mut sqlx::SqliteConnection,
+    batch: &[WriteRequest],
+) -> Result<(), sqlx::Error> {
+    const UPDATE: &str = "UPDATE channels SET snapshot = ? WHERE id = ?;";
+    const INSERT: &str = "INSERT INTO revoked_commitments (channel_id, num, record) VALUES (?, ?, ?) ON CONFLICT DO NOTHING;";
+    let mut sql = String::from("BEGIN;");
+    for w in batch {
+        for _ in &w.revoked {
+            sql.push_str(INSERT);
+        }
+        sql.push_str(UPDATE);
+    }
+    sql.push_str("COMMIT;");
+    let mut query = sqlx::query(&sql);
+    for w in batch {
+        for (num, record) in &w.revoked {
+            query = query.bind(w.id).bind(num).bind(record);
+        }
+        query = query.bind(&w.snapshot).bind(w.id);
+    }
+    let result = query.persistent(false).execute(&mut *conn).await;
+    if result.is_err() {
+        // A statement failed after BEGIN: nothing of the group is committed; end the
+        // transaction so that the next group starts clean (an error here means none is open).
+        let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+    }
+    result.map(|_| ())
 }
 
 impl Store {
@@ -309,7 +375,8 @@ impl Store {
         sqlx::raw_sql(SCHEMA).execute(&pool).await?;
         // The writer keeps a connection of its own: no pool checkout (and its liveness
         // ping, one more round trip to SQLite's thread) per commit.
-        let writer = pool.acquire().await?.detach();
+        let mut writer = pool.acquire().await?.detach();
+        sqlx::raw_sql(WRITER_SETUP).execute(&mut writer).await?;
         let (writes, rx) = tokio::sync::mpsc::channel(4 * GROUP_MAX);
         tokio::spawn(group_writer(writer, rx));
         Ok(Store { pool, writes })
@@ -754,6 +821,102 @@ mod tests {
             secrets,
             channel::AnchorRole::Accept,
         )
+    }
+
+    fn request(id: i64, snapshot: &str, revoked: &[i64]) -> WriteRequest {
+        WriteRequest {
+            id,
+            snapshot: snapshot.into(),
+            revoked: revoked
+                .iter()
+                .map(|n| (*n, format!("record {n}")))
+                .collect(),
+            done: tokio::sync::oneshot::channel().0,
+        }
+    }
+
+    async fn snapshot_of(store: &Store, id: i64) -> String {
+        sqlx::query("SELECT snapshot FROM channels WHERE id = ?")
+            .bind(id)
+            .fetch_one(&store.pool)
+            .await
+            .unwrap()
+            .get(0)
+    }
+
+    async fn write(
+        conn: &mut sqlx::SqliteConnection,
+        batch: &[WriteRequest],
+        statements: bool,
+    ) -> Result<(), sqlx::Error> {
+        if statements {
+            write_group_statements(conn, batch).await
+        } else {
+            write_group(conn, batch).await
+        }
+    }
+
+    /// A group is one command: every write and record in it commits, and a failure in the
+    /// middle leaves nothing of the group and no open transaction. Both forms: the single
+    /// statement into the writer's view, and the multi-statement transaction of large groups.
+    #[tokio::test]
+    async fn a_group_commits_whole_or_not_at_all_and_the_next_one_starts_clean() {
+        for statements in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let store = Store::open(dir.path()).await.unwrap();
+            for id in [1, 2] {
+                store.insert_channel(id, "peer", &sample()).await.unwrap();
+            }
+            let mut conn = store.pool.acquire().await.unwrap().detach();
+            sqlx::raw_sql(WRITER_SETUP)
+                .execute(&mut conn)
+                .await
+                .unwrap();
+            let group = [request(1, "one-a", &[5, 6]), request(2, "two-a", &[5])];
+            write(&mut conn, &group, statements).await.unwrap();
+            assert_eq!(snapshot_of(&store, 1).await, "one-a");
+            assert_eq!(snapshot_of(&store, 2).await, "two-a");
+            let records = || async {
+                sqlx::query_as::<_, (i64, i64, String)>(
+                    "SELECT channel_id, num, record FROM revoked_commitments ORDER BY channel_id, num",
+                )
+                .fetch_all(&store.pool)
+                .await
+                .unwrap()
+            };
+            let first = vec![
+                (1, 5, "record 5".to_owned()),
+                (1, 6, "record 6".to_owned()),
+                (2, 5, "record 5".to_owned()),
+            ];
+            assert_eq!(records().await, first);
+
+            // Channel 2's write is refused after channel 1's ran inside the same commit.
+            sqlx::raw_sql("CREATE TRIGGER refuse BEFORE UPDATE ON channels WHEN NEW.snapshot = 'two-b' BEGIN SELECT RAISE(ABORT, 'refused'); END;")
+                .execute(&store.pool)
+                .await
+                .unwrap();
+            let group = [request(1, "one-b", &[]), request(2, "two-b", &[7])];
+            assert!(write(&mut conn, &group, statements).await.is_err());
+            assert_eq!(snapshot_of(&store, 1).await, "one-a");
+            assert_eq!(snapshot_of(&store, 2).await, "two-a");
+            assert_eq!(records().await, first);
+            sqlx::raw_sql("DROP TRIGGER refuse")
+                .execute(&store.pool)
+                .await
+                .unwrap();
+            // Not left inside the failed transaction: the next writes commit (and other
+            // connections see them).
+            write(&mut conn, &[request(2, "two-c", &[7])], statements)
+                .await
+                .unwrap();
+            assert_eq!(snapshot_of(&store, 2).await, "two-c");
+            assert_eq!(records().await.len(), 4);
+            write(&mut conn, &[request(1, "one-c", &[])], statements)
+                .await
+                .unwrap();
+            assert_eq!(snapshot_of(&store, 1).await, "one-c");
+        }
     }
 
     #[test]
