@@ -670,6 +670,15 @@ async fn six_streams_from_one_ip_over_two_processes_evict_the_oldest() {
         p.b.metric("potluck_stream_subscribers").await,
     );
     assert!(na > 0.0 && nb > 0.0, "spread: A {na}, B {nb}");
+    // Each stream counts under the address nginx saw, not the one the
+    // client wrote (the stream's location sets X-Forwarded-For too).
+    let pool = p.env.pool().await;
+    let ips: Vec<String> = sqlx::query_scalar("SELECT ip FROM stream_slots")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    assert_eq!(ips, vec!["127.0.0.1".to_string(); 5]);
     let mut sixth = EventStream::open(ngx.addr, "10.99.0.9").await;
     assert_eq!(sixth.status, 200, "the newest stream is accepted");
     assert!(
@@ -730,7 +739,9 @@ async fn six_registrations_from_one_ip_over_two_processes_hit_the_quota() {
     // Directly at either process (which trusts its loopback peer's
     // X-Forwarded-For), nginx's address is out of registrations too.
     for s in [&p.a, &p.b] {
-        let r = s.register("quota-direct", "a-good-password-1", "127.0.0.1").await;
+        let r = s
+            .register("quota-direct", "a-good-password-1", "127.0.0.1")
+            .await;
         assert_eq!(r.status, 429, "{}", r.text());
     }
     p.finish().await;
@@ -742,7 +753,9 @@ async fn six_registrations_from_one_ip_over_two_processes_hit_the_quota() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_logins_split_over_two_processes_lock_like_on_one() {
     let p = pair("3600").await;
-    let r = p.a.register("victim", "the-right-password", "10.97.0.1").await;
+    let r =
+        p.a.register("victim", "the-right-password", "10.97.0.1")
+            .await;
     assert_eq!(r.status, 201, "{}", r.text());
     // Six failures alternating over the processes, each from its own IP so
     // that only the username key counts.
