@@ -6,6 +6,8 @@
 # deploy/nginx/potluck.conf) against direct, same run. Loopback only; needs
 # PostgreSQL at $PG (default postgres://postgres@127.0.0.1:5432), wrk, nginx.
 set -euo pipefail
+# 2 x SUBS client sockets, as many server-side, and nginx's.
+ulimit -n 65536 2>/dev/null || true
 cd "$(dirname "$0")/.."
 PG=${PG:-postgres://postgres@127.0.0.1:5432}
 SUBS=${SUBS:-500}
