@@ -388,10 +388,7 @@ impl Application {
         let shared = store.backend() == crate::store::Backend::Postgres;
         let (throttle, quota) = if shared {
             (
-                Throttle::Shared {
-                    store: store.clone(),
-                    policy: config.throttle,
-                },
+                Throttle::shared(store.clone(), config.throttle),
                 Quota::Shared {
                     store: store.clone(),
                     policy: config.quota,

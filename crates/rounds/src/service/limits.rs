@@ -8,6 +8,7 @@
 //! never blocks an IP or a user for longer than a lease.
 
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -54,6 +55,8 @@ pub enum Throttle {
         store: Store,
         /// The rules.
         policy: ThrottlePolicy,
+        /// Records in the table after this process's last failure (gauge).
+        keys: Arc<AtomicUsize>,
     },
 }
 
@@ -71,6 +74,7 @@ pub enum Attempt {
 pub struct SharedAttempt {
     store: Store,
     policy: ThrottlePolicy,
+    tracked: Arc<AtomicUsize>,
     id: i64,
     keys: Vec<ThrottleKey>,
     settled: bool,
@@ -90,6 +94,15 @@ impl Drop for SharedAttempt {
 }
 
 impl Throttle {
+    /// The throttle over the database of `store`.
+    pub fn shared(store: Store, policy: ThrottlePolicy) -> Self {
+        Throttle::Shared {
+            store,
+            policy,
+            keys: Arc::default(),
+        }
+    }
+
     /// Checks `keys` and reserves one attempt against each in one step.
     ///
     /// # Errors
@@ -101,7 +114,11 @@ impl Throttle {
     ) -> Result<Result<Attempt, Duration>, StoreError> {
         match self {
             Throttle::Local(t) => Ok(t.begin(keys, Instant::now()).map(Attempt::Local)),
-            Throttle::Shared { store, policy } => {
+            Throttle::Shared {
+                store,
+                policy,
+                keys: tracked,
+            } => {
                 let now = UnixMillis::now();
                 let id = rand::random::<i64>();
                 let stored: Vec<String> = keys.iter().map(ThrottleKey::storage_key).collect();
@@ -122,6 +139,7 @@ impl Throttle {
                 Ok(Ok(Attempt::Shared(SharedAttempt {
                     store: store.clone(),
                     policy: *policy,
+                    tracked: tracked.clone(),
                     id,
                     keys: keys.to_vec(),
                     settled: false,
@@ -134,7 +152,7 @@ impl Throttle {
     pub fn len(&self) -> usize {
         match self {
             Throttle::Local(t) => t.len(),
-            Throttle::Shared { .. } => 0,
+            Throttle::Shared { keys, .. } => keys.load(Ordering::Relaxed),
         }
     }
 
@@ -148,7 +166,7 @@ impl Throttle {
     async fn sweep(&self) -> Result<(), StoreError> {
         match self {
             Throttle::Local(_) => Ok(()),
-            Throttle::Shared { store, policy } => {
+            Throttle::Shared { store, policy, .. } => {
                 store
                     .throttle_sweep(UnixMillis::now(), policy.max_keys)
                     .await
@@ -179,6 +197,12 @@ impl Attempt {
                     .await
                 {
                     tracing::error!(error = %e, "throttle: a failed login could not be recorded");
+                }
+                // The hard cap holds after every failure, not only at the
+                // sweep: a flood of fresh keys cannot grow the table past it.
+                match a.store.throttle_cap(a.policy.max_keys).await {
+                    Ok(n) => a.tracked.store(n, Ordering::Relaxed),
+                    Err(e) => tracing::warn!(error = %e, "throttle: cap check failed"),
                 }
             }
         }
@@ -392,7 +416,32 @@ impl SharedStreams {
         hub: &StreamHub,
         ip: IpAddr,
     ) -> Result<(Subscription, StreamSlot), AtCapacity> {
-        let sub = hub.subscribe(ip)?;
+        let sub = match hub.subscribe(ip) {
+            Ok(sub) => sub,
+            Err(AtCapacity) => {
+                // At this process's global cap a stream from an IP at its
+                // per-IP cap still gets in: that IP's oldest stream in this
+                // process makes room (its row goes first, so the insert
+                // below evicts nothing more).
+                let open = self
+                    .store
+                    .streams_of(&ip.to_string())
+                    .await
+                    .map_err(|_| AtCapacity)?;
+                if open.len() < self.max_per_ip {
+                    return Err(AtCapacity);
+                }
+                let Some((_, oldest)) = open.iter().find(|(p, _)| **p == *self.me) else {
+                    return Err(AtCapacity);
+                };
+                self.store
+                    .stream_close(&self.me, *oldest)
+                    .await
+                    .map_err(|_| AtCapacity)?;
+                hub.evict(u64::try_from(*oldest).unwrap_or(u64::MAX));
+                hub.subscribe(ip)?
+            }
+        };
         let slot = StreamSlot {
             id: sub.id(),
             closed: self.closed.clone(),

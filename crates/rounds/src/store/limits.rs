@@ -210,21 +210,36 @@ impl Store {
         .bind(now.0)
         .execute(&self.pool)
         .await?;
+        self.throttle_cap(max_keys).await?;
+        Ok(())
+    }
+
+    /// Past `max_keys` records, removes the ones closest to expiry (1% of
+    /// the cap at least); returns how many are left.
+    ///
+    /// # Errors
+    /// The database.
+    pub async fn throttle_cap(&self, max_keys: usize) -> Result<usize, StoreError> {
         let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM throttle_failures")
             .fetch_one(&self.pool)
             .await?;
         let max = i64::try_from(max_keys).unwrap_or(i64::MAX);
-        if n > max {
-            let batch = (max / 100).max(1).max(n - max);
-            sqlx::query(
-                "DELETE FROM throttle_failures WHERE key IN \
-                 (SELECT key FROM throttle_failures ORDER BY expires_ms LIMIT $1)",
-            )
-            .bind(batch)
-            .execute(&self.pool)
-            .await?;
+        if n <= max {
+            return Ok(usize::try_from(n).unwrap_or(0));
         }
-        Ok(())
+        let batch = (max / 100).max(1).max(n - max);
+        sqlx::query(
+            "DELETE FROM throttle_failures WHERE key IN \
+             (SELECT key FROM throttle_failures ORDER BY expires_ms LIMIT $1)",
+        )
+        .bind(batch)
+        .execute(&self.pool)
+        .await?;
+        // Counted again: a concurrent check may have deleted the same rows.
+        let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM throttle_failures")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(usize::try_from(left).unwrap_or(0))
     }
 
     /// Number of throttle records.

@@ -826,10 +826,7 @@ mod limits {
     );
 
     fn throttle(store: &Store) -> Throttle {
-        Throttle::Shared {
-            store: store.clone(),
-            policy: ThrottlePolicy::default(),
-        }
+        Throttle::shared(store.clone(), ThrottlePolicy::default())
     }
 
     async fn second_handle(db: &TestDb) -> Store {
