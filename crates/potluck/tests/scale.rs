@@ -633,3 +633,163 @@ async fn a_leader_that_loses_its_lock_connection_steps_down() {
     pool.close().await;
     p.finish().await;
 }
+
+/// Register requests counted by one process.
+async fn register_count(s: &Server) -> f64 {
+    s.get("/metrics", &[])
+        .await
+        .text()
+        .lines()
+        .filter(|l| l.starts_with("potluck_http_requests_total{") && l.contains("register"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The per-IP stream cap holds for the service: six streams from one IP
+/// (nginx's peer address, whatever the client writes) spread over both
+/// processes evict the oldest, wherever it lives, and only it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn six_streams_from_one_ip_over_two_processes_evict_the_oldest() {
+    let p = pair("3600").await;
+    let ngx = start_nginx(&p.env.data_dir, &[p.a.addr, p.b.addr]).await;
+    let mut streams = Vec::new();
+    for i in 0..5 {
+        let st = EventStream::open(ngx.addr, &format!("10.99.0.{i}")).await;
+        assert_eq!(st.status, 200);
+        streams.push(st);
+    }
+    // least_conn spreads the long-lived streams over both processes.
+    wait_until("five streams behind nginx", 30, async || {
+        p.a.metric("potluck_stream_subscribers").await
+            + p.b.metric("potluck_stream_subscribers").await
+            == 5.0
+    })
+    .await;
+    let (na, nb) = (
+        p.a.metric("potluck_stream_subscribers").await,
+        p.b.metric("potluck_stream_subscribers").await,
+    );
+    assert!(na > 0.0 && nb > 0.0, "spread: A {na}, B {nb}");
+    // Each stream counts under the address nginx saw, not the one the
+    // client wrote (the stream's location sets X-Forwarded-For too).
+    let pool = p.env.pool().await;
+    let ips: Vec<String> = sqlx::query_scalar("SELECT ip FROM stream_slots")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    assert_eq!(ips, vec!["127.0.0.1".to_string(); 5]);
+    let mut sixth = EventStream::open(ngx.addr, "10.99.0.9").await;
+    assert_eq!(sixth.status, 200, "the newest stream is accepted");
+    assert!(
+        streams[0].closed_within(Duration::from_secs(3)).await,
+        "the oldest stream of the IP was evicted, across processes"
+    );
+    for (i, st) in streams.iter_mut().enumerate().skip(1) {
+        assert!(
+            !st.closed_within(Duration::from_millis(300)).await,
+            "stream {i} is not the oldest and stays open"
+        );
+    }
+    wait_until("five streams left", 30, async || {
+        p.a.metric("potluck_stream_subscribers").await
+            + p.b.metric("potluck_stream_subscribers").await
+            == 5.0
+    })
+    .await;
+    // The survivors still hear of changes.
+    toggle(&p.a, true).await;
+    assert!(sixth.next_refetch(Duration::from_secs(10)).await);
+    assert!(streams[1].next_refetch(Duration::from_secs(10)).await);
+    p.finish().await;
+}
+
+/// The registration quota holds for the service: the sixth registration
+/// from one IP within the hour is refused although the first five were
+/// spread over both processes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn six_registrations_from_one_ip_over_two_processes_hit_the_quota() {
+    let p = pair("3600").await;
+    let ngx = start_nginx(&p.env.data_dir, &[p.a.addr, p.b.addr]).await;
+    let register = |i: u32| async move {
+        let body = json!({"username": format!("quota{i}"), "password": "a-good-password-1"});
+        support::request(
+            ngx.addr,
+            "POST",
+            "/auth/register",
+            &[("x-forwarded-for", "10.98.0.1")],
+            Some(body.to_string().into_bytes()),
+        )
+        .await
+    };
+    let (a0, b0) = (register_count(&p.a).await, register_count(&p.b).await);
+    for i in 0..5 {
+        let r = register(i).await;
+        assert_eq!(r.status, 201, "registration {i}: {}", r.text());
+    }
+    let (a1, b1) = (register_count(&p.a).await, register_count(&p.b).await);
+    assert!(a1 > a0 && b1 > b0, "spread: A {a0}->{a1}, B {b0}->{b1}");
+    for i in 5..7 {
+        let r = register(i).await;
+        assert_eq!(r.status, 429, "registration {i}: {}", r.text());
+        assert_eq!(r.code(), "registration_quota_exceeded");
+        let wait: u64 = r.header("retry-after").unwrap().parse().unwrap();
+        assert!((3500..=3600).contains(&wait), "Retry-After {wait}");
+    }
+    // Directly at either process (which trusts its loopback peer's
+    // X-Forwarded-For), nginx's address is out of registrations too.
+    for s in [&p.a, &p.b] {
+        let r = s
+            .register("quota-direct", "a-good-password-1", "127.0.0.1")
+            .await;
+        assert_eq!(r.status, 429, "{}", r.text());
+    }
+    p.finish().await;
+}
+
+/// The login throttle holds for the service: failed logins of one user
+/// split over both processes lock the user as the same number on one
+/// process would (five free failures, then a lockout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_logins_split_over_two_processes_lock_like_on_one() {
+    let p = pair("3600").await;
+    let r =
+        p.a.register("victim", "the-right-password", "10.97.0.1")
+            .await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    // Six failures alternating over the processes, each from its own IP so
+    // that only the username key counts.
+    for i in 0..6u32 {
+        let s = if i % 2 == 0 { &p.a } else { &p.b };
+        let r = s
+            .login("victim", "a-wrong-password", &format!("10.97.1.{i}"))
+            .await;
+        assert_eq!(r.status, 401, "failure {i}: {}", r.text());
+    }
+    // Three failures each: per process that is still below the five free
+    // ones. For the service it is six: locked on both, right password too.
+    for s in [&p.a, &p.b] {
+        let r = s.login("victim", "the-right-password", "10.97.2.1").await;
+        assert_eq!(r.status, 429, "{}", r.text());
+        assert_eq!(r.code(), "too_many_attempts");
+    }
+    // The lockout ends (1 s), and the right password works on either.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let r = p.b.login("victim", "the-right-password", "10.97.2.1").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    // Per IP: 20 free failures over both processes, rotating usernames.
+    for i in 0..20u32 {
+        let s = if i % 2 == 0 { &p.a } else { &p.b };
+        let r = s
+            .login(&format!("nobody{i}"), "a-wrong-password", "10.97.3.1")
+            .await;
+        assert_eq!(r.status, 401, "IP failure {i}: {}", r.text());
+    }
+    let r = p.a.login("nobody-a", "a-wrong-password", "10.97.3.1").await;
+    assert_eq!(r.status, 401, "the 21st failure is still answered");
+    for s in [&p.a, &p.b] {
+        let r = s.login("nobody-b", "a-wrong-password", "10.97.3.1").await;
+        assert_eq!(r.status, 429, "{}", r.text());
+    }
+    p.finish().await;
+}

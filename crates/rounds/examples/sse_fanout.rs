@@ -1,6 +1,11 @@
 //! Benchmark: opens N subscribers on GET /rounds/stream (5 per client IP via X-Forwarded-For), triggers K publishes through POST /admin/pause and /admin/resume, and reports the delivery latency from sending the admin request to each subscriber reading `data: refetch`.
 //!
-//! `cargo run --release -p potluck-rounds --example sse_fanout -- ADDR ADMIN_TOKEN SUBSCRIBERS PUBLISHES`
+//! `cargo run --release -p potluck-rounds --example sse_fanout -- ADDR ADMIN_TOKEN SUBSCRIBERS PUBLISHES [PUBLISH_ADDR]`
+//!
+//! ADDR may list several processes (comma-separated): N subscribers open on
+//! each, the publishes go through PUBLISH_ADDR (default: the first), and
+//! the latency is reported per process, so a change made in one process is
+//! timed to delivery in another (the PostgreSQL fan-out).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -13,53 +18,63 @@ use tokio::sync::watch;
 #[tokio::main]
 async fn main() {
     let mut args = std::env::args().skip(1);
-    let addr: SocketAddr = args
+    let addrs: Vec<SocketAddr> = args
         .next()
         .unwrap_or_else(|| "127.0.0.1:18080".into())
-        .parse()
-        .expect("addr");
+        .split(',')
+        .map(|a| a.parse().expect("addr"))
+        .collect();
     let token = args.next().unwrap_or_else(|| "bench".into());
     let subscribers: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(500);
     let publishes: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(20);
+    let addr: SocketAddr = args
+        .next()
+        .map(|a| a.parse().expect("publish addr"))
+        .unwrap_or(addrs[0]);
     // The time each publish was triggered; subscribers read it on arrival.
     let (tx, rx) = watch::channel(Instant::now());
-    let samples = Arc::new(Mutex::new(Vec::<Duration>::new()));
-    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(subscribers);
-    for i in 0..subscribers {
-        let rx = rx.clone();
-        let samples = samples.clone();
-        let ready = ready_tx.clone();
-        tokio::spawn(async move {
-            let mut s = TcpStream::connect(addr).await.expect("connect");
-            let req = format!(
-                "GET /rounds/stream HTTP/1.1\r\nhost: b\r\nx-forwarded-for: 10.{}.{}.1\r\n\r\n",
+    let samples: Vec<Arc<Mutex<Vec<Duration>>>> = addrs.iter().map(|_| Arc::default()).collect();
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(subscribers * addrs.len());
+    for (g, sub_addr) in addrs.iter().copied().enumerate() {
+        for i in 0..subscribers {
+            let rx = rx.clone();
+            let samples = samples[g].clone();
+            let ready = ready_tx.clone();
+            tokio::spawn(async move {
+                let mut s = TcpStream::connect(sub_addr).await.expect("connect");
+                // Each process's subscribers come from their own addresses, so
+                // the per-IP cap (shared by the processes) evicts nobody.
+                let req = format!(
+                "GET /rounds/stream HTTP/1.1\r\nhost: b\r\nx-forwarded-for: 10.{}.{}.{}\r\n\r\n",
                 (i / 5) / 256,
-                (i / 5) % 256
+                (i / 5) % 256,
+                g + 1
             );
-            s.write_all(req.as_bytes()).await.expect("write");
-            let mut buf = vec![0u8; 4096];
-            let mut seen_head = false;
-            loop {
-                let n = match s.read(&mut buf).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => n,
-                };
-                let arrived = Instant::now();
-                let text = String::from_utf8_lossy(&buf[..n]);
-                if !seen_head && text.contains("\r\n\r\n") {
-                    seen_head = true;
-                    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-                    let _ = ready.send(()).await;
+                s.write_all(req.as_bytes()).await.expect("write");
+                let mut buf = vec![0u8; 4096];
+                let mut seen_head = false;
+                loop {
+                    let n = match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    let arrived = Instant::now();
+                    let text = String::from_utf8_lossy(&buf[..n]);
+                    if !seen_head && text.contains("\r\n\r\n") {
+                        seen_head = true;
+                        assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+                        let _ = ready.send(()).await;
+                    }
+                    let events = text.matches("data: refetch").count();
+                    if events > 0 {
+                        let sent = *rx.borrow();
+                        samples.lock().expect("lock").push(arrived - sent);
+                    }
                 }
-                let events = text.matches("data: refetch").count();
-                if events > 0 {
-                    let sent = *rx.borrow();
-                    samples.lock().expect("lock").push(arrived - sent);
-                }
-            }
-        });
+            });
+        }
     }
-    for _ in 0..subscribers {
+    for _ in 0..subscribers * addrs.len() {
         ready_rx.recv().await.expect("subscriber ready");
     }
     for k in 0..publishes {
@@ -83,19 +98,26 @@ async fn main() {
         );
     }
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    let mut v = samples.lock().expect("lock").clone();
-    v.sort();
-    let pct = |p: f64| {
-        v[((v.len() as f64 * p).ceil() as usize)
-            .saturating_sub(1)
-            .min(v.len() - 1)]
-    };
-    println!(
-        "subscribers={subscribers} publishes={publishes} deliveries={} (expected {}) p50={:.2}ms p99={:.2}ms max={:.2}ms",
-        v.len(),
-        subscribers * publishes,
-        pct(0.50).as_secs_f64() * 1e3,
-        pct(0.99).as_secs_f64() * 1e3,
-        v.last().copied().unwrap_or_default().as_secs_f64() * 1e3
-    );
+    for (g, sub_addr) in addrs.iter().enumerate() {
+        let mut v = samples[g].lock().expect("lock").clone();
+        v.sort();
+        let pct = |p: f64| {
+            v[((v.len() as f64 * p).ceil() as usize)
+                .saturating_sub(1)
+                .min(v.len() - 1)]
+        };
+        let side = if *sub_addr == addr {
+            "same process as the change"
+        } else {
+            "other process"
+        };
+        println!(
+            "subscribers={subscribers} on {sub_addr} ({side}) publishes={publishes} deliveries={} (expected {}) p50={:.2}ms p99={:.2}ms max={:.2}ms",
+            v.len(),
+            subscribers * publishes,
+            pct(0.50).as_secs_f64() * 1e3,
+            pct(0.99).as_secs_f64() * 1e3,
+            v.last().copied().unwrap_or_default().as_secs_f64() * 1e3
+        );
+    }
 }

@@ -24,7 +24,9 @@ use crate::service::current::CurrentRound;
 use crate::service::engine::Engine;
 use crate::service::health::Health;
 use crate::service::history::History;
+use crate::service::limits::{Quota, SharedStreams, Throttle};
 use crate::service::stream::StreamHub;
+use crate::service::stream::StreamPolicy;
 use crate::store::{Store, StoreError};
 
 /// How long GET /rounds/current may serve a cached round (see `current`).
@@ -381,7 +383,37 @@ impl Application {
         let hasher = PasswordHasher::new(config.hash_params, config.hashing_concurrency)
             .map_err(|e| StartupError::Hashing(e.to_string()))?;
         let now = Instant::now();
-        let hub = StreamHub::new(config.stream);
+        // Several processes may share PostgreSQL: the limits count in the
+        // database there, so that N processes give nobody N times the quota.
+        let shared = store.backend() == crate::store::Backend::Postgres;
+        let (throttle, quota) = if shared {
+            (
+                Throttle::shared(store.clone(), config.throttle),
+                Quota::Shared {
+                    store: store.clone(),
+                    policy: config.quota,
+                },
+            )
+        } else {
+            (
+                Throttle::Local(Arc::new(LoginThrottle::new(config.throttle, now))),
+                Quota::Local(RegistrationQuota::new(config.quota, now)),
+            )
+        };
+        let streams = shared.then(|| SharedStreams::new(store.clone(), config.stream));
+        if let Some(s) = &streams {
+            s.announce().await?;
+        }
+        // With the shared cap the database evicts an IP's oldest stream;
+        // the hub keeps only the per-process global cap.
+        let hub = StreamHub::new(if shared {
+            StreamPolicy {
+                max_per_ip: usize::MAX,
+                ..config.stream
+            }
+        } else {
+            config.stream
+        });
         let rounds = Arc::new(CurrentRound::new(
             CURRENT_ROUND_TTL,
             crate::http::views::anonymous_round_json,
@@ -403,8 +435,8 @@ impl Application {
                 store.clone(),
                 hasher,
                 TokenKeys::new(&jwt_secret),
-                Arc::new(LoginThrottle::new(config.throttle, now)),
-                RegistrationQuota::new(config.quota, now),
+                throttle,
+                quota,
                 addresses.clone(),
             ),
             admin: Administration::new(store.clone(), engine.clone(), rounds.clone(), hub.clone()),
@@ -418,6 +450,7 @@ impl Application {
             history: History::new(store.clone(), rounds.clone()),
             health: Health::new(store.clone(), engine.chain().clone()),
             hub,
+            streams,
             addresses,
             admin_key: AdminKey::new(config.admin_token.as_deref()),
             admin_throttle: Arc::new(LoginThrottle::new(ADMIN_THROTTLE, now)),
@@ -488,6 +521,13 @@ impl Application {
         let interval = self.state.config.engine_interval;
         // On PostgreSQL several processes may share the database: one runs
         // the engine (advisory lock), all fan the stream out (LISTEN/NOTIFY).
+        let streams = self.state.streams.clone();
+        let maintenance = streams.clone().map(|s| {
+            tokio::spawn(s.maintain(
+                self.state.accounts.throttle().clone(),
+                self.state.accounts.quota().clone(),
+            ))
+        });
         let (worker, fanout) = match self.pg_url.clone() {
             Some(url) => (
                 tokio::spawn(crate::service::leader::run_when_leader(
@@ -500,6 +540,9 @@ impl Application {
                     store.clone(),
                     hub.clone(),
                     self.rounds.clone(),
+                    streams
+                        .as_ref()
+                        .map_or_else(String::new, |s| s.process_id().to_string()),
                 )),
             ),
             None => (tokio::spawn(engine.run(interval)), None),
@@ -516,6 +559,13 @@ impl Application {
         let _ = worker.await;
         if let Some(fanout) = fanout {
             fanout.stop().await;
+        }
+        if let Some(m) = maintenance {
+            m.abort();
+            let _ = m.await;
+        }
+        if let Some(s) = streams {
+            s.leave().await;
         }
         if let Some(chain) = self.running_chain {
             chain.shutdown().await;

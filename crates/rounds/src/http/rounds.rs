@@ -20,6 +20,7 @@ use crate::http::extract::{ApiJson, AuthUser, MaybeUser};
 use crate::http::state::AppState;
 use crate::http::views::RoundView;
 use crate::service::history::{self, Outcome};
+use crate::service::limits::StreamSlot;
 use crate::service::stream::{Delivery, Subscription};
 
 /// Routes served under the request time-out.
@@ -60,10 +61,15 @@ async fn current_round(
     Ok(Json(RoundView::of(&snapshot.detail, played, snapshot.paused)).into_response())
 }
 
-fn events(sub: Subscription) -> impl Stream<Item = Result<Event, Infallible>> {
-    stream::unfold(sub, |sub| async move {
+fn events(
+    sub: Subscription,
+    slot: Option<StreamSlot>,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    // The slot lives as long as the stream: dropping it forgets the
+    // stream's row in the shared cap.
+    stream::unfold((sub, slot), |(sub, slot)| async move {
         match sub.next().await {
-            Delivery::Changed => Some((Ok(Event::default().data("refetch")), sub)),
+            Delivery::Changed => Some((Ok(Event::default().data("refetch")), (sub, slot))),
             Delivery::Closed => None,
         }
     })
@@ -79,11 +85,23 @@ async fn round_stream(
     State(state): State<AppState>,
     ClientIp(ip): ClientIp,
 ) -> Result<impl IntoResponse, ApiError> {
-    let sub = state
-        .hub
-        .subscribe(ip)
-        .map_err(|_| ApiError::StreamCapacity)?;
-    let sse = Sse::new(events(sub)).keep_alive(
+    let (sub, slot) = match &state.streams {
+        Some(shared) => {
+            let (sub, slot) = shared
+                .subscribe(&state.hub, ip)
+                .await
+                .map_err(|_| ApiError::StreamCapacity)?;
+            (sub, Some(slot))
+        }
+        None => (
+            state
+                .hub
+                .subscribe(ip)
+                .map_err(|_| ApiError::StreamCapacity)?,
+            None,
+        ),
+    };
+    let sse = Sse::new(events(sub, slot)).keep_alive(
         KeepAlive::new()
             .interval(state.config.keep_alive)
             .text("keep-alive"),

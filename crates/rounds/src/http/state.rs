@@ -15,6 +15,7 @@ use crate::service::cashier::Cashier;
 use crate::service::engine::Engine;
 use crate::service::health::Health;
 use crate::service::history::History;
+use crate::service::limits::SharedStreams;
 use crate::service::stream::StreamHub;
 
 /// Shared state of every handler.
@@ -34,6 +35,8 @@ pub struct AppState {
     pub health: Health,
     /// Stream notifier.
     pub hub: StreamHub,
+    /// The per-IP stream cap shared with other processes (PostgreSQL).
+    pub streams: Option<SharedStreams>,
     /// Address validation (the admin's fee address).
     pub addresses: Arc<dyn AddressBook>,
     /// The admin token digest.

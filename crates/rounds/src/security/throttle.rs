@@ -36,6 +36,16 @@ pub enum ThrottleKey {
     Ip(IpAddr),
 }
 
+impl ThrottleKey {
+    /// The key as stored in the database (`u:` name, `i:` address).
+    pub fn storage_key(&self) -> String {
+        match self {
+            ThrottleKey::User(name) => format!("u:{name}"),
+            ThrottleKey::Ip(ip) => format!("i:{ip}"),
+        }
+    }
+}
+
 /// Thresholds and limits of the throttle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ThrottlePolicy {
@@ -69,11 +79,163 @@ impl Default for ThrottlePolicy {
     }
 }
 
+/// A point in time the throttle's rules run on: the process's monotonic
+/// clock, or unix milliseconds shared by several processes.
+pub trait Moment: Copy + Ord {
+    /// `self + d`, unless that overflows.
+    fn plus(self, d: Duration) -> Option<Self>;
+    /// How long from `self` until `later` (zero when `later` is earlier).
+    fn until(self, later: Self) -> Duration;
+}
+
+impl Moment for Instant {
+    fn plus(self, d: Duration) -> Option<Self> {
+        self.checked_add(d)
+    }
+    fn until(self, later: Self) -> Duration {
+        later.saturating_duration_since(self)
+    }
+}
+
+/// Unix time in milliseconds: the clock of state shared in the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct UnixMillis(pub i64);
+
+impl UnixMillis {
+    /// The wall clock now.
+    pub fn now() -> Self {
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        Self(ms)
+    }
+}
+
+impl Moment for UnixMillis {
+    fn plus(self, d: Duration) -> Option<Self> {
+        i64::try_from(d.as_millis())
+            .ok()
+            .and_then(|m| self.0.checked_add(m))
+            .map(UnixMillis)
+    }
+    fn until(self, later: Self) -> Duration {
+        Duration::from_millis(u64::try_from(later.0.saturating_sub(self.0)).unwrap_or(0))
+    }
+}
+
+/// The failure record of one key: what several processes share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failures<T> {
+    /// Failures counted (not decayed).
+    pub failures: u32,
+    /// The last failure.
+    pub last_failure: T,
+    /// The key is locked until then.
+    pub locked_until: T,
+}
+
+impl ThrottlePolicy {
+    /// Failures `key` may have before lockouts start.
+    pub fn free_failures(&self, key: &ThrottleKey) -> u32 {
+        match key {
+            ThrottleKey::User(_) => self.user_free_failures,
+            ThrottleKey::Ip(_) => self.ip_free_failures,
+        }
+    }
+
+    /// Most failures a key is counted up to (the lockout is at its cap by then).
+    fn ceiling(&self, free: u32) -> u32 {
+        free + 32
+    }
+
+    fn lockout(&self, free: u32, n: u32) -> Duration {
+        if n <= free {
+            return Duration::ZERO;
+        }
+        let steps = (n - free - 1).min(30);
+        self.base_lockout
+            .saturating_mul(1u32 << steps)
+            .min(self.max_lockout)
+    }
+
+    fn period(&self, free: u32, n: u32) -> Duration {
+        self.lockout(free, n).max(self.decay_floor)
+    }
+
+    /// The failure count of `e` at `now`, after decay.
+    fn decayed<T: Moment>(&self, free: u32, e: &Failures<T>, now: T) -> u32 {
+        // Decay starts when the lockout ends, so waiting out a lockout and
+        // failing again always doubles it.
+        let (mut n, mut t) = (e.failures, e.locked_until.max(e.last_failure));
+        while n > 0 {
+            let p = self.period(free, n);
+            match t.plus(p) {
+                Some(next) if now >= next => {
+                    t = next;
+                    n -= 1;
+                }
+                _ => break,
+            }
+        }
+        n
+    }
+
+    /// When `e` has fully decayed and its lockout expired.
+    pub fn expiry<T: Moment>(&self, free: u32, e: &Failures<T>) -> T {
+        let mut t = e.locked_until.max(e.last_failure);
+        for n in (1..=e.failures).rev() {
+            t = t.plus(self.period(free, n)).unwrap_or(t);
+        }
+        t
+    }
+
+    /// The record of `key` after one more failure at `now`.
+    pub fn after_failure<T: Moment>(
+        &self,
+        key: &ThrottleKey,
+        before: Option<&Failures<T>>,
+        now: T,
+    ) -> Failures<T> {
+        let free = self.free_failures(key);
+        let n = before.map_or(0, |e| self.decayed(free, e, now));
+        let n = (n + 1).min(self.ceiling(free));
+        Failures {
+            failures: n,
+            last_failure: now,
+            locked_until: now.plus(self.lockout(free, n)).unwrap_or(now),
+        }
+    }
+
+    /// Whether one more attempt against `key` may start at `now`, given its
+    /// record and the attempts in flight; else how long to wait.
+    pub fn admits<T: Moment>(
+        &self,
+        key: &ThrottleKey,
+        record: Option<&Failures<T>>,
+        in_flight: u32,
+        now: T,
+    ) -> Duration {
+        let free = self.free_failures(key);
+        let failures = match record {
+            Some(e) => {
+                let locked = now.until(e.locked_until);
+                if !locked.is_zero() {
+                    return locked;
+                }
+                self.decayed(free, e, now)
+            }
+            None => 0,
+        };
+        if in_flight > 0 && failures.saturating_add(in_flight) >= free {
+            return Duration::from_secs(1);
+        }
+        Duration::ZERO
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Entry {
-    failures: u32,
-    last_failure: Instant,
-    locked_until: Instant,
+    record: Failures<Instant>,
     /// Attempts reserved by `begin` and not yet settled.
     in_flight: u32,
 }
@@ -114,57 +276,9 @@ impl LoginThrottle {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn free(&self, key: &ThrottleKey) -> u32 {
-        match key {
-            ThrottleKey::User(_) => self.policy.user_free_failures,
-            ThrottleKey::Ip(_) => self.policy.ip_free_failures,
-        }
-    }
-
-    /// Most failures a key is counted up to (the lockout is at its cap by then).
-    fn ceiling(&self, key: &ThrottleKey) -> u32 {
-        self.free(key) + 32
-    }
-
-    fn lockout(&self, free: u32, n: u32) -> Duration {
-        if n <= free {
-            return Duration::ZERO;
-        }
-        let steps = (n - free - 1).min(30);
+    fn expiry(&self, key: &ThrottleKey, e: &Entry) -> Instant {
         self.policy
-            .base_lockout
-            .saturating_mul(1u32 << steps)
-            .min(self.policy.max_lockout)
-    }
-
-    fn period(&self, free: u32, n: u32) -> Duration {
-        self.lockout(free, n).max(self.policy.decay_floor)
-    }
-
-    fn decayed(&self, free: u32, e: &Entry, now: Instant) -> (u32, Instant) {
-        // Decay starts when the lockout ends, so waiting out a lockout and
-        // failing again always doubles it.
-        let (mut n, mut t) = (e.failures, e.locked_until.max(e.last_failure));
-        while n > 0 {
-            let p = self.period(free, n);
-            match t.checked_add(p) {
-                Some(next) if now >= next => {
-                    t = next;
-                    n -= 1;
-                }
-                _ => break,
-            }
-        }
-        (n, t)
-    }
-
-    /// When the entry has fully decayed and its lockout expired.
-    fn expiry(&self, free: u32, e: &Entry) -> Instant {
-        let mut t = e.locked_until.max(e.last_failure);
-        for n in (1..=e.failures).rev() {
-            t = t.checked_add(self.period(free, n)).unwrap_or(t);
-        }
-        t
+            .expiry(self.policy.free_failures(key), &e.record)
     }
 
     fn maybe_sweep(&self, st: &mut State, now: Instant) {
@@ -173,7 +287,7 @@ impl LoginThrottle {
         }
         st.last_sweep = now;
         st.entries
-            .retain(|k, e| e.in_flight > 0 || now < self.expiry(self.free(k), e));
+            .retain(|k, e| e.in_flight > 0 || now < self.expiry(k, e));
     }
 
     /// How long the attempt must wait, if any of `keys` is locked at `now`.
@@ -182,7 +296,7 @@ impl LoginThrottle {
         self.maybe_sweep(&mut st, now);
         keys.iter()
             .filter_map(|k| st.entries.get(k))
-            .map(|e| e.locked_until.saturating_duration_since(now))
+            .map(|e| e.record.locked_until.saturating_duration_since(now))
             .filter(|d| !d.is_zero())
             .max()
     }
@@ -192,24 +306,15 @@ impl LoginThrottle {
         let mut st = self.lock();
         self.maybe_sweep(&mut st, now);
         for key in keys {
-            let free = self.free(key);
             if !st.entries.contains_key(key) && st.entries.len() >= self.policy.max_keys {
                 self.evict(&mut st);
             }
-            let (n, in_flight) = match st.entries.get(key) {
-                Some(e) => (self.decayed(free, e, now).0, e.in_flight),
-                None => (0, 0),
+            let (before, in_flight) = match st.entries.get(key) {
+                Some(e) => (Some(e.record), e.in_flight),
+                None => (None, 0),
             };
-            let n = (n + 1).min(self.ceiling(key));
-            st.entries.insert(
-                key.clone(),
-                Entry {
-                    failures: n,
-                    last_failure: now,
-                    locked_until: now + self.lockout(free, n),
-                    in_flight,
-                },
-            );
+            let record = self.policy.after_failure(key, before.as_ref(), now);
+            st.entries.insert(key.clone(), Entry { record, in_flight });
         }
     }
 
@@ -220,12 +325,11 @@ impl LoginThrottle {
             if e.in_flight == 0 {
                 st.entries.remove(key);
             } else {
-                let now = e.last_failure;
-                *e = Entry {
+                let now = e.record.last_failure;
+                e.record = Failures {
                     failures: 0,
                     last_failure: now,
                     locked_until: now,
-                    in_flight: e.in_flight,
                 };
             }
         }
@@ -250,16 +354,7 @@ impl LoginThrottle {
             let Some(e) = st.entries.get(key) else {
                 continue;
             };
-            let locked = e.locked_until.saturating_duration_since(now);
-            if !locked.is_zero() {
-                wait = wait.max(locked);
-                continue;
-            }
-            let free = self.free(key);
-            let failures = self.decayed(free, e, now).0;
-            if e.in_flight > 0 && failures.saturating_add(e.in_flight) >= free {
-                wait = wait.max(Duration::from_secs(1));
-            }
+            wait = wait.max(self.policy.admits(key, Some(&e.record), e.in_flight, now));
         }
         if !wait.is_zero() {
             return Err(wait);
@@ -271,9 +366,11 @@ impl LoginThrottle {
             st.entries
                 .entry(key.clone())
                 .or_insert(Entry {
-                    failures: 0,
-                    last_failure: now,
-                    locked_until: now,
+                    record: Failures {
+                        failures: 0,
+                        last_failure: now,
+                        locked_until: now,
+                    },
                     in_flight: 0,
                 })
                 .in_flight += 1;
@@ -303,7 +400,7 @@ impl LoginThrottle {
         let mut by_expiry: Vec<((bool, Instant), ThrottleKey)> = st
             .entries
             .iter()
-            .map(|(k, e)| ((e.in_flight > 0, self.expiry(self.free(k), e)), k.clone()))
+            .map(|(k, e)| ((e.in_flight > 0, self.expiry(k, e)), k.clone()))
             .collect();
         let over = (st.entries.len() + 1).saturating_sub(self.policy.max_keys);
         let n = batch.max(over).min(by_expiry.len());
@@ -330,7 +427,10 @@ impl LoginThrottle {
 
     /// The failure count of `key` as stored (not decayed), for tests.
     pub fn failures(&self, key: &ThrottleKey) -> u32 {
-        self.lock().entries.get(key).map_or(0, |e| e.failures)
+        self.lock()
+            .entries
+            .get(key)
+            .map_or(0, |e| e.record.failures)
     }
 }
 

@@ -7,16 +7,16 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::domain::address::AddressBook;
 use crate::domain::time::unix_now;
 use crate::security::password::{
     password_length, HashError, PasswordHasher, Verdict, MAX_PASSWORD_LENGTH, MIN_PASSWORD_LENGTH,
 };
-use crate::security::quota::RegistrationQuota;
-use crate::security::throttle::{LoginThrottle, ThrottleKey};
+use crate::security::throttle::ThrottleKey;
 use crate::security::token::{TokenError, TokenKeys, TOKEN_LIFETIME_SECS};
+use crate::service::limits::{Quota, Throttle};
 use crate::store::{Store, StoreError};
 
 /// Shortest username.
@@ -204,8 +204,8 @@ pub struct Accounts {
     store: Store,
     hasher: PasswordHasher,
     tokens: TokenKeys,
-    throttle: Arc<LoginThrottle>,
-    quota: RegistrationQuota,
+    throttle: Throttle,
+    quota: Quota,
     addresses: Arc<dyn AddressBook>,
 }
 
@@ -223,8 +223,8 @@ impl Accounts {
         store: Store,
         hasher: PasswordHasher,
         tokens: TokenKeys,
-        throttle: Arc<LoginThrottle>,
-        quota: RegistrationQuota,
+        throttle: Throttle,
+        quota: Quota,
         addresses: Arc<dyn AddressBook>,
     ) -> Self {
         Self {
@@ -238,12 +238,12 @@ impl Accounts {
     }
 
     /// The login throttle (for its gauge).
-    pub fn throttle(&self) -> &LoginThrottle {
+    pub fn throttle(&self) -> &Throttle {
         &self.throttle
     }
 
     /// The registration quota (for its gauge).
-    pub fn quota(&self) -> &RegistrationQuota {
+    pub fn quota(&self) -> &Quota {
         &self.quota
     }
 
@@ -277,7 +277,7 @@ impl Accounts {
         // The quota is checked (and a slot held) before the uniqueness check,
         // so an address over its quota learns nothing about which names exist,
         // and before the costly hash.
-        let reservation = self.quota.reserve(ip, Instant::now()).map_err(|wait| {
+        let reservation = self.quota.reserve(ip).await?.map_err(|wait| {
             AccountError::RegistrationQuotaExceeded {
                 retry_after_secs: retry_secs(wait).max(1),
             }
@@ -293,7 +293,7 @@ impl Accounts {
                 addresses.user_address(i).map_err(|e| e.to_string())
             })
             .await?;
-        reservation.commit(Instant::now());
+        reservation.commit().await;
         tracing::info!(username = %user.username, index = user.derivation_index, "account created");
         Ok(NewAccount {
             username: user.username,
@@ -324,11 +324,13 @@ impl Accounts {
         };
         // Checked and reserved in one step: this attempt counts against the
         // allowance while its password is hashed.
-        let attempt = self.throttle.begin(&keys, Instant::now()).map_err(|wait| {
-            AccountError::TooManyAttempts {
-                retry_after_secs: retry_secs(wait).max(1),
-            }
-        })?;
+        let attempt =
+            self.throttle
+                .begin(&keys)
+                .await?
+                .map_err(|wait| AccountError::TooManyAttempts {
+                    retry_after_secs: retry_secs(wait).max(1),
+                })?;
         let user = if name_valid {
             self.store.user_by_name(username).await?
         } else {
@@ -343,7 +345,7 @@ impl Accounts {
             .await?;
         match (verdict, user) {
             (Verdict::Match, Some(user)) => {
-                attempt.succeeded(&user_key);
+                attempt.succeeded(&user_key).await;
                 Ok(self.session(user.id, user.token_version))
             }
             (verdict, user) => {
@@ -353,7 +355,7 @@ impl Accounts {
                         "stored password hash is unparseable; treated as a wrong password"
                     );
                 }
-                attempt.failed(Instant::now());
+                attempt.failed().await;
                 Err(AccountError::InvalidCredentials)
             }
         }
@@ -437,11 +439,13 @@ impl Accounts {
         // A stolen token must not become a password oracle: wrong current
         // passwords count against the user's login throttle key.
         let key = [ThrottleKey::User(user.username.to_ascii_lowercase())];
-        let attempt = self.throttle.begin(&key, Instant::now()).map_err(|wait| {
-            AccountError::TooManyAttempts {
-                retry_after_secs: retry_secs(wait).max(1),
-            }
-        })?;
+        let attempt =
+            self.throttle
+                .begin(&key)
+                .await?
+                .map_err(|wait| AccountError::TooManyAttempts {
+                    retry_after_secs: retry_secs(wait).max(1),
+                })?;
         let row = self
             .store
             .user_by_id(user.id)
@@ -455,10 +459,10 @@ impl Accounts {
             if verdict == Verdict::CorruptHash {
                 tracing::error!(username = %user.username, "stored password hash is unparseable");
             }
-            attempt.failed(Instant::now());
+            attempt.failed().await;
             return Err(AccountError::CurrentPasswordIncorrect);
         }
-        attempt.succeeded(&key[0]);
+        attempt.succeeded(&key[0]).await;
         let hash = self.hasher.hash(new_password).await?;
         let tv = self
             .store

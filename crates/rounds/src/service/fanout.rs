@@ -2,6 +2,8 @@
 //!
 //! The payload is the sending process's random id, so a process skips its
 //! own notifications (PostgreSQL delivers them to the sender's session too).
+//! The same listener hears evictions of this process's streams by the
+//! per-IP cap of another process (`store::limits::EVICT_CHANNEL`).
 //! Notifications stay content-free: the subscriber refetches, and the hub's
 //! one-pending-notification rule applies to remote changes as to local ones.
 
@@ -13,6 +15,7 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 
 use crate::service::current::CurrentRound;
 use crate::service::stream::StreamHub;
+use crate::store::limits::EVICT_CHANNEL;
 use crate::store::Store;
 
 /// The `LISTEN`/`NOTIFY` channel of stream notifications.
@@ -36,8 +39,19 @@ impl Fanout {
     /// Starts the sender (local publishes to `NOTIFY`) and the listener
     /// (`NOTIFY`s of other processes to local publishes) on the PostgreSQL
     /// database at `url`.
-    pub fn spawn(url: String, store: Store, hub: StreamHub, rounds: Arc<CurrentRound>) -> Self {
-        let me = format!("{:016x}", rand::random::<u64>());
+    /// `me` is this process's id (the stream cap's, see `service::limits`).
+    pub fn spawn(
+        url: String,
+        store: Store,
+        hub: StreamHub,
+        rounds: Arc<CurrentRound>,
+        me: String,
+    ) -> Self {
+        let me = if me.is_empty() {
+            format!("{:016x}", rand::random::<u64>())
+        } else {
+            me
+        };
         let sender = tokio::spawn(send_loop(store, hub.clone(), me.clone()));
         let listener = tokio::spawn(listen_loop(url, hub, rounds, me));
         Self { sender, listener }
@@ -75,7 +89,7 @@ async fn connect_listener(url: &str) -> Result<PgListener, sqlx::Error> {
         .max_connections(1)
         .connect_lazy_with(options);
     let mut listener = PgListener::connect_with(&pool).await?;
-    listener.listen(CHANNEL).await?;
+    listener.listen_all([CHANNEL, EVICT_CHANNEL]).await?;
     Ok(listener)
 }
 
@@ -105,6 +119,18 @@ async fn listen_loop(url: String, hub: StreamHub, rounds: Arc<CurrentRound>, me:
         first = false;
         loop {
             match listener.try_recv().await {
+                Ok(Some(n)) if n.channel() == EVICT_CHANNEL => {
+                    // Another process evicted one of this process's streams
+                    // (the per-IP cap counts across processes).
+                    if let Some(id) = n
+                        .payload()
+                        .strip_prefix(me.as_str())
+                        .and_then(|rest| rest.strip_prefix(':'))
+                        .and_then(|id| id.parse::<u64>().ok())
+                    {
+                        hub.evict(id);
+                    }
+                }
                 Ok(Some(n)) => {
                     if n.payload() != me {
                         deliver(&hub, &rounds);

@@ -14,6 +14,7 @@ pub mod fanout;
 pub mod health;
 pub mod history;
 pub mod leader;
+pub mod limits;
 pub mod payments;
 pub mod stream;
 

@@ -90,6 +90,11 @@ impl Subscription {
         }
     }
 
+    /// The stream's id in this process.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
     /// Whether a notification is waiting, without consuming it.
     pub fn has_pending(&self) -> bool {
         self.slot.pending.load(Ordering::Acquire)
@@ -148,6 +153,16 @@ impl StreamHub {
             id,
             slot,
         })
+    }
+
+    /// Closes stream `id` (evicted by the cap shared with other processes).
+    pub fn evict(&self, id: u64) {
+        let slot = self.lock().subscribers.get(&id).map(|(_, s)| s.clone());
+        if let Some(slot) = slot {
+            slot.closed.store(true, Ordering::Release);
+            slot.wake.notify_one();
+        }
+        self.remove(id);
     }
 
     fn remove(&self, id: u64) {

@@ -7,6 +7,7 @@
 
 pub mod chain;
 pub mod ledger;
+pub mod limits;
 pub mod migrations;
 pub mod rounds;
 pub mod settings;

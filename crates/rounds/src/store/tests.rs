@@ -860,3 +860,268 @@ async fn an_unknown_spend_is_audited_once_per_output_across_an_upgrade(b: Backen
     assert_eq!(keys, vec![(old, 1), (new.clone(), 0), (new, 2)]);
     db.cleanup().await;
 }
+
+/// The limits' shared state (issue 18): two handles on one database stand
+/// for two processes.
+mod limits {
+    use super::*;
+    use crate::security::quota::QuotaPolicy;
+    use crate::security::throttle::{ThrottleKey, ThrottlePolicy, UnixMillis};
+    use crate::service::limits::{Quota, Throttle};
+    use std::time::Duration;
+
+    both_backends!(
+        failures_through_either_handle_count_once,
+        concurrent_attempts_cannot_overshoot_the_allowance,
+        concurrent_registrations_cannot_overshoot_the_quota,
+        leases_of_a_dead_process_run_out,
+        the_oldest_stream_of_an_ip_is_evicted_in_any_process,
+    );
+
+    fn throttle(store: &Store) -> Throttle {
+        Throttle::shared(store.clone(), ThrottlePolicy::default())
+    }
+
+    async fn second_handle(db: &TestDb) -> Store {
+        // A second pool on the same database: another process.
+        match (&db.pg_name, &db.sqlite_path) {
+            (Some(name), _) => {
+                let base = pg_admin_url();
+                let url = format!("{}/{name}", &base[..base.rfind('/').unwrap()]);
+                Store::connect(&url, 4).await.unwrap()
+            }
+            (_, Some(path)) => Store::connect(&format!("sqlite://{}", path.display()), 4)
+                .await
+                .unwrap(),
+            _ => unreachable!(),
+        }
+    }
+
+    pub(super) async fn failures_through_either_handle_count_once(b: Backend) {
+        let db = TestDb::new(b).await;
+        db.store.migrate().await.unwrap();
+        let other = second_handle(&db).await;
+        let (a, b2) = (throttle(&db.store), throttle(&other));
+        let k = [ThrottleKey::User("victim".into())];
+        for i in 0..5 {
+            let t = if i % 2 == 0 { &a } else { &b2 };
+            t.begin(&k).await.unwrap().unwrap().failed().await;
+        }
+        // Five failures are free, wherever they were made.
+        let sixth = b2.begin(&k).await.unwrap().unwrap();
+        sixth.failed().await;
+        let wait = a.begin(&k).await.unwrap().unwrap_err();
+        assert!(
+            wait > Duration::from_millis(500) && wait <= Duration::from_secs(1),
+            "{wait:?}"
+        );
+        assert_eq!(
+            db.store
+                .throttle_record("u:victim")
+                .await
+                .unwrap()
+                .unwrap()
+                .failures,
+            6
+        );
+        // A success forgets the user's failures for both.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let ok = a.begin(&k).await.unwrap().unwrap();
+        ok.succeeded(&k[0]).await;
+        assert!(db
+            .store
+            .throttle_record("u:victim")
+            .await
+            .unwrap()
+            .is_none());
+        assert!(b2.begin(&k).await.unwrap().is_ok());
+        other.close().await;
+        db.cleanup().await;
+    }
+
+    pub(super) async fn concurrent_attempts_cannot_overshoot_the_allowance(b: Backend) {
+        let db = TestDb::new(b).await;
+        db.store.migrate().await.unwrap();
+        let other = second_handle(&db).await;
+        let handles = [throttle(&db.store), throttle(&other)];
+        let k = vec![ThrottleKey::User("racer".into())];
+        // Twenty attempts at once over both handles: five may be in flight
+        // (the free failures), the rest must wait.
+        let tasks: Vec<_> = (0..20)
+            .map(|i| {
+                let t = handles[i % 2].clone();
+                let k = k.clone();
+                tokio::spawn(async move { t.begin(&k).await.unwrap() })
+            })
+            .collect();
+        let mut admitted = Vec::new();
+        for t in tasks {
+            if let Ok(a) = t.await.unwrap() {
+                admitted.push(a);
+            }
+        }
+        assert_eq!(admitted.len(), 5, "in-flight allowance across processes");
+        for a in admitted {
+            a.failed().await;
+        }
+        // Five failures: one attempt at a time now.
+        let one = handles[0].begin(&k).await.unwrap().unwrap();
+        assert_eq!(
+            handles[1].begin(&k).await.unwrap().unwrap_err(),
+            Duration::from_secs(1)
+        );
+        one.failed().await;
+        other.close().await;
+        db.cleanup().await;
+    }
+
+    pub(super) async fn concurrent_registrations_cannot_overshoot_the_quota(b: Backend) {
+        let db = TestDb::new(b).await;
+        db.store.migrate().await.unwrap();
+        let other = second_handle(&db).await;
+        let quota = |s: &Store| Quota::Shared {
+            store: s.clone(),
+            policy: QuotaPolicy::default(),
+        };
+        let handles = [quota(&db.store), quota(&other)];
+        let ip: std::net::IpAddr = "10.1.2.3".parse().unwrap();
+        let tasks: Vec<_> = (0..12)
+            .map(|i| {
+                let q = handles[i % 2].clone();
+                tokio::spawn(async move { q.reserve(ip).await.unwrap() })
+            })
+            .collect();
+        let mut held = Vec::new();
+        for t in tasks {
+            if let Ok(s) = t.await.unwrap() {
+                held.push(s);
+            }
+        }
+        assert_eq!(held.len(), 5, "five slots over both processes");
+        // A slot given back (a taken name) is free again.
+        drop(held.pop());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        held.push(handles[1].reserve(ip).await.unwrap().unwrap());
+        for s in held {
+            s.commit().await;
+        }
+        let wait = handles[0].reserve(ip).await.unwrap().unwrap_err();
+        assert!(
+            wait > Duration::from_secs(3590) && wait <= Duration::from_secs(3600),
+            "{wait:?}"
+        );
+        let now = UnixMillis::now();
+        assert_eq!(
+            db.store
+                .quota_used("10.1.2.3", now, Duration::from_secs(3600))
+                .await
+                .unwrap(),
+            5
+        );
+        // Waiting never lengthens the wait; the window frees the oldest.
+        let later = UnixMillis(now.0 + 3_600_001);
+        assert!(db
+            .store
+            .quota_reserve("10.1.2.3", later, Duration::from_secs(3600), 5, later)
+            .await
+            .unwrap()
+            .is_ok());
+        other.close().await;
+        db.cleanup().await;
+    }
+
+    pub(super) async fn leases_of_a_dead_process_run_out(b: Backend) {
+        let db = TestDb::new(b).await;
+        db.store.migrate().await.unwrap();
+        let s = &db.store;
+        let t0 = UnixMillis(1_000_000);
+        let lease = UnixMillis(t0.0 + 60_000);
+        // A process reserved five registrations and died.
+        for _ in 0..5 {
+            s.quota_reserve("10.0.0.1", t0, Duration::from_secs(3600), 5, lease)
+                .await
+                .unwrap()
+                .unwrap();
+        }
+        assert_eq!(
+            s.quota_reserve("10.0.0.1", t0, Duration::from_secs(3600), 5, lease)
+                .await
+                .unwrap()
+                .unwrap_err(),
+            Duration::from_secs(1)
+        );
+        let after = UnixMillis(lease.0 + 1);
+        assert!(s
+            .quota_reserve("10.0.0.1", after, Duration::from_secs(3600), 5, after)
+            .await
+            .unwrap()
+            .is_ok());
+        // ... and five login attempts in flight.
+        let keys = vec!["u:ghost".to_string()];
+        for id in 0..5 {
+            let wait = s
+                .throttle_begin(&keys, id, t0, lease, |_| Duration::ZERO)
+                .await
+                .unwrap();
+            assert!(wait.is_zero());
+        }
+        let seen = std::sync::Mutex::new(Vec::new());
+        s.throttle_begin(&keys, 99, t0, lease, |st| {
+            seen.lock().unwrap().push(st[0].1);
+            Duration::from_secs(1)
+        })
+        .await
+        .unwrap();
+        s.throttle_begin(&keys, 99, after, after, |st| {
+            seen.lock().unwrap().push(st[0].1);
+            Duration::from_secs(1)
+        })
+        .await
+        .unwrap();
+        assert_eq!(*seen.lock().unwrap(), vec![5, 0], "leases ran out");
+        db.cleanup().await;
+    }
+
+    pub(super) async fn the_oldest_stream_of_an_ip_is_evicted_in_any_process(b: Backend) {
+        let db = TestDb::new(b).await;
+        db.store.migrate().await.unwrap();
+        let s = &db.store;
+        let now = UnixMillis::now();
+        let stale = UnixMillis(now.0 - 30_000);
+        s.process_heartbeat("pa", now, stale).await.unwrap();
+        s.process_heartbeat("pb", now, stale).await.unwrap();
+        for i in 0..5 {
+            let p = if i % 2 == 0 { "pa" } else { "pb" };
+            assert!(s.stream_open(p, i, "10.0.0.9", 5).await.unwrap().is_empty());
+        }
+        // The sixth, opened on B, evicts A's stream 0 (the oldest).
+        assert_eq!(
+            s.stream_open("pb", 5, "10.0.0.9", 5).await.unwrap(),
+            vec![("pa".to_string(), 0)]
+        );
+        s.stream_close("pb", 1).await.unwrap();
+        assert!(s
+            .stream_open("pa", 6, "10.0.0.9", 5)
+            .await
+            .unwrap()
+            .is_empty());
+        assert_eq!(s.streams_of("10.0.0.9").await.unwrap().len(), 5);
+        // Other IPs are unaffected.
+        assert!(s
+            .stream_open("pa", 7, "10.0.0.10", 5)
+            .await
+            .unwrap()
+            .is_empty());
+        // B stops beating (killed): after the time-out its streams are gone.
+        let later = UnixMillis(now.0 + 31_000);
+        s.process_heartbeat("pa", later, UnixMillis(later.0 - 30_000))
+            .await
+            .unwrap();
+        let left = s.streams_of("10.0.0.9").await.unwrap();
+        assert!(left.iter().all(|(p, _)| p == "pa"), "{left:?}");
+        assert_eq!(left.len(), 3);
+        s.process_gone("pa").await.unwrap();
+        assert!(s.streams_of("10.0.0.9").await.unwrap().is_empty());
+        db.cleanup().await;
+    }
+}
