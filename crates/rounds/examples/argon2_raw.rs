@@ -37,7 +37,11 @@ fn main() {
                     let parsed = PasswordHash::new(&stored).expect("parse");
                     let expected = parsed.hash.expect("hash");
                     let mut salt = [0u8; 64];
-                    let salt = parsed.salt.expect("salt").decode_b64(&mut salt).expect("salt");
+                    let salt = parsed
+                        .salt
+                        .expect("salt")
+                        .decode_b64(&mut salt)
+                        .expect("salt");
                     let mut blocks = vec![argon2::Block::default(); argon.params().block_count()];
                     let mut out = vec![0u8; expected.len()];
                     let mut n = 0u64;

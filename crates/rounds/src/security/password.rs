@@ -107,9 +107,8 @@ fn start_pool(threads: usize) -> Result<mpsc::Sender<Job>, HashError> {
                     let Ok(job) = job else { break };
                     // A panicking hash loses its answer (the caller sees
                     // `Join`), not the thread.
-                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        job(&mut blocks)
-                    }));
+                    let _ =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut blocks)));
                 }
             })
             .map_err(|e| HashError::Join(format!("starting a hashing thread: {e}")))?;
@@ -438,8 +437,7 @@ mod tests {
                 Verdict::Mismatch
             );
             // The same salt gives the same string as the crate's hasher.
-            let same =
-                hash_phc(&h.argon, &mut Vec::new(), b"pass-before", salt.as_salt()).unwrap();
+            let same = hash_phc(&h.argon, &mut Vec::new(), b"pass-before", salt.as_salt()).unwrap();
             assert_eq!(same, before);
             // Made the new way, checked the old way.
             let after = h.hash("pass-after".into()).await.unwrap();

@@ -12,8 +12,8 @@ use crate::domain::settings::{ServiceConfig, DUST_LIMIT_SATS, P2WPKH_INPUT_VBYTE
 use crate::domain::spend::{self, SpendFailure};
 use crate::domain::time::unix_now;
 use crate::service::engine::{crash_point, Engine, EngineError};
-use crate::store::users::UserRow;
 use crate::store::ledger::PaymentContext;
+use crate::store::users::UserRow;
 use crate::store::{LedgerError, Store, StoreError};
 
 /// Attempts of a bet or withdrawal when a concurrent spend took an output.
@@ -246,7 +246,10 @@ impl<'a> Payments<'a> {
             return Err(PaymentError::RoundNotOpen { round_id, status });
         }
         let payer = Payer::of(self.engine, user_id, &ctx)?;
-        let pot_script = self.engine.pot_script(round_id).map_err(PaymentError::Spend)?;
+        let pot_script = self
+            .engine
+            .pot_script(round_id)
+            .map_err(PaymentError::Spend)?;
         self.pay_from_user(
             &payer,
             config,
