@@ -88,13 +88,34 @@ pub fn user_key(
     wallet: &Wallet,
     derivation_index: i64,
 ) -> Result<(KeyPath, ScriptBuf), SpendFailure> {
-    let index = u32::try_from(derivation_index)
-        .map_err(|_| SpendFailure::Corrupt(format!("index {derivation_index}")))?;
-    let path = KeyPath::receive(index);
+    let path = user_key_path(derivation_index)?;
     let key = wallet
         .derive(path)
         .map_err(|e| SpendFailure::Wallet(e.to_string()))?;
     Ok((path, key.address.script_pubkey()))
+}
+
+/// The key path of the user with `derivation_index`.
+///
+/// # Errors
+/// [`SpendFailure::Corrupt`] for an index out of range.
+pub fn user_key_path(derivation_index: i64) -> Result<KeyPath, SpendFailure> {
+    let index = u32::try_from(derivation_index)
+        .map_err(|_| SpendFailure::Corrupt(format!("index {derivation_index}")))?;
+    Ok(KeyPath::receive(index))
+}
+
+/// The key path of round `round_id`'s pot.
+///
+/// # Errors
+/// [`SpendFailure::Corrupt`] for a round id out of range.
+pub fn pot_key_path(round_id: i64) -> Result<KeyPath, SpendFailure> {
+    let index =
+        u32::try_from(round_id).map_err(|_| SpendFailure::Corrupt(format!("round {round_id}")))?;
+    Ok(KeyPath {
+        branch: POT_BRANCH,
+        index,
+    })
 }
 
 /// The pot key of a round.
@@ -102,12 +123,7 @@ pub fn user_key(
 /// # Errors
 /// [`SpendFailure::Wallet`] for a round id out of range.
 pub fn pot_key(wallet: &Wallet, round_id: i64) -> Result<(KeyPath, ScriptBuf), SpendFailure> {
-    let index =
-        u32::try_from(round_id).map_err(|_| SpendFailure::Corrupt(format!("round {round_id}")))?;
-    let path = KeyPath {
-        branch: POT_BRANCH,
-        index,
-    };
+    let path = pot_key_path(round_id)?;
     let key = wallet
         .derive(path)
         .map_err(|e| SpendFailure::Wallet(e.to_string()))?;
@@ -148,6 +164,42 @@ pub fn user_payment(
     tip_height: Option<u32>,
 ) -> Result<Signed, SpendFailure> {
     let (path, script) = user_key(wallet, derivation_index)?;
+    user_payment_with(
+        wallet,
+        path,
+        &script,
+        outputs,
+        to,
+        amount_sats,
+        fee_rate_sat_vb,
+        kind,
+        user_id,
+        round_id,
+        address,
+        tip_height,
+    )
+}
+
+/// [`user_payment`] with the user's key path and script already derived
+/// (see [`user_key`]).
+///
+/// # Errors
+/// As [`user_payment`].
+#[allow(clippy::too_many_arguments)]
+pub fn user_payment_with(
+    wallet: &Wallet,
+    path: KeyPath,
+    script: &ScriptBuf,
+    outputs: &[Coin],
+    to: &ScriptBuf,
+    amount_sats: i64,
+    fee_rate_sat_vb: i64,
+    kind: TransferKind,
+    user_id: i64,
+    round_id: Option<i64>,
+    address: Option<String>,
+    tip_height: Option<u32>,
+) -> Result<Signed, SpendFailure> {
     let amount = Amount::from_sat(u64::try_from(amount_sats).unwrap_or(0));
     let payment = TxOut {
         value: amount,
@@ -159,13 +211,13 @@ pub fn user_payment(
     let mut used = Vec::new();
     let mut last_needed = amount_sats;
     for o in outputs {
-        inputs.push(spendable(o, path, &script)?);
+        inputs.push(spendable(o, path, script)?);
         used.push(o.id);
         match build_signed(
             wallet,
             &inputs,
             std::slice::from_ref(&payment),
-            &script,
+            script,
             rate,
             tip_height,
         ) {

@@ -1,7 +1,7 @@
-//! Argon2id password hashing off the async runtime, with bounded concurrency.
+//! Argon2id password hashing off the async runtime, on a fixed pool of hashing threads.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 
 use argon2::password_hash::{
     self, Output, ParamsString, PasswordHash, PasswordHasher as _, Salt, SaltString,
@@ -57,63 +57,78 @@ pub enum HashError {
     Join(String),
 }
 
-/// Hashes and verifies passwords on the blocking thread pool; at most
-/// `concurrency` run at once so that a login flood queues here instead of
-/// starving request handling and background tasks of CPU. The permit moves
-/// into the blocking task and is released when the hash ends, not when the
-/// request does: a client that hangs up mid-login cannot free a slot while
-/// its hash still burns a core.
+/// Hashes and verifies passwords on a pool of exactly `concurrency`
+/// threads of its own, so that a login flood queues here instead of
+/// starving request handling and background tasks of CPU. A hash starts
+/// only with one of `concurrency` permits; the permit moves into the
+/// hashing thread and is released when the hash ends, not when the request
+/// does: a client that hangs up mid-login cannot free a slot while its hash
+/// still burns a core, and one that hangs up while waiting for a permit
+/// starts nothing.
 #[derive(Clone)]
 pub struct PasswordHasher {
     argon: Arc<Argon2<'static>>,
     permits: Arc<Semaphore>,
     concurrency: usize,
-    /// Hashes running on the blocking pool right now.
+    /// Hashes running on the pool right now.
     running: Arc<AtomicUsize>,
     /// A valid hash of a random password, verified against when the user is
     /// unknown or the stored hash is unparseable, so every login does the
     /// same Argon2 work.
     dummy_hash: Arc<str>,
-    /// Argon2's working memory, reused from one hash to the next.
-    blocks: Arc<BlockPool>,
+    /// The hashing threads' queue; they end when the last clone is dropped.
+    pool: Arc<Mutex<mpsc::Sender<Job>>>,
 }
 
-/// Argon2 block arrays kept between hashes. A fresh array per hash (what
-/// `argon2`'s own `hash_password` does) costs a 19 MiB allocation whose
-/// pages the kernel must fault in and zero on every login, about a tenth
-/// of its CPU; a reused one is simply overwritten (Argon2 writes every block
-/// before it reads it). A hash takes an array for its whole run, so there
-/// are never more arrays than hashes running at once (the semaphore's
-/// permits).
-#[derive(Debug, Default)]
-struct BlockPool(Mutex<Vec<Vec<Block>>>);
+/// Work for a hashing thread, given the thread's own block array.
+type Job = Box<dyn FnOnce(&mut Vec<Block>) + Send>;
 
-impl BlockPool {
-    /// Runs `f` over at least `count` blocks taken from the pool.
-    fn with<R>(&self, count: usize, f: impl FnOnce(&mut [Block]) -> R) -> R {
-        let mut blocks = self
-            .0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop()
-            .unwrap_or_default();
-        if blocks.len() < count {
-            blocks.resize(count, Block::default());
-        }
-        let result = f(&mut blocks[..count]);
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(blocks);
-        result
+/// Starts `threads` hashing threads over one queue. Each keeps Argon2's
+/// working memory between hashes: a fresh array per hash (what `argon2`'s
+/// own `hash_password` does) costs a 19 MiB allocation whose pages must be
+/// zeroed on every login, about a tenth of its CPU; a reused one is simply
+/// overwritten (Argon2 writes every block before it reads it), and staying
+/// on one thread it stays in that core's caches. Dedicated threads rather
+/// than tokio's blocking pool: exactly `threads` of them, woken directly,
+/// never more arrays than threads.
+fn start_pool(threads: usize) -> Result<mpsc::Sender<Job>, HashError> {
+    let (tx, rx) = mpsc::channel::<Job>();
+    let rx = Arc::new(Mutex::new(rx));
+    for i in 0..threads {
+        let rx = rx.clone();
+        std::thread::Builder::new()
+            .name(format!("potluck-hash-{i}"))
+            .spawn(move || {
+                let mut blocks = Vec::new();
+                loop {
+                    // The lock is held only while waiting for a job; with
+                    // at most `threads` jobs queued one is always free.
+                    let job = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                    let Ok(job) = job else { break };
+                    // A panicking hash loses its answer (the caller sees
+                    // `Join`), not the thread.
+                    let _ =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut blocks)));
+                }
+            })
+            .map_err(|e| HashError::Join(format!("starting a hashing thread: {e}")))?;
     }
+    Ok(tx)
+}
+
+/// At least `count` blocks of `blocks`, grown when too short.
+fn blocks_for(blocks: &mut Vec<Block>, count: usize) -> &mut [Block] {
+    if blocks.len() < count {
+        blocks.resize(count, Block::default());
+    }
+    &mut blocks[..count]
 }
 
 /// `argon.hash_password(password, salt)` as a PHC string, byte for byte,
 /// computed in pooled memory.
 fn hash_phc(
     argon: &Argon2<'_>,
-    pool: &BlockPool,
+    blocks: &mut Vec<Block>,
     password: &[u8],
     salt: Salt<'_>,
 ) -> password_hash::Result<String> {
@@ -122,10 +137,14 @@ fn hash_phc(
     let salt_bytes = salt.decode_b64(&mut salt_buf)?;
     let output_len = params.output_len().unwrap_or(Params::DEFAULT_OUTPUT_LEN);
     let output = Output::init_with(output_len, |out| {
-        pool.with(params.block_count(), |blocks| {
-            argon.hash_password_into_with_memory(password, salt_bytes, out, blocks)
-        })
-        .map_err(Into::into)
+        argon
+            .hash_password_into_with_memory(
+                password,
+                salt_bytes,
+                out,
+                blocks_for(blocks, params.block_count()),
+            )
+            .map_err(Into::into)
     })?;
     Ok(PasswordHash {
         algorithm: Algorithm::Argon2id.ident(),
@@ -141,8 +160,8 @@ fn hash_phc(
 /// version and parameters the hash names (so hashes made under older
 /// parameters keep working), computed in pooled memory; the outputs are
 /// compared in constant time.
-fn verify_phc(pool: &BlockPool, password: &[u8], hash: &PasswordHash<'_>) -> bool {
-    let check = || -> password_hash::Result<bool> {
+fn verify_phc(blocks: &mut Vec<Block>, password: &[u8], hash: &PasswordHash<'_>) -> bool {
+    let mut check = || -> password_hash::Result<bool> {
         let (Some(salt), Some(expected)) = (&hash.salt, &hash.hash) else {
             return Ok(false);
         };
@@ -158,10 +177,14 @@ fn verify_phc(pool: &BlockPool, password: &[u8], hash: &PasswordHash<'_>) -> boo
         let mut salt_buf = [0u8; 64];
         let salt_bytes = salt.decode_b64(&mut salt_buf)?;
         let computed = Output::init_with(expected.len(), |out| {
-            pool.with(count, |blocks| {
-                argon.hash_password_into_with_memory(password, salt_bytes, out, blocks)
-            })
-            .map_err(Into::into)
+            argon
+                .hash_password_into_with_memory(
+                    password,
+                    salt_bytes,
+                    out,
+                    blocks_for(blocks, count),
+                )
+                .map_err(Into::into)
         })?;
         // `Output`'s equality is constant-time.
         Ok(computed == *expected)
@@ -216,7 +239,7 @@ impl PasswordHasher {
             concurrency,
             running: Arc::new(AtomicUsize::new(0)),
             dummy_hash: dummy.into(),
-            blocks: Arc::new(BlockPool::default()),
+            pool: Arc::new(Mutex::new(start_pool(concurrency)?)),
         })
     }
 
@@ -230,12 +253,12 @@ impl PasswordHasher {
         self.running.load(Ordering::Relaxed)
     }
 
-    /// Runs `work` on the blocking pool holding a permit for its whole
+    /// Runs `work` on a hashing thread holding a permit for its whole
     /// run; dropping the returned future before the permit is granted
     /// starts nothing, dropping it afterwards lets the hash finish.
     async fn run<R: Send + 'static>(
         &self,
-        work: impl FnOnce() -> R + Send + 'static,
+        work: impl FnOnce(&mut Vec<Block>) -> R + Send + 'static,
     ) -> Result<R, HashError> {
         let permit = self
             .permits
@@ -244,7 +267,8 @@ impl PasswordHasher {
             .await
             .map_err(|e| HashError::Join(e.to_string()))?;
         let running = self.running.clone();
-        tokio::task::spawn_blocking(move || {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let job: Job = Box::new(move |blocks| {
             // Decremented by the guard even if the hash panics.
             struct Running(Arc<AtomicUsize>);
             impl Drop for Running {
@@ -254,11 +278,19 @@ impl PasswordHasher {
             }
             running.fetch_add(1, Ordering::Relaxed);
             let _running = Running(running);
-            let _permit = permit;
-            work()
-        })
-        .await
-        .map_err(|e| HashError::Join(e.to_string()))
+            let result = work(blocks);
+            // The next hash may start while this answer travels.
+            drop(permit);
+            let _ = answer.send(result);
+        });
+        self.pool
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .send(job)
+            .map_err(|_| HashError::Join("the hashing threads are gone".into()))?;
+        answered
+            .await
+            .map_err(|_| HashError::Join("the hash panicked".into()))
     }
 
     /// Hashes `password` into a PHC string.
@@ -267,10 +299,9 @@ impl PasswordHasher {
     /// [`HashError`] if hashing fails.
     pub async fn hash(&self, password: String) -> Result<String, HashError> {
         let argon = self.argon.clone();
-        let pool = self.blocks.clone();
-        self.run(move || {
+        self.run(move |blocks| {
             let salt = SaltString::generate(&mut rand::thread_rng());
-            hash_phc(&argon, &pool, password.as_bytes(), salt.as_salt())
+            hash_phc(&argon, blocks, password.as_bytes(), salt.as_salt())
                 .map_err(|e| HashError::Hash(e.to_string()))
         })
         .await?
@@ -286,16 +317,15 @@ impl PasswordHasher {
         password: String,
         stored: Option<String>,
     ) -> Result<Verdict, HashError> {
-        let pool = self.blocks.clone();
         let dummy = self.dummy_hash.clone();
-        self.run(move || {
+        self.run(move |blocks| {
             let known = stored.is_some();
             let stored = stored.unwrap_or_else(|| dummy.to_string());
             match PasswordHash::new(&stored) {
                 Ok(parsed) => {
                     // The parameters of the stored hash are used, so hashes
                     // made under older parameters keep working.
-                    let ok = verify_phc(&pool, password.as_bytes(), &parsed);
+                    let ok = verify_phc(blocks, password.as_bytes(), &parsed);
                     if ok && known {
                         Verdict::Match
                     } else {
@@ -304,7 +334,7 @@ impl PasswordHasher {
                 }
                 Err(_) => {
                     if let Ok(parsed) = PasswordHash::new(&dummy) {
-                        let _ = verify_phc(&pool, password.as_bytes(), &parsed);
+                        let _ = verify_phc(blocks, password.as_bytes(), &parsed);
                     }
                     Verdict::CorruptHash
                 }
@@ -407,7 +437,7 @@ mod tests {
                 Verdict::Mismatch
             );
             // The same salt gives the same string as the crate's hasher.
-            let same = hash_phc(&h.argon, &h.blocks, b"pass-before", salt.as_salt()).unwrap();
+            let same = hash_phc(&h.argon, &mut Vec::new(), b"pass-before", salt.as_salt()).unwrap();
             assert_eq!(same, before);
             // Made the new way, checked the old way.
             let after = h.hash("pass-after".into()).await.unwrap();

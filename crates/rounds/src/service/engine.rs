@@ -154,7 +154,15 @@ pub struct Engine {
     lock: tokio::sync::Mutex<()>,
     /// The tip of the last re-broadcast pass (`None`: not yet).
     last_rebroadcast: tokio::sync::Mutex<Option<Offered>>,
+    /// Scripts of derived keys (users', pots'), so a payment does not
+    /// derive them again: a derivation is three EC multiplications, as much
+    /// as the signature itself. Public data only; signing derives the
+    /// private key as before.
+    scripts: std::sync::Mutex<HashMap<wallet::KeyPath, ScriptBuf>>,
 }
+
+/// Entries of [`Engine`]'s script cache before it starts over (a few MiB).
+const SCRIPT_CACHE_MAX: usize = 65_536;
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -185,6 +193,7 @@ impl Engine {
             rounds,
             lock: tokio::sync::Mutex::new(()),
             last_rebroadcast: tokio::sync::Mutex::new(None),
+            scripts: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -196,6 +205,54 @@ impl Engine {
     /// The wallet.
     pub fn wallet(&self) -> &Arc<Wallet> {
         &self.wallet
+    }
+
+    /// The script of the key at `path`, from the cache or derived by `derive`.
+    fn cached_script(
+        &self,
+        path: wallet::KeyPath,
+        derive: impl FnOnce() -> Result<(wallet::KeyPath, ScriptBuf), spend::SpendFailure>,
+    ) -> Result<(wallet::KeyPath, ScriptBuf), spend::SpendFailure> {
+        let cached = self
+            .scripts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&path)
+            .cloned();
+        if let Some(script) = cached {
+            return Ok((path, script));
+        }
+        let (path, script) = derive()?;
+        let mut scripts = self.scripts.lock().unwrap_or_else(|p| p.into_inner());
+        if scripts.len() >= SCRIPT_CACHE_MAX {
+            scripts.clear();
+        }
+        scripts.insert(path, script.clone());
+        Ok((path, script))
+    }
+
+    /// The key path and script of the user with `derivation_index`
+    /// ([`spend::user_key`], cached).
+    ///
+    /// # Errors
+    /// As [`spend::user_key`].
+    pub fn user_script(
+        &self,
+        derivation_index: i64,
+    ) -> Result<(wallet::KeyPath, ScriptBuf), spend::SpendFailure> {
+        let path = spend::user_key_path(derivation_index)?;
+        self.cached_script(path, || spend::user_key(&self.wallet, derivation_index))
+    }
+
+    /// The pot script of round `round_id` ([`spend::pot_key`], cached).
+    ///
+    /// # Errors
+    /// As [`spend::pot_key`].
+    pub fn pot_script(&self, round_id: i64) -> Result<ScriptBuf, spend::SpendFailure> {
+        let path = spend::pot_key_path(round_id)?;
+        Ok(self
+            .cached_script(path, || spend::pot_key(&self.wallet, round_id))?
+            .1)
     }
 
     /// The last processed block's height: the anti-fee-sniping `nLockTime`.
@@ -344,32 +401,47 @@ impl Engine {
             .as_deref()
             .ok_or_else(|| EngineError::Corrupt(format!("transfer {} has no tx", t.id)))?;
         let tx = txid_of(raw)?;
+        self.broadcast_signed(t.id, t.kind, &t.txid, tx).await
+    }
+
+    /// [`Engine::broadcast_transfer`] of transfer `id` (of `kind`, whose
+    /// transaction `txid` is `tx`), with the transaction at hand.
+    ///
+    /// # Errors
+    /// As [`Engine::broadcast_transfer`].
+    pub async fn broadcast_signed(
+        &self,
+        id: i64,
+        kind: TransferKind,
+        txid: &str,
+        tx: Transaction,
+    ) -> Result<bool, EngineError> {
         match Broadcast::send(self.chain.as_ref(), tx).await {
             Broadcast::Accepted => {
-                crash_point(match t.kind {
+                crash_point(match kind {
                     TransferKind::Bet => "bet_broadcast",
                     TransferKind::Withdrawal => "withdrawal_broadcast",
                     TransferKind::Payout => "payout_broadcast",
                     TransferKind::Deposit => "deposit_broadcast",
                 });
-                self.store.mark_broadcast(t.id).await?;
+                self.store.mark_broadcast(id).await?;
                 Ok(true)
             }
             Broadcast::Refused { code, reason } => {
-                tracing::warn!(transfer = t.id, code, %reason, "broadcast refused as invalid and found nowhere; undoing");
+                tracing::warn!(transfer = id, code, %reason, "broadcast refused as invalid and found nowhere; undoing");
                 // Released inputs are offered to the user again: only those
                 // that really are unspent on the chain.
-                let lost = self.lost_inputs(&t.txid).await?;
-                self.store.fail_transfer_keeping(t.id, &lost).await?;
+                let lost = self.lost_inputs(txid).await?;
+                self.store.fail_transfer_keeping(id, &lost).await?;
                 Ok(false)
             }
             Broadcast::Pending(e) => {
-                tracing::info!(transfer = t.id, error = %e, "broadcast not settled; stays signed, retried");
+                tracing::info!(transfer = id, error = %e, "broadcast not settled; stays signed, retried");
                 if e.is_inputs_spent() {
                     // Never undone on this (it may be this very transaction,
                     // mined); only a confirmed input that is spent while our
                     // transaction is nowhere is named, for the operator.
-                    self.lost_inputs(&t.txid).await?;
+                    self.lost_inputs(txid).await?;
                 }
                 Err(e.into())
             }

@@ -12,6 +12,7 @@ use crate::domain::settings::{ServiceConfig, DUST_LIMIT_SATS, P2WPKH_INPUT_VBYTE
 use crate::domain::spend::{self, SpendFailure};
 use crate::domain::time::unix_now;
 use crate::service::engine::{crash_point, Engine, EngineError};
+use crate::store::ledger::PaymentContext;
 use crate::store::users::UserRow;
 use crate::store::{LedgerError, Store, StoreError};
 
@@ -154,6 +155,33 @@ pub struct Paid {
     pub broadcast: bool,
 }
 
+/// The paying user as a payment needs it.
+#[derive(Debug, Clone)]
+struct Payer {
+    id: i64,
+    /// The user's key and its P2WPKH script (inputs and change).
+    key_path: wallet::KeyPath,
+    script: ScriptBuf,
+    debt_sats: i64,
+    /// The synced tip the context was read at.
+    tip_height: Option<i64>,
+}
+
+impl Payer {
+    /// The payer of `ctx`, or [`PaymentError::UnknownUser`].
+    fn of(engine: &Engine, user_id: i64, ctx: &PaymentContext) -> Result<Self, PaymentError> {
+        let (index, debt_sats) = ctx.user.ok_or(PaymentError::UnknownUser)?;
+        let (key_path, script) = engine.user_script(index).map_err(PaymentError::Spend)?;
+        Ok(Self {
+            id: user_id,
+            key_path,
+            script,
+            debt_sats,
+            tip_height: ctx.tip_height,
+        })
+    }
+}
+
 /// Where a user's payment goes.
 #[derive(Debug, Clone, Copy)]
 enum Destination<'a> {
@@ -191,7 +219,8 @@ impl<'a> Payments<'a> {
         amount_sats: i64,
         max_input_fee_percent: u32,
     ) -> Result<Paid, PaymentError> {
-        let config = self.open_config().await?;
+        let ctx = self.open_context(user_id).await?;
+        let config = &ctx.config;
         if amount_sats < config.min_bet_sats {
             return Err(PaymentError::BetBelowMinimum {
                 amount_sats,
@@ -209,29 +238,24 @@ impl<'a> Payments<'a> {
                 max_percent: max_input_fee_percent,
             });
         }
-        let round = self
-            .store
-            .current_round()
-            .await?
-            .ok_or(PaymentError::NoRound)?;
+        let (round_id, status, closes_at) = ctx.round.ok_or(PaymentError::NoRound)?;
         // Server time decides: once closes_at has passed the round takes no
         // bet, even before the engine has moved it (checked again in the
         // transaction that writes the bet).
-        if round.status != RoundStatus::Open || unix_now() >= round.closes_at {
-            return Err(PaymentError::RoundNotOpen {
-                round_id: round.id,
-                status: round.status,
-            });
+        if status != RoundStatus::Open || unix_now() >= closes_at {
+            return Err(PaymentError::RoundNotOpen { round_id, status });
         }
-        let me = self.user(user_id).await?;
-        let (_, pot_script) =
-            spend::pot_key(self.engine.wallet(), round.id).map_err(PaymentError::Spend)?;
+        let payer = Payer::of(self.engine, user_id, &ctx)?;
+        let pot_script = self
+            .engine
+            .pot_script(round_id)
+            .map_err(PaymentError::Spend)?;
         self.pay_from_user(
-            &me,
-            &config,
+            &payer,
+            config,
             &pot_script,
             amount_sats,
-            Destination::Pot { round_id: round.id },
+            Destination::Pot { round_id },
         )
         .await
     }
@@ -247,7 +271,8 @@ impl<'a> Payments<'a> {
         address: &str,
         amount_sats: i64,
     ) -> Result<Paid, PaymentError> {
-        let config = self.open_config().await?;
+        let ctx = self.open_context(user_id).await?;
+        let config = &ctx.config;
         let address = address.trim();
         match addresses.validate(address) {
             Ok(()) => {}
@@ -270,12 +295,12 @@ impl<'a> Payments<'a> {
                 min_withdrawal_sats: min,
             });
         }
-        let me = self.user(user_id).await?;
+        let payer = Payer::of(self.engine, user_id, &ctx)?;
         let to = spend::script_of(address, self.engine.wallet().network())
             .map_err(PaymentError::Spend)?;
         self.pay_from_user(
-            &me,
-            &config,
+            &payer,
+            config,
             &to,
             amount_sats,
             Destination::Address(address),
@@ -283,12 +308,13 @@ impl<'a> Payments<'a> {
         .await
     }
 
-    async fn open_config(&self) -> Result<ServiceConfig, PaymentError> {
-        let config = self.store.config().await?;
-        if config.paused {
+    /// What the payment reads before it signs, refused when paused.
+    async fn open_context(&self, user_id: i64) -> Result<PaymentContext, PaymentError> {
+        let ctx = self.store.payment_context(user_id).await?;
+        if ctx.config.paused {
             return Err(PaymentError::Paused);
         }
-        Ok(config)
+        Ok(ctx)
     }
 
     async fn user(&self, user_id: i64) -> Result<UserRow, PaymentError> {
@@ -304,7 +330,7 @@ impl<'a> Payments<'a> {
     /// it select again, a few times, then answer `funds_busy`.
     async fn pay_from_user(
         &self,
-        me: &UserRow,
+        me: &Payer,
         config: &ServiceConfig,
         to: &ScriptBuf,
         amount_sats: i64,
@@ -315,15 +341,24 @@ impl<'a> Payments<'a> {
             Destination::Address(a) => (TransferKind::Withdrawal, None, Some(a.to_string())),
         };
         let wallet = self.engine.wallet().clone();
-        let tip = self.store.synced_tip().await?;
-        let tip_height = tip.and_then(|(h, _)| u32::try_from(h).ok());
-        for _ in 0..SPEND_ATTEMPTS {
+        let tip_height = me.tip_height.and_then(|h| u32::try_from(h).ok());
+        for attempt in 0..SPEND_ATTEMPTS {
             let outputs = self
                 .store
-                .spendable_outputs(me.id, config.deposit_confirmations)
+                .spendable_outputs_at(
+                    me.id,
+                    config.deposit_confirmations,
+                    me.tip_height.unwrap_or(0),
+                )
                 .await?;
-            // Coins that cover a debt are not the user's to spend.
-            let debt_sats = self.store.user_debt(me.id).await?;
+            // Coins that cover a debt are not the user's to spend. The first
+            // attempt uses the debt read with the context; a retry reads it
+            // again.
+            let debt_sats = if attempt == 0 {
+                me.debt_sats
+            } else {
+                self.store.user_debt(me.id).await?
+            };
             if debt_sats > 0 {
                 let coins: i64 = outputs.iter().map(|o| o.amount_sats).sum();
                 if coins - debt_sats < amount_sats {
@@ -333,9 +368,10 @@ impl<'a> Payments<'a> {
                     });
                 }
             }
-            let signed = spend::user_payment(
+            let signed = spend::user_payment_with(
                 &wallet,
-                me.derivation_index,
+                me.key_path,
+                &me.script,
                 &outputs,
                 to,
                 amount_sats,
@@ -401,15 +437,16 @@ impl<'a> Payments<'a> {
                 TransferKind::Bet => "bet_signed",
                 _ => "withdrawal_signed",
             });
-            let t =
-                self.store.transfer(transfer_id).await?.ok_or_else(|| {
-                    StoreError::Corrupt(format!("transfer {transfer_id} vanished"))
-                })?;
             // The intent is durable from here on: a chain that cannot be reached
             // leaves it signed and the worker broadcasts it later, so the answer
             // is "accepted, pending" rather than an error the client would retry
-            // (and pay twice).
-            let broadcast = match self.engine.broadcast_transfer(&t).await {
+            // (and pay twice). The transaction just signed is sent as it is,
+            // not read back from the row just written.
+            let broadcast = match self
+                .engine
+                .broadcast_signed(transfer_id, kind, &signed.intent.txid, signed.tx.clone())
+                .await
+            {
                 Ok(true) => true,
                 Ok(false) => {
                     self.engine.notify().await;

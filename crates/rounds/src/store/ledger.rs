@@ -10,11 +10,12 @@
 use sqlx::any::AnyRow;
 use sqlx::{Any, Row, Transaction};
 
+use super::settings::config_from_row;
 use super::{state_column, Store, StoreError};
 use crate::domain::audit::AuditDetails;
 use crate::domain::money::{Coin, Intent};
 use crate::domain::round::{RoundStatus, TransferKind, TransferStatus};
-use crate::domain::settings::ConfigDiff;
+use crate::domain::settings::{ConfigDiff, ServiceConfig};
 use crate::domain::time::unix_now;
 
 /// A transfer as stored.
@@ -50,6 +51,19 @@ pub struct TransferRow {
     pub created_at: i64,
     /// Deposits: confirmations consensus requires before it can be spent (coinbase: 100).
     pub min_confirmations: i64,
+}
+
+/// What a bet or withdrawal reads before it signs, from one statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaymentContext {
+    /// The service config (pause flag, minimums, fee rate, confirmations).
+    pub config: ServiceConfig,
+    /// The newest round `(id, status, closes_at)`, if any.
+    pub round: Option<(i64, RoundStatus, i64)>,
+    /// The paying user's `(derivation index, debt)`, if the user exists.
+    pub user: Option<(i64, i64)>,
+    /// Height of the last processed block, if any.
+    pub tip_height: Option<i64>,
 }
 
 /// Why a money step was refused.
@@ -246,19 +260,26 @@ pub(super) async fn insert_intent(tx: &mut Tx<'_>, intent: &Intent) -> Result<i6
         }
         _ => LedgerError::from(e),
     })?;
-    for o in &intent.outputs {
-        sqlx::query(
-            "INSERT INTO outputs (txid, vout, amount_sats, user_id, round_id, origin) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(&intent.txid)
-        .bind(o.vout)
-        .bind(o.amount_sats)
-        .bind(o.user_id)
-        .bind(o.round_id)
-        .bind(o.origin.as_str())
-        .execute(&mut **tx)
-        .await?;
+    // All new outputs in one statement (a bet has two: pot and change).
+    for chunk in intent.outputs.chunks(BATCH / 6) {
+        let rows = (0..chunk.len())
+            .map(|i| format!("({})", placeholders(1 + 6 * i, 6)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "INSERT INTO outputs (txid, vout, amount_sats, user_id, round_id, origin) VALUES {rows}"
+        );
+        let mut q = sqlx::query(&sql);
+        for o in chunk {
+            q = q
+                .bind(&intent.txid)
+                .bind(o.vout)
+                .bind(o.amount_sats)
+                .bind(o.user_id)
+                .bind(o.round_id)
+                .bind(o.origin.as_str());
+        }
+        q.execute(&mut **tx).await?;
     }
     Ok(id)
 }
@@ -321,13 +342,69 @@ impl Store {
         confirmations: i64,
     ) -> Result<Vec<Coin>, StoreError> {
         let tip = self.synced_tip().await?.map_or(0, |t| t.0);
+        self.spendable_outputs_at(user_id, confirmations, tip).await
+    }
+
+    /// What a payment by `user_id` reads before it signs (config, newest
+    /// round, the user's key index and debt, the synced tip), in one
+    /// statement instead of five round trips.
+    ///
+    /// # Errors
+    /// Database failures, or [`StoreError::Corrupt`] when the config row is missing.
+    pub async fn payment_context(&self, user_id: i64) -> Result<PaymentContext, StoreError> {
+        let row = sqlx::query(
+            "SELECT c.fee_address, c.fee_rate_sat_vb, c.round_duration_seconds, c.min_bet_sats, \
+             c.min_withdrawal_sats, c.deposit_confirmations, c.paused, \
+             r.id AS round_id, r.status AS round_status, r.closes_at AS round_closes_at, \
+             u.derivation_index AS user_index, u.debt_sats AS user_debt, \
+             (SELECT MAX(height) FROM blocks) AS tip_height \
+             FROM service_config c \
+             LEFT JOIN rounds r ON r.id = (SELECT MAX(id) FROM rounds) \
+             LEFT JOIN users u ON u.id = $1 \
+             WHERE c.id = 1",
+        )
+        .bind(user_id)
+        .fetch_optional(self.pool())
+        .await?
+        .ok_or_else(|| StoreError::Corrupt("service_config row missing".into()))?;
+        let config = config_from_row(&row)?;
+        let round = match row.try_get::<Option<i64>, _>("round_id")? {
+            Some(id) => Some((
+                id,
+                state_column(&row, "round_status")?,
+                row.try_get("round_closes_at")?,
+            )),
+            None => None,
+        };
+        let user = match row.try_get::<Option<i64>, _>("user_index")? {
+            Some(index) => Some((index, row.try_get("user_debt")?)),
+            None => None,
+        };
+        Ok(PaymentContext {
+            config,
+            round,
+            user,
+            tip_height: row.try_get("tip_height")?,
+        })
+    }
+
+    /// [`Store::spendable_outputs`] with the synced tip height already read.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn spendable_outputs_at(
+        &self,
+        user_id: i64,
+        confirmations: i64,
+        tip_height: i64,
+    ) -> Result<Vec<Coin>, StoreError> {
         let rows = sqlx::query(&format!(
             "SELECT {OUTPUT_COLS} FROM outputs WHERE user_id = $1 AND spent_txid IS NULL \
              AND block_height IS NOT NULL AND (origin <> 'deposit' OR ($2 - block_height + 1 >= $3 AND $2 - block_height + 1 >= min_confirmations)) \
              ORDER BY amount_sats DESC, id"
         ))
         .bind(user_id)
-        .bind(tip)
+        .bind(tip_height)
         .bind(confirmations)
         .fetch_all(self.pool())
         .await?;
@@ -342,16 +419,21 @@ impl Store {
     /// [`LedgerError::WrongStatus`], [`LedgerError::OutputTaken`].
     pub async fn place_bet(&self, intent: &Intent) -> Result<(i64, i64), LedgerError> {
         let round_id = intent.round_id.unwrap_or(0);
+        let _turn = self.write_turn().await;
         let mut tx = self.pool().begin().await?;
         // A write first: takes SQLite's write lock and PostgreSQL's row lock
         // on the round, so closing waits for this bet or this bet sees it.
         // closes_at in the same statement as the status: a bet after the
         // close time is refused even while the engine has not closed yet.
+        // The pot grows by the bet here (a rollback undoes it), instead of
+        // a recount over every bet of the round, which made a bet's cost
+        // grow with the round.
         let open = sqlx::query(
-            "UPDATE rounds SET pot_sats = pot_sats WHERE id = $1 AND status = 'open' AND closes_at > $2",
+            "UPDATE rounds SET pot_sats = pot_sats + $3 WHERE id = $1 AND status = 'open' AND closes_at > $2",
         )
         .bind(round_id)
         .bind(unix_now())
+        .bind(intent.amount_sats)
         .execute(&mut *tx)
         .await?;
         if open.rows_affected() != 1 {
@@ -373,7 +455,19 @@ impl Store {
         .bind(intent.fee_sats)
         .fetch_one(&mut *tx)
         .await?;
-        recount_round(&mut tx, round_id).await?;
+        // A new bettor unless this user already has a placed bet in the
+        // round. Read after the round's lock is held (a statement of its own,
+        // so PostgreSQL reads with a snapshot that sees every bet committed
+        // before this one), by the (round_id, user_id) index.
+        sqlx::query(
+            "UPDATE rounds SET bettors = bettors + 1 WHERE id = $1 AND NOT EXISTS \
+             (SELECT 1 FROM bets WHERE round_id = $1 AND user_id = $2 AND status = 'placed' AND id <> $3)",
+        )
+        .bind(round_id)
+        .bind(intent.user_id)
+        .bind(bet_id)
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok((bet_id, transfer_id))
     }
@@ -383,6 +477,7 @@ impl Store {
     /// # Errors
     /// [`LedgerError::OutputTaken`].
     pub async fn record_withdrawal(&self, intent: &Intent) -> Result<i64, LedgerError> {
+        let _turn = self.write_turn().await;
         let mut tx = self.pool().begin().await?;
         let id = insert_intent(&mut tx, intent).await?;
         tx.commit().await?;
@@ -394,6 +489,7 @@ impl Store {
     /// # Errors
     /// Database failures.
     pub async fn mark_broadcast(&self, transfer_id: i64) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
         sqlx::query(
             "UPDATE transfers SET status = 'broadcast' WHERE id = $1 AND status = 'signed'",
         )

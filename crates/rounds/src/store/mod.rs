@@ -87,6 +87,12 @@ pub enum Backend {
 pub struct Store {
     pool: AnyPool,
     backend: Backend,
+    /// Serialises this process's hot write transactions on SQLite (bets,
+    /// withdrawals, broadcast marks): SQLite has one writer, and a
+    /// connection that finds the write lock taken sleeps in its busy
+    /// handler (1 ms, 2 ms, 5 ms, …) instead of being woken when the lock
+    /// frees; queueing here hands the lock over at once.
+    write_gate: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
 static INSTALL_DRIVERS: Once = Once::new();
@@ -130,7 +136,21 @@ impl Store {
             });
         }
         let pool = options.connect(&url).await?;
-        Ok(Self { pool, backend })
+        Ok(Self {
+            pool,
+            backend,
+            write_gate: std::sync::Arc::default(),
+        })
+    }
+
+    /// Held around a hot write transaction: on SQLite the process's turn
+    /// at the write lock (see `write_gate`), on PostgreSQL nothing (row
+    /// locks let writers of different rows run at once).
+    pub(crate) async fn write_turn(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        match self.backend {
+            Backend::Sqlite => Some(self.write_gate.lock().await),
+            Backend::Postgres => None,
+        }
     }
 
     /// The backend in use.

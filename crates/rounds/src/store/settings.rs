@@ -235,7 +235,7 @@ pub(super) async fn insert_audit(
     Ok(())
 }
 
-fn config_from_row(r: &AnyRow) -> Result<ServiceConfig, StoreError> {
+pub(super) fn config_from_row(r: &AnyRow) -> Result<ServiceConfig, StoreError> {
     let paused: i64 = r.try_get("paused")?;
     Ok(ServiceConfig {
         fee_address: r.try_get("fee_address")?,

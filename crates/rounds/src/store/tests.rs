@@ -3,6 +3,8 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
+use sqlx::Row as _;
+
 use super::migrations::CASE_INSENSITIVE_USERNAMES;
 use super::*;
 use crate::domain::round::{OutputOrigin, RoundStatus, TransferKind, TransferStatus};
@@ -115,6 +117,7 @@ both_backends!(
     refused_broadcast_releases_the_inputs,
     the_close_reads_the_tip_while_holding_the_round,
     an_unknown_spend_is_audited_once_per_output_across_an_upgrade,
+    bets_keep_pot_and_bettors_equal_to_a_recount,
 );
 
 async fn users_are_unique_ignoring_case_and_get_distinct_indexes(b: Backend) {
@@ -1124,4 +1127,83 @@ mod limits {
         assert!(s.streams_of("10.0.0.9").await.unwrap().is_empty());
         db.cleanup().await;
     }
+}
+
+/// `(pot_sats, bettors)` of the round as stored, and as recounted from its placed bets.
+async fn pot_and_bettors(store: &Store, round_id: i64) -> ((i64, i64), (i64, i64)) {
+    let stored = sqlx::query("SELECT pot_sats, bettors FROM rounds WHERE id = $1")
+        .bind(round_id)
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    let counted = sqlx::query(
+        "SELECT CAST(COALESCE(SUM(amount_sats), 0) AS BIGINT) AS pot, COUNT(DISTINCT user_id) AS bettors \
+         FROM bets WHERE round_id = $1 AND status = 'placed'",
+    )
+    .bind(round_id)
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    (
+        (stored.get("pot_sats"), stored.get("bettors")),
+        (counted.get("pot"), counted.get("bettors")),
+    )
+}
+
+/// A bet grows the pot and counts a new bettor by itself, without a
+/// recount: concurrent bets of one user count one bettor, a failed bet
+/// (recounted) and a later bet keep both figures equal to a recount.
+async fn bets_keep_pot_and_bettors_equal_to_a_recount(b: Backend) {
+    let db = TestDb::new(b).await;
+    let (alice, _) = funded(&db.store).await;
+    let bob = db.store.create_user("bob", "h", addr).await.unwrap().id;
+    let round = db
+        .store
+        .ensure_round(crate::domain::time::unix_now())
+        .await
+        .unwrap();
+    let bet = |user: i64, n: usize| {
+        let mut bet = money::intent(
+            TransferKind::Bet,
+            user,
+            Some(round.id),
+            &format!("{n:064x}"),
+            vec![],
+        );
+        bet.outputs.clear();
+        bet
+    };
+    let tasks: Vec<_> = [alice, alice, alice, alice, bob]
+        .into_iter()
+        .enumerate()
+        .map(|(n, user)| {
+            let store = db.store.clone();
+            let bet = bet(user, n + 1);
+            tokio::spawn(async move { store.place_bet(&bet).await })
+        })
+        .collect();
+    let mut transfers = Vec::new();
+    for t in tasks {
+        transfers.push(t.await.unwrap().unwrap().1);
+    }
+    let (stored, counted) = pot_and_bettors(&db.store, round.id).await;
+    assert_eq!(stored, (50_000, 2));
+    assert_eq!(stored, counted);
+    // One of Alice's bets fails: she is still a bettor.
+    db.store.fail_transfer(transfers[0]).await.unwrap();
+    let (stored, counted) = pot_and_bettors(&db.store, round.id).await;
+    assert_eq!(stored, (40_000, 2));
+    assert_eq!(stored, counted);
+    // Bob's only bet fails: one bettor left.
+    db.store.fail_transfer(transfers[4]).await.unwrap();
+    let (stored, counted) = pot_and_bettors(&db.store, round.id).await;
+    assert_eq!(stored, (30_000, 1));
+    assert_eq!(stored, counted);
+    // Bob bets again and counts again; another bet of Alice does not.
+    db.store.place_bet(&bet(bob, 6)).await.unwrap();
+    db.store.place_bet(&bet(alice, 7)).await.unwrap();
+    let (stored, counted) = pot_and_bettors(&db.store, round.id).await;
+    assert_eq!(stored, (50_000, 2));
+    assert_eq!(stored, counted);
+    db.cleanup().await;
 }
