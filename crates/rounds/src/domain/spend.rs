@@ -149,42 +149,9 @@ pub fn script_of(address: &str, network: Network) -> Result<ScriptBuf, SpendFail
 ///
 /// # Errors
 /// [`SpendFailure::Insufficient`], [`SpendFailure::Dust`], wallet failures.
-#[allow(clippy::too_many_arguments)]
-pub fn user_payment(
-    wallet: &Wallet,
-    derivation_index: i64,
-    outputs: &[Coin],
-    to: &ScriptBuf,
-    amount_sats: i64,
-    fee_rate_sat_vb: i64,
-    kind: TransferKind,
-    user_id: i64,
-    round_id: Option<i64>,
-    address: Option<String>,
-    tip_height: Option<u32>,
-) -> Result<Signed, SpendFailure> {
-    let (path, script) = user_key(wallet, derivation_index)?;
-    user_payment_with(
-        wallet,
-        path,
-        &script,
-        outputs,
-        to,
-        amount_sats,
-        fee_rate_sat_vb,
-        kind,
-        user_id,
-        round_id,
-        address,
-        tip_height,
-    )
-}
-
-/// [`user_payment`] with the user's key path and script already derived
-/// (see [`user_key`]).
 ///
-/// # Errors
-/// As [`user_payment`].
+/// The user's key path and script come derived (see [`user_key`]), so a
+/// caller that caches them does not derive them again.
 #[allow(clippy::too_many_arguments)]
 pub fn user_payment_with(
     wallet: &Wallet,
@@ -283,7 +250,7 @@ pub fn user_payment_with(
 
 /// The payout of a round: every pot output in; `commission` to the fee
 /// address (folded into the winner's share when it would be dust); the rest
-/// minus the miner fee to the winner. `tip_height` as for [`user_payment`].
+/// minus the miner fee to the winner. `tip_height` as for [`user_payment_with`].
 ///
 /// # Errors
 /// Wallet failures, or [`SpendFailure::Insufficient`] when the fee eats the pot.
