@@ -62,6 +62,25 @@ impl Node {
     }
 }
 
+/// CPU time the process has used so far (user + system), in seconds: unlike wall time it
+/// does not grow while another process holds the cores, so it compares builds on a busy
+/// machine.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name (which is in parentheses and may hold spaces).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name; the
+    // kernel counts them in USER_HZ, 100 on Linux.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 fn rss_kib() -> u64 {
     status_field("VmRSS:")
 }
@@ -520,6 +539,10 @@ async fn main() {
     })
     .await;
     settle().await;
+    // What idle nodes cost: their watchers, timers and reconnect loops, no traffic.
+    let idle_start = (Instant::now(), cpu_seconds());
+    settle().await;
+    let idle_cpu = (cpu_seconds() - idle_start.1) / idle_start.0.elapsed().as_secs_f64();
     let rss_after = rss_kib();
     let mem_channels = mem::snapshot();
     let per_channel_kib = (rss_after.saturating_sub(rss_before)) as f64 / channels as f64;
@@ -527,14 +550,17 @@ async fn main() {
 
     // One channel.
     let start = Instant::now();
+    let cpu_start = cpu_seconds();
     htlc_pairs(&hub, &peers[0], pairs, 0, expiry).await;
     let one = f64::from(pairs) / start.elapsed().as_secs_f64();
+    let one_cpu_ms = (cpu_seconds() - cpu_start) * 1000.0 / f64::from(pairs);
 
     // Every channel at once.
     let per_channel = (pairs / 10).max(5);
     let hub = Arc::new(hub);
     let peers: Vec<Arc<Node>> = peers.into_iter().map(Arc::new).collect();
     let start = Instant::now();
+    let cpu_start = cpu_seconds();
     let mut tasks = Vec::new();
     for (i, p) in peers.iter().enumerate() {
         let hub = Arc::clone(&hub);
@@ -547,6 +573,8 @@ async fn main() {
         t.await.unwrap();
     }
     let all = f64::from(per_channel) * channels as f64 / start.elapsed().as_secs_f64();
+    let all_cpu_ms =
+        (cpu_seconds() - cpu_start) * 1000.0 / (f64::from(per_channel) * channels as f64);
 
     let mem = in_memory_pairs(pairs * 5);
     let baseline = mem.pairs_per_s;
@@ -601,7 +629,16 @@ async fn main() {
     );
     println!("baseline, in-memory state machines without IO: {baseline:.0} pairs/s");
     println!(
+        "CPU time per pair, both ends and the bench's client (user + system): one channel {one_cpu_ms:.2} ms, {channels} channels in parallel {all_cpu_ms:.2} ms; in-memory pair {:.2} ms",
+        1000.0 / baseline
+    );
+    println!(
         "memory per idle channel (both ends, RSS growth / {channels}): {per_channel_kib:.0} KiB"
+    );
+    println!(
+        "CPU of {} idle nodes with {channels} open channels: {:.1}% of one core",
+        channels + 1,
+        idle_cpu * 100.0
     );
     println!("where the memory goes, KiB:");
     println!(

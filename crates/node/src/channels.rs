@@ -102,10 +102,23 @@ pub(crate) enum AnchorCheck {
 /// All channels this node has (closed ones included).
 #[derive(Default)]
 pub(crate) struct Channels {
-    all: Mutex<Vec<Arc<Slot>>>,
+    list: Mutex<ChannelList>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// The channels in creation order, and the same per peer.
+///
+/// Every packet and every owner command looks its channel up by peer. A scan of all
+/// channels compared node keys one by one, and secp256k1 compares two keys by serialising
+/// both, so each packet cost time in proportion to the node's channel count: a hub with
+/// 100 channels spent more CPU finding channels than signing. The map is keyed by the
+/// serialised key, so a lookup hashes 33 bytes once.
+#[derive(Default)]
+struct ChannelList {
+    all: Vec<Arc<Slot>>,
+    by_peer: HashMap<[u8; 33], Vec<Arc<Slot>>>,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -155,25 +168,42 @@ pub(crate) fn state_name(state: State) -> &'static str {
 
 impl Channels {
     pub(crate) fn add(&self, slot: Arc<Slot>) {
-        lock(&self.all).push(slot);
+        let mut list = lock(&self.list);
+        list.by_peer
+            .entry(slot.peer.serialize())
+            .or_default()
+            .push(Arc::clone(&slot));
+        list.all.push(slot);
     }
 
     pub(crate) fn all(&self) -> Vec<Arc<Slot>> {
-        lock(&self.all).clone()
+        lock(&self.list).all.clone()
     }
 
-    fn remove(&self, id: i64) {
-        lock(&self.all).retain(|s| s.id != id);
+    fn remove(&self, slot: &Slot) {
+        let mut list = lock(&self.list);
+        list.all.retain(|s| s.id != slot.id);
+        let key = slot.peer.serialize();
+        if let Some(slots) = list.by_peer.get_mut(&key) {
+            slots.retain(|s| s.id != slot.id);
+            if slots.is_empty() {
+                list.by_peer.remove(&key);
+            }
+        }
+    }
+
+    /// The peer's channels, oldest first.
+    fn of_peer(&self, peer: &PublicKey) -> Vec<Arc<Slot>> {
+        lock(&self.list)
+            .by_peer
+            .get(&peer.serialize())
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// The peer's channel that is not over yet (the protocol has one per session).
     pub(crate) async fn active(&self, peer: &PublicKey) -> Option<Arc<Slot>> {
-        let candidates: Vec<Arc<Slot>> = lock(&self.all)
-            .iter()
-            .filter(|s| &s.peer == peer)
-            .cloned()
-            .collect();
-        for slot in candidates.into_iter().rev() {
+        for slot in self.of_peer(peer).into_iter().rev() {
             if !finished(slot.inner.lock().await.channel.state()) {
                 return Some(slot);
             }
@@ -183,11 +213,10 @@ impl Channels {
 
     /// The newest channel with the peer, over or not.
     pub(crate) fn latest(&self, peer: &PublicKey) -> Option<Arc<Slot>> {
-        lock(&self.all)
-            .iter()
-            .rev()
-            .find(|s| &s.peer == peer)
-            .cloned()
+        lock(&self.list)
+            .by_peer
+            .get(&peer.serialize())
+            .and_then(|slots| slots.last().cloned())
     }
 }
 
@@ -1071,7 +1100,7 @@ impl NodeState {
         if let Err(e) = self.store.abandon_channel(slot.id, anchor, kind).await {
             tracing::error!(channel = slot.id, error = %e, "cannot abandon channel");
         }
-        self.channels.remove(slot.id);
+        self.channels.remove(slot);
         if kind == Abandoned::Opening {
             if let Some(index) = channel_index(slot.id) {
                 if let Ok(key) = self.wallet.derive(KeyPath {

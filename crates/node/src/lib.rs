@@ -153,6 +153,8 @@ pub(crate) struct NodeState {
     watch_pass: tokio::sync::Mutex<()>,
     /// Set by the watcher's first pass after a start.
     watched_once: std::sync::atomic::AtomicBool,
+    /// The stored hash of the last block the watcher's last complete pass had scanned.
+    scanned_tip: std::sync::Mutex<Option<bitcoin::BlockHash>>,
 }
 
 impl NodeState {
@@ -298,6 +300,7 @@ pub async fn start(config: NodeConfig, chain: Arc<dyn Chain>) -> Result<RunningN
         funding: tokio::sync::Mutex::new(()),
         watch_pass: tokio::sync::Mutex::new(()),
         watched_once: std::sync::atomic::AtomicBool::new(false),
+        scanned_tip: std::sync::Mutex::new(None),
     });
     #[cfg(feature = "test-hooks")]
     if config.dev_allow_cheat {
@@ -416,19 +419,31 @@ async fn accept_loop(state: Arc<NodeState>, listener: TcpListener) {
 /// Dials again the peers we dialed before, while a channel with them is open.
 async fn reconnect_loop(state: Arc<NodeState>) {
     let mut shutdown = state.shutdown.subscribe();
+    let mut known: Option<(u64, Vec<(PublicKey, SocketAddr)>)> = None;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
             _ = shutdown.wait_for(|stop| *stop) => return,
         }
-        let Ok(peers) = state.store.peers().await else {
-            continue;
-        };
-        for (id, address) in peers {
-            let (Ok(node_id), Ok(addr)) = (id.parse::<PublicKey>(), address.parse::<SocketAddr>())
-            else {
+        // The stored peers change rarely: read and parse them again only when they did.
+        let epoch = state.store.peers_epoch();
+        if known.as_ref().is_none_or(|(at, _)| *at != epoch) {
+            let Ok(stored) = state.store.peers().await else {
                 continue;
             };
+            let parsed = stored
+                .iter()
+                .filter_map(|(id, address)| {
+                    Some((
+                        id.parse::<PublicKey>().ok()?,
+                        address.parse::<SocketAddr>().ok()?,
+                    ))
+                })
+                .collect();
+            known = Some((epoch, parsed));
+        }
+        let peers = known.as_ref().map(|(_, p)| p.clone()).unwrap_or_default();
+        for (node_id, addr) in peers {
             if state.peers.is_connected(&node_id) || state.channels.active(&node_id).await.is_none()
             {
                 continue;

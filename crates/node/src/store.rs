@@ -204,6 +204,44 @@ pub(crate) struct Store {
     pool: SqlitePool,
     /// The group-commit writer of channel states (see [`Store::save_channel`]).
     writes: tokio::sync::mpsc::Sender<WriteRequest>,
+    /// Whether the broadcast queue is known to be empty (the watcher asks every pass).
+    broadcasts: std::sync::Arc<Emptiness>,
+    /// Bumped after every change of the stored peers (the reconnect loop re-reads them then).
+    peers_epoch: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// Tells a reader of a table polled every pass (the broadcast queue) that it is still
+/// empty, so that an idle node does not query it four times a second.
+///
+/// Every write that may add a row bumps `epoch` after it committed; a reader that found no
+/// row records the epoch it read before its query. A write that committed after that read
+/// has bumped the epoch since, so the reader queries again: a row is never missed, at
+/// worst a query is not saved.
+#[derive(Default)]
+struct Emptiness {
+    epoch: std::sync::atomic::AtomicU64,
+    /// `epoch + 1` when a query at `epoch` found nothing; 0 when unknown.
+    empty_at: std::sync::atomic::AtomicU64,
+}
+
+impl Emptiness {
+    /// The epoch to read at, and whether the table is known to be empty at it.
+    fn read(&self) -> (u64, bool) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let epoch = self.epoch.load(SeqCst);
+        (epoch, self.empty_at.load(SeqCst) == epoch + 1)
+    }
+
+    /// A query begun at `epoch` found nothing.
+    fn found_empty(&self, epoch: u64) {
+        self.empty_at
+            .store(epoch + 1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// A write that may have added rows committed.
+    fn added(&self) {
+        self.epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// One channel's durable write: its snapshot and the revoked-commitment records that must
@@ -379,7 +417,12 @@ impl Store {
         sqlx::raw_sql(WRITER_SETUP).execute(&mut writer).await?;
         let (writes, rx) = tokio::sync::mpsc::channel(4 * GROUP_MAX);
         tokio::spawn(group_writer(writer, rx));
-        Ok(Store { pool, writes })
+        Ok(Store {
+            pool,
+            writes,
+            broadcasts: std::sync::Arc::default(),
+            peers_epoch: std::sync::Arc::default(),
+        })
     }
 
     pub(crate) async fn meta(&self, key: &str) -> Result<i64, StoreError> {
@@ -417,7 +460,18 @@ impl Store {
             .bind(address)
             .execute(&self.pool)
             .await?;
+        self.peers_changed();
         Ok(())
+    }
+
+    fn peers_changed(&self) {
+        self.peers_epoch
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Changes with every write to the stored peers: read it before [`Store::peers`].
+    pub(crate) fn peers_epoch(&self) -> u64 {
+        self.peers_epoch.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub(crate) async fn peers(&self) -> Result<Vec<(String, String)>, StoreError> {
@@ -509,6 +563,7 @@ impl Store {
             .bind(node_id)
             .execute(&self.pool)
             .await?;
+        self.peers_changed();
         Ok(())
     }
 
@@ -639,15 +694,23 @@ impl Store {
             .bind(lock_time)
             .execute(&self.pool)
             .await?;
+        self.broadcasts.added();
         Ok(())
     }
 
     pub(crate) async fn pending_broadcasts(&self) -> Result<Vec<BroadcastRow>, StoreError> {
+        let (epoch, empty) = self.broadcasts.read();
+        if empty {
+            return Ok(Vec::new());
+        }
         let rows = sqlx::query(
             "SELECT tx, csv_blocks, lock_time FROM broadcasts WHERE done = 0 ORDER BY rowid",
         )
         .fetch_all(&self.pool)
         .await?;
+        if rows.is_empty() {
+            self.broadcasts.found_empty(epoch);
+        }
         Ok(rows
             .iter()
             .filter_map(|r| {
@@ -725,6 +788,8 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
+        // Broadcasts the replaced blocks confirmed are pending again.
+        self.broadcasts.added();
         Ok(())
     }
 
@@ -916,6 +981,64 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(snapshot_of(&store, 1).await, "one-c");
+        }
+    }
+
+    fn claim(n: u8) -> Transaction {
+        use bitcoin::hashes::Hash as _;
+        Transaction {
+            version: bitcoin::transaction::Version::TWO,
+            lock_time: bitcoin::absolute::LockTime::ZERO,
+            input: vec![bitcoin::TxIn {
+                previous_output: bitcoin::OutPoint::new(bitcoin::Txid::from_byte_array([n; 32]), 0),
+                ..Default::default()
+            }],
+            output: Vec::new(),
+        }
+    }
+
+    /// The watcher skips the query of an empty broadcast queue; a claim queued after that
+    /// query (also one queued while it runs) and one a reorganisation reopens are found by
+    /// the very next pass, from every handle of the store.
+    #[tokio::test]
+    async fn a_known_empty_broadcast_queue_still_sees_every_new_claim() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).await.unwrap();
+        let other = store.clone();
+        let txids = |rows: Vec<BroadcastRow>| rows.into_iter().map(|b| b.txid).collect::<Vec<_>>();
+        assert!(store.pending_broadcasts().await.unwrap().is_empty());
+        assert!(store.pending_broadcasts().await.unwrap().is_empty());
+
+        other.queue_broadcast(1, &claim(1), 0, 0).await.unwrap();
+        let one = claim(1).compute_txid();
+        assert_eq!(txids(store.pending_broadcasts().await.unwrap()), vec![one]);
+        store.broadcast_done(&one, 10).await.unwrap();
+        assert!(store.pending_broadcasts().await.unwrap().is_empty());
+        assert!(other.pending_broadcasts().await.unwrap().is_empty());
+
+        // A reorganisation below the confirming block reopens it.
+        store.rewind(9, &[]).await.unwrap();
+        assert_eq!(txids(other.pending_broadcasts().await.unwrap()), vec![one]);
+        store.broadcast_done(&one, 10).await.unwrap();
+
+        // Claims queued while empty-queue reads run: none may be lost by a read that
+        // started before the claim committed and found nothing.
+        for n in 2..40u8 {
+            let tx = claim(n);
+            let (read, queued) = tokio::join!(
+                store.pending_broadcasts(),
+                other.queue_broadcast(1, &tx, 0, 0)
+            );
+            read.unwrap();
+            queued.unwrap();
+            let txid = claim(n).compute_txid();
+            assert_eq!(
+                txids(store.pending_broadcasts().await.unwrap()),
+                vec![txid],
+                "claim {n}"
+            );
+            store.broadcast_done(&txid, 10).await.unwrap();
+            assert!(store.pending_broadcasts().await.unwrap().is_empty());
         }
     }
 

@@ -52,6 +52,14 @@ pub(crate) async fn run(state: Arc<NodeState>) {
 pub(crate) async fn step(state: &NodeState) -> Result<(), WatchError> {
     let _pass = state.watch_pass.lock().await;
     let tip = state.chain.tip().await?;
+    // The chain's tip is the block the last pass scanned last: a block's hash commits to
+    // all its ancestors, so nothing was added or replaced and the store has nothing to
+    // compare (an idle node made three reads per pass, four passes a second).
+    let unchanged = *crate::channels::lock(&state.scanned_tip) == Some(tip.hash);
+    if unchanged {
+        timers_and_broadcasts(state, tip.height).await;
+        return Ok(());
+    }
     let mut scanned = state.store.meta("scanned_height").await?;
     let mut forked = false;
     if let Some(fork) = find_fork(state, scanned).await? {
@@ -103,12 +111,24 @@ pub(crate) async fn step(state: &NodeState) -> Result<(), WatchError> {
             }
         }
     }
+    timers_and_broadcasts(state, height).await;
+    // Only now: a pass that failed half-way is repeated whole.
+    let last = if height > 0 {
+        state.store.block_hash(height).await?
+    } else {
+        None
+    };
+    *crate::channels::lock(&state.scanned_tip) = last;
+    Ok(())
+}
+
+/// What every pass does, new blocks or not: update deadlines, expired HTLCs, due broadcasts.
+async fn timers_and_broadcasts(state: &NodeState, height: u32) {
     for slot in state.channels.all() {
         state.enforce_update_deadline(&slot).await;
         state.time_out_htlcs(&slot, height).await;
     }
     send_due_broadcasts(state, height).await;
-    Ok(())
 }
 
 /// Compares the stored hashes of the scanned blocks with the best chain, from the scanned
