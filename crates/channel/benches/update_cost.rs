@@ -1,7 +1,9 @@
 //! CPU cost of one completed update, less sensitive to a loaded machine than
 //! wall time: run under `perf stat -e task-clock` twice, with 0 and with N updates, and divide
-//! the difference by N (docs/benchmarks.md). Arguments: `fresh|history N [H]`;
-//! `history` first offers and fulfils H HTLCs (default 2,000).
+//! the difference by N (docs/benchmarks.md). Arguments: `fresh|history|raw N [H]`;
+//! `history` first offers and fulfils H HTLCs (default 2,000); `raw` runs N times
+//! the secp256k1 bound of one update (two signatures, two verifications) instead.
+//! Deterministic, so `valgrind --tool=callgrind` instruction counts work as well.
 // Test and benchmark code: a failed unwrap is the run failing, with its message.
 #![allow(clippy::unwrap_used)]
 
@@ -12,10 +14,16 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     // `cargo bench` passes `--bench`: run a short smoke pass then.
     let (mode, n) = match (args.get(1).map(String::as_str), args.get(2)) {
-        (Some(m @ ("fresh" | "history")), Some(n)) => (m.to_owned(), n.parse().unwrap_or(0)),
+        (Some(m @ ("fresh" | "history" | "raw")), Some(n)) => {
+            (m.to_owned(), n.parse().unwrap_or(0))
+        }
         _ => ("fresh".to_owned(), 10),
     };
     let history: u32 = args.get(3).and_then(|h| h.parse().ok()).unwrap_or(2_000);
+    if mode == "raw" {
+        raw(n);
+        return;
+    }
     let mut p = support::Pair::new(true, channel::ChannelConfig::default());
     p.open();
     let acts = p.a.ch.pay(4_000_000_000).unwrap();
@@ -51,4 +59,27 @@ fn main() {
     }
     p.assert_agree();
     println!("{mode} {n} updates");
+}
+
+/// The secp256k1 bound of `n` updates, as `benches/updates.rs` measures it: one
+/// context, two signatures and two verifications per update.
+fn raw(n: u32) {
+    use secp256k1::{Message, PublicKey, Secp256k1, SecretKey};
+    use std::hint::black_box;
+    let secp = Secp256k1::new();
+    let ka = SecretKey::from_slice(&[1; 32]).unwrap();
+    let kb = SecretKey::from_slice(&[2; 32]).unwrap();
+    let (pa, pb) = (
+        PublicKey::from_secret_key(&secp, &ka),
+        PublicKey::from_secret_key(&secp, &kb),
+    );
+    let m1 = Message::from_digest([7; 32]);
+    let m2 = Message::from_digest([8; 32]);
+    for _ in 0..n {
+        let s1 = secp.sign_ecdsa(black_box(&m1), &kb);
+        secp.verify_ecdsa(&m1, &s1, &pb).unwrap();
+        let s2 = secp.sign_ecdsa(black_box(&m2), &ka);
+        secp.verify_ecdsa(&m2, &s2, &pa).unwrap();
+    }
+    println!("raw {n} two-sign-two-verify");
 }
