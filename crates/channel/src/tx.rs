@@ -162,12 +162,13 @@ pub fn commitment_tx(
         script_pubkey: to_owner.to_p2wsh(),
         witness_script: to_owner,
     });
-    let to_other = p2wpkh(&keys.other_final);
+    // One HASH160 of the key for both the output and its script code.
+    let other_wpkh = CompressedPublicKey(keys.other_final).wpubkey_hash();
     outputs.push(CommitmentOutput {
         kind: OutputKind::ToOther,
         value: Amount::from_sat(state.theirs.pay_msat / 1000),
-        witness_script: CompressedPublicKey(keys.other_final).p2wpkh_script_code(),
-        script_pubkey: to_other,
+        witness_script: ScriptBuf::p2wpkh_script_code(other_wpkh),
+        script_pubkey: ScriptBuf::new_p2wpkh(&other_wpkh),
     });
     for h in &state.ours.htlcs {
         let s = htlc_offered_script(
@@ -448,7 +449,7 @@ pub fn sweep_tx(
     {
         let mut cache = SighashCache::new(&tx);
         for (idx, i) in inputs.iter().enumerate() {
-            let pk = PublicKey::from_secret_key(&secp, &i.key);
+            let pk = PublicKey::from_secret_key(secp, &i.key);
             let w = match &i.witness {
                 SweepWitness::P2wpkh => {
                     let spk = p2wpkh(&pk);
