@@ -1702,11 +1702,11 @@ fn on_signature(
         return Err(invariant("signature handled in WaitSignature only"));
     };
     // Their commitment `num` (our current state) is revoked now.
-    let archive = archive(e.num, &e.cstate);
     let preimage = ctx.our_preimage(e.num);
+    let revoked = std::mem::replace(&mut e.cstate, p.next);
+    let archive = archive(e.num, revoked);
     e.their_rev = p.their_next_rev;
     e.their_sig = s.sig;
-    e.cstate = p.next;
     e.num = n;
     let mut actions: Vec<Action> = archive.into_iter().collect();
     actions.extend([
@@ -1737,7 +1737,7 @@ fn on_complete(
     let Step::WaitComplete(p) = e.step.take() else {
         return Err(invariant("complete handled in WaitComplete only"));
     };
-    let mut actions: Vec<Action> = archive(n, &p.their_prev).into_iter().collect();
+    let mut actions: Vec<Action> = archive(n, p.their_prev).into_iter().collect();
     actions.push(Action::Persist);
     actions.extend(finish_update(ctx, e, Who::Us, p.change, None));
     Ok(actions)
@@ -1761,15 +1761,11 @@ fn finish_update(
     actions
 }
 
-/// The record of their revoked commitment `n` (balances `cs`, seen from us), if it held HTLCs.
-fn archive(n: u64, cs: &CState) -> Option<Action> {
-    let htlcs: Vec<Htlc> = cs
-        .ours
-        .htlcs
-        .iter()
-        .chain(&cs.theirs.htlcs)
-        .copied()
-        .collect();
+/// The record of their revoked commitment `n` (balances `cs`, seen from us), if it held
+/// HTLCs: ours, then theirs. Takes the revoked state, which the channel drops anyway.
+fn archive(n: u64, cs: CState) -> Option<Action> {
+    let mut htlcs = cs.ours.htlcs;
+    htlcs.extend(cs.theirs.htlcs);
     (!htlcs.is_empty()).then_some(Action::Archive(RevokedCommitment {
         commitment_number: n,
         htlcs,
