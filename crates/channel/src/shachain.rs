@@ -63,7 +63,8 @@ const NODES: usize = (64 / LEVEL_BITS - 1) as usize;
 /// their lowest bits, so the walk from the remembered node costs at most 8 hashes,
 /// and a remembered preimage none. Derived data: not serialised, equal to any other
 /// (two channels with the same state are equal whatever they have derived), and its
-/// `Debug` shows no secret.
+/// `Debug` shows no secret. Valid for one seed only: the channel's, which never changes
+/// (a restored channel starts with an empty one).
 #[derive(Clone, Default)]
 pub(crate) struct SeedPreimages {
     /// ccan index of the last walk, with the nodes on its path (`nodes[j]` is the value
