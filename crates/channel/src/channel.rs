@@ -22,7 +22,7 @@ pub use legacy::{ChannelV0, Migrated, MigrationError};
 
 use bitcoin::hashes::Hash as _;
 use bitcoin::{Amount, OutPoint, ScriptBuf, Transaction, Txid};
-use secp256k1::{ecdsa::Signature, PublicKey, Secp256k1, SecretKey};
+use secp256k1::{ecdsa::Signature, PublicKey, SecretKey};
 use wire::{
     AnchorOffer, CloseChannel, CloseChannelComplete, DeclineReason, Funding, Locktime, OpenAnchor,
     OpenChannel, OpenCommitSig, OpenComplete, Packet, Preimage, Sha256, Sha256d, Update,
@@ -32,12 +32,11 @@ use wire::{
 
 use crate::funding::{CState, FundingError, Htlc, Who};
 use crate::script::{anchor_script, cltv_value, csv_value};
-use crate::shachain::{
-    preimage_from_seed, revocation_hash_from_seed, RevocationSecrets, ShachainError,
-};
+use crate::shachain::{RevocationSecrets, SeedPreimages, ShachainError};
 use crate::tx::{
-    close_tx, close_weight, commitment_tx, finalize_anchor_spend, sign_anchor_spend, sweep_weight,
-    verify_anchor_spend, Commitment, CommitmentKeys, SweepInput, TxError, DUST_LIMIT_SAT,
+    check_commitment, close_tx, close_weight, commitment_tx, finalize_anchor_spend, secp,
+    sign_anchor_spend, sweep_weight, verify_anchor_spend, Commitment, CommitmentKeys, SweepInput,
+    TxError, DUST_LIMIT_SAT,
 };
 
 /// The node's limits and offers for one channel.
@@ -564,12 +563,17 @@ pub struct Channel {
     role: AnchorRole,
     height: u32,
     stage: Stage,
+    /// Our preimages of the current and next commitments, derived once per commitment
+    /// rather than at every use (derived from `secrets`: not part of the snapshot).
+    #[serde(skip)]
+    preimages: SeedPreimages,
 }
 
 /// What never changes for a channel: our keys and limits, borrowed beside the mutable stage.
 struct Ctx<'a> {
     config: &'a ChannelConfig,
     secrets: &'a ChannelSecrets,
+    preimages: &'a SeedPreimages,
     our_commit: PublicKey,
     our_final: PublicKey,
     height: u32,
@@ -600,11 +604,12 @@ fn invariant(what: &'static str) -> ChannelError {
 
 impl Ctx<'_> {
     fn our_rev_hash(&self, n: u64) -> Sha256 {
-        revocation_hash_from_seed(&self.secrets.revocation_seed, n)
+        self.preimages
+            .revocation_hash(&self.secrets.revocation_seed, n)
     }
 
     fn our_preimage(&self, n: u64) -> Preimage {
-        preimage_from_seed(&self.secrets.revocation_seed, n)
+        self.preimages.preimage(&self.secrets.revocation_seed, n)
     }
 
     fn expired(&self, h: &Htlc, now: u64) -> bool {
@@ -766,6 +771,11 @@ fn check_sig(
 }
 
 impl Step {
+    /// Moves the step's data out, leaving `Normal` until the caller sets the next step.
+    fn take(&mut self) -> Step {
+        std::mem::replace(self, Step::Normal)
+    }
+
     fn kind(&self) -> State {
         match self {
             Step::OpenWaitComplete { .. } => State::OpenWaitComplete,
@@ -784,9 +794,8 @@ impl Step {
 impl Channel {
     /// A new channel; call [`Channel::start`] to send our `open_channel`.
     pub fn new(config: ChannelConfig, secrets: ChannelSecrets, role: AnchorRole) -> Channel {
-        let secp = Secp256k1::signing_only();
-        let our_commit = PublicKey::from_secret_key(&secp, &secrets.commit_key);
-        let our_final = PublicKey::from_secret_key(&secp, &secrets.final_key);
+        let our_commit = PublicKey::from_secret_key(secp(), &secrets.commit_key);
+        let our_final = PublicKey::from_secret_key(secp(), &secrets.final_key);
         Channel {
             config,
             secrets,
@@ -795,10 +804,12 @@ impl Channel {
             role,
             height: 0,
             stage: Stage::Init,
+            preimages: SeedPreimages::default(),
         }
     }
 
-    /// Our keys and limits beside the mutable stage (disjoint borrows).
+    /// Our keys and limits beside the mutable stage (disjoint borrows), with our
+    /// preimages of the current and next commitments at hand: every update uses them.
     fn split(&mut self) -> (Ctx<'_>, &mut Stage) {
         let Channel {
             config,
@@ -807,12 +818,17 @@ impl Channel {
             our_final,
             height,
             stage,
+            preimages,
             ..
         } = self;
+        if let Stage::Established(e) = stage {
+            preimages.prepare(&secrets.revocation_seed, e.num);
+        }
         (
             Ctx {
                 config,
                 secrets,
+                preimages,
                 our_commit: *our_commit,
                 our_final: *our_final,
                 height: *height,
@@ -825,6 +841,7 @@ impl Channel {
         Ctx {
             config: &self.config,
             secrets: &self.secrets,
+            preimages: &self.preimages,
             our_commit: self.our_commit,
             our_final: self.our_final,
             height: self.height,
@@ -1491,8 +1508,9 @@ fn propose(ctx: &Ctx, e: &mut Established, change: Change) -> Result<Vec<Action>
         return Err(CommandError::WrongState(e.step.kind()));
     }
     let next = apply_change(&e.cstate, Who::Us, &change)?;
-    // Make sure our new commitment can be built (expiry encodable).
-    e.our_commitment(ctx, &next, e.num + 1)?;
+    // Make sure our new commitment can be built (expiry encodable); it is built when
+    // the peer's signature on it arrives.
+    check_commitment(&next)?;
     let pkt = proposal_packet(&change, ctx.our_rev_hash(e.num + 1));
     if let Change::Fulfill(r) = change {
         // Their commitments keep the HTLC until they revoke them: R claims it on chain.
@@ -1578,8 +1596,9 @@ fn on_proposal(
         _ => return Err(ChannelError::UnexpectedPacket(p.name())),
     };
     let next = apply_change(&e.cstate, Who::Them, &change)?;
+    // Our next commitment holds the same HTLCs as theirs: building theirs checked that
+    // ours can be built too.
     let theirs = e.their_commitment(ctx, &next, e.num + 1, &their_next_rev)?;
-    e.our_commitment(ctx, &next, e.num + 1)?;
     let sig = e.sign(ctx, &theirs.tx);
     if let Change::Fulfill(r) = change {
         e.remember_r(r);
@@ -1623,13 +1642,16 @@ fn on_accept(
     let Step::WaitAccept(p) = &e.step else {
         return Err(invariant("accept handled in WaitAccept only"));
     };
-    let p = p.clone();
     let n = e.num + 1;
     let ours = e.our_commitment(ctx, &p.next, n)?;
     e.check_sig(&ours.tx, &a.sig, "update_accept.sig")?;
     let theirs = e.their_commitment(ctx, &p.next, n, &a.revocation_hash)?;
     let sig = e.sign(ctx, &theirs.tx);
     let preimage = ctx.our_preimage(e.num);
+    // Checked: the proposal moves into the new state instead of being copied.
+    let Step::WaitAccept(p) = e.step.take() else {
+        return Err(invariant("accept handled in WaitAccept only"));
+    };
     let their_prev = std::mem::replace(&mut e.cstate, p.next);
     let their_prev_rev = std::mem::replace(&mut e.their_rev, a.revocation_hash);
     e.their_sig = a.sig;
@@ -1670,18 +1692,21 @@ fn on_signature(
     let Step::WaitSignature(p) = &e.step else {
         return Err(invariant("signature handled in WaitSignature only"));
     };
-    let p = p.clone();
     let n = e.num + 1;
     let ours = e.our_commitment(ctx, &p.next, n)?;
     e.check_sig(&ours.tx, &s.sig, "update_signature.sig")?;
     check_their_preimage(e, e.num, &e.their_rev, &s.revocation_preimage)?;
     e.their_secrets.insert(e.num, &s.revocation_preimage)?;
+    // Checked: what they accepted moves into the new state instead of being copied.
+    let Step::WaitSignature(p) = e.step.take() else {
+        return Err(invariant("signature handled in WaitSignature only"));
+    };
     // Their commitment `num` (our current state) is revoked now.
-    let archive = archive(e.num, &e.cstate);
     let preimage = ctx.our_preimage(e.num);
+    let revoked = std::mem::replace(&mut e.cstate, p.next);
+    let archive = archive(e.num, revoked);
     e.their_rev = p.their_next_rev;
     e.their_sig = s.sig;
-    e.cstate = p.next;
     e.num = n;
     let mut actions: Vec<Action> = archive.into_iter().collect();
     actions.extend([
@@ -1702,14 +1727,17 @@ fn on_complete(
     let Step::WaitComplete(p) = &e.step else {
         return Err(invariant("complete handled in WaitComplete only"));
     };
-    let p = p.clone();
     let n = e
         .num
         .checked_sub(1)
         .ok_or_else(|| invariant("WaitComplete follows an update: num ≥ 1"))?;
     check_their_preimage(e, n, &p.their_prev_rev, &c.revocation_preimage)?;
     e.their_secrets.insert(n, &c.revocation_preimage)?;
-    let mut actions: Vec<Action> = archive(n, &p.their_prev).into_iter().collect();
+    // Checked: their previous commitment moves into the archive record, not copied.
+    let Step::WaitComplete(p) = e.step.take() else {
+        return Err(invariant("complete handled in WaitComplete only"));
+    };
+    let mut actions: Vec<Action> = archive(n, p.their_prev).into_iter().collect();
     actions.push(Action::Persist);
     actions.extend(finish_update(ctx, e, Who::Us, p.change, None));
     Ok(actions)
@@ -1733,15 +1761,11 @@ fn finish_update(
     actions
 }
 
-/// The record of their revoked commitment `n` (balances `cs`, seen from us), if it held HTLCs.
-fn archive(n: u64, cs: &CState) -> Option<Action> {
-    let htlcs: Vec<Htlc> = cs
-        .ours
-        .htlcs
-        .iter()
-        .chain(&cs.theirs.htlcs)
-        .copied()
-        .collect();
+/// The record of their revoked commitment `n` (balances `cs`, seen from us), if it held
+/// HTLCs: ours, then theirs. Takes the revoked state, which the channel drops anyway.
+fn archive(n: u64, cs: CState) -> Option<Action> {
+    let mut htlcs = cs.ours.htlcs;
+    htlcs.extend(cs.theirs.htlcs);
     (!htlcs.is_empty()).then_some(Action::Archive(RevokedCommitment {
         commitment_number: n,
         htlcs,

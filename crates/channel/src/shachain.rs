@@ -49,6 +49,109 @@ pub fn revocation_hash_from_seed(seed: &[u8; 32], n: u64) -> Sha256 {
     preimage_from_seed(seed, n).hash()
 }
 
+/// Shachain levels between remembered nodes of [`SeedPreimages`]' walk.
+const LEVEL_BITS: u32 = 8;
+/// Remembered nodes: the levels 8, 16, …, 56 (level 64 is the seed itself).
+const NODES: usize = (64 / LEVEL_BITS - 1) as usize;
+
+/// Our own preimages, derived from the seed by walking the shachain from the top:
+/// remembers the nodes on the way to the last index, every [`LEVEL_BITS`] levels, and
+/// the preimages of the current and next commitments.
+///
+/// From the seed each preimage costs up to 64 hashes, and an update uses preimages
+/// of two consecutive commitments several times; consecutive indices share all but
+/// their lowest bits, so the walk from the remembered node costs at most 8 hashes,
+/// and a remembered preimage none. Derived data: not serialised, equal to any other
+/// (two channels with the same state are equal whatever they have derived), and its
+/// `Debug` shows no secret. Valid for one seed only: the channel's, which never changes
+/// (a restored channel starts with an empty one).
+#[derive(Clone, Default)]
+pub(crate) struct SeedPreimages {
+    /// ccan index of the last walk, with the nodes on its path (`nodes[j]` is the value
+    /// of that index with its lowest `LEVEL_BITS × (j + 1)` bits cleared); `None` before
+    /// the first walk.
+    path: Option<(u64, [[u8; 32]; NODES])>,
+    /// Protocol index, preimage and revocation hash of up to two commitments.
+    known: [Option<(u64, Preimage, Sha256)>; 2],
+}
+
+impl SeedPreimages {
+    /// Remembers preimages `n` and `n + 1` (our current and next commitments).
+    pub(crate) fn prepare(&mut self, seed: &[u8; 32], n: u64) {
+        let want = [n, n.wrapping_add(1)];
+        let mut next: [Option<(u64, Preimage, Sha256)>; 2] = [None, None];
+        for (slot, m) in next.iter_mut().zip(want) {
+            *slot = match self.find(m) {
+                Some(k) => Some(k),
+                None => {
+                    let p = Preimage(self.walk(seed, !m));
+                    Some((m, p, p.hash()))
+                }
+            };
+        }
+        self.known = next;
+    }
+
+    fn find(&self, n: u64) -> Option<(u64, Preimage, Sha256)> {
+        self.known.iter().flatten().find(|k| k.0 == n).copied()
+    }
+
+    /// `preimage(n)`, remembered or derived from the seed.
+    pub(crate) fn preimage(&self, seed: &[u8; 32], n: u64) -> Preimage {
+        self.find(n)
+            .map_or_else(|| preimage_from_seed(seed, n), |k| k.1)
+    }
+
+    /// `revocation_hash(n)`, remembered or derived from the seed.
+    pub(crate) fn revocation_hash(&self, seed: &[u8; 32], n: u64) -> Sha256 {
+        self.find(n)
+            .map_or_else(|| revocation_hash_from_seed(seed, n), |k| k.2)
+    }
+
+    /// The value at ccan index `to`: the same hashes as `derive(0, to, seed)`, started
+    /// from the lowest remembered node whose index shares `to`'s upper bits.
+    fn walk(&mut self, seed: &[u8; 32], to: u64) -> [u8; 32] {
+        let mut level = 64;
+        let mut h = *seed;
+        if let Some((last, nodes)) = &self.path {
+            for (j, node) in nodes.iter().enumerate() {
+                let l = LEVEL_BITS * (j as u32 + 1);
+                if to >> l == last >> l {
+                    level = l;
+                    h = *node;
+                    break;
+                }
+            }
+        }
+        let mut nodes = self.path.map_or([[0; 32]; NODES], |(_, n)| n);
+        for i in (0..level).rev() {
+            if (to >> i) & 1 == 1 {
+                h[(i / 8) as usize] ^= 1 << (i % 8);
+                h = sha256::Hash::hash(&h).to_byte_array();
+            }
+            if i % LEVEL_BITS == 0 && i > 0 {
+                nodes[(i / LEVEL_BITS - 1) as usize] = h;
+            }
+        }
+        self.path = Some((to, nodes));
+        h
+    }
+}
+
+impl PartialEq for SeedPreimages {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for SeedPreimages {}
+
+impl std::fmt::Debug for SeedPreimages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SeedPreimages(..)")
+    }
+}
+
 /// Why a revealed preimage was not stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -191,6 +294,42 @@ mod tests {
                 "hash {n}"
             );
         }
+    }
+
+    #[test]
+    fn seed_preimages_match_the_derivation_from_the_seed() {
+        let seed = [0x31u8; 32];
+        let mut cache = SeedPreimages::default();
+        // Consecutive commitments (crossing the 8- and 16-bit boundaries), jumps back and
+        // forth, and the far end of the index space.
+        let mut ns: Vec<u64> = (0..700).collect();
+        ns.extend([
+            65_534,
+            65_535,
+            65_536,
+            3,
+            1 << 40,
+            (1 << 40) + 1,
+            u64::MAX - 1,
+            0,
+            255,
+        ]);
+        for n in ns {
+            cache.prepare(&seed, n);
+            for m in [n, n.wrapping_add(1), n.wrapping_add(2)] {
+                assert_eq!(
+                    cache.preimage(&seed, m),
+                    preimage_from_seed(&seed, m),
+                    "n={m}"
+                );
+                assert_eq!(
+                    cache.revocation_hash(&seed, m),
+                    revocation_hash_from_seed(&seed, m),
+                    "n={m}"
+                );
+            }
+        }
+        assert_eq!(format!("{cache:?}"), "SeedPreimages(..)");
     }
 
     #[test]

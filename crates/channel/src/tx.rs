@@ -12,7 +12,7 @@ use bitcoin::transaction::Version;
 use bitcoin::{
     Amount, CompressedPublicKey, OutPoint, ScriptBuf, Sequence, Transaction, TxIn, TxOut, Witness,
 };
-use secp256k1::{ecdsa::Signature, Message, PublicKey, Secp256k1, SecretKey};
+use secp256k1::{ecdsa::Signature, All, Message, PublicKey, Secp256k1, SecretKey};
 use wire::Sha256;
 
 use crate::funding::{CState, Htlc};
@@ -93,6 +93,14 @@ pub struct Commitment {
     pub outputs: Vec<CommitmentOutput>,
 }
 
+/// The crate's one secp256k1 context: creating one per signature allocated and set
+/// it up again each time (never randomised: the crate takes no randomness, so a
+/// shared context signs and verifies exactly as a fresh one did).
+pub(crate) fn secp() -> &'static Secp256k1<All> {
+    static SECP: std::sync::LazyLock<Secp256k1<All>> = std::sync::LazyLock::new(Secp256k1::new);
+    &SECP
+}
+
 /// P2WPKH script of a key.
 pub fn p2wpkh(key: &PublicKey) -> ScriptBuf {
     ScriptBuf::new_p2wpkh(&CompressedPublicKey(*key).wpubkey_hash())
@@ -154,12 +162,13 @@ pub fn commitment_tx(
         script_pubkey: to_owner.to_p2wsh(),
         witness_script: to_owner,
     });
-    let to_other = p2wpkh(&keys.other_final);
+    // One HASH160 of the key for both the output and its script code.
+    let other_wpkh = CompressedPublicKey(keys.other_final).wpubkey_hash();
     outputs.push(CommitmentOutput {
         kind: OutputKind::ToOther,
         value: Amount::from_sat(state.theirs.pay_msat / 1000),
-        witness_script: CompressedPublicKey(keys.other_final).p2wpkh_script_code(),
-        script_pubkey: to_other,
+        witness_script: ScriptBuf::p2wpkh_script_code(other_wpkh),
+        script_pubkey: ScriptBuf::new_p2wpkh(&other_wpkh),
     });
     for h in &state.ours.htlcs {
         let s = htlc_offered_script(
@@ -214,6 +223,18 @@ pub fn commitment_tx(
             .collect(),
     };
     Ok(Commitment { tx, outputs })
+}
+
+/// Whether [`commitment_tx`] can build a commitment of `state`, with the error it would
+/// return, without building it: every HTLC expiry must fit a script.
+///
+/// # Errors
+/// As [`commitment_tx`].
+pub fn check_commitment(state: &CState) -> Result<(), TxError> {
+    for h in state.ours.htlcs.iter().chain(&state.theirs.htlcs) {
+        cltv_value(h.expiry)?;
+    }
+    Ok(())
 }
 
 /// The cooperative close: the anchor pays each side's final key (P2WPKH).
@@ -282,8 +303,7 @@ pub fn sign_anchor_spend(
     anchor_value: Amount,
     key: &SecretKey,
 ) -> Signature {
-    let secp = Secp256k1::signing_only();
-    secp.sign_ecdsa(&p2wsh_sighash(tx, 0, anchor_script, anchor_value), key)
+    secp().sign_ecdsa(&p2wsh_sighash(tx, 0, anchor_script, anchor_value), key)
 }
 
 /// Checks a counterparty's signature on input 0 (the anchor) of `tx`.
@@ -294,16 +314,16 @@ pub fn verify_anchor_spend(
     sig: &Signature,
     key: &PublicKey,
 ) -> bool {
-    let secp = Secp256k1::verification_only();
     let mut sig = *sig;
     // Accept high-S like the reference does (PROTOCOL-NOTES §3); the witness gets low-S.
     sig.normalize_s();
-    secp.verify_ecdsa(
-        &p2wsh_sighash(tx, 0, anchor_script, anchor_value),
-        &sig,
-        key,
-    )
-    .is_ok()
+    secp()
+        .verify_ecdsa(
+            &p2wsh_sighash(tx, 0, anchor_script, anchor_value),
+            &sig,
+            key,
+        )
+        .is_ok()
 }
 
 fn der_all(sig: &Signature) -> Vec<u8> {
@@ -424,12 +444,12 @@ pub fn sweep_tx(
             script_pubkey: destination,
         }],
     };
-    let secp = Secp256k1::signing_only();
+    let secp = secp();
     let mut witnesses = Vec::with_capacity(inputs.len());
     {
         let mut cache = SighashCache::new(&tx);
         for (idx, i) in inputs.iter().enumerate() {
-            let pk = PublicKey::from_secret_key(&secp, &i.key);
+            let pk = PublicKey::from_secret_key(secp, &i.key);
             let w = match &i.witness {
                 SweepWitness::P2wpkh => {
                     let spk = p2wpkh(&pk);
@@ -535,6 +555,31 @@ pub(crate) mod tests {
             )
             .unwrap();
         (c, r1, r2)
+    }
+
+    #[test]
+    fn check_commitment_gives_the_error_of_building_it() {
+        let (c, _, _) = state_with_htlcs();
+        let (op, _) = anchor();
+        let rev = Preimage([9; 32]);
+        assert_eq!(check_commitment(&c), Ok(()));
+        assert!(commitment_tx(op, &c, &keys(&rev), 1).is_ok());
+        // Both sides' HTLCs are checked, ours first as the builder does.
+        let mut bad = c.clone();
+        bad.theirs.htlcs[0].expiry = Locktime::Seconds(7);
+        bad.ours.htlcs[0].expiry = Locktime::Blocks(600_000_000);
+        let built = commitment_tx(op, &bad, &keys(&rev), 1).map(|_| ());
+        assert!(built.is_err());
+        assert_eq!(check_commitment(&bad), built);
+        bad.ours.htlcs[0].expiry = Locktime::Blocks(500);
+        let built = commitment_tx(op, &bad, &keys(&rev), 1).map(|_| ());
+        assert_eq!(
+            built,
+            Err(TxError::Locktime(LocktimeError::ExpiryOutOfRange(
+                Locktime::Seconds(7)
+            )))
+        );
+        assert_eq!(check_commitment(&bad), built);
     }
 
     fn keys(rev: &Preimage) -> CommitmentKeys {

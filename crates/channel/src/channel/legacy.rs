@@ -261,6 +261,7 @@ impl ChannelV0 {
                 role: self.role,
                 height: self.height,
                 stage,
+                preimages: Default::default(),
             },
             history: RevokedCommitment {
                 commitment_number: Migrated::LEGACY_HISTORY,
