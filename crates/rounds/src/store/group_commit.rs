@@ -25,9 +25,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use sqlx::Row;
 use tokio::sync::oneshot;
 
-use super::ledger::{placeholders, LedgerError, BATCH};
-use super::{Store, StoreError};
-use crate::domain::money::Intent;
+use super::ledger::{placeholders, LedgerError, Tx, BATCH};
+use super::{Backend, Store, StoreError};
+use crate::domain::money::{Intent, NewOutput};
 use crate::domain::time::unix_now;
 
 /// Most bets in one group. Bounds the bound values of the group's
@@ -156,7 +156,12 @@ impl Store {
                     std::mem::take(&mut p.marks),
                 )
             };
+            let (nb, nm) = (bets.len(), marks.len());
+            let t0 = std::time::Instant::now();
             self.commit_group(bets, marks).await;
+            if std::env::var_os("TMP_GROUP_TRACE").is_some() {
+                eprintln!("GROUP {nb} {nm} {}", t0.elapsed().as_micros());
+            }
         }
     }
 
@@ -211,7 +216,7 @@ impl Store {
     async fn mark_broadcast_all(&self, ids: &[i64]) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
         for chunk in ids.chunks(BATCH) {
-            let sql = marks_sql(chunk.len());
+            let sql = marks_sql(&mut 0, chunk.len());
             bind_all(sqlx::query(&sql), chunk)
                 .execute(self.pool())
                 .await?;
@@ -220,14 +225,16 @@ impl Store {
     }
 
     /// Writes the bets `intents` (two or more) and marks `marks` broadcast in
-    /// one transaction, with one statement per table. Returns `(bet id,
-    /// transfer id)` per intent, in order; any refusal rolls everything back.
+    /// one transaction. Returns `(bet id, transfer id)` per intent, in
+    /// order; any refusal rolls everything back.
     async fn write_group(
         &self,
         intents: &[&Intent],
         marks: &[i64],
     ) -> Result<Vec<(i64, i64)>, LedgerError> {
         let txids: HashSet<&str> = intents.iter().map(|i| i.txid.as_str()).collect();
+        let inputs = intents.iter().map(|i| i.inputs.len()).sum::<usize>();
+        let outputs = intents.iter().map(|i| i.outputs.len()).sum::<usize>();
         if txids.len() != intents.len() {
             // Two identical transactions: only one can take the inputs, and
             // the rows below are matched by txid; let each be tried alone.
@@ -246,12 +253,11 @@ impl Store {
         }
         let _turn = self.write_turn().await;
         let mut tx = self.pool().begin().await?;
-        for chunk in marks.chunks(BATCH) {
-            let sql = marks_sql(chunk.len());
-            bind_all(sqlx::query(&sql), chunk).execute(&mut *tx).await?;
-        }
-        // The rounds first, as a bet alone does: the same lock order, and
-        // a round closed meanwhile refuses the whole group.
+        // The rounds first, as a bet alone does: the same lock order, and a
+        // round closed meanwhile refuses the whole group. Everything after
+        // this reads with the round held (PostgreSQL takes each statement's
+        // snapshot at its start, so the bets committed before the lock was
+        // granted are seen by the bettor count).
         for (&round_id, &pot_sats) in &rounds {
             let open = sqlx::query(
                 "UPDATE rounds SET pot_sats = pot_sats + $3 WHERE id = $1 AND status = 'open' AND closes_at > $2",
@@ -268,143 +274,14 @@ impl Store {
                 });
             }
         }
-        // Every input of every bet, each still unspent (an input named twice
-        // in the group counts once and fails the count).
-        let inputs: Vec<(i64, &str)> = intents
-            .iter()
-            .flat_map(|i| i.inputs.iter().map(move |&id| (id, i.txid.as_str())))
-            .collect();
-        for chunk in inputs.chunks(BATCH / 2) {
-            let cases = (0..chunk.len())
-                .map(|k| format!("WHEN ${} THEN ${}", 1 + 2 * k, 2 + 2 * k))
-                .collect::<Vec<_>>()
-                .join(" ");
-            let ids = (0..chunk.len())
-                .map(|k| format!("${}", 1 + 2 * k))
-                .collect::<Vec<_>>()
-                .join(", ");
-            let sql = format!(
-                "UPDATE outputs SET spent_txid = CASE id {cases} END WHERE spent_txid IS NULL AND id IN ({ids})"
-            );
-            let mut q = sqlx::query(&sql);
-            for (id, txid) in chunk {
-                q = q.bind(*id).bind(*txid);
-            }
-            if q.execute(&mut *tx).await?.rows_affected() != chunk.len() as u64 {
-                return Err(LedgerError::OutputTaken(chunk[0].0));
-            }
-        }
-        let rows = (0..intents.len())
-            .map(|k| {
-                let p = 10 * k;
-                format!(
-                    "(${}, ${}, ${}, ${}, -1, ${}, ${}, ${}, ${}, ${}, 'signed', ${})",
-                    p + 1,
-                    p + 2,
-                    p + 3,
-                    p + 4,
-                    p + 5,
-                    p + 6,
-                    p + 7,
-                    p + 8,
-                    p + 9,
-                    p + 10
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
-        let sql = format!(
-            "INSERT INTO transfers (kind, user_id, round_id, txid, vout, raw_tx, amount_sats, fee_sats, \
-             commission_sats, address, status, created_at) VALUES {rows} RETURNING id, txid"
-        );
-        let mut q = sqlx::query(&sql);
-        for i in intents {
-            q = q
-                .bind(i.kind.as_str())
-                .bind(i.user_id)
-                .bind(i.round_id)
-                .bind(&i.txid)
-                .bind(&i.raw_tx)
-                .bind(i.amount_sats)
-                .bind(i.fee_sats)
-                .bind(i.commission_sats)
-                .bind(i.address.as_deref())
-                .bind(now);
-        }
-        let transfer_ids = ids_by_txid(q.fetch_all(&mut *tx).await?)?;
-        let outputs: Vec<_> = intents
-            .iter()
-            .flat_map(|i| i.outputs.iter().map(move |o| (i.txid.as_str(), o)))
-            .collect();
-        for chunk in outputs.chunks(BATCH / 6) {
-            let rows = (0..chunk.len())
-                .map(|k| format!("({})", placeholders(1 + 6 * k, 6)))
-                .collect::<Vec<_>>()
-                .join(", ");
-            let sql = format!(
-                "INSERT INTO outputs (txid, vout, amount_sats, user_id, round_id, origin) VALUES {rows}"
-            );
-            let mut q = sqlx::query(&sql);
-            for (txid, o) in chunk {
-                q = q
-                    .bind(*txid)
-                    .bind(o.vout)
-                    .bind(o.amount_sats)
-                    .bind(o.user_id)
-                    .bind(o.round_id)
-                    .bind(o.origin.as_str());
-            }
-            q.execute(&mut *tx).await?;
-        }
-        let rows = (0..intents.len())
-            .map(|k| {
-                let p = 6 * k;
-                format!(
-                    "(${}, ${}, ${}, ${}, ${}, 'placed', ${})",
-                    p + 1,
-                    p + 2,
-                    p + 3,
-                    p + 4,
-                    p + 5,
-                    p + 6
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
-        let sql = format!(
-            "INSERT INTO bets (round_id, user_id, amount_sats, txid, created_at, status, fee_sats) \
-             VALUES {rows} RETURNING id, txid"
-        );
-        let mut q = sqlx::query(&sql);
-        for i in intents {
-            q = q
-                .bind(i.round_id.unwrap_or(0))
-                .bind(i.user_id)
-                .bind(i.amount_sats)
-                .bind(&i.txid)
-                .bind(now)
-                .bind(i.fee_sats);
-        }
-        let bet_ids = ids_by_txid(q.fetch_all(&mut *tx).await?)?;
-        // New bettors: the group's users with no placed bet in the round
-        // outside the group. Read under the round's lock, in a statement of
-        // its own (PostgreSQL's snapshot then sees every bet committed
-        // before the lock was granted).
-        for &round_id in rounds.keys() {
-            let ids: Vec<i64> = intents
-                .iter()
-                .filter(|i| i.round_id.unwrap_or(0) == round_id)
-                .filter_map(|i| bet_ids.get(i.txid.as_str()).copied())
-                .collect();
-            let list = placeholders(2, ids.len());
-            let sql = format!(
-                "UPDATE rounds SET bettors = bettors + (SELECT COUNT(DISTINCT b.user_id) FROM bets b \
-                 WHERE b.id IN ({list}) AND NOT EXISTS (SELECT 1 FROM bets p WHERE p.round_id = $1 \
-                 AND p.user_id = b.user_id AND p.status = 'placed' AND p.id NOT IN ({list}))) WHERE id = $1"
-            );
-            let q = bind_all(sqlx::query(&sql).bind(round_id), &ids);
-            q.execute(&mut *tx).await?;
-        }
+        let small = marks.len() <= BATCH && inputs <= BATCH / 2 && outputs <= BATCH / 6;
+        let (transfer_ids, bet_ids) = if self.backend() == Backend::Postgres && small {
+            self.write_group_in_one_statement(&mut tx, intents, marks, &rounds, now)
+                .await?
+        } else {
+            self.write_group_by_table(&mut tx, intents, marks, &rounds, now)
+                .await?
+        };
         tx.commit().await?;
         intents
             .iter()
@@ -423,21 +300,282 @@ impl Store {
             })
             .collect()
     }
+
+    /// The group after its rounds, one statement per table (SQLite, whose
+    /// statements are calls into the same process, and groups too large for
+    /// one statement's bound values).
+    async fn write_group_by_table(
+        &self,
+        tx: &mut Tx<'_>,
+        intents: &[&Intent],
+        marks: &[i64],
+        rounds: &BTreeMap<i64, i64>,
+        now: i64,
+    ) -> Result<(IdsByTxid, IdsByTxid), LedgerError> {
+        for chunk in marks.chunks(BATCH) {
+            let mut n = 0;
+            let sql = marks_sql(&mut n, chunk.len());
+            bind_all(sqlx::query(&sql), chunk)
+                .execute(&mut **tx)
+                .await?;
+        }
+        // Every input of every bet, each still unspent (an input named twice
+        // in the group counts once and fails the count).
+        let inputs: Vec<(i64, &str)> = group_inputs(intents);
+        for chunk in inputs.chunks(BATCH / 2) {
+            let mut n = 0;
+            let sql = take_sql(&mut n, chunk.len());
+            let q = bind_inputs(sqlx::query(&sql), chunk);
+            if q.execute(&mut **tx).await?.rows_affected() != chunk.len() as u64 {
+                return Err(LedgerError::OutputTaken(chunk[0].0));
+            }
+        }
+        let sql = format!("{} RETURNING id, txid", transfers_sql(&mut 0, intents.len()));
+        let q = bind_transfers(sqlx::query(&sql), intents, now);
+        let transfer_ids = ids_by_txid(&q.fetch_all(&mut **tx).await?, "")?;
+        let outputs = group_outputs(intents);
+        for chunk in outputs.chunks(BATCH / 6) {
+            let sql = outputs_sql(&mut 0, chunk.len());
+            bind_outputs(sqlx::query(&sql), chunk)
+                .execute(&mut **tx)
+                .await?;
+        }
+        let sql = format!("{} RETURNING id, txid", bets_sql(&mut 0, intents.len()));
+        let q = bind_bets(sqlx::query(&sql), intents, now);
+        let bet_ids = ids_by_txid(&q.fetch_all(&mut **tx).await?, "")?;
+        // New bettors: the group's users with no placed bet in the round
+        // outside the group.
+        for &round_id in rounds.keys() {
+            let ids: Vec<i64> = intents
+                .iter()
+                .filter(|i| i.round_id.unwrap_or(0) == round_id)
+                .filter_map(|i| bet_ids.get(i.txid.as_str()).copied())
+                .collect();
+            let list = placeholders(2, ids.len());
+            let sql = format!(
+                "UPDATE rounds SET bettors = bettors + (SELECT COUNT(DISTINCT b.user_id) FROM bets b \
+                 WHERE b.id IN ({list}) AND NOT EXISTS (SELECT 1 FROM bets p WHERE p.round_id = $1 \
+                 AND p.user_id = b.user_id AND p.status = 'placed' AND p.id NOT IN ({list}))) WHERE id = $1"
+            );
+            bind_all(sqlx::query(&sql).bind(round_id), &ids)
+                .execute(&mut **tx)
+                .await?;
+        }
+        Ok((transfer_ids, bet_ids))
+    }
+
+    /// The group after its rounds as one PostgreSQL statement (data-modifying
+    /// `WITH` parts, which SQLite lacks): one round trip instead of six. The
+    /// parts share the statement's snapshot, so the bettor count's scan of
+    /// `bets` does not see the group's own bets, which is what it asks.
+    async fn write_group_in_one_statement(
+        &self,
+        tx: &mut Tx<'_>,
+        intents: &[&Intent],
+        marks: &[i64],
+        rounds: &BTreeMap<i64, i64>,
+        now: i64,
+    ) -> Result<(IdsByTxid, IdsByTxid), LedgerError> {
+        let inputs = group_inputs(intents);
+        let outputs = group_outputs(intents);
+        let round_ids: Vec<i64> = rounds.keys().copied().collect();
+        let mut n = 0;
+        let mut parts = Vec::new();
+        if !marks.is_empty() {
+            parts.push(format!("marked AS ({})", marks_sql(&mut n, marks.len())));
+        }
+        parts.push(if inputs.is_empty() {
+            "taken AS (SELECT 1 WHERE FALSE)".to_owned()
+        } else {
+            format!("taken AS ({} RETURNING id)", take_sql(&mut n, inputs.len()))
+        });
+        parts.push(format!(
+            "t AS ({} RETURNING id, txid)",
+            transfers_sql(&mut n, intents.len())
+        ));
+        if !outputs.is_empty() {
+            parts.push(format!("o AS ({})", outputs_sql(&mut n, outputs.len())));
+        }
+        parts.push(format!(
+            "b AS ({} RETURNING id, txid, user_id, round_id)",
+            bets_sql(&mut n, intents.len())
+        ));
+        parts.push(format!(
+            "n AS (UPDATE rounds r SET bettors = r.bettors + (SELECT COUNT(DISTINCT b.user_id) FROM b \
+             WHERE b.round_id = r.id AND NOT EXISTS (SELECT 1 FROM bets p WHERE p.round_id = r.id \
+             AND p.user_id = b.user_id AND p.status = 'placed')) WHERE r.id IN ({}))",
+            placeholders(n + 1, round_ids.len())
+        ));
+        let sql = format!(
+            "WITH {} SELECT 't' AS what, id, txid FROM t UNION ALL SELECT 'b', id, txid FROM b \
+             UNION ALL SELECT 'n', COUNT(*), '' FROM taken",
+            parts.join(", ")
+        );
+        let mut q = bind_all(sqlx::query(&sql), marks);
+        q = bind_inputs(q, &inputs);
+        q = bind_transfers(q, intents, now);
+        q = bind_outputs(q, &outputs);
+        q = bind_bets(q, intents, now);
+        q = bind_all(q, &round_ids);
+        let rows = q.fetch_all(&mut **tx).await?;
+        let taken = rows
+            .iter()
+            .find(|r| r.try_get::<String, _>("what").is_ok_and(|w| w == "n"))
+            .map(|r| r.try_get::<i64, _>("id"))
+            .transpose()?
+            .unwrap_or(0);
+        if taken != inputs.len() as i64 {
+            return Err(LedgerError::OutputTaken(
+                inputs.first().map_or(0, |i| i.0),
+            ));
+        }
+        Ok((ids_by_txid(&rows, "t")?, ids_by_txid(&rows, "b")?))
+    }
 }
 
-/// Marks `n` transfers broadcast, those still `signed` (a transfer undone or
-/// confirmed meanwhile keeps its status).
-fn marks_sql(n: usize) -> String {
+/// `txid → id` of the rows a group inserted.
+type IdsByTxid = HashMap<String, i64>;
+
+type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
+
+/// `$n+1, …, $n+count`, advancing `n`.
+fn next_placeholders(n: &mut usize, count: usize) -> String {
+    let text = placeholders(*n + 1, count);
+    *n += count;
+    text
+}
+
+/// Every input of the group with the txid that spends it.
+fn group_inputs<'a>(intents: &[&'a Intent]) -> Vec<(i64, &'a str)> {
+    intents
+        .iter()
+        .flat_map(|i| i.inputs.iter().map(move |&id| (id, i.txid.as_str())))
+        .collect()
+}
+
+/// Every new output of the group with its txid.
+fn group_outputs<'a>(intents: &[&'a Intent]) -> Vec<(&'a str, &'a NewOutput)> {
+    intents
+        .iter()
+        .flat_map(|i| i.outputs.iter().map(move |o| (i.txid.as_str(), o)))
+        .collect()
+}
+
+/// Takes `count` inputs, each for its own txid, only those still unspent.
+fn take_sql(n: &mut usize, count: usize) -> String {
+    let first = *n + 1;
+    *n += 2 * count;
+    let cases = (0..count)
+        .map(|k| format!("WHEN ${} THEN ${}", first + 2 * k, first + 1 + 2 * k))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let ids = (0..count)
+        .map(|k| format!("${}", first + 2 * k))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!("UPDATE outputs SET spent_txid = CASE id {cases} END WHERE spent_txid IS NULL AND id IN ({ids})")
+}
+
+fn bind_inputs<'q>(mut q: AnyQuery<'q>, inputs: &[(i64, &'q str)]) -> AnyQuery<'q> {
+    for &(id, txid) in inputs {
+        q = q.bind(id).bind(txid);
+    }
+    q
+}
+
+/// Inserts `count` signed transfers.
+fn transfers_sql(n: &mut usize, count: usize) -> String {
+    let rows = (0..count)
+        .map(|_| {
+            let [kind, user, round, txid, raw, amount, fee, commission, address, at] =
+                std::array::from_fn(|_| next_placeholders(n, 1));
+            format!("({kind}, {user}, {round}, {txid}, -1, {raw}, {amount}, {fee}, {commission}, {address}, 'signed', {at})")
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
     format!(
-        "UPDATE transfers SET status = 'broadcast' WHERE status = 'signed' AND id IN ({})",
-        placeholders(1, n)
+        "INSERT INTO transfers (kind, user_id, round_id, txid, vout, raw_tx, amount_sats, fee_sats, \
+         commission_sats, address, status, created_at) VALUES {rows}"
     )
 }
 
-fn bind_all<'q>(
-    mut q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
-    ids: &[i64],
-) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+fn bind_transfers<'q>(mut q: AnyQuery<'q>, intents: &[&'q Intent], now: i64) -> AnyQuery<'q> {
+    for i in intents {
+        q = q
+            .bind(i.kind.as_str())
+            .bind(i.user_id)
+            .bind(i.round_id)
+            .bind(i.txid.as_str())
+            .bind(i.raw_tx.as_str())
+            .bind(i.amount_sats)
+            .bind(i.fee_sats)
+            .bind(i.commission_sats)
+            .bind(i.address.as_deref())
+            .bind(now);
+    }
+    q
+}
+
+/// Inserts `count` new outputs.
+fn outputs_sql(n: &mut usize, count: usize) -> String {
+    let rows = (0..count)
+        .map(|_| format!("({})", next_placeholders(n, 6)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!("INSERT INTO outputs (txid, vout, amount_sats, user_id, round_id, origin) VALUES {rows}")
+}
+
+fn bind_outputs<'q>(mut q: AnyQuery<'q>, outputs: &[(&'q str, &'q NewOutput)]) -> AnyQuery<'q> {
+    for &(txid, o) in outputs {
+        q = q
+            .bind(txid)
+            .bind(o.vout)
+            .bind(o.amount_sats)
+            .bind(o.user_id)
+            .bind(o.round_id)
+            .bind(o.origin.as_str());
+    }
+    q
+}
+
+/// Inserts `count` placed bets.
+fn bets_sql(n: &mut usize, count: usize) -> String {
+    let rows = (0..count)
+        .map(|_| {
+            let [round, user, amount, txid, at, fee] =
+                std::array::from_fn(|_| next_placeholders(n, 1));
+            format!("({round}, {user}, {amount}, {txid}, {at}, 'placed', {fee})")
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "INSERT INTO bets (round_id, user_id, amount_sats, txid, created_at, status, fee_sats) VALUES {rows}"
+    )
+}
+
+fn bind_bets<'q>(mut q: AnyQuery<'q>, intents: &[&'q Intent], now: i64) -> AnyQuery<'q> {
+    for i in intents {
+        q = q
+            .bind(i.round_id.unwrap_or(0))
+            .bind(i.user_id)
+            .bind(i.amount_sats)
+            .bind(i.txid.as_str())
+            .bind(now)
+            .bind(i.fee_sats);
+    }
+    q
+}
+
+/// Marks `count` transfers broadcast, those still `signed` (a transfer
+/// undone or confirmed meanwhile keeps its status).
+fn marks_sql(n: &mut usize, count: usize) -> String {
+    format!(
+        "UPDATE transfers SET status = 'broadcast' WHERE status = 'signed' AND id IN ({})",
+        next_placeholders(n, count)
+    )
+}
+
+fn bind_all<'q>(mut q: AnyQuery<'q>, ids: &[i64]) -> AnyQuery<'q> {
     for &id in ids {
         q = q.bind(id);
     }
@@ -445,9 +583,15 @@ fn bind_all<'q>(
 }
 
 /// `txid → id` of rows returned by an insert (RETURNING's row order is not
-/// promised by either backend).
-fn ids_by_txid(rows: Vec<sqlx::any::AnyRow>) -> Result<HashMap<String, i64>, sqlx::Error> {
-    rows.iter()
-        .map(|r| Ok((r.try_get::<String, _>("txid")?, r.try_get::<i64, _>("id")?)))
-        .collect()
+/// promised by either backend); with `what` non-empty, only the rows whose
+/// `what` column says so.
+fn ids_by_txid(rows: &[sqlx::any::AnyRow], what: &str) -> Result<IdsByTxid, sqlx::Error> {
+    let mut ids = HashMap::new();
+    for r in rows {
+        if !what.is_empty() && r.try_get::<String, _>("what")? != what {
+            continue;
+        }
+        ids.insert(r.try_get::<String, _>("txid")?, r.try_get::<i64, _>("id")?);
+    }
+    Ok(ids)
 }
