@@ -213,10 +213,24 @@ impl Store {
     }
 
     /// Marks the signed transfers among `ids` as broadcast, in one statement.
+    ///
+    /// On PostgreSQL this commit does not wait for its WAL flush
+    /// (`synchronous_commit` off for this transaction only; the next
+    /// synchronous commit, such as the next group of bets, flushes it):
+    /// a mark lost in a crash leaves the transfer `signed`, exactly the state
+    /// of a crash between broadcast and mark (the `bet_broadcast` crash
+    /// point), which the worker finishes by broadcasting it again. Nothing
+    /// about money depends on it; a mark that rides with bets is flushed
+    /// with them.
     async fn mark_broadcast_all(&self, ids: &[i64]) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
         for chunk in ids.chunks(BATCH) {
-            let sql = marks_sql(&mut 0, chunk.len());
+            let mut sql = marks_sql(&mut 0, chunk.len());
+            if self.backend() == Backend::Postgres {
+                // Evaluated for each row it writes, so a statement that
+                // writes nothing leaves the setting alone (and has no WAL).
+                sql.push_str(" AND set_config('synchronous_commit', 'off', true) <> ''");
+            }
             bind_all(sqlx::query(&sql), chunk)
                 .execute(self.pool())
                 .await?;
@@ -233,8 +247,6 @@ impl Store {
         marks: &[i64],
     ) -> Result<Vec<(i64, i64)>, LedgerError> {
         let txids: HashSet<&str> = intents.iter().map(|i| i.txid.as_str()).collect();
-        let inputs = intents.iter().map(|i| i.inputs.len()).sum::<usize>();
-        let outputs = intents.iter().map(|i| i.outputs.len()).sum::<usize>();
         if txids.len() != intents.len() {
             // Two identical transactions: only one can take the inputs, and
             // the rows below are matched by txid; let each be tried alone.
@@ -274,9 +286,8 @@ impl Store {
                 });
             }
         }
-        let small = marks.len() <= BATCH && inputs <= BATCH / 2 && outputs <= BATCH / 6;
-        let (transfer_ids, bet_ids) = if self.backend() == Backend::Postgres && small {
-            self.write_group_in_one_statement(&mut tx, intents, marks, &rounds, now)
+        let (transfer_ids, bet_ids) = if self.backend() == Backend::Postgres {
+            self.write_group_in_one_statement(&mut tx, intents, marks, now)
                 .await?
         } else {
             self.write_group_by_table(&mut tx, intents, marks, &rounds, now)
@@ -302,8 +313,7 @@ impl Store {
     }
 
     /// The group after its rounds, one statement per table (SQLite, whose
-    /// statements are calls into the same process, and groups too large for
-    /// one statement's bound values).
+    /// statements are calls into the same process).
     async fn write_group_by_table(
         &self,
         tx: &mut Tx<'_>,
@@ -366,6 +376,9 @@ impl Store {
 
     /// The group after its rounds as one PostgreSQL statement (data-modifying
     /// `WITH` parts, which SQLite lacks): one round trip instead of six. The
+    /// group's rows travel as three JSON arrays, so the statement's text is
+    /// the same for every group and each connection prepares and plans it
+    /// once (a text per group size would be prepared again and again). The
     /// parts share the statement's snapshot, so the bettor count's scan of
     /// `bets` does not see the group's own bets, which is what it asks.
     async fn write_group_in_one_statement(
@@ -373,51 +386,50 @@ impl Store {
         tx: &mut Tx<'_>,
         intents: &[&Intent],
         marks: &[i64],
-        rounds: &BTreeMap<i64, i64>,
         now: i64,
     ) -> Result<(IdsByTxid, IdsByTxid), LedgerError> {
         let inputs = group_inputs(intents);
-        let outputs = group_outputs(intents);
-        let round_ids: Vec<i64> = rounds.keys().copied().collect();
-        let mut n = 0;
-        let mut parts = Vec::new();
-        if !marks.is_empty() {
-            parts.push(format!("marked AS ({})", marks_sql(&mut n, marks.len())));
-        }
-        parts.push(if inputs.is_empty() {
-            "taken AS (SELECT 1 WHERE FALSE)".to_owned()
-        } else {
-            format!("taken AS ({} RETURNING id)", take_sql(&mut n, inputs.len()))
-        });
-        parts.push(format!(
-            "t AS ({} RETURNING id, txid)",
-            transfers_sql(&mut n, intents.len())
-        ));
-        if !outputs.is_empty() {
-            parts.push(format!("o AS ({})", outputs_sql(&mut n, outputs.len())));
-        }
-        parts.push(format!(
-            "b AS ({} RETURNING id, txid, user_id, round_id)",
-            bets_sql(&mut n, intents.len())
-        ));
-        parts.push(format!(
-            "n AS (UPDATE rounds r SET bettors = r.bettors + (SELECT COUNT(DISTINCT b.user_id) FROM b \
-             WHERE b.round_id = r.id AND NOT EXISTS (SELECT 1 FROM bets p WHERE p.round_id = r.id \
-             AND p.user_id = b.user_id AND p.status = 'placed')) WHERE r.id IN ({}))",
-            placeholders(n + 1, round_ids.len())
-        ));
-        let sql = format!(
-            "WITH {} SELECT 't' AS what, id, txid FROM t UNION ALL SELECT 'b', id, txid FROM b \
-             UNION ALL SELECT 'n', COUNT(*), '' FROM taken",
-            parts.join(", ")
-        );
-        let mut q = bind_all(sqlx::query(&sql), marks);
-        q = bind_inputs(q, &inputs);
-        q = bind_transfers(q, intents, now);
-        q = bind_outputs(q, &outputs);
-        q = bind_bets(q, intents, now);
-        q = bind_all(q, &round_ids);
-        let rows = q.fetch_all(&mut **tx).await?;
+        let transfers: Vec<serde_json::Value> = intents
+            .iter()
+            .map(|i| {
+                serde_json::json!({
+                    "kind": i.kind.as_str(),
+                    "user_id": i.user_id,
+                    "round_id": i.round_id,
+                    "txid": i.txid,
+                    "raw_tx": i.raw_tx,
+                    "amount_sats": i.amount_sats,
+                    "fee_sats": i.fee_sats,
+                    "commission_sats": i.commission_sats,
+                    "address": i.address,
+                })
+            })
+            .collect();
+        let taken: Vec<serde_json::Value> = inputs
+            .iter()
+            .map(|(id, txid)| serde_json::json!({ "id": id, "txid": txid }))
+            .collect();
+        let outputs: Vec<serde_json::Value> = group_outputs(intents)
+            .into_iter()
+            .map(|(txid, o)| {
+                serde_json::json!({
+                    "txid": txid,
+                    "vout": o.vout,
+                    "amount_sats": o.amount_sats,
+                    "user_id": o.user_id,
+                    "round_id": o.round_id,
+                    "origin": o.origin.as_str(),
+                })
+            })
+            .collect();
+        let rows = sqlx::query(GROUP_STATEMENT_PG)
+            .bind(serde_json::Value::from(transfers).to_string())
+            .bind(serde_json::Value::from(taken).to_string())
+            .bind(serde_json::Value::from(outputs).to_string())
+            .bind(serde_json::Value::from(marks).to_string())
+            .bind(now)
+            .fetch_all(&mut **tx)
+            .await?;
         let taken = rows
             .iter()
             .find(|r| r.try_get::<String, _>("what").is_ok_and(|w| w == "n"))
@@ -425,13 +437,42 @@ impl Store {
             .transpose()?
             .unwrap_or(0);
         if taken != inputs.len() as i64 {
-            return Err(LedgerError::OutputTaken(
-                inputs.first().map_or(0, |i| i.0),
-            ));
+            return Err(LedgerError::OutputTaken(inputs.first().map_or(0, |i| i.0)));
         }
         Ok((ids_by_txid(&rows, "t")?, ids_by_txid(&rows, "b")?))
     }
 }
+
+/// A group's writes after its rounds, on PostgreSQL: `$1` the transfers
+/// (one per bet), `$2` the inputs `{id, txid}`, `$3` the new outputs, `$4`
+/// the transfer ids to mark broadcast (JSON arrays), `$5` the time. Returns
+/// `(what, id, txid)` rows: `t` per transfer, `b` per bet, and one `n` whose
+/// id is the number of inputs taken.
+const GROUP_STATEMENT_PG: &str = "WITH \
+     g AS (SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(kind TEXT, user_id BIGINT, round_id BIGINT, \
+         txid TEXT, raw_tx TEXT, amount_sats BIGINT, fee_sats BIGINT, commission_sats BIGINT, address TEXT)), \
+     gi AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS x(id BIGINT, txid TEXT)), \
+     go AS (SELECT * FROM jsonb_to_recordset($3::jsonb) AS x(txid TEXT, vout BIGINT, amount_sats BIGINT, \
+         user_id BIGINT, round_id BIGINT, origin TEXT)), \
+     marked AS (UPDATE transfers SET status = 'broadcast' WHERE status = 'signed' \
+         AND id IN (SELECT CAST(m AS BIGINT) FROM jsonb_array_elements_text($4::jsonb) AS m)), \
+     taken AS (UPDATE outputs o SET spent_txid = gi.txid FROM gi \
+         WHERE o.id = gi.id AND o.spent_txid IS NULL RETURNING o.id), \
+     t AS (INSERT INTO transfers (kind, user_id, round_id, txid, vout, raw_tx, amount_sats, fee_sats, \
+         commission_sats, address, status, created_at) \
+         SELECT kind, user_id, round_id, txid, -1, raw_tx, amount_sats, fee_sats, commission_sats, address, \
+         'signed', $5 FROM g RETURNING id, txid), \
+     o AS (INSERT INTO outputs (txid, vout, amount_sats, user_id, round_id, origin) \
+         SELECT txid, vout, amount_sats, user_id, round_id, origin FROM go), \
+     b AS (INSERT INTO bets (round_id, user_id, amount_sats, txid, created_at, status, fee_sats) \
+         SELECT round_id, user_id, amount_sats, txid, $5, 'placed', fee_sats FROM g \
+         RETURNING id, txid, user_id, round_id), \
+     n AS (UPDATE rounds r SET bettors = r.bettors + (SELECT COUNT(DISTINCT b.user_id) FROM b \
+         WHERE b.round_id = r.id AND NOT EXISTS (SELECT 1 FROM bets p WHERE p.round_id = r.id \
+         AND p.user_id = b.user_id AND p.status = 'placed')) \
+         WHERE r.id IN (SELECT round_id FROM g)) \
+     SELECT 't' AS what, id, txid FROM t UNION ALL SELECT 'b', id, txid FROM b \
+     UNION ALL SELECT 'n', COUNT(*), '' FROM taken";
 
 /// `txid → id` of the rows a group inserted.
 type IdsByTxid = HashMap<String, i64>;

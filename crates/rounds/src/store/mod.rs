@@ -125,7 +125,14 @@ impl Store {
             }
             _ => url.to_string(),
         };
-        let mut options = AnyPoolOptions::new().max_connections(max_connections.max(1));
+        // No ping before each checkout: it is a round trip (PostgreSQL) or a
+        // hand-off to the connection's worker thread (SQLite) per query,
+        // doubling the cost of the one-statement reads. A connection that
+        // died while idle fails its next statement instead (nothing is
+        // written; the error is answered) and is then dropped by the pool.
+        let mut options = AnyPoolOptions::new()
+            .max_connections(max_connections.max(1))
+            .test_before_acquire(false);
         if backend == Backend::Sqlite {
             options = options.after_connect(|conn, _meta| {
                 Box::pin(async move {
