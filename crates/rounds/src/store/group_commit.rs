@@ -166,12 +166,7 @@ impl Store {
                     std::mem::take(&mut p.marks),
                 )
             };
-            let (nb, nm) = (bets.len(), marks.len());
-            let t0 = std::time::Instant::now();
             self.commit_group(bets, marks).await;
-            if std::env::var_os("TMP_GROUP_TRACE").is_some() {
-                eprintln!("GROUP {nb} {nm} {}", t0.elapsed().as_micros());
-            }
         }
     }
 
