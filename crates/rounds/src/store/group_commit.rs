@@ -4,9 +4,10 @@
 //! round's row (its pot grows) from the first statement to the commit. On
 //! PostgreSQL that is seven round trips and a WAL flush per bet during which
 //! every other bet of the round waits; on SQLite it is nine statements, each
-//! two thread hand-offs to sqlx's worker. A group pays one transaction and
-//! one statement per table for all its bets, and the broadcast marks of
-//! bets already written ride along.
+//! two thread hand-offs to sqlx's worker. A group pays one transaction for
+//! all its bets, with one statement per table (SQLite) or one statement
+//! after the round's lock (PostgreSQL), and the broadcast marks of bets
+//! already written ride along.
 //!
 //! A group is written with the same guards as a bet alone (the round still
 //! open, every input still unspent, checked by the statements' row counts).
@@ -174,13 +175,7 @@ impl Store {
     async fn commit_group(&self, bets: Vec<BetRequest>, marks: Vec<MarkRequest>) {
         let mark_ids: Vec<i64> = marks.iter().map(|m| m.transfer_id).collect();
         if bets.is_empty() {
-            // Marks cannot fail one another: one statement, one answer.
-            match self.mark_broadcast_all(&mark_ids).await {
-                Ok(()) => marks.into_iter().for_each(|m| {
-                    let _ = m.done.send(Ok(()));
-                }),
-                Err(_) => self.mark_each(marks).await,
-            }
+            self.mark_together(marks, &mark_ids).await;
             return;
         }
         if bets.len() > 1 {
@@ -205,11 +200,24 @@ impl Store {
             }
         }
         if !marks.is_empty() {
-            self.mark_each(marks).await;
+            self.mark_together(marks, &mark_ids).await;
         }
         for b in bets {
             let answer = self.place_bet_alone(&b.intent).await;
             let _ = b.done.send(answer);
+        }
+    }
+
+    /// Marks in one statement (marks cannot fail one another); one by one,
+    /// each with its own answer, if that statement fails.
+    async fn mark_together(&self, marks: Vec<MarkRequest>, ids: &[i64]) {
+        match self.mark_broadcast_all(ids).await {
+            Ok(()) => {
+                for m in marks {
+                    let _ = m.done.send(Ok(()));
+                }
+            }
+            Err(_) => self.mark_each(marks).await,
         }
     }
 
