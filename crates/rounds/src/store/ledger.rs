@@ -411,13 +411,12 @@ impl Store {
         Ok(rows.iter().map(output_from_row).collect::<Result<_, _>>()?)
     }
 
-    /// Writes a bet: the round must be `open`; takes the inputs, records the
-    /// transfer (status `signed`), the bet and the new outputs, in one
-    /// transaction. Returns `(bet id, transfer id)`.
+    /// [`Store::place_bet`] in a transaction of its own: a group's bets
+    /// when the group as a whole was refused.
     ///
     /// # Errors
     /// [`LedgerError::WrongStatus`], [`LedgerError::OutputTaken`].
-    pub async fn place_bet(&self, intent: &Intent) -> Result<(i64, i64), LedgerError> {
+    pub(super) async fn place_bet_alone(&self, intent: &Intent) -> Result<(i64, i64), LedgerError> {
         let round_id = intent.round_id.unwrap_or(0);
         let _turn = self.write_turn().await;
         let mut tx = self.pool().begin().await?;
@@ -482,21 +481,6 @@ impl Store {
         let id = insert_intent(&mut tx, intent).await?;
         tx.commit().await?;
         Ok(id)
-    }
-
-    /// Marks a signed transfer as broadcast.
-    ///
-    /// # Errors
-    /// Database failures.
-    pub async fn mark_broadcast(&self, transfer_id: i64) -> Result<(), StoreError> {
-        let _turn = self.write_turn().await;
-        sqlx::query(
-            "UPDATE transfers SET status = 'broadcast' WHERE id = $1 AND status = 'signed'",
-        )
-        .bind(transfer_id)
-        .execute(self.pool())
-        .await?;
-        Ok(())
     }
 
     /// Undoes a bet or withdrawal whose broadcast was refused: releases its

@@ -6,6 +6,7 @@
 //! Timestamps are unix seconds.
 
 pub mod chain;
+mod group_commit;
 pub mod ledger;
 pub mod limits;
 pub mod migrations;
@@ -57,6 +58,10 @@ pub enum StoreError {
     /// A stored row does not have the shape the store expects.
     #[error("corrupt row: {0}")]
     Corrupt(String),
+    /// The task writing a group of bets and broadcast marks stopped before
+    /// it answered (whether the request was written is unknown until read).
+    #[error("the group write stopped before it answered")]
+    GroupWriteLost,
     /// Any other database failure.
     #[error(transparent)]
     Database(#[from] sqlx::Error),
@@ -93,6 +98,8 @@ pub struct Store {
     /// handler (1 ms, 2 ms, 5 ms, …) instead of being woken when the lock
     /// frees; queueing here hands the lock over at once.
     write_gate: std::sync::Arc<tokio::sync::Mutex<()>>,
+    /// Bets and broadcast marks waiting for the next group commit.
+    group: std::sync::Arc<group_commit::GroupCommit>,
 }
 
 static INSTALL_DRIVERS: Once = Once::new();
@@ -118,7 +125,14 @@ impl Store {
             }
             _ => url.to_string(),
         };
-        let mut options = AnyPoolOptions::new().max_connections(max_connections.max(1));
+        // No ping before each checkout: it is a round trip (PostgreSQL) or a
+        // hand-off to the connection's worker thread (SQLite) per query,
+        // doubling the cost of the one-statement reads. A connection that
+        // died while idle fails its next statement instead (nothing is
+        // written; the error is answered) and is then dropped by the pool.
+        let mut options = AnyPoolOptions::new()
+            .max_connections(max_connections.max(1))
+            .test_before_acquire(false);
         if backend == Backend::Sqlite {
             options = options.after_connect(|conn, _meta| {
                 Box::pin(async move {
@@ -140,6 +154,7 @@ impl Store {
             pool,
             backend,
             write_gate: std::sync::Arc::default(),
+            group: std::sync::Arc::default(),
         })
     }
 

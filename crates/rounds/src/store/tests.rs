@@ -118,6 +118,7 @@ both_backends!(
     the_close_reads_the_tip_while_holding_the_round,
     an_unknown_spend_is_audited_once_per_output_across_an_upgrade,
     bets_keep_pot_and_bettors_equal_to_a_recount,
+    bets_written_together_each_get_their_own_outcome,
 );
 
 async fn users_are_unique_ignoring_case_and_get_distinct_indexes(b: Backend) {
@@ -1210,5 +1211,186 @@ async fn bets_keep_pot_and_bettors_equal_to_a_recount(b: Backend) {
     let (stored, counted) = pot_and_bettors(&db.store, round.id).await;
     assert_eq!(stored, (50_000, 2));
     assert_eq!(stored, counted);
+    db.cleanup().await;
+}
+
+/// Places `bets` at once: on the tests' single-threaded runtime every one is
+/// queued before the group writer first runs, so they form one group.
+async fn place_together(
+    store: &Store,
+    bets: &[crate::domain::money::Intent],
+) -> Vec<Result<(i64, i64), LedgerError>> {
+    futures_util::future::join_all(bets.iter().map(|b| store.place_bet(b))).await
+}
+
+/// A bet of 10,000 sats of `user` in `round` spending `inputs`, its pot
+/// output and its change (89,800) as new outputs.
+fn bet_spending(user: i64, round: i64, n: u32, inputs: Vec<i64>) -> crate::domain::money::Intent {
+    let mut bet = money::intent(
+        TransferKind::Bet,
+        user,
+        Some(round),
+        &format!("{n:064x}"),
+        inputs,
+    );
+    bet.outputs.push(crate::domain::money::NewOutput {
+        vout: 0,
+        amount_sats: 10_000,
+        user_id: None,
+        round_id: Some(round),
+        origin: OutputOrigin::Pot,
+    });
+    bet
+}
+
+/// Bets written in one group: an all-good group is written whole; in a
+/// group with bets that must fail (an input another bet of the group takes,
+/// an input spent before, a bet of a closed round) each bet gets the outcome
+/// it would have had alone and the others are written; broadcast marks
+/// riding with bets are written. Balances, pot, bettors and outputs agree.
+async fn bets_written_together_each_get_their_own_outcome(b: Backend) {
+    let db = TestDb::new(b).await;
+    let s = &db.store;
+    s.migrate().await.unwrap();
+    s.init_config(&config()).await.unwrap();
+    let mut users = Vec::new();
+    let mut deposits = Vec::new();
+    for k in 0..5u32 {
+        let u = s.create_user(&format!("u{k}"), "h", addr).await.unwrap().id;
+        users.push(u);
+        for vout in 0..2 {
+            deposits.push(crate::store::chain::Deposit {
+                txid: format!("{k:064x}").replace('0', "d"),
+                vout,
+                amount_sats: 100_000,
+                user_id: u,
+                coinbase: false,
+            });
+        }
+    }
+    s.record_start_block(9, "h9").await.unwrap();
+    s.connect_block(10, "h10", &[], &deposits).await.unwrap();
+    let coins = |u: i64| async move {
+        let mut ids: Vec<i64> = s
+            .spendable_outputs(u, 1)
+            .await
+            .unwrap()
+            .iter()
+            .map(|c| c.id)
+            .collect();
+        ids.sort_unstable();
+        ids
+    };
+    let round = s
+        .ensure_round(crate::domain::time::unix_now())
+        .await
+        .unwrap()
+        .id;
+
+    // All good: one group, every bet written.
+    let mut first = Vec::new();
+    for (k, &u) in users.iter().enumerate() {
+        first.push(bet_spending(
+            u,
+            round,
+            k as u32 + 1,
+            vec![coins(u).await[0]],
+        ));
+    }
+    let answers = place_together(s, &first).await;
+    let written: Vec<(i64, i64)> = answers.into_iter().map(Result::unwrap).collect();
+    assert_eq!(s.whole_groups(), 1, "written as one group");
+    let bet_ids: std::collections::HashSet<i64> = written.iter().map(|w| w.0).collect();
+    assert_eq!(bet_ids.len(), users.len(), "distinct bet ids");
+    for (w, bet) in written.iter().zip(&first) {
+        let t = s.transfer(w.1).await.unwrap().unwrap();
+        assert_eq!(
+            (t.txid.as_str(), t.status),
+            (bet.txid.as_str(), TransferStatus::Signed)
+        );
+    }
+    assert_eq!(pot_and_bettors(s, round).await, ((50_000, 5), (50_000, 5)));
+    for &u in &users {
+        assert_eq!(s.balances(u, 1).await.unwrap(), (100_000, 189_800, true));
+    }
+
+    // Marks of the first bets ride with a group that fails in part.
+    let spent_before = coins(users[0]).await[0];
+    s.place_bet(&bet_spending(users[0], round, 10, vec![spent_before]))
+        .await
+        .unwrap();
+    let shared = coins(users[1]).await[0];
+    let second = vec![
+        bet_spending(users[1], round, 11, vec![shared]),
+        bet_spending(users[1], round, 12, vec![shared]),
+        bet_spending(users[0], round, 13, vec![spent_before]),
+        bet_spending(users[2], round, 14, vec![coins(users[2]).await[0]]),
+        bet_spending(users[3], round, 15, vec![coins(users[3]).await[0]]),
+    ];
+    let marks = written.iter().map(|w| s.mark_broadcast(w.1));
+    let (answers, marked) = tokio::join!(
+        place_together(s, &second),
+        futures_util::future::join_all(marks)
+    );
+    assert!(marked.iter().all(Result::is_ok), "{marked:?}");
+    assert!(
+        answers[0].is_ok() != answers[1].is_ok(),
+        "one of two bets on one coin: {answers:?}"
+    );
+    assert!(
+        matches!(answers[0], Err(LedgerError::OutputTaken(_)))
+            || matches!(answers[1], Err(LedgerError::OutputTaken(_)))
+    );
+    assert!(
+        matches!(answers[2], Err(LedgerError::OutputTaken(_))),
+        "{:?}",
+        answers[2]
+    );
+    assert!(answers[3].is_ok() && answers[4].is_ok(), "{answers:?}");
+    for w in &written {
+        assert_eq!(
+            s.transfer(w.1).await.unwrap().unwrap().status,
+            TransferStatus::Broadcast
+        );
+    }
+    for (bet, answer) in second.iter().zip(&answers) {
+        let row = s.transfer_by_txid(&bet.txid).await.unwrap();
+        assert_eq!(row.is_some(), answer.is_ok(), "{}: {answer:?}", bet.txid);
+        let outs = s.outputs_spent_by(&bet.txid).await.unwrap();
+        assert_eq!(outs.len(), usize::from(answer.is_ok()), "{}", bet.txid);
+    }
+    // Users 0–3 have spent both coins, user 4 one of two.
+    assert_eq!(
+        s.whole_groups(),
+        1,
+        "the second group was written bet by bet"
+    );
+    assert_eq!(pot_and_bettors(s, round).await, ((90_000, 5), (90_000, 5)));
+    for (k, &u) in users.iter().enumerate() {
+        let left = if k == 4 { 100_000 } else { 0 };
+        let bets = if k == 4 { 1 } else { 2 };
+        let (balance, pending, _) = s.balances(u, 1).await.unwrap();
+        assert_eq!((balance, pending), (left, left + bets * 89_800), "user {k}");
+    }
+
+    // The round closes: a whole group is refused and nothing changes.
+    sqlx::query("UPDATE rounds SET closes_at = 0 WHERE id = $1")
+        .bind(round)
+        .execute(s.pool())
+        .await
+        .unwrap();
+    let last = coins(users[4]).await[0];
+    let third = vec![
+        bet_spending(users[4], round, 20, vec![last]),
+        bet_spending(users[4], round, 21, vec![last]),
+    ];
+    for answer in place_together(s, &third).await {
+        assert!(
+            matches!(answer, Err(LedgerError::WrongStatus { .. })),
+            "{answer:?}"
+        );
+    }
+    assert_eq!(coins(users[4]).await, vec![last]);
+    assert_eq!(pot_and_bettors(s, round).await, ((90_000, 5), (90_000, 5)));
     db.cleanup().await;
 }

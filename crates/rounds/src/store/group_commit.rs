@@ -1,0 +1,664 @@
+//! Group commit of bet intents and broadcast marks: the requests that arrive while a group is being written are written together in the next transaction, each answered only after the commit that holds it.
+//!
+//! Why: every bet wrote its intent in a transaction of its own that held the
+//! round's row (its pot grows) from the first statement to the commit. On
+//! PostgreSQL that is seven round trips and a WAL flush per bet during which
+//! every other bet of the round waits; on SQLite it is nine statements, each
+//! two thread hand-offs to sqlx's worker. A group pays one transaction for
+//! all its bets, with one statement per table (SQLite) or one statement
+//! after the round's lock (PostgreSQL), and the broadcast marks of bets
+//! already written ride along.
+//!
+//! A group is written with the same guards as a bet alone (the round still
+//! open, every input still unspent, checked by the statements' row counts).
+//! When any of them fails, or any statement errs, the whole group is rolled
+//! back and each of its requests is written alone, as before: a bet that
+//! fails never fails the others of its group, and its error is the one it
+//! would have had alone.
+//!
+//! No task runs while nothing is queued: the request that finds the queue
+//! idle spawns the task that drains it, so a request cancelled by its
+//! client cannot strand the others of its group.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use sqlx::Row;
+use tokio::sync::oneshot;
+
+use super::ledger::{placeholders, LedgerError, Tx, BATCH};
+use super::{Backend, Store, StoreError};
+use crate::domain::money::{Intent, NewOutput};
+use crate::domain::time::unix_now;
+
+/// Most bets in one group. Bounds the bound values of the group's
+/// statements (ten per bet in the transfer insert) and the number of
+/// distinct statement texts each connection caches.
+const MAX_GROUP_BETS: usize = 32;
+
+/// `(bet id, transfer id)` of a written bet, or why it was refused.
+type BetAnswer = Result<(i64, i64), LedgerError>;
+
+/// The requests waiting for the next group, shared by every clone of a [`Store`].
+#[derive(Debug, Default)]
+pub(crate) struct GroupCommit {
+    pending: Mutex<Pending>,
+    /// Groups of two or more bets written whole (the tests check that the
+    /// group path, not only the bet-by-bet one, is taken).
+    whole_groups: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Pending {
+    bets: Vec<BetRequest>,
+    marks: Vec<MarkRequest>,
+    /// A task is draining the queue; new requests only join it.
+    draining: bool,
+}
+
+#[derive(Debug)]
+struct BetRequest {
+    intent: Intent,
+    done: oneshot::Sender<BetAnswer>,
+}
+
+#[derive(Debug)]
+struct MarkRequest {
+    transfer_id: i64,
+    done: oneshot::Sender<Result<(), StoreError>>,
+}
+
+impl GroupCommit {
+    fn lock(&self) -> MutexGuard<'_, Pending> {
+        // The lock guards plain pushes and swaps that cannot panic halfway,
+        // so a poisoned queue is still consistent.
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Clears the draining flag, and fails what is still queued, if the
+/// draining task stops early (a panic, or its runtime shutting down), so
+/// that later requests start a new task instead of waiting for a dead one.
+struct DrainGuard(Arc<GroupCommit>);
+
+impl Drop for DrainGuard {
+    fn drop(&mut self) {
+        let mut p = self.0.lock();
+        p.draining = false;
+        // Dropping the senders answers each waiting request with an error.
+        p.bets.clear();
+        p.marks.clear();
+    }
+}
+
+fn group_lost() -> StoreError {
+    StoreError::GroupWriteLost
+}
+
+impl Store {
+    /// Groups of two or more bets written whole so far.
+    #[cfg(test)]
+    pub(crate) fn whole_groups(&self) -> u64 {
+        self.group.whole_groups.load(Ordering::Relaxed)
+    }
+
+    /// Writes a bet: the round must be `open`; takes the inputs, records the
+    /// transfer (status `signed`), the bet and the new outputs, in one
+    /// transaction, shared with the bets that arrive meanwhile (group
+    /// commit); returns once that transaction is committed. Returns `(bet
+    /// id, transfer id)`.
+    ///
+    /// # Errors
+    /// [`LedgerError::WrongStatus`], [`LedgerError::OutputTaken`], database
+    /// failures.
+    pub async fn place_bet(&self, intent: &Intent) -> Result<(i64, i64), LedgerError> {
+        let (done, answer) = oneshot::channel();
+        self.enqueue(|p| {
+            p.bets.push(BetRequest {
+                intent: intent.clone(),
+                done,
+            });
+        });
+        answer.await.map_err(|_| LedgerError::Store(group_lost()))?
+    }
+
+    /// Marks a signed transfer as broadcast; returns once committed (in a
+    /// group with other marks and bets, see [`Store::place_bet`]).
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn mark_broadcast(&self, transfer_id: i64) -> Result<(), StoreError> {
+        let (done, answer) = oneshot::channel();
+        self.enqueue(|p| p.marks.push(MarkRequest { transfer_id, done }));
+        answer.await.map_err(|_| group_lost())?
+    }
+
+    /// Queues a request and starts the draining task unless one runs.
+    fn enqueue(&self, push: impl FnOnce(&mut Pending)) {
+        let start = {
+            let mut p = self.group.lock();
+            push(&mut p);
+            !std::mem::replace(&mut p.draining, true)
+        };
+        if start {
+            let store = self.clone();
+            tokio::spawn(async move { store.drain().await });
+        }
+    }
+
+    /// Writes groups until the queue is empty.
+    async fn drain(self) {
+        let guard = DrainGuard(self.group.clone());
+        loop {
+            let (bets, marks) = {
+                let mut p = self.group.lock();
+                if p.bets.is_empty() && p.marks.is_empty() {
+                    p.draining = false;
+                    drop(p);
+                    std::mem::forget(guard);
+                    return;
+                }
+                let n = p.bets.len().min(MAX_GROUP_BETS);
+                (
+                    p.bets.drain(..n).collect::<Vec<_>>(),
+                    std::mem::take(&mut p.marks),
+                )
+            };
+            self.commit_group(bets, marks).await;
+        }
+    }
+
+    /// Writes one group and answers each of its requests.
+    async fn commit_group(&self, bets: Vec<BetRequest>, marks: Vec<MarkRequest>) {
+        let mark_ids: Vec<i64> = marks.iter().map(|m| m.transfer_id).collect();
+        if bets.is_empty() {
+            self.mark_together(marks, &mark_ids).await;
+            return;
+        }
+        if bets.len() > 1 {
+            let intents: Vec<&Intent> = bets.iter().map(|b| &b.intent).collect();
+            match self.write_group(&intents, &mark_ids).await {
+                Ok(ids) => {
+                    self.group.whole_groups.fetch_add(1, Ordering::Relaxed);
+                    for (b, ids) in bets.into_iter().zip(ids) {
+                        let _ = b.done.send(Ok(ids));
+                    }
+                    for m in marks {
+                        let _ = m.done.send(Ok(()));
+                    }
+                    return;
+                }
+                Err(e @ (LedgerError::OutputTaken(_) | LedgerError::WrongStatus { .. })) => {
+                    tracing::debug!(error = %e, bets = intents.len(), "group refused; writing its bets one by one");
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, bets = intents.len(), "group write failed; writing its bets one by one");
+                }
+            }
+        }
+        if !marks.is_empty() {
+            self.mark_together(marks, &mark_ids).await;
+        }
+        for b in bets {
+            let answer = self.place_bet_alone(&b.intent).await;
+            let _ = b.done.send(answer);
+        }
+    }
+
+    /// Marks in one statement (marks cannot fail one another); one by one,
+    /// each with its own answer, if that statement fails.
+    async fn mark_together(&self, marks: Vec<MarkRequest>, ids: &[i64]) {
+        match self.mark_broadcast_all(ids).await {
+            Ok(()) => {
+                for m in marks {
+                    let _ = m.done.send(Ok(()));
+                }
+            }
+            Err(_) => self.mark_each(marks).await,
+        }
+    }
+
+    /// Marks one by one, each with its own answer.
+    async fn mark_each(&self, marks: Vec<MarkRequest>) {
+        for m in marks {
+            let answer = self.mark_broadcast_all(&[m.transfer_id]).await;
+            let _ = m.done.send(answer);
+        }
+    }
+
+    /// Marks the signed transfers among `ids` as broadcast, in one statement.
+    ///
+    /// On PostgreSQL this commit does not wait for its WAL flush
+    /// (`synchronous_commit` off for this transaction only; the next
+    /// synchronous commit, such as the next group of bets, flushes it):
+    /// a mark lost in a crash leaves the transfer `signed`, exactly the state
+    /// of a crash between broadcast and mark (the `bet_broadcast` crash
+    /// point), which the worker finishes by broadcasting it again. Nothing
+    /// about money depends on it; a mark that rides with bets is flushed
+    /// with them.
+    async fn mark_broadcast_all(&self, ids: &[i64]) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
+        for chunk in ids.chunks(BATCH) {
+            let mut sql = marks_sql(&mut 0, chunk.len());
+            if self.backend() == Backend::Postgres {
+                // Evaluated for each row it writes, so a statement that
+                // writes nothing leaves the setting alone (and has no WAL).
+                sql.push_str(" AND set_config('synchronous_commit', 'off', true) <> ''");
+            }
+            bind_all(sqlx::query(&sql), chunk)
+                .execute(self.pool())
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Writes the bets `intents` (two or more) and marks `marks` broadcast in
+    /// one transaction. Returns `(bet id, transfer id)` per intent, in
+    /// order; any refusal rolls everything back.
+    async fn write_group(
+        &self,
+        intents: &[&Intent],
+        marks: &[i64],
+    ) -> Result<Vec<(i64, i64)>, LedgerError> {
+        let txids: HashSet<&str> = intents.iter().map(|i| i.txid.as_str()).collect();
+        if txids.len() != intents.len() {
+            // Two identical transactions: only one can take the inputs, and
+            // the rows below are matched by txid; let each be tried alone.
+            return Err(LedgerError::OutputTaken(
+                intents
+                    .first()
+                    .and_then(|i| i.inputs.first())
+                    .copied()
+                    .unwrap_or(0),
+            ));
+        }
+        let now = unix_now();
+        let mut rounds: BTreeMap<i64, i64> = BTreeMap::new();
+        for i in intents {
+            *rounds.entry(i.round_id.unwrap_or(0)).or_default() += i.amount_sats;
+        }
+        let _turn = self.write_turn().await;
+        let mut tx = self.pool().begin().await?;
+        // The rounds first, as a bet alone does: the same lock order, and a
+        // round closed meanwhile refuses the whole group. Everything after
+        // this reads with the round held (PostgreSQL takes each statement's
+        // snapshot at its start, so the bets committed before the lock was
+        // granted are seen by the bettor count).
+        for (&round_id, &pot_sats) in &rounds {
+            let open = sqlx::query(
+                "UPDATE rounds SET pot_sats = pot_sats + $3 WHERE id = $1 AND status = 'open' AND closes_at > $2",
+            )
+            .bind(round_id)
+            .bind(now)
+            .bind(pot_sats)
+            .execute(&mut *tx)
+            .await?;
+            if open.rows_affected() != 1 {
+                return Err(LedgerError::WrongStatus {
+                    round_id,
+                    expected: crate::domain::round::RoundStatus::Open,
+                });
+            }
+        }
+        let (transfer_ids, bet_ids) = if self.backend() == Backend::Postgres {
+            self.write_group_in_one_statement(&mut tx, intents, marks, now)
+                .await?
+        } else {
+            self.write_group_by_table(&mut tx, intents, marks, &rounds, now)
+                .await?
+        };
+        tx.commit().await?;
+        intents
+            .iter()
+            .map(|i| {
+                match (
+                    bet_ids.get(i.txid.as_str()),
+                    transfer_ids.get(i.txid.as_str()),
+                ) {
+                    (Some(&bet), Some(&transfer)) => Ok((bet, transfer)),
+                    // Committed, so the rows exist; the answer lists them all.
+                    _ => Err(LedgerError::Store(StoreError::Corrupt(format!(
+                        "group insert returned no row for {}",
+                        i.txid
+                    )))),
+                }
+            })
+            .collect()
+    }
+
+    /// The group after its rounds, one statement per table (SQLite, whose
+    /// statements are calls into the same process).
+    async fn write_group_by_table(
+        &self,
+        tx: &mut Tx<'_>,
+        intents: &[&Intent],
+        marks: &[i64],
+        rounds: &BTreeMap<i64, i64>,
+        now: i64,
+    ) -> Result<(IdsByTxid, IdsByTxid), LedgerError> {
+        for chunk in marks.chunks(BATCH) {
+            let mut n = 0;
+            let sql = marks_sql(&mut n, chunk.len());
+            bind_all(sqlx::query(&sql), chunk)
+                .execute(&mut **tx)
+                .await?;
+        }
+        // Every input of every bet, each still unspent (an input named twice
+        // in the group counts once and fails the count).
+        let inputs: Vec<(i64, &str)> = group_inputs(intents);
+        for chunk in inputs.chunks(BATCH / 2) {
+            let mut n = 0;
+            let sql = take_sql(&mut n, chunk.len());
+            let q = bind_inputs(sqlx::query(&sql), chunk);
+            if q.execute(&mut **tx).await?.rows_affected() != chunk.len() as u64 {
+                return Err(LedgerError::OutputTaken(chunk[0].0));
+            }
+        }
+        let sql = format!(
+            "{} RETURNING id, txid",
+            transfers_sql(&mut 0, intents.len())
+        );
+        let q = bind_transfers(sqlx::query(&sql), intents, now);
+        let transfer_ids = ids_by_txid(&q.fetch_all(&mut **tx).await?, "")?;
+        let outputs = group_outputs(intents);
+        for chunk in outputs.chunks(BATCH / 6) {
+            let sql = outputs_sql(&mut 0, chunk.len());
+            bind_outputs(sqlx::query(&sql), chunk)
+                .execute(&mut **tx)
+                .await?;
+        }
+        let sql = format!("{} RETURNING id, txid", bets_sql(&mut 0, intents.len()));
+        let q = bind_bets(sqlx::query(&sql), intents, now);
+        let bet_ids = ids_by_txid(&q.fetch_all(&mut **tx).await?, "")?;
+        // New bettors: the group's users with no placed bet in the round
+        // outside the group.
+        for &round_id in rounds.keys() {
+            let ids: Vec<i64> = intents
+                .iter()
+                .filter(|i| i.round_id.unwrap_or(0) == round_id)
+                .filter_map(|i| bet_ids.get(i.txid.as_str()).copied())
+                .collect();
+            let list = placeholders(2, ids.len());
+            let sql = format!(
+                "UPDATE rounds SET bettors = bettors + (SELECT COUNT(DISTINCT b.user_id) FROM bets b \
+                 WHERE b.id IN ({list}) AND NOT EXISTS (SELECT 1 FROM bets p WHERE p.round_id = $1 \
+                 AND p.user_id = b.user_id AND p.status = 'placed' AND p.id NOT IN ({list}))) WHERE id = $1"
+            );
+            bind_all(sqlx::query(&sql).bind(round_id), &ids)
+                .execute(&mut **tx)
+                .await?;
+        }
+        Ok((transfer_ids, bet_ids))
+    }
+
+    /// The group after its rounds as one PostgreSQL statement (data-modifying
+    /// `WITH` parts, which SQLite lacks): one round trip instead of six. The
+    /// group's rows travel as three JSON arrays, so the statement's text is
+    /// the same for every group and each connection prepares and plans it
+    /// once (a text per group size would be prepared again and again). The
+    /// parts share the statement's snapshot, so the bettor count's scan of
+    /// `bets` does not see the group's own bets, which is what it asks.
+    async fn write_group_in_one_statement(
+        &self,
+        tx: &mut Tx<'_>,
+        intents: &[&Intent],
+        marks: &[i64],
+        now: i64,
+    ) -> Result<(IdsByTxid, IdsByTxid), LedgerError> {
+        let inputs = group_inputs(intents);
+        let transfers: Vec<serde_json::Value> = intents
+            .iter()
+            .map(|i| {
+                serde_json::json!({
+                    "kind": i.kind.as_str(),
+                    "user_id": i.user_id,
+                    "round_id": i.round_id,
+                    "txid": i.txid,
+                    "raw_tx": i.raw_tx,
+                    "amount_sats": i.amount_sats,
+                    "fee_sats": i.fee_sats,
+                    "commission_sats": i.commission_sats,
+                    "address": i.address,
+                })
+            })
+            .collect();
+        let taken: Vec<serde_json::Value> = inputs
+            .iter()
+            .map(|(id, txid)| serde_json::json!({ "id": id, "txid": txid }))
+            .collect();
+        let outputs: Vec<serde_json::Value> = group_outputs(intents)
+            .into_iter()
+            .map(|(txid, o)| {
+                serde_json::json!({
+                    "txid": txid,
+                    "vout": o.vout,
+                    "amount_sats": o.amount_sats,
+                    "user_id": o.user_id,
+                    "round_id": o.round_id,
+                    "origin": o.origin.as_str(),
+                })
+            })
+            .collect();
+        let rows = sqlx::query(GROUP_STATEMENT_PG)
+            .bind(serde_json::Value::from(transfers).to_string())
+            .bind(serde_json::Value::from(taken).to_string())
+            .bind(serde_json::Value::from(outputs).to_string())
+            .bind(serde_json::Value::from(marks).to_string())
+            .bind(now)
+            .fetch_all(&mut **tx)
+            .await?;
+        let taken = rows
+            .iter()
+            .find(|r| r.try_get::<String, _>("what").is_ok_and(|w| w == "n"))
+            .map(|r| r.try_get::<i64, _>("id"))
+            .transpose()?
+            .unwrap_or(0);
+        if taken != inputs.len() as i64 {
+            return Err(LedgerError::OutputTaken(inputs.first().map_or(0, |i| i.0)));
+        }
+        Ok((ids_by_txid(&rows, "t")?, ids_by_txid(&rows, "b")?))
+    }
+}
+
+/// A group's writes after its rounds, on PostgreSQL: `$1` the transfers
+/// (one per bet), `$2` the inputs `{id, txid}`, `$3` the new outputs, `$4`
+/// the transfer ids to mark broadcast (JSON arrays), `$5` the time. Returns
+/// `(what, id, txid)` rows: `t` per transfer, `b` per bet, and one `n` whose
+/// id is the number of inputs taken. The row sets are unknown to the planner
+/// (it guesses 100 rows for a JSON array), so the updates find their rows
+/// through `= ANY (ARRAY(…))`, an index lookup, instead of hash-joining a scan
+/// of every transfer or output.
+const GROUP_STATEMENT_PG: &str = "WITH \
+     g AS (SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(kind TEXT, user_id BIGINT, round_id BIGINT, \
+         txid TEXT, raw_tx TEXT, amount_sats BIGINT, fee_sats BIGINT, commission_sats BIGINT, address TEXT)), \
+     gi AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS x(id BIGINT, txid TEXT)), \
+     go AS (SELECT * FROM jsonb_to_recordset($3::jsonb) AS x(txid TEXT, vout BIGINT, amount_sats BIGINT, \
+         user_id BIGINT, round_id BIGINT, origin TEXT)), \
+     marked AS (UPDATE transfers SET status = 'broadcast' WHERE status = 'signed' \
+         AND id = ANY (ARRAY(SELECT CAST(m AS BIGINT) FROM jsonb_array_elements_text($4::jsonb) AS m))), \
+     taken AS (UPDATE outputs o SET spent_txid = gi.txid FROM gi \
+         WHERE o.id = gi.id AND o.id = ANY (ARRAY(SELECT id FROM gi)) AND o.spent_txid IS NULL \
+         RETURNING o.id), \
+     t AS (INSERT INTO transfers (kind, user_id, round_id, txid, vout, raw_tx, amount_sats, fee_sats, \
+         commission_sats, address, status, created_at) \
+         SELECT kind, user_id, round_id, txid, -1, raw_tx, amount_sats, fee_sats, commission_sats, address, \
+         'signed', $5 FROM g RETURNING id, txid), \
+     o AS (INSERT INTO outputs (txid, vout, amount_sats, user_id, round_id, origin) \
+         SELECT txid, vout, amount_sats, user_id, round_id, origin FROM go), \
+     b AS (INSERT INTO bets (round_id, user_id, amount_sats, txid, created_at, status, fee_sats) \
+         SELECT round_id, user_id, amount_sats, txid, $5, 'placed', fee_sats FROM g \
+         RETURNING id, txid, user_id, round_id), \
+     n AS (UPDATE rounds r SET bettors = r.bettors + (SELECT COUNT(DISTINCT b.user_id) FROM b \
+         WHERE b.round_id = r.id AND NOT EXISTS (SELECT 1 FROM bets p WHERE p.round_id = r.id \
+         AND p.user_id = b.user_id AND p.status = 'placed')) \
+         WHERE r.id IN (SELECT round_id FROM g)) \
+     SELECT 't' AS what, id, txid FROM t UNION ALL SELECT 'b', id, txid FROM b \
+     UNION ALL SELECT 'n', COUNT(*), '' FROM taken";
+
+/// `txid → id` of the rows a group inserted.
+type IdsByTxid = HashMap<String, i64>;
+
+type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
+
+/// `$n+1, …, $n+count`, advancing `n`.
+fn next_placeholders(n: &mut usize, count: usize) -> String {
+    let text = placeholders(*n + 1, count);
+    *n += count;
+    text
+}
+
+/// Every input of the group with the txid that spends it.
+fn group_inputs<'a>(intents: &[&'a Intent]) -> Vec<(i64, &'a str)> {
+    intents
+        .iter()
+        .flat_map(|i| i.inputs.iter().map(move |&id| (id, i.txid.as_str())))
+        .collect()
+}
+
+/// Every new output of the group with its txid.
+fn group_outputs<'a>(intents: &[&'a Intent]) -> Vec<(&'a str, &'a NewOutput)> {
+    intents
+        .iter()
+        .flat_map(|i| i.outputs.iter().map(move |o| (i.txid.as_str(), o)))
+        .collect()
+}
+
+/// Takes `count` inputs, each for its own txid, only those still unspent.
+fn take_sql(n: &mut usize, count: usize) -> String {
+    let first = *n + 1;
+    *n += 2 * count;
+    let cases = (0..count)
+        .map(|k| format!("WHEN ${} THEN ${}", first + 2 * k, first + 1 + 2 * k))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let ids = (0..count)
+        .map(|k| format!("${}", first + 2 * k))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!("UPDATE outputs SET spent_txid = CASE id {cases} END WHERE spent_txid IS NULL AND id IN ({ids})")
+}
+
+fn bind_inputs<'q>(mut q: AnyQuery<'q>, inputs: &[(i64, &'q str)]) -> AnyQuery<'q> {
+    for &(id, txid) in inputs {
+        q = q.bind(id).bind(txid);
+    }
+    q
+}
+
+/// Inserts `count` signed transfers.
+fn transfers_sql(n: &mut usize, count: usize) -> String {
+    let rows = (0..count)
+        .map(|_| {
+            let [kind, user, round, txid, raw, amount, fee, commission, address, at] =
+                std::array::from_fn(|_| next_placeholders(n, 1));
+            format!("({kind}, {user}, {round}, {txid}, -1, {raw}, {amount}, {fee}, {commission}, {address}, 'signed', {at})")
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "INSERT INTO transfers (kind, user_id, round_id, txid, vout, raw_tx, amount_sats, fee_sats, \
+         commission_sats, address, status, created_at) VALUES {rows}"
+    )
+}
+
+fn bind_transfers<'q>(mut q: AnyQuery<'q>, intents: &[&'q Intent], now: i64) -> AnyQuery<'q> {
+    for i in intents {
+        q = q
+            .bind(i.kind.as_str())
+            .bind(i.user_id)
+            .bind(i.round_id)
+            .bind(i.txid.as_str())
+            .bind(i.raw_tx.as_str())
+            .bind(i.amount_sats)
+            .bind(i.fee_sats)
+            .bind(i.commission_sats)
+            .bind(i.address.as_deref())
+            .bind(now);
+    }
+    q
+}
+
+/// Inserts `count` new outputs.
+fn outputs_sql(n: &mut usize, count: usize) -> String {
+    let rows = (0..count)
+        .map(|_| format!("({})", next_placeholders(n, 6)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "INSERT INTO outputs (txid, vout, amount_sats, user_id, round_id, origin) VALUES {rows}"
+    )
+}
+
+fn bind_outputs<'q>(mut q: AnyQuery<'q>, outputs: &[(&'q str, &'q NewOutput)]) -> AnyQuery<'q> {
+    for &(txid, o) in outputs {
+        q = q
+            .bind(txid)
+            .bind(o.vout)
+            .bind(o.amount_sats)
+            .bind(o.user_id)
+            .bind(o.round_id)
+            .bind(o.origin.as_str());
+    }
+    q
+}
+
+/// Inserts `count` placed bets.
+fn bets_sql(n: &mut usize, count: usize) -> String {
+    let rows = (0..count)
+        .map(|_| {
+            let [round, user, amount, txid, at, fee] =
+                std::array::from_fn(|_| next_placeholders(n, 1));
+            format!("({round}, {user}, {amount}, {txid}, {at}, 'placed', {fee})")
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "INSERT INTO bets (round_id, user_id, amount_sats, txid, created_at, status, fee_sats) VALUES {rows}"
+    )
+}
+
+fn bind_bets<'q>(mut q: AnyQuery<'q>, intents: &[&'q Intent], now: i64) -> AnyQuery<'q> {
+    for i in intents {
+        q = q
+            .bind(i.round_id.unwrap_or(0))
+            .bind(i.user_id)
+            .bind(i.amount_sats)
+            .bind(i.txid.as_str())
+            .bind(now)
+            .bind(i.fee_sats);
+    }
+    q
+}
+
+/// Marks `count` transfers broadcast, those still `signed` (a transfer
+/// undone or confirmed meanwhile keeps its status).
+fn marks_sql(n: &mut usize, count: usize) -> String {
+    format!(
+        "UPDATE transfers SET status = 'broadcast' WHERE status = 'signed' AND id IN ({})",
+        next_placeholders(n, count)
+    )
+}
+
+fn bind_all<'q>(mut q: AnyQuery<'q>, ids: &[i64]) -> AnyQuery<'q> {
+    for &id in ids {
+        q = q.bind(id);
+    }
+    q
+}
+
+/// `txid → id` of rows returned by an insert (RETURNING's row order is not
+/// promised by either backend); with `what` non-empty, only the rows whose
+/// `what` column says so.
+fn ids_by_txid(rows: &[sqlx::any::AnyRow], what: &str) -> Result<IdsByTxid, sqlx::Error> {
+    let mut ids = HashMap::new();
+    for r in rows {
+        if !what.is_empty() && r.try_get::<String, _>("what")? != what {
+            continue;
+        }
+        ids.insert(r.try_get::<String, _>("txid")?, r.try_get::<i64, _>("id")?);
+    }
+    Ok(ids)
+}
