@@ -138,10 +138,14 @@ impl Store {
                 Box::pin(async move {
                     // WAL lets readers run beside the single writer; a
                     // generous busy timeout turns writer contention into
-                    // waiting instead of errors.
+                    // waiting instead of errors. FULL: WAL with NORMAL syncs
+                    // only at checkpoints, so a power cut could take back
+                    // commits already acted on (a withdrawal's record after
+                    // its broadcast: paid twice); PostgreSQL flushes every
+                    // commit too. Group commit shares the fsync among bets.
                     use sqlx::Executor as _;
                     conn.execute(
-                        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
+                        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; \
                          PRAGMA busy_timeout = 10000; PRAGMA foreign_keys = ON;",
                     )
                     .await?;

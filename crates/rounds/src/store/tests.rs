@@ -119,7 +119,44 @@ both_backends!(
     an_unknown_spend_is_audited_once_per_output_across_an_upgrade,
     bets_keep_pot_and_bettors_equal_to_a_recount,
     bets_written_together_each_get_their_own_outcome,
+    every_connection_commits_to_the_disk_before_it_answers,
 );
+
+/// A committed write (a bet's intent before its broadcast, a withdrawal before its
+/// answer) must survive a power cut, not only a killed process: on SQLite
+/// `synchronous = FULL` on every pooled connection (WAL with NORMAL may lose the last
+/// commits when the machine stops), on PostgreSQL `synchronous_commit = on` on every
+/// connection (group commits relax it for a transaction of broadcast marks alone, with
+/// `set_config(…, true)`, which ends with that transaction).
+async fn every_connection_commits_to_the_disk_before_it_answers(b: Backend) {
+    let db = TestDb::new(b).await;
+    let s = &db.store;
+    s.migrate().await.unwrap();
+    let mut conns = Vec::new();
+    for _ in 0..4 {
+        conns.push(s.pool().acquire().await.unwrap());
+    }
+    for conn in &mut conns {
+        match b {
+            Backend::Sqlite => {
+                let level: i64 = sqlx::query_scalar("PRAGMA synchronous")
+                    .fetch_one(&mut **conn)
+                    .await
+                    .unwrap();
+                assert_eq!(level, 2, "PRAGMA synchronous (2 = FULL)");
+            }
+            Backend::Postgres => {
+                let level: String = sqlx::query_scalar("SHOW synchronous_commit")
+                    .fetch_one(&mut **conn)
+                    .await
+                    .unwrap();
+                assert_eq!(level, "on");
+            }
+        }
+    }
+    drop(conns);
+    db.cleanup().await;
+}
 
 async fn users_are_unique_ignoring_case_and_get_distinct_indexes(b: Backend) {
     let db = TestDb::new(b).await;
