@@ -610,7 +610,12 @@ async fn main() {
             + mem.packets_per_pair * pkt_rtt / 2.0
             + 2.0 * ctrl_rtt
     };
-    let bound = 1.0 / pair_s(median(fsyncs.clone()), median(pkts.clone()), median(ctrl.clone()));
+    let bound = 1.0
+        / pair_s(
+            median(fsyncs.clone()),
+            median(pkts.clone()),
+            median(ctrl.clone()),
+        );
     // Sequential throughput is 1 / the mean time of a pair: the bound of the means counts
     // the disk's slow flushes as often as a run of pairs meets them.
     let bound_mean = 1.0 / pair_s(mean(&fsyncs), mean(&pkts), mean(&ctrl));
