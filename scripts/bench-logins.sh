@@ -18,17 +18,9 @@ cleanup() { for p in ${PIDS:-}; do kill "$p" 2>/dev/null || true; done; rm -rf "
 trap cleanup EXIT
 CONC=$(nproc)
 
-# As bench-rounds.sh: logins round-robin over USERS accounts, the per-IP
-# allowances raised above the 8 clients (all of them are 127.0.0.1).
-POTLUCK_LOG=warn $BIN serve --bind 127.0.0.1:18090 --data-dir "$TMP/data" --admin-token bench-admin-token-16 \
-  --hashing-concurrency "$CONC" --login-ip-free-failures 64 --registration-quota "$USERS" \
-  >/dev/null 2>"$TMP/serve.log" & PIDS="$!"
-for _ in $(seq 100); do curl -sf localhost:18090/livez >/dev/null && break; sleep 0.1; done
-for i in $(seq 0 $((USERS - 1))); do
-  curl -sf -XPOST localhost:18090/auth/register -H 'content-type: application/json' \
-    -d "{\"username\":\"benchuser$i\",\"password\":\"benchmark-password\"}" >/dev/null
-done
-export BENCH_USERS=$USERS
+# Logins round-robin over USERS accounts (scripts/bench/serve.sh).
+. scripts/bench/serve.sh
+start_serve 18090
 
 echo "== raw Argon2id (reused memory, $CONC threads) vs POST /auth/login (hashing concurrency $CONC), ${ROUNDS} x ${DUR}s each"
 : >"$TMP/rows"

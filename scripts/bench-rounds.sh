@@ -16,22 +16,10 @@ trap cleanup EXIT
 CONC=$(nproc)
 
 $EX/bare_round 127.0.0.1:18081 >/dev/null & PIDS="$!"
-# The login throttle lets one username have at most 5 attempts in flight and
-# one IP 20, answering the rest at once with 429: with a single user most
-# concurrent logins would be refusals, not Argon2. So the logins go round-robin
-# over USERS distinct accounts (login.lua), and since every client is
-# 127.0.0.1 the bench raises the per-IP allowance (and the registration quota,
-# to create the accounts) above the flood's 32 connections.
+# Logins go round-robin over USERS accounts (scripts/bench/serve.sh says why).
 USERS=${USERS:-32}
-POTLUCK_LOG=warn $BIN serve --bind 127.0.0.1:18080 --data-dir "$TMP/data" --admin-token bench-admin-token-16 \
-  --hashing-concurrency "$CONC" --login-ip-free-failures 64 --registration-quota "$USERS" \
-  >/dev/null 2>"$TMP/serve.log" & PIDS="$PIDS $!"
-for _ in $(seq 100); do curl -sf localhost:18080/livez >/dev/null && break; sleep 0.1; done
-for i in $(seq 0 $((USERS - 1))); do
-  curl -sf -XPOST localhost:18080/auth/register -H 'content-type: application/json' \
-    -d "{\"username\":\"benchuser$i\",\"password\":\"benchmark-password\"}" >/dev/null
-done
-export BENCH_USERS=$USERS
+. scripts/bench/serve.sh
+start_serve 18080
 
 echo "== 1. GET /rounds/current, 64 connections, ${DUR}s (bare axum baseline, then the service)"
 wrk -t2 -c64 -d"${DUR}s" --latency http://127.0.0.1:18081/rounds/current
