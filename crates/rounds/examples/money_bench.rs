@@ -9,6 +9,9 @@
 //! medians (of bets/s, of tx/s, and of the per-repetition ratios), and one
 //! line per repetition precedes them. Each repetition's bets are one round,
 //! paid out (and timed) before the next repetition.
+//!
+//! To profile the HTTP phases only: `mkfifo ctl; perf record -g --control
+//! fifo:ctl --delay=-1 -- env MONEY_BENCH_PERF_CTL=ctl money_bench …`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -123,6 +126,18 @@ async fn pay_out(store: &potluck_rounds::store::Store, dev: &chain::DevChain) ->
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     mined.elapsed().as_secs_f64()
+}
+
+/// With `MONEY_BENCH_PERF_CTL` naming the control FIFO of a `perf record
+/// --control fifo:… --delay=-1`, profiles only the HTTP phases: `enable`
+/// before, `disable` after.
+fn perf_control(command: &[u8]) {
+    use std::io::Write as _;
+    if let Some(path) = std::env::var_os("MONEY_BENCH_PERF_CTL") {
+        if let Ok(mut f) = std::fs::OpenOptions::new().write(true).open(path) {
+            let _ = f.write_all(command);
+        }
+    }
 }
 
 /// The median (the mean of the middle two for an even count).
@@ -293,6 +308,7 @@ async fn main() {
         dev.mine(1, dev.faucet_script()).expect("mine");
 
         // Bets over HTTP from `clients` connections.
+        perf_control(b"enable\n");
         let t = Instant::now();
         let mut tasks = Vec::new();
         for k in 0..clients {
@@ -322,6 +338,7 @@ async fn main() {
             n += t.await.expect("client");
         }
         let elapsed = t.elapsed();
+        perf_control(b"disable\n");
         let rate = n as f64 / elapsed.as_secs_f64();
         placed += n;
         println!(
