@@ -161,10 +161,7 @@ async fn main() {
     let db = args.get(1).cloned().filter(|s| s != "sqlite");
     let bets: usize = args.get(2).map_or(1000, |s| s.parse().expect("BETS"));
     let clients: usize = args.get(3).map_or(8, |s| s.parse().expect("CLIENTS"));
-    let reps: usize = args
-        .get(4)
-        .map_or(5, |s| s.parse().expect("REPS"))
-        .max(1);
+    let reps: usize = args.get(4).map_or(5, |s| s.parse().expect("REPS")).max(1);
     let users = clients * 4;
     let per_user = bets.div_ceil(users);
     let dir = std::env::temp_dir().join(format!("potluck-money-bench-{}", std::process::id()));

@@ -162,7 +162,8 @@ impl DevChain {
             // Broadcasts append to the file: it must hold exactly the
             // mempool, or a dropped transaction would be replayed before
             // later ones on the next start.
-            let txs: Vec<&Transaction> = state.mempool_entries().into_iter().map(|e| &e.tx).collect();
+            let txs: Vec<&Transaction> =
+                state.mempool_entries().into_iter().map(|e| &e.tx).collect();
             store.write_mempool(&txs)?;
         }
         let chain = Self {

@@ -7,11 +7,11 @@
 use bitcoin::{Network, ScriptBuf};
 
 use crate::domain::address::{AddressBook, AddressError};
+use crate::domain::money::Coin;
 use crate::domain::round::{RoundStatus, TransferKind};
 use crate::domain::settings::{ServiceConfig, DUST_LIMIT_SATS, P2WPKH_INPUT_VBYTES};
 use crate::domain::spend::{self, SpendFailure};
 use crate::domain::time::unix_now;
-use crate::domain::money::Coin;
 use crate::service::accounts::{AccountError, SignedSession};
 use crate::service::engine::{crash_point, Engine, EngineError};
 use crate::store::ledger::PaymentContext;

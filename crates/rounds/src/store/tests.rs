@@ -1509,7 +1509,10 @@ async fn the_payment_context_reads_the_coins_spendable_at_its_tip(b: Backend) {
     let ctx = s.payment_context(a.id).await.unwrap();
     assert_eq!(ctx.coins.len(), 2);
     assert!(ctx.coins.iter().all(|c| c.id != largest));
-    assert_eq!(ctx.coins, s.spendable_outputs_at(a.id, 3, 112).await.unwrap());
+    assert_eq!(
+        ctx.coins,
+        s.spendable_outputs_at(a.id, 3, 112).await.unwrap()
+    );
     // The token version read with them is the stored one.
     s.change_password(a.id, 0, "h2").await.unwrap();
     let ctx = s.payment_context(a.id).await.unwrap();
