@@ -353,10 +353,9 @@ fn load_mempool(path: &Path) -> Vec<Transaction> {
             return Vec::new();
         }
     };
-    let (txs, good) = match parse_records::<Transaction>(path, &bytes, true) {
-        Ok(parsed) => parsed,
-        Err(_) => (Vec::new(), 0),
-    };
+    // With checksums a bad record only ends the intact prefix; an error
+    // (not expected) keeps nothing.
+    let (txs, good) = parse_records::<Transaction>(path, &bytes, true).unwrap_or_default();
     if good < bytes.len() {
         tracing::warn!(
             path = %path.display(),
