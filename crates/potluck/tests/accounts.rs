@@ -238,7 +238,43 @@ async fn tokens_are_checked_strictly(db: Db) {
         r#"{"alg":"HS256","typ":"JWT"}"#,
         json!({"sub": sub, "tv": 5, "iat": now(), "exp": now() + 100}),
     );
-    assert_eq!(me(future_tv).await.code(), "session_expired");
+    assert_eq!(me(future_tv.clone()).await.code(), "session_expired");
+    // A bet checks its token in the payment's own read (not the AuthUser
+    // extractor's): the same answers, and nothing written.
+    let bet = |t: String| {
+        let s = &s;
+        async move {
+            s.post(
+                "/rounds/current/bets",
+                &[("authorization", &format!("Bearer {t}"))],
+                json!({"amount_sats": 10_000}),
+            )
+            .await
+        }
+    };
+    let stranger = sign(
+        &secret,
+        r#"{"alg":"HS256","typ":"JWT"}"#,
+        json!({"sub": "999999", "tv": 0, "iat": now(), "exp": now() + 100}),
+    );
+    let expired_bet = sign(
+        &secret,
+        r#"{"alg":"HS256","typ":"JWT"}"#,
+        json!({"sub": sub, "tv": 0, "iat": now() - 90_000, "exp": now() - 10}),
+    );
+    for (t, code) in [
+        (future_tv, "session_expired"),
+        (expired_bet, "session_expired"),
+        (stranger, "invalid_token"),
+        ("garbage".to_string(), "invalid_token"),
+        (format!("{token}x"), "invalid_token"),
+    ] {
+        let r = bet(t.clone()).await;
+        assert_eq!((r.status, r.code()), (401, code.into()), "{t}");
+    }
+    // The valid token gets past the session check (no coins: refused for that).
+    let r = bet(token.clone()).await;
+    assert_eq!((r.status, r.code()), (422, "insufficient_funds".into()));
     s.stop().await;
     env.cleanup().await;
 }
@@ -284,6 +320,19 @@ async fn change_password_rotates_sessions(db: Db) {
         .await;
     assert_eq!(
         (me_old.status, me_old.code()),
+        (401, "session_expired".into())
+    );
+    // A bet with the old token is refused by the check in the payment's
+    // own read (bets do not use the AuthUser extractor).
+    let bet_old = s
+        .post(
+            "/rounds/current/bets",
+            &[("authorization", &format!("Bearer {old}"))],
+            json!({"amount_sats": 10_000}),
+        )
+        .await;
+    assert_eq!(
+        (bet_old.status, bet_old.code()),
         (401, "session_expired".into())
     );
     assert_eq!(

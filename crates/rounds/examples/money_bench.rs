@@ -1,7 +1,17 @@
 //! Money figures of docs/benchmarks.md (issue 6): bets per second accepted end to end over HTTP (each builds, signs, records and broadcasts a transaction) against the same build+sign+broadcast without HTTP and database, and the time from a mined draw block to a broadcast payout of a round with N bets.
 //!
-//! `cargo run --release -p potluck-rounds --example money_bench -- [DATABASE_URL] [BETS] [CLIENTS]`
-//! (default: SQLite in a temporary directory, 1000 bets, 8 clients).
+//! `cargo run --release -p potluck-rounds --example money_bench -- [DATABASE_URL] [BETS] [CLIENTS] [REPS]`
+//! (default: SQLite in a temporary directory, 1000 bets, 8 clients, 5 repetitions).
+//!
+//! The bare baseline and the bets over HTTP alternate `REPS` times in one
+//! process (bare, HTTP, bare, HTTP, …), so each ratio compares two phases a
+//! second apart on a machine whose speed drifts; the summary lines print the
+//! medians (of bets/s, of tx/s, and of the per-repetition ratios), and one
+//! line per repetition precedes them. Each repetition's bets are one round,
+//! paid out (and timed) before the next repetition.
+//!
+//! To profile the HTTP phases only: `mkfifo ctl; perf record -g --control
+//! fifo:ctl --delay=-1 -- env MONEY_BENCH_PERF_CTL=ctl money_bench …`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -74,6 +84,73 @@ impl Conn {
     }
 }
 
+/// Closes the current round now (the bench does not wait out its timer),
+/// lets the engine fix the commitment (it opens the next round), mines the
+/// draw block and returns the seconds until the payout is broadcast.
+async fn pay_out(store: &potluck_rounds::store::Store, dev: &chain::DevChain) -> f64 {
+    let round = store.current_round().await.expect("round").expect("exists");
+    sqlx::query("UPDATE rounds SET closes_at = 0 WHERE id = $1")
+        .bind(round.id)
+        .execute(store.pool())
+        .await
+        .expect("close");
+    let detail = |id: i64| {
+        let store = store.clone();
+        async move {
+            store
+                .round_detail(id)
+                .await
+                .expect("detail")
+                .expect("round")
+        }
+    };
+    while detail(round.id).await.round.status != potluck_rounds::domain::round::RoundStatus::Drawing
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    dev.mine(1, dev.faucet_script()).expect("mine");
+    let mined = Instant::now();
+    loop {
+        if detail(round.id)
+            .await
+            .payout
+            .as_ref()
+            .is_some_and(|p| p.status == potluck_rounds::domain::round::TransferStatus::Broadcast)
+        {
+            break;
+        }
+        assert!(
+            mined.elapsed() < Duration::from_secs(300),
+            "payout did not happen"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    mined.elapsed().as_secs_f64()
+}
+
+/// With `MONEY_BENCH_PERF_CTL` naming the control FIFO of a `perf record
+/// --control fifo:… --delay=-1`, profiles only the HTTP phases: `enable`
+/// before, `disable` after.
+fn perf_control(command: &[u8]) {
+    use std::io::Write as _;
+    if let Some(path) = std::env::var_os("MONEY_BENCH_PERF_CTL") {
+        if let Ok(mut f) = std::fs::OpenOptions::new().write(true).open(path) {
+            let _ = f.write_all(command);
+        }
+    }
+}
+
+/// The median (the mean of the middle two for an even count).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
 fn json(s: &str) -> serde_json::Value {
     serde_json::from_str(s).unwrap_or_else(|e| panic!("{e}: {s}"))
 }
@@ -84,6 +161,7 @@ async fn main() {
     let db = args.get(1).cloned().filter(|s| s != "sqlite");
     let bets: usize = args.get(2).map_or(1000, |s| s.parse().expect("BETS"));
     let clients: usize = args.get(3).map_or(8, |s| s.parse().expect("CLIENTS"));
+    let reps: usize = args.get(4).map_or(5, |s| s.parse().expect("REPS")).max(1);
     let users = clients * 4;
     let per_user = bets.div_ceil(users);
     let dir = std::env::temp_dir().join(format!("potluck-money-bench-{}", std::process::id()));
@@ -185,107 +263,112 @@ async fn main() {
         .expect("key")
         .address
         .script_pubkey();
-    let t = Instant::now();
-    for o in &outs {
-        let built = wallet
-            .build_signed(
-                std::slice::from_ref(o),
-                &[TxOut {
-                    value: Amount::from_sat(10_000),
-                    script_pubkey: pot.clone(),
-                }],
-                Some(&key.address.script_pubkey()),
-                FeeRate::from_sat_per_vb_u32(2),
-            )
-            .expect("build");
-        dev.broadcast(built.tx).await.expect("broadcast");
-    }
-    let base_rate = base_n as f64 / t.elapsed().as_secs_f64();
-    dev.mine(1, dev.faucet_script()).expect("mine");
-
-    // Bets over HTTP from `clients` connections.
     let tokens = Arc::new(tokens);
-    let t = Instant::now();
-    let mut tasks = Vec::new();
-    for k in 0..clients {
-        let tokens = tokens.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut c = Conn::open(addr).await;
-            let mut ok = 0usize;
-            for u in (k..tokens.len()).step_by(clients) {
-                for _ in 0..per_user {
-                    let (s, b) = c
-                        .call(
-                            "POST",
-                            "/rounds/current/bets",
-                            Some(&tokens[u]),
-                            r#"{"amount_sats":10000}"#,
-                        )
-                        .await;
-                    assert_eq!(s, 201, "{b}");
-                    ok += 1;
-                }
-            }
-            ok
-        }));
-    }
-    let mut placed = 0;
-    for t in tasks {
-        placed += t.await.expect("client");
-    }
-    let elapsed = t.elapsed();
-    let rate = placed as f64 / elapsed.as_secs_f64();
+    let (mut base_rates, mut rates, mut ratios, mut times, mut payouts) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    let mut placed = 0usize;
+    for rep in 0..reps {
+        // Baseline: each transaction's change is the next repetition's input.
+        let t = Instant::now();
+        let mut change = Vec::with_capacity(outs.len());
+        for o in &outs {
+            let built = wallet
+                .build_signed(
+                    std::slice::from_ref(o),
+                    &[TxOut {
+                        value: Amount::from_sat(10_000),
+                        script_pubkey: pot.clone(),
+                    }],
+                    Some(&key.address.script_pubkey()),
+                    FeeRate::from_sat_per_vb_u32(2),
+                )
+                .expect("build");
+            let txid = built.tx.compute_txid();
+            let vout = built
+                .tx
+                .output
+                .iter()
+                .position(|o| o.script_pubkey == key.address.script_pubkey())
+                .expect("change");
+            change.push(wallet::SpendableOutput {
+                outpoint: bitcoin::OutPoint {
+                    txid,
+                    vout: vout as u32,
+                },
+                txout: built.tx.output[vout].clone(),
+                path: key.path,
+            });
+            dev.broadcast(built.tx).await.expect("broadcast");
+        }
+        let base_rate = base_n as f64 / t.elapsed().as_secs_f64();
+        outs = change;
+        dev.mine(1, dev.faucet_script()).expect("mine");
 
-    // Close the round now (the bench does not wait out its timer), let the
-    // engine fix the commitment, then mine the draw block and time the payout.
-    let round = store.current_round().await.expect("round").expect("exists");
-    sqlx::query("UPDATE rounds SET closes_at = 0 WHERE id = $1")
-        .bind(round.id)
-        .execute(store.pool())
-        .await
-        .expect("close");
-    let status = |id: i64| {
-        let store = store.clone();
-        async move {
-            store
-                .round_detail(id)
-                .await
-                .expect("detail")
-                .expect("round")
-                .round
-                .status
+        // Bets over HTTP from `clients` connections.
+        perf_control(b"enable\n");
+        let t = Instant::now();
+        let mut tasks = Vec::new();
+        for k in 0..clients {
+            let tokens = tokens.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut c = Conn::open(addr).await;
+                let mut ok = 0usize;
+                for u in (k..tokens.len()).step_by(clients) {
+                    for _ in 0..per_user {
+                        let (s, b) = c
+                            .call(
+                                "POST",
+                                "/rounds/current/bets",
+                                Some(&tokens[u]),
+                                r#"{"amount_sats":10000}"#,
+                            )
+                            .await;
+                        assert_eq!(s, 201, "{b}");
+                        ok += 1;
+                    }
+                }
+                ok
+            }));
         }
-    };
-    while status(round.id).await != potluck_rounds::domain::round::RoundStatus::Drawing {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    dev.mine(1, dev.faucet_script()).expect("mine");
-    let mined = Instant::now();
-    loop {
-        let d = store
-            .round_detail(round.id)
-            .await
-            .expect("detail")
-            .expect("round");
-        if d.payout
-            .as_ref()
-            .is_some_and(|p| p.status == potluck_rounds::domain::round::TransferStatus::Broadcast)
-        {
-            break;
+        let mut n = 0;
+        for t in tasks {
+            n += t.await.expect("client");
         }
-        assert!(
-            mined.elapsed() < Duration::from_secs(300),
-            "payout did not happen"
+        let elapsed = t.elapsed();
+        perf_control(b"disable\n");
+        let rate = n as f64 / elapsed.as_secs_f64();
+        placed += n;
+        println!(
+            "rep {}: bare {base_rate:.0} tx/s, HTTP {rate:.0} bets/s, HTTP/bare = {:.2}",
+            rep + 1,
+            rate / base_rate
         );
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        base_rates.push(base_rate);
+        rates.push(rate);
+        ratios.push(rate / base_rate);
+        times.push(elapsed.as_secs_f64());
+        // Each repetition's bets are one round, paid out before the next (a
+        // payout of several repetitions' bets would exceed the standard
+        // transaction size); its change, confirmed and synced, is the next
+        // repetition's coins.
+        payouts.push(pay_out(&store, &dev).await);
+        dev.mine(1, dev.faucet_script()).expect("mine");
+        state.engine.run_once().await.expect("sync");
     }
-    let payout = mined.elapsed();
+    let per_rep = placed / reps;
+    let (rate, base_rate, ratio, secs, payout) = (
+        median(rates),
+        median(base_rates),
+        median(ratios),
+        median(times),
+        median(payouts),
+    );
     let backend = if db.is_some() { "postgres" } else { "sqlite" };
-    println!("backend {backend}: {placed} bets from {clients} clients in {:.2}s = {rate:.0} bets/s over HTTP", elapsed.as_secs_f64());
-    println!("baseline (build+sign+broadcast, no HTTP/DB, 1 thread): {base_rate:.0} tx/s; HTTP/baseline = {:.2}", rate / base_rate);
+    println!("backend {backend}: {per_rep} bets from {clients} clients in {secs:.2}s = {rate:.0} bets/s over HTTP (median of {reps})");
+    println!("baseline (build+sign+broadcast, no HTTP/DB, 1 thread): {base_rate:.0} tx/s; HTTP/baseline = {ratio:.2} (medians of {reps}, ratio per repetition)");
     println!(
-        "draw block mined -> payout of {placed} bets broadcast: {:.0} ms",
-        payout.as_secs_f64() * 1000.0
+        "draw block mined -> payout of {per_rep} bets broadcast: {:.0} ms (median of {reps})",
+        payout * 1000.0
     );
     let _ = std::fs::remove_dir_all(&dir);
     std::process::exit(0);

@@ -158,6 +158,14 @@ impl DevChain {
             // Stored transactions that are no longer valid are dropped, as Core does.
             let _ = state.accept_to_mempool(tx, now(), None, false);
         }
+        if state.mempool_len() != loaded.mempool.len() {
+            // Broadcasts append to the file: it must hold exactly the
+            // mempool, or a dropped transaction would be replayed before
+            // later ones on the next start.
+            let txs: Vec<&Transaction> =
+                state.mempool_entries().into_iter().map(|e| &e.tx).collect();
+            store.write_mempool(&txs)?;
+        }
         let chain = Self {
             inner: Arc::new(Inner {
                 core: Mutex::new(Core { state, store }),
@@ -329,9 +337,10 @@ impl DevChain {
                 reason: "Transaction outputs already in utxo set".into(),
             }));
         }
+        let before = core.state.mempool_len();
         core.state
             .accept_to_mempool(tx, now(), max_fee_rate, false)?;
-        save_mempool(&core)?;
+        save_accepted(&core, before, tx)?;
         Ok(txid)
     }
 
@@ -444,10 +453,11 @@ impl DevChain {
             &self.inner.faucet_key,
         )
         .map_err(|e| DevChainError::Key(e.to_string()))?;
+        let before = core.state.mempool_len();
         let accepted = core
             .state
             .accept_to_mempool(&built.tx, now(), None, false)?;
-        save_mempool(&core)?;
+        save_accepted(&core, before, &built.tx)?;
         Ok(accepted.txid)
     }
 
@@ -537,6 +547,18 @@ fn save_mempool(core: &Core) -> Result<(), DevChainError> {
         .collect();
     core.store.write_mempool(&txs)?;
     Ok(())
+}
+
+/// Persists the mempool after `tx` was accepted into a mempool of `before`
+/// transactions: one record appended when it only grew by `tx` (nothing
+/// replaced), otherwise the whole file rewritten.
+fn save_accepted(core: &Core, before: usize, tx: &Transaction) -> Result<(), DevChainError> {
+    if core.state.mempool_len() == before + 1 {
+        core.store.append_mempool(tx)?;
+        Ok(())
+    } else {
+        save_mempool(core)
+    }
 }
 
 fn persist_marks(core: &Core) -> Result<(), DevChainError> {

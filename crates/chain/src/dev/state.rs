@@ -291,6 +291,11 @@ impl ChainState {
         })
     }
 
+    /// Number of mempool transactions.
+    pub fn mempool_len(&self) -> usize {
+        self.mempool.len()
+    }
+
     /// Mempool entries in arrival order.
     pub fn mempool_entries(&self) -> Vec<&MempoolEntry> {
         let mut v: Vec<&MempoolEntry> = self.mempool.values().collect();

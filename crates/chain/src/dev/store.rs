@@ -11,7 +11,10 @@
 //!   active chain among branches of equal height.
 //! - `invalid.txt`: hashes marked by `invalidateblock`, one per line.
 //! - `mempool.dat`: the mempool, same record format as blocks (without the
-//!   magic), rewritten on change; a corrupt file is discarded with a warning.
+//!   magic). A transaction accepted without removing any other is appended
+//!   (a rewrite per broadcast made each broadcast cost the whole mempool);
+//!   any other change rewrites the file. A torn or damaged tail (a crash
+//!   mid-append) is cut off when loading, keeping the transactions before it.
 //! - `faucet.key`: the hex secret key of the faucet that coinbases pay to.
 //! - `.lock`: held with `flock` while the chain is open (and holding the
 //!   owner's process id, for the error message), so that two processes never
@@ -221,6 +224,22 @@ impl Store {
         write_atomic(&self.dir.join("invalid.txt"), text.as_bytes())
     }
 
+    /// Appends one transaction to the mempool file (accepted without
+    /// removing any other, so the file's transactions stay the mempool's).
+    ///
+    /// # Errors
+    /// IO errors.
+    pub fn append_mempool(&self, tx: &Transaction) -> Result<(), StoreError> {
+        let path = self.dir.join("mempool.dat");
+        let mut file = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&path)
+            .map_err(io_err(&path))?;
+        file.write_all(&encode_record(&serialize(tx)))
+            .map_err(io_err(&path))
+    }
+
     /// Rewrites the mempool file.
     ///
     /// # Errors
@@ -320,9 +339,11 @@ fn load_blocks(path: &Path) -> Result<Vec<Block>, StoreError> {
 }
 
 /// Reads `mempool.dat`. The mempool is a cache of transactions that can be
-/// sent again; a file that is unreadable or damaged anywhere must not keep
-/// the chain from starting, so it is discarded whole with a warning (Core
-/// too starts with an empty mempool when it cannot load `mempool.dat`).
+/// sent again; a file that is unreadable or damaged must not keep the chain
+/// from starting (Core too starts with an empty mempool when it cannot load
+/// `mempool.dat`). A torn or damaged record ends what is kept, and the file
+/// is cut to the records before it, so that the next append follows an
+/// intact record; an unreadable file is discarded with a warning.
 fn load_mempool(path: &Path) -> Vec<Transaction> {
     let bytes = match fs::read(path) {
         Ok(b) => b,
@@ -332,14 +353,33 @@ fn load_mempool(path: &Path) -> Vec<Transaction> {
             return Vec::new();
         }
     };
-    match parse_records::<Transaction>(path, &bytes, true) {
-        Ok((txs, good)) if good == bytes.len() => txs,
-        _ => {
-            tracing::warn!(path = %path.display(), "discarding a damaged mempool.dat");
+    // With checksums a bad record only ends the intact prefix; an error
+    // (not expected) keeps nothing.
+    let (txs, good) = parse_records::<Transaction>(path, &bytes, true).unwrap_or_default();
+    if good < bytes.len() {
+        tracing::warn!(
+            path = %path.display(),
+            cut_bytes = bytes.len() - good,
+            kept_transactions = txs.len(),
+            "mempool.dat ends in a torn or damaged record; cutting it off"
+        );
+        let cut = if good == 0 {
+            fs::remove_file(path)
+        } else {
+            OpenOptions::new()
+                .write(true)
+                .open(path)
+                .and_then(|f| f.set_len(good as u64))
+        };
+        if let Err(e) = cut {
+            // Appends after a damaged tail would be lost on the next load:
+            // start over with an empty mempool instead.
+            tracing::warn!(path = %path.display(), error = %e, "discarding a damaged mempool.dat");
             let _ = fs::remove_file(path);
-            Vec::new()
+            return Vec::new();
         }
     }
+    txs
 }
 
 /// Parses records (`checksummed`: length, checksum, payload; otherwise the
@@ -474,6 +514,41 @@ mod tests {
         // A lock file left by a process that no longer exists holds no flock.
         fs::write(dir.path().join(".lock"), u32::MAX.to_string()).unwrap();
         Store::open(dir.path()).unwrap();
+    }
+
+    /// Broadcasts append to `mempool.dat`: a crash mid-append leaves a torn
+    /// record, which loading cuts off, keeping the transactions before it
+    /// and letting later appends be read again.
+    #[test]
+    fn torn_mempool_tail_is_cut_and_appends_continue() {
+        let dir = tempfile::tempdir().unwrap();
+        let block = genesis_block(Network::Regtest);
+        let tx = block.txdata[0].clone();
+        let record = serialize(&tx).len() + 8;
+        {
+            let (store, _) = Store::open(dir.path()).unwrap();
+            store.append_mempool(&tx).unwrap();
+            store.append_mempool(&tx).unwrap();
+        }
+        let path = dir.path().join("mempool.dat");
+        let mut bytes = fs::read(&path).unwrap();
+        assert_eq!(bytes.len(), 2 * record);
+        let torn = bytes[..record - 5].to_vec();
+        bytes.extend_from_slice(&torn);
+        fs::write(&path, &bytes).unwrap();
+        {
+            let (store, loaded) = Store::open(dir.path()).unwrap();
+            assert_eq!(loaded.mempool, vec![tx.clone(), tx.clone()]);
+            assert_eq!(fs::metadata(&path).unwrap().len(), 2 * record as u64);
+            store.append_mempool(&tx).unwrap();
+        }
+        let (store, loaded) = Store::open(dir.path()).unwrap();
+        assert_eq!(loaded.mempool, vec![tx.clone(), tx.clone(), tx.clone()]);
+        // A rewrite replaces what was appended.
+        store.write_mempool(&[&tx]).unwrap();
+        drop(store);
+        let (_, loaded) = Store::open(dir.path()).unwrap();
+        assert_eq!(loaded.mempool, vec![tx]);
     }
 
     #[test]

@@ -338,6 +338,7 @@ impl From<PaymentError> for ApiError {
                 ErrorParams::none(),
             ),
             PaymentError::UnknownUser => ApiError::SessionExpired,
+            PaymentError::Session(e) => e.into(),
             PaymentError::BetBelowMinimum {
                 amount_sats,
                 min_bet_sats,

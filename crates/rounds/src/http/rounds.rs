@@ -16,7 +16,7 @@ use utoipa_axum::routes;
 use crate::http::client_ip::ClientIp;
 use crate::http::codes::ErrorCode;
 use crate::http::error::{ApiError, ErrorBody, ErrorParams};
-use crate::http::extract::{ApiJson, AuthUser, MaybeUser};
+use crate::http::extract::{ApiJson, AuthUser, MaybeUser, SignedBearer};
 use crate::http::state::AppState;
 use crate::http::views::RoundView;
 use crate::service::history::{self, Outcome};
@@ -160,10 +160,10 @@ pub(crate) fn paid_status(broadcast: bool) -> StatusCode {
     ))]
 async fn place_bet(
     State(state): State<AppState>,
-    user: AuthUser,
+    SignedBearer(session): SignedBearer,
     ApiJson(body): ApiJson<BetRequest>,
 ) -> Result<(StatusCode, Json<BetPlaced>), ApiError> {
-    let paid = state.cashier.bet(user.id, body.amount_sats).await?;
+    let paid = state.cashier.bet(session, body.amount_sats).await?;
     Ok((
         paid_status(paid.broadcast),
         Json(BetPlaced {

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use crate::domain::address::AddressBook;
+use crate::service::accounts::SignedSession;
 use crate::service::engine::Engine;
 use crate::service::payments::{Paid, PaymentError, Payments};
 use crate::store::Store;
@@ -49,13 +50,18 @@ impl Cashier {
         self.dev_chain.is_some()
     }
 
-    /// Bets `amount_sats` of user `user_id` in the current round.
+    /// Bets `amount_sats` for the user of `session` in the current round
+    /// (the session's token version is checked with the payment's read).
     ///
     /// # Errors
     /// A [`PaymentError`] saying why nothing was paid.
-    pub async fn bet(&self, user_id: i64, amount_sats: i64) -> Result<Paid, PaymentError> {
+    pub async fn bet(
+        &self,
+        session: SignedSession,
+        amount_sats: i64,
+    ) -> Result<Paid, PaymentError> {
         Payments::new(&self.store, &self.engine)
-            .bet(user_id, amount_sats, self.max_bet_input_fee_percent)
+            .bet(session, amount_sats, self.max_bet_input_fee_percent)
             .await
     }
 

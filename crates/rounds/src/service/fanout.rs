@@ -25,6 +25,15 @@ pub const CHANNEL: &str = "potluck_rounds_stream";
 /// find it in `pg_stat_activity`).
 pub const LISTENER_APPLICATION_NAME: &str = "potluck-stream-listener";
 
+/// Least time between two `NOTIFY`s of this process: the publishes that
+/// arrive meanwhile are sent as one when it has passed. Each `NOTIFY` is a
+/// transaction on the database and a wake-up of every listener; under a
+/// stream of bets (a publish each) coalescing only while one was in flight
+/// sent about one per bet. Other processes' subscribers hear of a change at
+/// most this much later; the change itself is never lost (the last publish
+/// of a burst is always followed by a `NOTIFY`).
+const NOTIFY_INTERVAL: Duration = Duration::from_millis(10);
+
 /// Wait between attempts to re-establish a lost listener connection.
 const RECONNECT_DELAY: Duration = Duration::from_secs(1);
 
@@ -80,6 +89,9 @@ async fn send_loop(store: Store, hub: StreamHub, me: String) {
         {
             tracing::warn!(error = %e, "stream fan-out: NOTIFY failed");
         }
+        // Publishes during the pause leave one stored wake-up, answered by
+        // one NOTIFY right after it.
+        tokio::time::sleep(NOTIFY_INTERVAL).await;
     }
 }
 
@@ -149,5 +161,58 @@ async fn listen_loop(url: String, hub: StreamHub, rounds: Arc<CurrentRound>, me:
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::service::stream::StreamPolicy;
+    use std::time::Instant;
+
+    fn pg_url() -> String {
+        std::env::var("POTLUCK_TEST_PG")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+    }
+
+    /// A burst of publishes (one per bet under load) is sent on as a few
+    /// NOTIFYs, at most one per `NOTIFY_INTERVAL`, and the last publish is
+    /// always followed by one (no change goes unheard).
+    #[tokio::test]
+    async fn a_burst_of_publishes_is_sent_as_few_notifies_and_the_last_is_heard() {
+        let url = pg_url();
+        let store = Store::connect(&url, 2).await.unwrap();
+        let hub = StreamHub::new(StreamPolicy::default());
+        let me = format!("burst-{:016x}", rand::random::<u64>());
+        let mut listener = PgListener::connect(&url).await.unwrap();
+        listener.listen(CHANNEL).await.unwrap();
+        let sender = tokio::spawn(send_loop(store.clone(), hub.clone(), me.clone()));
+        let start = Instant::now();
+        for _ in 0..200 {
+            hub.publish();
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let last_publish = Instant::now();
+        let burst = last_publish - start;
+        let (mut heard, mut last_heard) = (0u128, None);
+        while let Ok(Ok(Some(n))) =
+            tokio::time::timeout(Duration::from_millis(500), listener.try_recv()).await
+        {
+            if n.payload() == me {
+                heard += 1;
+                last_heard = Some(Instant::now());
+            }
+        }
+        sender.abort();
+        store.close().await;
+        let bound = burst.as_millis() / NOTIFY_INTERVAL.as_millis() + 2;
+        assert!(
+            (1..=bound).contains(&heard),
+            "{heard} NOTIFYs for 200 publishes in {burst:?} (at most {bound})"
+        );
+        assert!(
+            last_heard.is_some_and(|t| t > last_publish),
+            "the last publish was followed by a NOTIFY"
+        );
     }
 }

@@ -7,10 +7,12 @@
 use bitcoin::{Network, ScriptBuf};
 
 use crate::domain::address::{AddressBook, AddressError};
+use crate::domain::money::Coin;
 use crate::domain::round::{RoundStatus, TransferKind};
 use crate::domain::settings::{ServiceConfig, DUST_LIMIT_SATS, P2WPKH_INPUT_VBYTES};
 use crate::domain::spend::{self, SpendFailure};
 use crate::domain::time::unix_now;
+use crate::service::accounts::{AccountError, SignedSession};
 use crate::service::engine::{crash_point, Engine, EngineError};
 use crate::store::ledger::PaymentContext;
 use crate::store::users::UserRow;
@@ -34,6 +36,10 @@ pub enum PaymentError {
     /// The session's user no longer exists.
     #[error("unknown user")]
     UnknownUser,
+    /// The session token's version is not the stored one (or names no
+    /// user): checked with the payment's own read, see [`SignedSession`].
+    #[error("session refused")]
+    Session(#[source] AccountError),
     /// A bet below the configured minimum.
     #[error("a bet must be at least {min_bet_sats} sats")]
     BetBelowMinimum {
@@ -170,8 +176,11 @@ struct Payer {
 impl Payer {
     /// The payer of `ctx`, or [`PaymentError::UnknownUser`].
     fn of(engine: &Engine, user_id: i64, ctx: &PaymentContext) -> Result<Self, PaymentError> {
-        let (index, debt_sats) = ctx.user.ok_or(PaymentError::UnknownUser)?;
-        let (key_path, script) = engine.user_script(index).map_err(PaymentError::Spend)?;
+        let user = ctx.user.ok_or(PaymentError::UnknownUser)?;
+        let debt_sats = user.debt_sats;
+        let (key_path, script) = engine
+            .user_script(user.derivation_index)
+            .map_err(PaymentError::Spend)?;
         Ok(Self {
             id: user_id,
             key_path,
@@ -207,19 +216,22 @@ impl<'a> Payments<'a> {
         Self { store, engine }
     }
 
-    /// Bets `amount_sats` of user `user_id` in the current round; a bet
-    /// whose own pot input would cost more than `max_input_fee_percent` of
-    /// it in fees is refused, so that a pot can always pay its winner.
+    /// Bets `amount_sats` for the user of `session` in the current round
+    /// (the session's token version is checked against the one read with
+    /// the payment's context); a bet whose own pot input would cost more
+    /// than `max_input_fee_percent` of it in fees is refused, so that a pot
+    /// can always pay its winner.
     ///
     /// # Errors
     /// A [`PaymentError`] saying why nothing was paid.
     pub async fn bet(
         &self,
-        user_id: i64,
+        session: SignedSession,
         amount_sats: i64,
         max_input_fee_percent: u32,
     ) -> Result<Paid, PaymentError> {
-        let ctx = self.open_context(user_id).await?;
+        let user_id = session.user_id;
+        let mut ctx = self.open_context(user_id, Some(session)).await?;
         let config = &ctx.config;
         if amount_sats < config.min_bet_sats {
             return Err(PaymentError::BetBelowMinimum {
@@ -250,9 +262,11 @@ impl<'a> Payments<'a> {
             .engine
             .pot_script(round_id)
             .map_err(PaymentError::Spend)?;
+        let coins = std::mem::take(&mut ctx.coins);
         self.pay_from_user(
             &payer,
-            config,
+            &ctx.config,
+            coins,
             &pot_script,
             amount_sats,
             Destination::Pot { round_id },
@@ -271,7 +285,7 @@ impl<'a> Payments<'a> {
         address: &str,
         amount_sats: i64,
     ) -> Result<Paid, PaymentError> {
-        let ctx = self.open_context(user_id).await?;
+        let mut ctx = self.open_context(user_id, None).await?;
         let config = &ctx.config;
         let address = address.trim();
         match addresses.validate(address) {
@@ -298,9 +312,11 @@ impl<'a> Payments<'a> {
         let payer = Payer::of(self.engine, user_id, &ctx)?;
         let to = spend::script_of(address, self.engine.wallet().network())
             .map_err(PaymentError::Spend)?;
+        let coins = std::mem::take(&mut ctx.coins);
         self.pay_from_user(
             &payer,
-            config,
+            &ctx.config,
+            coins,
             &to,
             amount_sats,
             Destination::Address(address),
@@ -308,9 +324,20 @@ impl<'a> Payments<'a> {
         .await
     }
 
-    /// What the payment reads before it signs, refused when paused.
-    async fn open_context(&self, user_id: i64) -> Result<PaymentContext, PaymentError> {
+    /// What the payment reads before it signs; refused for a `session`
+    /// whose token version is not the stored one read with it, then when
+    /// paused (the order of the answers of an authenticated request).
+    async fn open_context(
+        &self,
+        user_id: i64,
+        session: Option<SignedSession>,
+    ) -> Result<PaymentContext, PaymentError> {
         let ctx = self.store.payment_context(user_id).await?;
+        if let Some(session) = session {
+            session
+                .check(ctx.user.map(|u| u.token_version))
+                .map_err(PaymentError::Session)?;
+        }
         if ctx.config.paused {
             return Err(PaymentError::Paused);
         }
@@ -326,12 +353,16 @@ impl<'a> Payments<'a> {
 
     /// Spends the user's confirmed outputs whole to `to`, change back, writes the
     /// intent before the broadcast (the crash-safety rule), then broadcasts it.
+    /// `coins` are the user's spendable outputs read with the context (the
+    /// first attempt's selection).
     /// An output taken by a concurrent request between selection and write makes
     /// it select again, a few times, then answer `funds_busy`.
+    #[allow(clippy::too_many_arguments)]
     async fn pay_from_user(
         &self,
         me: &Payer,
         config: &ServiceConfig,
+        coins: Vec<Coin>,
         to: &ScriptBuf,
         amount_sats: i64,
         dest: Destination<'_>,
@@ -342,15 +373,20 @@ impl<'a> Payments<'a> {
         };
         let wallet = self.engine.wallet().clone();
         let tip_height = me.tip_height.and_then(|h| u32::try_from(h).ok());
+        let mut first = Some(coins);
         for attempt in 0..SPEND_ATTEMPTS {
-            let outputs = self
-                .store
-                .spendable_outputs_at(
-                    me.id,
-                    config.deposit_confirmations,
-                    me.tip_height.unwrap_or(0),
-                )
-                .await?;
+            let outputs = match first.take() {
+                Some(coins) => coins,
+                None => {
+                    self.store
+                        .spendable_outputs_at(
+                            me.id,
+                            config.deposit_confirmations,
+                            me.tip_height.unwrap_or(0),
+                        )
+                        .await?
+                }
+            };
             // Coins that cover a debt are not the user's to spend. The first
             // attempt uses the debt read with the context; a retry reads it
             // again.

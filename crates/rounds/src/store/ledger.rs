@@ -60,10 +60,24 @@ pub struct PaymentContext {
     pub config: ServiceConfig,
     /// The newest round `(id, status, closes_at)`, if any.
     pub round: Option<(i64, RoundStatus, i64)>,
-    /// The paying user's `(derivation index, debt)`, if the user exists.
-    pub user: Option<(i64, i64)>,
+    /// The paying user, if the user exists.
+    pub user: Option<PayerRow>,
     /// Height of the last processed block, if any.
     pub tip_height: Option<i64>,
+    /// The user's spendable coins at `tip_height`, largest first (what
+    /// [`Store::spendable_outputs_at`] returns at that tip).
+    pub coins: Vec<Coin>,
+}
+
+/// The paying user's row as a payment reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PayerRow {
+    /// The user's wallet derivation index.
+    pub derivation_index: i64,
+    /// What a reversed deposit left the user owing.
+    pub debt_sats: i64,
+    /// The stored token version (a session's token must carry it).
+    pub token_version: i64,
 }
 
 /// Why a money step was refused.
@@ -346,45 +360,71 @@ impl Store {
     }
 
     /// What a payment by `user_id` reads before it signs (config, newest
-    /// round, the user's key index and debt, the synced tip), in one
-    /// statement instead of five round trips.
+    /// round, the user's key index, debt and token version, the synced tip,
+    /// and the user's spendable coins at that tip), in one statement: one
+    /// round trip where the session check, the context and the coins were
+    /// three. Everything is read from one snapshot, so the coins are those
+    /// spendable at the tip read with them.
     ///
     /// # Errors
     /// Database failures, or [`StoreError::Corrupt`] when the config row is missing.
     pub async fn payment_context(&self, user_id: i64) -> Result<PaymentContext, StoreError> {
-        let row = sqlx::query(
+        // One row per coin (the context repeated), or one row with no coin.
+        // The coin conditions are those of `spendable_outputs_at`, with the
+        // tip and the confirmations taken from the same row.
+        let rows = sqlx::query(
             "SELECT c.fee_address, c.fee_rate_sat_vb, c.round_duration_seconds, c.min_bet_sats, \
              c.min_withdrawal_sats, c.deposit_confirmations, c.paused, \
-             r.id AS round_id, r.status AS round_status, r.closes_at AS round_closes_at, \
+             r.id AS newest_round, r.status AS round_status, r.closes_at AS round_closes_at, \
              u.derivation_index AS user_index, u.debt_sats AS user_debt, \
-             (SELECT MAX(height) FROM blocks) AS tip_height \
+             u.token_version AS user_token_version, t.h AS tip_height, \
+             o.id, o.txid, o.vout, o.amount_sats, o.user_id, o.round_id, o.origin, o.block_height \
              FROM service_config c \
+             CROSS JOIN (SELECT MAX(height) AS h FROM blocks) t \
              LEFT JOIN rounds r ON r.id = (SELECT MAX(id) FROM rounds) \
              LEFT JOIN users u ON u.id = $1 \
-             WHERE c.id = 1",
+             LEFT JOIN outputs o ON o.user_id = $1 AND u.id IS NOT NULL AND o.spent_txid IS NULL \
+             AND o.block_height IS NOT NULL AND (o.origin <> 'deposit' OR \
+             (COALESCE(t.h, 0) - o.block_height + 1 >= c.deposit_confirmations \
+             AND COALESCE(t.h, 0) - o.block_height + 1 >= o.min_confirmations)) \
+             WHERE c.id = 1 \
+             ORDER BY o.amount_sats DESC, o.id",
         )
         .bind(user_id)
-        .fetch_optional(self.pool())
-        .await?
-        .ok_or_else(|| StoreError::Corrupt("service_config row missing".into()))?;
-        let config = config_from_row(&row)?;
-        let round = match row.try_get::<Option<i64>, _>("round_id")? {
+        .fetch_all(self.pool())
+        .await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| StoreError::Corrupt("service_config row missing".into()))?;
+        let config = config_from_row(row)?;
+        let round = match row.try_get::<Option<i64>, _>("newest_round")? {
             Some(id) => Some((
                 id,
-                state_column(&row, "round_status")?,
+                state_column(row, "round_status")?,
                 row.try_get("round_closes_at")?,
             )),
             None => None,
         };
         let user = match row.try_get::<Option<i64>, _>("user_index")? {
-            Some(index) => Some((index, row.try_get("user_debt")?)),
+            Some(derivation_index) => Some(PayerRow {
+                derivation_index,
+                debt_sats: row.try_get("user_debt")?,
+                token_version: row.try_get("user_token_version")?,
+            }),
             None => None,
         };
+        let mut coins = Vec::with_capacity(rows.len());
+        for r in &rows {
+            if r.try_get::<Option<i64>, _>("id")?.is_some() {
+                coins.push(output_from_row(r)?);
+            }
+        }
         Ok(PaymentContext {
             config,
             round,
             user,
             tip_height: row.try_get("tip_height")?,
+            coins,
         })
     }
 

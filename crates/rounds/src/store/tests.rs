@@ -120,6 +120,7 @@ both_backends!(
     bets_keep_pot_and_bettors_equal_to_a_recount,
     bets_written_together_each_get_their_own_outcome,
     every_connection_commits_to_the_disk_before_it_answers,
+    the_payment_context_reads_the_coins_spendable_at_its_tip,
 );
 
 /// A committed write (a bet's intent before its broadcast, a withdrawal before its
@@ -1429,5 +1430,93 @@ async fn bets_written_together_each_get_their_own_outcome(b: Backend) {
     }
     assert_eq!(coins(users[4]).await, vec![last]);
     assert_eq!(pot_and_bettors(s, round).await, ((90_000, 5), (90_000, 5)));
+    db.cleanup().await;
+}
+
+/// The payment context reads the payer's coins in its own statement (one
+/// round trip for session check, context and coins): they must be exactly
+/// what `spendable_outputs_at` returns at the tip read with them — deposits
+/// only with enough confirmations, a coinbase only when mature, spent and
+/// unconfirmed outputs never, another user's never — and the user's stored
+/// token version must come with them.
+async fn the_payment_context_reads_the_coins_spendable_at_its_tip(b: Backend) {
+    use crate::store::chain::Deposit;
+    let db = TestDb::new(b).await;
+    let s = &db.store;
+    s.migrate().await.unwrap();
+    s.init_config(&ServiceConfig {
+        deposit_confirmations: 3,
+        ..config()
+    })
+    .await
+    .unwrap();
+    let a = s.create_user("payer", "h", addr).await.unwrap();
+    let other = s.create_user("other", "h", addr).await.unwrap();
+    let dep = |user_id: i64, txid: char, vout: i64, amount_sats: i64, coinbase: bool| Deposit {
+        txid: txid.to_string().repeat(64),
+        vout,
+        amount_sats,
+        user_id,
+        coinbase,
+    };
+    // Before any block: no tip, no coins.
+    let ctx = s.payment_context(a.id).await.unwrap();
+    assert_eq!((ctx.tip_height, ctx.coins.len()), (None, 0));
+    assert_eq!(ctx.user.map(|u| u.token_version), Some(0));
+    s.record_start_block(9, "h9").await.unwrap();
+    s.connect_block(
+        10,
+        "h10",
+        &[],
+        &[
+            dep(a.id, 'd', 0, 100_000, false),
+            dep(a.id, 'c', 0, 300_000, true),
+            dep(other.id, 'd', 1, 500_000, false),
+        ],
+    )
+    .await
+    .unwrap();
+    s.connect_block(11, "h11", &[], &[dep(a.id, 'e', 0, 50_000, false)])
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    for height in 12..=112 {
+        s.connect_block(height, &format!("h{height}"), &[], &[])
+            .await
+            .unwrap();
+        let ctx = s.payment_context(a.id).await.unwrap();
+        assert_eq!(ctx.tip_height, Some(height));
+        let alone = s.spendable_outputs_at(a.id, 3, height).await.unwrap();
+        assert_eq!(ctx.coins, alone, "at height {height}");
+        assert!(ctx.coins.iter().all(|c| c.user_id == Some(a.id)));
+        seen.push(ctx.coins.len());
+    }
+    // 12: the first deposit (3 confirmations); 13: the second; 109: the coinbase.
+    assert_eq!((seen[0], seen[1], seen[96], seen[97]), (1, 2, 2, 3));
+    // Spent coins leave, their unconfirmed change does not come.
+    let ctx = s.payment_context(a.id).await.unwrap();
+    let largest = ctx.coins[0].id;
+    let w = money::intent(
+        TransferKind::Withdrawal,
+        a.id,
+        None,
+        &"5".repeat(64),
+        vec![largest],
+    );
+    s.record_withdrawal(&w).await.unwrap();
+    let ctx = s.payment_context(a.id).await.unwrap();
+    assert_eq!(ctx.coins.len(), 2);
+    assert!(ctx.coins.iter().all(|c| c.id != largest));
+    assert_eq!(
+        ctx.coins,
+        s.spendable_outputs_at(a.id, 3, 112).await.unwrap()
+    );
+    // The token version read with them is the stored one.
+    s.change_password(a.id, 0, "h2").await.unwrap();
+    let ctx = s.payment_context(a.id).await.unwrap();
+    assert_eq!(ctx.user.map(|u| u.token_version), Some(1));
+    // No such user: no payer, no coins (not another user's).
+    let ctx = s.payment_context(other.id + 100).await.unwrap();
+    assert_eq!((ctx.user, ctx.coins.len()), (None, 0));
     db.cleanup().await;
 }
