@@ -142,31 +142,54 @@ pub fn script_of(address: &str, network: Network) -> Result<ScriptBuf, SpendFail
         .ok_or_else(|| SpendFailure::Corrupt(format!("address {address}")))
 }
 
-/// Spends the user's outputs (largest first, as few as cover the amount and
-/// fee) whole: `amount` to `to`, change back to the user. With `tip_height`
-/// (the last block processed), `nLockTime` is set to it, as Core's wallet
-/// does against fee sniping.
+/// What a payment from a user's outputs spends and where it goes (see [`user_payment`]).
+#[derive(Debug, Clone)]
+pub struct UserPayment<'a> {
+    /// The payer.
+    pub user_id: i64,
+    /// The payer's key path, derived once (see [`user_key`]).
+    pub path: KeyPath,
+    /// The payer's script: the inputs' and the change's.
+    pub script: &'a ScriptBuf,
+    /// The payer's spendable outputs, in the order they are tried (the store
+    /// reads them largest first).
+    pub outputs: &'a [Coin],
+    /// Where `amount_sats` goes.
+    pub to: &'a ScriptBuf,
+    /// The amount paid to `to`.
+    pub amount_sats: i64,
+    /// The miner fee rate.
+    pub fee_rate_sat_vb: i64,
+    /// Bet or withdrawal, as recorded.
+    pub kind: TransferKind,
+    /// A bet's round: its payment becomes the round's pot output.
+    pub round_id: Option<i64>,
+    /// A withdrawal's address, as recorded.
+    pub address: Option<String>,
+    /// The last block processed: `nLockTime` is set to it, as Core's wallet
+    /// does against fee sniping.
+    pub tip_height: Option<u32>,
+}
+
+/// Spends the payer's outputs (in their order, as few as cover the amount
+/// and fee) whole: the amount to `to`, change back to the payer.
 ///
 /// # Errors
 /// [`SpendFailure::Insufficient`], [`SpendFailure::Dust`], wallet failures.
-///
-/// The user's key path and script come derived (see [`user_key`]), so a
-/// caller that caches them does not derive them again.
-#[allow(clippy::too_many_arguments)]
-pub fn user_payment_with(
-    wallet: &Wallet,
-    path: KeyPath,
-    script: &ScriptBuf,
-    outputs: &[Coin],
-    to: &ScriptBuf,
-    amount_sats: i64,
-    fee_rate_sat_vb: i64,
-    kind: TransferKind,
-    user_id: i64,
-    round_id: Option<i64>,
-    address: Option<String>,
-    tip_height: Option<u32>,
-) -> Result<Signed, SpendFailure> {
+pub fn user_payment(wallet: &Wallet, p: UserPayment<'_>) -> Result<Signed, SpendFailure> {
+    let UserPayment {
+        user_id,
+        path,
+        script,
+        outputs,
+        to,
+        amount_sats,
+        fee_rate_sat_vb,
+        kind,
+        round_id,
+        address,
+        tip_height,
+    } = p;
     let amount = Amount::from_sat(u64::try_from(amount_sats).unwrap_or(0));
     let payment = TxOut {
         value: amount,
@@ -250,7 +273,7 @@ pub fn user_payment_with(
 
 /// The payout of a round: every pot output in; `commission` to the fee
 /// address (folded into the winner's share when it would be dust); the rest
-/// minus the miner fee to the winner. `tip_height` as for [`user_payment_with`].
+/// minus the miner fee to the winner. `tip_height` as in [`UserPayment`].
 ///
 /// # Errors
 /// Wallet failures, or [`SpendFailure::Insufficient`] when the fee eats the pot.

@@ -404,19 +404,21 @@ impl<'a> Payments<'a> {
                     });
                 }
             }
-            let signed = spend::user_payment_with(
+            let signed = spend::user_payment(
                 &wallet,
-                me.key_path,
-                &me.script,
-                &outputs,
-                to,
-                amount_sats,
-                config.fee_rate_sat_vb,
-                kind,
-                me.id,
-                round_id,
-                address.clone(),
-                tip_height,
+                spend::UserPayment {
+                    user_id: me.id,
+                    path: me.key_path,
+                    script: &me.script,
+                    outputs: &outputs,
+                    to,
+                    amount_sats,
+                    fee_rate_sat_vb: config.fee_rate_sat_vb,
+                    kind,
+                    round_id,
+                    address: address.clone(),
+                    tip_height,
+                },
             )
             .map_err(|e| match e {
                 SpendFailure::Insufficient {
