@@ -140,6 +140,24 @@ fn perf_control(command: &[u8]) {
     }
 }
 
+/// The output of `tx` that pays `key`, as a wallet input.
+fn output_to(tx: &bitcoin::Transaction, key: &wallet::DerivedKey) -> wallet::SpendableOutput {
+    let script = key.address.script_pubkey();
+    let vout = tx
+        .output
+        .iter()
+        .position(|o| o.script_pubkey == script)
+        .expect("an output to the key");
+    wallet::SpendableOutput {
+        outpoint: bitcoin::OutPoint {
+            txid: tx.compute_txid(),
+            vout: vout as u32,
+        },
+        txout: tx.output[vout].clone(),
+        path: key.path,
+    }
+}
+
 /// The median (the mean of the middle two for an even count).
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -240,19 +258,7 @@ async fn main() {
             .faucet(&key.address.script_pubkey(), Amount::from_sat(100_000))
             .expect("faucet");
         let tx = dev.transaction(txid).await.expect("tx").expect("known").tx;
-        let vout = tx
-            .output
-            .iter()
-            .position(|o| o.script_pubkey == key.address.script_pubkey())
-            .expect("vout");
-        outs.push(wallet::SpendableOutput {
-            outpoint: bitcoin::OutPoint {
-                txid,
-                vout: vout as u32,
-            },
-            txout: tx.output[vout].clone(),
-            path: key.path,
-        });
+        outs.push(output_to(&tx, &key));
     }
     dev.mine(1, dev.faucet_script()).expect("mine");
     let pot = wallet
@@ -283,21 +289,7 @@ async fn main() {
                     FeeRate::from_sat_per_vb_u32(2),
                 )
                 .expect("build");
-            let txid = built.tx.compute_txid();
-            let vout = built
-                .tx
-                .output
-                .iter()
-                .position(|o| o.script_pubkey == key.address.script_pubkey())
-                .expect("change");
-            change.push(wallet::SpendableOutput {
-                outpoint: bitcoin::OutPoint {
-                    txid,
-                    vout: vout as u32,
-                },
-                txout: built.tx.output[vout].clone(),
-                path: key.path,
-            });
+            change.push(output_to(&built.tx, &key));
             dev.broadcast(built.tx).await.expect("broadcast");
         }
         let base_rate = base_n as f64 / t.elapsed().as_secs_f64();
