@@ -176,6 +176,19 @@ fn txid_of(raw: &str) -> Result<Transaction, EngineError> {
         .map_err(|e| EngineError::Corrupt(format!("raw tx: {e}")))
 }
 
+/// When an accepted broadcast's mark (`signed` → `broadcast`) must be on
+/// disk. It is bookkeeping, not a guarantee: a lost mark leaves the transfer
+/// `signed`, which the worker broadcasts again (harmless) and marks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mark {
+    /// Return once the mark is committed (the worker's own re-broadcasts).
+    Committed,
+    /// Queue it with the next group commit and return: a payment answered
+    /// as broadcast does not wait for a second commit
+    /// ([`crate::store::Store::mark_broadcast_soon`]).
+    Soon,
+}
+
 impl Engine {
     /// A worker over these parts.
     pub fn new(
@@ -401,11 +414,14 @@ impl Engine {
             .as_deref()
             .ok_or_else(|| EngineError::Corrupt(format!("transfer {} has no tx", t.id)))?;
         let tx = txid_of(raw)?;
-        self.broadcast_signed(t.id, t.kind, &t.txid, tx).await
+        self.broadcast_signed(t.id, t.kind, &t.txid, tx, Mark::Committed)
+            .await
     }
 
     /// [`Engine::broadcast_transfer`] of transfer `id` (of `kind`, whose
-    /// transaction `txid` is `tx`), with the transaction at hand.
+    /// transaction `txid` is `tx`), with the transaction at hand; `mark`
+    /// says whether an accepted broadcast returns after its mark is
+    /// committed or at once.
     ///
     /// # Errors
     /// As [`Engine::broadcast_transfer`].
@@ -415,6 +431,7 @@ impl Engine {
         kind: TransferKind,
         txid: &str,
         tx: Transaction,
+        mark: Mark,
     ) -> Result<bool, EngineError> {
         match Broadcast::send(self.chain.as_ref(), tx).await {
             Broadcast::Accepted => {
@@ -424,7 +441,10 @@ impl Engine {
                     TransferKind::Payout => "payout_broadcast",
                     TransferKind::Deposit => "deposit_broadcast",
                 });
-                self.store.mark_broadcast(id).await?;
+                match mark {
+                    Mark::Committed => self.store.mark_broadcast(id).await?,
+                    Mark::Soon => self.store.mark_broadcast_soon(id),
+                }
                 Ok(true)
             }
             Broadcast::Refused { code, reason } => {

@@ -13,7 +13,7 @@ use crate::domain::settings::{ServiceConfig, DUST_LIMIT_SATS, P2WPKH_INPUT_VBYTE
 use crate::domain::spend::{self, SpendFailure};
 use crate::domain::time::unix_now;
 use crate::service::accounts::{AccountError, SignedSession};
-use crate::service::engine::{crash_point, Engine, EngineError};
+use crate::service::engine::{crash_point, Engine, EngineError, Mark};
 use crate::store::ledger::PaymentContext;
 use crate::store::users::UserRow;
 use crate::store::{LedgerError, Store, StoreError};
@@ -482,7 +482,13 @@ impl<'a> Payments<'a> {
             // not read back from the row just written.
             let broadcast = match self
                 .engine
-                .broadcast_signed(transfer_id, kind, &signed.intent.txid, signed.tx.clone())
+                .broadcast_signed(
+                    transfer_id,
+                    kind,
+                    &signed.intent.txid,
+                    signed.tx.clone(),
+                    Mark::Soon,
+                )
                 .await
             {
                 Ok(true) => true,

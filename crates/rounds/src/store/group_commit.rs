@@ -47,6 +47,9 @@ pub(crate) struct GroupCommit {
     /// Groups of two or more bets written whole (the tests check that the
     /// group path, not only the bet-by-bet one, is taken).
     whole_groups: AtomicU64,
+    /// Transfers this process broadcast whose mark is queued or being
+    /// written: the user's own reads show them `broadcast` meanwhile.
+    unmarked: Mutex<HashSet<i64>>,
 }
 
 #[derive(Debug, Default)]
@@ -66,7 +69,16 @@ struct BetRequest {
 #[derive(Debug)]
 struct MarkRequest {
     transfer_id: i64,
-    done: oneshot::Sender<Result<(), StoreError>>,
+    /// `None` for a mark nobody waits for ([`Store::mark_broadcast_soon`]).
+    done: Option<oneshot::Sender<Result<(), StoreError>>>,
+}
+
+impl MarkRequest {
+    fn answer(self, result: Result<(), StoreError>) {
+        if let Some(done) = self.done {
+            let _ = done.send(result);
+        }
+    }
 }
 
 impl GroupCommit {
@@ -76,6 +88,24 @@ impl GroupCommit {
         self.pending
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn unmarked(&self) -> MutexGuard<'_, HashSet<i64>> {
+        // Plain inserts and removals: a poisoned set is still consistent.
+        self.unmarked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The marks `ids` are committed or given up: the database says.
+    fn settled(&self, ids: &[i64]) {
+        if ids.is_empty() {
+            return;
+        }
+        let mut unmarked = self.unmarked();
+        for id in ids {
+            unmarked.remove(id);
+        }
     }
 }
 
@@ -90,7 +120,9 @@ impl Drop for DrainGuard {
         p.draining = false;
         // Dropping the senders answers each waiting request with an error.
         p.bets.clear();
-        p.marks.clear();
+        let ids: Vec<i64> = p.marks.drain(..).map(|m| m.transfer_id).collect();
+        drop(p);
+        self.0.settled(&ids);
     }
 }
 
@@ -132,8 +164,35 @@ impl Store {
     /// Database failures.
     pub async fn mark_broadcast(&self, transfer_id: i64) -> Result<(), StoreError> {
         let (done, answer) = oneshot::channel();
-        self.enqueue(|p| p.marks.push(MarkRequest { transfer_id, done }));
+        self.enqueue(|p| {
+            p.marks.push(MarkRequest {
+                transfer_id,
+                done: Some(done),
+            });
+        });
         answer.await.map_err(|_| group_lost())?
+    }
+
+    /// Queues the mark of a transfer just broadcast and returns at once: it
+    /// rides with the next group. Until it is committed (or has failed, when
+    /// the worker's re-broadcast of `signed` transfers marks it later)
+    /// [`Store::user_transfers`] shows the transfer `broadcast`, so the
+    /// user who was told "broadcast" reads it so. A crash before the commit
+    /// leaves it `signed`, the state of a crash between broadcast and mark.
+    pub fn mark_broadcast_soon(&self, transfer_id: i64) {
+        self.group.unmarked().insert(transfer_id);
+        self.enqueue(|p| {
+            p.marks.push(MarkRequest {
+                transfer_id,
+                done: None,
+            });
+        });
+    }
+
+    /// Whether this process broadcast transfer `id` and its mark is not yet
+    /// committed.
+    pub(crate) fn broadcast_unmarked(&self, id: i64) -> bool {
+        self.group.unmarked().contains(&id)
     }
 
     /// Queues a request and starts the draining task unless one runs.
@@ -174,20 +233,35 @@ impl Store {
     /// Writes one group and answers each of its requests.
     async fn commit_group(&self, bets: Vec<BetRequest>, marks: Vec<MarkRequest>) {
         let mark_ids: Vec<i64> = marks.iter().map(|m| m.transfer_id).collect();
+        self.commit_group_marking(bets, marks, &mark_ids).await;
+        self.group.settled(&mark_ids);
+    }
+
+    async fn commit_group_marking(
+        &self,
+        bets: Vec<BetRequest>,
+        marks: Vec<MarkRequest>,
+        mark_ids: &[i64],
+    ) {
         if bets.is_empty() {
-            self.mark_together(marks, &mark_ids).await;
+            self.mark_together(marks, mark_ids).await;
             return;
         }
-        if bets.len() > 1 {
+        // A lone bet takes the group's path too: its one statement (SQLite)
+        // or four round trips (PostgreSQL) cost less than the bet-by-bet
+        // transaction, which stays the answer to a refused group.
+        {
             let intents: Vec<&Intent> = bets.iter().map(|b| &b.intent).collect();
-            match self.write_group(&intents, &mark_ids).await {
+            match self.write_group(&intents, mark_ids).await {
                 Ok(ids) => {
-                    self.group.whole_groups.fetch_add(1, Ordering::Relaxed);
+                    if intents.len() > 1 {
+                        self.group.whole_groups.fetch_add(1, Ordering::Relaxed);
+                    }
                     for (b, ids) in bets.into_iter().zip(ids) {
                         let _ = b.done.send(Ok(ids));
                     }
                     for m in marks {
-                        let _ = m.done.send(Ok(()));
+                        m.answer(Ok(()));
                     }
                     return;
                 }
@@ -200,7 +274,7 @@ impl Store {
             }
         }
         if !marks.is_empty() {
-            self.mark_together(marks, &mark_ids).await;
+            self.mark_together(marks, mark_ids).await;
         }
         for b in bets {
             let answer = self.place_bet_alone(&b.intent).await;
@@ -214,7 +288,7 @@ impl Store {
         match self.mark_broadcast_all(ids).await {
             Ok(()) => {
                 for m in marks {
-                    let _ = m.done.send(Ok(()));
+                    m.answer(Ok(()));
                 }
             }
             Err(_) => self.mark_each(marks).await,
@@ -225,7 +299,7 @@ impl Store {
     async fn mark_each(&self, marks: Vec<MarkRequest>) {
         for m in marks {
             let answer = self.mark_broadcast_all(&[m.transfer_id]).await;
-            let _ = m.done.send(answer);
+            m.answer(answer);
         }
     }
 
@@ -281,36 +355,13 @@ impl Store {
             *rounds.entry(i.round_id.unwrap_or(0)).or_default() += i.amount_sats;
         }
         let _turn = self.write_turn().await;
-        let mut tx = self.pool().begin().await?;
-        // The rounds first, as a bet alone does: the same lock order, and a
-        // round closed meanwhile refuses the whole group. Everything after
-        // this reads with the round held (PostgreSQL takes each statement's
-        // snapshot at its start, so the bets committed before the lock was
-        // granted are seen by the bettor count).
-        for (&round_id, &pot_sats) in &rounds {
-            let open = sqlx::query(
-                "UPDATE rounds SET pot_sats = pot_sats + $3 WHERE id = $1 AND status = 'open' AND closes_at > $2",
-            )
-            .bind(round_id)
-            .bind(now)
-            .bind(pot_sats)
-            .execute(&mut *tx)
-            .await?;
-            if open.rows_affected() != 1 {
-                return Err(LedgerError::WrongStatus {
-                    round_id,
-                    expected: crate::domain::round::RoundStatus::Open,
-                });
-            }
-        }
-        let (transfer_ids, bet_ids) = if self.backend() == Backend::Postgres {
-            self.write_group_in_one_statement(&mut tx, intents, marks, now)
+        let (transfer_ids, bet_ids) = if self.backend() == Backend::Sqlite {
+            self.write_group_in_one_insert(intents, marks, &rounds, now)
                 .await?
         } else {
-            self.write_group_by_table(&mut tx, intents, marks, &rounds, now)
+            self.write_group_postgres(intents, marks, &rounds, now)
                 .await?
         };
-        tx.commit().await?;
         intents
             .iter()
             .map(|i| {
@@ -329,69 +380,96 @@ impl Store {
             .collect()
     }
 
-    /// The group after its rounds, one statement per table (SQLite, whose
-    /// statements are calls into the same process).
-    async fn write_group_by_table(
+    /// The group on PostgreSQL: its rounds locked first, then everything
+    /// else in one statement, in one transaction.
+    async fn write_group_postgres(
         &self,
-        tx: &mut Tx<'_>,
         intents: &[&Intent],
         marks: &[i64],
         rounds: &BTreeMap<i64, i64>,
         now: i64,
     ) -> Result<(IdsByTxid, IdsByTxid), LedgerError> {
-        for chunk in marks.chunks(BATCH) {
-            let mut n = 0;
-            let sql = marks_sql(&mut n, chunk.len());
-            bind_all(sqlx::query(&sql), chunk)
-                .execute(&mut **tx)
-                .await?;
-        }
-        // Every input of every bet, each still unspent (an input named twice
-        // in the group counts once and fails the count).
-        let inputs: Vec<(i64, &str)> = group_inputs(intents);
-        for chunk in inputs.chunks(BATCH / 2) {
-            let mut n = 0;
-            let sql = take_sql(&mut n, chunk.len());
-            let q = bind_inputs(sqlx::query(&sql), chunk);
-            if q.execute(&mut **tx).await?.rows_affected() != chunk.len() as u64 {
-                return Err(LedgerError::OutputTaken(chunk[0].0));
+        let mut tx = self.pool().begin().await?;
+        // The rounds first, as a bet alone does: the same lock order, and a
+        // round closed meanwhile refuses the whole group. Everything after
+        // this reads with the round held (PostgreSQL takes each statement's
+        // snapshot at its start, so the bets committed before the lock was
+        // granted are seen by the bettor count).
+        for (&round_id, &pot_sats) in rounds {
+            let open = sqlx::query(
+                "UPDATE rounds SET pot_sats = pot_sats + $3 WHERE id = $1 AND status = 'open' AND closes_at > $2",
+            )
+            .bind(round_id)
+            .bind(now)
+            .bind(pot_sats)
+            .execute(&mut *tx)
+            .await?;
+            if open.rows_affected() != 1 {
+                return Err(LedgerError::WrongStatus {
+                    round_id,
+                    expected: crate::domain::round::RoundStatus::Open,
+                });
             }
         }
-        let sql = format!(
-            "{} RETURNING id, txid",
-            transfers_sql(&mut 0, intents.len())
-        );
-        let q = bind_transfers(sqlx::query(&sql), intents, now);
-        let transfer_ids = ids_by_txid(&q.fetch_all(&mut **tx).await?, "")?;
-        let outputs = group_outputs(intents);
-        for chunk in outputs.chunks(BATCH / 6) {
-            let sql = outputs_sql(&mut 0, chunk.len());
-            bind_outputs(sqlx::query(&sql), chunk)
-                .execute(&mut **tx)
-                .await?;
-        }
-        let sql = format!("{} RETURNING id, txid", bets_sql(&mut 0, intents.len()));
-        let q = bind_bets(sqlx::query(&sql), intents, now);
-        let bet_ids = ids_by_txid(&q.fetch_all(&mut **tx).await?, "")?;
-        // New bettors: the group's users with no placed bet in the round
-        // outside the group.
-        for &round_id in rounds.keys() {
-            let ids: Vec<i64> = intents
+        let ids = self
+            .write_group_in_one_statement(&mut tx, intents, marks, now)
+            .await?;
+        tx.commit().await?;
+        Ok(ids)
+    }
+
+    /// The whole group on SQLite as one `INSERT` into [`SQLITE_GROUP_SETUP`]'s
+    /// view: one statement in autocommit is one transaction (on disk when
+    /// it returns, or nothing of it) and one command to sqlx's worker
+    /// thread, where the same group as a transaction of one statement per
+    /// table was nine, each a wake-up of that thread and one of ours. The
+    /// ids the trigger left in the connection's TEMP table are read back
+    /// on the same connection.
+    async fn write_group_in_one_insert(
+        &self,
+        intents: &[&Intent],
+        marks: &[i64],
+        rounds: &BTreeMap<i64, i64>,
+        now: i64,
+    ) -> Result<(IdsByTxid, IdsByTxid), LedgerError> {
+        let doc = serde_json::json!({
+            "rounds": rounds
                 .iter()
-                .filter(|i| i.round_id.unwrap_or(0) == round_id)
-                .filter_map(|i| bet_ids.get(i.txid.as_str()).copied())
-                .collect();
-            let list = placeholders(2, ids.len());
-            let sql = format!(
-                "UPDATE rounds SET bettors = bettors + (SELECT COUNT(DISTINCT b.user_id) FROM bets b \
-                 WHERE b.id IN ({list}) AND NOT EXISTS (SELECT 1 FROM bets p WHERE p.round_id = $1 \
-                 AND p.user_id = b.user_id AND p.status = 'placed' AND p.id NOT IN ({list}))) WHERE id = $1"
-            );
-            bind_all(sqlx::query(&sql).bind(round_id), &ids)
-                .execute(&mut **tx)
-                .await?;
+                .map(|(&id, &pot)| serde_json::json!({ "id": id, "pot": pot }))
+                .collect::<Vec<_>>(),
+            "marks": marks,
+            "inputs": group_inputs(intents)
+                .iter()
+                .map(|(id, txid)| serde_json::json!({ "id": id, "txid": txid }))
+                .collect::<Vec<_>>(),
+            "transfers": group_transfers(intents),
+            "outputs": group_outputs_json(intents),
+        });
+        let mut conn = self.pool().acquire().await?;
+        let written = sqlx::query("INSERT INTO bet_groups (doc, now) VALUES ($1, $2)")
+            .bind(doc.to_string())
+            .bind(now)
+            .execute(&mut *conn)
+            .await;
+        if let Err(sqlx::Error::Database(e)) = &written {
+            // The trigger's guards, worded as in SQLITE_GROUP_SETUP.
+            if e.message().contains(ROUND_NOT_OPEN) {
+                let round_id = rounds.keys().next().copied().unwrap_or(0);
+                return Err(LedgerError::WrongStatus {
+                    round_id,
+                    expected: crate::domain::round::RoundStatus::Open,
+                });
+            }
+            if e.message().contains(OUTPUT_TAKEN) {
+                let first = intents.first().and_then(|i| i.inputs.first());
+                return Err(LedgerError::OutputTaken(first.copied().unwrap_or(0)));
+            }
         }
-        Ok((transfer_ids, bet_ids))
+        written?;
+        let rows = sqlx::query("SELECT what, id, txid FROM bet_group_ids")
+            .fetch_all(&mut *conn)
+            .await?;
+        Ok((ids_by_txid(&rows, "t")?, ids_by_txid(&rows, "b")?))
     }
 
     /// The group after its rounds as one PostgreSQL statement (data-modifying
@@ -409,39 +487,12 @@ impl Store {
         now: i64,
     ) -> Result<(IdsByTxid, IdsByTxid), LedgerError> {
         let inputs = group_inputs(intents);
-        let transfers: Vec<serde_json::Value> = intents
-            .iter()
-            .map(|i| {
-                serde_json::json!({
-                    "kind": i.kind.as_str(),
-                    "user_id": i.user_id,
-                    "round_id": i.round_id,
-                    "txid": i.txid,
-                    "raw_tx": i.raw_tx,
-                    "amount_sats": i.amount_sats,
-                    "fee_sats": i.fee_sats,
-                    "commission_sats": i.commission_sats,
-                    "address": i.address,
-                })
-            })
-            .collect();
+        let transfers = group_transfers(intents);
         let taken: Vec<serde_json::Value> = inputs
             .iter()
             .map(|(id, txid)| serde_json::json!({ "id": id, "txid": txid }))
             .collect();
-        let outputs: Vec<serde_json::Value> = group_outputs(intents)
-            .into_iter()
-            .map(|(txid, o)| {
-                serde_json::json!({
-                    "txid": txid,
-                    "vout": o.vout,
-                    "amount_sats": o.amount_sats,
-                    "user_id": o.user_id,
-                    "round_id": o.round_id,
-                    "origin": o.origin.as_str(),
-                })
-            })
-            .collect();
+        let outputs = group_outputs_json(intents);
         let rows = sqlx::query(GROUP_STATEMENT_PG)
             .bind(serde_json::Value::from(transfers).to_string())
             .bind(serde_json::Value::from(taken).to_string())
@@ -526,112 +577,108 @@ fn group_outputs<'a>(intents: &[&'a Intent]) -> Vec<(&'a str, &'a NewOutput)> {
         .collect()
 }
 
-/// Takes `count` inputs, each for its own txid, only those still unspent.
-fn take_sql(n: &mut usize, count: usize) -> String {
-    let first = *n + 1;
-    *n += 2 * count;
-    let cases = (0..count)
-        .map(|k| format!("WHEN ${} THEN ${}", first + 2 * k, first + 1 + 2 * k))
-        .collect::<Vec<_>>()
-        .join(" ");
-    let ids = (0..count)
-        .map(|k| format!("${}", first + 2 * k))
-        .collect::<Vec<_>>()
-        .join(", ");
-    format!("UPDATE outputs SET spent_txid = CASE id {cases} END WHERE spent_txid IS NULL AND id IN ({ids})")
-}
-
-fn bind_inputs<'q>(mut q: AnyQuery<'q>, inputs: &[(i64, &'q str)]) -> AnyQuery<'q> {
-    for &(id, txid) in inputs {
-        q = q.bind(id).bind(txid);
-    }
-    q
-}
-
-/// Inserts `count` signed transfers.
-fn transfers_sql(n: &mut usize, count: usize) -> String {
-    let rows = (0..count)
-        .map(|_| {
-            let [kind, user, round, txid, raw, amount, fee, commission, address, at] =
-                std::array::from_fn(|_| next_placeholders(n, 1));
-            format!("({kind}, {user}, {round}, {txid}, -1, {raw}, {amount}, {fee}, {commission}, {address}, 'signed', {at})")
+/// The group's transfers (one per bet) as JSON rows.
+fn group_transfers(intents: &[&Intent]) -> Vec<serde_json::Value> {
+    intents
+        .iter()
+        .map(|i| {
+            serde_json::json!({
+                "kind": i.kind.as_str(),
+                "user_id": i.user_id,
+                "round_id": i.round_id,
+                "txid": i.txid,
+                "raw_tx": i.raw_tx,
+                "amount_sats": i.amount_sats,
+                "fee_sats": i.fee_sats,
+                "commission_sats": i.commission_sats,
+                "address": i.address,
+            })
         })
-        .collect::<Vec<_>>()
-        .join(", ");
-    format!(
-        "INSERT INTO transfers (kind, user_id, round_id, txid, vout, raw_tx, amount_sats, fee_sats, \
-         commission_sats, address, status, created_at) VALUES {rows}"
-    )
+        .collect()
 }
 
-fn bind_transfers<'q>(mut q: AnyQuery<'q>, intents: &[&'q Intent], now: i64) -> AnyQuery<'q> {
-    for i in intents {
-        q = q
-            .bind(i.kind.as_str())
-            .bind(i.user_id)
-            .bind(i.round_id)
-            .bind(i.txid.as_str())
-            .bind(i.raw_tx.as_str())
-            .bind(i.amount_sats)
-            .bind(i.fee_sats)
-            .bind(i.commission_sats)
-            .bind(i.address.as_deref())
-            .bind(now);
-    }
-    q
-}
-
-/// Inserts `count` new outputs.
-fn outputs_sql(n: &mut usize, count: usize) -> String {
-    let rows = (0..count)
-        .map(|_| format!("({})", next_placeholders(n, 6)))
-        .collect::<Vec<_>>()
-        .join(", ");
-    format!(
-        "INSERT INTO outputs (txid, vout, amount_sats, user_id, round_id, origin) VALUES {rows}"
-    )
-}
-
-fn bind_outputs<'q>(mut q: AnyQuery<'q>, outputs: &[(&'q str, &'q NewOutput)]) -> AnyQuery<'q> {
-    for &(txid, o) in outputs {
-        q = q
-            .bind(txid)
-            .bind(o.vout)
-            .bind(o.amount_sats)
-            .bind(o.user_id)
-            .bind(o.round_id)
-            .bind(o.origin.as_str());
-    }
-    q
-}
-
-/// Inserts `count` placed bets.
-fn bets_sql(n: &mut usize, count: usize) -> String {
-    let rows = (0..count)
-        .map(|_| {
-            let [round, user, amount, txid, at, fee] =
-                std::array::from_fn(|_| next_placeholders(n, 1));
-            format!("({round}, {user}, {amount}, {txid}, {at}, 'placed', {fee})")
+/// The group's new outputs as JSON rows.
+fn group_outputs_json(intents: &[&Intent]) -> Vec<serde_json::Value> {
+    group_outputs(intents)
+        .into_iter()
+        .map(|(txid, o)| {
+            serde_json::json!({
+                "txid": txid,
+                "vout": o.vout,
+                "amount_sats": o.amount_sats,
+                "user_id": o.user_id,
+                "round_id": o.round_id,
+                "origin": o.origin.as_str(),
+            })
         })
-        .collect::<Vec<_>>()
-        .join(", ");
-    format!(
-        "INSERT INTO bets (round_id, user_id, amount_sats, txid, created_at, status, fee_sats) VALUES {rows}"
-    )
+        .collect()
 }
 
-fn bind_bets<'q>(mut q: AnyQuery<'q>, intents: &[&'q Intent], now: i64) -> AnyQuery<'q> {
-    for i in intents {
-        q = q
-            .bind(i.round_id.unwrap_or(0))
-            .bind(i.user_id)
-            .bind(i.amount_sats)
-            .bind(i.txid.as_str())
-            .bind(now)
-            .bind(i.fee_sats);
-    }
-    q
-}
+/// The abort message of a group whose round is no longer open.
+const ROUND_NOT_OPEN: &str = "potluck: round not open";
+/// The abort message of a group with an input already spent (or named twice).
+const OUTPUT_TAKEN: &str = "potluck: output taken";
+
+/// Run on every SQLite connection: the TEMP (per connection, never on disk)
+/// view whose `INSTEAD OF` trigger writes a whole group of bets, given as
+/// one JSON document `{rounds, marks, inputs, transfers, outputs}`, with
+/// the guards of a bet alone, in the order a bet alone takes them: every
+/// round still open (its pot grows by the group's bets), every input still
+/// unspent and named once, the bettor count raised by the group's users
+/// with no placed bet in the round yet. A guard that fails aborts the
+/// statement, which undoes all of it. The ids of the rows inserted (those
+/// above each table's largest id before the insert: AUTOINCREMENT ids only
+/// grow, and the statement holds the write lock) are left in
+/// `bet_group_ids` for the same connection to read.
+pub(super) const SQLITE_GROUP_SETUP: &str = "
+CREATE TEMP TABLE IF NOT EXISTS bet_group_ids (what TEXT NOT NULL, id INTEGER NOT NULL, txid TEXT NOT NULL);
+CREATE TEMP TABLE IF NOT EXISTS bet_group_from (transfers INTEGER NOT NULL, bets INTEGER NOT NULL);
+CREATE TEMP VIEW IF NOT EXISTS bet_groups AS SELECT NULL AS doc, NULL AS now WHERE 0;
+CREATE TEMP TRIGGER IF NOT EXISTS bet_groups_insert INSTEAD OF INSERT ON bet_groups BEGIN
+    DELETE FROM bet_group_ids;
+    DELETE FROM bet_group_from;
+    SELECT RAISE(ABORT, 'potluck: round not open') WHERE EXISTS (
+        SELECT 1 FROM json_each(NEW.doc, '$.rounds') r WHERE NOT EXISTS (
+            SELECT 1 FROM rounds WHERE id = r.value ->> 'id' AND status = 'open' AND closes_at > NEW.now));
+    UPDATE rounds SET pot_sats = pot_sats + (
+            SELECT r.value ->> 'pot' FROM json_each(NEW.doc, '$.rounds') r WHERE r.value ->> 'id' = rounds.id)
+        WHERE id IN (SELECT value ->> 'id' FROM json_each(NEW.doc, '$.rounds'));
+    UPDATE transfers SET status = 'broadcast'
+        WHERE status = 'signed' AND id IN (SELECT value FROM json_each(NEW.doc, '$.marks'));
+    SELECT RAISE(ABORT, 'potluck: output taken')
+        WHERE (SELECT COUNT(*) FROM json_each(NEW.doc, '$.inputs')) <> (SELECT COUNT(*) FROM outputs
+            WHERE spent_txid IS NULL AND id IN (SELECT value ->> 'id' FROM json_each(NEW.doc, '$.inputs')));
+    UPDATE outputs SET spent_txid = (
+            SELECT i.value ->> 'txid' FROM json_each(NEW.doc, '$.inputs') i WHERE i.value ->> 'id' = outputs.id)
+        WHERE id IN (SELECT value ->> 'id' FROM json_each(NEW.doc, '$.inputs'));
+    UPDATE rounds SET bettors = bettors + (
+            SELECT COUNT(DISTINCT t.value ->> 'user_id') FROM json_each(NEW.doc, '$.transfers') t
+            WHERE t.value ->> 'round_id' = rounds.id AND NOT EXISTS (
+                SELECT 1 FROM bets p WHERE p.round_id = rounds.id
+                AND p.user_id = t.value ->> 'user_id' AND p.status = 'placed'))
+        WHERE id IN (SELECT value ->> 'id' FROM json_each(NEW.doc, '$.rounds'));
+    INSERT INTO bet_group_from (transfers, bets)
+        VALUES (COALESCE((SELECT MAX(id) FROM transfers), 0), COALESCE((SELECT MAX(id) FROM bets), 0));
+    INSERT INTO transfers (kind, user_id, round_id, txid, vout, raw_tx, amount_sats, fee_sats,
+            commission_sats, address, status, created_at)
+        SELECT value ->> 'kind', value ->> 'user_id', value ->> 'round_id', value ->> 'txid', -1,
+            value ->> 'raw_tx', value ->> 'amount_sats', value ->> 'fee_sats',
+            value ->> 'commission_sats', value ->> 'address', 'signed', NEW.now
+        FROM json_each(NEW.doc, '$.transfers');
+    INSERT INTO outputs (txid, vout, amount_sats, user_id, round_id, origin)
+        SELECT value ->> 'txid', value ->> 'vout', value ->> 'amount_sats', value ->> 'user_id',
+            value ->> 'round_id', value ->> 'origin'
+        FROM json_each(NEW.doc, '$.outputs');
+    INSERT INTO bets (round_id, user_id, amount_sats, txid, created_at, status, fee_sats)
+        SELECT value ->> 'round_id', value ->> 'user_id', value ->> 'amount_sats', value ->> 'txid',
+            NEW.now, 'placed', value ->> 'fee_sats'
+        FROM json_each(NEW.doc, '$.transfers');
+    INSERT INTO bet_group_ids (what, id, txid)
+        SELECT 't', id, txid FROM transfers WHERE id > (SELECT transfers FROM bet_group_from);
+    INSERT INTO bet_group_ids (what, id, txid)
+        SELECT 'b', id, txid FROM bets WHERE id > (SELECT bets FROM bet_group_from);
+END;
+";
 
 /// Marks `count` transfers broadcast, those still `signed` (a transfer
 /// undone or confirmed meanwhile keeps its status).

@@ -643,7 +643,9 @@ impl Store {
         Ok(row.map(|r| transfer_from_row(&r)).transpose()?)
     }
 
-    /// The user's transfers, newest first.
+    /// The user's transfers, newest first; one this process broadcast
+    /// whose mark is still being written reads `broadcast`, as its payer
+    /// was told ([`Store::mark_broadcast_soon`]).
     ///
     /// # Errors
     /// Database failures.
@@ -661,10 +663,16 @@ impl Store {
         .bind(limit)
         .fetch_all(self.pool())
         .await?;
-        Ok(rows
+        let mut transfers: Vec<TransferRow> = rows
             .iter()
             .map(transfer_from_row)
-            .collect::<Result<_, _>>()?)
+            .collect::<Result<_, _>>()?;
+        for t in &mut transfers {
+            if t.status == TransferStatus::Signed && self.broadcast_unmarked(t.id) {
+                t.status = TransferStatus::Broadcast;
+            }
+        }
+        Ok(transfers)
     }
 
     /// Totals for the conservation check.

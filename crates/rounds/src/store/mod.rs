@@ -146,9 +146,14 @@ impl Store {
                     use sqlx::Executor as _;
                     conn.execute(
                         "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; \
-                         PRAGMA busy_timeout = 10000; PRAGMA foreign_keys = ON;",
+                         PRAGMA busy_timeout = 10000; PRAGMA foreign_keys = ON; \
+                         PRAGMA temp_store = MEMORY;",
                     )
                     .await?;
+                    // The group commit's one-statement write (TEMP: this
+                    // connection only, nothing on disk; the tables it names
+                    // are looked up when it runs, after the migrations).
+                    conn.execute(group_commit::SQLITE_GROUP_SETUP).await?;
                     Ok(())
                 })
             });

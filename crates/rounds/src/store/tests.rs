@@ -121,7 +121,83 @@ both_backends!(
     bets_written_together_each_get_their_own_outcome,
     every_connection_commits_to_the_disk_before_it_answers,
     the_payment_context_reads_the_coins_spendable_at_its_tip,
+    a_queued_mark_reads_broadcast_to_its_user_until_it_is_committed,
 );
+
+/// A bet is answered once its broadcast is accepted, before its mark
+/// (`signed` → `broadcast`) is committed: meanwhile its user's list shows
+/// it `broadcast`, as the answer said, the database still `signed` (a
+/// crash now is a crash between broadcast and mark); then the mark is
+/// committed with no one waiting for it and the overlay is gone.
+async fn a_queued_mark_reads_broadcast_to_its_user_until_it_is_committed(b: Backend) {
+    let db = TestDb::new(b).await;
+    let s = &db.store;
+    let (user, out) = funded(s).await;
+    let round = s
+        .ensure_round(crate::domain::time::unix_now())
+        .await
+        .unwrap();
+    let mut bet = money::intent(
+        TransferKind::Bet,
+        user,
+        Some(round.id),
+        &"4".repeat(64),
+        vec![out],
+    );
+    bet.outputs.push(crate::domain::money::NewOutput {
+        vout: 0,
+        amount_sats: 10_000,
+        user_id: None,
+        round_id: Some(round.id),
+        origin: OutputOrigin::Pot,
+    });
+    let (_, transfer) = s.place_bet(&bet).await.unwrap();
+    let listed = |s: &Store| {
+        let s = s.clone();
+        async move {
+            s.user_transfers(user, 10, None)
+                .await
+                .unwrap()
+                .into_iter()
+                .find(|t| t.id == transfer)
+                .unwrap()
+                .status
+        }
+    };
+    assert_eq!(listed(s).await, TransferStatus::Signed);
+    // Another writer holds the transfer (SQLite: the write lock; PostgreSQL:
+    // its row), so the mark cannot commit yet.
+    let mut blocker = s.pool().begin().await.unwrap();
+    sqlx::query("UPDATE transfers SET status = status WHERE id = $1")
+        .bind(transfer)
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    s.mark_broadcast_soon(transfer);
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert!(s.broadcast_unmarked(transfer));
+    assert_eq!(listed(s).await, TransferStatus::Broadcast);
+    assert_eq!(
+        s.transfer(transfer).await.unwrap().unwrap().status,
+        TransferStatus::Signed,
+        "not committed yet"
+    );
+    blocker.rollback().await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while s.broadcast_unmarked(transfer) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the mark never settled"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        s.transfer(transfer).await.unwrap().unwrap().status,
+        TransferStatus::Broadcast
+    );
+    assert_eq!(listed(s).await, TransferStatus::Broadcast);
+    db.cleanup().await;
+}
 
 /// A committed write (a bet's intent before its broadcast, a withdrawal before its
 /// answer) must survive a power cut, not only a killed process: on SQLite
