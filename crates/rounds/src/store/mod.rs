@@ -157,6 +157,24 @@ impl Store {
                     Ok(())
                 })
             });
+        } else {
+            options = options.after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    // sqlx prepares every statement; in the default mode
+                    // PostgreSQL still planned some of them again on each
+                    // run (a bet's context join, the group statement whose
+                    // JSON rows it cannot see into anyway), a few hundred
+                    // microseconds of its CPU per bet on a machine the
+                    // service shares with it. Every statement here is an
+                    // index lookup whose best plan does not depend on the
+                    // values bound (docs/benchmarks.md, "Bets over HTTP,
+                    // part 3").
+                    use sqlx::Executor as _;
+                    conn.execute("SET plan_cache_mode = force_generic_plan")
+                        .await?;
+                    Ok(())
+                })
+            });
         }
         let pool = options.connect(&url).await?;
         Ok(Self {
