@@ -9,8 +9,9 @@
 //! - the same across CHANNELS channels (one hub, CHANNELS peers) in parallel;
 //! - memory per idle channel (RSS growth from opening CHANNELS channels, both ends in process),
 //!   and where the memory goes: per idle node, per idle peer session and per idle channel, each
-//!   split into the Rust heap (a counting global allocator), SQLite's heap, malloc's free
-//!   slack and the rest (thread stacks, mapped files);
+//!   split into the Rust heap (a counting global allocator), SQLite's heap (with
+//!   `NODE_BENCH_SQLITE_HEAP=1` only: SQLite is built without allocation statistics), malloc's
+//!   free slack and the rest (thread stacks, mapped files);
 //! - baseline, same run: the in-memory state machines alone (no IO), add+fulfill pairs/s.
 // Test and benchmark code: a failed unwrap is the run failing, with its message.
 #![allow(clippy::unwrap_used)]
@@ -182,8 +183,30 @@ mod mem {
     extern "C" {
         /// glibc: totals over every malloc arena.
         fn mallinfo2() -> MallInfo2;
-        /// SQLite: bytes its allocator holds now (the bundled build keeps the statistic on).
+        /// SQLite: bytes its allocator holds now (0 unless its statistics are on).
         fn sqlite3_memory_used() -> i64;
+        /// SQLite's process-wide settings, before its first use.
+        fn sqlite3_config(op: std::ffi::c_int, ...) -> std::ffi::c_int;
+    }
+
+    /// `SQLITE_CONFIG_MEMSTATUS`.
+    const SQLITE_CONFIG_MEMSTATUS: std::ffi::c_int = 9;
+
+    /// Whether SQLite's heap is counted in this run.
+    static SQLITE_STATS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+    /// With `NODE_BENCH_SQLITE_HEAP=1`, turns SQLite's allocation statistics on (the build
+    /// compiles them out: they take a process-wide mutex on every malloc, which slows the
+    /// throughput figures, so a run that counts SQLite's heap is not one to time). Must run
+    /// before anything opens a database.
+    pub fn count_sqlite_heap_if_asked() {
+        if std::env::var_os("NODE_BENCH_SQLITE_HEAP").is_some_and(|v| v == "1") {
+            // SAFETY: a documented SQLite setting with one int argument, called before
+            // SQLite is initialised (it answers SQLITE_MISUSE otherwise, checked).
+            let rc = unsafe { sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 1 as std::ffi::c_int) };
+            assert_eq!(rc, 0, "sqlite3_config(MEMSTATUS) before any connection");
+            SQLITE_STATS.store(true, Relaxed);
+        }
     }
 
     /// One reading.
@@ -236,10 +259,14 @@ mod mem {
             let used = self.malloc_used - before.malloc_used;
             let free = self.malloc_free - before.malloc_free;
             let other_malloc = used - (self.rust - before.rust) - (self.sqlite - before.sqlite);
+            let sqlite = if SQLITE_STATS.load(Relaxed) {
+                format!("SQLite heap {:.1}", kib(self.sqlite - before.sqlite))
+            } else {
+                "SQLite heap n/a (in other malloc; NODE_BENCH_SQLITE_HEAP=1 counts it)".to_string()
+            };
             format!(
-                "RSS {rss:.1} = Rust heap {:.1} + SQLite heap {:.1} + other malloc {:.1} + malloc free {:.1} + rest {:.1} (stacks, mapped files; threads {:+.2}); Rust heap peak above the end {:.0} KiB in all, Rust allocations {:.0} asking {:.1}",
+                "RSS {rss:.1} = Rust heap {:.1} + {sqlite} + other malloc {:.1} + malloc free {:.1} + rest {:.1} (stacks, mapped files; threads {:+.2}); Rust heap peak above the end {:.0} KiB in all, Rust allocations {:.0} asking {:.1}",
                 kib(self.rust - before.rust),
-                kib(self.sqlite - before.sqlite),
                 kib(other_malloc),
                 kib(free),
                 rss - kib(used + free),
@@ -517,6 +544,7 @@ async fn packet_rtt() -> Vec<f64> {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
+    mem::count_sqlite_heap_if_asked();
     let mut args = std::env::args().skip(1);
     let channels: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(100);
     let pairs: u32 = args.next().and_then(|s| s.parse().ok()).unwrap_or(200);
