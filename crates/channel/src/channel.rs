@@ -1248,6 +1248,11 @@ impl Channel {
 
     // ----- chain events -------------------------------------------------------
 
+    /// The block height the channel last heard of.
+    pub fn height(&self) -> u32 {
+        self.height
+    }
+
     /// The chain's height changed.
     pub fn block_height(&mut self, height: u32) -> Vec<Action> {
         self.height = height;

@@ -34,6 +34,10 @@ const MIN_OWN_SAT: u64 = 1_000;
 /// How long a control call waits for its exchange to complete.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How long an incoming HTLC's expiry check waits for the chain's height before it takes
+/// the last one seen (docs/node.md, "Defences").
+const EXPIRY_TIP_WAIT: Duration = Duration::from_secs(2);
+
 /// What a control call waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum WaitKind {
@@ -873,9 +877,31 @@ impl NodeState {
                 other => return Err(Packet::error(format!("Unexpected packet {}", other.name()))),
             },
         };
+        // Expiry checks depend on the height: ask the chain, not our watcher's last pass.
+        // Asked before the channel's lock is taken and bounded: a slow or hung bitcoind
+        // must not hold the channel (the owner's control calls, the watcher) for its RPC
+        // time-out; a chain that does not answer in time leaves the height of the last
+        // pass, as an unreachable one always did.
+        let tip = if matches!(
+            pkt,
+            Packet::UpdateAddHtlc(_) | Packet::UpdateTimedoutHtlc(_)
+        ) {
+            tokio::time::timeout(EXPIRY_TIP_WAIT, self.chain.tip())
+                .await
+                .ok()
+                .and_then(Result::ok)
+        } else {
+            None
+        };
         let mut inner = slot.lock().await;
         if inner.outbox.is_none() {
             inner.outbox = Some(outbox.clone());
+        }
+        if let Some(tip) = tip {
+            // Never behind a height the watcher set while we asked.
+            if tip.height >= inner.channel.height() {
+                let _ = inner.channel.block_height(tip.height);
+            }
         }
         // The peer lost our open_complete in a dropped session: say it again.
         if matches!(pkt, Packet::OpenComplete(_)) && inner.channel.state() == State::Normal {
@@ -885,15 +911,6 @@ impl NodeState {
                 Packet::OpenComplete(wire::OpenComplete::default()),
             );
             return Ok(());
-        }
-        if matches!(
-            pkt,
-            Packet::UpdateAddHtlc(_) | Packet::UpdateTimedoutHtlc(_)
-        ) {
-            // Expiry checks depend on the height: use the chain's, not our watcher's last pass.
-            if let Ok(tip) = self.chain.tip().await {
-                let _ = inner.channel.block_height(tip.height);
-            }
         }
         tracing::debug!(%peer, packet = pkt.name(), state = state_name(inner.channel.state()), "received");
         if let Some(confirmations) = inner.suspended {

@@ -235,6 +235,11 @@ impl NodeProc {
 
     /// Like [`NodeProc::start`], with more flags (kept for restarts).
     pub fn start_with(chain: &DevChainProc, cheat: bool, extra: &[&str]) -> NodeProc {
+        NodeProc::start_via(chain, &chain.url, cheat, extra)
+    }
+
+    /// Like [`NodeProc::start_with`], reaching the chain's JSON-RPC at `url` (a proxy).
+    pub fn start_via(chain: &DevChainProc, url: &str, cheat: bool, extra: &[&str]) -> NodeProc {
         let mut node = NodeProc {
             child: None,
             dir: tempfile::tempdir().unwrap(),
@@ -242,7 +247,7 @@ impl NodeProc {
             listen: "127.0.0.1:0".to_owned(),
             rpc: "127.0.0.1:0".to_owned(),
             id: String::new(),
-            chain_url: chain.url.clone(),
+            chain_url: url.to_owned(),
             chain_cookie: chain.cookie.clone(),
             cheat,
             starts: 0,
@@ -443,4 +448,65 @@ impl NodeProc {
 pub fn r_hash(r: &[u8; 32]) -> String {
     use bitcoin::hashes::{sha256, Hash};
     hex::encode(sha256::Hash::hash(r).to_byte_array())
+}
+
+/// A TCP proxy in front of the chain's JSON-RPC that can stop passing requests on (a hung
+/// bitcoind: connections stay open, nothing is answered) and pass them on again.
+pub struct StallingProxy {
+    pub url: String,
+    stalled: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl StallingProxy {
+    /// Listens on a free loopback port and forwards to the chain at `chain_url`.
+    pub fn start(chain_url: &str) -> StallingProxy {
+        use std::io::{Read as _, Write as _};
+        use std::sync::atomic::Ordering::Relaxed;
+        let target = chain_url
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_owned();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        let stalled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stalled.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(server) = std::net::TcpStream::connect(&target) else {
+                    continue;
+                };
+                let (mut c_in, mut s_out) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (mut s_in, mut c_out) = (server, client);
+                let flag = flag.clone();
+                // Requests are held while stalled; answers always flow.
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 16384];
+                    while let Ok(n) = c_in.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        while flag.load(Relaxed) {
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                        if s_out.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = s_out.shutdown(std::net::Shutdown::Write);
+                });
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut s_in, &mut c_out);
+                    let _ = c_out.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        });
+        StallingProxy { url, stalled }
+    }
+
+    /// Stops (true) or resumes (false) passing requests on.
+    pub fn stall(&self, on: bool) {
+        self.stalled.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
 }
