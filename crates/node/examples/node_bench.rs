@@ -508,6 +508,18 @@ fn mean(v: &[f64]) -> f64 {
 }
 
 /// The `q` quantile of `v` (0 to 1).
+/// "median … us, mean … us, p90 … us, p99 … us" of seconds `v`, with `decimals`.
+fn distribution_us(v: &[f64], decimals: usize) -> String {
+    let us = |x: f64| format!("{:.*}", decimals, x * 1e6);
+    format!(
+        "median {} us, mean {} us, p90 {} us, p99 {} us",
+        us(median(v.to_vec())),
+        us(mean(v)),
+        us(quantile(v.to_vec(), 0.9)),
+        us(quantile(v.to_vec(), 0.99))
+    )
+}
+
 fn quantile(mut v: Vec<f64>, q: f64) -> f64 {
     v.sort_by(f64::total_cmp);
     v[((v.len() - 1) as f64 * q).round() as usize]
@@ -694,11 +706,8 @@ async fn main() {
     println!("bound of one channel, sequential pairs:");
     println!("  in-memory time of a pair: {:.1} us", 1e6 / baseline);
     println!(
-        "  fsync latency of the data directory's disk (4 KiB + fdatasync, 1,000 samples): median {:.1} us, mean {:.1} us, p90 {:.1} us, p99 {:.1} us",
-        median(fsyncs.clone()) * 1e6,
-        mean(&fsyncs) * 1e6,
-        quantile(fsyncs.clone(), 0.9) * 1e6,
-        quantile(fsyncs.clone(), 0.99) * 1e6
+        "  fsync latency of the data directory's disk (4 KiB + fdatasync, 1,000 samples): {}",
+        distribution_us(&fsyncs, 1)
     );
     println!(
         "  durable writes on the critical path of a pair: {:.1}",
@@ -723,13 +732,7 @@ async fn main() {
         "  sequential bound from the means: {bound_mean:.0} pairs/s; achieved = {:.0}% of it",
         one / bound_mean * 100.0
     );
-    println!(
-        "  one channel's pairs: median {:.0} us, mean {:.0} us, p90 {:.0} us, p99 {:.0} us",
-        median(pair_times.clone()) * 1e6,
-        mean(&pair_times) * 1e6,
-        quantile(pair_times.clone(), 0.9) * 1e6,
-        quantile(pair_times.clone(), 0.99) * 1e6
-    );
+    println!("  one channel's pairs: {}", distribution_us(&pair_times, 0));
     println!("connect+handshake (TCP, v3 handshake, authenticate, hello): {connect_ms:.2} ms");
     println!(
         "HTLC add+fulfill pairs/s, one channel: {one:.0}  ({:.1}% of the in-memory state machines)",

@@ -250,27 +250,25 @@ impl Store {
         // A lone bet takes the group's path too: its one statement (SQLite)
         // or four round trips (PostgreSQL) cost less than the bet-by-bet
         // transaction, which stays the answer to a refused group.
-        {
-            let intents: Vec<&Intent> = bets.iter().map(|b| &b.intent).collect();
-            match self.write_group(&intents, mark_ids).await {
-                Ok(ids) => {
-                    if intents.len() > 1 {
-                        self.group.whole_groups.fetch_add(1, Ordering::Relaxed);
-                    }
-                    for (b, ids) in bets.into_iter().zip(ids) {
-                        let _ = b.done.send(Ok(ids));
-                    }
-                    for m in marks {
-                        m.answer(Ok(()));
-                    }
-                    return;
+        let intents: Vec<&Intent> = bets.iter().map(|b| &b.intent).collect();
+        match self.write_group(&intents, mark_ids).await {
+            Ok(ids) => {
+                if intents.len() > 1 {
+                    self.group.whole_groups.fetch_add(1, Ordering::Relaxed);
                 }
-                Err(e @ (LedgerError::OutputTaken(_) | LedgerError::WrongStatus { .. })) => {
-                    tracing::debug!(error = %e, bets = intents.len(), "group refused; writing its bets one by one");
+                for (b, ids) in bets.into_iter().zip(ids) {
+                    let _ = b.done.send(Ok(ids));
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, bets = intents.len(), "group write failed; writing its bets one by one");
+                for m in marks {
+                    m.answer(Ok(()));
                 }
+                return;
+            }
+            Err(e @ (LedgerError::OutputTaken(_) | LedgerError::WrongStatus { .. })) => {
+                tracing::debug!(error = %e, bets = intents.len(), "group refused; writing its bets one by one");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, bets = intents.len(), "group write failed; writing its bets one by one");
             }
         }
         if !marks.is_empty() {
@@ -614,10 +612,21 @@ fn group_outputs_json(intents: &[&Intent]) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// The abort message of a group whose round is no longer open.
-const ROUND_NOT_OPEN: &str = "potluck: round not open";
+/// The abort message of a group whose round is no longer open (a macro, so
+/// that [`SQLITE_GROUP_SETUP`] and the code reading the error share it).
+macro_rules! round_not_open {
+    () => {
+        "potluck: round not open"
+    };
+}
 /// The abort message of a group with an input already spent (or named twice).
-const OUTPUT_TAKEN: &str = "potluck: output taken";
+macro_rules! output_taken {
+    () => {
+        "potluck: output taken"
+    };
+}
+const ROUND_NOT_OPEN: &str = round_not_open!();
+const OUTPUT_TAKEN: &str = output_taken!();
 
 /// Run on every SQLite connection: the TEMP (per connection, never on disk)
 /// view whose `INSTEAD OF` trigger writes a whole group of bets, given as
@@ -630,14 +639,17 @@ const OUTPUT_TAKEN: &str = "potluck: output taken";
 /// above each table's largest id before the insert: AUTOINCREMENT ids only
 /// grow, and the statement holds the write lock) are left in
 /// `bet_group_ids` for the same connection to read.
-pub(super) const SQLITE_GROUP_SETUP: &str = "
+pub(super) const SQLITE_GROUP_SETUP: &str = concat!(
+    "
 CREATE TEMP TABLE IF NOT EXISTS bet_group_ids (what TEXT NOT NULL, id INTEGER NOT NULL, txid TEXT NOT NULL);
 CREATE TEMP TABLE IF NOT EXISTS bet_group_from (transfers INTEGER NOT NULL, bets INTEGER NOT NULL);
 CREATE TEMP VIEW IF NOT EXISTS bet_groups AS SELECT NULL AS doc, NULL AS now WHERE 0;
 CREATE TEMP TRIGGER IF NOT EXISTS bet_groups_insert INSTEAD OF INSERT ON bet_groups BEGIN
     DELETE FROM bet_group_ids;
     DELETE FROM bet_group_from;
-    SELECT RAISE(ABORT, 'potluck: round not open') WHERE EXISTS (
+    SELECT RAISE(ABORT, '",
+    round_not_open!(),
+    "') WHERE EXISTS (
         SELECT 1 FROM json_each(NEW.doc, '$.rounds') r WHERE NOT EXISTS (
             SELECT 1 FROM rounds WHERE id = r.value ->> 'id' AND status = 'open' AND closes_at > NEW.now));
     UPDATE rounds SET pot_sats = pot_sats + (
@@ -645,7 +657,9 @@ CREATE TEMP TRIGGER IF NOT EXISTS bet_groups_insert INSTEAD OF INSERT ON bet_gro
         WHERE id IN (SELECT value ->> 'id' FROM json_each(NEW.doc, '$.rounds'));
     UPDATE transfers SET status = 'broadcast'
         WHERE status = 'signed' AND id IN (SELECT value FROM json_each(NEW.doc, '$.marks'));
-    SELECT RAISE(ABORT, 'potluck: output taken')
+    SELECT RAISE(ABORT, '",
+    output_taken!(),
+    "')
         WHERE (SELECT COUNT(*) FROM json_each(NEW.doc, '$.inputs')) <> (SELECT COUNT(*) FROM outputs
             WHERE spent_txid IS NULL AND id IN (SELECT value ->> 'id' FROM json_each(NEW.doc, '$.inputs')));
     UPDATE outputs SET spent_txid = (
@@ -678,7 +692,8 @@ CREATE TEMP TRIGGER IF NOT EXISTS bet_groups_insert INSTEAD OF INSERT ON bet_gro
     INSERT INTO bet_group_ids (what, id, txid)
         SELECT 'b', id, txid FROM bets WHERE id > (SELECT bets FROM bet_group_from);
 END;
-";
+"
+);
 
 /// Marks `count` transfers broadcast, those still `signed` (a transfer
 /// undone or confirmed meanwhile keeps its status).

@@ -124,25 +124,6 @@ both_backends!(
     a_queued_mark_reads_broadcast_to_its_user_until_it_is_committed,
 );
 
-/// A bet of `user` spending output `out` whose 10,000 sat go to round `round`'s pot.
-fn pot_bet(user: i64, round: i64, out: i64) -> crate::domain::money::Intent {
-    let mut bet = money::intent(
-        TransferKind::Bet,
-        user,
-        Some(round),
-        &"4".repeat(64),
-        vec![out],
-    );
-    bet.outputs.push(crate::domain::money::NewOutput {
-        vout: 0,
-        amount_sats: 10_000,
-        user_id: None,
-        round_id: Some(round),
-        origin: OutputOrigin::Pot,
-    });
-    bet
-}
-
 /// A bet is answered once its broadcast is accepted, before its mark
 /// (`signed` → `broadcast`) is committed: meanwhile its user's list shows
 /// it `broadcast`, as the answer said, the database still `signed` (a
@@ -156,7 +137,7 @@ async fn a_queued_mark_reads_broadcast_to_its_user_until_it_is_committed(b: Back
         .ensure_round(crate::domain::time::unix_now())
         .await
         .unwrap();
-    let bet = pot_bet(user, round.id, out);
+    let bet = bet_spending(user, round.id, 4, vec![out]);
     let (_, transfer) = s.place_bet(&bet).await.unwrap();
     let listed = |s: &Store| {
         let s = s.clone();
@@ -716,7 +697,7 @@ async fn one_payout_per_round(b: Backend) {
         .ensure_round(crate::domain::time::unix_now())
         .await
         .unwrap();
-    let bet = pot_bet(user, round.id, out);
+    let bet = bet_spending(user, round.id, 4, vec![out]);
     let (_, transfer) = db.store.place_bet(&bet).await.unwrap();
     // A bet still being broadcast holds the round open.
     assert!(!db
