@@ -67,7 +67,17 @@ impl Node {
 /// does not grow while another process holds the cores, so it compares builds on a busy
 /// machine.
 fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    cpu_seconds_of("/proc/self/stat")
+}
+
+/// CPU time of the calling thread so far (user + system), in seconds.
+fn thread_cpu_seconds() -> f64 {
+    cpu_seconds_of("/proc/thread-self/stat")
+}
+
+/// User + system time of a `/proc/.../stat` file, in seconds.
+fn cpu_seconds_of(path: &str) -> f64 {
+    let stat = std::fs::read_to_string(path).unwrap_or_default();
     // The fields after the command name (which is in parentheses and may hold spaces).
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
     let fields: Vec<&str> = rest.split_whitespace().collect();
@@ -482,24 +492,29 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Latencies of durable writes on `dir`'s disk: 4 KiB written into a file whose size
+/// Latencies of durable writes on `dir`'s disk: `blocks` × 4 KiB written into a file whose size
 /// does not change, then fdatasync (what an SQLite WAL commit with synchronous = FULL costs
-/// once the WAL is allocated: the data, no metadata).
-fn fsync_latency(dir: &std::path::Path) -> Vec<f64> {
+/// once the WAL is allocated: the data, no metadata); and the CPU time of one such write
+/// (the calling thread's user + system time over all of them).
+fn fsync_latency(dir: &std::path::Path, blocks: u64) -> (Vec<f64>, f64) {
     use std::io::{Seek as _, SeekFrom, Write as _};
     let mut f = std::fs::File::create(dir.join("fsync-probe")).unwrap();
     f.write_all(&vec![0u8; 1 << 20]).unwrap();
     f.sync_all().unwrap();
-    let block = [0x5au8; 4096];
-    (0..1000u64)
+    let block = vec![0x5au8; 4096 * blocks as usize];
+    let cpu_start = thread_cpu_seconds();
+    let samples: Vec<f64> = (0..1000u64)
         .map(|i| {
-            f.seek(SeekFrom::Start((i % 256) * 4096)).unwrap();
+            f.seek(SeekFrom::Start((i % (256 / blocks)) * 4096 * blocks))
+                .unwrap();
             let t = Instant::now();
             f.write_all(&block).unwrap();
             f.sync_data().unwrap();
             t.elapsed().as_secs_f64()
         })
-        .collect()
+        .collect();
+    let cpu = (thread_cpu_seconds() - cpu_start) / samples.len() as f64;
+    (samples, cpu)
 }
 
 /// Mean of `v`.
@@ -507,7 +522,6 @@ fn mean(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len() as f64
 }
 
-/// The `q` quantile of `v` (0 to 1).
 /// "median … us, mean … us, p90 … us, p99 … us" of seconds `v`, with `decimals`.
 fn distribution_us(v: &[f64], decimals: usize) -> String {
     let us = |x: f64| format!("{:.*}", decimals, x * 1e6);
@@ -520,6 +534,7 @@ fn distribution_us(v: &[f64], decimals: usize) -> String {
     )
 }
 
+/// The `q` quantile of `v` (0 to 1).
 fn quantile(mut v: Vec<f64>, q: f64) -> f64 {
     v.sort_by(f64::total_cmp);
     v[((v.len() - 1) as f64 * q).round() as usize]
@@ -554,8 +569,31 @@ async fn packet_rtt() -> Vec<f64> {
     samples
 }
 
-#[tokio::main(flavor = "multi_thread")]
-async fn main() {
+/// The bench's one runtime: tokio's multi-thread scheduler (a worker per core, as
+/// `potluck node` runs), or with `NODE_BENCH_RUNTIME=current_thread` every node on one
+/// thread, which shows what the hand-offs between threads cost (docs/node.md, "What the
+/// remaining gap is not").
+fn main() {
+    let current_thread =
+        std::env::var_os("NODE_BENCH_RUNTIME").is_some_and(|v| v == "current_thread");
+    let mut builder = if current_thread {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let runtime = builder.enable_all().build().unwrap();
+    println!(
+        "runtime: {}",
+        if current_thread {
+            "current_thread (NODE_BENCH_RUNTIME)"
+        } else {
+            "multi_thread"
+        }
+    );
+    runtime.block_on(bench());
+}
+
+async fn bench() {
     mem::count_sqlite_heap_if_asked();
     let mut args = std::env::args().skip(1);
     let channels: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(100);
@@ -677,7 +715,10 @@ async fn main() {
 
     let mem = in_memory_pairs(pairs * 5);
     let baseline = mem.pairs_per_s;
-    let fsyncs = fsync_latency(hub._dir.path());
+    let (fsyncs, fsync_cpu) = fsync_latency(hub._dir.path(), 1);
+    // A channel write is one to five WAL frames (a frame is a page plus 24 bytes): does the
+    // size of a flush cost time on this disk, or only the flush itself?
+    let (fsyncs_16k, _) = fsync_latency(hub._dir.path(), 4);
     let pkts = packet_rtt().await;
     let mut ctrl = Vec::new();
     // On a node with one peer: the call's transport and dispatch, not a listing of 100 peers.
@@ -706,8 +747,13 @@ async fn main() {
     println!("bound of one channel, sequential pairs:");
     println!("  in-memory time of a pair: {:.1} us", 1e6 / baseline);
     println!(
-        "  fsync latency of the data directory's disk (4 KiB + fdatasync, 1,000 samples): {}",
-        distribution_us(&fsyncs, 1)
+        "  fsync latency of the data directory's disk (4 KiB + fdatasync, 1,000 samples): {}; CPU time of one: {:.0} us",
+        distribution_us(&fsyncs, 1),
+        fsync_cpu * 1e6
+    );
+    println!(
+        "  the same with 16 KiB per fdatasync: {}",
+        distribution_us(&fsyncs_16k, 1)
     );
     println!(
         "  durable writes on the critical path of a pair: {:.1}",
@@ -750,8 +796,10 @@ async fn main() {
     );
     println!("baseline, in-memory state machines without IO: {baseline:.0} pairs/s");
     println!(
-        "CPU time per pair, both ends and the bench's client (user + system): one channel {one_cpu_ms:.2} ms, {channels} channels in parallel {all_cpu_ms:.2} ms; in-memory pair {:.2} ms",
-        1000.0 / baseline
+        "CPU time per pair, both ends and the bench's client (user + system): one channel {one_cpu_ms:.2} ms, {channels} channels in parallel {all_cpu_ms:.2} ms; in-memory pair {:.2} ms; cores kept busy: one channel {:.2}, {channels} channels {:.2}",
+        1000.0 / baseline,
+        one_cpu_ms * one / 1000.0,
+        all_cpu_ms * all / 1000.0
     );
     println!(
         "memory per idle channel (both ends, RSS growth / {channels}): {per_channel_kib:.0} KiB"
