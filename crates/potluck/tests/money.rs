@@ -1654,3 +1654,125 @@ fn regtest_address(a: &str) -> Address {
         .require_network(Network::Regtest)
         .unwrap()
 }
+
+/// Attack: more bets in one round than one transaction can spend. The
+/// payout spends every pot output in one transaction, and Bitcoin Core
+/// relays none heavier than 400,000 weight units (`tx-size`): 1,469 P2WPKH
+/// inputs at most. A round with more bets (a popular one, or one an
+/// attacker fills with minimum bets) could never be paid: the payout is
+/// refused, the retry rebuilds the same transaction, and the winner's and
+/// every bettor's money stays in the pot. So a round takes at most
+/// `MAX_ROUND_BETS` (1,400) bets: the rest are refused with `round_full`
+/// before anything is signed or taken, and the round pays out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_takes_no_more_bets_than_its_payout_can_spend() {
+    const USERS: usize = 10;
+    const BETS_PER_USER: usize = 148; // 1,480 in all: 11 more than a payout can spend
+    const OUTPUT_SATS: u64 = 3_000;
+    let rig = Rig::with_rounds(Db::Sqlite, "3600").await;
+    let mut tokens = Vec::new();
+    for u in 0..USERS {
+        tokens.push(
+            rig.s()
+                .user(&format!("filler{u}"), &format!("10.0.12.{}", u + 1))
+                .await,
+        );
+    }
+    // Every bet its own confirmed output (a bet's change is pending until it
+    // confirms): the chain's faucet pays each user's deposit address.
+    let mut sent = 0;
+    for t in &tokens {
+        let address = Address::from_str(rig.me(t).await["address"].as_str().unwrap())
+            .unwrap()
+            .assume_checked();
+        for _ in 0..BETS_PER_USER {
+            rig.rpc
+                .send_to_address(&address, bitcoin::Amount::from_sat(OUTPUT_SATS))
+                .await
+                .unwrap();
+            sent += 1;
+            // The faucet's payments chain on its change: a block before the
+            // mempool's limit of 25 unconfirmed ancestors.
+            if sent % 20 == 0 {
+                rig.mine(1).await;
+            }
+        }
+    }
+    rig.mine(1).await;
+    let expected = (BETS_PER_USER as u64 * OUTPUT_SATS) as i64;
+    for t in &tokens {
+        wait_for(Duration::from_secs(120), || async {
+            (rig.me(t).await["balance_sats"].as_i64() == Some(expected)).then_some(())
+        })
+        .await;
+    }
+    let id = rig.current().await["id"].as_i64().unwrap();
+    let bets = futures_util::future::join_all(tokens.iter().map(|t| {
+        let rig = &rig;
+        async move {
+            let mut answers = Vec::new();
+            for _ in 0..BETS_PER_USER {
+                answers.push(rig.bet(t, 1_000).await);
+            }
+            answers
+        }
+    }))
+    .await;
+    let mut placed = 0;
+    let mut full = 0;
+    for r in bets.iter().flatten() {
+        match r.status {
+            201 => {
+                assert_eq!(r.json()["round_id"], id, "{}", r.text());
+                placed += 1;
+            }
+            _ => {
+                assert_eq!(
+                    (r.status, r.code()),
+                    (409, "round_full".to_string()),
+                    "{}",
+                    r.text()
+                );
+                full += 1;
+            }
+        }
+    }
+    assert_eq!((placed, full), (1_400, 80));
+    let c = rig.current().await;
+    assert_eq!(c["bets"], 1_400, "{c}");
+    assert_eq!(c["max_bets"], 1_400, "{c}");
+
+    // The round ends; its payout spends all 1,400 pot outputs and confirms.
+    let pool = rig.env.pool().await;
+    sqlx::query("UPDATE rounds SET closes_at = closes_at - 100000 WHERE id = $1")
+        .bind(id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    rig.wait_status(id, "drawing").await;
+    rig.mine(1).await;
+    let r = wait_for(Duration::from_secs(300), || async {
+        let r = rig.round(id).await;
+        assert_ne!(r["status"], "payout_failed", "payout {}", r["payout"]);
+        (r["status"] == "closed").then_some(r)
+    })
+    .await;
+    let txid = Txid::from_str(r["payout"]["txid"].as_str().unwrap()).unwrap();
+    let tx = rig
+        .rpc
+        .get_raw_transaction(&txid)
+        .await
+        .unwrap()
+        .expect("payout in the mempool");
+    assert_eq!(tx.input.len(), 1_400);
+    assert!(tx.weight().to_wu() <= 400_000, "{}", tx.weight());
+    rig.mine(1).await;
+    wait_for(Duration::from_secs(60), || async {
+        (rig.round(id).await["payout"]["status"] == "confirmed").then_some(())
+    })
+    .await;
+    rig.conservation(&tokens.iter().map(String::as_str).collect::<Vec<_>>())
+        .await;
+    rig.finish().await;
+}

@@ -9,6 +9,14 @@ use utoipa::ToSchema;
 /// payout transaction that spends the pot.
 pub const P2WPKH_INPUT_VBYTES: i64 = 68;
 
+/// Most bets one round takes. The payout spends every pot output in one
+/// transaction of at most 394 + 272 × N weight units (N P2WPKH inputs with
+/// the largest signatures, two outputs of the longest standard scripts), and
+/// Bitcoin Core relays none over 400,000 (`tx-size`): N ≤ 1,469. A round
+/// with more bets could never be paid, its retry rebuilding the same
+/// transaction; 1,400 leaves room.
+pub const MAX_ROUND_BETS: i64 = 1_400;
+
 /// Default largest share (percent) of a bet that its own pot input may cost
 /// in fees at the current fee rate.
 pub const DEFAULT_MAX_BET_INPUT_FEE_PERCENT: u32 = 50;

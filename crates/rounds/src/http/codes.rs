@@ -74,6 +74,8 @@ error_codes! {
     BetUneconomic = "bet_uneconomic",
     /// The round no longer takes bets.
     RoundNotOpen = "round_not_open",
+    /// The round holds as many bets as its payout can spend.
+    RoundFull = "round_full",
     /// Concurrent requests keep taking the caller's coins.
     FundsBusy = "funds_busy",
     /// A deposit the caller spent was reorganised out: the debt must be covered first.

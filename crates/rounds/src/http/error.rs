@@ -49,12 +49,15 @@ pub struct ErrorParams {
     /// The largest share of a bet its input may cost (`bet_uneconomic`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_percent: Option<u32>,
-    /// The round (`round_not_open`).
+    /// The round (`round_not_open`, `round_full`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub round_id: Option<i64>,
     /// The round's status (`round_not_open`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<RoundStatus>,
+    /// The most bets a round takes (`round_full`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bets: Option<i64>,
     /// The address as given, trimmed (`invalid_address`, `address_wrong_network`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<String>,
@@ -376,6 +379,16 @@ impl From<PaymentError> for ApiError {
                 ErrorParams {
                     round_id: Some(round_id),
                     status: Some(status),
+                    ..ErrorParams::none()
+                },
+            ),
+            PaymentError::RoundFull { round_id, max_bets } => ApiError::domain(
+                StatusCode::CONFLICT,
+                ErrorCode::RoundFull,
+                e.to_string(),
+                ErrorParams {
+                    round_id: Some(round_id),
+                    max_bets: Some(max_bets),
                     ..ErrorParams::none()
                 },
             ),

@@ -24,6 +24,11 @@ pub struct RoundView {
     pub pot_sats: i64,
     /// Distinct bettors.
     pub bettors: i64,
+    /// Bets placed in the round.
+    pub bets: i64,
+    /// The most bets a round takes (so that its payout fits in one standard
+    /// transaction); further bets are refused with `round_full`.
+    pub max_bets: i64,
     /// Whether the authenticated caller bet in this round (false when anonymous).
     pub user_played: bool,
     /// Whether the service is paused.
@@ -149,6 +154,8 @@ impl RoundView {
             closes_at: rfc3339(r.closes_at),
             pot_sats: r.pot_sats,
             bettors: r.bettors,
+            bets: r.bet_count,
+            max_bets: crate::domain::settings::MAX_ROUND_BETS,
             user_played,
             paused,
             draw: None,

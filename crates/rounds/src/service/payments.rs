@@ -69,6 +69,14 @@ pub enum PaymentError {
         /// Its status.
         status: RoundStatus,
     },
+    /// The round holds as many bets as its payout can spend.
+    #[error("round {round_id} is full: a round takes at most {max_bets} bets, so that its payout fits in one standard transaction; bet in the next round")]
+    RoundFull {
+        /// The round.
+        round_id: i64,
+        /// The most bets a round takes.
+        max_bets: i64,
+    },
     /// The withdrawal address does not parse.
     #[error("address is not a valid address")]
     InvalidAddress {
@@ -250,12 +258,19 @@ impl<'a> Payments<'a> {
                 max_percent: max_input_fee_percent,
             });
         }
-        let (round_id, status, closes_at) = ctx.round.ok_or(PaymentError::NoRound)?;
+        let round = ctx.round.ok_or(PaymentError::NoRound)?;
+        let (round_id, status) = (round.id, round.status);
         // Server time decides: once closes_at has passed the round takes no
         // bet, even before the engine has moved it (checked again in the
         // transaction that writes the bet).
-        if status != RoundStatus::Open || unix_now() >= closes_at {
+        if status != RoundStatus::Open || unix_now() >= round.closes_at {
             return Err(PaymentError::RoundNotOpen { round_id, status });
+        }
+        // Refused before anything is signed or taken; the count is checked
+        // again where the bet is written.
+        let max_bets = self.store.max_round_bets();
+        if round.bets >= max_bets {
+            return Err(PaymentError::RoundFull { round_id, max_bets });
         }
         let payer = Payer::of(self.engine, user_id, &ctx)?;
         let pot_script = self
@@ -463,6 +478,9 @@ impl<'a> Payments<'a> {
             let (bet_id, transfer_id) = match written {
                 Ok(ids) => ids,
                 Err(LedgerError::OutputTaken(_)) => continue,
+                Err(LedgerError::RoundFull { round_id, max_bets }) => {
+                    return Err(PaymentError::RoundFull { round_id, max_bets })
+                }
                 Err(LedgerError::WrongStatus { .. }) => {
                     return Err(PaymentError::RoundNotOpen {
                         round_id: round_id.unwrap_or_default(),

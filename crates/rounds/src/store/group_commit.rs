@@ -264,7 +264,11 @@ impl Store {
                 }
                 return;
             }
-            Err(e @ (LedgerError::OutputTaken(_) | LedgerError::WrongStatus { .. })) => {
+            Err(
+                e @ (LedgerError::OutputTaken(_)
+                | LedgerError::WrongStatus { .. }
+                | LedgerError::RoundFull { .. }),
+            ) => {
                 tracing::debug!(error = %e, bets = intents.len(), "group refused; writing its bets one by one");
             }
             Err(e) => {
@@ -348,9 +352,11 @@ impl Store {
             ));
         }
         let now = unix_now();
-        let mut rounds: BTreeMap<i64, i64> = BTreeMap::new();
+        let mut rounds: BTreeMap<i64, RoundGrowth> = BTreeMap::new();
         for i in intents {
-            *rounds.entry(i.round_id.unwrap_or(0)).or_default() += i.amount_sats;
+            let r = rounds.entry(i.round_id.unwrap_or(0)).or_default();
+            r.pot_sats += i.amount_sats;
+            r.bets += 1;
         }
         let _turn = self.write_turn().await;
         let (transfer_ids, bet_ids) = if self.backend() == Backend::Sqlite {
@@ -384,7 +390,7 @@ impl Store {
         &self,
         intents: &[&Intent],
         marks: &[i64],
-        rounds: &BTreeMap<i64, i64>,
+        rounds: &BTreeMap<i64, RoundGrowth>,
         now: i64,
     ) -> Result<(IdsByTxid, IdsByTxid), LedgerError> {
         let mut tx = self.pool().begin().await?;
@@ -392,14 +398,19 @@ impl Store {
         // round closed meanwhile refuses the whole group. Everything after
         // this reads with the round held (PostgreSQL takes each statement's
         // snapshot at its start, so the bets committed before the lock was
-        // granted are seen by the bettor count).
-        for (&round_id, &pot_sats) in rounds {
+        // granted are seen by the bettor count). A round the group would
+        // fill past its cap refuses the group too: its bets are then tried
+        // one by one, and those that still fit are placed.
+        for (&round_id, growth) in rounds {
             let open = sqlx::query(
-                "UPDATE rounds SET pot_sats = pot_sats + $3 WHERE id = $1 AND status = 'open' AND closes_at > $2",
+                "UPDATE rounds SET pot_sats = pot_sats + $3, bet_count = bet_count + $4 \
+                 WHERE id = $1 AND status = 'open' AND closes_at > $2 AND bet_count + $4 <= $5",
             )
             .bind(round_id)
             .bind(now)
-            .bind(pot_sats)
+            .bind(growth.pot_sats)
+            .bind(growth.bets)
+            .bind(self.max_round_bets())
             .execute(&mut *tx)
             .await?;
             if open.rows_affected() != 1 {
@@ -427,14 +438,15 @@ impl Store {
         &self,
         intents: &[&Intent],
         marks: &[i64],
-        rounds: &BTreeMap<i64, i64>,
+        rounds: &BTreeMap<i64, RoundGrowth>,
         now: i64,
     ) -> Result<(IdsByTxid, IdsByTxid), LedgerError> {
         let doc = serde_json::json!({
             "rounds": rounds
                 .iter()
-                .map(|(&id, &pot)| serde_json::json!({ "id": id, "pot": pot }))
+                .map(|(&id, g)| serde_json::json!({ "id": id, "pot": g.pot_sats, "bets": g.bets }))
                 .collect::<Vec<_>>(),
+            "max_bets": self.max_round_bets(),
             "marks": marks,
             "inputs": group_inputs(intents)
                 .iter()
@@ -456,6 +468,13 @@ impl Store {
                 return Err(LedgerError::WrongStatus {
                     round_id,
                     expected: crate::domain::round::RoundStatus::Open,
+                });
+            }
+            if e.message().contains(ROUND_FULL) {
+                let round_id = rounds.keys().next().copied().unwrap_or(0);
+                return Err(LedgerError::RoundFull {
+                    round_id,
+                    max_bets: self.max_round_bets(),
                 });
             }
             if e.message().contains(OUTPUT_TAKEN) {
@@ -547,6 +566,15 @@ const GROUP_STATEMENT_PG: &str = "WITH \
      SELECT 't' AS what, id, txid FROM t UNION ALL SELECT 'b', id, txid FROM b \
      UNION ALL SELECT 'n', COUNT(*), '' FROM taken";
 
+/// What a group adds to one round.
+#[derive(Debug, Default)]
+struct RoundGrowth {
+    /// The group's bets in the round, summed.
+    pot_sats: i64,
+    /// How many.
+    bets: i64,
+}
+
 /// `txid → id` of the rows a group inserted.
 type IdsByTxid = HashMap<String, i64>;
 
@@ -619,6 +647,12 @@ macro_rules! round_not_open {
         "potluck: round not open"
     };
 }
+/// The abort message of a group that would fill a round past its cap.
+macro_rules! round_full {
+    () => {
+        "potluck: round full"
+    };
+}
 /// The abort message of a group with an input already spent (or named twice).
 macro_rules! output_taken {
     () => {
@@ -626,13 +660,15 @@ macro_rules! output_taken {
     };
 }
 const ROUND_NOT_OPEN: &str = round_not_open!();
+const ROUND_FULL: &str = round_full!();
 const OUTPUT_TAKEN: &str = output_taken!();
 
 /// Run on every SQLite connection: the TEMP (per connection, never on disk)
 /// view whose `INSTEAD OF` trigger writes a whole group of bets, given as
-/// one JSON document `{rounds, marks, inputs, transfers, outputs}`, with
-/// the guards of a bet alone, in the order a bet alone takes them: every
-/// round still open (its pot grows by the group's bets), every input still
+/// one JSON document `{rounds, max_bets, marks, inputs, transfers, outputs}`,
+/// with the guards of a bet alone, in the order a bet alone takes them: every
+/// round still open and not filled past `max_bets` (its pot and bet count grow
+/// by the group's bets), every input still
 /// unspent and named once, the bettor count raised by the group's users
 /// with no placed bet in the round yet. A guard that fails aborts the
 /// statement, which undoes all of it. The ids of the rows inserted (those
@@ -652,8 +688,16 @@ CREATE TEMP TRIGGER IF NOT EXISTS bet_groups_insert INSTEAD OF INSERT ON bet_gro
     "') WHERE EXISTS (
         SELECT 1 FROM json_each(NEW.doc, '$.rounds') r WHERE NOT EXISTS (
             SELECT 1 FROM rounds WHERE id = r.value ->> 'id' AND status = 'open' AND closes_at > NEW.now));
-    UPDATE rounds SET pot_sats = pot_sats + (
-            SELECT r.value ->> 'pot' FROM json_each(NEW.doc, '$.rounds') r WHERE r.value ->> 'id' = rounds.id)
+    SELECT RAISE(ABORT, '",
+    round_full!(),
+    "') WHERE EXISTS (
+        SELECT 1 FROM json_each(NEW.doc, '$.rounds') r JOIN rounds ON rounds.id = r.value ->> 'id'
+        WHERE rounds.bet_count + (r.value ->> 'bets') > NEW.doc ->> '$.max_bets');
+    UPDATE rounds SET
+        pot_sats = pot_sats + (
+            SELECT r.value ->> 'pot' FROM json_each(NEW.doc, '$.rounds') r WHERE r.value ->> 'id' = rounds.id),
+        bet_count = bet_count + (
+            SELECT r.value ->> 'bets' FROM json_each(NEW.doc, '$.rounds') r WHERE r.value ->> 'id' = rounds.id)
         WHERE id IN (SELECT value ->> 'id' FROM json_each(NEW.doc, '$.rounds'));
     UPDATE transfers SET status = 'broadcast'
         WHERE status = 'signed' AND id IN (SELECT value FROM json_each(NEW.doc, '$.marks'));

@@ -58,8 +58,8 @@ pub struct TransferRow {
 pub struct PaymentContext {
     /// The service config (pause flag, minimums, fee rate, confirmations).
     pub config: ServiceConfig,
-    /// The newest round `(id, status, closes_at)`, if any.
-    pub round: Option<(i64, RoundStatus, i64)>,
+    /// The newest round, if any.
+    pub round: Option<NewestRound>,
     /// The paying user, if the user exists.
     pub user: Option<PayerRow>,
     /// Height of the last processed block, if any.
@@ -67,6 +67,19 @@ pub struct PaymentContext {
     /// The user's spendable coins at `tip_height`, largest first (what
     /// [`Store::spendable_outputs_at`] returns at that tip).
     pub coins: Vec<Coin>,
+}
+
+/// The newest round as a payment reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewestRound {
+    /// Its id.
+    pub id: i64,
+    /// Its status.
+    pub status: RoundStatus,
+    /// When it stops taking bets (unix seconds).
+    pub closes_at: i64,
+    /// Its placed bets.
+    pub bets: i64,
 }
 
 /// The paying user's row as a payment reads it.
@@ -91,6 +104,15 @@ pub enum LedgerError {
         round_id: i64,
         /// The status the step needed.
         expected: RoundStatus,
+    },
+    /// The round holds as many bets as its payout can spend
+    /// ([`MAX_ROUND_BETS`](crate::domain::settings::MAX_ROUND_BETS)).
+    #[error("round {round_id} is full ({max_bets} bets)")]
+    RoundFull {
+        /// The round.
+        round_id: i64,
+        /// The most bets a round takes.
+        max_bets: i64,
     },
     /// One of the outputs was taken by another transaction meanwhile.
     #[error("output {0} is already spent")]
@@ -301,7 +323,8 @@ pub(super) async fn insert_intent(tx: &mut Tx<'_>, intent: &Intent) -> Result<i6
 pub(super) async fn recount_round(tx: &mut Tx<'_>, round_id: i64) -> Result<(), sqlx::Error> {
     sqlx::query(&format!(
         "UPDATE rounds SET pot_sats = (SELECT {} FROM bets WHERE round_id = $1 AND status = 'placed'), \
-         bettors = (SELECT COUNT(DISTINCT user_id) FROM bets WHERE round_id = $1 AND status = 'placed') \
+         bettors = (SELECT COUNT(DISTINCT user_id) FROM bets WHERE round_id = $1 AND status = 'placed'), \
+         bet_count = (SELECT COUNT(*) FROM bets WHERE round_id = $1 AND status = 'placed') \
          WHERE id = $1",
         sum("amount_sats")
     ))
@@ -376,6 +399,7 @@ impl Store {
             "SELECT c.fee_address, c.fee_rate_sat_vb, c.round_duration_seconds, c.min_bet_sats, \
              c.min_withdrawal_sats, c.deposit_confirmations, c.paused, \
              r.id AS newest_round, r.status AS round_status, r.closes_at AS round_closes_at, \
+             r.bet_count AS round_bets, \
              u.derivation_index AS user_index, u.debt_sats AS user_debt, \
              u.token_version AS user_token_version, t.h AS tip_height, \
              o.id, o.txid, o.vout, o.amount_sats, o.user_id, o.round_id, o.origin, o.block_height \
@@ -398,11 +422,12 @@ impl Store {
             .ok_or_else(|| StoreError::Corrupt("service_config row missing".into()))?;
         let config = config_from_row(row)?;
         let round = match row.try_get::<Option<i64>, _>("newest_round")? {
-            Some(id) => Some((
+            Some(id) => Some(NewestRound {
                 id,
-                state_column(row, "round_status")?,
-                row.try_get("round_closes_at")?,
-            )),
+                status: state_column(row, "round_status")?,
+                closes_at: row.try_get("round_closes_at")?,
+                bets: row.try_get("round_bets")?,
+            }),
             None => None,
         };
         let user = match row.try_get::<Option<i64>, _>("user_index")? {
@@ -467,19 +492,21 @@ impl Store {
         // The pot grows by the bet here (a rollback undoes it), instead of
         // a recount over every bet of the round, which made a bet's cost
         // grow with the round.
+        // The bet count in the same statement: a full round refuses the bet
+        // under the same lock as a closed one.
+        let now = unix_now();
         let open = sqlx::query(
-            "UPDATE rounds SET pot_sats = pot_sats + $3 WHERE id = $1 AND status = 'open' AND closes_at > $2",
+            "UPDATE rounds SET pot_sats = pot_sats + $3, bet_count = bet_count + 1 \
+             WHERE id = $1 AND status = 'open' AND closes_at > $2 AND bet_count < $4",
         )
         .bind(round_id)
-        .bind(unix_now())
+        .bind(now)
         .bind(intent.amount_sats)
+        .bind(self.max_round_bets())
         .execute(&mut *tx)
         .await?;
         if open.rows_affected() != 1 {
-            return Err(LedgerError::WrongStatus {
-                round_id,
-                expected: RoundStatus::Open,
-            });
+            return Err(self.refusal(&mut tx, round_id, now).await?);
         }
         let transfer_id = insert_intent(&mut tx, intent).await?;
         let bet_id: i64 = sqlx::query_scalar(
@@ -509,6 +536,33 @@ impl Store {
         .await?;
         tx.commit().await?;
         Ok((bet_id, transfer_id))
+    }
+
+    /// Why round `round_id` refused a bet at `now`: full, or not open.
+    async fn refusal(
+        &self,
+        tx: &mut Tx<'_>,
+        round_id: i64,
+        now: i64,
+    ) -> Result<LedgerError, sqlx::Error> {
+        let open_count: Option<i64> = sqlx::query_scalar(
+            "SELECT bet_count FROM rounds WHERE id = $1 AND status = 'open' AND closes_at > $2",
+        )
+        .bind(round_id)
+        .bind(now)
+        .fetch_optional(&mut **tx)
+        .await?;
+        Ok(if open_count.is_some_and(|n| n >= self.max_round_bets()) {
+            LedgerError::RoundFull {
+                round_id,
+                max_bets: self.max_round_bets(),
+            }
+        } else {
+            LedgerError::WrongStatus {
+                round_id,
+                expected: RoundStatus::Open,
+            }
+        })
     }
 
     /// Writes a withdrawal intent. Returns the transfer id.

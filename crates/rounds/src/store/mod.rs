@@ -100,6 +100,9 @@ pub struct Store {
     write_gate: std::sync::Arc<tokio::sync::Mutex<()>>,
     /// Bets and broadcast marks waiting for the next group commit.
     group: std::sync::Arc<group_commit::GroupCommit>,
+    /// Most bets a round takes: [`MAX_ROUND_BETS`](crate::domain::settings::MAX_ROUND_BETS),
+    /// lower in the store's own tests.
+    max_round_bets: i64,
 }
 
 static INSTALL_DRIVERS: Once = Once::new();
@@ -182,7 +185,21 @@ impl Store {
             backend,
             write_gate: std::sync::Arc::default(),
             group: std::sync::Arc::default(),
+            max_round_bets: crate::domain::settings::MAX_ROUND_BETS,
         })
+    }
+
+    /// Most bets a round takes.
+    pub(crate) fn max_round_bets(&self) -> i64 {
+        self.max_round_bets
+    }
+
+    /// The same store with a smaller cap on bets per round, so that tests
+    /// reach it with a few bets.
+    #[cfg(test)]
+    pub(crate) fn with_max_round_bets(mut self, max: i64) -> Self {
+        self.max_round_bets = max;
+        self
     }
 
     /// Held around a hot write transaction: on SQLite the process's turn

@@ -30,6 +30,8 @@ pub struct RoundRow {
     pub pot_sats: i64,
     /// Number of distinct users who bet.
     pub bettors: i64,
+    /// Number of placed bets (at most [`MAX_ROUND_BETS`](crate::domain::settings::MAX_ROUND_BETS)).
+    pub bet_count: i64,
 }
 
 impl Store {
@@ -39,7 +41,7 @@ impl Store {
     /// Database failures.
     pub async fn current_round(&self) -> Result<Option<RoundRow>, StoreError> {
         let row = sqlx::query(
-            "SELECT id, status, opened_at, closes_at, pot_sats, bettors FROM rounds ORDER BY id DESC LIMIT 1",
+            "SELECT id, status, opened_at, closes_at, pot_sats, bettors, bet_count FROM rounds ORDER BY id DESC LIMIT 1",
         )
         .fetch_optional(&self.pool)
         .await?;
@@ -64,7 +66,7 @@ impl Store {
         .fetch_one(&mut *tx)
         .await?;
         let existing = sqlx::query(
-            "SELECT id, status, opened_at, closes_at, pot_sats, bettors FROM rounds ORDER BY id DESC LIMIT 1",
+            "SELECT id, status, opened_at, closes_at, pot_sats, bettors, bet_count FROM rounds ORDER BY id DESC LIMIT 1",
         )
         .fetch_optional(&mut *tx)
         .await?;
@@ -74,7 +76,7 @@ impl Store {
                 let row = sqlx::query(
                     "INSERT INTO rounds (status, opened_at, closes_at, pot_sats, bettors) \
                      VALUES ('open', $1, $2, 0, 0) \
-                     RETURNING id, status, opened_at, closes_at, pot_sats, bettors",
+                     RETURNING id, status, opened_at, closes_at, pot_sats, bettors, bet_count",
                 )
                 .bind(now)
                 .bind(now + duration)
@@ -111,6 +113,7 @@ fn round_from_row(r: &AnyRow) -> Result<RoundRow, StoreError> {
         closes_at: r.try_get("closes_at")?,
         pot_sats: r.try_get("pot_sats")?,
         bettors: r.try_get("bettors")?,
+        bet_count: r.try_get("bet_count")?,
     })
 }
 
@@ -189,7 +192,7 @@ pub struct RoundDetail {
 }
 
 const ROUND_COLS: &str =
-    "id, status, opened_at, closes_at, pot_sats, bettors, tip_height_at_close, \
+    "id, status, opened_at, closes_at, pot_sats, bettors, bet_count, tip_height_at_close, \
      bets_commitment, block_height, block_hash, seed, ticket, winner_bet_id";
 
 fn round_and_draw(r: &AnyRow) -> Result<(RoundRow, DrawColumns), sqlx::Error> {
@@ -201,6 +204,7 @@ fn round_and_draw(r: &AnyRow) -> Result<(RoundRow, DrawColumns), sqlx::Error> {
             closes_at: r.try_get("closes_at")?,
             pot_sats: r.try_get("pot_sats")?,
             bettors: r.try_get("bettors")?,
+            bet_count: r.try_get("bet_count")?,
         },
         DrawColumns {
             tip_height_at_close: r.try_get("tip_height_at_close")?,

@@ -122,6 +122,7 @@ both_backends!(
     every_connection_commits_to_the_disk_before_it_answers,
     the_payment_context_reads_the_coins_spendable_at_its_tip,
     a_queued_mark_reads_broadcast_to_its_user_until_it_is_committed,
+    a_round_refuses_bets_past_its_cap_alone_or_grouped,
 );
 
 /// A bet is answered once its broadcast is accepted, before its mark
@@ -1299,6 +1300,80 @@ async fn bets_keep_pot_and_bettors_equal_to_a_recount(b: Backend) {
     let (stored, counted) = pot_and_bettors(&db.store, round.id).await;
     assert_eq!(stored, (50_000, 2));
     assert_eq!(stored, counted);
+    db.cleanup().await;
+}
+
+/// The round's stored bet count, and a recount of its placed bets.
+async fn bet_counts(store: &Store, round_id: i64) -> (i64, i64) {
+    let stored: i64 = sqlx::query_scalar("SELECT bet_count FROM rounds WHERE id = $1")
+        .bind(round_id)
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    let counted: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM bets WHERE round_id = $1 AND status = 'placed'")
+            .bind(round_id)
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+    (stored, counted)
+}
+
+/// A round takes at most its cap of bets (so that one payout can spend
+/// them all), whether they come in a group or alone; a failed bet frees its
+/// place, and a closed round still says so rather than "full".
+async fn a_round_refuses_bets_past_its_cap_alone_or_grouped(b: Backend) {
+    let db = TestDb::new(b).await;
+    let store = db.store.clone().with_max_round_bets(3);
+    let (alice, _) = funded(&store).await;
+    let round = store
+        .ensure_round(crate::domain::time::unix_now())
+        .await
+        .unwrap();
+    let bet = |n: usize| {
+        let mut bet = money::intent(
+            TransferKind::Bet,
+            alice,
+            Some(round.id),
+            &format!("{n:064x}"),
+            vec![],
+        );
+        bet.outputs.clear();
+        bet
+    };
+    let full = |answer: &Result<(i64, i64), LedgerError>| matches!(answer, Err(LedgerError::RoundFull { round_id, max_bets: 3 }) if *round_id == round.id);
+    // Five at once: the group would fill the round past its cap, so its
+    // bets are written one by one, and the first three fit.
+    let bets: Vec<_> = (1..=5).map(bet).collect();
+    let answers = place_together(&store, &bets).await;
+    let placed: Vec<(i64, i64)> = answers
+        .iter()
+        .filter_map(|a| a.as_ref().ok().copied())
+        .collect();
+    assert_eq!(placed.len(), 3, "{answers:?}");
+    assert!(answers[..3].iter().all(Result::is_ok), "{answers:?}");
+    assert!(answers[3..].iter().all(full), "{answers:?}");
+    assert!(full(&store.place_bet(&bet(6)).await));
+    assert_eq!(bet_counts(&store, round.id).await, (3, 3));
+    // A failed bet leaves the round: one more fits, then none.
+    store.fail_transfer(placed[0].1).await.unwrap();
+    assert_eq!(bet_counts(&store, round.id).await, (2, 2));
+    let answers = place_together(&store, &[bet(7), bet(8)]).await;
+    assert!(answers[0].is_ok() && full(&answers[1]), "{answers:?}");
+    assert_eq!(bet_counts(&store, round.id).await, (3, 3));
+    // Past its close time the round is not open, full or not.
+    sqlx::query("UPDATE rounds SET closes_at = 0 WHERE id = $1")
+        .bind(round.id)
+        .execute(store.pool())
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            store.place_bet(&bet(9)).await,
+            Err(LedgerError::WrongStatus { .. })
+        ),
+        "a closed round"
+    );
     db.cleanup().await;
 }
 
