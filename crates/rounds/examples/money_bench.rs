@@ -340,9 +340,9 @@ async fn main() {
         ratios.push(rate / base_rate);
         times.push(elapsed.as_secs_f64());
         // Each repetition's bets are one round, paid out before the next (a
-        // payout of several repetitions' bets would exceed the standard
-        // transaction size); its change, confirmed and synced, is the next
-        // repetition's coins.
+        // round takes at most MAX_ROUND_BETS, so that its payout fits in one
+        // standard transaction); its change, confirmed and synced, is the
+        // next repetition's coins.
         payouts.push(pay_out(&store, &dev).await);
         dev.mine(1, dev.faucet_script()).expect("mine");
         state.engine.run_once().await.expect("sync");
