@@ -1679,33 +1679,8 @@ async fn a_round_takes_no_more_bets_than_its_payout_can_spend() {
         );
     }
     // Every bet its own confirmed output (a bet's change is pending until it
-    // confirms): the chain's faucet pays each user's deposit address.
-    let mut sent = 0;
-    for t in &tokens {
-        let address = Address::from_str(rig.me(t).await["address"].as_str().unwrap())
-            .unwrap()
-            .assume_checked();
-        for _ in 0..BETS_PER_USER {
-            rig.rpc
-                .send_to_address(&address, bitcoin::Amount::from_sat(OUTPUT_SATS))
-                .await
-                .unwrap();
-            sent += 1;
-            // The faucet's payments chain on its change: a block before the
-            // mempool's limit of 25 unconfirmed ancestors.
-            if sent % 20 == 0 {
-                rig.mine(1).await;
-            }
-        }
-    }
-    rig.mine(1).await;
-    let expected = (BETS_PER_USER as u64 * OUTPUT_SATS) as i64;
-    for t in &tokens {
-        wait_for(Duration::from_secs(120), || async {
-            (rig.me(t).await["balance_sats"].as_i64() == Some(expected)).then_some(())
-        })
-        .await;
-    }
+    // confirms).
+    fund_outputs(&rig, &tokens, BETS_PER_USER, OUTPUT_SATS).await;
     let id = rig.current().await["id"].as_i64().unwrap();
     let bets = futures_util::future::join_all(tokens.iter().map(|t| {
         let rig = &rig;
@@ -1774,5 +1749,84 @@ async fn a_round_takes_no_more_bets_than_its_payout_can_spend() {
     .await;
     rig.conservation(&tokens.iter().map(String::as_str).collect::<Vec<_>>())
         .await;
+    rig.finish().await;
+}
+
+/// Pays `per_user` outputs of `sats` from the chain's faucet to each user's
+/// deposit address and waits until all are credited.
+async fn fund_outputs(rig: &Rig, tokens: &[String], per_user: usize, sats: u64) {
+    let mut sent = 0;
+    for t in tokens {
+        let address = Address::from_str(rig.me(t).await["address"].as_str().unwrap())
+            .unwrap()
+            .assume_checked();
+        for _ in 0..per_user {
+            rig.rpc
+                .send_to_address(&address, bitcoin::Amount::from_sat(sats))
+                .await
+                .unwrap();
+            sent += 1;
+            // The faucet's payments chain on its change: a block before the
+            // mempool's limit of 25 unconfirmed ancestors.
+            if sent % 20 == 0 {
+                rig.mine(1).await;
+            }
+        }
+    }
+    rig.mine(1).await;
+    let expected = (per_user as u64 * sats) as i64;
+    for t in tokens {
+        wait_for(Duration::from_secs(120), || async {
+            (rig.me(t).await["balance_sats"].as_i64() == Some(expected)).then_some(())
+        })
+        .await;
+    }
+}
+
+/// Attack: a balance spread over more outputs than one transaction can
+/// spend. A withdrawal of all of it would need a transaction over Bitcoin
+/// Core's 400,000 weight units; the node refuses it (`tx-size`), which a
+/// user would read as the service failing. It is refused with
+/// `too_many_inputs`, naming the most that one withdrawal can take, and that
+/// amount goes out in one standard transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_withdrawal_needing_more_inputs_than_one_transaction_holds_is_refused_clearly() {
+    const OUTPUTS: usize = 1_480;
+    const OUTPUT_SATS: u64 = 3_000;
+    let rig = Rig::with_rounds(Db::Sqlite, "3600").await;
+    let t = rig.s().user("hoarder", "10.0.13.1").await;
+    fund_outputs(&rig, std::slice::from_ref(&t), OUTPUTS, OUTPUT_SATS).await;
+    let to = "bcrt1qs758ursh4q9z627kt3pp5yysm78ddny6txaqgw";
+    // Nearly all: each coin nets 2,864 sats after its fee (2 sat/vB × 68 vB),
+    // so this needs about 1,475 of them.
+    let all = (OUTPUTS as u64 * OUTPUT_SATS) as i64 - 215_000;
+    let r = rig.withdraw(&t, to, all).await;
+    assert_eq!(
+        (r.status, r.code()),
+        (422, "too_many_inputs".to_string()),
+        "{}",
+        r.text()
+    );
+    let detail = &r.json()["detail"]["params"];
+    assert_eq!(detail["max_inputs"], 1_400, "{detail}");
+    let max = detail["max_amount_sats"].as_i64().unwrap();
+    assert!(max > 1_400 * 2_800 && max < 1_400 * 3_000, "{max}");
+    // Nothing was taken: the balance is whole, and the most it names goes out.
+    assert_eq!(
+        rig.me(&t).await["balance_sats"],
+        (OUTPUTS as u64 * OUTPUT_SATS) as i64
+    );
+    let r = rig.withdraw(&t, to, max).await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    let txid = Txid::from_str(r.json()["txid"].as_str().unwrap()).unwrap();
+    let tx = rig
+        .rpc
+        .get_raw_transaction(&txid)
+        .await
+        .unwrap()
+        .expect("withdrawal in the mempool");
+    assert_eq!(tx.input.len(), 1_400);
+    assert!(tx.weight().to_wu() <= 400_000, "{}", tx.weight());
+    rig.conservation(&[&t]).await;
     rig.finish().await;
 }

@@ -9,12 +9,16 @@ use utoipa::ToSchema;
 /// payout transaction that spends the pot.
 pub const P2WPKH_INPUT_VBYTES: i64 = 68;
 
-/// Most bets one round takes. The payout spends every pot output in one
-/// transaction of at most 394 + 272 × N weight units (N P2WPKH inputs with
-/// the largest signatures, two outputs of the longest standard scripts), and
-/// Bitcoin Core relays none over 400,000 (`tx-size`): N ≤ 1,469. A round
-/// with more bets could never be paid, its retry rebuilding the same
-/// transaction; 1,400 leaves room.
+/// Most P2WPKH inputs one of the service's transactions spends (a payout's
+/// pot outputs, a user's coins). Such a transaction weighs at most
+/// 394 + 272 × N weight units (N inputs with the largest signatures, two
+/// outputs of the longest standard scripts), and Bitcoin Core relays none
+/// over 400,000 (`tx-size`): N ≤ 1,469; 1,400 leaves room.
+pub const MAX_TX_INPUTS: usize = 1_400;
+
+/// Most bets one round takes: its payout spends every pot output in one
+/// transaction ([`MAX_TX_INPUTS`]). A round with more bets could never be
+/// paid, its retry rebuilding the same transaction.
 pub const MAX_ROUND_BETS: i64 = 1_400;
 
 /// Default largest share (percent) of a bet that its own pot input may cost

@@ -10,6 +10,7 @@ use wallet::{BuildError, KeyPath, SpendError, SpendableOutput, Wallet};
 
 use crate::domain::money::{Coin, Intent, NewOutput};
 use crate::domain::round::{OutputOrigin, TransferKind};
+use crate::domain::settings::{MAX_TX_INPUTS, P2WPKH_INPUT_VBYTES};
 
 /// Derivation branch of round pot addresses (index = round id); users are
 /// on branch 0, the default fee address on branch 2.
@@ -34,6 +35,15 @@ pub enum SpendFailure {
         amount_sats: i64,
         /// The threshold of its script.
         threshold_sats: i64,
+    },
+    /// The coins would cover the payment, but only in a transaction of more
+    /// than [`MAX_TX_INPUTS`] inputs, which the network would not relay.
+    #[error("the payment needs more than {max_inputs} coins; one transaction can pay at most {max_amount_sats}")]
+    TooManyInputs {
+        /// The most inputs one transaction spends.
+        max_inputs: usize,
+        /// The most one payment can take (the largest coins, less their fee).
+        max_amount_sats: i64,
     },
     /// A stored row is unusable (bad txid, negative amount, …).
     #[error("corrupt ledger row: {0}")]
@@ -172,10 +182,12 @@ pub struct UserPayment<'a> {
 }
 
 /// Spends the payer's outputs (in their order, as few as cover the amount
-/// and fee) whole: the amount to `to`, change back to the payer.
+/// and fee, at most [`MAX_TX_INPUTS`]) whole: the amount to `to`, change
+/// back to the payer.
 ///
 /// # Errors
-/// [`SpendFailure::Insufficient`], [`SpendFailure::Dust`], wallet failures.
+/// [`SpendFailure::Insufficient`], [`SpendFailure::Dust`],
+/// [`SpendFailure::TooManyInputs`], wallet failures.
 pub fn user_payment(wallet: &Wallet, p: UserPayment<'_>) -> Result<Signed, SpendFailure> {
     let UserPayment {
         user_id,
@@ -197,12 +209,45 @@ pub fn user_payment(wallet: &Wallet, p: UserPayment<'_>) -> Result<Signed, Spend
     };
     let balance: i64 = outputs.iter().map(|o| o.amount_sats).sum();
     let rate = fee_rate(fee_rate_sat_vb);
-    let mut inputs = Vec::new();
-    let mut used = Vec::new();
-    let mut last_needed = amount_sats;
-    for o in outputs {
+    let refused = |e: SpendError| match e {
+        SpendError::Build(BuildError::InsufficientFunds { needed, .. }) => {
+            SpendFailure::Insufficient {
+                balance_sats: balance,
+                needed_sats: sats(needed).max(amount_sats),
+            }
+        }
+        SpendError::Build(BuildError::DustOutput {
+            value, threshold, ..
+        }) => SpendFailure::Dust {
+            amount_sats: sats(value),
+            threshold_sats: sats(threshold),
+        },
+        e => SpendFailure::Wallet(e.to_string()),
+    };
+    if outputs.is_empty() {
+        return Err(SpendFailure::Insufficient {
+            balance_sats: balance,
+            needed_sats: amount_sats,
+        });
+    }
+    // One transaction spends at most MAX_TX_INPUTS coins, the largest first.
+    let usable = &outputs[..outputs.len().min(MAX_TX_INPUTS)];
+    let input_fee = P2WPKH_INPUT_VBYTES.saturating_mul(fee_rate_sat_vb.max(1));
+    let mut inputs = Vec::with_capacity(usable.len());
+    let mut used = Vec::with_capacity(usable.len());
+    let mut covered: i64 = 0;
+    for o in usable {
         inputs.push(spendable(o, path, script)?);
         used.push(o.id);
+        covered = covered.saturating_add(o.amount_sats);
+        // Each input adds at least its own 68 vB of fee: coins that do not
+        // cover the amount plus that cannot pay, and building (the whole
+        // transaction, every time) would only say so. Trying every prefix
+        // made a payment from many small coins cost quadratic time.
+        let inputs_fee = input_fee.saturating_mul(i64::try_from(inputs.len()).unwrap_or(i64::MAX));
+        if covered < amount_sats.saturating_add(inputs_fee) {
+            continue;
+        }
         match build_signed(
             wallet,
             &inputs,
@@ -212,63 +257,103 @@ pub fn user_payment(wallet: &Wallet, p: UserPayment<'_>) -> Result<Signed, Spend
             tip_height,
         ) {
             Ok(built) => {
-                let txid = built.tx.compute_txid().to_string();
-                let mut new_outputs = Vec::new();
-                if let Some(r) = round_id {
-                    new_outputs.push(NewOutput {
-                        vout: 0,
+                return Ok(signed_payment(
+                    built,
+                    PaymentRecord {
+                        user_id,
                         amount_sats,
-                        user_id: None,
-                        round_id: Some(r),
-                        origin: OutputOrigin::Pot,
-                    });
-                }
-                if let Some((vout, value)) = built.change {
-                    new_outputs.push(NewOutput {
-                        vout: i64::from(vout),
-                        amount_sats: sats(value),
-                        user_id: Some(user_id),
-                        round_id: None,
-                        origin: OutputOrigin::Change,
-                    });
-                }
-                let intent = Intent {
-                    kind,
-                    user_id: Some(user_id),
-                    round_id,
-                    txid,
-                    raw_tx: bitcoin::consensus::encode::serialize_hex(&built.tx),
-                    amount_sats,
-                    fee_sats: sats(built.fee),
-                    commission_sats: 0,
-                    address,
-                    inputs: used,
-                    outputs: new_outputs,
-                };
-                return Ok(Signed {
-                    change: built.change.map(|(v, a)| (v, sats(a))),
-                    tx: built.tx,
-                    intent,
-                });
+                        kind,
+                        round_id,
+                        address,
+                        inputs: used,
+                    },
+                ))
             }
-            Err(SpendError::Build(BuildError::InsufficientFunds { needed, .. })) => {
-                last_needed = sats(needed);
-            }
-            Err(SpendError::Build(BuildError::DustOutput {
-                value, threshold, ..
-            })) => {
-                return Err(SpendFailure::Dust {
-                    amount_sats: sats(value),
-                    threshold_sats: sats(threshold),
-                })
-            }
-            Err(e) => return Err(SpendFailure::Wallet(e.to_string())),
+            Err(SpendError::Build(BuildError::InsufficientFunds { .. })) => {}
+            Err(e) => return Err(refused(e)),
         }
     }
-    Err(SpendFailure::Insufficient {
-        balance_sats: balance,
-        needed_sats: last_needed.max(amount_sats),
-    })
+    // Not payable from `usable`: say what it lacks, as a build of all of
+    // them says it (unsigned; nothing above was built when the sum never
+    // covered the amount).
+    let all = outputs
+        .iter()
+        .map(|o| spendable(o, path, script))
+        .collect::<Result<Vec<_>, _>>()?;
+    let short =
+        match wallet::build_transaction(&all, std::slice::from_ref(&payment), Some(script), rate) {
+            Ok(_) => None,
+            Err(e) => Some(refused(SpendError::Build(e))),
+        };
+    match short {
+        Some(failure) => Err(failure),
+        // The whole balance would pay it, but not in one transaction: the
+        // most one payment can take is what the largest coins leave after
+        // their fee, paid without change.
+        None => {
+            let max = wallet::build_transaction(&inputs, &[], Some(to), rate)
+                .ok()
+                .and_then(|b| b.change)
+                .map_or(0, |(_, v)| sats(v));
+            Err(SpendFailure::TooManyInputs {
+                max_inputs: MAX_TX_INPUTS,
+                max_amount_sats: max,
+            })
+        }
+    }
+}
+
+/// What a user payment records beside its transaction.
+struct PaymentRecord {
+    user_id: i64,
+    amount_sats: i64,
+    kind: TransferKind,
+    round_id: Option<i64>,
+    address: Option<String>,
+    inputs: Vec<i64>,
+}
+
+/// A built user payment with its ledger record: a bet's pot output is
+/// output 0; the change, if any, is the payer's.
+fn signed_payment(built: wallet::BuiltTransaction, r: PaymentRecord) -> Signed {
+    let txid = built.tx.compute_txid().to_string();
+    let mut new_outputs = Vec::new();
+    if let Some(round) = r.round_id {
+        new_outputs.push(NewOutput {
+            vout: 0,
+            amount_sats: r.amount_sats,
+            user_id: None,
+            round_id: Some(round),
+            origin: OutputOrigin::Pot,
+        });
+    }
+    if let Some((vout, value)) = built.change {
+        new_outputs.push(NewOutput {
+            vout: i64::from(vout),
+            amount_sats: sats(value),
+            user_id: Some(r.user_id),
+            round_id: None,
+            origin: OutputOrigin::Change,
+        });
+    }
+    let intent = Intent {
+        kind: r.kind,
+        user_id: Some(r.user_id),
+        round_id: r.round_id,
+        txid,
+        raw_tx: bitcoin::consensus::encode::serialize_hex(&built.tx),
+        amount_sats: r.amount_sats,
+        fee_sats: sats(built.fee),
+        commission_sats: 0,
+        address: r.address,
+        inputs: r.inputs,
+        outputs: new_outputs,
+    };
+    Signed {
+        change: built.change.map(|(v, a)| (v, sats(a))),
+        tx: built.tx,
+        intent,
+    }
 }
 
 /// The payout of a round: every pot output in; `commission` to the fee
@@ -289,6 +374,14 @@ pub fn payout(
     fee_rate_sat_vb: i64,
     tip_height: Option<u32>,
 ) -> Result<Signed, SpendFailure> {
+    if pot.len() > MAX_TX_INPUTS {
+        // Only a round that took its bets before rounds were capped at
+        // MAX_ROUND_BETS: say why rather than sign what no node relays.
+        return Err(SpendFailure::Wallet(format!(
+            "a payout of {} pot outputs would be heavier than a standard transaction (at most {MAX_TX_INPUTS} inputs)",
+            pot.len()
+        )));
+    }
     let (path, script) = pot_key(wallet, round_id)?;
     let inputs = pot
         .iter()
@@ -365,5 +458,153 @@ fn build_signed(
     match tip_height {
         Some(h) => wallet.build_signed_at(inputs, payments, Some(change), rate, h),
         None => wallet.build_signed(inputs, payments, Some(change), rate),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    // Test code: a failed unwrap is the test failing, with its message.
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::domain::settings::MAX_ROUND_BETS;
+
+    fn wallet() -> Wallet {
+        Wallet::from_seed(&[7u8; 32], Network::Regtest).unwrap()
+    }
+
+    /// `n` coins of `sats` each, of the user at index 0.
+    fn coins(n: usize, sats: i64) -> Vec<Coin> {
+        (0..n)
+            .map(|i| Coin {
+                id: i64::try_from(i).unwrap(),
+                txid: format!("{:064x}", i + 1),
+                vout: 0,
+                amount_sats: sats,
+                user_id: Some(1),
+                round_id: None,
+                origin: OutputOrigin::Deposit,
+                block_height: Some(1),
+            })
+            .collect()
+    }
+
+    /// The longest standard output script (P2WSH, P2TR: 34 bytes).
+    fn long_script() -> ScriptBuf {
+        use bitcoin::hashes::Hash as _;
+        ScriptBuf::new_p2wsh(&bitcoin::WScriptHash::from_byte_array([1; 32]))
+    }
+
+    #[test]
+    fn a_full_round_pays_out_in_one_standard_transaction() {
+        assert_eq!(MAX_ROUND_BETS, i64::try_from(MAX_TX_INPUTS).unwrap());
+        let w = wallet();
+        let pot: Vec<Coin> = coins(MAX_TX_INPUTS, 1_000)
+            .into_iter()
+            .map(|c| Coin {
+                user_id: None,
+                round_id: Some(9),
+                origin: OutputOrigin::Pot,
+                ..c
+            })
+            .collect();
+        let signed = payout(
+            &w,
+            9,
+            &pot,
+            &long_script(),
+            420_000,
+            &long_script(),
+            1,
+            2,
+            Some(100),
+        )
+        .unwrap();
+        assert_eq!(signed.tx.input.len(), MAX_TX_INPUTS);
+        // Core's MAX_STANDARD_TX_WEIGHT.
+        assert!(
+            signed.tx.weight().to_wu() <= 400_000,
+            "{}",
+            signed.tx.weight()
+        );
+        let too_many = coins(MAX_TX_INPUTS + 1, 1_000);
+        assert!(matches!(
+            payout(
+                &w,
+                9,
+                &too_many,
+                &long_script(),
+                420_000,
+                &long_script(),
+                1,
+                2,
+                None
+            ),
+            Err(SpendFailure::Wallet(_))
+        ));
+    }
+
+    fn pay(w: &Wallet, outputs: &[Coin], amount_sats: i64) -> Result<Signed, SpendFailure> {
+        let (path, script) = user_key(w, 0).unwrap();
+        user_payment(
+            w,
+            UserPayment {
+                user_id: 1,
+                path,
+                script: &script,
+                outputs,
+                to: &long_script(),
+                amount_sats,
+                fee_rate_sat_vb: 2,
+                kind: TransferKind::Withdrawal,
+                round_id: None,
+                address: None,
+                tip_height: None,
+            },
+        )
+    }
+
+    /// The fewest largest coins that pay; never more than one transaction
+    /// holds, and what the refusal names as the most is payable.
+    #[test]
+    fn a_payment_takes_the_fewest_coins_and_at_most_a_transaction_of_them() {
+        let w = wallet();
+        let many = coins(MAX_TX_INPUTS + 80, 3_000);
+        let paid = pay(&w, &many, 10_000).unwrap();
+        assert_eq!(paid.intent.inputs, vec![0, 1, 2, 3]);
+        // 1,475 coins would pay it: more than one transaction holds.
+        let Err(SpendFailure::TooManyInputs {
+            max_inputs,
+            max_amount_sats,
+        }) = pay(&w, &many, 4_225_000)
+        else {
+            panic!("not refused for its inputs");
+        };
+        assert_eq!(max_inputs, MAX_TX_INPUTS);
+        let paid = pay(&w, &many, max_amount_sats).unwrap();
+        assert_eq!(paid.tx.input.len(), MAX_TX_INPUTS);
+        assert!(pay(&w, &many, max_amount_sats + 1).is_err());
+        // More than the whole balance pays is short of funds, as before,
+        // with what it would need.
+        let Err(SpendFailure::Insufficient {
+            balance_sats,
+            needed_sats,
+        }) = pay(&w, &coins(3, 3_000), 9_000)
+        else {
+            panic!("not refused for its funds");
+        };
+        assert_eq!(balance_sats, 9_000);
+        assert!(needed_sats > 9_000, "{needed_sats}");
+        assert!(matches!(
+            pay(&w, &[], 1_000),
+            Err(SpendFailure::Insufficient {
+                balance_sats: 0,
+                needed_sats: 1_000
+            })
+        ));
+        assert!(matches!(
+            pay(&w, &coins(3, 3_000), 100),
+            Err(SpendFailure::Dust { .. })
+        ));
     }
 }

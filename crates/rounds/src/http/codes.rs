@@ -76,6 +76,8 @@ error_codes! {
     RoundNotOpen = "round_not_open",
     /// The round holds as many bets as its payout can spend.
     RoundFull = "round_full",
+    /// The payment would need more coins than one transaction holds.
+    TooManyInputs = "too_many_inputs",
     /// Concurrent requests keep taking the caller's coins.
     FundsBusy = "funds_busy",
     /// A deposit the caller spent was reorganised out: the debt must be covered first.

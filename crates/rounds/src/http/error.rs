@@ -55,6 +55,12 @@ pub struct ErrorParams {
     /// The round's status (`round_not_open`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<RoundStatus>,
+    /// The most coins one transaction spends (`too_many_inputs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_inputs: Option<usize>,
+    /// The most one payment can take (`too_many_inputs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_amount_sats: Option<i64>,
     /// The most bets a round takes (`round_full`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_bets: Option<i64>,
@@ -379,6 +385,21 @@ impl From<PaymentError> for ApiError {
                 ErrorParams {
                     round_id: Some(round_id),
                     status: Some(status),
+                    ..ErrorParams::none()
+                },
+            ),
+            PaymentError::TooManyInputs {
+                amount_sats,
+                max_inputs,
+                max_amount_sats,
+            } => ApiError::domain(
+                unprocessable,
+                ErrorCode::TooManyInputs,
+                e.to_string(),
+                ErrorParams {
+                    amount_sats: Some(amount_sats),
+                    max_inputs: Some(max_inputs),
+                    max_amount_sats: Some(max_amount_sats),
                     ..ErrorParams::none()
                 },
             ),

@@ -154,7 +154,7 @@ pub(crate) fn paid_status(broadcast: bool) -> StatusCode {
         (status = 201, body = BetPlaced),
         (status = 202, description = "written but the chain is unreachable: broadcast later by the worker", body = BetPlaced),
         (status = 409, description = "round_not_open, round_full, funds_busy", body = ErrorBody),
-        (status = 422, description = "bet_below_minimum, insufficient_funds, amount_below_dust", body = ErrorBody),
+        (status = 422, description = "bet_below_minimum, insufficient_funds, amount_below_dust, too_many_inputs", body = ErrorBody),
         (status = 502, description = "broadcast_rejected", body = ErrorBody),
         (status = 503, description = "paused", body = ErrorBody),
     ))]

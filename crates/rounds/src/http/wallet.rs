@@ -64,7 +64,7 @@ pub struct WithdrawalDone {
         (status = 201, body = WithdrawalDone),
         (status = 202, description = "written but the chain is unreachable: broadcast later by the worker", body = WithdrawalDone),
         (status = 409, description = "funds_busy", body = ErrorBody),
-        (status = 422, description = "invalid_address, address_wrong_network, withdrawal_below_minimum, insufficient_funds", body = ErrorBody),
+        (status = 422, description = "invalid_address, address_wrong_network, withdrawal_below_minimum, insufficient_funds, too_many_inputs", body = ErrorBody),
         (status = 502, description = "broadcast_rejected", body = ErrorBody),
         (status = 503, description = "paused", body = ErrorBody),
     ))]

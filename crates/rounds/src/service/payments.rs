@@ -69,6 +69,17 @@ pub enum PaymentError {
         /// Its status.
         status: RoundStatus,
     },
+    /// The payer's coins cover the amount only in a transaction of more
+    /// inputs than the network relays.
+    #[error("a payment of {amount_sats} sats would spend more than {max_inputs} of your coins, more than one transaction can hold; one payment can take at most {max_amount_sats} sats")]
+    TooManyInputs {
+        /// What was asked.
+        amount_sats: i64,
+        /// The most coins one transaction spends.
+        max_inputs: usize,
+        /// The most one payment can take.
+        max_amount_sats: i64,
+    },
     /// The round holds as many bets as its payout can spend.
     #[error("round {round_id} is full: a round takes at most {max_bets} bets, so that its payout fits in one standard transaction; bet in the next round")]
     RoundFull {
@@ -450,6 +461,14 @@ impl<'a> Payments<'a> {
                 } => PaymentError::Dust {
                     amount_sats,
                     threshold_sats,
+                },
+                SpendFailure::TooManyInputs {
+                    max_inputs,
+                    max_amount_sats,
+                } => PaymentError::TooManyInputs {
+                    amount_sats,
+                    max_inputs,
+                    max_amount_sats,
                 },
                 other => PaymentError::Spend(other),
             })?;
