@@ -538,7 +538,11 @@ impl Store {
 /// id is the number of inputs taken. The row sets are unknown to the planner
 /// (it guesses 100 rows for a JSON array), so the updates find their rows
 /// through `= ANY (ARRAY(…))`, an index lookup, instead of hash-joining a scan
-/// of every transfer or output.
+/// of every transfer or output. The inputs' "still unspent" test is written
+/// so that no index can serve it: as `spent_txid IS NULL` a plan made while
+/// `outputs` was nearly empty (each connection plans once, and keeps that
+/// generic plan) scanned every unspent output through `outputs_user` and
+/// filtered the group's few out of them, a cost that grew with the ledger.
 const GROUP_STATEMENT_PG: &str = "WITH \
      g AS (SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(kind TEXT, user_id BIGINT, round_id BIGINT, \
          txid TEXT, raw_tx TEXT, amount_sats BIGINT, fee_sats BIGINT, commission_sats BIGINT, address TEXT)), \
@@ -548,7 +552,7 @@ const GROUP_STATEMENT_PG: &str = "WITH \
      marked AS (UPDATE transfers SET status = 'broadcast' WHERE status = 'signed' \
          AND id = ANY (ARRAY(SELECT CAST(m AS BIGINT) FROM jsonb_array_elements_text($4::jsonb) AS m))), \
      taken AS (UPDATE outputs o SET spent_txid = gi.txid FROM gi \
-         WHERE o.id = gi.id AND o.id = ANY (ARRAY(SELECT id FROM gi)) AND o.spent_txid IS NULL \
+         WHERE o.id = gi.id AND o.id = ANY (ARRAY(SELECT id FROM gi)) AND COALESCE(o.spent_txid, '') = '' \
          RETURNING o.id), \
      t AS (INSERT INTO transfers (kind, user_id, round_id, txid, vout, raw_tx, amount_sats, fee_sats, \
          commission_sats, address, status, created_at) \
