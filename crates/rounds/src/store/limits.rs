@@ -27,6 +27,10 @@ pub type FailureUpdate =
 /// A throttle key's failure record and its attempts in flight.
 pub type ThrottleState = (Option<Failures<UnixMillis>>, u32);
 
+/// The lock [`Store::throttle_cap`] takes; no throttle key has this form
+/// (they are `u:…` and `i:…`).
+const THROTTLE_CAP_LOCK: &str = "throttle table cap";
+
 impl Store {
     /// Serialises transactions on `keys` (sorted, deduplicated by the caller).
     async fn lock_limit_keys(&self, tx: &mut Tx<'_>, keys: &[String]) -> Result<(), StoreError> {
@@ -227,18 +231,30 @@ impl Store {
         if n <= max {
             return Ok(usize::try_from(n).unwrap_or(0));
         }
-        let batch = (max / 100).max(1).max(n - max);
-        sqlx::query(
-            "DELETE FROM throttle_failures WHERE key IN \
-             (SELECT key FROM throttle_failures ORDER BY expires_ms LIMIT $1)",
-        )
-        .bind(batch)
-        .execute(&self.pool)
-        .await?;
-        // Counted again: a concurrent check may have deleted the same rows.
-        let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM throttle_failures")
-            .fetch_one(&self.pool)
+        // One trimmer at a time, counting again under the lock. Two at once
+        // (PostgreSQL reads each DELETE's subquery from its own snapshot)
+        // chose the same oldest rows, deleted them once between them, and
+        // left the table over the cap after every check had run.
+        let mut tx = self.pool.begin().await?;
+        self.lock_limit_keys(&mut tx, &[THROTTLE_CAP_LOCK.to_string()])
             .await?;
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM throttle_failures")
+            .fetch_one(&mut *tx)
+            .await?;
+        if n > max {
+            let batch = (max / 100).max(1).max(n - max);
+            sqlx::query(
+                "DELETE FROM throttle_failures WHERE key IN \
+                 (SELECT key FROM throttle_failures ORDER BY expires_ms LIMIT $1)",
+            )
+            .bind(batch)
+            .execute(&mut *tx)
+            .await?;
+        }
+        let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM throttle_failures")
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
         Ok(usize::try_from(left).unwrap_or(0))
     }
 
