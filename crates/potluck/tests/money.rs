@@ -1733,15 +1733,7 @@ async fn a_round_takes_no_more_bets_than_its_payout_can_spend() {
         (r["status"] == "closed").then_some(r)
     })
     .await;
-    let txid = Txid::from_str(r["payout"]["txid"].as_str().unwrap()).unwrap();
-    let tx = rig
-        .rpc
-        .get_raw_transaction(&txid)
-        .await
-        .unwrap()
-        .expect("payout in the mempool");
-    assert_eq!(tx.input.len(), 1_400);
-    assert!(tx.weight().to_wu() <= 400_000, "{}", tx.weight());
+    assert_spends_1400_within_the_standard_weight(&rig, &r["payout"]["txid"]).await;
     rig.mine(1).await;
     wait_for(Duration::from_secs(60), || async {
         (rig.round(id).await["payout"]["status"] == "confirmed").then_some(())
@@ -1750,6 +1742,20 @@ async fn a_round_takes_no_more_bets_than_its_payout_can_spend() {
     rig.conservation(&tokens.iter().map(String::as_str).collect::<Vec<_>>())
         .await;
     rig.finish().await;
+}
+
+/// The transaction `txid` (in the mempool) spends 1,400 inputs and weighs
+/// no more than Bitcoin Core relays (400,000 weight units).
+async fn assert_spends_1400_within_the_standard_weight(rig: &Rig, txid: &Value) {
+    let txid = Txid::from_str(txid.as_str().unwrap()).unwrap();
+    let tx = rig
+        .rpc
+        .get_raw_transaction(&txid)
+        .await
+        .unwrap()
+        .expect("in the mempool");
+    assert_eq!(tx.input.len(), 1_400);
+    assert!(tx.weight().to_wu() <= 400_000, "{}", tx.weight());
 }
 
 /// Pays `per_user` outputs of `sats` from the chain's faucet to each user's
@@ -1818,15 +1824,7 @@ async fn a_withdrawal_needing_more_inputs_than_one_transaction_holds_is_refused_
     );
     let r = rig.withdraw(&t, to, max).await;
     assert_eq!(r.status, 201, "{}", r.text());
-    let txid = Txid::from_str(r.json()["txid"].as_str().unwrap()).unwrap();
-    let tx = rig
-        .rpc
-        .get_raw_transaction(&txid)
-        .await
-        .unwrap()
-        .expect("withdrawal in the mempool");
-    assert_eq!(tx.input.len(), 1_400);
-    assert!(tx.weight().to_wu() <= 400_000, "{}", tx.weight());
+    assert_spends_1400_within_the_standard_weight(&rig, &r.json()["txid"]).await;
     rig.conservation(&[&t]).await;
     rig.finish().await;
 }
