@@ -273,34 +273,29 @@ pub fn user_payment(wallet: &Wallet, p: UserPayment<'_>) -> Result<Signed, Spend
             Err(e) => return Err(refused(e)),
         }
     }
-    // Not payable from `usable`: say what it lacks, as a build of all of
-    // them says it (unsigned; nothing above was built when the sum never
+    // Not payable from `usable`: say what it lacks, as a build of all the
+    // coins says it (unsigned; nothing above was built when the sum never
     // covered the amount).
-    let all = outputs
-        .iter()
-        .map(|o| spendable(o, path, script))
-        .collect::<Result<Vec<_>, _>>()?;
-    let short =
-        match wallet::build_transaction(&all, std::slice::from_ref(&payment), Some(script), rate) {
-            Ok(_) => None,
-            Err(e) => Some(refused(SpendError::Build(e))),
-        };
-    match short {
-        Some(failure) => Err(failure),
-        // The whole balance would pay it, but not in one transaction: the
-        // most one payment can take is what the largest coins leave after
-        // their fee, paid without change.
-        None => {
-            let max = wallet::build_transaction(&inputs, &[], Some(to), rate)
-                .ok()
-                .and_then(|b| b.change)
-                .map_or(0, |(_, v)| sats(v));
-            Err(SpendFailure::TooManyInputs {
-                max_inputs: MAX_TX_INPUTS,
-                max_amount_sats: max,
-            })
-        }
+    let mut all = inputs.clone();
+    for o in &outputs[usable.len()..] {
+        all.push(spendable(o, path, script)?);
     }
+    if let Err(e) =
+        wallet::build_transaction(&all, std::slice::from_ref(&payment), Some(script), rate)
+    {
+        return Err(refused(SpendError::Build(e)));
+    }
+    // The whole balance would pay it, but not in one transaction: the most
+    // one payment can take is what the largest coins leave after their fee,
+    // paid without change.
+    let max = wallet::build_transaction(&inputs, &[], Some(to), rate)
+        .ok()
+        .and_then(|b| b.change)
+        .map_or(0, |(_, v)| sats(v));
+    Err(SpendFailure::TooManyInputs {
+        max_inputs: MAX_TX_INPUTS,
+        max_amount_sats: max,
+    })
 }
 
 /// What a user payment records beside its transaction.

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use sqlx::Row;
 use tokio::sync::oneshot;
 
-use super::ledger::{placeholders, LedgerError, Tx, BATCH};
+use super::ledger::{placeholders, LedgerError, Tx, BATCH, GROW_OPEN_ROUND};
 use super::{Backend, Store, StoreError};
 use crate::domain::money::{Intent, NewOutput};
 use crate::domain::time::unix_now;
@@ -402,17 +402,14 @@ impl Store {
         // fill past its cap refuses the group too: its bets are then tried
         // one by one, and those that still fit are placed.
         for (&round_id, growth) in rounds {
-            let open = sqlx::query(
-                "UPDATE rounds SET pot_sats = pot_sats + $3, bet_count = bet_count + $4 \
-                 WHERE id = $1 AND status = 'open' AND closes_at > $2 AND bet_count + $4 <= $5",
-            )
-            .bind(round_id)
-            .bind(now)
-            .bind(growth.pot_sats)
-            .bind(growth.bets)
-            .bind(self.max_round_bets())
-            .execute(&mut *tx)
-            .await?;
+            let open = sqlx::query(GROW_OPEN_ROUND)
+                .bind(round_id)
+                .bind(now)
+                .bind(growth.pot_sats)
+                .bind(growth.bets)
+                .bind(self.max_round_bets())
+                .execute(&mut *tx)
+                .await?;
             if open.rows_affected() != 1 {
                 return Err(LedgerError::WrongStatus {
                     round_id,

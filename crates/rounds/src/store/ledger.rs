@@ -320,6 +320,13 @@ pub(super) async fn insert_intent(tx: &mut Tx<'_>, intent: &Intent) -> Result<i6
     Ok(id)
 }
 
+/// Grows round `$1` by `$4` bets worth `$3` while it is open at `$2` and
+/// holds at most `$5` bets after them; otherwise changes nothing (the row
+/// count says so). The one guard of every path that writes bets.
+pub(super) const GROW_OPEN_ROUND: &str =
+    "UPDATE rounds SET pot_sats = pot_sats + $3, bet_count = bet_count + $4 \
+     WHERE id = $1 AND status = 'open' AND closes_at > $2 AND bet_count + $4 <= $5";
+
 pub(super) async fn recount_round(tx: &mut Tx<'_>, round_id: i64) -> Result<(), sqlx::Error> {
     sqlx::query(&format!(
         "UPDATE rounds SET pot_sats = (SELECT {} FROM bets WHERE round_id = $1 AND status = 'placed'), \
@@ -495,16 +502,14 @@ impl Store {
         // The bet count in the same statement: a full round refuses the bet
         // under the same lock as a closed one.
         let now = unix_now();
-        let open = sqlx::query(
-            "UPDATE rounds SET pot_sats = pot_sats + $3, bet_count = bet_count + 1 \
-             WHERE id = $1 AND status = 'open' AND closes_at > $2 AND bet_count < $4",
-        )
-        .bind(round_id)
-        .bind(now)
-        .bind(intent.amount_sats)
-        .bind(self.max_round_bets())
-        .execute(&mut *tx)
-        .await?;
+        let open = sqlx::query(GROW_OPEN_ROUND)
+            .bind(round_id)
+            .bind(now)
+            .bind(intent.amount_sats)
+            .bind(1_i64)
+            .bind(self.max_round_bets())
+            .execute(&mut *tx)
+            .await?;
         if open.rows_affected() != 1 {
             return Err(self.refusal(&mut tx, round_id, now).await?);
         }
