@@ -590,7 +590,22 @@ fn main() {
             "multi_thread"
         }
     );
+    println!("idle vCPUs: {}", idle_policy());
     runtime.block_on(bench());
+}
+
+/// How this machine's idle CPUs wait for work. On a virtual machine a halted vCPU costs an
+/// exit to the host and back on every wake-up, which every hand-off between threads and every
+/// completed flush pays; `guest_halt_poll_ns` above 0 makes the guest poll first. The figures
+/// move with it (docs/node.md, "The machine's share"), so the run names it.
+fn idle_policy() -> String {
+    let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_owned());
+    let driver = read("/sys/devices/system/cpu/cpuidle/current_driver")
+        .unwrap_or_else(|_| "unknown".into());
+    match read("/sys/module/haltpoll/parameters/guest_halt_poll_ns") {
+        Ok(ns) => format!("cpuidle driver {driver}, guest_halt_poll_ns {ns}"),
+        Err(_) => format!("cpuidle driver {driver}"),
+    }
 }
 
 async fn bench() {
