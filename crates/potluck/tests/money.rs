@@ -1969,3 +1969,71 @@ async fn a_payout_that_would_leave_the_winner_nothing_waits_for_the_admin_retry(
     rig.conservation(&tokens).await;
     rig.finish().await;
 }
+
+/// Attack: malformed amounts in the bodies of the three endpoints that move
+/// money (a bet, a withdrawal, the development faucet): floats, exponents,
+/// strings, integers beyond i64, null, a missing field, and a JSON array
+/// (which serde would read as the struct's fields by position). Each is
+/// refused with the structured 422 `invalid_body`, and no coins move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_amounts_are_refused_in_the_error_format_and_move_nothing() {
+    let rig = Rig::with_rounds(Db::Sqlite, "3600").await;
+    let t = rig.s().user("rhea", "10.0.13.1").await;
+    rig.deposit(&t, 200_000).await;
+    let dest = "bcrt1qs758ursh4q9z627kt3pp5yysm78ddny6txaqgw";
+    let amounts = [
+        "1.5",
+        "5000.0",
+        "5e3",
+        "\"5000\"",
+        "18446744073709551616",
+        "-99999999999999999999",
+        "null",
+    ];
+    let mut bodies: Vec<(&str, String)> = Vec::new();
+    for a in amounts {
+        bodies.push(("/rounds/current/bets", format!(r#"{{"amount_sats": {a}}}"#)));
+        bodies.push((
+            "/users/me/withdrawals",
+            format!(r#"{{"address": "{dest}", "amount_sats": {a}}}"#),
+        ));
+        bodies.push(("/dev/faucet", format!(r#"{{"amount_sats": {a}}}"#)));
+    }
+    bodies.push(("/rounds/current/bets", "{}".to_string()));
+    bodies.push((
+        "/users/me/withdrawals",
+        format!(r#"{{"address": "{dest}"}}"#),
+    ));
+    bodies.push(("/rounds/current/bets", "[5000]".to_string()));
+    bodies.push(("/users/me/withdrawals", format!(r#"["{dest}", 5000]"#)));
+    bodies.push(("/dev/faucet", "[5000]".to_string()));
+    bodies.push(("/dev/faucet", "not json".to_string()));
+    let bearer = auth(&t);
+    for (path, body) in &bodies {
+        let r = support::request(
+            rig.s().addr,
+            "POST",
+            path,
+            &[("authorization", &bearer)],
+            Some(body.as_bytes().to_vec()),
+        )
+        .await;
+        let structured: Option<Value> = serde_json::from_slice(&r.body).ok();
+        assert_eq!(
+            (
+                r.status,
+                structured.as_ref().map(|v| v["detail"]["code"].clone())
+            ),
+            (422, Some(json!("invalid_body"))),
+            "POST {path} {body}: {} {}",
+            r.status,
+            r.text()
+        );
+    }
+    let me = rig.me(&t).await;
+    assert_eq!(me["balance_sats"], 200_000, "{me}");
+    assert_eq!(me["has_pending"], false, "{me}");
+    let txs = rig.transactions(&t).await;
+    assert_eq!(txs["transactions"].as_array().unwrap().len(), 1, "{txs}");
+    rig.finish().await;
+}
