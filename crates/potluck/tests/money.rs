@@ -1997,7 +1997,10 @@ async fn malformed_amounts_are_refused_in_the_error_format_and_move_nothing() {
             "/users/me/withdrawals",
             format!(r#"{{"address": "{dest}", "amount_sats": {a}}}"#),
         ));
-        bodies.push(("/dev/faucet", format!(r#"{{"amount_sats": {a}}}"#)));
+        // The faucet's amount is optional: null asks for the default.
+        if a != "null" {
+            bodies.push(("/dev/faucet", format!(r#"{{"amount_sats": {a}}}"#)));
+        }
     }
     bodies.push(("/rounds/current/bets", "{}".to_string()));
     bodies.push((

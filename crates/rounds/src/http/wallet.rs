@@ -165,11 +165,11 @@ pub struct FaucetPaid {
 /// Development chain only: sends the caller test coins and mines until they are credited.
 #[utoipa::path(post, path = "/dev/faucet", tag = "dev", security(("bearer" = [])),
     request_body = FaucetRequest,
-    responses((status = 200, body = FaucetPaid), (status = 422, description = "faucet_amount_invalid", body = ErrorBody)))]
+    responses((status = 200, body = FaucetPaid), (status = 422, description = "faucet_amount_invalid, invalid_body", body = ErrorBody)))]
 async fn faucet(
     State(state): State<AppState>,
     user: AuthUser,
-    body: Option<Json<FaucetRequest>>,
+    body: Option<ApiJson<FaucetRequest>>,
 ) -> Result<Json<FaucetPaid>, ApiError> {
     let amount = body
         .and_then(|b| b.0.amount_sats)
