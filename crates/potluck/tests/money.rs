@@ -2040,3 +2040,48 @@ async fn malformed_amounts_are_refused_in_the_error_format_and_move_nothing() {
     assert_eq!(txs["transactions"].as_array().unwrap().len(), 1, "{txs}");
     rig.finish().await;
 }
+
+/// Attack: malformed page parameters of the round history and of the
+/// caller's transaction history (not numbers, fractions, beyond i64) get the
+/// structured 422 `invalid_query` naming the problem, like every other
+/// refusal, rather than a plain-text answer the dashboard cannot read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_page_queries_are_refused_in_the_error_format() {
+    let rig = Rig::with_rounds(Db::Sqlite, "3600").await;
+    let t = rig.s().user("sven", "10.0.14.1").await;
+    let bearer = auth(&t);
+    for path in ["/rounds", "/users/me/transactions"] {
+        for query in [
+            "limit=abc",
+            "limit=1.5",
+            "before_id=x",
+            "before_id=99999999999999999999",
+        ] {
+            let r = rig
+                .s()
+                .get(&format!("{path}?{query}"), &[("authorization", &bearer)])
+                .await;
+            let structured: Option<Value> = serde_json::from_slice(&r.body).ok();
+            assert_eq!(
+                (
+                    r.status,
+                    structured.as_ref().map(|v| v["detail"]["code"].clone())
+                ),
+                (422, Some(json!("invalid_query"))),
+                "GET {path}?{query}: {} {}",
+                r.status,
+                r.text()
+            );
+        }
+        // Well-formed pages still answer, out-of-range limits clamped.
+        let r = rig
+            .s()
+            .get(
+                &format!("{path}?limit=0&before_id=5"),
+                &[("authorization", &bearer)],
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    rig.finish().await;
+}
