@@ -206,6 +206,27 @@ impl<T: DeserializeOwned> axum::extract::OptionalFromRequest<AppState> for ApiJs
     }
 }
 
+/// Query parameters whose rejection uses the structured error format
+/// (`invalid_query`), not axum's plain-text 400.
+#[derive(Debug)]
+pub struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequestParts<AppState> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Query(q)| ApiQuery(q))
+            .map_err(|e| {
+                ApiError::validation(ErrorCode::InvalidQuery, e.body_text(), ErrorParams::none())
+            })
+    }
+}
+
 /// JSON body of an admin endpoint; rejections are bare strings.
 #[derive(Debug)]
 pub struct AdminJson(pub serde_json::Value);

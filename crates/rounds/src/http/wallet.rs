@@ -1,6 +1,6 @@
 //! The caller's money: withdrawals, the transaction history, and the development faucet.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -12,7 +12,7 @@ use crate::domain::round::TransferProgress;
 use crate::domain::settings::DUST_LIMIT_SATS;
 use crate::http::codes::ErrorCode;
 use crate::http::error::{ApiError, ErrorBody, ErrorParams};
-use crate::http::extract::{ApiJson, AuthUser};
+use crate::http::extract::{ApiJson, ApiQuery, AuthUser};
 use crate::http::rounds::{paid_status, Page};
 use crate::http::state::AppState;
 use crate::http::views::TransferView;
@@ -109,7 +109,7 @@ pub struct TransferPage {
 async fn transactions(
     State(state): State<AppState>,
     user: AuthUser,
-    Query(page): Query<Page>,
+    ApiQuery(page): ApiQuery<Page>,
 ) -> Result<Json<TransferPage>, ApiError> {
     let p = state
         .history
