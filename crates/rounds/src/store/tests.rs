@@ -1723,7 +1723,7 @@ async fn a_retried_payout_records_the_winner_output_the_failed_one_lacked(b: Bac
     s.connect_block(
         11,
         "h11",
-        &[new_txid.clone()],
+        std::slice::from_ref(&new_txid),
         &[crate::store::chain::Deposit {
             txid: new_txid.clone(),
             vout: 1,
