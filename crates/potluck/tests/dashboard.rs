@@ -31,6 +31,7 @@ const SERVICE_CODES: &[&str] = &[
     "not_found",
     "internal_error",
     "invalid_body",
+    "invalid_query",
     "password_too_short",
     "password_too_long",
     "username_too_short",

@@ -1828,3 +1828,260 @@ async fn a_withdrawal_needing_more_inputs_than_one_transaction_holds_is_refused_
     rig.conservation(&[&t]).await;
     rig.finish().await;
 }
+
+/// Two players bet `amount_sats` each in a fresh round at 10 sat/vB; returns
+/// the round id, the players' tokens and addresses by name.
+async fn small_pot_round(
+    rig: &Rig,
+    names: [&str; 2],
+    amount_sats: i64,
+) -> (i64, Vec<(String, String, String)>) {
+    let mut players = Vec::new();
+    for (i, n) in names.iter().enumerate() {
+        let t = rig.s().user(n, &format!("10.0.12.{}", i + 1)).await;
+        rig.deposit(&t, 100_000).await;
+        let address = rig.me(&t).await["address"].as_str().unwrap().to_string();
+        players.push((n.to_string(), t, address));
+    }
+    let r = rig
+        .s()
+        .admin_put("/admin/config", json!({"fee_rate_sat_vb": 10}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let id = rig.fresh_round().await;
+    for (_, t, _) in &players {
+        let r = rig.bet(t, amount_sats).await;
+        assert_eq!(r.status, 201, "{}", r.text());
+        assert_eq!(r.json()["round_id"], id);
+    }
+    (id, players)
+}
+
+/// Checks the closed round's payout on the chain: the winner's output holds
+/// exactly pot − commission − miner fee, and the miner gets no more than
+/// `rate` (sat/vB) asks for the transaction's size; returns the winner's share.
+async fn assert_winner_paid(
+    rig: &Rig,
+    round: &Value,
+    pot: i64,
+    rate: i64,
+    players: &[(String, String, String)],
+) -> i64 {
+    let winner = verify_draw(rig, round).await;
+    let payout = &round["payout"];
+    let tx = rig
+        .rpc
+        .get_raw_transaction(&Txid::from_str(payout["txid"].as_str().unwrap()).unwrap())
+        .await
+        .unwrap()
+        .expect("payout on chain");
+    let address = &players.iter().find(|p| p.0 == winner).unwrap().2;
+    let winner_script = Address::from_str(address)
+        .unwrap()
+        .assume_checked()
+        .script_pubkey();
+    let to_winner: Vec<i64> = tx
+        .output
+        .iter()
+        .filter(|o| o.script_pubkey == winner_script)
+        .map(|o| o.value.to_sat() as i64)
+        .collect();
+    let out_sum: i64 = tx.output.iter().map(|o| o.value.to_sat() as i64).sum();
+    let commission = pot * 30 / 100;
+    assert_eq!(
+        to_winner.len(),
+        1,
+        "the winner {winner} has no output in the payout {tx:?}; round {round}"
+    );
+    assert_eq!(payout["commission_sats"], commission);
+    assert_eq!(payout["fee_sats"], pot - out_sum);
+    assert_eq!(payout["winner_sats"], to_winner[0]);
+    assert_eq!(to_winner[0], pot - commission - (pot - out_sum));
+    let vsize = i64::try_from(tx.vsize()).unwrap();
+    assert!(
+        pot - out_sum <= rate * (vsize + 1),
+        "miner fee {} for {vsize} vB at {rate} sat/vB",
+        pot - out_sum
+    );
+    to_winner[0]
+}
+
+/// Attack: a winning share above dust but below what the wallet keeps as
+/// change (at 10 sat/vB, 990 sats for P2WPKH). Two bets of 2,000 sats (both
+/// accepted: above `min_bet_sats` and not uneconomic) leave the winner
+/// 4,000 − 1,200 − 2,090 = 710 sats: that is the winner's money and must be
+/// paid to them, not left to the miner while the commission is paid in full.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_winning_share_goes_to_the_winner_not_the_miner() {
+    let rig = Rig::new(Db::Sqlite).await;
+    let (id, players) = small_pot_round(&rig, ["nina", "omar"], 2_000).await;
+    rig.wait_status(id, "drawing").await;
+    rig.mine(1).await;
+    let closed = rig.wait_status(id, "closed").await;
+    let won = assert_winner_paid(&rig, &closed, 4_000, 10, &players).await;
+    assert_eq!(won, 710);
+    let tokens: Vec<&str> = players.iter().map(|p| p.1.as_str()).collect();
+    rig.conservation(&tokens).await;
+    rig.finish().await;
+}
+
+/// Attack: a pot whose commission and miner fee leave the winner less than
+/// dust (two bets of 1,400 sats at 10 sat/vB: 2,800 − 840 − 2,090 < 0). The
+/// payout must not be signed without the winner (the commission paid, the
+/// winner's share to the miner): the round waits as `payout_failed`, and
+/// the admin retry at a lower fee rate pays the winner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payout_that_would_leave_the_winner_nothing_waits_for_the_admin_retry() {
+    let rig = Rig::new(Db::Sqlite).await;
+    let (id, players) = small_pot_round(&rig, ["pia", "quinn"], 1_400).await;
+    rig.wait_status(id, "drawing").await;
+    rig.mine(1).await;
+    let failed = wait_for(Duration::from_secs(60), || async {
+        let r = rig.round(id).await;
+        (r["status"] == "payout_failed" || r["status"] == "closed").then_some(r)
+    })
+    .await;
+    assert_eq!(failed["status"], "payout_failed", "{failed}");
+    assert!(failed["payout"].is_null(), "{failed}");
+    let audit = rig.s().admin_get("/admin/audit").await.json();
+    let entry = audit["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event"] == "payout_failed")
+        .cloned()
+        .expect("payout_failed audited");
+    assert_eq!(entry["details"]["round_id"], id);
+    let r = rig
+        .s()
+        .admin_put("/admin/config", json!({"fee_rate_sat_vb": 2}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = rig
+        .s()
+        .admin_post(&format!("/admin/rounds/{id}/retry-payout"), json!({}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let closed = rig.wait_status(id, "closed").await;
+    let won = assert_winner_paid(&rig, &closed, 2_800, 2, &players).await;
+    assert!(won > 1_500, "{won}");
+    let tokens: Vec<&str> = players.iter().map(|p| p.1.as_str()).collect();
+    rig.conservation(&tokens).await;
+    rig.finish().await;
+}
+
+/// Attack: malformed amounts in the bodies of the three endpoints that move
+/// money (a bet, a withdrawal, the development faucet): floats, exponents,
+/// strings, integers beyond i64, null, a missing field, and a JSON array
+/// (which serde would read as the struct's fields by position). Each is
+/// refused with the structured 422 `invalid_body`, and no coins move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_amounts_are_refused_in_the_error_format_and_move_nothing() {
+    let rig = Rig::with_rounds(Db::Sqlite, "3600").await;
+    let t = rig.s().user("rhea", "10.0.13.1").await;
+    rig.deposit(&t, 200_000).await;
+    let dest = "bcrt1qs758ursh4q9z627kt3pp5yysm78ddny6txaqgw";
+    let amounts = [
+        "1.5",
+        "5000.0",
+        "5e3",
+        "\"5000\"",
+        "18446744073709551616",
+        "-99999999999999999999",
+        "null",
+    ];
+    let mut bodies: Vec<(&str, String)> = Vec::new();
+    for a in amounts {
+        bodies.push(("/rounds/current/bets", format!(r#"{{"amount_sats": {a}}}"#)));
+        bodies.push((
+            "/users/me/withdrawals",
+            format!(r#"{{"address": "{dest}", "amount_sats": {a}}}"#),
+        ));
+        // The faucet's amount is optional: null asks for the default.
+        if a != "null" {
+            bodies.push(("/dev/faucet", format!(r#"{{"amount_sats": {a}}}"#)));
+        }
+    }
+    bodies.push(("/rounds/current/bets", "{}".to_string()));
+    bodies.push((
+        "/users/me/withdrawals",
+        format!(r#"{{"address": "{dest}"}}"#),
+    ));
+    bodies.push(("/rounds/current/bets", "[5000]".to_string()));
+    bodies.push(("/users/me/withdrawals", format!(r#"["{dest}", 5000]"#)));
+    bodies.push(("/dev/faucet", "[5000]".to_string()));
+    bodies.push(("/dev/faucet", "not json".to_string()));
+    let bearer = auth(&t);
+    for (path, body) in &bodies {
+        let r = support::request(
+            rig.s().addr,
+            "POST",
+            path,
+            &[("authorization", &bearer)],
+            Some(body.as_bytes().to_vec()),
+        )
+        .await;
+        let structured: Option<Value> = serde_json::from_slice(&r.body).ok();
+        assert_eq!(
+            (
+                r.status,
+                structured.as_ref().map(|v| v["detail"]["code"].clone())
+            ),
+            (422, Some(json!("invalid_body"))),
+            "POST {path} {body}: {} {}",
+            r.status,
+            r.text()
+        );
+    }
+    let me = rig.me(&t).await;
+    assert_eq!(me["balance_sats"], 200_000, "{me}");
+    assert_eq!(me["has_pending"], false, "{me}");
+    let txs = rig.transactions(&t).await;
+    assert_eq!(txs["transactions"].as_array().unwrap().len(), 1, "{txs}");
+    rig.finish().await;
+}
+
+/// Attack: malformed page parameters of the round history and of the
+/// caller's transaction history (not numbers, fractions, beyond i64) get the
+/// structured 422 `invalid_query` naming the problem, like every other
+/// refusal, rather than a plain-text answer the dashboard cannot read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_page_queries_are_refused_in_the_error_format() {
+    let rig = Rig::with_rounds(Db::Sqlite, "3600").await;
+    let t = rig.s().user("sven", "10.0.14.1").await;
+    let bearer = auth(&t);
+    for path in ["/rounds", "/users/me/transactions"] {
+        for query in [
+            "limit=abc",
+            "limit=1.5",
+            "before_id=x",
+            "before_id=99999999999999999999",
+        ] {
+            let r = rig
+                .s()
+                .get(&format!("{path}?{query}"), &[("authorization", &bearer)])
+                .await;
+            let structured: Option<Value> = serde_json::from_slice(&r.body).ok();
+            assert_eq!(
+                (
+                    r.status,
+                    structured.as_ref().map(|v| v["detail"]["code"].clone())
+                ),
+                (422, Some(json!("invalid_query"))),
+                "GET {path}?{query}: {} {}",
+                r.status,
+                r.text()
+            );
+        }
+        // Well-formed pages still answer, out-of-range limits clamped.
+        let r = rig
+            .s()
+            .get(
+                &format!("{path}?limit=0&before_id=5"),
+                &[("authorization", &bearer)],
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    rig.finish().await;
+}

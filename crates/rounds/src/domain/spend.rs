@@ -45,6 +45,20 @@ pub enum SpendFailure {
         /// The most one payment can take (the largest coins, less their fee).
         max_amount_sats: i64,
     },
+    /// A payout whose commission and miner fee leave the winner less than
+    /// the dust threshold of the winner's script: no transaction pays the
+    /// winner, and one without them would give their share to the miner.
+    #[error("the pot of {pot_sats} sats pays {commission_sats} sats of commission and {fee_sats} sats of miner fee, leaving the winner less than the dust threshold of {threshold_sats} sats")]
+    ShareBelowDust {
+        /// The pot outputs spent.
+        pot_sats: i64,
+        /// The commission to the fee address.
+        commission_sats: i64,
+        /// The miner fee at the current rate.
+        fee_sats: i64,
+        /// The dust threshold of the winner's script.
+        threshold_sats: i64,
+    },
     /// A stored row is unusable (bad txid, negative amount, …).
     #[error("corrupt ledger row: {0}")]
     Corrupt(String),
@@ -353,10 +367,13 @@ fn signed_payment(built: wallet::BuiltTransaction, r: PaymentRecord) -> Signed {
 
 /// The payout of a round: every pot output in; `commission` to the fee
 /// address (folded into the winner's share when it would be dust); the rest
-/// minus the miner fee to the winner. `tip_height` as in [`UserPayment`].
+/// minus the miner fee to the winner, whatever that rest is as long as it is
+/// not dust. `tip_height` as in [`UserPayment`].
 ///
 /// # Errors
-/// Wallet failures, or [`SpendFailure::Insufficient`] when the fee eats the pot.
+/// Wallet failures, or [`SpendFailure::ShareBelowDust`] when the commission
+/// and the miner fee leave the winner less than the dust threshold of their
+/// script.
 #[allow(clippy::too_many_arguments)]
 pub fn payout(
     wallet: &Wallet,
@@ -392,42 +409,75 @@ pub fn payout(
         });
         commission_paid = commission_sats;
     }
-    let built = build_signed(
-        wallet,
-        &inputs,
-        &payments,
-        winner_script,
-        fee_rate(fee_rate_sat_vb),
-        tip_height,
-    )
-    .map_err(|e| match e {
-        SpendError::Build(BuildError::InsufficientFunds { available, needed }) => {
-            SpendFailure::Insufficient {
-                balance_sats: sats(available),
-                needed_sats: sats(needed),
-            }
+    let commission_out = if commission_paid > 0 {
+        commission
+    } else {
+        Amount::ZERO
+    };
+    let rate = fee_rate(fee_rate_sat_vb);
+    // The winner's share is a payment, not change: the wallet drops change
+    // worth less than it costs to spend later (`min_change`) to the miner,
+    // which here handed the winner's money to the miner while the
+    // commission was paid in full. The share is sized with the winner's
+    // output at its dust threshold (an output's size does not depend on its
+    // value) and then paid exactly.
+    let threshold = wallet::dust_threshold(winner_script);
+    let winner_vout = payments.len();
+    let mut sized = payments.clone();
+    sized.push(TxOut {
+        value: threshold,
+        script_pubkey: winner_script.clone(),
+    });
+    let too_small = |pot_sats: Amount, fee: Amount| SpendFailure::ShareBelowDust {
+        pot_sats: sats(pot_sats),
+        commission_sats: commission_paid,
+        fee_sats: sats(fee),
+        threshold_sats: sats(threshold),
+    };
+    let available = inputs
+        .iter()
+        .try_fold(Amount::ZERO, |acc, i| acc.checked_add(i.txout.value))
+        .ok_or_else(|| SpendFailure::Corrupt(format!("round {round_id}: the pot overflows")))?;
+    let fee = match wallet::build_transaction(&inputs, &sized, None, rate) {
+        // A fee beyond all money leaves no share: refused below.
+        Ok(b) => rate.fee_vb(b.vsize).unwrap_or(Amount::MAX_MONEY),
+        Err(BuildError::InsufficientFunds { needed, .. }) => {
+            let fee = needed
+                .checked_sub(commission_out + threshold)
+                .unwrap_or(Amount::ZERO);
+            return Err(too_small(available, fee));
         }
-        other => SpendFailure::Wallet(other.to_string()),
-    })?;
+        Err(e) => return Err(SpendFailure::Wallet(e.to_string())),
+    };
+    let share = available
+        .checked_sub(commission_out)
+        .and_then(|a| a.checked_sub(fee))
+        .filter(|share| *share >= threshold)
+        .ok_or_else(|| too_small(available, fee))?;
+    payments.push(TxOut {
+        value: share,
+        script_pubkey: winner_script.clone(),
+    });
+    let built = build_signed_exact(wallet, &inputs, &payments, rate, tip_height)
+        .map_err(|e| SpendFailure::Wallet(e.to_string()))?;
     let txid = built.tx.compute_txid().to_string();
-    let winner = built.change.map(|(v, a)| (v, sats(a)));
-    let outputs = winner
-        .map(|(vout, value)| NewOutput {
-            vout: i64::from(vout),
-            amount_sats: value,
-            user_id: Some(winner_user_id),
-            round_id: None,
-            origin: OutputOrigin::Payout,
-        })
-        .into_iter()
-        .collect();
+    let vout = u32::try_from(winner_vout)
+        .map_err(|_| SpendFailure::Corrupt(format!("winner vout {winner_vout}")))?;
+    let share_sats = sats(share);
+    let outputs = vec![NewOutput {
+        vout: i64::from(vout),
+        amount_sats: share_sats,
+        user_id: Some(winner_user_id),
+        round_id: None,
+        origin: OutputOrigin::Payout,
+    }];
     let intent = Intent {
         kind: TransferKind::Payout,
         user_id: Some(winner_user_id),
         round_id: Some(round_id),
         txid,
         raw_tx: bitcoin::consensus::encode::serialize_hex(&built.tx),
-        amount_sats: winner.map_or(0, |w| w.1),
+        amount_sats: share_sats,
         fee_sats: sats(built.fee),
         commission_sats: commission_paid,
         address: None,
@@ -437,8 +487,22 @@ pub fn payout(
     Ok(Signed {
         tx: built.tx,
         intent,
-        change: winner,
+        change: Some((vout, share_sats)),
     })
+}
+
+/// Builds and signs `payments` without change: every satoshi not paid is the fee.
+fn build_signed_exact(
+    wallet: &Wallet,
+    inputs: &[SpendableOutput],
+    payments: &[TxOut],
+    rate: FeeRate,
+    tip_height: Option<u32>,
+) -> Result<wallet::BuiltTransaction, SpendError> {
+    match tip_height {
+        Some(h) => wallet.build_signed_at(inputs, payments, None, rate, h),
+        None => wallet.build_signed(inputs, payments, None, rate),
+    }
 }
 
 /// Builds and signs, with anti-fee-sniping `nLockTime` when the tip is known.
@@ -537,6 +601,95 @@ mod tests {
             ),
             Err(SpendFailure::Wallet(_))
         ));
+    }
+
+    /// Pot outputs of round 9 with these values.
+    fn pot_of(amounts: &[i64]) -> Vec<Coin> {
+        amounts
+            .iter()
+            .enumerate()
+            .map(|(i, a)| Coin {
+                id: i64::try_from(i).unwrap(),
+                txid: format!("{:064x}", i + 1),
+                vout: 0,
+                amount_sats: *a,
+                user_id: None,
+                round_id: Some(9),
+                origin: OutputOrigin::Pot,
+                block_height: Some(1),
+            })
+            .collect()
+    }
+
+    /// A winning share above dust but below what the wallet keeps as change
+    /// is paid to the winner, to the satoshi; less than dust is refused,
+    /// never signed away to the miner with the commission paid.
+    #[test]
+    fn a_payout_pays_any_share_above_dust_and_refuses_less() {
+        let w = wallet();
+        let (_, winner) = user_key(&w, 1).unwrap();
+        let (_, fee_script) = user_key(&w, 2).unwrap();
+        let rate = FeeRate::from_sat_per_vb(10).unwrap();
+        let signed = payout(
+            &w,
+            9,
+            &pot_of(&[2_000, 2_000]),
+            &fee_script,
+            1_200,
+            &winner,
+            1,
+            10,
+            Some(100),
+        )
+        .unwrap();
+        let (vout, share) = signed.change.unwrap();
+        assert_eq!(vout, 1);
+        assert_eq!(signed.tx.output.len(), 2);
+        assert_eq!(signed.tx.output[1].script_pubkey, winner);
+        assert_eq!(sats(signed.tx.output[1].value), share);
+        assert_eq!(sats(signed.tx.output[0].value), 1_200);
+        assert_eq!(share + 1_200 + signed.intent.fee_sats, 4_000);
+        assert_eq!(signed.intent.amount_sats, share);
+        assert_eq!(signed.intent.outputs[0].amount_sats, share);
+        assert!(share < sats(wallet::min_change(&winner, rate)), "{share}");
+        assert!(share >= 294, "{share}");
+        // The fee is the rate's for the transaction's size, no more.
+        assert!(signed.intent.fee_sats <= 10 * i64::try_from(signed.tx.vsize() + 1).unwrap());
+
+        let refused = payout(
+            &w,
+            9,
+            &pot_of(&[1_400, 1_400]),
+            &fee_script,
+            840,
+            &winner,
+            1,
+            10,
+            None,
+        );
+        assert!(
+            matches!(
+                refused,
+                Err(SpendFailure::ShareBelowDust {
+                    pot_sats: 2_800,
+                    commission_sats: 840,
+                    threshold_sats: 294,
+                    ..
+                })
+            ),
+            "{refused:?}"
+        );
+
+        // A refund (no commission) below the change minimum is paid too.
+        let rate = FeeRate::from_sat_per_vb(4).unwrap();
+        let refund = payout(&w, 9, &pot_of(&[800]), &fee_script, 0, &winner, 1, 4, None).unwrap();
+        let (vout, share) = refund.change.unwrap();
+        assert_eq!((vout, refund.tx.output.len()), (0, 1));
+        assert_eq!(share + refund.intent.fee_sats, 800);
+        assert!(
+            share >= 294 && share < sats(wallet::min_change(&winner, rate)),
+            "{share}"
+        );
     }
 
     fn pay(w: &Wallet, outputs: &[Coin], amount_sats: i64) -> Result<Signed, SpendFailure> {

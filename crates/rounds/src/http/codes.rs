@@ -52,6 +52,8 @@ error_codes! {
     InternalError = "internal_error",
     /// The body is not the JSON the endpoint expects.
     InvalidBody = "invalid_body",
+    /// A query parameter is not of the type the endpoint expects.
+    InvalidQuery = "invalid_query",
     /// Password shorter than the minimum.
     PasswordTooShort = "password_too_short",
     /// Password longer than the maximum.

@@ -188,6 +188,45 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
     }
 }
 
+/// An optional body (`Option<ApiJson<T>>`): absent only when the request
+/// names no `Content-Type`, as axum's `Json` decides; a body that is sent is
+/// read as [`ApiJson`] reads it, so a malformed one gets the structured
+/// `invalid_body` answer rather than axum's plain-text rejection (and an
+/// array is not taken as the struct's fields by position).
+impl<T: DeserializeOwned> axum::extract::OptionalFromRequest<AppState> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Option<Self>, Self::Rejection> {
+        if !req.headers().contains_key(axum::http::header::CONTENT_TYPE) {
+            return Ok(None);
+        }
+        <Self as FromRequest<AppState>>::from_request(req, state)
+            .await
+            .map(Some)
+    }
+}
+
+/// Query parameters whose rejection uses the structured error format
+/// (`invalid_query`), not axum's plain-text 400.
+#[derive(Debug)]
+pub struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequestParts<AppState> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Query(q)| ApiQuery(q))
+            .map_err(|e| {
+                ApiError::validation(ErrorCode::InvalidQuery, e.body_text(), ErrorParams::none())
+            })
+    }
+}
+
 /// JSON body of an admin endpoint; rejections are bare strings.
 #[derive(Debug)]
 pub struct AdminJson(pub serde_json::Value);

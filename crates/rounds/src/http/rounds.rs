@@ -2,7 +2,7 @@
 
 use std::convert::Infallible;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -16,7 +16,7 @@ use utoipa_axum::routes;
 use crate::http::client_ip::ClientIp;
 use crate::http::codes::ErrorCode;
 use crate::http::error::{ApiError, ErrorBody, ErrorParams};
-use crate::http::extract::{ApiJson, AuthUser, MaybeUser, SignedBearer};
+use crate::http::extract::{ApiJson, ApiQuery, AuthUser, MaybeUser, SignedBearer};
 use crate::http::state::AppState;
 use crate::http::views::RoundView;
 use crate::service::history::{self, Outcome};
@@ -252,7 +252,7 @@ pub struct RoundPage {
 async fn list_rounds(
     State(state): State<AppState>,
     MaybeUser(user): MaybeUser,
-    Query(page): Query<Page>,
+    ApiQuery(page): ApiQuery<Page>,
 ) -> Result<Json<RoundPage>, ApiError> {
     let limit = page.limit();
     let p = state.history.rounds_page(limit, page.before_id).await?;

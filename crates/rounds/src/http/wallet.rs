@@ -1,6 +1,6 @@
 //! The caller's money: withdrawals, the transaction history, and the development faucet.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -12,7 +12,7 @@ use crate::domain::round::TransferProgress;
 use crate::domain::settings::DUST_LIMIT_SATS;
 use crate::http::codes::ErrorCode;
 use crate::http::error::{ApiError, ErrorBody, ErrorParams};
-use crate::http::extract::{ApiJson, AuthUser};
+use crate::http::extract::{ApiJson, ApiQuery, AuthUser};
 use crate::http::rounds::{paid_status, Page};
 use crate::http::state::AppState;
 use crate::http::views::TransferView;
@@ -109,7 +109,7 @@ pub struct TransferPage {
 async fn transactions(
     State(state): State<AppState>,
     user: AuthUser,
-    Query(page): Query<Page>,
+    ApiQuery(page): ApiQuery<Page>,
 ) -> Result<Json<TransferPage>, ApiError> {
     let p = state
         .history
@@ -165,11 +165,11 @@ pub struct FaucetPaid {
 /// Development chain only: sends the caller test coins and mines until they are credited.
 #[utoipa::path(post, path = "/dev/faucet", tag = "dev", security(("bearer" = [])),
     request_body = FaucetRequest,
-    responses((status = 200, body = FaucetPaid), (status = 422, description = "faucet_amount_invalid", body = ErrorBody)))]
+    responses((status = 200, body = FaucetPaid), (status = 422, description = "faucet_amount_invalid, invalid_body", body = ErrorBody)))]
 async fn faucet(
     State(state): State<AppState>,
     user: AuthUser,
-    body: Option<Json<FaucetRequest>>,
+    body: Option<ApiJson<FaucetRequest>>,
 ) -> Result<Json<FaucetPaid>, ApiError> {
     let amount = body
         .and_then(|b| b.0.amount_sats)

@@ -714,7 +714,7 @@ impl Store {
             .await?;
         match winner_vout {
             Some(v) => {
-                sqlx::query(
+                let moved = sqlx::query(
                     "UPDATE outputs SET txid = $1, vout = $2, amount_sats = $3 WHERE txid = $4",
                 )
                 .bind(txid)
@@ -722,7 +722,23 @@ impl Store {
                 .bind(winner_sats)
                 .bind(old_txid)
                 .execute(&mut *tx)
-                .await?;
+                .await?
+                .rows_affected();
+                if moved == 0 {
+                    // A payout signed before the winner's share became a
+                    // payment may have had no winner output; without this
+                    // row the watcher would credit the new one as a deposit.
+                    sqlx::query(
+                        "INSERT INTO outputs (txid, vout, amount_sats, user_id, round_id, origin) \
+                         SELECT $1, $2, $3, user_id, NULL, 'payout' FROM transfers WHERE id = $4",
+                    )
+                    .bind(txid)
+                    .bind(v)
+                    .bind(winner_sats)
+                    .bind(transfer_id)
+                    .execute(&mut *tx)
+                    .await?;
+                }
             }
             None => {
                 sqlx::query("DELETE FROM outputs WHERE txid = $1")

@@ -123,6 +123,7 @@ both_backends!(
     the_payment_context_reads_the_coins_spendable_at_its_tip,
     a_queued_mark_reads_broadcast_to_its_user_until_it_is_committed,
     a_round_refuses_bets_past_its_cap_alone_or_grouped,
+    a_retried_payout_records_the_winner_output_the_failed_one_lacked,
 );
 
 /// A bet is answered once its broadcast is accepted, before its mark
@@ -1643,5 +1644,100 @@ async fn the_payment_context_reads_the_coins_spendable_at_its_tip(b: Backend) {
     // No such user: no payer, no coins (not another user's).
     let ctx = s.payment_context(other.id + 100).await.unwrap();
     assert_eq!((ctx.user, ctx.coins.len()), (None, 0));
+    db.cleanup().await;
+}
+
+/// A payout signed before the winner's share became a payment could leave
+/// the winner without an output (the share dropped to the miner); when such
+/// a payout failed, the admin retry updated the winner output's row, found
+/// none, and recorded nothing: the new payout's winner output was later
+/// credited as a deposit, counting the pot's money twice in the books. The
+/// retry now records the winner's output whether the failed payout had one.
+async fn a_retried_payout_records_the_winner_output_the_failed_one_lacked(b: Backend) {
+    let db = TestDb::new(b).await;
+    let s = &db.store;
+    let (user, out) = funded(s).await;
+    let round = s
+        .ensure_round(crate::domain::time::unix_now())
+        .await
+        .unwrap();
+    let (_, bet) = s
+        .place_bet(&bet_spending(user, round.id, 4, vec![out]))
+        .await
+        .unwrap();
+    s.mark_broadcast(bet).await.unwrap();
+    assert!(s
+        .close_round(round.id, async { Some(10) }, |b| b.len().to_string())
+        .await
+        .unwrap());
+    assert!(s
+        .move_round(round.id, RoundStatus::Closing, RoundStatus::Drawing)
+        .await
+        .unwrap());
+    let pot = s.pot_outputs(round.id).await.unwrap();
+    let mut failed = money::intent(
+        TransferKind::Payout,
+        user,
+        Some(round.id),
+        &"6".repeat(64),
+        vec![pot[0].id],
+    );
+    // The old payout: the commission only, no output of the winner's.
+    failed.outputs.clear();
+    failed.amount_sats = 0;
+    let payout = s
+        .begin_payout(round.id, &money::draw(), &failed)
+        .await
+        .unwrap();
+    assert!(s.payout_failed(payout, round.id, "refused").await.unwrap());
+    let new_txid = "7".repeat(64);
+    assert!(s
+        .replace_failed_payout(
+            payout,
+            round.id,
+            &failed.txid,
+            &new_txid,
+            "00",
+            2_000,
+            5_000,
+            Some(1),
+            3_000,
+            &[],
+        )
+        .await
+        .unwrap());
+    let rows = sqlx::query(
+        "SELECT vout, amount_sats, user_id, origin FROM outputs WHERE txid = $1 AND spent_txid IS NULL",
+    )
+    .bind(&new_txid)
+    .fetch_all(s.pool())
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 1, "the winner's output is recorded");
+    let r = &rows[0];
+    assert_eq!(r.try_get::<i64, _>("vout").unwrap(), 1);
+    assert_eq!(r.try_get::<i64, _>("amount_sats").unwrap(), 5_000);
+    assert_eq!(r.try_get::<Option<i64>, _>("user_id").unwrap(), Some(user));
+    assert_eq!(r.try_get::<String, _>("origin").unwrap(), "payout");
+    // Once the payout confirms, its winner output is not also a deposit.
+    s.connect_block(
+        11,
+        "h11",
+        std::slice::from_ref(&new_txid),
+        &[crate::store::chain::Deposit {
+            txid: new_txid.clone(),
+            vout: 1,
+            amount_sats: 5_000,
+            user_id: user,
+            coinbase: false,
+        }],
+    )
+    .await
+    .unwrap();
+    let deposits: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM transfers WHERE kind = 'deposit'")
+        .fetch_one(s.pool())
+        .await
+        .unwrap();
+    assert_eq!(deposits, 1, "only the funding deposit");
     db.cleanup().await;
 }
