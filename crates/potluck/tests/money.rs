@@ -2021,17 +2021,7 @@ async fn malformed_amounts_are_refused_in_the_error_format_and_move_nothing() {
             Some(body.as_bytes().to_vec()),
         )
         .await;
-        let structured: Option<Value> = serde_json::from_slice(&r.body).ok();
-        assert_eq!(
-            (
-                r.status,
-                structured.as_ref().map(|v| v["detail"]["code"].clone())
-            ),
-            (422, Some(json!("invalid_body"))),
-            "POST {path} {body}: {} {}",
-            r.status,
-            r.text()
-        );
+        assert_refused(&r, "invalid_body", &format!("POST {path} {body}"));
     }
     let me = rig.me(&t).await;
     assert_eq!(me["balance_sats"], 200_000, "{me}");
@@ -2039,6 +2029,22 @@ async fn malformed_amounts_are_refused_in_the_error_format_and_move_nothing() {
     let txs = rig.transactions(&t).await;
     assert_eq!(txs["transactions"].as_array().unwrap().len(), 1, "{txs}");
     rig.finish().await;
+}
+
+/// A 422 in the structured error format with `code`: the answer the
+/// dashboard can read, not a plain-text rejection.
+fn assert_refused(r: &support::Resp, code: &str, what: &str) {
+    let structured: Option<Value> = serde_json::from_slice(&r.body).ok();
+    assert_eq!(
+        (
+            r.status,
+            structured.as_ref().map(|v| v["detail"]["code"].clone())
+        ),
+        (422, Some(json!(code))),
+        "{what}: {} {}",
+        r.status,
+        r.text()
+    );
 }
 
 /// Attack: malformed page parameters of the round history and of the
@@ -2061,17 +2067,7 @@ async fn malformed_page_queries_are_refused_in_the_error_format() {
                 .s()
                 .get(&format!("{path}?{query}"), &[("authorization", &bearer)])
                 .await;
-            let structured: Option<Value> = serde_json::from_slice(&r.body).ok();
-            assert_eq!(
-                (
-                    r.status,
-                    structured.as_ref().map(|v| v["detail"]["code"].clone())
-                ),
-                (422, Some(json!("invalid_query"))),
-                "GET {path}?{query}: {} {}",
-                r.status,
-                r.text()
-            );
+            assert_refused(&r, "invalid_query", &format!("GET {path}?{query}"));
         }
         // Well-formed pages still answer, out-of-range limits clamped.
         let r = rig
