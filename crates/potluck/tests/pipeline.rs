@@ -1107,8 +1107,23 @@ async fn chaos_with_the_chain_restarted_keeps_the_money_whole() {
     assert!(paid > 0, "rounds were played and paid during the run");
     pool.close().await;
     // Everything confirms; then the books balance to the satoshi and every
-    // output they hold is unspent on the chain with its value.
+    // output they hold is unspent on the chain with its value. A payment
+    // signed just before the last kill is broadcast by the restarted
+    // service only after RECOVER_AFTER_SECS (3 s): until then its outputs
+    // are in the books and nowhere on the chain, so wait for it too.
     wait_for(Duration::from_secs(60), || async {
+        let pool = env.pool().await;
+        let signed: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM transfers WHERE status = 'signed' AND set_aside_at IS NULL",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+        if signed > 0 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            return None;
+        }
         let height = rpc.get_block_count().await.unwrap();
         if !rpc.get_raw_mempool().await.unwrap().is_empty() {
             rpc.generate_to_address(1, &regtest_address(MINER))
