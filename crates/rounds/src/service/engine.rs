@@ -740,7 +740,9 @@ impl Engine {
             .ok_or_else(|| EngineError::Corrupt(format!("round {} has no close tip", round.id)))?;
         let draw_height = close_tip + 1;
         // The first block seen at the draw height fixes the draw (see the
-        // docs); a redraw after payout_failed uses the block stored then.
+        // docs): the watcher stores it on the round as it processes it; a
+        // round closed while that block was being processed (another
+        // process's sync) takes the block stored at the height.
         let block_hash = match detail.draw.block_hash.clone() {
             Some(h) => h,
             None => match self.store.synced_hash(draw_height).await? {
