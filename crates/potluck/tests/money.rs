@@ -812,6 +812,64 @@ async fn reorged_draw_block_keeps_the_draw_and_one_payout() {
     rig.finish().await;
 }
 
+/// Attack on the draw: the first block the service processes at the draw
+/// height fixes the draw (docs/rounds-engine.md), so a reorganisation cannot
+/// give anyone a second roll. While the engine is paused (or down) the
+/// watcher goes on processing blocks; the draw block A arrives, the outcome
+/// is public (commitment + block hash), and a reorganisation replaces A by B
+/// before the resume. Before, the draw read whatever block stood at the
+/// height when the engine got to it: B, a second roll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draw_block_replaced_while_paused_keeps_the_first_draw() {
+    let rig = Rig::new(Db::Sqlite).await;
+    let a = rig.s().user("paula", "10.0.4.11").await;
+    let b = rig.s().user("quinn", "10.0.4.12").await;
+    rig.deposit(&a, 100_000).await;
+    rig.deposit(&b, 100_000).await;
+    let id = rig.fresh_round().await;
+    assert_eq!(rig.bet(&a, 20_000).await.status, 201);
+    assert_eq!(rig.bet(&b, 40_000).await.status, 201);
+    let drawing = rig.wait_status(id, "drawing").await;
+    let close_tip = drawing["draw"]["tip_height_at_close"].as_u64().unwrap();
+    let r = rig.s().admin_post("/admin/pause", json!({})).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    rig.mine(1).await;
+    let first = rig.rpc.get_block_hash(close_tip as u32 + 1).await.unwrap();
+    synced_to(&rig, close_tip + 1).await;
+    rig.rpc.invalidate_block(&first).await.unwrap();
+    // Another miner's block at the draw height, then one on top of it.
+    rig.rpc
+        .generate_to_address(
+            2,
+            &regtest_address("bcrt1qqypqxpq9qcrsszg2pvxq6rs0zqg3yyc5phstwt"),
+        )
+        .await
+        .unwrap();
+    let second = rig.rpc.get_block_hash(close_tip as u32 + 1).await.unwrap();
+    assert_ne!(first, second);
+    synced_to(&rig, close_tip + 2).await;
+    let r = rig.s().admin_post("/admin/resume", json!({})).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let closed = rig.wait_status(id, "closed").await;
+    assert_eq!(
+        closed["draw"]["block_hash"],
+        first.to_string(),
+        "the draw uses the first block processed at its height, not {second}: {closed}"
+    );
+    assert_eq!(closed["draw"]["block_height"], close_tip + 1);
+    rig.conservation(&[&a, &b]).await;
+    rig.finish().await;
+}
+
+/// Waits until the service has processed the chain up to `height`.
+async fn synced_to(rig: &Rig, height: u64) {
+    wait_for(Duration::from_secs(30), || async {
+        let l = rig.s().admin_get("/admin/ledger").await.json();
+        (l["synced_height"].as_u64() == Some(height)).then_some(())
+    })
+    .await
+}
+
 /// Counts chain transactions that spend any of `outpoints`, in blocks from
 /// `from` to the tip and in the mempool.
 async fn spenders(

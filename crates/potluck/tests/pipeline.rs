@@ -540,9 +540,11 @@ async fn evicted_transactions_are_rebroadcast() {
 /// A round of four bets (A, B, A, B; 30M sat each) whose payout the node
 /// refused (fee rate above Core's maxfeerate), after which A's deposits are
 /// reorganised out and the node forgets them and A's bets (the chain
-/// restarts without its saved mempool): A's bets can never confirm, B's are
-/// re-broadcast and confirm. Returns the rig, A, B, the round and the bet txids.
-async fn vanished_deposit_scenario() -> (Rig, String, String, i64, Vec<Value>) {
+/// restarts without its saved mempool): A's bets cannot confirm while A's
+/// deposits are gone, B's are re-broadcast and confirm. Returns the rig, A,
+/// B, the round, the bets and A's deposit transactions (raw hex, in order),
+/// which A's sender could broadcast again.
+async fn vanished_deposit_scenario() -> (Rig, String, String, i64, Vec<Value>, Vec<String>) {
     let mut rig = Rig::new(Db::Sqlite, "5").await;
     let a = rig.s().user("gustav", "10.0.94.1").await;
     let b = rig.s().user("halvar", "10.0.94.2").await;
@@ -550,7 +552,16 @@ async fn vanished_deposit_scenario() -> (Rig, String, String, i64, Vec<Value>) {
     rig.faucet(&b, 50_000_000).await;
     rig.faucet(&b, 50_000_000).await;
     let a_dep = rig.faucet(&a, 50_000_000).await;
-    rig.faucet(&a, 50_000_000).await;
+    let a_dep2 = rig.faucet(&a, 50_000_000).await;
+    let mut a_raw = Vec::new();
+    for d in [&a_dep, &a_dep2] {
+        let raw: String = rig
+            .rpc
+            .call("getrawtransaction", json!([d["txid"], false]))
+            .await
+            .unwrap();
+        a_raw.push(raw);
+    }
     let a_dep_block: Value = rig
         .rpc
         .call("getrawtransaction", json!([a_dep["txid"], true]))
@@ -598,7 +609,7 @@ async fn vanished_deposit_scenario() -> (Rig, String, String, i64, Vec<Value>) {
         let txid = bet["txid"].as_str().unwrap();
         assert_eq!(confirmations(&rig.rpc, txid).await, None, "{txid}");
     }
-    (rig, a, b, id, bets)
+    (rig, a, b, id, bets, a_raw)
 }
 
 /// Point 9: a refused payout makes the round `payout_failed` and the next
@@ -608,13 +619,30 @@ async fn vanished_deposit_scenario() -> (Rig, String, String, i64, Vec<Value>) {
 /// corrections visible in `/admin/ledger`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_pays_from_the_pot_outputs_that_still_exist() {
-    let (rig, _a, _b, id, bets) = vanished_deposit_scenario().await;
+    let (rig, _a, _b, id, bets, _) = vanished_deposit_scenario().await;
     let txid = |i: usize| bets[i]["txid"].as_str().unwrap().to_string();
-    let r = rig
-        .s()
-        .admin_post(&format!("/admin/rounds/{id}/retry-payout"), json!({}))
-        .await;
+    // Until the service knows A's bets can never confirm (their deposits
+    // reversed after 6 blocks), the retry waits for the chain (409).
+    let refused = std::sync::atomic::AtomicU32::new(0);
+    let r = wait_for(Duration::from_secs(120), || async {
+        let r = rig
+            .s()
+            .admin_post(&format!("/admin/rounds/{id}/retry-payout"), json!({}))
+            .await;
+        if r.status == 409 {
+            refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            rig.mine(1).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            return None;
+        }
+        Some(r)
+    })
+    .await;
     assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        refused.into_inner() > 0,
+        "the first retry came before A's deposits were reversed"
+    );
     let closed = rig.wait_status(id, "closed").await;
     let payout_txid = Txid::from_str(closed["payout"]["txid"].as_str().unwrap()).unwrap();
     wait_for(Duration::from_secs(60), || async {
@@ -672,6 +700,90 @@ async fn retry_pays_from_the_pot_outputs_that_still_exist() {
     rig.finish().await;
 }
 
+/// Attack: the admin retries a failed payout while some bets' deposits are
+/// reorganised out and forgotten by the node, before anyone could know they
+/// are gone for good; then A's sender broadcasts them again, as wallets do.
+/// A's bets (still ours, still re-sent by the worker) confirm, so their pot
+/// outputs exist: the payout must spend them. Before, the retry dropped them
+/// at once as "no longer existing" (a ledger correction): the winner was paid
+/// from B's half of the pot and A's 60M sat sat on the pot's address,
+/// confirmed and untracked, while the books claimed the chain took them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_waits_for_pot_outputs_whose_bets_can_still_confirm() {
+    let (rig, _a, _b, id, bets, a_raw) = vanished_deposit_scenario().await;
+    let txid = |i: usize| bets[i]["txid"].as_str().unwrap().to_string();
+    let early = rig
+        .s()
+        .admin_post(&format!("/admin/rounds/{id}/retry-payout"), json!({}))
+        .await;
+    for raw in &a_raw {
+        let _: Value = rig
+            .rpc
+            .call("sendrawtransaction", json!([raw]))
+            .await
+            .unwrap();
+    }
+    for i in [0, 2] {
+        let t = txid(i);
+        wait_for(Duration::from_secs(60), || async {
+            if confirmations(&rig.rpc, &t).await.unwrap_or(0) > 0 {
+                return Some(());
+            }
+            rig.mine(1).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            None
+        })
+        .await;
+    }
+    let late = rig
+        .s()
+        .admin_post(&format!("/admin/rounds/{id}/retry-payout"), json!({}))
+        .await;
+    let closed = rig.wait_status(id, "closed").await;
+    let payout_txid = Txid::from_str(closed["payout"]["txid"].as_str().unwrap()).unwrap();
+    wait_for(Duration::from_secs(60), || async {
+        if confirmations(&rig.rpc, &payout_txid.to_string())
+            .await
+            .unwrap_or(0)
+            > 0
+        {
+            return Some(());
+        }
+        rig.mine(1).await;
+        None
+    })
+    .await;
+    let payout = rig
+        .rpc
+        .get_raw_transaction(&payout_txid)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut spent: Vec<String> = payout
+        .input
+        .iter()
+        .map(|i| i.previous_output.txid.to_string())
+        .collect();
+    spent.sort();
+    let mut all: Vec<String> = (0..4).map(txid).collect();
+    all.sort();
+    assert_eq!(
+        spent, all,
+        "the payout must spend every bet's pot output, all four confirmed (retries answered {} then {})",
+        early.status, late.status
+    );
+    assert_eq!(
+        (early.status, late.status),
+        (409, 200),
+        "{} / {}",
+        early.text(),
+        late.text()
+    );
+    let l = rig.conservation(true).await;
+    assert_eq!(l["corrections_sats"], 0, "{l}");
+    rig.finish().await;
+}
+
 /// Point 10: deposits reorganised out for good after A spent them leave A
 /// with a negative balance (the debt) in `/users/me`, `reversed` deposits in
 /// the history and `deposit_reversed` audit entries; bets and withdrawals
@@ -679,7 +791,7 @@ async fn retry_pays_from_the_pot_outputs_that_still_exist() {
 /// books balance with the debt and every output they hold exists on chain.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reversed_deposit_leaves_a_debt_that_blocks_spending() {
-    let (rig, a, _b, id, bets) = vanished_deposit_scenario().await;
+    let (rig, a, _b, id, bets, _) = vanished_deposit_scenario().await;
     let reversed = wait_for(Duration::from_secs(90), || async {
         let entries = rig.audit("deposit_reversed").await;
         if entries.len() >= 2 {
@@ -995,8 +1107,23 @@ async fn chaos_with_the_chain_restarted_keeps_the_money_whole() {
     assert!(paid > 0, "rounds were played and paid during the run");
     pool.close().await;
     // Everything confirms; then the books balance to the satoshi and every
-    // output they hold is unspent on the chain with its value.
+    // output they hold is unspent on the chain with its value. A payment
+    // signed just before the last kill is broadcast by the restarted
+    // service only after RECOVER_AFTER_SECS (3 s): until then its outputs
+    // are in the books and nowhere on the chain, so wait for it too.
     wait_for(Duration::from_secs(60), || async {
+        let pool = env.pool().await;
+        let signed: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM transfers WHERE status = 'signed' AND set_aside_at IS NULL",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+        if signed > 0 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            return None;
+        }
         let height = rpc.get_block_count().await.unwrap();
         if !rpc.get_raw_mempool().await.unwrap().is_empty() {
             rpc.generate_to_address(1, &regtest_address(MINER))

@@ -607,8 +607,11 @@ impl From<AdminOpError> for AdminError {
         match e {
             AdminOpError::UnknownRound(_) => AdminError::NotFound(e.to_string()),
             AdminOpError::NothingToRetry(_) => AdminError::Conflict(e.to_string()),
-            // The operator must change something (the fee rate, the fee address) first.
-            AdminOpError::Engine(EngineError::Unbuildable(reason)) => AdminError::Conflict(reason),
+            // The operator must change something (the fee rate, the fee
+            // address) or wait for the chain (a bet that may still confirm) first.
+            AdminOpError::Engine(
+                EngineError::Unbuildable(reason) | EngineError::PotUnsettled(reason),
+            ) => AdminError::Conflict(reason),
             other => AdminError::internal(other),
         }
     }

@@ -79,6 +79,10 @@ pub enum EngineError {
     /// still above what the pot can pay).
     #[error("{0}")]
     Unbuildable(String),
+    /// A payout retry found a pot output missing whose bet may still
+    /// confirm: the node neither has it nor refused it for good.
+    #[error("{0}")]
+    PotUnsettled(String),
 }
 
 /// What a broadcast answer means for the ledger.
@@ -736,7 +740,9 @@ impl Engine {
             .ok_or_else(|| EngineError::Corrupt(format!("round {} has no close tip", round.id)))?;
         let draw_height = close_tip + 1;
         // The first block seen at the draw height fixes the draw (see the
-        // docs); a redraw after payout_failed uses the block stored then.
+        // docs): the watcher stores it on the round as it processes it; a
+        // round closed while that block was being processed (another
+        // process's sync) takes the block stored at the height.
         let block_hash = match detail.draw.block_hash.clone() {
             Some(h) => h,
             None => match self.store.synced_hash(draw_height).await? {
@@ -1016,6 +1022,14 @@ impl Engine {
     /// included). A missing one whose transaction we signed is offered to the
     /// node again first (it may only have been evicted); one that is spent by
     /// a transaction we do not know is logged and audited.
+    ///
+    /// # Errors
+    /// [`EngineError::PotUnsettled`] when the output is missing but its
+    /// transaction may still confirm: the node did not settle the re-offer
+    /// (inputs missing, `non-final`, mempool full …) and the worker has not
+    /// set it aside. Dropping it then left the pot output, once its bet
+    /// confirmed (say, after its deposit came back), on the chain and out
+    /// of the books.
     async fn output_exists(&self, o: &crate::domain::money::Coin) -> Result<bool, EngineError> {
         let outpoint = outpoint_of(o)?;
         if self.chain.unspent_output(outpoint).await?.is_some() {
@@ -1023,11 +1037,31 @@ impl Engine {
         }
         if let Some(t) = self.store.transfer_by_txid(&o.txid).await? {
             if let Some(raw) = t.raw_tx.as_deref() {
-                if let Broadcast::Accepted =
-                    Broadcast::send(self.chain.as_ref(), txid_of(raw)?).await
-                {
-                    if self.chain.unspent_output(outpoint).await?.is_some() {
-                        return Ok(true);
+                match Broadcast::send(self.chain.as_ref(), txid_of(raw)?).await {
+                    Broadcast::Accepted => {
+                        if self.chain.unspent_output(outpoint).await?.is_some() {
+                            return Ok(true);
+                        }
+                    }
+                    // Invalid and found nowhere: it can never confirm.
+                    Broadcast::Refused { .. } => {}
+                    Broadcast::Pending(ChainError::Unavailable(e)) => {
+                        return Err(ChainError::Unavailable(e).into())
+                    }
+                    // Mined (so spent by someone else, see below), or given
+                    // up on by the worker (its deposit was reversed, or it
+                    // failed in 6 blocks) and never offered again.
+                    Broadcast::Pending(_)
+                        if t.block_height.is_some()
+                            || self.store.is_set_aside(t.id).await?
+                            || self.chain.transaction(outpoint.txid).await?.is_some() => {}
+                    Broadcast::Pending(e) => {
+                        return Err(EngineError::PotUnsettled(format!(
+                            "pot output {}:{} is not on the chain and its transaction may still confirm \
+                             (the node answered: {e}); retry once it confirms, or once the service \
+                             sets it aside after failing in {SET_ASIDE_AFTER_BLOCKS} blocks",
+                            o.txid, o.vout
+                        )))
                     }
                 }
             }

@@ -143,6 +143,19 @@ impl Store {
             tx.rollback().await?;
             return Ok((0, 0));
         }
+        // The first block processed at a round's draw height fixes its draw
+        // (docs/rounds-engine.md). It is stored with the block: read only
+        // when the engine drew, a reorganisation while the engine was paused,
+        // down or held up replaced it and redrew, a second roll on an outcome
+        // everyone could already compute.
+        sqlx::query(
+            "UPDATE rounds SET block_height = $1, block_hash = $2              WHERE tip_height_at_close = $3 AND block_hash IS NULL AND bet_count > 0              AND status IN ('closing', 'drawing')",
+        )
+        .bind(height)
+        .bind(hash)
+        .bind(height - 1)
+        .execute(&mut *tx)
+        .await?;
         let mut confirmed = 0;
         for chunk in ours.chunks(BATCH) {
             let list = placeholders(2, chunk.len());

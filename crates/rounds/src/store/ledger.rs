@@ -904,6 +904,20 @@ impl Store {
         )
     }
 
+    /// Whether transfer `id` was set aside (the worker no longer sends it).
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn is_set_aside(&self, id: i64) -> Result<bool, StoreError> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM transfers WHERE id = $1 AND set_aside_at IS NOT NULL",
+        )
+        .bind(id)
+        .fetch_one(self.pool())
+        .await?;
+        Ok(n > 0)
+    }
+
     /// Sets a transfer that keeps failing aside: the worker skips it from
     /// now on; writes `transfer_set_aside` to the audit log, once. Returns
     /// whether this call set it aside.

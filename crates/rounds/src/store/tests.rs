@@ -124,6 +124,7 @@ both_backends!(
     a_queued_mark_reads_broadcast_to_its_user_until_it_is_committed,
     a_round_refuses_bets_past_its_cap_alone_or_grouped,
     a_retried_payout_records_the_winner_output_the_failed_one_lacked,
+    the_first_block_at_the_draw_height_stays_the_draw_block,
 );
 
 /// A bet is answered once its broadcast is accepted, before its mark
@@ -688,6 +689,46 @@ async fn an_output_is_spent_once_even_concurrently(b: Backend) {
         vec![out],
     );
     assert!(money::is_taken(&db.store.record_withdrawal(&again).await));
+    db.cleanup().await;
+}
+
+/// The first block processed at a round's draw height is stored on the
+/// round with the block, and a reorganisation that replaces it leaves it
+/// there: the engine draws from it however late it gets to the round.
+/// Empty rounds and rounds closed at another height are left alone.
+async fn the_first_block_at_the_draw_height_stays_the_draw_block(b: Backend) {
+    let db = TestDb::new(b).await;
+    let (user, out) = funded(&db.store).await;
+    let round = db
+        .store
+        .ensure_round(crate::domain::time::unix_now())
+        .await
+        .unwrap();
+    let bet = bet_spending(user, round.id, 4, vec![out]);
+    let (_, transfer) = db.store.place_bet(&bet).await.unwrap();
+    db.store.mark_broadcast(transfer).await.unwrap();
+    assert!(db
+        .store
+        .close_round(round.id, async { Some(10) }, |b| b.len().to_string())
+        .await
+        .unwrap());
+    let draw_block = |s: Store, id: i64| async move {
+        let d = s.round_detail(id).await.unwrap().unwrap().draw;
+        (d.block_height, d.block_hash)
+    };
+    assert_eq!(draw_block(db.store.clone(), round.id).await, (None, None));
+    db.store.connect_block(11, "a11", &[], &[]).await.unwrap();
+    let first = (Some(11), Some("a11".to_string()));
+    assert_eq!(draw_block(db.store.clone(), round.id).await, first);
+    db.store.unwind_above(10).await.unwrap();
+    db.store.connect_block(11, "b11", &[], &[]).await.unwrap();
+    db.store.connect_block(12, "b12", &[], &[]).await.unwrap();
+    assert!(db
+        .store
+        .move_round(round.id, RoundStatus::Closing, RoundStatus::Drawing)
+        .await
+        .unwrap());
+    assert_eq!(draw_block(db.store.clone(), round.id).await, first);
     db.cleanup().await;
 }
 
