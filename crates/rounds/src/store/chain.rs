@@ -149,7 +149,9 @@ impl Store {
         // down or held up replaced it and redrew, a second roll on an outcome
         // everyone could already compute.
         sqlx::query(
-            "UPDATE rounds SET block_height = $1, block_hash = $2              WHERE tip_height_at_close = $3 AND block_hash IS NULL AND bet_count > 0              AND status IN ('closing', 'drawing')",
+            "UPDATE rounds SET block_height = $1, block_hash = $2 \
+             WHERE tip_height_at_close = $3 AND block_hash IS NULL AND bet_count > 0 \
+             AND status IN ('closing', 'drawing')",
         )
         .bind(height)
         .bind(hash)
