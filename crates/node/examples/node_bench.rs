@@ -600,8 +600,8 @@ fn main() {
 /// move with it (docs/node.md, "The machine's share"), so the run names it.
 fn idle_policy() -> String {
     let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_owned());
-    let driver = read("/sys/devices/system/cpu/cpuidle/current_driver")
-        .unwrap_or_else(|_| "unknown".into());
+    let driver =
+        read("/sys/devices/system/cpu/cpuidle/current_driver").unwrap_or_else(|_| "unknown".into());
     match read("/sys/module/haltpoll/parameters/guest_halt_poll_ns") {
         Ok(ns) => format!("cpuidle driver {driver}, guest_halt_poll_ns {ns}"),
         Err(_) => format!("cpuidle driver {driver}"),

@@ -23,16 +23,29 @@ fn invariant(what: &'static str) -> CommandError {
 }
 
 impl Channel {
-    /// Broadcasts our latest commitment transaction (unilateral close).
+    /// Broadcasts our latest commitment transaction (unilateral close). Once our own
+    /// commitment is on chain, only re-sends it.
     ///
     /// # Errors
-    /// No signed commitment yet.
+    /// No signed commitment yet, or another transaction already spent the anchor (the
+    /// close, their commitment, their revoked one).
     pub fn force_close(&mut self) -> Result<Vec<Action>, CommandError> {
         let state = self.state();
         let (ctx, stage) = self.split();
         let Stage::Established(e) = stage else {
             return Err(CommandError::WrongState(state));
         };
+        // Our commitment can no longer confirm, and taking it as the resolution would
+        // drop the claims that spend what is on chain (an HTLC claimed with R after
+        // this would spend our commitment's outputs, which never exist).
+        match &e.step {
+            Step::Closed
+            | Step::OnChain(Resolution::Penalty { .. })
+            | Step::OnChain(Resolution::Commitment {
+                owner: Who::Them, ..
+            }) => return Err(CommandError::WrongState(state)),
+            _ => {}
+        }
         let tx = e.signed_commitment(&ctx)?;
         let mut next = (**e).clone();
         let mut actions = vec![Action::Broadcast(tx.clone())];
