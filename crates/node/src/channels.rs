@@ -698,6 +698,7 @@ impl NodeState {
                 own_sat: MIN_OWN_SAT,
             });
         }
+        let opening = self.openings.lock().await;
         if self.channels.active(peer).await.is_some() {
             return Err(ControlError::ChannelExists(*peer));
         }
@@ -722,6 +723,8 @@ impl NodeState {
                 },
             )
             .await?;
+        // Listed now: a later opening with this peer finds it.
+        drop(opening);
         let rx = {
             let mut inner = slot.lock().await;
             inner.outbox = self.peers.outbox(peer);
@@ -844,7 +847,13 @@ impl NodeState {
         let slot = match active {
             Some(slot) => slot,
             None => match &pkt {
-                Packet::Open(o) if o.anch == wire::AnchorOffer::WillCreateAnchor => {
+                Packet::Open(o) if o.anch == wire::AnchorOffer::WillCreateAnchor => 'open: {
+                    let _opening = self.openings.lock().await;
+                    // Our own `open` may have listed a channel since the lookup above: the
+                    // packet goes to it (one channel per session).
+                    if let Some(slot) = self.channels.active(peer).await {
+                        break 'open slot;
+                    }
                     // Each costs a key, a row and a watch until it is funded or abandoned:
                     // strangers with fresh node ids cannot make us hold unlimited openings.
                     let waiting = self.openings_waiting_for_their_anchor().await;

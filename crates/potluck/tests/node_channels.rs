@@ -526,6 +526,51 @@ fn a_mined_coinbase_funds_a_channel_only_once_mature() {
     assert_eq!(funds["outputs"][0]["spendable"], true, "{funds}");
 }
 
+#[test]
+fn two_opens_at_once_make_one_channel() {
+    let chain = DevChainProc::start();
+    let a = NodeProc::start(&chain, false);
+    let b = NodeProc::start(&chain, false);
+    let addr = a.cli(&["newaddr"])["address"].as_str().unwrap().to_owned();
+    chain.send(&addr, FUNDING_SAT);
+    chain.mine(1);
+    wait_for("A's funds", 60, || (a.funds() == FUNDING_SAT).then_some(()));
+    a.cli(&["connect", &b.listen]);
+
+    // The wallet could fund both; the protocol has one channel per session.
+    let capacity = (CAPACITY_SAT / 2).to_string();
+    let answers: Vec<Result<Value, String>> = std::thread::scope(|s| {
+        let calls: Vec<_> = (0..3)
+            .map(|_| s.spawn(|| a.try_cli(&["open", &b.id, &capacity])))
+            .collect();
+        calls.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    let opened: Vec<&Value> = answers.iter().filter_map(|r| r.as_ref().ok()).collect();
+    let refused: Vec<&String> = answers.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert_eq!(
+        (opened.len(), refused.len()),
+        (1, 2),
+        "one open succeeds, the others are refused: {answers:?}"
+    );
+    for err in refused {
+        assert!(
+            err.contains("-103") && err.contains("exists already"),
+            "{err}"
+        );
+    }
+    assert_eq!(opened[0]["state"], "open_wait_complete", "{}", opened[0]);
+    let channels = a.cli(&["listchannels"]);
+    assert_eq!(
+        channels["channels"].as_array().unwrap().len(),
+        1,
+        "{channels}"
+    );
+    chain.mine(1);
+    wait_for("channel live on both", 60, || {
+        (a.channel_state() == "normal" && b.channel_state() == "normal").then_some(())
+    });
+}
+
 /// Runs `sql` on a stopped node's database.
 fn node_sql(node: &NodeProc, sql: &str, bind: &str) -> Vec<String> {
     let rt = tokio::runtime::Builder::new_current_thread()
