@@ -435,6 +435,11 @@ fn unilateral_close_claims_the_delayed_output_and_an_htlc_with_r_on_chain() {
     wait_for("A sees the commitment", 60, || {
         (a.channel_state() == "on_chain").then_some(())
     });
+    // B's commitment spent the anchor: A's own can never confirm, and forcing it must not
+    // replace the commitment A claims from.
+    let err = a.try_cli(&["close", &b.id, "force"]).unwrap_err();
+    assert!(err.contains("-105") && err.contains("OnChain"), "{err}");
+    assert_eq!(a.channel_state(), "on_chain");
     // The queued claims survive a kill -9 while they wait for their delay.
     b.kill9();
     b.restart();
