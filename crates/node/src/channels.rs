@@ -224,6 +224,18 @@ impl Channels {
     }
 }
 
+impl SlotInner {
+    /// Drops what is not on disk (an update in flight, a refused command), keeping the
+    /// chain height the watcher gave: the height is not persisted with each block, and a
+    /// stale one would misjudge expiries (an HTLC deadline, a new HTLC's expiry) until
+    /// the next block.
+    fn fall_back(&mut self) {
+        let height = self.channel.height();
+        self.channel = self.persisted.clone();
+        let _ = self.channel.block_height(height);
+    }
+}
+
 impl Slot {
     pub(crate) fn new(id: i64, peer: PublicKey, channel: Channel) -> Arc<Slot> {
         Arc::new(Slot {
@@ -786,7 +798,7 @@ impl NodeState {
                         let on_chain = ch.state() == State::OnChain;
                         if inner.outbox.is_none() && !on_chain {
                             // Undo: nothing was sent and nothing may be half-done.
-                            inner.channel = inner.persisted.clone();
+                            inner.fall_back();
                             return Err(ControlError::NotConnected(*peer));
                         }
                         let (tx, rx) = oneshot::channel();
@@ -797,7 +809,7 @@ impl NodeState {
                         }
                         if let Err(e) = self.run_actions(&slot, &mut inner, actions).await {
                             // Nothing after the failed write left; start over from the disk.
-                            inner.channel = inner.persisted.clone();
+                            inner.fall_back();
                             inner.waiter = None;
                             self.peers.kick(peer, "Internal error");
                             return Err(e);
@@ -838,7 +850,7 @@ impl NodeState {
                 && !self.anchor_in_mempool(&inner.channel).await;
             if stale {
                 tracing::info!(%peer, channel = slot.id, "peer opens again; forgetting the unfunded opening");
-                inner.channel = inner.persisted.clone();
+                inner.fall_back();
                 self.forget_channel(slot, None, Abandoned::Opening).await;
                 drop(inner);
                 active = None;
@@ -989,7 +1001,7 @@ impl NodeState {
         };
         let mut inner = slot.lock().await;
         inner.outbox = None;
-        inner.channel = inner.persisted.clone();
+        inner.fall_back();
         let why = if matches!(
             inner.channel.state(),
             State::WaitComplete | State::WaitSignature
@@ -1222,7 +1234,7 @@ impl NodeState {
     async fn end_unbacked(&self, slot: &Slot, inner: &mut SlotInner, why: &str) {
         tracing::warn!(peer = %slot.peer, channel = slot.id, %why, "channel abandoned: its anchor can never confirm");
         // What was in flight falls back to the disk; nothing more is signed for it.
-        inner.channel = inner.persisted.clone();
+        inner.fall_back();
         self.abandon_opening(slot, inner, why).await;
         self.peers.kick(&slot.peer, why);
     }
