@@ -551,12 +551,21 @@ fn a_force_close_after_their_commitment_is_on_chain_is_refused_and_r_still_claim
 }
 
 #[test]
-fn a_force_close_of_a_channel_already_closed_or_punished_is_refused() {
+fn a_force_close_of_a_channel_closed_by_both_or_punished_is_refused() {
     // Cooperatively closed and the close mined.
     let mut p = Pair::new(true, ChannelConfig::default());
     p.open();
     let acts = p.a.ch.close().unwrap();
     p.a.absorb(acts);
+    p.deliver_one(true);
+    assert_eq!(p.b.ch.state(), State::CloseWaitAck);
+    let before = p.b.ch.clone();
+    let forced = p.b.ch.force_close();
+    assert!(
+        matches!(forced, Err(CommandError::WrongState(State::CloseWaitAck))),
+        "{forced:?}"
+    );
+    assert_eq!(p.b.ch, before);
     p.run();
     assert_eq!(p.a.ch.state(), State::Closed);
     let before = p.a.ch.clone();

@@ -27,19 +27,23 @@ impl Channel {
     /// commitment is on chain, only re-sends it.
     ///
     /// # Errors
-    /// No signed commitment yet, or another transaction already spent the anchor (the
-    /// close, their commitment, their revoked one).
+    /// No signed commitment yet; the close is signed by both (`CloseWaitAck`, `Closed`);
+    /// or their commitment or their revoked one spent the anchor.
     pub fn force_close(&mut self) -> Result<Vec<Action>, CommandError> {
         let state = self.state();
         let (ctx, stage) = self.split();
         let Stage::Established(e) = stage else {
             return Err(CommandError::WrongState(state));
         };
-        // Our commitment can no longer confirm, and taking it as the resolution would
-        // drop the claims that spend what is on chain (an HTLC claimed with R after
-        // this would spend our commitment's outputs, which never exist).
+        // After their commitment, ours can never confirm, and taking it as the resolution
+        // would drop the claims on what is on chain (an HTLC claimed with R after this
+        // spent our commitment's outputs, which never exist). A close signed by both is
+        // broadcast and re-sent until it confirms; it pays both at once and carries no
+        // HTLC, so our commitment could only compete with it (and, once the close is
+        // mined, would stay queued and turn the channel `on_chain` for good).
         match &e.step {
-            Step::Closed
+            Step::CloseWaitAck
+            | Step::Closed
             | Step::OnChain(Resolution::Penalty { .. })
             | Step::OnChain(Resolution::Commitment {
                 owner: Who::Them, ..
