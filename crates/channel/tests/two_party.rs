@@ -604,3 +604,25 @@ fn a_force_close_of_a_channel_closed_by_both_or_punished_is_refused() {
         "{again:?}"
     );
 }
+
+#[test]
+fn only_the_r_of_an_htlc_offered_to_us_is_remembered() {
+    let mut p = Pair::new(true, ChannelConfig::default());
+    p.open();
+    let expiry = p.chain.height + 200;
+    let now = p.now;
+    let acts =
+        p.a.ch
+            .add_htlc(500_000_000, r(5).hash(), Locktime::Blocks(expiry), now)
+            .unwrap();
+    p.a.absorb(acts);
+    p.run();
+    // A offered it: its R is not A's to claim with; an unknown R neither.
+    let before = p.a.ch.clone();
+    assert!(!p.a.ch.remember_preimage(r(5)));
+    assert!(!p.b.ch.remember_preimage(r(6)));
+    assert_eq!(p.a.ch, before);
+    assert!(p.b.ch.remember_preimage(r(5)));
+    assert!(!p.b.ch.remember_preimage(r(5)), "already known");
+    assert_eq!(p.b.ch.known_preimages(), &[r(5)]);
+}

@@ -234,6 +234,20 @@ impl SlotInner {
         self.channel = self.persisted.clone();
         let _ = self.channel.block_height(height);
     }
+
+    /// Like [`Self::fall_back`] after a lost session, also keeping the Rs we revealed in
+    /// the undone update (`update_fulfill_htlc` reached the peer, which can use R now, but
+    /// the HTLC is still in every commitment): the deadline that claims it on chain with R
+    /// needs them. Returns whether any R was not on disk.
+    fn fall_back_keeping_preimages(&mut self) -> bool {
+        let revealed = self.channel.known_preimages().to_vec();
+        self.fall_back();
+        let mut kept = false;
+        for r in revealed {
+            kept |= self.channel.remember_preimage(r);
+        }
+        kept
+    }
 }
 
 impl Slot {
@@ -1001,7 +1015,15 @@ impl NodeState {
         };
         let mut inner = slot.lock().await;
         inner.outbox = None;
-        inner.fall_back();
+        if inner.fall_back_keeping_preimages() {
+            // The fallback state plus R: also after a restart the node claims in time.
+            match self.store.save_channel(slot.id, &inner.channel, &[]).await {
+                Ok(()) => inner.persisted = inner.channel.clone(),
+                Err(e) => {
+                    tracing::error!(%peer, channel = slot.id, error = %e, "cannot persist a revealed R")
+                }
+            }
+        }
         let why = if matches!(
             inner.channel.state(),
             State::WaitComplete | State::WaitSignature
