@@ -724,7 +724,7 @@ impl NodeState {
                 own_sat: MIN_OWN_SAT,
             });
         }
-        let opening = self.openings.lock().await;
+        let listing = self.openings.lock().await;
         if self.channels.active(peer).await.is_some() {
             return Err(ControlError::ChannelExists(*peer));
         }
@@ -750,7 +750,7 @@ impl NodeState {
             )
             .await?;
         // Listed now: a later opening with this peer finds it.
-        drop(opening);
+        drop(listing);
         let rx = {
             let mut inner = slot.lock().await;
             inner.outbox = self.peers.outbox(peer);
@@ -760,7 +760,17 @@ impl NodeState {
             self.run_actions(&slot, &mut inner, actions).await?;
             rx
         };
-        wait_for(rx).await?;
+        let waited = wait_for(rx).await;
+        if matches!(waited, Err(ControlError::Timeout(_)))
+            && opening(slot.lock().await.channel.state())
+        {
+            // A peer that stalls the opening would keep it (and the wallet outputs a built
+            // anchor reserved) as long as it keeps the session: drop the session, and the
+            // lost-session rules abandon the opening and free the outputs.
+            tracing::warn!(%peer, channel = slot.id, "opening not completed in time; dropping the session");
+            self.peers.kick(peer, "Open timed out");
+        }
+        waited?;
         Ok(slot.to_json().await)
     }
 

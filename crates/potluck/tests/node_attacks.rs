@@ -554,6 +554,57 @@ fn an_htlc_whose_r_the_peer_took_and_hung_up_is_claimed_on_chain_before_expiry()
     });
 }
 
+/// Our `open`: the peer answers `open_channel`, lets the node build and sign its anchor
+/// (the wallet outputs it spends are reserved), then never sends `open_commit_sig`. The
+/// call times out; the outputs must not stay reserved while the peer keeps the session.
+#[test]
+fn an_open_the_peer_stalls_frees_the_reserved_funds() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start(&chain, false);
+    let addr = node.cli(&["newaddr"])["address"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    chain.send(&addr, 1_000_000);
+    chain.mine(1);
+    wait_for("the node's funds", 30, || {
+        (node.cli(&["listfunds"])["spendable_sat"] == 1_000_000).then_some(())
+    });
+    let mut peer = ScriptedPeer::connect(&node, 132);
+    peer.accept_role();
+    let peer_id = peer.node_id.to_string();
+    let rpc_node = node.rpc.clone();
+    let dir = node.dir.path().to_owned();
+    let id = peer_id.clone();
+    let open = std::thread::spawn(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
+            .args(["cli", "--rpc", &format!("http://{rpc_node}/"), "--data-dir"])
+            .arg(&dir)
+            .args(["open", &id, "500000"])
+            .output()
+            .unwrap()
+    });
+    let pkt = peer.expect("open", 30);
+    let ours = peer.channel.start().unwrap();
+    peer.run(ours);
+    peer.handle(&pkt);
+    peer.expect("open_anchor", 30);
+    wait_for("the anchor's outputs reserved", 30, || {
+        (node.cli(&["listfunds"])["spendable_sat"] == 0).then_some(())
+    });
+    let out = open.join().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(err.contains("-108"), "{err}");
+    wait_for("the stalled opening abandoned", 30, || {
+        (node.cli(&["listfunds"])["spendable_sat"] == 1_000_000).then_some(())
+    });
+    assert_eq!(
+        node.cli(&["listchannels"])["channels"],
+        serde_json::json!([])
+    );
+    assert!(!node.connected_to(&peer_id));
+}
+
 /// Reorganises the chain from the block holding `txid`'s payment: that block and the ones
 /// after it are replaced by a longer branch whose first block also holds `second`. Returns
 /// `second`'s txid.
