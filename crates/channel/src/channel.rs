@@ -894,6 +894,27 @@ impl Channel {
         }
     }
 
+    /// The Rs this channel claims HTLCs offered to us with, should a commitment reach the chain.
+    pub fn known_preimages(&self) -> &[Preimage] {
+        self.established().map_or(&[], |e| &e.known_r)
+    }
+
+    /// Remembers `r` if an HTLC the peer offered us with its hash is in our current
+    /// commitments, e.g. one we revealed in an update that a lost session undid: the peer
+    /// has R, so we must be able to claim the HTLC on chain with it before it expires.
+    /// Returns whether `r` is new to the channel.
+    pub fn remember_preimage(&mut self, r: Preimage) -> bool {
+        let Stage::Established(e) = &mut self.stage else {
+            return false;
+        };
+        if e.known_r.contains(&r) || !matches!(e.cstate.find_htlc(&r.hash()), Some((Who::Them, _)))
+        {
+            return false;
+        }
+        e.remember_r(r);
+        true
+    }
+
     /// Slots used by the peer's revocation preimages (O(log n)).
     pub fn revocation_slots(&self) -> usize {
         self.established().map_or(0, |e| e.their_secrets.slots())

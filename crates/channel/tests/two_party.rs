@@ -498,3 +498,131 @@ fn restored_channel_answers_exactly_like_the_running_one() {
     assert!(p.a.ch.commitment_number() > 256);
     assert!(p.a.events.len() > 262);
 }
+
+/// The claim transaction among `actions` (sent at once or later).
+fn claim_tx(actions: &[channel::Action]) -> bitcoin::Transaction {
+    match actions {
+        [channel::Action::Broadcast(tx)] | [channel::Action::BroadcastLater { tx, .. }] => {
+            tx.clone()
+        }
+        other => panic!("expected one claim, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_force_close_after_their_commitment_is_on_chain_is_refused_and_r_still_claims() {
+    let mut p = Pair::new(true, ChannelConfig::default());
+    p.open();
+    let expiry = p.chain.height + 200;
+    let now = p.now;
+    let acts =
+        p.a.ch
+            .add_htlc(500_000_000, r(5).hash(), Locktime::Blocks(expiry), now)
+            .unwrap();
+    p.a.absorb(acts);
+    p.run();
+    let acts = p.a.ch.force_close().unwrap();
+    p.a.absorb(acts);
+    p.mine_broadcasts();
+    assert_eq!(p.b.ch.state(), State::OnChain);
+    let before = p.b.ch.clone();
+
+    // B's owner runs `close force` too: A's commitment already spent the anchor, so B's
+    // can never confirm.
+    let forced = p.b.ch.force_close();
+    if let Ok(acts) = &forced {
+        // What the node does with an accepted command.
+        p.b.absorb(acts.clone());
+    }
+    let unchanged = p.b.ch == before;
+    // B learns R: the claim must spend the HTLC output of the commitment that is on chain.
+    let acts = p.b.ch.fulfill_htlc(r(5)).unwrap();
+    let claim = claim_tx(&acts);
+    assert_eq!(
+        p.chain.mine(&claim),
+        Ok(()),
+        "B's claim of A's HTLC with R must be minable"
+    );
+    assert!(
+        matches!(forced, Err(CommandError::WrongState(State::OnChain))),
+        "{forced:?}"
+    );
+    assert!(unchanged, "a refused force close changes nothing");
+}
+
+#[test]
+fn a_force_close_of_a_channel_closed_by_both_or_punished_is_refused() {
+    // Cooperatively closed and the close mined.
+    let mut p = Pair::new(true, ChannelConfig::default());
+    p.open();
+    let acts = p.a.ch.close().unwrap();
+    p.a.absorb(acts);
+    p.deliver_one(true);
+    assert_eq!(p.b.ch.state(), State::CloseWaitAck);
+    let before = p.b.ch.clone();
+    let forced = p.b.ch.force_close();
+    assert!(
+        matches!(forced, Err(CommandError::WrongState(State::CloseWaitAck))),
+        "{forced:?}"
+    );
+    assert_eq!(p.b.ch, before);
+    p.run();
+    assert_eq!(p.a.ch.state(), State::Closed);
+    let before = p.a.ch.clone();
+    let forced = p.a.ch.force_close();
+    assert!(
+        matches!(forced, Err(CommandError::WrongState(State::Closed))),
+        "{forced:?}"
+    );
+    assert_eq!(p.a.ch, before);
+
+    // Their revoked commitment answered with the penalty.
+    let mut p = Pair::new(true, ChannelConfig::default());
+    p.open();
+    let old = p.a.ch.signed_commitment().unwrap();
+    let acts = p.a.ch.pay(1_000_000_000).unwrap();
+    p.a.absorb(acts);
+    p.run();
+    p.chain.mine(&old).unwrap();
+    let acts = p.b.spend_seen(&old);
+    p.b.absorb(acts);
+    assert_eq!(p.b.ch.state(), State::OnChain);
+    let before = p.b.ch.clone();
+    let forced = p.b.ch.force_close();
+    assert!(
+        matches!(forced, Err(CommandError::WrongState(State::OnChain))),
+        "{forced:?}"
+    );
+    assert_eq!(p.b.ch, before);
+
+    // Our own commitment on chain: forcing again only re-sends it.
+    let acts = p.a.ch.force_close().unwrap();
+    p.a.absorb(acts);
+    let again = p.a.ch.force_close().unwrap();
+    assert!(
+        matches!(&again[..], [channel::Action::Broadcast(_)]),
+        "{again:?}"
+    );
+}
+
+#[test]
+fn only_the_r_of_an_htlc_offered_to_us_is_remembered() {
+    let mut p = Pair::new(true, ChannelConfig::default());
+    p.open();
+    let expiry = p.chain.height + 200;
+    let now = p.now;
+    let acts =
+        p.a.ch
+            .add_htlc(500_000_000, r(5).hash(), Locktime::Blocks(expiry), now)
+            .unwrap();
+    p.a.absorb(acts);
+    p.run();
+    // A offered it: its R is not A's to claim with; an unknown R neither.
+    let before = p.a.ch.clone();
+    assert!(!p.a.ch.remember_preimage(r(5)));
+    assert!(!p.b.ch.remember_preimage(r(6)));
+    assert_eq!(p.a.ch, before);
+    assert!(p.b.ch.remember_preimage(r(5)));
+    assert!(!p.b.ch.remember_preimage(r(5)), "already known");
+    assert_eq!(p.b.ch.known_preimages(), &[r(5)]);
+}

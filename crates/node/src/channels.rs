@@ -224,6 +224,32 @@ impl Channels {
     }
 }
 
+impl SlotInner {
+    /// Drops what is not on disk (an update in flight, a refused command), keeping the
+    /// chain height the watcher gave: the height is not persisted with each block, and a
+    /// stale one would misjudge expiries (an HTLC deadline, a new HTLC's expiry) until
+    /// the next block.
+    fn fall_back(&mut self) {
+        let height = self.channel.height();
+        self.channel = self.persisted.clone();
+        let _ = self.channel.block_height(height);
+    }
+
+    /// Like [`Self::fall_back`] after a lost session, also keeping the Rs we revealed in
+    /// the undone update (`update_fulfill_htlc` reached the peer, which can use R now, but
+    /// the HTLC is still in every commitment): the deadline that claims it on chain with R
+    /// needs them. Returns whether any R was not on disk.
+    fn fall_back_keeping_preimages(&mut self) -> bool {
+        let revealed = self.channel.known_preimages().to_vec();
+        self.fall_back();
+        let mut kept = false;
+        for r in revealed {
+            kept |= self.channel.remember_preimage(r);
+        }
+        kept
+    }
+}
+
 impl Slot {
     pub(crate) fn new(id: i64, peer: PublicKey, channel: Channel) -> Arc<Slot> {
         Arc::new(Slot {
@@ -698,6 +724,7 @@ impl NodeState {
                 own_sat: MIN_OWN_SAT,
             });
         }
+        let listing = self.openings.lock().await;
         if self.channels.active(peer).await.is_some() {
             return Err(ControlError::ChannelExists(*peer));
         }
@@ -722,6 +749,8 @@ impl NodeState {
                 },
             )
             .await?;
+        // Listed now: a later opening with this peer finds it.
+        drop(listing);
         let rx = {
             let mut inner = slot.lock().await;
             inner.outbox = self.peers.outbox(peer);
@@ -731,7 +760,17 @@ impl NodeState {
             self.run_actions(&slot, &mut inner, actions).await?;
             rx
         };
-        wait_for(rx).await?;
+        let waited = wait_for(rx).await;
+        if matches!(waited, Err(ControlError::Timeout(_)))
+            && opening(slot.lock().await.channel.state())
+        {
+            // A peer that stalls the opening would keep it (and the wallet outputs a built
+            // anchor reserved) as long as it keeps the session: drop the session, and the
+            // lost-session rules abandon the opening and free the outputs.
+            tracing::warn!(%peer, channel = slot.id, "opening not completed in time; dropping the session");
+            self.peers.kick(peer, "Open timed out");
+        }
+        waited?;
         Ok(slot.to_json().await)
     }
 
@@ -783,7 +822,7 @@ impl NodeState {
                         let on_chain = ch.state() == State::OnChain;
                         if inner.outbox.is_none() && !on_chain {
                             // Undo: nothing was sent and nothing may be half-done.
-                            inner.channel = inner.persisted.clone();
+                            inner.fall_back();
                             return Err(ControlError::NotConnected(*peer));
                         }
                         let (tx, rx) = oneshot::channel();
@@ -794,7 +833,7 @@ impl NodeState {
                         }
                         if let Err(e) = self.run_actions(&slot, &mut inner, actions).await {
                             // Nothing after the failed write left; start over from the disk.
-                            inner.channel = inner.persisted.clone();
+                            inner.fall_back();
                             inner.waiter = None;
                             self.peers.kick(peer, "Internal error");
                             return Err(e);
@@ -835,7 +874,7 @@ impl NodeState {
                 && !self.anchor_in_mempool(&inner.channel).await;
             if stale {
                 tracing::info!(%peer, channel = slot.id, "peer opens again; forgetting the unfunded opening");
-                inner.channel = inner.persisted.clone();
+                inner.fall_back();
                 self.forget_channel(slot, None, Abandoned::Opening).await;
                 drop(inner);
                 active = None;
@@ -844,7 +883,13 @@ impl NodeState {
         let slot = match active {
             Some(slot) => slot,
             None => match &pkt {
-                Packet::Open(o) if o.anch == wire::AnchorOffer::WillCreateAnchor => {
+                Packet::Open(o) if o.anch == wire::AnchorOffer::WillCreateAnchor => 'open: {
+                    let _opening = self.openings.lock().await;
+                    // Our own `open` may have listed a channel since the lookup above: the
+                    // packet goes to it (one channel per session).
+                    if let Some(slot) = self.channels.active(peer).await {
+                        break 'open slot;
+                    }
                     // Each costs a key, a row and a watch until it is funded or abandoned:
                     // strangers with fresh node ids cannot make us hold unlimited openings.
                     let waiting = self.openings_waiting_for_their_anchor().await;
@@ -980,7 +1025,15 @@ impl NodeState {
         };
         let mut inner = slot.lock().await;
         inner.outbox = None;
-        inner.channel = inner.persisted.clone();
+        if inner.fall_back_keeping_preimages() {
+            // The fallback state plus R: also after a restart the node claims in time.
+            match self.store.save_channel(slot.id, &inner.channel, &[]).await {
+                Ok(()) => inner.persisted = inner.channel.clone(),
+                Err(e) => {
+                    tracing::error!(%peer, channel = slot.id, error = %e, "cannot persist a revealed R")
+                }
+            }
+        }
         let why = if matches!(
             inner.channel.state(),
             State::WaitComplete | State::WaitSignature
@@ -1213,7 +1266,7 @@ impl NodeState {
     async fn end_unbacked(&self, slot: &Slot, inner: &mut SlotInner, why: &str) {
         tracing::warn!(peer = %slot.peer, channel = slot.id, %why, "channel abandoned: its anchor can never confirm");
         // What was in flight falls back to the disk; nothing more is signed for it.
-        inner.channel = inner.persisted.clone();
+        inner.fall_back();
         self.abandon_opening(slot, inner, why).await;
         self.peers.kick(&slot.peer, why);
     }

@@ -149,6 +149,10 @@ pub(crate) struct NodeState {
     cheat_enabled: bool,
     /// One anchor is funded at a time, so two opens never pick the same outputs.
     funding: tokio::sync::Mutex<()>,
+    /// Held from the check that a peer has no channel until its new channel is listed, so
+    /// that two openings with one peer (two `open` calls, or ours and the peer's) cannot
+    /// both pass the check.
+    openings: tokio::sync::Mutex<()>,
     /// One watcher pass at a time (the loop and tests that step it).
     watch_pass: tokio::sync::Mutex<()>,
     /// Set by the watcher's first pass after a start.
@@ -298,6 +302,7 @@ pub async fn start(config: NodeConfig, chain: Arc<dyn Chain>) -> Result<RunningN
         #[cfg(feature = "test-hooks")]
         cheat_enabled: config.dev_allow_cheat,
         funding: tokio::sync::Mutex::new(()),
+        openings: tokio::sync::Mutex::new(()),
         watch_pass: tokio::sync::Mutex::new(()),
         watched_once: std::sync::atomic::AtomicBool::new(false),
         scanned_tip: std::sync::Mutex::new(None),

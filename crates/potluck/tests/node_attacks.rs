@@ -502,6 +502,109 @@ fn an_incoming_htlc_with_known_r_is_claimed_on_chain_before_expiry() {
     });
 }
 
+/// The peer reads our `update_fulfill_htlc` (it has R now: it can take the payment
+/// upstream) and hangs up before accepting it. The HTLC is still in every commitment; the
+/// node must still claim it with R before it expires, as when the peer merely stalls.
+#[test]
+fn an_htlc_whose_r_the_peer_took_and_hung_up_is_claimed_on_chain_before_expiry() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start(&chain, false);
+    let mut peer = ScriptedPeer::connect(&node, 131);
+    peer.open_live(&chain, &node, ANCHOR_SAT);
+    peer.pay(100_000_000).unwrap();
+    let r = wire::Preimage([12u8; 32]);
+    let expiry = u32::try_from(chain.height()).unwrap() + 20;
+    let actions = peer
+        .channel
+        .add_htlc(50_000_000, r.hash(), wire::Locktime::Blocks(expiry), 0)
+        .unwrap();
+    peer.run(actions);
+    peer.answer_all(2);
+    assert_eq!(node.channel()["htlcs"].as_array().unwrap().len(), 1);
+    let rpc_node = node.rpc.clone();
+    let dir = node.dir.path().to_owned();
+    let peer_id = peer.node_id.to_string();
+    let r_hex = hex::encode(r.0);
+    let fulfill = std::thread::spawn(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
+            .args(["cli", "--rpc", &format!("http://{rpc_node}/"), "--data-dir"])
+            .arg(&dir)
+            .args(["fulfillhtlc", &peer_id, &r_hex])
+            .output()
+            .unwrap()
+    });
+    peer.expect("update_fulfill_htlc", 30);
+    peer.hang_up();
+    let out = fulfill.join().unwrap();
+    assert!(!out.status.success());
+    wait_for("the node sees the session end", 30, || {
+        (!node.connected_to(&peer.node_id.to_string())).then_some(())
+    });
+    while u32::try_from(chain.height()).unwrap() < expiry - 6 {
+        chain.mine(1);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    wait_for("the node closes on chain before expiry", 5, || {
+        (node.channel_state() == "on_chain").then_some(())
+    });
+    wait_for("the HTLC claimed with R", 90, || {
+        chain.mine(1);
+        std::thread::sleep(Duration::from_millis(100));
+        (node.funds() > 140_000).then_some(())
+    });
+}
+
+/// Our `open`: the peer answers `open_channel`, lets the node build and sign its anchor
+/// (the wallet outputs it spends are reserved), then never sends `open_commit_sig`. The
+/// call times out; the outputs must not stay reserved while the peer keeps the session.
+#[test]
+fn an_open_the_peer_stalls_frees_the_reserved_funds() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start(&chain, false);
+    let addr = node.cli(&["newaddr"])["address"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    chain.send(&addr, 1_000_000);
+    chain.mine(1);
+    wait_for("the node's funds", 30, || {
+        (node.cli(&["listfunds"])["spendable_sat"] == 1_000_000).then_some(())
+    });
+    let mut peer = ScriptedPeer::connect(&node, 132);
+    peer.accept_role();
+    let peer_id = peer.node_id.to_string();
+    let rpc_node = node.rpc.clone();
+    let dir = node.dir.path().to_owned();
+    let id = peer_id.clone();
+    let open = std::thread::spawn(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
+            .args(["cli", "--rpc", &format!("http://{rpc_node}/"), "--data-dir"])
+            .arg(&dir)
+            .args(["open", &id, "500000"])
+            .output()
+            .unwrap()
+    });
+    let pkt = peer.expect("open", 30);
+    let ours = peer.channel.start().unwrap();
+    peer.run(ours);
+    peer.handle(&pkt);
+    peer.expect("open_anchor", 30);
+    wait_for("the anchor's outputs reserved", 30, || {
+        (node.cli(&["listfunds"])["spendable_sat"] == 0).then_some(())
+    });
+    let out = open.join().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(err.contains("-108"), "{err}");
+    wait_for("the stalled opening abandoned", 30, || {
+        (node.cli(&["listfunds"])["spendable_sat"] == 1_000_000).then_some(())
+    });
+    assert_eq!(
+        node.cli(&["listchannels"])["channels"],
+        serde_json::json!([])
+    );
+    assert!(!node.connected_to(&peer_id));
+}
+
 /// Reorganises the chain from the block holding `txid`'s payment: that block and the ones
 /// after it are replaced by a longer branch whose first block also holds `second`. Returns
 /// `second`'s txid.

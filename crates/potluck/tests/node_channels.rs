@@ -435,6 +435,11 @@ fn unilateral_close_claims_the_delayed_output_and_an_htlc_with_r_on_chain() {
     wait_for("A sees the commitment", 60, || {
         (a.channel_state() == "on_chain").then_some(())
     });
+    // B's commitment spent the anchor: A's own can never confirm, and forcing it must not
+    // replace the commitment A claims from.
+    let err = a.try_cli(&["close", &b.id, "force"]).unwrap_err();
+    assert!(err.contains("-105") && err.contains("OnChain"), "{err}");
+    assert_eq!(a.channel_state(), "on_chain");
     // The queued claims survive a kill -9 while they wait for their delay.
     b.kill9();
     b.restart();
@@ -524,6 +529,81 @@ fn a_mined_coinbase_funds_a_channel_only_once_mature() {
     });
     assert_eq!(funds["outputs"][0]["confirmations"], 100, "{funds}");
     assert_eq!(funds["outputs"][0]["spendable"], true, "{funds}");
+}
+
+#[test]
+fn two_opens_at_once_make_one_channel() {
+    let chain = DevChainProc::start();
+    let a = NodeProc::start(&chain, false);
+    let b = NodeProc::start(&chain, false);
+    let addr = a.cli(&["newaddr"])["address"].as_str().unwrap().to_owned();
+    chain.send(&addr, FUNDING_SAT);
+    chain.mine(1);
+    wait_for("A's funds", 60, || (a.funds() == FUNDING_SAT).then_some(()));
+    a.cli(&["connect", &b.listen]);
+
+    // The wallet could fund both; the protocol has one channel per session.
+    let capacity = (CAPACITY_SAT / 2).to_string();
+    let answers: Vec<Result<Value, String>> = std::thread::scope(|s| {
+        let calls: Vec<_> = (0..3)
+            .map(|_| s.spawn(|| a.try_cli(&["open", &b.id, &capacity])))
+            .collect();
+        calls.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    let opened: Vec<&Value> = answers.iter().filter_map(|r| r.as_ref().ok()).collect();
+    let refused: Vec<&String> = answers.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert_eq!(
+        (opened.len(), refused.len()),
+        (1, 2),
+        "one open succeeds, the others are refused: {answers:?}"
+    );
+    for err in refused {
+        assert!(
+            err.contains("-103") && err.contains("exists already"),
+            "{err}"
+        );
+    }
+    assert_eq!(opened[0]["state"], "open_wait_complete", "{}", opened[0]);
+    let channels = a.cli(&["listchannels"]);
+    assert_eq!(
+        channels["channels"].as_array().unwrap().len(),
+        1,
+        "{channels}"
+    );
+    chain.mine(1);
+    wait_for("channel live on both", 60, || {
+        (a.channel_state() == "normal" && b.channel_state() == "normal").then_some(())
+    });
+}
+
+#[test]
+fn a_lost_session_keeps_the_channels_view_of_the_chain_height() {
+    let chain = DevChainProc::start();
+    let a = NodeProc::start(&chain, false);
+    let b = NodeProc::start(&chain, false);
+    open_channel(&chain, &a, &b);
+    // The last update is persisted at this height; the blocks after it are only in memory.
+    a.cli(&["pay", &b.id, "20000000"]);
+    chain.mine(40);
+    let past = (chain.height() - 20).to_string();
+    let hash = r_hash(&[7u8; 32]);
+    let newhtlc = ["newhtlc", &b.id, "10000000", &hash, &past];
+    // Refused by A itself once its watcher saw the blocks (until then B declines it).
+    wait_for("an expiry in the past refused by A", 60, || {
+        let err = a.try_cli(&newhtlc).unwrap_err();
+        err.contains("bad HTLC expiry").then_some(())
+    });
+
+    a.cli(&["disconnect", &b.id]);
+    wait_for("A dials B again", 60, || {
+        a.connected_to(&b.id).then_some(())
+    });
+    let err = a.try_cli(&newhtlc).unwrap_err();
+    assert!(
+        err.contains("-105") && err.contains("bad HTLC expiry"),
+        "an HTLC that expired 20 blocks ago must be refused after a reconnect too: {err}"
+    );
+    assert_eq!(a.channel()["htlcs"], serde_json::json!([]));
 }
 
 /// Runs `sql` on a stopped node's database.

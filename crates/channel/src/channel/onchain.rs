@@ -23,16 +23,33 @@ fn invariant(what: &'static str) -> CommandError {
 }
 
 impl Channel {
-    /// Broadcasts our latest commitment transaction (unilateral close).
+    /// Broadcasts our latest commitment transaction (unilateral close). Once our own
+    /// commitment is on chain, only re-sends it.
     ///
     /// # Errors
-    /// No signed commitment yet.
+    /// No signed commitment yet; the close is signed by both (`CloseWaitAck`, `Closed`);
+    /// or their commitment or their revoked one spent the anchor.
     pub fn force_close(&mut self) -> Result<Vec<Action>, CommandError> {
         let state = self.state();
         let (ctx, stage) = self.split();
         let Stage::Established(e) = stage else {
             return Err(CommandError::WrongState(state));
         };
+        // After their commitment, ours can never confirm, and taking it as the resolution
+        // would drop the claims on what is on chain (an HTLC claimed with R after this
+        // spent our commitment's outputs, which never exist). A close signed by both is
+        // broadcast and re-sent until it confirms; it pays both at once and carries no
+        // HTLC, so our commitment could only compete with it (and, once the close is
+        // mined, would stay queued and turn the channel `on_chain` for good).
+        match &e.step {
+            Step::CloseWaitAck
+            | Step::Closed
+            | Step::OnChain(Resolution::Penalty { .. })
+            | Step::OnChain(Resolution::Commitment {
+                owner: Who::Them, ..
+            }) => return Err(CommandError::WrongState(state)),
+            _ => {}
+        }
         let tx = e.signed_commitment(&ctx)?;
         let mut next = (**e).clone();
         let mut actions = vec![Action::Broadcast(tx.clone())];
