@@ -823,6 +823,20 @@ impl NodeState {
                         if inner.outbox.is_none() && !on_chain {
                             // Undo: nothing was sent and nothing may be half-done.
                             inner.fall_back();
+                            if let Command::Fulfill(r) = &command {
+                                // The owner has released R (its payer upstream may
+                                // already hold it, and the peer may have read it in an
+                                // update a crash undid): forgetting it here would let
+                                // the peer time the HTLC out on chain. Kept, the
+                                // deadline claims it with R.
+                                if inner.channel.remember_preimage(*r) {
+                                    self.store
+                                        .save_channel(slot.id, &inner.channel, &[])
+                                        .await?;
+                                    inner.persisted = inner.channel.clone();
+                                }
+                                return Err(ControlError::NotConnectedKeepingR(*peer));
+                            }
                             return Err(ControlError::NotConnected(*peer));
                         }
                         let (tx, rx) = oneshot::channel();

@@ -12,6 +12,10 @@ pub(crate) enum ControlError {
     /// No session with the peer is up.
     #[error("not connected to {0}")]
     NotConnected(PublicKey),
+    /// `fulfillhtlc` without a session: nothing was sent, but R is kept (on disk), so the
+    /// node still claims the HTLC on chain with it before it expires.
+    #[error("not connected to {0}; R is kept: run fulfillhtlc again once the peer is back, or the node claims the HTLC on chain with R before it expires")]
+    NotConnectedKeepingR(PublicKey),
     /// Dialling a peer failed.
     #[error("connect to {addr} failed: {reason}")]
     Connect {
@@ -153,7 +157,9 @@ impl ControlError {
     /// The JSON-RPC error code of this kind.
     pub(crate) fn code(&self) -> i64 {
         match self {
-            ControlError::NotConnected(_) => codes::NOT_CONNECTED,
+            ControlError::NotConnected(_) | ControlError::NotConnectedKeepingR(_) => {
+                codes::NOT_CONNECTED
+            }
             ControlError::Connect { .. } => codes::CONNECT_FAILED,
             ControlError::NoChannel(_) => codes::NO_CHANNEL,
             ControlError::ChannelExists(_) => codes::CHANNEL_EXISTS,

@@ -554,6 +554,57 @@ fn an_htlc_whose_r_the_peer_took_and_hung_up_is_claimed_on_chain_before_expiry()
     });
 }
 
+/// The peer offers an HTLC and goes away before the owner has R. The owner learns R
+/// later (its payer upstream may hold it by now) and runs `fulfillhtlc` while the peer is
+/// gone: the call is refused (-9), and R must be kept on disk, so that even across a
+/// `kill -9` and a restart the node closes on chain before the HTLC expires and claims it
+/// with R. The refusal used to drop R, and docs/node.md's remedy for a crash (run
+/// `fulfillhtlc` again after the restart) met the same refusal: the peer, back after
+/// expiry, would take the HTLC by timeout.
+#[test]
+fn an_htlc_fulfilled_while_the_peer_is_gone_is_claimed_on_chain_across_a_restart() {
+    let chain = DevChainProc::start();
+    let mut node = NodeProc::start(&chain, false);
+    let mut peer = ScriptedPeer::connect(&node, 133);
+    peer.open_live(&chain, &node, ANCHOR_SAT);
+    peer.pay(100_000_000).unwrap();
+    let r = wire::Preimage([13u8; 32]);
+    let expiry = u32::try_from(chain.height()).unwrap() + 20;
+    let actions = peer
+        .channel
+        .add_htlc(50_000_000, r.hash(), wire::Locktime::Blocks(expiry), 0)
+        .unwrap();
+    peer.run(actions);
+    peer.answer_all(2);
+    assert_eq!(node.channel()["htlcs"].as_array().unwrap().len(), 1);
+    let peer_id = peer.node_id.to_string();
+    peer.hang_up();
+    wait_for("the node sees the session end", 30, || {
+        (!node.connected_to(&peer_id)).then_some(())
+    });
+    let err = node
+        .try_cli(&["fulfillhtlc", &peer_id, &hex::encode(r.0)])
+        .unwrap_err();
+    assert!(err.contains("-9") && err.contains("R is kept"), "{err}");
+    // Nothing of the channel changed but R: the HTLC is still pending.
+    assert_eq!(node.channel()["htlcs"].as_array().unwrap().len(), 1);
+    node.kill9();
+    node.restart();
+    while u32::try_from(chain.height()).unwrap() < expiry - 6 {
+        chain.mine(1);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    wait_for("the node closes on chain before expiry", 10, || {
+        (node.channel_state() == "on_chain").then_some(())
+    });
+    // 95,000 sat outside the HTLC plus the 50,000 in it, less the claims' fees.
+    wait_for("the HTLC claimed with R", 90, || {
+        chain.mine(1);
+        std::thread::sleep(Duration::from_millis(100));
+        (node.funds() > 140_000).then_some(())
+    });
+}
+
 /// Our `open`: the peer answers `open_channel`, lets the node build and sign its anchor
 /// (the wallet outputs it spends are reserved), then never sends `open_commit_sig`. The
 /// call times out; the outputs must not stay reserved while the peer keeps the session.
