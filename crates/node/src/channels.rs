@@ -638,24 +638,28 @@ impl NodeState {
         }
     }
 
-    /// Builds and signs the anchor from confirmed wallet outputs, reserving them.
-    async fn fund_anchor(
-        &self,
-        channel_id: i64,
-        script_pubkey: ScriptBuf,
-        amount: Amount,
-    ) -> Result<(Transaction, u32), ControlError> {
-        let _guard = self.funding.lock().await;
-        let outputs = self.store.spendable_outputs().await?;
-        let fee_rate = match self.chain.estimate_fee(6).await {
+    /// The fee rate of an anchor we fund: the chain's estimate for 6 blocks, or 2 sat/vB.
+    async fn anchor_fee_rate(&self) -> FeeRate {
+        match self.chain.estimate_fee(6).await {
             Ok(Some(rate)) => rate,
             _ => FeeRate::from_sat_per_vb_u32(2),
-        };
+        }
+    }
+
+    /// Wallet outputs as inputs, largest first, until they sum to `enough` (all of them
+    /// without it).
+    fn wallet_inputs(
+        &self,
+        mut outputs: Vec<OutputRow>,
+        enough: Option<Amount>,
+    ) -> Result<Vec<SpendableOutput>, ControlError> {
+        outputs.sort_by_key(|o| std::cmp::Reverse(o.amount_sat));
         let mut inputs = Vec::new();
         let mut total = Amount::ZERO;
-        let mut sorted = outputs;
-        sorted.sort_by_key(|o| std::cmp::Reverse(o.amount_sat));
-        for o in sorted {
+        for o in outputs {
+            if enough.is_some_and(|e| total >= e) {
+                break;
+            }
             let path = KeyPath {
                 branch: o.branch,
                 index: o.index,
@@ -670,11 +674,55 @@ impl NodeState {
                 },
                 path,
             });
-            // Enough for the anchor and a generous fee: stop adding inputs.
-            if total >= amount + Amount::from_sat(50_000) {
-                break;
-            }
         }
+        Ok(inputs)
+    }
+
+    /// Refuses an anchor of `amount_sat` that the wallet's spendable outputs cannot pay
+    /// together with its fee. Checked before anything is sent: found only once the peer
+    /// had answered, the shortfall ended the opening with an error packet, which also
+    /// dropped the peer's session.
+    async fn check_anchor_affordable(&self, amount_sat: u64) -> Result<(), ControlError> {
+        let outputs = self.store.spendable_outputs().await?;
+        let spendable_sat = outputs.iter().map(|o| o.amount_sat).sum();
+        let refused = |needed_sat| ControlError::InsufficientFunds {
+            asked_sat: amount_sat,
+            needed_sat,
+            spendable_sat,
+        };
+        if outputs.is_empty() {
+            return Err(refused(amount_sat));
+        }
+        let inputs = self.wallet_inputs(outputs, None)?;
+        // Placeholders of the real scripts' sizes: the anchor is a P2WSH 2-of-2, the
+        // change a P2WPKH; only their sizes enter the fee.
+        let anchor = TxOut {
+            value: Amount::from_sat(amount_sat),
+            script_pubkey: ScriptBuf::new_p2wsh(&bitcoin::WScriptHash::all_zeros()),
+        };
+        let change = ScriptBuf::new_p2wpkh(&bitcoin::WPubkeyHash::all_zeros());
+        let rate = self.anchor_fee_rate().await;
+        match wallet::build_transaction(&inputs, &[anchor], Some(&change), rate) {
+            Ok(_) => Ok(()),
+            Err(wallet::BuildError::InsufficientFunds { needed, .. }) => {
+                Err(refused(needed.to_sat()))
+            }
+            Err(e) => Err(ControlError::Funding(e.into())),
+        }
+    }
+
+    /// Builds and signs the anchor from confirmed wallet outputs, reserving them.
+    async fn fund_anchor(
+        &self,
+        channel_id: i64,
+        script_pubkey: ScriptBuf,
+        amount: Amount,
+    ) -> Result<(Transaction, u32), ControlError> {
+        let _guard = self.funding.lock().await;
+        let outputs = self.store.spendable_outputs().await?;
+        let fee_rate = self.anchor_fee_rate().await;
+        // Enough for the anchor and a generous fee: stop adding inputs.
+        let inputs = self.wallet_inputs(outputs, Some(amount + Amount::from_sat(50_000)))?;
         let change_index = self.store.next_index("next_change").await?;
         let change_path = KeyPath {
             branch: wallet::CHANGE_BRANCH,
@@ -728,19 +776,7 @@ impl NodeState {
         if self.channels.active(peer).await.is_some() {
             return Err(ControlError::ChannelExists(*peer));
         }
-        let funds: u64 = self
-            .store
-            .spendable_outputs()
-            .await?
-            .iter()
-            .map(|o| o.amount_sat)
-            .sum();
-        if funds < amount_sat {
-            return Err(ControlError::InsufficientFunds {
-                asked_sat: amount_sat,
-                spendable_sat: funds,
-            });
-        }
+        self.check_anchor_affordable(amount_sat).await?;
         let slot = self
             .new_channel(
                 peer,

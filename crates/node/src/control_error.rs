@@ -43,10 +43,12 @@ pub(crate) enum ControlError {
         own_sat: u64,
     },
     /// The wallet cannot pay for it.
-    #[error("insufficient funds: {asked_sat} sat asked, {spendable_sat} sat spendable in the wallet (confirmed; coinbase outputs after 100 blocks)")]
+    #[error("insufficient funds: {asked_sat} sat asked, {needed_sat} sat needed with the transaction's fee, {spendable_sat} sat spendable in the wallet (confirmed; coinbase outputs after 100 blocks)")]
     InsufficientFunds {
         /// Asked.
         asked_sat: u64,
+        /// Asked plus the fee of the transaction that pays it.
+        needed_sat: u64,
         /// Confirmed and mature in the wallet.
         spendable_sat: u64,
     },
