@@ -772,11 +772,13 @@ impl NodeState {
                 own_sat: MIN_OWN_SAT,
             });
         }
+        // Before the openings lock: it asks the chain for a fee estimate, and a slow
+        // chain must not hold the peers' own openings.
+        self.check_anchor_affordable(amount_sat).await?;
         let listing = self.openings.lock().await;
         if self.channels.active(peer).await.is_some() {
             return Err(ControlError::ChannelExists(*peer));
         }
-        self.check_anchor_affordable(amount_sat).await?;
         let slot = self
             .new_channel(
                 peer,
