@@ -178,17 +178,8 @@ fn a_taken_close_signature_blocks_later_updates() {
     assert_eq!(owned, 200_000_000, "{before}");
 
     // The owner closes; the peer keeps the signature and never answers.
-    let rpc_node = node.rpc.clone();
-    let dir = node.dir.path().to_owned();
     let peer_id = peer.node_id.to_string();
-    let closer = std::thread::spawn(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
-            .args(["cli", "--rpc", &format!("http://{rpc_node}/"), "--data-dir"])
-            .arg(&dir)
-            .args(["close", &peer_id])
-            .output()
-            .unwrap()
-    });
+    let closer = node.cli_in_background(&["close", &peer_id]);
     let close = peer.expect("close", 30);
     let before_close = peer.channel.clone();
     peer.hang_up();
@@ -289,23 +280,14 @@ fn an_expired_htlc_with_a_stalled_peer_is_refunded_on_chain() {
     // Room for the claim delay (6) plus the safety margin (6) that both sides require.
     let expiry = chain.height() + 14;
     let r_hash = support::channels::r_hash(&[7u8; 32]);
-    let rpc_node = node.rpc.clone();
-    let dir = node.dir.path().to_owned();
     let peer_id = peer.node_id.to_string();
-    let offer = std::thread::spawn(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
-            .args(["cli", "--rpc", &format!("http://{rpc_node}/"), "--data-dir"])
-            .arg(&dir)
-            .args([
-                "newhtlc",
-                &peer_id,
-                "50000000",
-                &r_hash,
-                &expiry.to_string(),
-            ])
-            .output()
-            .unwrap()
-    });
+    let offer = node.cli_in_background(&[
+        "newhtlc",
+        &peer_id,
+        "50000000",
+        &r_hash,
+        &expiry.to_string(),
+    ]);
     peer.answer_update();
     assert!(offer.join().unwrap().status.success());
     assert_eq!(node.channel()["htlcs"].as_array().unwrap().len(), 1);
@@ -408,18 +390,9 @@ fn a_crossed_proposal_ends_in_one_payment() {
     peer.pay(100_000_000).unwrap();
     assert!(peer.channel.has_priority());
 
-    let rpc_node = node.rpc.clone();
-    let dir = node.dir.path().to_owned();
     let peer_id = peer.node_id.to_string();
     let started = Instant::now();
-    let pay = std::thread::spawn(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
-            .args(["cli", "--rpc", &format!("http://{rpc_node}/"), "--data-dir"])
-            .arg(&dir)
-            .args(["pay", &peer_id, "50000000"])
-            .output()
-            .unwrap()
-    });
+    let pay = node.cli_in_background(&["pay", &peer_id, "50000000"]);
     // The node's proposal is on the wire; ours leaves before we read it: they cross.
     let theirs = peer.expect("update", 30);
     let far = wire::Locktime::Blocks(u32::try_from(chain.height()).unwrap() + 5_000);
@@ -453,17 +426,18 @@ fn a_crossed_proposal_ends_in_one_payment() {
     assert!(ch["htlcs"].as_array().unwrap().is_empty(), "{ch}");
 }
 
-/// The peer offered us an HTLC and we know R, but the peer never takes our fulfill (it
-/// stalls mid-update): before the HTLC expires — with room for our claim delay and a margin —
-/// the node closes on chain and claims it with R.
-#[test]
-fn an_incoming_htlc_with_known_r_is_claimed_on_chain_before_expiry() {
-    let chain = DevChainProc::start();
-    let node = NodeProc::start(&chain, false);
-    let mut peer = ScriptedPeer::connect(&node, 130);
-    peer.open_live(&chain, &node, ANCHOR_SAT);
+/// A live channel in which the peer has paid the node 100,000 sat and offered it an HTLC of
+/// 50,000 sat with R = `[r_byte; 32]`, expiring 20 blocks from now.
+fn offered_htlc(
+    chain: &DevChainProc,
+    node: &NodeProc,
+    seed: u8,
+    r_byte: u8,
+) -> (ScriptedPeer, wire::Preimage, u32) {
+    let mut peer = ScriptedPeer::connect(node, seed);
+    peer.open_live(chain, node, ANCHOR_SAT);
     peer.pay(100_000_000).unwrap();
-    let r = wire::Preimage([11u8; 32]);
+    let r = wire::Preimage([r_byte; 32]);
     let expiry = u32::try_from(chain.height()).unwrap() + 20;
     let actions = peer
         .channel
@@ -472,124 +446,12 @@ fn an_incoming_htlc_with_known_r_is_claimed_on_chain_before_expiry() {
     peer.run(actions);
     peer.answer_all(2);
     assert_eq!(node.channel()["htlcs"].as_array().unwrap().len(), 1);
-    // The owner fulfills; the peer reads the fulfill and never answers.
-    let rpc_node = node.rpc.clone();
-    let dir = node.dir.path().to_owned();
-    let peer_id = peer.node_id.to_string();
-    let r_hex = hex::encode(r.0);
-    let _fulfill = std::thread::spawn(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
-            .args(["cli", "--rpc", &format!("http://{rpc_node}/"), "--data-dir"])
-            .arg(&dir)
-            .args(["fulfillhtlc", &peer_id, &r_hex])
-            .output()
-            .unwrap()
-    });
-    peer.expect("update_fulfill_htlc", 30);
-    // Well before expiry (claim delay 6 + margin) the node must be on chain.
-    while u32::try_from(chain.height()).unwrap() < expiry - 6 {
-        chain.mine(1);
-        std::thread::sleep(Duration::from_millis(300));
-    }
-    wait_for("the node closes on chain before expiry", 5, || {
-        (node.channel_state() == "on_chain").then_some(())
-    });
-    // 95,000 sat outside the HTLC plus the 50,000 in it, less the claims' fees.
-    wait_for("the HTLC claimed with R", 90, || {
-        chain.mine(1);
-        std::thread::sleep(Duration::from_millis(100));
-        (node.funds() > 140_000).then_some(())
-    });
+    (peer, r, expiry)
 }
 
-/// The peer reads our `update_fulfill_htlc` (it has R now: it can take the payment
-/// upstream) and hangs up before accepting it. The HTLC is still in every commitment; the
-/// node must still claim it with R before it expires, as when the peer merely stalls.
-#[test]
-fn an_htlc_whose_r_the_peer_took_and_hung_up_is_claimed_on_chain_before_expiry() {
-    let chain = DevChainProc::start();
-    let node = NodeProc::start(&chain, false);
-    let mut peer = ScriptedPeer::connect(&node, 131);
-    peer.open_live(&chain, &node, ANCHOR_SAT);
-    peer.pay(100_000_000).unwrap();
-    let r = wire::Preimage([12u8; 32]);
-    let expiry = u32::try_from(chain.height()).unwrap() + 20;
-    let actions = peer
-        .channel
-        .add_htlc(50_000_000, r.hash(), wire::Locktime::Blocks(expiry), 0)
-        .unwrap();
-    peer.run(actions);
-    peer.answer_all(2);
-    assert_eq!(node.channel()["htlcs"].as_array().unwrap().len(), 1);
-    let rpc_node = node.rpc.clone();
-    let dir = node.dir.path().to_owned();
-    let peer_id = peer.node_id.to_string();
-    let r_hex = hex::encode(r.0);
-    let fulfill = std::thread::spawn(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
-            .args(["cli", "--rpc", &format!("http://{rpc_node}/"), "--data-dir"])
-            .arg(&dir)
-            .args(["fulfillhtlc", &peer_id, &r_hex])
-            .output()
-            .unwrap()
-    });
-    peer.expect("update_fulfill_htlc", 30);
-    peer.hang_up();
-    let out = fulfill.join().unwrap();
-    assert!(!out.status.success());
-    wait_for("the node sees the session end", 30, || {
-        (!node.connected_to(&peer.node_id.to_string())).then_some(())
-    });
-    while u32::try_from(chain.height()).unwrap() < expiry - 6 {
-        chain.mine(1);
-        std::thread::sleep(Duration::from_millis(300));
-    }
-    wait_for("the node closes on chain before expiry", 5, || {
-        (node.channel_state() == "on_chain").then_some(())
-    });
-    wait_for("the HTLC claimed with R", 90, || {
-        chain.mine(1);
-        std::thread::sleep(Duration::from_millis(100));
-        (node.funds() > 140_000).then_some(())
-    });
-}
-
-/// The peer offers an HTLC and goes away before the owner has R. The owner learns R
-/// later (its payer upstream may hold it by now) and runs `fulfillhtlc` while the peer is
-/// gone: the call is refused (-9), and R must be kept on disk, so that even across a
-/// `kill -9` and a restart the node closes on chain before the HTLC expires and claims it
-/// with R. The refusal used to drop R, and docs/node.md's remedy for a crash (run
-/// `fulfillhtlc` again after the restart) met the same refusal: the peer, back after
-/// expiry, would take the HTLC by timeout.
-#[test]
-fn an_htlc_fulfilled_while_the_peer_is_gone_is_claimed_on_chain_across_a_restart() {
-    let chain = DevChainProc::start();
-    let mut node = NodeProc::start(&chain, false);
-    let mut peer = ScriptedPeer::connect(&node, 133);
-    peer.open_live(&chain, &node, ANCHOR_SAT);
-    peer.pay(100_000_000).unwrap();
-    let r = wire::Preimage([13u8; 32]);
-    let expiry = u32::try_from(chain.height()).unwrap() + 20;
-    let actions = peer
-        .channel
-        .add_htlc(50_000_000, r.hash(), wire::Locktime::Blocks(expiry), 0)
-        .unwrap();
-    peer.run(actions);
-    peer.answer_all(2);
-    assert_eq!(node.channel()["htlcs"].as_array().unwrap().len(), 1);
-    let peer_id = peer.node_id.to_string();
-    peer.hang_up();
-    wait_for("the node sees the session end", 30, || {
-        (!node.connected_to(&peer_id)).then_some(())
-    });
-    let err = node
-        .try_cli(&["fulfillhtlc", &peer_id, &hex::encode(r.0)])
-        .unwrap_err();
-    assert!(err.contains("-9") && err.contains("R is kept"), "{err}");
-    // Nothing of the channel changed but R: the HTLC is still pending.
-    assert_eq!(node.channel()["htlcs"].as_array().unwrap().len(), 1);
-    node.kill9();
-    node.restart();
+/// Mines to 6 blocks before `expiry` (our claim delay): the node must be on chain by then,
+/// and then claim the HTLC of [`offered_htlc`] with R.
+fn claimed_with_r_before_expiry(chain: &DevChainProc, node: &NodeProc, expiry: u32) {
     while u32::try_from(chain.height()).unwrap() < expiry - 6 {
         chain.mine(1);
         std::thread::sleep(Duration::from_millis(300));
@@ -605,6 +467,84 @@ fn an_htlc_fulfilled_while_the_peer_is_gone_is_claimed_on_chain_across_a_restart
     });
 }
 
+/// Sends `sat` to a fresh address of the node's wallet and waits until it is spendable.
+fn fund_wallet(chain: &DevChainProc, node: &NodeProc, sat: u64) {
+    let addr = node.cli(&["newaddr"])["address"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    chain.send(&addr, sat);
+    chain.mine(1);
+    wait_for("the node's funds", 30, || {
+        (node.cli(&["listfunds"])["spendable_sat"] == sat).then_some(())
+    });
+}
+
+/// The peer offered us an HTLC and we know R, but the peer never takes our fulfill (it
+/// stalls mid-update): before the HTLC expires — with room for our claim delay and a margin —
+/// the node closes on chain and claims it with R.
+#[test]
+fn an_incoming_htlc_with_known_r_is_claimed_on_chain_before_expiry() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start(&chain, false);
+    let (mut peer, r, expiry) = offered_htlc(&chain, &node, 130, 11);
+    // The owner fulfills; the peer reads the fulfill and never answers.
+    let peer_id = peer.node_id.to_string();
+    let r_hex = hex::encode(r.0);
+    let _fulfill = node.cli_in_background(&["fulfillhtlc", &peer_id, &r_hex]);
+    peer.expect("update_fulfill_htlc", 30);
+    claimed_with_r_before_expiry(&chain, &node, expiry);
+}
+
+/// The peer reads our `update_fulfill_htlc` (it has R now: it can take the payment
+/// upstream) and hangs up before accepting it. The HTLC is still in every commitment; the
+/// node must still claim it with R before it expires, as when the peer merely stalls.
+#[test]
+fn an_htlc_whose_r_the_peer_took_and_hung_up_is_claimed_on_chain_before_expiry() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start(&chain, false);
+    let (mut peer, r, expiry) = offered_htlc(&chain, &node, 131, 12);
+    let peer_id = peer.node_id.to_string();
+    let r_hex = hex::encode(r.0);
+    let fulfill = node.cli_in_background(&["fulfillhtlc", &peer_id, &r_hex]);
+    peer.expect("update_fulfill_htlc", 30);
+    peer.hang_up();
+    let out = fulfill.join().unwrap();
+    assert!(!out.status.success());
+    wait_for("the node sees the session end", 30, || {
+        (!node.connected_to(&peer.node_id.to_string())).then_some(())
+    });
+    claimed_with_r_before_expiry(&chain, &node, expiry);
+}
+
+/// The peer offers an HTLC and goes away before the owner has R. The owner learns R
+/// later (its payer upstream may hold it by now) and runs `fulfillhtlc` while the peer is
+/// gone: the call is refused (-9), and R must be kept on disk, so that even across a
+/// `kill -9` and a restart the node closes on chain before the HTLC expires and claims it
+/// with R. The refusal used to drop R, and docs/node.md's remedy for a crash (run
+/// `fulfillhtlc` again after the restart) met the same refusal: the peer, back after
+/// expiry, would take the HTLC by timeout.
+#[test]
+fn an_htlc_fulfilled_while_the_peer_is_gone_is_claimed_on_chain_across_a_restart() {
+    let chain = DevChainProc::start();
+    let mut node = NodeProc::start(&chain, false);
+    let (mut peer, r, expiry) = offered_htlc(&chain, &node, 133, 13);
+    let peer_id = peer.node_id.to_string();
+    peer.hang_up();
+    wait_for("the node sees the session end", 30, || {
+        (!node.connected_to(&peer_id)).then_some(())
+    });
+    let err = node
+        .try_cli(&["fulfillhtlc", &peer_id, &hex::encode(r.0)])
+        .unwrap_err();
+    assert!(err.contains("-9") && err.contains("R is kept"), "{err}");
+    // Nothing of the channel changed but R: the HTLC is still pending.
+    assert_eq!(node.channel()["htlcs"].as_array().unwrap().len(), 1);
+    node.kill9();
+    node.restart();
+    claimed_with_r_before_expiry(&chain, &node, expiry);
+}
+
 /// Our `open`: the peer answers `open_channel`, lets the node build and sign its anchor
 /// (the wallet outputs it spends are reserved), then never sends `open_commit_sig`. The
 /// call times out; the outputs must not stay reserved while the peer keeps the session.
@@ -612,29 +552,11 @@ fn an_htlc_fulfilled_while_the_peer_is_gone_is_claimed_on_chain_across_a_restart
 fn an_open_the_peer_stalls_frees_the_reserved_funds() {
     let chain = DevChainProc::start();
     let node = NodeProc::start(&chain, false);
-    let addr = node.cli(&["newaddr"])["address"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    chain.send(&addr, 1_000_000);
-    chain.mine(1);
-    wait_for("the node's funds", 30, || {
-        (node.cli(&["listfunds"])["spendable_sat"] == 1_000_000).then_some(())
-    });
+    fund_wallet(&chain, &node, 1_000_000);
     let mut peer = ScriptedPeer::connect(&node, 132);
     peer.accept_role();
     let peer_id = peer.node_id.to_string();
-    let rpc_node = node.rpc.clone();
-    let dir = node.dir.path().to_owned();
-    let id = peer_id.clone();
-    let open = std::thread::spawn(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
-            .args(["cli", "--rpc", &format!("http://{rpc_node}/"), "--data-dir"])
-            .arg(&dir)
-            .args(["open", &id, "500000"])
-            .output()
-            .unwrap()
-    });
+    let open = node.cli_in_background(&["open", &peer_id, "500000"]);
     let pkt = peer.expect("open", 30);
     let ours = peer.channel.start().unwrap();
     peer.run(ours);
@@ -665,15 +587,7 @@ fn an_open_the_peer_stalls_frees_the_reserved_funds() {
 fn an_open_the_wallet_cannot_pay_the_fee_of_is_refused_before_the_peer_hears_of_it() {
     let chain = DevChainProc::start();
     let node = NodeProc::start(&chain, false);
-    let addr = node.cli(&["newaddr"])["address"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    chain.send(&addr, 1_000_000);
-    chain.mine(1);
-    wait_for("the node's funds", 30, || {
-        (node.cli(&["listfunds"])["spendable_sat"] == 1_000_000).then_some(())
-    });
+    fund_wallet(&chain, &node, 1_000_000);
     let mut peer = ScriptedPeer::connect(&node, 134);
     peer.accept_role();
     let peer_id = peer.node_id.to_string();
@@ -689,17 +603,7 @@ fn an_open_the_wallet_cannot_pay_the_fee_of_is_refused_before_the_peer_hears_of_
     );
     assert!(node.connected_to(&peer_id));
     // The session is whole: the next open's first packet is the first the peer sees.
-    let rpc_node = node.rpc.clone();
-    let dir = node.dir.path().to_owned();
-    let id = peer_id.clone();
-    let open = std::thread::spawn(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
-            .args(["cli", "--rpc", &format!("http://{rpc_node}/"), "--data-dir"])
-            .arg(&dir)
-            .args(["open", &id, "500000"])
-            .output()
-            .unwrap()
-    });
+    let open = node.cli_in_background(&["open", &peer_id, "500000"]);
     peer.expect("open", 30);
     let opens = peer.received.iter().filter(|p| p.name() == "open").count();
     assert_eq!(opens, 1, "the refused open sent nothing");

@@ -612,6 +612,34 @@ async fn vanished_deposit_scenario() -> (Rig, String, String, i64, Vec<Value>, V
     (rig, a, b, id, bets, a_raw)
 }
 
+/// Mines until the closed round's payout confirms; the txids of the outputs it spent.
+async fn confirmed_payout_inputs(rig: &Rig, closed: &Value) -> Vec<String> {
+    let payout_txid = Txid::from_str(closed["payout"]["txid"].as_str().unwrap()).unwrap();
+    wait_for(Duration::from_secs(60), || async {
+        if confirmations(&rig.rpc, &payout_txid.to_string())
+            .await
+            .unwrap_or(0)
+            > 0
+        {
+            return Some(());
+        }
+        rig.mine(1).await;
+        None
+    })
+    .await;
+    let payout = rig
+        .rpc
+        .get_raw_transaction(&payout_txid)
+        .await
+        .unwrap()
+        .unwrap();
+    payout
+        .input
+        .iter()
+        .map(|i| i.previous_output.txid.to_string())
+        .collect()
+}
+
 /// Point 9: a refused payout makes the round `payout_failed` and the next
 /// round opens; when pot outputs no longer exist (their bets' deposit was
 /// reorganised out and the node forgot both), the admin retry pays from the
@@ -644,30 +672,7 @@ async fn retry_pays_from_the_pot_outputs_that_still_exist() {
         "the first retry came before A's deposits were reversed"
     );
     let closed = rig.wait_status(id, "closed").await;
-    let payout_txid = Txid::from_str(closed["payout"]["txid"].as_str().unwrap()).unwrap();
-    wait_for(Duration::from_secs(60), || async {
-        if confirmations(&rig.rpc, &payout_txid.to_string())
-            .await
-            .unwrap_or(0)
-            > 0
-        {
-            return Some(());
-        }
-        rig.mine(1).await;
-        None
-    })
-    .await;
-    let payout = rig
-        .rpc
-        .get_raw_transaction(&payout_txid)
-        .await
-        .unwrap()
-        .unwrap();
-    let spent: Vec<String> = payout
-        .input
-        .iter()
-        .map(|i| i.previous_output.txid.to_string())
-        .collect();
+    let spent = confirmed_payout_inputs(&rig, &closed).await;
     assert_eq!(spent.len(), 2, "{spent:?}");
     assert!(
         spent.contains(&txid(1)) && spent.contains(&txid(3)),
@@ -740,30 +745,7 @@ async fn a_retry_waits_for_pot_outputs_whose_bets_can_still_confirm() {
         .admin_post(&format!("/admin/rounds/{id}/retry-payout"), json!({}))
         .await;
     let closed = rig.wait_status(id, "closed").await;
-    let payout_txid = Txid::from_str(closed["payout"]["txid"].as_str().unwrap()).unwrap();
-    wait_for(Duration::from_secs(60), || async {
-        if confirmations(&rig.rpc, &payout_txid.to_string())
-            .await
-            .unwrap_or(0)
-            > 0
-        {
-            return Some(());
-        }
-        rig.mine(1).await;
-        None
-    })
-    .await;
-    let payout = rig
-        .rpc
-        .get_raw_transaction(&payout_txid)
-        .await
-        .unwrap()
-        .unwrap();
-    let mut spent: Vec<String> = payout
-        .input
-        .iter()
-        .map(|i| i.previous_output.txid.to_string())
-        .collect();
+    let mut spent = confirmed_payout_inputs(&rig, &closed).await;
     spent.sort();
     let mut all: Vec<String> = (0..4).map(txid).collect();
     all.sort();

@@ -328,6 +328,25 @@ impl NodeProc {
             .unwrap()
     }
 
+    /// A control call on its own thread, for a test that plays the peer meanwhile; join
+    /// it for the CLI's output.
+    pub fn cli_in_background(
+        &self,
+        args: &[&str],
+    ) -> std::thread::JoinHandle<std::process::Output> {
+        let rpc = self.rpc.clone();
+        let dir = self.dir.path().to_owned();
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        std::thread::spawn(move || {
+            Command::new(env!("CARGO_BIN_EXE_potluck"))
+                .args(["cli", "--rpc", &format!("http://{rpc}/"), "--data-dir"])
+                .arg(&dir)
+                .args(&args)
+                .output()
+                .unwrap()
+        })
+    }
+
     /// A control call that must succeed.
     pub fn cli(&self, args: &[&str]) -> Value {
         let out = self.run_cli(args);
