@@ -509,8 +509,9 @@ fn claim_tx(actions: &[channel::Action]) -> bitcoin::Transaction {
     }
 }
 
-#[test]
-fn a_force_close_after_their_commitment_is_on_chain_is_refused_and_r_still_claims() {
+/// An open pair in which A has offered B an HTLC of 500,000 sat with R = `r(5)`,
+/// expiring 200 blocks on.
+fn pair_with_htlc_from_a() -> Pair {
     let mut p = Pair::new(true, ChannelConfig::default());
     p.open();
     let expiry = p.chain.height + 200;
@@ -521,6 +522,12 @@ fn a_force_close_after_their_commitment_is_on_chain_is_refused_and_r_still_claim
             .unwrap();
     p.a.absorb(acts);
     p.run();
+    p
+}
+
+#[test]
+fn a_force_close_after_their_commitment_is_on_chain_is_refused_and_r_still_claims() {
+    let mut p = pair_with_htlc_from_a();
     let acts = p.a.ch.force_close().unwrap();
     p.a.absorb(acts);
     p.mine_broadcasts();
@@ -607,16 +614,7 @@ fn a_force_close_of_a_channel_closed_by_both_or_punished_is_refused() {
 
 #[test]
 fn only_the_r_of_an_htlc_offered_to_us_is_remembered() {
-    let mut p = Pair::new(true, ChannelConfig::default());
-    p.open();
-    let expiry = p.chain.height + 200;
-    let now = p.now;
-    let acts =
-        p.a.ch
-            .add_htlc(500_000_000, r(5).hash(), Locktime::Blocks(expiry), now)
-            .unwrap();
-    p.a.absorb(acts);
-    p.run();
+    let mut p = pair_with_htlc_from_a();
     // A offered it: its R is not A's to claim with; an unknown R neither.
     let before = p.a.ch.clone();
     assert!(!p.a.ch.remember_preimage(r(5)));

@@ -758,19 +758,26 @@ async fn reorged_deposit_is_uncredited_then_recredited() {
     rig.finish().await;
 }
 
+/// Two users with 100,000 sats each bet 20,000 and 40,000 in a fresh round:
+/// their tokens and the round's id.
+async fn two_bets_round(rig: &Rig, names: [&str; 2], ips: [&str; 2]) -> (String, String, i64) {
+    let a = rig.s().user(names[0], ips[0]).await;
+    let b = rig.s().user(names[1], ips[1]).await;
+    rig.deposit(&a, 100_000).await;
+    rig.deposit(&b, 100_000).await;
+    let id = rig.fresh_round().await;
+    assert_eq!(rig.bet(&a, 20_000).await.status, 201);
+    assert_eq!(rig.bet(&b, 40_000).await.status, 201);
+    (a, b, id)
+}
+
 /// The draw block reorged out after the payout: the draw stays as first
 /// seen (a miner gets no second roll), the round is paid once, the payout
 /// goes back to pending and confirms again on the new branch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reorged_draw_block_keeps_the_draw_and_one_payout() {
     let rig = Rig::new(Db::Sqlite).await;
-    let a = rig.s().user("gina", "10.0.4.1").await;
-    let b = rig.s().user("hank", "10.0.4.2").await;
-    rig.deposit(&a, 100_000).await;
-    rig.deposit(&b, 100_000).await;
-    let id = rig.fresh_round().await;
-    assert_eq!(rig.bet(&a, 20_000).await.status, 201);
-    assert_eq!(rig.bet(&b, 40_000).await.status, 201);
+    let (a, b, id) = two_bets_round(&rig, ["gina", "hank"], ["10.0.4.1", "10.0.4.2"]).await;
     rig.wait_status(id, "drawing").await;
     rig.mine(1).await;
     let before = rig.wait_status(id, "closed").await;
@@ -822,13 +829,7 @@ async fn reorged_draw_block_keeps_the_draw_and_one_payout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_draw_block_replaced_while_paused_keeps_the_first_draw() {
     let rig = Rig::new(Db::Sqlite).await;
-    let a = rig.s().user("paula", "10.0.4.11").await;
-    let b = rig.s().user("quinn", "10.0.4.12").await;
-    rig.deposit(&a, 100_000).await;
-    rig.deposit(&b, 100_000).await;
-    let id = rig.fresh_round().await;
-    assert_eq!(rig.bet(&a, 20_000).await.status, 201);
-    assert_eq!(rig.bet(&b, 40_000).await.status, 201);
+    let (a, b, id) = two_bets_round(&rig, ["paula", "quinn"], ["10.0.4.11", "10.0.4.12"]).await;
     let drawing = rig.wait_status(id, "drawing").await;
     let close_tip = drawing["draw"]["tip_height_at_close"].as_u64().unwrap();
     let r = rig.s().admin_post("/admin/pause", json!({})).await;
