@@ -346,6 +346,11 @@ pub enum ChannelError {
     /// The HTLC has not expired yet.
     #[error("HTLC has not expired")]
     NotExpired,
+    /// An HTLC's `r_hash` equals the revocation hash of a commitment that would hold it:
+    /// its output could not be taken with the revocation preimage (docs/channel.md,
+    /// "Revocation hashes and HTLC hashes").
+    #[error("r_hash equals a revocation hash")]
+    RevocationHashCollision,
     /// A transaction could not be built.
     #[error(transparent)]
     Tx(#[from] TxError),
@@ -410,6 +415,10 @@ pub enum CommandError {
     /// We already have the most HTLCs in flight that we allow.
     #[error("too many HTLCs in flight (at most {0})")]
     TooManyHtlcs(u16),
+    /// The `r_hash` equals a revocation hash of either side: a commitment holding the
+    /// HTLC could not be fully penalised (docs/channel.md).
+    #[error("r_hash equals a revocation hash of this channel")]
+    RevocationHashCollision,
     /// No close fee fits: the minimum relay fee is above our share of this (tiny) channel.
     #[error("close fee {fee_sat} sat outside {min_sat}..={max_sat} sat")]
     BadCloseFee {
@@ -651,6 +660,12 @@ impl Ctx<'_> {
     fn sweep_fee(&self, inputs: &[SweepInput]) -> u64 {
         sweep_weight(inputs) * self.config.sweep_feerate_sat_per_kw / 1000
     }
+
+    /// What one more input adds to a sweep's fee.
+    fn input_fee(&self, input: &SweepInput) -> u64 {
+        let alone = sweep_weight(std::slice::from_ref(input)) - sweep_weight(&[]);
+        (alone * self.config.sweep_feerate_sat_per_kw).div_ceil(1000)
+    }
 }
 
 impl Established {
@@ -719,6 +734,14 @@ impl Established {
             &self.terms.their_final,
             theirs,
         ))
+    }
+
+    /// Whether `r_hash` equals a revocation hash that a commitment holding it could carry:
+    /// our current and next, their current (their next is checked when it arrives).
+    fn collides_with_revocation(&self, ctx: &Ctx, r_hash: &Sha256) -> bool {
+        *r_hash == self.their_rev
+            || *r_hash == ctx.our_rev_hash(self.num)
+            || *r_hash == ctx.our_rev_hash(self.num + 1)
     }
 
     fn remember_r(&mut self, r: Preimage) {
@@ -1132,6 +1155,9 @@ impl Channel {
         }
         if e.cstate.ours.htlcs.len() >= usize::from(self.config.max_htlcs_in_flight) {
             return Err(CommandError::TooManyHtlcs(self.config.max_htlcs_in_flight));
+        }
+        if e.collides_with_revocation(&ctx, &r_hash) {
+            return Err(CommandError::RevocationHashCollision);
         }
         self.propose(Change::AddHtlc(Htlc {
             amount_msat,
@@ -1622,6 +1648,18 @@ fn on_proposal(
         _ => return Err(ChannelError::UnexpectedPacket(p.name())),
     };
     let next = apply_change(&e.cstate, Who::Them, &change)?;
+    // An HTLC locked to a revocation hash of a commitment holding it makes that output
+    // unspendable by the penalty (the revocation branch then takes the R branch or an
+    // OP_IF with 2): refuse it, whether the HTLC or the hash is the new part.
+    let revs = [
+        their_next_rev,
+        e.their_rev,
+        ctx.our_rev_hash(e.num),
+        ctx.our_rev_hash(e.num + 1),
+    ];
+    if holds_collision(&next, &revs) {
+        return Err(ChannelError::RevocationHashCollision);
+    }
     // Our next commitment holds the same HTLCs as theirs: building theirs checked that
     // ours can be built too.
     let theirs = e.their_commitment(ctx, &next, e.num + 1, &their_next_rev)?;
@@ -1669,6 +1707,9 @@ fn on_accept(
         return Err(invariant("accept handled in WaitAccept only"));
     };
     let n = e.num + 1;
+    if holds_collision(&p.next, &[a.revocation_hash]) {
+        return Err(ChannelError::RevocationHashCollision);
+    }
     let ours = e.our_commitment(ctx, &p.next, n)?;
     e.check_sig(&ours.tx, &a.sig, "update_accept.sig")?;
     let theirs = e.their_commitment(ctx, &p.next, n, &a.revocation_hash)?;
@@ -1694,6 +1735,15 @@ fn on_accept(
             revocation_preimage: preimage,
         })),
     ])
+}
+
+/// Whether an HTLC of `cs` (either side's) is locked to one of the revocation hashes `revs`.
+fn holds_collision(cs: &CState, revs: &[Sha256]) -> bool {
+    cs.ours
+        .htlcs
+        .iter()
+        .chain(&cs.theirs.htlcs)
+        .any(|h| revs.contains(&h.r_hash))
 }
 
 /// Checks that `pre` is their revocation preimage for commitment `n`, whose hash they sent as `rev`.

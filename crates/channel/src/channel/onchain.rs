@@ -253,6 +253,12 @@ impl Established {
         let mut candidates: Vec<ScriptBuf> =
             vec![revocable_script(&rev, &ctx.our_final, delay, &their_final)];
         for h in htlcs {
+            // An HTLC locked to the revocation hash itself cannot be taken with the
+            // preimage (the offered script's OP_IF gets 2, the received one takes the R
+            // branch): leave its output out rather than make the whole penalty invalid.
+            if h.r_hash == rev {
+                continue;
+            }
             let Ok(e) = cltv_value(h.expiry) else {
                 continue;
             };
@@ -293,13 +299,19 @@ impl Established {
             } else {
                 continue;
             };
-            inputs.push(SweepInput {
+            let input = SweepInput {
                 outpoint,
                 value: out.value,
                 witness,
-                sequence: Sequence::ENABLE_LOCKTIME_NO_RBF,
+                sequence: Sequence::ENABLE_RBF_NO_LOCKTIME,
                 key: ctx.secrets.final_key,
-            });
+            };
+            // An output worth less than the fee its input adds would only lower what the
+            // penalty recovers (and a peer could add many to price the penalty out).
+            if out.value.to_sat() <= ctx.input_fee(&input) {
+                continue;
+            }
+            inputs.push(input);
         }
         let fee = ctx.sweep_fee(&inputs);
         Ok(sweep_tx(

@@ -10,6 +10,7 @@ use std::collections::{HashMap, VecDeque};
 
 use bitcoin::absolute::LockTime;
 use bitcoin::{Amount, OutPoint, Sequence, Transaction, TxOut, Txid};
+use chain::dev::validation::{check_policy_scripts, check_standard, verify_scripts_policy, Coin};
 use channel::tx::{p2wpkh, sweep_tx, SweepInput, SweepWitness};
 use channel::{
     Action, AnchorRole, Channel, ChannelConfig, ChannelSecrets, Event, RevokedCommitment, State,
@@ -75,6 +76,24 @@ impl FakeChain {
         if self.verify_scripts {
             tx.verify(|op| self.utxos.get(op).map(|(o, _)| o.clone()))
                 .map_err(|e| format!("script verification: {e:?}"))?;
+            // Relay policy too (MINIMALIF, NULLFAIL, CLEANSTACK, LOW_S…): a transaction
+            // that only consensus accepts never reaches a miner through the mempool.
+            let coins: Vec<Coin> = tx
+                .input
+                .iter()
+                .map(|i| {
+                    let (txout, height) = self.utxos[&i.previous_output].clone();
+                    Coin {
+                        txout,
+                        height,
+                        coinbase: false,
+                    }
+                })
+                .collect();
+            let refs: Vec<&Coin> = coins.iter().collect();
+            verify_scripts_policy(tx, &refs).map_err(|e| format!("policy: {}", e.reason))?;
+            check_policy_scripts(tx, &refs).map_err(|e| format!("policy: {}", e.reason))?;
+            check_standard(tx).map_err(|e| format!("policy: {}", e.reason))?;
         }
         let ins: u64 = tx
             .input
