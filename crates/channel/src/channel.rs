@@ -197,6 +197,16 @@ pub enum Event {
         /// Its txid.
         txid: Txid,
     },
+    /// An output of ours on chain is worth less than its claim would cost (plus dust):
+    /// it is left to the chain; every other output is still claimed.
+    Unclaimable {
+        /// The output.
+        outpoint: OutPoint,
+        /// Its value.
+        value: Amount,
+        /// The claim's fee at the current rate.
+        fee_sat: u64,
+    },
     /// A commitment transaction is on chain; the channel is over.
     OnChain {
         /// Its txid.
@@ -499,6 +509,8 @@ enum Resolution {
     Commitment { owner: Who, commitment: Commitment },
     /// Their revoked commitment is on chain and our penalty took every output.
     Penalty { commitment_number: u64 },
+    /// Something we do not recognise spent the anchor: nothing to claim, no more updates.
+    Unrecognised { txid: Txid },
 }
 
 /// Where a funded channel is in its life.
@@ -540,7 +552,21 @@ struct Established {
     high_priority: bool,
     /// R of every HTLC still in a commitment that can reach the chain (pruned after each update).
     known_r: Vec<Preimage>,
+    /// Outputs of ours on the commitment on chain that are worth less than their claim's fee.
+    #[serde(default)]
+    unclaimable: Vec<Unclaimable>,
     step: Step,
+}
+
+/// An output of ours on chain left unclaimed: worth less than its claim's fee plus dust.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Unclaimable {
+    /// The output.
+    pub outpoint: OutPoint,
+    /// Its value.
+    pub value: Amount,
+    /// The fee its claim would pay at the rate it was priced at.
+    pub fee_sat: u64,
 }
 
 /// The channel's state; each variant carries exactly the data that exists in it.
@@ -915,6 +941,11 @@ impl Channel {
             Some(e) => e.high_priority,
             None => matches!(self.role, AnchorRole::Fund { .. }),
         }
+    }
+
+    /// Our outputs on chain left unclaimed because their claim would cost more than they hold.
+    pub fn unclaimable(&self) -> &[Unclaimable] {
+        self.established().map_or(&[], |e| &e.unclaimable[..])
     }
 
     /// The Rs this channel claims HTLCs offered to us with, should a commitment reach the chain.
@@ -1503,6 +1534,7 @@ impl Channel {
             their_secrets: RevocationSecrets::new(),
             high_priority: matches!(self.role, AnchorRole::Fund { .. }),
             known_r: Vec::new(),
+            unclaimable: Vec::new(),
             step: Step::OpenWaitComplete {
                 sent: false,
                 got: false,
@@ -1538,6 +1570,7 @@ impl Channel {
             their_secrets: RevocationSecrets::new(),
             high_priority: matches!(self.role, AnchorRole::Fund { .. }),
             known_r: Vec::new(),
+            unclaimable: Vec::new(),
             step: Step::OpenWaitComplete {
                 sent: false,
                 got: false,

@@ -315,7 +315,7 @@ pub(crate) fn channel_json(peer: &PublicKey, ch: &Channel) -> Value {
                 .collect()
         })
         .unwrap_or_default();
-    json!({
+    let mut v = json!({
         "peer_id": peer.to_string(),
         "state": state_name(ch.state()),
         "anchor_txid": ch.anchor_outpoint().map(|o| o.txid.to_string()),
@@ -328,7 +328,22 @@ pub(crate) fn channel_json(peer: &PublicKey, ch: &Channel) -> Value {
         "theirs": cs.map(|c| crate::sides::side_json(c, Who::Them, ch.state())),
         "commitment_number": ch.commitment_number(),
         "htlcs": htlcs,
-    })
+    });
+    if !ch.unclaimable().is_empty() {
+        // Only when there is something to say: every other listing keeps its shape.
+        v["unclaimable"] = ch
+            .unclaimable()
+            .iter()
+            .map(|u| {
+                json!({
+                    "outpoint": u.outpoint.to_string(),
+                    "amount_sat": u.value.to_sat(),
+                    "claim_fee_sat": u.fee_sat,
+                })
+            })
+            .collect();
+    }
+    v
 }
 
 use bitcoin::hashes::Hash as _;
@@ -476,13 +491,15 @@ impl NodeState {
                     csv_blocks,
                     lock_time,
                 } => {
-                    if let Err(e) = self
-                        .store
+                    // A claim that is not on disk is lost at the next restart: the
+                    // caller must see this fail (the watcher retries the block).
+                    self.store
                         .queue_broadcast(slot.id, &tx, csv_blocks, lock_time)
                         .await
-                    {
-                        tracing::error!(error = %e, "cannot queue a claim");
-                    }
+                        .map_err(|e| {
+                            tracing::error!(peer = %slot.peer, channel = slot.id, error = %e, "cannot queue a claim");
+                            ControlError::Store(e)
+                        })?;
                     tracing::info!(peer = %slot.peer, txid = %tx.compute_txid(), csv_blocks, lock_time, "claim queued");
                 }
                 Action::Archive(record) => {
@@ -624,6 +641,14 @@ impl NodeState {
             }
             Event::CheatDetected { commitment_number } => {
                 tracing::warn!(%peer, channel = slot.id, commitment_number, "peer broadcast a revoked commitment; penalty broadcast");
+                Ok(Vec::new())
+            }
+            Event::Unclaimable {
+                outpoint,
+                value,
+                fee_sat,
+            } => {
+                tracing::warn!(%peer, channel = slot.id, %outpoint, value_sat = value.to_sat(), claim_fee_sat = fee_sat, "an output of ours is worth less than its claim; left unclaimed");
                 Ok(Vec::new())
             }
             Event::AnchorSpentUnrecognised { txid } => {
@@ -1478,6 +1503,21 @@ impl NodeState {
         }
     }
 
+    /// A deadline closes the channel with our commitment. A failure here leaves money at
+    /// risk, so it is logged as an error every pass until it works; it is never dropped.
+    async fn close_on_chain(&self, slot: &Slot, inner: &mut SlotInner) {
+        match inner.channel.force_close() {
+            Ok(actions) => {
+                if let Err(e) = self.run_actions(slot, inner, actions).await {
+                    tracing::error!(peer = %slot.peer, channel = slot.id, error = %e, "closing on chain failed");
+                }
+            }
+            Err(e) => {
+                tracing::error!(peer = %slot.peer, channel = slot.id, error = %e, state = state_name(inner.channel.state()), "cannot close on chain")
+            }
+        }
+    }
+
     /// Expired HTLCs we offered are removed by agreement (`update_timedout_htlc`); one
     /// that cannot be (peer away or refusing) for `htlc_close_after_blocks` blocks is
     /// taken back on chain: the channel closes unilaterally.
@@ -1499,16 +1539,12 @@ impl NodeState {
         let due = inner.channel.deadlines(unix_now());
         if !due.claim.is_empty() {
             tracing::warn!(peer = %slot.peer, channel = slot.id, htlcs = due.claim.len(), "an HTLC we can claim with R nears its expiry; closing on chain");
-            if let Ok(actions) = inner.channel.force_close() {
-                let _ = self.run_actions(slot, &mut inner, actions).await;
-            }
+            self.close_on_chain(slot, &mut inner).await;
             return;
         }
         if long_expired || !due.refund.is_empty() {
             tracing::warn!(peer = %slot.peer, channel = slot.id, "an expired HTLC of ours was not removed by agreement; closing on chain");
-            if let Ok(actions) = inner.channel.force_close() {
-                let _ = self.run_actions(slot, &mut inner, actions).await;
-            }
+            self.close_on_chain(slot, &mut inner).await;
             return;
         }
         if inner.outbox.is_none() || state != State::Normal || inner.suspended.is_some() {
@@ -1525,7 +1561,9 @@ impl NodeState {
             match inner.channel.timeout_htlc(r_hash, unix_now()) {
                 Ok(actions) => {
                     tracing::info!(peer = %slot.peer, r_hash = %hex::encode(r_hash.as_byte_array()), "timing out expired HTLC");
-                    let _ = self.run_actions(slot, &mut inner, actions).await;
+                    if let Err(e) = self.run_actions(slot, &mut inner, actions).await {
+                        tracing::error!(peer = %slot.peer, channel = slot.id, error = %e, "timing out an HTLC failed");
+                    }
                 }
                 Err(e) => tracing::debug!(error = %e, "cannot time out yet"),
             }

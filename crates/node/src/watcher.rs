@@ -243,7 +243,7 @@ async fn scan_block(state: &NodeState, height: u32, block: &Block) -> Result<(),
                 match inner.channel.spend_seen(tx, revoked.as_ref()) {
                     Ok(actions) => state.run_actions(slot, &mut inner, actions).await?,
                     Err(e) => {
-                        tracing::warn!(channel = slot.id, error = %e, "cannot handle the anchor spend")
+                        tracing::error!(peer = %slot.peer, channel = slot.id, %txid, error = %e, "cannot handle the anchor spend")
                     }
                 }
             }

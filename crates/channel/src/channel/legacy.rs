@@ -248,6 +248,7 @@ impl ChannelV0 {
                     their_secrets: self.their_secrets,
                     high_priority: self.high_priority,
                     known_r: self.known_r,
+                    unclaimable: Vec::new(),
                     step,
                 }))
             }

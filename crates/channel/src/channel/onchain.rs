@@ -8,12 +8,13 @@ use wire::Preimage;
 
 use super::{
     delay_blocks_equivalent, Action, Channel, CommandError, Ctx, Established, Event, Resolution,
-    RevokedCommitment, Stage, Step,
+    RevokedCommitment, Stage, Step, Unclaimable,
 };
 use crate::funding::{Htlc, Who};
 use crate::script::{cltv_value, htlc_offered_script, htlc_received_script, revocable_script};
 use crate::tx::{
     commitment_number, p2wpkh, sweep_tx, Commitment, OutputKind, SweepInput, SweepWitness,
+    TxError,
 };
 
 /// A broken internal invariant in an owner command or chain event.
@@ -45,6 +46,7 @@ impl Channel {
             Step::CloseWaitAck
             | Step::Closed
             | Step::OnChain(Resolution::Penalty { .. })
+            | Step::OnChain(Resolution::Unrecognised { .. })
             | Step::OnChain(Resolution::Commitment {
                 owner: Who::Them, ..
             }) => return Err(CommandError::WrongState(state)),
@@ -163,6 +165,7 @@ impl Established {
         let ours = self.our_commitment(ctx, &self.cstate, self.num)?;
         if ours.tx.compute_txid() == txid {
             let claims = self.claim_own(ctx, &ours)?;
+            self.note_unclaimable(&claims);
             self.step = Step::OnChain(Resolution::Commitment {
                 owner: Who::Us,
                 commitment: ours,
@@ -197,6 +200,7 @@ impl Established {
             let theirs = self.their_commitment(ctx, &c, n, &rev)?;
             if theirs.tx.compute_txid() == txid {
                 let claims = self.claim_from_theirs(ctx, &theirs)?;
+                self.note_unclaimable(&claims);
                 self.step = Step::OnChain(Resolution::Commitment {
                     owner: Who::Them,
                     commitment: theirs,
@@ -232,10 +236,33 @@ impl Established {
             }
         }
         // Only transactions we signed can spend the anchor, and we watch every one of
-        // them: this is lost state or a bug, and the operator must look at once.
-        Ok(vec![Action::Notify(Event::AnchorSpentUnrecognised {
-            txid,
-        })])
+        // them: this is lost state or a bug, and the operator must look at once. The
+        // anchor is gone whatever it was: no update may be signed on it any more.
+        self.step = Step::OnChain(Resolution::Unrecognised { txid });
+        Ok(vec![
+            Action::Persist,
+            Action::Notify(Event::AnchorSpentUnrecognised { txid }),
+        ])
+    }
+
+    /// Remembers the outputs `claims` reports as not worth claiming (for `listchannels`).
+    fn note_unclaimable(&mut self, claims: &[Action]) {
+        for a in claims {
+            if let Action::Notify(Event::Unclaimable {
+                outpoint,
+                value,
+                fee_sat,
+            }) = a
+            {
+                if !self.unclaimable.iter().any(|u| u.outpoint == *outpoint) {
+                    self.unclaimable.push(Unclaimable {
+                        outpoint: *outpoint,
+                        value: *value,
+                        fee_sat: *fee_sat,
+                    });
+                }
+            }
+        }
     }
 
     /// Every output of their revoked commitment `tx`, to our final key.
@@ -356,13 +383,9 @@ impl Established {
                 sequence: Sequence::from_consensus(their_delay_csv),
                 key: ctx.secrets.final_key,
             };
-            let fee = ctx.sweep_fee(std::slice::from_ref(&input));
-            let tx = sweep_tx(
-                &[input],
-                p2wpkh(&ctx.our_final),
-                fee,
-                LockTime::from_consensus(lock),
-            )?;
+            let Some(tx) = claim(ctx, input, lock, &mut actions)? else {
+                continue;
+            };
             actions.push(Action::BroadcastLater {
                 tx,
                 csv_blocks: delay_blocks_equivalent(their_delay_csv),
@@ -411,16 +434,12 @@ impl Established {
                 outpoint,
                 value: o.value,
                 witness,
-                sequence: Sequence::ENABLE_LOCKTIME_NO_RBF,
+                sequence: Sequence::ENABLE_RBF_NO_LOCKTIME,
                 key: ctx.secrets.final_key,
             };
-            let fee = ctx.sweep_fee(std::slice::from_ref(&input));
-            let tx = sweep_tx(
-                &[input],
-                p2wpkh(&ctx.our_final),
-                fee,
-                LockTime::from_consensus(lock),
-            )?;
+            let Some(tx) = claim(ctx, input, lock, &mut actions)? else {
+                continue;
+            };
             if lock == 0 {
                 actions.push(Action::Broadcast(tx));
             } else {
@@ -432,5 +451,34 @@ impl Established {
             }
         }
         Ok(actions)
+    }
+}
+
+/// Signs the claim of one output at the current fee rate; an output worth less than
+/// that fee plus dust is reported in `actions` and left out (`None`), never an error
+/// that would drop the claims of the other outputs.
+fn claim(
+    ctx: &Ctx,
+    input: SweepInput,
+    lock: u32,
+    actions: &mut Vec<Action>,
+) -> Result<Option<Transaction>, CommandError> {
+    let fee = ctx.sweep_fee(std::slice::from_ref(&input));
+    match sweep_tx(
+        std::slice::from_ref(&input),
+        p2wpkh(&ctx.our_final),
+        fee,
+        LockTime::from_consensus(lock),
+    ) {
+        Ok(tx) => Ok(Some(tx)),
+        Err(TxError::FeeTooHigh { fee_sat, .. }) => {
+            actions.push(Action::Notify(Event::Unclaimable {
+                outpoint: input.outpoint,
+                value: input.value,
+                fee_sat,
+            }));
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
     }
 }
