@@ -27,7 +27,10 @@ fn theirs_on_chain_with_our_output(pay_msat: u64) -> (Pair, Transaction) {
     p.a.absorb(acts);
     p.run();
     let expiry = Locktime::Blocks(p.chain.height + 300);
-    let acts = p.a.ch.add_htlc(100_000_000, r(1).hash(), expiry, p.now).unwrap();
+    let acts =
+        p.a.ch
+            .add_htlc(100_000_000, r(1).hash(), expiry, p.now)
+            .unwrap();
     p.a.absorb(acts);
     p.run();
     let acts = p.b.ch.fulfill_htlc(r(1)).unwrap();
@@ -62,11 +65,10 @@ fn an_output_too_small_to_claim_does_not_block_the_htlc_claim() {
         .map(|o| o.value.to_sat())
         .expect("B has a direct output");
     assert!((546..700).contains(&small), "B's output is {small} sat");
-    let acts = p
-        .b
-        .ch
-        .spend_seen(&commitment, None)
-        .expect("B handles A's commitment despite its small output");
+    let acts =
+        p.b.ch
+            .spend_seen(&commitment, None)
+            .expect("B handles A's commitment despite its small output");
     assert_eq!(p.b.ch.state(), State::OnChain);
     let claims = broadcasts(&acts);
     assert_eq!(claims.len(), 1, "the HTLC claim with R: {claims:#?}");
@@ -107,5 +109,8 @@ fn an_unrecognised_spend_of_the_anchor_ends_updates() {
     let acts = p.b.ch.spend_seen(&stranger, None).unwrap();
     assert!(acts.contains(&Action::Persist), "{acts:?}");
     assert_eq!(p.b.ch.state(), State::OnChain);
-    assert!(p.b.ch.pay(1_000_000).is_err(), "no update after the anchor is spent");
+    assert!(
+        p.b.ch.pay(1_000_000).is_err(),
+        "no update after the anchor is spent"
+    );
 }

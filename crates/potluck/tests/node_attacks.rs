@@ -1009,3 +1009,111 @@ fn a_hung_bitcoind_does_not_hold_the_channel_while_an_htlc_arrives() {
         (node.channel()["htlcs"].as_array().map(Vec::len) == Some(1)).then_some(())
     });
 }
+
+/// The peer offers an HTLC locked to the revocation hash it sends in the same packet: had
+/// the node signed it, the peer's revoked commitment would carry an output our penalty
+/// cannot take, and the whole penalty would be refused by relay policy. The node refuses
+/// the packet, hangs up, and its channel holds no HTLC; its own `newhtlc` with the peer's
+/// revocation hash is refused too.
+#[test]
+fn an_htlc_locked_to_a_revocation_hash_is_refused_both_ways() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start(&chain, false);
+    let mut peer = ScriptedPeer::connect(&node, 141);
+    peer.open_live(&chain, &node, ANCHOR_SAT);
+    peer.pay(300_000_000).unwrap();
+    let expiry = u32::try_from(chain.height()).unwrap() + 100;
+    let actions = peer
+        .channel
+        .add_htlc(
+            50_000_000,
+            wire::Preimage([5; 32]).hash(),
+            wire::Locktime::Blocks(expiry),
+            0,
+        )
+        .unwrap();
+    let Some(channel::Action::Send(wire::Packet::UpdateAddHtlc(mut add))) =
+        actions.into_iter().next()
+    else {
+        panic!("update_add_htlc expected");
+    };
+    add.r_hash = add.revocation_hash;
+    peer.send(&wire::Packet::UpdateAddHtlc(add));
+    let answer = peer.recv(10);
+    match answer {
+        Ok(Some(wire::Packet::Error(e))) => assert!(
+            e.problem
+                .as_deref()
+                .unwrap_or("")
+                .contains("revocation hash"),
+            "{e:?}"
+        ),
+        other => panic!("the node accepted a poisoned HTLC: {other:?}"),
+    }
+    assert!(node.channel()["htlcs"].as_array().unwrap().is_empty());
+    assert_eq!(node.channel_state(), "normal");
+    // Our side: the peer's current revocation hash as an HTLC hash is refused.
+    peer.reconnect(&node);
+    wait_for("the peer is back", 10, || {
+        (node.cli(&["listpeers"])["peers"][0]["connected"] == true).then_some(())
+    });
+    use bitcoin::hashes::Hash as _;
+    let n = peer.channel.commitment_number();
+    let theirs = channel::shachain::revocation_hash_from_seed(&peer.secrets.revocation_seed, n);
+    let err = node
+        .try_cli(&[
+            "newhtlc",
+            &peer.node_id.to_string(),
+            "50000000",
+            &hex::encode(theirs.to_byte_array()),
+            &expiry.to_string(),
+        ])
+        .expect_err("newhtlc locked to the peer's revocation hash");
+    assert!(err.contains("revocation hash"), "{err}");
+}
+
+/// Our direct output on the peer's commitment is a few hundred sat above dust, too small
+/// to claim at the claim fee rate. The peer broadcasts that commitment while holding R
+/// of an HTLC it offered us: the node must leave the small output out (and say so in
+/// `listchannels`), go `on_chain` and still claim the HTLC with R.
+#[test]
+fn a_small_output_of_ours_does_not_block_the_other_claims() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start(&chain, false);
+    let mut peer = ScriptedPeer::connect(&node, 142);
+    peer.open_live(&chain, &node, ANCHOR_SAT);
+    peer.pay(100_000_000).unwrap();
+    // Pay back all but 600 sat of what we own outside the fee.
+    let ours = node.channel()["our_msat"].as_u64().unwrap();
+    let peer_id = peer.node_id.to_string();
+    let back = node.cli_in_background(&["pay", &peer_id, &(ours - 600_000).to_string()]);
+    peer.answer_update();
+    back.join().unwrap();
+    assert_eq!(node.channel()["our_msat"], 600_000);
+    let r = wire::Preimage([12; 32]);
+    let expiry = u32::try_from(chain.height()).unwrap() + 100;
+    let actions = peer
+        .channel
+        .add_htlc(50_000_000, r.hash(), wire::Locktime::Blocks(expiry), 0)
+        .unwrap();
+    peer.run(actions);
+    peer.answer_all(2);
+    let _fulfill = node.cli_in_background(&["fulfillhtlc", &peer_id, &hex::encode(r.0)]);
+    peer.expect("update_fulfill_htlc", 30);
+    let theirs = peer.channel.signed_commitment().unwrap();
+    chain.call(
+        "sendrawtransaction",
+        serde_json::json!([bitcoin::consensus::encode::serialize_hex(&theirs)]),
+    );
+    chain.mine(1);
+    wait_for("the node sees the peer's commitment", 30, || {
+        (node.channel_state() == "on_chain").then_some(())
+    });
+    let unclaimable = node.channel()["unclaimable"].clone();
+    assert_eq!(unclaimable[0]["amount_sat"], 600, "{unclaimable}");
+    wait_for("the HTLC claimed with R", 60, || {
+        chain.mine(1);
+        std::thread::sleep(Duration::from_millis(100));
+        (node.funds() > 49_000).then_some(())
+    });
+}

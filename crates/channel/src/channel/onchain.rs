@@ -13,8 +13,7 @@ use super::{
 use crate::funding::{Htlc, Who};
 use crate::script::{cltv_value, htlc_offered_script, htlc_received_script, revocable_script};
 use crate::tx::{
-    commitment_number, p2wpkh, sweep_tx, Commitment, OutputKind, SweepInput, SweepWitness,
-    TxError,
+    commitment_number, p2wpkh, sweep_tx, Commitment, OutputKind, SweepInput, SweepWitness, TxError,
 };
 
 /// A broken internal invariant in an owner command or chain event.

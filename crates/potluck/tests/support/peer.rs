@@ -36,7 +36,7 @@ pub struct ScriptedPeer {
     pub node_id: PublicKey,
     pub channel: Channel,
     config: ChannelConfig,
-    secrets: ChannelSecrets,
+    pub secrets: ChannelSecrets,
     /// Every packet the node sent us, in order.
     pub received: Vec<Packet>,
     seed: u8,
