@@ -35,7 +35,7 @@ use crate::script::{anchor_script, cltv_value, csv_value};
 use crate::shachain::{RevocationSecrets, SeedPreimages, ShachainError};
 use crate::tx::{
     check_commitment, close_tx, close_weight, commitment_tx, finalize_anchor_spend, secp,
-    sign_anchor_spend, sweep_weight, verify_anchor_spend, Commitment, CommitmentKeys, SweepInput,
+    p2wpkh, sign_anchor_spend, sweep_weight, verify_anchor_spend, Commitment, CommitmentKeys, SweepInput,
     TxError, DUST_LIMIT_SAT,
 };
 
@@ -54,12 +54,10 @@ pub struct ChannelConfig {
     pub commitment_fee_sat: u64,
     /// The smallest commitment fee we accept from the peer, in satoshis.
     pub min_commitment_fee_sat: u64,
-    /// The fee we put on cooperative close transactions, in satoshis (raised to the
-    /// minimum relay fee, lowered to `max_close_fee_permille` of the capacity).
-    pub close_fee_sat: u64,
     /// The latest HTLC expiry we accept, in blocks after the current height.
     pub max_htlc_expiry_blocks: u32,
-    /// Fee rate for our sweeps (claims and penalties), in sat per 1000 weight units.
+    /// Fee rate for our sweeps (claims and penalties) and the fair close fee, in sat per
+    /// 1000 weight units; the node keeps it at the chain's estimate ([`Channel::set_fee_rate`]).
     pub sweep_feerate_sat_per_kw: u64,
     /// The most HTLCs in flight per direction, ours and theirs each (docs/channel.md:
     /// keeps every commitment and its penalty far below the standard weight).
@@ -86,7 +84,6 @@ impl Default for ChannelConfig {
             max_their_min_depth: 10,
             commitment_fee_sat: 10_000,
             min_commitment_fee_sat: 1_000,
-            close_fee_sat: 5_000,
             max_htlc_expiry_blocks: 2016,
             sweep_feerate_sat_per_kw: 253,
             max_htlcs_in_flight: 100,
@@ -683,6 +680,16 @@ impl Ctx<'_> {
         (min, max)
     }
 
+    /// A fair fee for the close `tx`: our fee rate (never below the relay minimum) × its
+    /// signed weight. We propose it, and never pay more than it of any close.
+    fn fair_close_fee(&self, tx: &Transaction) -> u64 {
+        let rate = self
+            .config
+            .sweep_feerate_sat_per_kw
+            .max(self.config.min_relay_feerate_sat_per_kw);
+        (close_weight(tx) * rate).div_ceil(1000)
+    }
+
     fn sweep_fee(&self, inputs: &[SweepInput]) -> u64 {
         sweep_weight(inputs) * self.config.sweep_feerate_sat_per_kw / 1000
     }
@@ -941,6 +948,17 @@ impl Channel {
             Some(e) => e.high_priority,
             None => matches!(self.role, AnchorRole::Fund { .. }),
         }
+    }
+
+    /// Sets the fee rate (sat per 1000 weight units) of our claims, penalties and the fair
+    /// close fee: the node passes the chain's current estimate, floor applied.
+    pub fn set_fee_rate(&mut self, sat_per_kw: u64) {
+        self.config.sweep_feerate_sat_per_kw = sat_per_kw;
+    }
+
+    /// The fee rate set by [`Channel::set_fee_rate`] (or the configured one).
+    pub fn fee_rate(&self) -> u64 {
+        self.config.sweep_feerate_sat_per_kw
     }
 
     /// Our outputs on chain left unclaimed because their claim would cost more than they hold.
@@ -1270,18 +1288,18 @@ impl Channel {
         if !e.cstate.ours.htlcs.is_empty() || !e.cstate.theirs.htlcs.is_empty() {
             return Err(CommandError::HtlcsPending);
         }
-        // Our configured fee, brought into the range the peer accepts (the size of the
-        // close does not depend on the fee, so one probe gives the minimum).
+        // A fair fee at our rate, brought into the range the peer accepts (one probe
+        // gives the weight: a fee only ever drops an output, which makes it lighter).
         let probe = e.close_transaction(&ctx, 0)?;
         let (min_sat, max_sat) = ctx.close_fee_range(&probe, e.cstate.anchor_sat);
         if min_sat > max_sat {
             return Err(CommandError::BadCloseFee {
-                fee_sat: ctx.config.close_fee_sat,
+                fee_sat: ctx.fair_close_fee(&probe),
                 min_sat,
                 max_sat,
             });
         }
-        let fee_sat = ctx.config.close_fee_sat.clamp(min_sat, max_sat);
+        let fee_sat = ctx.fair_close_fee(&probe).clamp(min_sat, max_sat);
         let tx = e.close_transaction(&ctx, fee_sat)?;
         let sig = e.sign(&ctx, &tx);
         e.step = Step::CloseWaitComplete { fee_sat };
@@ -1904,6 +1922,21 @@ fn on_close(ctx: &Ctx, e: &mut Established, c: &CloseChannel) -> Result<Vec<Acti
     if !(min_sat..=max_sat).contains(&c.close_fee) {
         return Err(ChannelError::BadClose(format!(
             "close_fee {} outside {min_sat}..={max_sat} sat (minimum relay fee, our share of the channel)",
+            c.close_fee
+        )));
+    }
+    // The fee is split like the commitment fee: a peer that owns little would make us
+    // pay nearly all of a fee it names. Whatever the split, we pay at most one fair fee.
+    let fair = ctx.fair_close_fee(&tx);
+    let ours_out = tx
+        .output
+        .iter()
+        .find(|o| o.script_pubkey == p2wpkh(&ctx.our_final))
+        .map_or(0, |o| o.value.to_sat());
+    let our_share = (e.cstate.ours.total_msat() / 1000).saturating_sub(ours_out);
+    if our_share > fair {
+        return Err(ChannelError::BadClose(format!(
+            "close_fee {} would cost us {our_share} sat, more than a fair fee of {fair} sat",
             c.close_fee
         )));
     }

@@ -195,15 +195,15 @@ fn close_fee_below_relay_minimum_or_above_our_share_is_refused() {
         );
         assert_eq!(p.b.ch, before);
     }
-    // A fee in range closes.
-    let acts = p.b.ch.handle_packet(&signed_close(2_000), p.now).unwrap();
+    // A fair fee closes (B pays half of it, less than the whole fair fee of 172 sat).
+    let acts = p.b.ch.handle_packet(&signed_close(300), p.now).unwrap();
     assert!(acts
         .iter()
         .any(|a| matches!(a, Action::Notify(Event::Closed(_)))));
-    // Our own configured close fee is brought into the same range.
-    for (configured, used) in [(100, 172), (1_000_000, ANCHOR_SAT * 5 / 100)] {
+    // Our own close fee is the fair fee at our rate, brought into the same range.
+    for (configured, used) in [(100, 172), (10_000_000, ANCHOR_SAT * 5 / 100)] {
         let mut q = live(ChannelConfig {
-            close_fee_sat: configured,
+            sweep_feerate_sat_per_kw: configured,
             ..Default::default()
         });
         let acts = q.a.ch.close().unwrap();

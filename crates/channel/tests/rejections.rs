@@ -488,9 +488,10 @@ fn close_with_unpayable_fee_or_bad_signature_is_rejected() {
             ChannelError::BadClose(_)
         ));
     }
+    // A fair fee (the relay minimum of a ~170 vB close): only the signature is wrong.
     let pkt = Packet::Close(CloseChannel {
         sig,
-        close_fee: 5_000,
+        close_fee: 200,
     });
     assert_eq!(
         rejected_unchanged(&mut p.b.ch, &pkt),

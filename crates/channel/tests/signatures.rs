@@ -162,20 +162,27 @@ fn after_a_lost_session_our_close_is_said_again_and_completes() {
 }
 
 #[test]
-fn an_anchor_spend_we_do_not_recognise_raises_an_alarm_and_changes_nothing() {
+fn an_anchor_spend_we_do_not_recognise_raises_an_alarm_and_ends_updates() {
     let mut p = live();
     // A commitment-shaped spend of the anchor with a number from the future.
     let mut tx = p.a.ch.signed_commitment().unwrap();
     let (lock, seq) = channel::tx::commitment_locks(p.a.ch.commitment_number() + 7);
     tx.lock_time = lock;
     tx.input[0].sequence = seq;
-    let before = p.b.ch.clone();
+    let balances = p.b.ch.balances().cloned();
     let acts = p.b.ch.spend_seen(&tx, None).unwrap();
     assert_eq!(
         acts,
-        [Action::Notify(Event::AnchorSpentUnrecognised {
-            txid: tx.compute_txid()
-        })]
+        [
+            Action::Persist,
+            Action::Notify(Event::AnchorSpentUnrecognised {
+                txid: tx.compute_txid()
+            })
+        ]
     );
-    assert_eq!(p.b.ch, before);
+    // The anchor is gone: no more updates, and nothing is claimed from a transaction we
+    // cannot read; the balances stay as they were for the operator to see.
+    assert_eq!(p.b.ch.state(), State::OnChain);
+    assert_eq!(p.b.ch.balances().cloned(), balances);
+    assert!(p.b.ch.pay(1_000).is_err());
 }

@@ -71,11 +71,13 @@ fn open_with_a_funding_pay_htlc_and_close() {
     let close = p.chain.mined.last().unwrap().clone();
     assert_eq!(close.output.len(), 2);
     let total: u64 = close.output.iter().map(|o| o.value.to_sat()).sum();
-    assert_eq!(total, ANCHOR_SAT - ChannelConfig::default().close_fee_sat);
+    // The fair fee: 253 sat/kw × the signed close's 676 weight units, split in halves.
+    let fee = ANCHOR_SAT - total;
+    assert_eq!(fee, 172);
     assert!(close
         .output
         .iter()
-        .any(|o| o.value.to_sat() == 800_000 - ChannelConfig::default().close_fee_sat / 2));
+        .any(|o| o.value.to_sat() == 800_000 - (fee - fee / 2)));
 }
 
 #[test]

@@ -38,7 +38,9 @@ struct ConfigV0 {
     max_their_min_depth: u32,
     commitment_fee_sat: u64,
     min_commitment_fee_sat: u64,
-    close_fee_sat: u64,
+    // Read and dropped: the close fee is now the fair fee at the current rate.
+    #[serde(rename = "close_fee_sat")]
+    _close_fee_sat: u64,
     max_htlc_expiry_blocks: u32,
     sweep_feerate_sat_per_kw: u64,
 }
@@ -141,7 +143,6 @@ impl ChannelV0 {
             max_their_min_depth: c.max_their_min_depth,
             commitment_fee_sat: c.commitment_fee_sat,
             min_commitment_fee_sat: c.min_commitment_fee_sat,
-            close_fee_sat: c.close_fee_sat,
             max_htlc_expiry_blocks: c.max_htlc_expiry_blocks,
             sweep_feerate_sat_per_kw: c.sweep_feerate_sat_per_kw,
             ..defaults
