@@ -147,10 +147,10 @@ check 71000000 potluck cli --data-dir ./b --get channels.0.ours.balance_msat lis
 check 0 potluck cli --data-dir ./a --get channels.0.ours.htlc_msat listchannels
 potluck cli --data-dir ./a close $B                          # cooperative close (or: close $B force, unilateral)
 potluck cli --chain generatetoaddress 1 $BURN                # the close confirms
-wait_until 68500 potluck cli --data-dir ./b --get total_sat listfunds
-wait_until $((A_CHANGE + 426500)) potluck cli --data-dir ./a --get total_sat listfunds
+wait_until 70914 potluck cli --data-dir ./b --get total_sat listfunds
+wait_until $((A_CHANGE + 428914)) potluck cli --data-dir ./a --get total_sat listfunds
 wait_until closed potluck cli --data-dir ./a --get channels.0.state listchannels
-potluck cli --data-dir ./b listfunds                         # total_sat 68500: 71,000 less B's half of the 5,000-sat close fee
+potluck cli --data-dir ./b listfunds                         # total_sat 70914: 71,000 less B's half of the 172-sat close fee
 potluck cli --data-dir ./a stop; potluck cli --data-dir ./b stop; potluck cli --chain stop
 # <<< README
 
@@ -163,4 +163,4 @@ done
 for dir in ./a ./b ./potluck-data/chain; do
   [[ ! -e "$dir/control_url" ]] || fail "$dir/control_url is still there after stop"
 done
-echo "demo-channel: ok (A kept $A_CHANGE + 426500 sat, B 68500 sat)"
+echo "demo-channel: ok (A kept $A_CHANGE + 428914 sat, B 70914 sat)"

@@ -663,8 +663,9 @@ impl NodeState {
         }
     }
 
-    /// The fee rate of an anchor we fund: the chain's estimate for 6 blocks, or 2 sat/vB.
-    async fn anchor_fee_rate(&self) -> FeeRate {
+    /// The fee rate of what the node builds (anchors, claims, penalties, the fair close fee):
+    /// the chain's estimate for 6 blocks, or 2 sat/vB.
+    pub(crate) async fn fee_rate(&self) -> FeeRate {
         match self.chain.estimate_fee(6).await {
             Ok(Some(rate)) => rate,
             _ => FeeRate::from_sat_per_vb_u32(2),
@@ -726,7 +727,7 @@ impl NodeState {
             script_pubkey: ScriptBuf::new_p2wsh(&bitcoin::WScriptHash::all_zeros()),
         };
         let change = ScriptBuf::new_p2wpkh(&bitcoin::WPubkeyHash::all_zeros());
-        let rate = self.anchor_fee_rate().await;
+        let rate = self.fee_rate().await;
         match wallet::build_transaction(&inputs, &[anchor], Some(&change), rate) {
             Ok(_) => Ok(()),
             Err(wallet::BuildError::InsufficientFunds { needed, .. }) => {
@@ -745,7 +746,7 @@ impl NodeState {
     ) -> Result<(Transaction, u32), ControlError> {
         let _guard = self.funding.lock().await;
         let outputs = self.store.spendable_outputs().await?;
-        let fee_rate = self.anchor_fee_rate().await;
+        let fee_rate = self.fee_rate().await;
         // Enough for the anchor and a generous fee: stop adding inputs.
         let inputs = self.wallet_inputs(outputs, Some(amount + Amount::from_sat(50_000)))?;
         let change_index = self.store.next_index("next_change").await?;
@@ -1061,6 +1062,12 @@ impl NodeState {
                 .map_err(|e| Packet::error(e.to_string())),
             Err(rejected) => {
                 tracing::warn!(%peer, error = %rejected, "packet rejected");
+                // A close we refuse (a fee that would burn our money) still says the peer
+                // wants out: the channel closes with our commitment instead.
+                if matches!(rejected.error, channel::ChannelError::BadClose(_)) {
+                    tracing::warn!(%peer, channel = slot.id, "close refused; closing on chain");
+                    self.close_on_chain(&slot, &mut inner).await;
+                }
                 Err(rejected.reply())
             }
         }

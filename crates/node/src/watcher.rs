@@ -102,9 +102,12 @@ pub(crate) async fn step(state: &NodeState) -> Result<(), WatchError> {
     }
     let height = next.saturating_sub(1);
     if new_blocks || scanned == 0 || forked || first_pass {
+        // Claims, penalties and the fair close fee follow the chain's fee rate.
+        let rate = state.fee_rate().await.to_sat_per_kwu();
         for slot in state.channels.all() {
             {
                 let mut inner = slot.lock().await;
+                inner.channel.set_fee_rate(rate);
                 let _ = inner.channel.block_height(height);
                 state.advance_opening(&slot, &mut inner, height).await;
                 state.check_live_anchor(&slot, &mut inner, height).await;

@@ -12,8 +12,9 @@ const FUNDING_SAT: u64 = 1_000_000;
 const CAPACITY_SAT: u64 = 500_000;
 /// `ChannelConfig::default().commitment_fee_sat` (both nodes offer it; the smaller is used).
 const COMMIT_FEE_SAT: u64 = 10_000;
-/// `ChannelConfig::default().close_fee_sat`.
-const CLOSE_FEE_SAT: u64 = 5_000;
+/// The fair close fee on the development chain: 253 sat/kw (Bitcoin Core's relay minimum,
+/// the floor of the node's fee rate) × the signed two-output close's 676 weight units.
+const CLOSE_FEE_SAT: u64 = 172;
 
 /// Funds A, connects A to B, opens a channel and waits until it is live on both.
 /// Returns A's wallet total after the anchor confirmed (its change).
