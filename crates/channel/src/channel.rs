@@ -552,6 +552,10 @@ struct Established {
     /// Outputs of ours on the commitment on chain that are worth less than their claim's fee.
     #[serde(default)]
     unclaimable: Vec<Unclaimable>,
+    /// The cooperative close signed by both, saved before it is broadcast: a crash in
+    /// between must not leave a channel that can neither close nor update.
+    #[serde(default)]
+    signed_close: Option<Transaction>,
     step: Step,
 }
 
@@ -959,6 +963,12 @@ impl Channel {
     /// The fee rate set by [`Channel::set_fee_rate`] (or the configured one).
     pub fn fee_rate(&self) -> u64 {
         self.config.sweep_feerate_sat_per_kw
+    }
+
+    /// The cooperative close signed by both sides, once there is one (re-broadcast it
+    /// until it confirms, also after a restart).
+    pub fn signed_close(&self) -> Option<&Transaction> {
+        self.established().and_then(|e| e.signed_close.as_ref())
     }
 
     /// Our outputs on chain left unclaimed because their claim would cost more than they hold.
@@ -1553,6 +1563,7 @@ impl Channel {
             high_priority: matches!(self.role, AnchorRole::Fund { .. }),
             known_r: Vec::new(),
             unclaimable: Vec::new(),
+            signed_close: None,
             step: Step::OpenWaitComplete {
                 sent: false,
                 got: false,
@@ -1589,6 +1600,7 @@ impl Channel {
             high_priority: matches!(self.role, AnchorRole::Fund { .. }),
             known_r: Vec::new(),
             unclaimable: Vec::new(),
+            signed_close: None,
             step: Step::OpenWaitComplete {
                 sent: false,
                 got: false,
@@ -1950,6 +1962,7 @@ fn on_close(ctx: &Ctx, e: &mut Established, c: &CloseChannel) -> Result<Vec<Acti
         &c.sig,
     );
     e.step = Step::CloseWaitAck;
+    e.signed_close = Some(tx.clone());
     Ok(vec![
         Action::Persist,
         Action::Broadcast(tx.clone()),
@@ -1977,6 +1990,7 @@ fn on_close_complete(
         &c.sig,
     );
     e.step = Step::Closed;
+    e.signed_close = Some(tx.clone());
     Ok(vec![
         Action::Persist,
         Action::Send(Packet::CloseAck),

@@ -114,3 +114,26 @@ fn an_unrecognised_spend_of_the_anchor_ends_updates() {
         "no update after the anchor is spent"
     );
 }
+
+/// The peer's `close_channel` is verified and countersigned: the fully signed close is
+/// part of the state saved before it is broadcast, so a node that crashes in between
+/// (or whose broadcast was lost) sends it again on `force_close`, instead of holding a
+/// channel it can neither close nor update.
+#[test]
+fn a_signed_close_is_kept_with_the_state_and_sent_again_on_force() {
+    let mut p = Pair::new(true, ChannelConfig::default());
+    p.open();
+    let acts = p.a.ch.close().unwrap();
+    p.a.absorb(acts);
+    assert!(p.deliver_one(true), "close_channel reaches B");
+    assert_eq!(p.b.ch.state(), State::CloseWaitAck);
+    let sent = p.b.broadcast.last().cloned().expect("B broadcast the close");
+    // The state as saved by the Persist that preceded the broadcast.
+    let mut restarted = p.b.ch.clone();
+    assert_eq!(restarted.signed_close(), Some(&sent));
+    let acts = restarted
+        .force_close()
+        .expect("force after a crash before the close was queued");
+    assert_eq!(broadcasts(&acts), vec![sent.clone()]);
+    p.chain.mine(&sent).unwrap();
+}

@@ -560,29 +560,25 @@ fn a_force_close_after_their_commitment_is_on_chain_is_refused_and_r_still_claim
 }
 
 #[test]
-fn a_force_close_of_a_channel_closed_by_both_or_punished_is_refused() {
-    // Cooperatively closed and the close mined.
+fn a_force_close_of_a_channel_closed_by_both_resends_the_close_and_of_a_punished_one_is_refused() {
+    // Closed by both: "force" sends the signed close again, never our commitment (which
+    // could only compete with it), and changes nothing.
     let mut p = Pair::new(true, ChannelConfig::default());
     p.open();
     let acts = p.a.ch.close().unwrap();
     p.a.absorb(acts);
     p.deliver_one(true);
     assert_eq!(p.b.ch.state(), State::CloseWaitAck);
+    let close = p.b.ch.signed_close().cloned().unwrap();
     let before = p.b.ch.clone();
     let forced = p.b.ch.force_close();
-    assert!(
-        matches!(forced, Err(CommandError::WrongState(State::CloseWaitAck))),
-        "{forced:?}"
-    );
+    assert_eq!(forced, Ok(vec![channel::Action::Broadcast(close.clone())]));
     assert_eq!(p.b.ch, before);
     p.run();
     assert_eq!(p.a.ch.state(), State::Closed);
     let before = p.a.ch.clone();
     let forced = p.a.ch.force_close();
-    assert!(
-        matches!(forced, Err(CommandError::WrongState(State::Closed))),
-        "{forced:?}"
-    );
+    assert_eq!(forced, Ok(vec![channel::Action::Broadcast(close)]));
     assert_eq!(p.a.ch, before);
 
     // Their revoked commitment answered with the penalty.

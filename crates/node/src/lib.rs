@@ -326,6 +326,11 @@ pub async fn start(config: NodeConfig, chain: Arc<dyn Chain>) -> Result<RunningN
         // A restart is a lost session: same rules (abandon an unfunded open, close an interrupted update).
         let mut inner = slot.lock().await;
         state.settle_after_session(&slot, &mut inner).await;
+        // A close signed by both is saved before it is queued: a crash in between left it
+        // only in the channel's state. Queued again (a no-op once it is in the queue).
+        if let Some(close) = inner.channel.signed_close() {
+            state.store.queue_broadcast(row.id, close, 0, 0).await?;
+        }
     }
     let watch_task = tokio::spawn(watcher::run(Arc::clone(&state)));
     let reconnect_task = tokio::spawn(reconnect_loop(Arc::clone(&state)));

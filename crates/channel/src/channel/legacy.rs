@@ -250,6 +250,7 @@ impl ChannelV0 {
                     high_priority: self.high_priority,
                     known_r: self.known_r,
                     unclaimable: Vec::new(),
+                    signed_close: None,
                     step,
                 }))
             }

@@ -26,9 +26,12 @@ impl Channel {
     /// Broadcasts our latest commitment transaction (unilateral close). Once our own
     /// commitment is on chain, only re-sends it.
     ///
+    /// After a cooperative close signed by both, sends that close again instead.
+    ///
     /// # Errors
-    /// No signed commitment yet; the close is signed by both (`CloseWaitAck`, `Closed`);
-    /// or their commitment or their revoked one spent the anchor.
+    /// No signed commitment yet; the close is signed by both but was not kept (a state
+    /// saved before the signed close was); or their commitment or their revoked one
+    /// spent the anchor.
     pub fn force_close(&mut self) -> Result<Vec<Action>, CommandError> {
         let state = self.state();
         let (ctx, stage) = self.split();
@@ -41,6 +44,9 @@ impl Channel {
         // broadcast and re-sent until it confirms; it pays both at once and carries no
         // HTLC, so our commitment could only compete with it (and, once the close is
         // mined, would stay queued and turn the channel `on_chain` for good).
+        if let (Step::CloseWaitAck | Step::Closed, Some(close)) = (&e.step, &e.signed_close) {
+            return Ok(vec![Action::Broadcast(close.clone())]);
+        }
         match &e.step {
             Step::CloseWaitAck
             | Step::Closed
