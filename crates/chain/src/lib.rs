@@ -3,6 +3,7 @@
 //! development chain ([`DevChain`]) that serves the same RPC subset.
 
 pub mod api;
+pub mod bump;
 pub mod dev;
 pub mod rpc;
 pub mod tips;

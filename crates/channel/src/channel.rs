@@ -34,8 +34,8 @@ use crate::funding::{CState, FundingError, Htlc, Who};
 use crate::script::{anchor_script, cltv_value, csv_value};
 use crate::shachain::{RevocationSecrets, SeedPreimages, ShachainError};
 use crate::tx::{
-    check_commitment, close_tx, close_weight, commitment_tx, finalize_anchor_spend, secp,
-    p2wpkh, sign_anchor_spend, sweep_weight, verify_anchor_spend, Commitment, CommitmentKeys, SweepInput,
+    check_commitment, close_tx, close_weight, commitment_tx, finalize_anchor_spend, p2wpkh, secp,
+    sign_anchor_spend, sweep_weight, verify_anchor_spend, Commitment, CommitmentKeys, SweepInput,
     TxError, DUST_LIMIT_SAT,
 };
 
@@ -958,6 +958,45 @@ impl Channel {
     /// close fee: the node passes the chain's current estimate, floor applied.
     pub fn set_fee_rate(&mut self, sat_per_kw: u64) {
         self.config.sweep_feerate_sat_per_kw = sat_per_kw;
+    }
+
+    /// The most a claim or penalty of this channel spending outputs worth `value` may pay
+    /// in fees when it is bumped: a penalty all of it but dust (the peer would take it
+    /// all otherwise), any other claim half (what LND's sweeper budgets by default).
+    pub fn sweep_budget(&self, value: Amount) -> Amount {
+        let penalty = self
+            .established()
+            .is_some_and(|e| matches!(e.step, Step::OnChain(Resolution::Penalty { .. })));
+        if penalty {
+            value
+                .checked_sub(Amount::from_sat(DUST_LIMIT_SAT))
+                .unwrap_or(Amount::ZERO)
+        } else {
+            value / 2
+        }
+    }
+
+    /// Re-signs `tx`, a claim or penalty of this channel still unconfirmed, to pay `fee_sat`
+    /// (a BIP125 replacement; `values`: the outputs it spends, in input order).
+    ///
+    /// # Errors
+    /// `tx` does not pay our final key, is not a sweep, or cannot pay the fee.
+    pub fn bump_sweep(
+        &self,
+        tx: &Transaction,
+        values: &[Amount],
+        fee_sat: u64,
+    ) -> Result<Transaction, CommandError> {
+        let ours = p2wpkh(&self.our_final);
+        if tx.output.len() != 1 || tx.output[0].script_pubkey != ours {
+            return Err(CommandError::Tx(TxError::NotASweep));
+        }
+        Ok(crate::tx::resign_sweep(
+            tx,
+            values,
+            &self.secrets.final_key,
+            fee_sat,
+        )?)
     }
 
     /// The fee rate set by [`Channel::set_fee_rate`] (or the configured one).

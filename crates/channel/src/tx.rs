@@ -43,6 +43,9 @@ pub enum TxError {
     /// Nothing to spend.
     #[error("no inputs")]
     NoInputs,
+    /// Not a sweep of ours (one output, P2WPKH or script-branch witnesses).
+    #[error("not a sweep transaction")]
+    NotASweep,
 }
 
 /// The keys and parameters of one commitment transaction, seen from its owner.
@@ -486,6 +489,47 @@ pub fn sweep_tx(
         input.witness = w;
     }
     Ok(tx)
+}
+
+/// The same sweep, re-signed with `key` to pay `fee_sat` (a BIP125 replacement): same
+/// inputs, witnesses' secrets and scripts, sequences, lock time and destination.
+/// `values` are the values of the outputs it spends, in input order.
+///
+/// # Errors
+/// [`TxError::NotASweep`] for a transaction whose shape is not one [`sweep_tx`] makes;
+/// [`TxError::FeeTooHigh`] when the inputs cannot pay `fee_sat` plus dust.
+pub fn resign_sweep(
+    tx: &Transaction,
+    values: &[Amount],
+    key: &SecretKey,
+    fee_sat: u64,
+) -> Result<Transaction, TxError> {
+    let [out] = &tx.output[..] else {
+        return Err(TxError::NotASweep);
+    };
+    if values.len() != tx.input.len() {
+        return Err(TxError::NotASweep);
+    }
+    let mut inputs = Vec::with_capacity(tx.input.len());
+    for (input, value) in tx.input.iter().zip(values) {
+        let items: Vec<&[u8]> = input.witness.iter().collect();
+        let witness = match items[..] {
+            [_sig, _pubkey] => SweepWitness::P2wpkh,
+            [_sig, secret, script] => SweepWitness::Script {
+                witness_script: ScriptBuf::from_bytes(script.to_vec()),
+                secret: secret.to_vec(),
+            },
+            _ => return Err(TxError::NotASweep),
+        };
+        inputs.push(SweepInput {
+            outpoint: input.previous_output,
+            value: *value,
+            witness,
+            sequence: input.sequence,
+            key: *key,
+        });
+    }
+    sweep_tx(&inputs, out.script_pubkey.clone(), fee_sat, tx.lock_time)
 }
 
 #[cfg(test)]

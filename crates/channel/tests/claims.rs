@@ -127,7 +127,11 @@ fn a_signed_close_is_kept_with_the_state_and_sent_again_on_force() {
     p.a.absorb(acts);
     assert!(p.deliver_one(true), "close_channel reaches B");
     assert_eq!(p.b.ch.state(), State::CloseWaitAck);
-    let sent = p.b.broadcast.last().cloned().expect("B broadcast the close");
+    let sent =
+        p.b.broadcast
+            .last()
+            .cloned()
+            .expect("B broadcast the close");
     // The state as saved by the Persist that preceded the broadcast.
     let mut restarted = p.b.ch.clone();
     assert_eq!(restarted.signed_close(), Some(&sent));
@@ -136,4 +140,47 @@ fn a_signed_close_is_kept_with_the_state_and_sent_again_on_force() {
         .expect("force after a crash before the close was queued");
     assert_eq!(broadcasts(&acts), vec![sent.clone()]);
     p.chain.mine(&sent).unwrap();
+}
+
+/// A claim that stays unconfirmed is re-signed at a higher fee (BIP125): same inputs and
+/// destination, more fee, still valid under relay policy; a claim's budget is half what it
+/// recovers, a penalty's all of it but dust.
+#[test]
+fn an_unconfirmed_claim_is_resigned_at_a_higher_fee_within_its_budget() {
+    let (mut p, commitment) = theirs_on_chain_with_our_output(50_000_000);
+    let acts = p.b.ch.spend_seen(&commitment, None).unwrap();
+    let claims = broadcasts(&acts);
+    assert_eq!(claims.len(), 2, "our direct output and the HTLC with R");
+    for claim in claims {
+        let values: Vec<Amount> = claim
+            .input
+            .iter()
+            .map(|i| p.chain.utxos[&i.previous_output].0.value)
+            .collect();
+        let total: Amount = values.iter().copied().sum();
+        let old_fee = total - claim.output[0].value;
+        let budget = p.b.ch.sweep_budget(total);
+        assert_eq!(budget, total / 2);
+        let bumped =
+            p.b.ch
+                .bump_sweep(&claim, &values, old_fee.to_sat() * 10)
+                .unwrap();
+        assert_eq!(bumped.input.len(), claim.input.len());
+        assert_eq!(
+            bumped.output[0].script_pubkey,
+            claim.output[0].script_pubkey
+        );
+        assert_eq!(total - bumped.output[0].value, old_fee * 10);
+        assert!(
+            bumped.input.iter().all(|i| i.sequence.is_rbf()),
+            "signals replaceability"
+        );
+        p.chain
+            .check(&bumped)
+            .unwrap_or_else(|e| panic!("bumped claim refused: {e}"));
+    }
+    // Not ours: refused.
+    let mut stranger = commitment.clone();
+    stranger.output.truncate(1);
+    assert!(p.b.ch.bump_sweep(&stranger, &[], 1_000).is_err());
 }
