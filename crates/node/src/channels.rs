@@ -184,6 +184,11 @@ impl Channels {
         lock(&self.list).all.clone()
     }
 
+    /// The channel stored under `id`, if loaded.
+    pub(crate) fn by_id(&self, id: i64) -> Option<Arc<Slot>> {
+        lock(&self.list).all.iter().find(|s| s.id == id).cloned()
+    }
+
     fn remove(&self, slot: &Slot) {
         let mut list = lock(&self.list);
         list.all.retain(|s| s.id != slot.id);

@@ -159,6 +159,10 @@ pub(crate) struct NodeState {
     watched_once: std::sync::atomic::AtomicBool,
     /// The stored hash of the last block the watcher's last complete pass had scanned.
     scanned_tip: std::sync::Mutex<Option<bitcoin::BlockHash>>,
+    /// The height at which each queued claim or penalty was first sent (a version still
+    /// unconfirmed a block later is replaced at a higher fee). Not persisted: after a
+    /// restart the count starts again, which only delays the next bump by a block.
+    sent_at: std::sync::Mutex<std::collections::HashMap<bitcoin::Txid, u32>>,
 }
 
 impl NodeState {
@@ -306,6 +310,7 @@ pub async fn start(config: NodeConfig, chain: Arc<dyn Chain>) -> Result<RunningN
         watch_pass: tokio::sync::Mutex::new(()),
         watched_once: std::sync::atomic::AtomicBool::new(false),
         scanned_tip: std::sync::Mutex::new(None),
+        sent_at: std::sync::Mutex::default(),
     });
     #[cfg(feature = "test-hooks")]
     if config.dev_allow_cheat {

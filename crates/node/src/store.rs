@@ -160,6 +160,7 @@ impl OutputRow {
 #[derive(Debug, Clone)]
 pub(crate) struct BroadcastRow {
     pub txid: Txid,
+    pub channel_id: i64,
     pub tx: Transaction,
     pub csv_blocks: u32,
     pub lock_time: u32,
@@ -704,7 +705,7 @@ impl Store {
             return Ok(Vec::new());
         }
         let rows = sqlx::query(
-            "SELECT tx, csv_blocks, lock_time FROM broadcasts WHERE done = 0 ORDER BY rowid",
+            "SELECT tx, csv_blocks, lock_time, channel_id FROM broadcasts WHERE done = 0 ORDER BY rowid",
         )
         .fetch_all(&self.pool)
         .await?;
@@ -720,6 +721,7 @@ impl Store {
                     tx,
                     csv_blocks: r.get(1),
                     lock_time: r.get(2),
+                    channel_id: r.get(3),
                 })
             })
             .collect())
@@ -730,6 +732,16 @@ impl Store {
     pub(crate) async fn broadcast_done(&self, txid: &Txid, height: u32) -> Result<(), StoreError> {
         sqlx::query("UPDATE broadcasts SET done = ? WHERE txid = ?")
             .bind(height.max(1))
+            .bind(txid.to_string())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// A queued claim replaced by a re-signed version at a higher fee: never sent again
+    /// (`done` −1, which no reorganisation reopens; the replacement carries the claim on).
+    pub(crate) async fn broadcast_superseded(&self, txid: &Txid) -> Result<(), StoreError> {
+        sqlx::query("UPDATE broadcasts SET done = -1 WHERE txid = ? AND done = 0")
             .bind(txid.to_string())
             .execute(&self.pool)
             .await?;

@@ -114,6 +114,9 @@ pub(crate) async fn step(state: &NodeState) -> Result<(), WatchError> {
             }
         }
     }
+    if new_blocks {
+        bump_stuck_sweeps(state, height).await;
+    }
     timers_and_broadcasts(state, height).await;
     // Only now: a pass that failed half-way is repeated whole.
     let last = if height > 0 {
@@ -311,9 +314,86 @@ async fn send_due_broadcasts(state: &NodeState, height: u32) {
         }
         match state.chain.broadcast(b.tx.clone()).await {
             Ok(_) => tracing::debug!(txid = %b.txid, "queued transaction broadcast"),
+            Err(e) if e.is_already_known() => {}
             Err(e) => {
-                tracing::debug!(txid = %b.txid, error = %e, "queued transaction not accepted yet")
+                tracing::debug!(txid = %b.txid, error = %e, "queued transaction not accepted yet");
+                continue;
             }
+        }
+        crate::channels::lock(&state.sent_at)
+            .entry(b.txid)
+            .or_insert(height);
+    }
+}
+
+/// Claims and penalties sent in an earlier block and still unconfirmed are replaced at a
+/// higher fee (BIP125, `chain::bump`), within the budget their channel allows: a cheater's
+/// delayed sweep or an HTLC refund races them, and the fee that wins is not known when
+/// they are first signed.
+async fn bump_stuck_sweeps(state: &NodeState, height: u32) {
+    let Ok(pending) = state.store.pending_broadcasts().await else {
+        return;
+    };
+    let target = state.fee_rate().await;
+    for b in pending {
+        let sent = crate::channels::lock(&state.sent_at).get(&b.txid).copied();
+        if sent.is_none_or(|h| h >= height) {
+            continue;
+        }
+        let Some(slot) = state.channels.by_id(b.channel_id) else {
+            continue;
+        };
+        // The outputs it spends, confirmed (a sweep's parent is on chain before it is sent).
+        let mut values = Vec::with_capacity(b.tx.input.len());
+        for input in &b.tx.input {
+            match state.chain.unspent_output(input.previous_output).await {
+                Ok(Some(out)) => values.push(out.value),
+                _ => break,
+            }
+        }
+        if values.len() != b.tx.input.len() {
+            continue;
+        }
+        let total: bitcoin::Amount = values.iter().copied().sum();
+        let Some(old_fee) = b.tx.output.first().and_then(|o| total.checked_sub(o.value)) else {
+            continue;
+        };
+        let inner = slot.lock().await;
+        let Some(fee) = chain::bump::replacement_fee(&chain::bump::Replacement {
+            old_fee,
+            vsize: b.tx.vsize() as u64,
+            target,
+            incremental: bitcoin::FeeRate::from_sat_per_vb_u32(1),
+            budget: inner.channel.sweep_budget(total),
+        }) else {
+            continue;
+        };
+        let bumped = match inner.channel.bump_sweep(&b.tx, &values, fee.to_sat()) {
+            Ok(tx) => tx,
+            // The anchor, a commitment or a close: not ours to re-sign alone.
+            Err(_) => continue,
+        };
+        drop(inner);
+        let txid = bumped.compute_txid();
+        // The replacement is on disk before it is sent; the old version stops being sent
+        // (if it confirms anyway, the scan marks the replacement done: same inputs).
+        if let Err(e) = state
+            .store
+            .queue_broadcast(b.channel_id, &bumped, b.csv_blocks, b.lock_time)
+            .await
+        {
+            tracing::error!(channel = b.channel_id, error = %e, "cannot queue a fee bump");
+            continue;
+        }
+        if let Err(e) = state.store.broadcast_superseded(&b.txid).await {
+            tracing::error!(channel = b.channel_id, error = %e, "cannot retire a replaced claim");
+        }
+        tracing::info!(channel = b.channel_id, old = %b.txid, new = %txid, old_fee_sat = old_fee.to_sat(), fee_sat = fee.to_sat(), "claim re-signed at a higher fee");
+        match state.chain.broadcast(bumped).await {
+            Ok(_) => {
+                crate::channels::lock(&state.sent_at).insert(txid, height);
+            }
+            Err(e) => tracing::warn!(channel = b.channel_id, %txid, error = %e, "fee bump refused"),
         }
     }
 }
