@@ -49,6 +49,19 @@ pub struct NodeArgs {
     /// resumes it, the channel closes on chain).
     #[arg(long, env = "POTLUCK_UPDATE_TIMEOUT_SECS", default_value_t = 60)]
     pub update_timeout_secs: u64,
+    /// Confirmations the anchor needs before a channel is live. Default: 3 (Core Lightning's
+    /// and LND's default), 1 on regtest, where the development chain mines on demand.
+    #[arg(long, env = "POTLUCK_MIN_DEPTH", value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub min_depth: Option<u32>,
+    /// Blocks the peer waits before it can sweep its own output of a commitment it
+    /// broadcasts: our time to answer a revoked one with the penalty. Default: 144 (a
+    /// day, Core Lightning's `watchtime-blocks`), 6 on regtest.
+    #[arg(long, env = "POTLUCK_DELAY", value_parser = clap::value_parser!(u32).range(1..=65_535))]
+    pub delay: Option<u32>,
+    /// The largest delay, in blocks, we accept on our own outputs from a peer (two weeks,
+    /// as Core Lightning's `max-locktime-blocks`; LND allows up to 2016 too).
+    #[arg(long, env = "POTLUCK_MAX_THEIR_DELAY", default_value_t = 2016, value_parser = clap::value_parser!(u32).range(1..=65_535))]
+    pub max_their_delay: u32,
     /// Blocks after its expiry that an HTLC we offered may stay unresolved (the peer away,
     /// refusing or stalling mid-update) before we close on chain to take it back.
     #[arg(long, env = "POTLUCK_HTLC_CLOSE_AFTER_BLOCKS", default_value_t = 6)]
@@ -126,6 +139,11 @@ pub fn run(args: NodeArgs) -> anyhow::Result<()> {
         config.max_peers = args.max_peers;
         config.max_pending_openings = args.max_pending_openings;
         config.htlc_close_after_blocks = args.htlc_close_after_blocks;
+        let regtest = args.network == bitcoin::Network::Regtest;
+        config.channel.min_depth = args.min_depth.unwrap_or(if regtest { 1 } else { 3 });
+        config.channel.delay =
+            wire::Locktime::Blocks(args.delay.unwrap_or(if regtest { 6 } else { 144 }));
+        config.channel.max_delay_blocks = args.max_their_delay;
         config.update_timeout = Duration::from_secs(args.update_timeout_secs);
         #[cfg(feature = "test-hooks")]
         {
