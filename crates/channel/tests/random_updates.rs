@@ -1,6 +1,8 @@
 //! proptest: 1,000 random mixed updates between two in-memory channels; after
 //! every completed update both sides agree on every balance and HTLC and the
-//! total never changes.
+//! total never changes. And for shorter random histories: every revoked
+//! commitment of either side has a penalty the chain (with relay policy)
+//! accepts, and each side's current commitment has claims it accepts.
 // Test and benchmark code: a failed unwrap is the run failing, with its message.
 #![allow(clippy::unwrap_used)]
 
@@ -8,7 +10,8 @@ mod support;
 
 use std::collections::HashMap;
 
-use channel::{ChannelConfig, State};
+use bitcoin::{OutPoint, Transaction};
+use channel::{Action, ChannelConfig, State};
 use proptest::prelude::*;
 use support::{Pair, ANCHOR_SAT};
 use wire::{Locktime, Preimage, Sha256};
@@ -56,9 +59,33 @@ struct World {
     preimages: HashMap<Sha256, Preimage>,
     counter: u64,
     completed: usize,
+    /// Every commitment each side held (A's side?, number, the signed transaction).
+    history: Vec<(bool, u64, Transaction)>,
 }
 
 impl World {
+    fn new(a_funds: bool, cfg: ChannelConfig) -> World {
+        World {
+            p: Pair::new(a_funds, cfg),
+            preimages: HashMap::new(),
+            counter: 0,
+            completed: 0,
+            history: Vec::new(),
+        }
+    }
+
+    /// Keeps both sides' current signed commitments (once per commitment number).
+    fn record(&mut self) {
+        let n = self.p.a.ch.commitment_number();
+        if self.history.last().is_some_and(|(_, m, _)| *m == n) {
+            return;
+        }
+        for a in [true, false] {
+            let tx = self.p.node(a).ch.signed_commitment().unwrap();
+            self.history.push((a, n, tx));
+        }
+    }
+
     fn share(&self, from_a: bool, permille: u16) -> u64 {
         let n = if from_a { &self.p.a } else { &self.p.b };
         let total = n.ch.balances().unwrap().ours.total_msat();
@@ -172,7 +199,7 @@ proptest! {
         ops in proptest::collection::vec(op(), 1000),
     ) {
         let cfg = ChannelConfig { commitment_fee_sat: 20_000, ..Default::default() };
-        let mut w = World { p: Pair::new(a_funds, cfg), preimages: HashMap::new(), counter: 0, completed: 0 };
+        let mut w = World::new(a_funds, cfg);
         w.p.open();
         for op in &ops {
             w.apply(op);
@@ -181,5 +208,70 @@ proptest! {
         prop_assert_eq!(cs.sum_msat(), ANCHOR_SAT * 1000);
         prop_assert!(w.completed >= 500, "only {} updates completed", w.completed);
         prop_assert!(w.p.a.ch.revocation_slots() <= 12);
+    }
+}
+
+fn broadcasts(acts: &[Action]) -> Vec<Transaction> {
+    acts.iter()
+        .filter_map(|a| match a {
+            Action::Broadcast(tx) | Action::BroadcastLater { tx, .. } => Some(tx.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Outputs worth at most this are allowed to be left out of a penalty: no single input
+/// of a sweep costs more at the test's fee rate (253 sat/kw).
+const NOT_WORTH_A_PENALTY_INPUT_SAT: u64 = 150;
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, max_shrink_iters: 30, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_revoked_commitment_has_a_minable_penalty_and_every_current_one_minable_claims(
+        a_funds in any::<bool>(),
+        ops in proptest::collection::vec(op(), 30),
+    ) {
+        let cfg = ChannelConfig { commitment_fee_sat: 20_000, ..Default::default() };
+        let mut w = World::new(a_funds, cfg);
+        w.p.open();
+        w.record();
+        for op in &ops {
+            w.apply(op);
+            w.record();
+        }
+        let current = w.p.a.ch.commitment_number();
+        for (owner_a, n, tx) in &w.history {
+            if *n == current {
+                continue;
+            }
+            let mut chain = w.p.chain.clone();
+            chain.mine(tx).unwrap();
+            let mut punisher = w.p.node(!owner_a).clone();
+            let acts = punisher.spend_seen(tx);
+            let penalty = broadcasts(&acts);
+            prop_assert_eq!(penalty.len(), 1, "one penalty for revoked commitment {}", n);
+            chain.check(&penalty[0]).map_err(|e| TestCaseError::fail(format!("penalty of {n}: {e}")))?;
+            let txid = tx.compute_txid();
+            for (vout, out) in tx.output.iter().enumerate() {
+                let op = OutPoint { txid, vout: vout as u32 };
+                let taken = penalty[0].input.iter().any(|i| i.previous_output == op);
+                prop_assert!(taken || out.value.to_sat() <= NOT_WORTH_A_PENALTY_INPUT_SAT,
+                    "output {} of revoked commitment {} ({}) left out", vout, n, out.value);
+            }
+        }
+        for who in [true, false] {
+            let mut chain = w.p.chain.clone();
+            let mut node = w.p.node(who).clone();
+            let acts = node.ch.force_close().unwrap();
+            let mut txs = broadcasts(&acts).into_iter();
+            let commitment = txs.next().unwrap();
+            chain.mine(&commitment).unwrap();
+            // Past every relative delay and HTLC expiry.
+            chain.height += 500;
+            for claim in txs {
+                chain.check(&claim).map_err(|e| TestCaseError::fail(format!("claim: {e}")))?;
+            }
+        }
     }
 }
