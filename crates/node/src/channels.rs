@@ -850,7 +850,7 @@ impl NodeState {
                         r_hash,
                         expiry,
                     } => ch.add_htlc(*amount_msat, *r_hash, Locktime::Blocks(*expiry), unix_now()),
-                    Command::Fulfill(r) => ch.fulfill_htlc(*r),
+                    Command::Fulfill(r) => ch.fulfill_htlc(*r, unix_now()),
                     Command::Fail(h) => ch.routefail_htlc(*h),
                     Command::Close => ch.close(),
                     Command::ForceClose => ch.force_close(),
