@@ -34,9 +34,9 @@ use crate::funding::{CState, FundingError, Htlc, Who};
 use crate::script::{anchor_script, cltv_value, csv_value};
 use crate::shachain::{RevocationSecrets, SeedPreimages, ShachainError};
 use crate::tx::{
-    check_commitment, close_tx, close_weight, commitment_tx, finalize_anchor_spend, secp,
-    sign_anchor_spend, sweep_weight, verify_anchor_spend, Commitment, CommitmentKeys, SweepInput,
-    TxError, DUST_LIMIT_SAT,
+    check_commitment, close_tx, close_weight, commitment_tx, commitment_weight_bound,
+    finalize_anchor_spend, secp, sign_anchor_spend, sweep_weight, verify_anchor_spend, Commitment,
+    CommitmentKeys, SweepInput, TxError, DUST_LIMIT_SAT,
 };
 
 /// The node's limits and offers for one channel.
@@ -486,6 +486,18 @@ pub enum CommandError {
     /// We already have the most HTLCs in flight that we allow.
     #[error("too many HTLCs in flight (at most {0})")]
     TooManyHtlcs(u16),
+    /// One more HTLC would make the commitments pay less than the minimum relay fee for
+    /// their weight (the agreed commitment fee is an absolute amount): they could not
+    /// reach the chain.
+    #[error("commitment fee of {fee_sat} sat is below the minimum relay fee of a commitment with {htlcs} HTLCs ({min_sat} sat): no more HTLCs until some are settled")]
+    CommitmentFeeTooLow {
+        /// HTLCs in the commitment with the new one.
+        htlcs: usize,
+        /// The agreed commitment fee.
+        fee_sat: u64,
+        /// The minimum relay fee of that commitment.
+        min_sat: u64,
+    },
     /// No close fee fits: the minimum relay fee is above our share of this (tiny) channel.
     #[error("close fee {fee_sat} sat outside {min_sat}..={max_sat} sat")]
     BadCloseFee {
@@ -772,6 +784,12 @@ impl Ctx<'_> {
         let min = (close_weight(tx) * self.config.min_relay_feerate_sat_per_kw).div_ceil(1000);
         let max = anchor_sat.saturating_mul(self.config.max_close_fee_permille) / 1000;
         (min, max)
+    }
+
+    /// The least fee that relays a commitment like `c` whatever the later payments: the
+    /// minimum relay fee rate times [`commitment_weight_bound`].
+    fn commitment_min_fee(&self, c: &Commitment) -> u64 {
+        (commitment_weight_bound(c) * self.config.min_relay_feerate_sat_per_kw).div_ceil(1000)
     }
 
     fn sweep_fee(&self, inputs: &[SweepInput]) -> u64 {
@@ -1697,6 +1715,20 @@ fn propose(ctx: &Ctx, e: &mut Established, change: Change) -> Result<Vec<Action>
     // Make sure our new commitment can be built (expiry encodable); it is built when
     // the peer's signature on it arrives.
     check_commitment(&next)?;
+    if let Change::AddHtlc(_) = change {
+        // One more HTLC output, and the agreed fee is an absolute amount: the commitment
+        // must still relay. Both sides' commitments have the same outputs in the bound
+        // (a P2WSH and a P2WPKH balance, one P2WSH per HTLC): ours stands for both.
+        let ours = e.our_commitment(ctx, &next, e.num + 1)?;
+        let min_sat = ctx.commitment_min_fee(&ours);
+        if next.fee_sat < min_sat {
+            return Err(CommandError::CommitmentFeeTooLow {
+                htlcs: next.ours.htlcs.len() + next.theirs.htlcs.len(),
+                fee_sat: next.fee_sat,
+                min_sat,
+            });
+        }
+    }
     let pkt = proposal_packet(&change, ctx.our_rev_hash(e.num + 1));
     if let Change::Fulfill(r) = change {
         // Their commitments keep the HTLC until they revoke them: R claims it on chain.
@@ -1791,6 +1823,11 @@ fn on_proposal(
     // Our next commitment holds the same HTLCs as theirs: building theirs checked that
     // ours can be built too.
     let theirs = e.their_commitment(ctx, &next, e.num + 1, &their_next_rev)?;
+    // Their HTLC must not take the commitments below the minimum relay fee either (as
+    // ours in `propose`): decline it, like any HTLC the channel cannot carry.
+    if matches!(change, Change::AddHtlc(_)) && next.fee_sat < ctx.commitment_min_fee(&theirs) {
+        return Ok(vec![decline_cannot_route()]);
+    }
     let sig = e.sign(ctx, &theirs.tx);
     if let Change::Fulfill(r) = change {
         e.remember_r(r);
@@ -2033,6 +2070,13 @@ fn on_close_complete(
         Action::Broadcast(tx.clone()),
         Action::Notify(Event::Closed(tx.compute_txid())),
     ])
+}
+
+/// `update_decline_htlc{cannot_route}`: an HTLC the channel cannot carry.
+fn decline_cannot_route() -> Action {
+    Action::Send(Packet::UpdateDeclineHtlc(UpdateDeclineHtlc {
+        reason: Some(DeclineReason::CannotRoute(true)),
+    }))
 }
 
 /// `update_decline_htlc{insufficient_funds}` with the funding (in satoshis, rounded up) that would be needed.
