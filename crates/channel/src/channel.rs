@@ -42,7 +42,8 @@ use crate::tx::{
 /// The node's limits and offers for one channel.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ChannelConfig {
-    /// The delay we impose on the peer's own outputs (sent as `open_channel.delay`).
+    /// The delay we impose on the peer's own outputs (sent as `open_channel.delay`). Its
+    /// unit is the channel's: the peer's delay and every HTLC expiry must use it too.
     pub delay: Locktime,
     /// The longest delay we accept on our own outputs, in blocks.
     pub max_delay_blocks: u32,
