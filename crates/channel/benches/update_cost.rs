@@ -47,7 +47,7 @@ fn main() {
                 .unwrap();
             p.node(a_offers).absorb(acts);
             p.run();
-            let acts = p.node(!a_offers).ch.fulfill_htlc(r).unwrap();
+            let acts = p.node(!a_offers).ch.fulfill_htlc(r, now).unwrap();
             p.node(!a_offers).absorb(acts);
             p.run();
         }

@@ -48,7 +48,7 @@ fn updates(c: &mut Criterion) {
         let acts = p.a.ch.add_htlc(1_000_000, r.hash(), expiry, now).unwrap();
         p.a.absorb(acts);
         p.run();
-        let acts = p.b.ch.fulfill_htlc(r).unwrap();
+        let acts = p.b.ch.fulfill_htlc(r, now).unwrap();
         p.b.absorb(acts);
         p.run();
     }

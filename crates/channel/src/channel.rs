@@ -34,15 +34,16 @@ use crate::funding::{CState, FundingError, Htlc, Who};
 use crate::script::{anchor_script, cltv_value, csv_value};
 use crate::shachain::{RevocationSecrets, SeedPreimages, ShachainError};
 use crate::tx::{
-    check_commitment, close_tx, close_weight, commitment_tx, finalize_anchor_spend, p2wpkh, secp,
-    sign_anchor_spend, sweep_weight, verify_anchor_spend, Commitment, CommitmentKeys, SweepInput,
-    TxError, DUST_LIMIT_SAT,
+    check_commitment, close_tx, close_weight, commitment_tx, commitment_weight_bound,
+    finalize_anchor_spend, p2wpkh, secp, sign_anchor_spend, sweep_weight, verify_anchor_spend,
+    Commitment, CommitmentKeys, SweepInput, TxError, DUST_LIMIT_SAT,
 };
 
 /// The node's limits and offers for one channel.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ChannelConfig {
-    /// The delay we impose on the peer's own outputs (sent as `open_channel.delay`).
+    /// The delay we impose on the peer's own outputs (sent as `open_channel.delay`). Its
+    /// unit is the channel's: the peer's delay and every HTLC expiry must use it too.
     pub delay: Locktime,
     /// The longest delay we accept on our own outputs, in blocks.
     pub max_delay_blocks: u32,
@@ -313,6 +314,43 @@ pub enum State {
     OnChain,
 }
 
+/// What a channel's delays and HTLC expiries count: one unit for all of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum TimeUnit {
+    /// Block heights and numbers of blocks.
+    Blocks,
+    /// Unix times and seconds (BIP68: 512-second units; BIP65: median time past).
+    Seconds,
+}
+
+impl TimeUnit {
+    /// The unit of a BIP68 relative delay (bit 22 set: 512-second units).
+    fn of_csv(csv: u32) -> TimeUnit {
+        if csv & (1 << 22) != 0 {
+            TimeUnit::Seconds
+        } else {
+            TimeUnit::Blocks
+        }
+    }
+
+    /// The unit of a wire time lock.
+    fn of(lock: Locktime) -> TimeUnit {
+        match lock {
+            Locktime::Blocks(_) => TimeUnit::Blocks,
+            Locktime::Seconds(_) => TimeUnit::Seconds,
+        }
+    }
+}
+
+impl std::fmt::Display for TimeUnit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TimeUnit::Blocks => "blocks",
+            TimeUnit::Seconds => "seconds",
+        })
+    }
+}
+
 /// Why a packet was rejected. Send [`Rejected::reply`], then hang up; the channel is unchanged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -358,6 +396,18 @@ pub enum ChannelError {
     /// "Revocation hashes and HTLC hashes").
     #[error("r_hash equals a revocation hash")]
     RevocationHashCollision,
+    /// A delay or an HTLC expiry is not in the channel's time unit (docs/channel.md, "One
+    /// time unit per channel"): a claim waiting for seconds that races a refund waiting
+    /// for blocks has no winner we can predict.
+    #[error("{what} {got:?} is not in {unit}, the unit of this channel (both delays and every HTLC expiry count in one unit)")]
+    MixedTimeUnits {
+        /// The field.
+        what: &'static str,
+        /// Its value.
+        got: Locktime,
+        /// The channel's unit.
+        unit: TimeUnit,
+    },
     /// A transaction could not be built.
     #[error(transparent)]
     Tx(#[from] TxError),
@@ -401,12 +451,39 @@ pub enum CommandError {
     /// The HTLC expiry is not usable (past, too far, or not encodable).
     #[error("bad HTLC expiry {0:?}")]
     BadExpiry(Locktime),
+    /// The HTLC expiry is not in the channel's time unit (the unit of the delay that the
+    /// receiver's claim with R waits for).
+    #[error("HTLC {what} {got:?} is not in {unit}, the unit of this channel (both delays and every HTLC expiry count in one unit)")]
+    MixedTimeUnits {
+        /// The argument.
+        what: &'static str,
+        /// Its value.
+        got: Locktime,
+        /// The channel's unit.
+        unit: TimeUnit,
+    },
     /// The anchor transaction does not pay the 2-of-2.
     #[error("anchor transaction does not pay {0} sat to the 2-of-2")]
     BadAnchorTx(u64),
     /// No HTLC that we receive has this R.
     #[error("no HTLC matches this R")]
     UnknownPreimage,
+    /// The HTLC offered to us has expired: R is not revealed (the peer can refund the
+    /// HTLC on chain already, and would hold R as well).
+    #[error("HTLC expired at {0:?}: too late to fulfil; R is not revealed")]
+    HtlcExpired(Locktime),
+    /// The HTLC offered to us expires too soon to claim it on chain with R should the peer
+    /// stall the fulfil (within our claim delay plus half `htlc_claim_margin_blocks`): R is
+    /// not revealed.
+    #[error("HTLC expiring at {expiry:?} is too close to its expiry to fulfil: claiming it on chain with R needs {lead} {unit} before the expiry; R is not revealed")]
+    TooLateToFulfill {
+        /// The HTLC's expiry.
+        expiry: Locktime,
+        /// The delay of our claim with R plus half the margin, in `unit`.
+        lead: u64,
+        /// The expiry's unit.
+        unit: TimeUnit,
+    },
     /// HTLCs are pending: a cooperative close needs none.
     #[error("HTLCs pending")]
     HtlcsPending,
@@ -426,6 +503,18 @@ pub enum CommandError {
     /// HTLC could not be fully penalised (docs/channel.md).
     #[error("r_hash equals a revocation hash of this channel")]
     RevocationHashCollision,
+    /// One more HTLC would make the commitments pay less than the minimum relay fee for
+    /// their weight (the agreed commitment fee is an absolute amount): they could not
+    /// reach the chain.
+    #[error("commitment fee of {fee_sat} sat is below the minimum relay fee of a commitment with {htlcs} HTLCs ({min_sat} sat): no more HTLCs until some are settled")]
+    CommitmentFeeTooLow {
+        /// HTLCs in the commitment with the new one.
+        htlcs: usize,
+        /// The agreed commitment fee.
+        fee_sat: u64,
+        /// The minimum relay fee of that commitment.
+        min_sat: u64,
+    },
     /// No close fee fits: the minimum relay fee is above our share of this (tiny) channel.
     #[error("close fee {fee_sat} sat outside {min_sat}..={max_sat} sat")]
     BadCloseFee {
@@ -632,6 +721,18 @@ fn delay_blocks_equivalent(csv: u32) -> u32 {
     }
 }
 
+/// The BIP68 delay `csv` counted in `unit`: exactly in its own unit (512 s per BIP68
+/// unit); across units, which only channels opened before one unit was required can
+/// hold, ten minutes a block.
+fn delay_in(unit: TimeUnit, csv: u32) -> u64 {
+    match (TimeUnit::of_csv(csv), unit) {
+        (TimeUnit::Blocks, TimeUnit::Blocks) => u64::from(csv),
+        (TimeUnit::Blocks, TimeUnit::Seconds) => u64::from(csv) * 600,
+        (TimeUnit::Seconds, TimeUnit::Seconds) => u64::from(csv & 0xffff) * 512,
+        (TimeUnit::Seconds, TimeUnit::Blocks) => u64::from(delay_blocks_equivalent(csv)),
+    }
+}
+
 /// A broken internal invariant: reported as an error (never a panic in release builds).
 fn invariant(what: &'static str) -> ChannelError {
     debug_assert!(false, "channel invariant broken: {what}");
@@ -667,13 +768,51 @@ impl Ctx<'_> {
     }
 
     /// Whether an HTLC that the receiver claims with R under `claim_delay_csv` leaves it
-    /// room to do so on chain: its expiry is at least the delay plus our margin away.
+    /// room to do so on chain: its expiry is at least the delay plus our margin away,
+    /// counted in the expiry's unit (the channel's: see [`TimeUnit`]).
     fn expiry_leaves_claim_room(&self, expiry: Locktime, claim_delay_csv: u32, now: u64) -> bool {
-        let room = u64::from(delay_blocks_equivalent(claim_delay_csv))
-            + u64::from(self.config.htlc_claim_margin_blocks);
+        let delay = delay_in(TimeUnit::of(expiry), claim_delay_csv);
+        let margin = u64::from(self.config.htlc_claim_margin_blocks);
         match expiry {
-            Locktime::Blocks(b) => u64::from(b) >= u64::from(self.height) + room,
-            Locktime::Seconds(t) => u64::from(t) >= now + room * 600,
+            Locktime::Blocks(b) => u64::from(b) >= u64::from(self.height) + delay + margin,
+            // The margin is configured in blocks: ten minutes each.
+            Locktime::Seconds(t) => u64::from(t) >= now + delay + margin * 600,
+        }
+    }
+
+    /// Whether the claim deadline of an HTLC offered to us has come: its expiry is within
+    /// the delay our claim with R waits for (`claim_delay_csv`) plus half our margin. From
+    /// then on R is not revealed off chain ([`Channel::fulfill_htlc`]), and a known R is
+    /// claimed on chain ([`Channel::deadlines`]): acceptance demanded the whole margin, so
+    /// the peer had half of it to take the fulfil; the other half is for our commitment
+    /// and claim to confirm before its refund path opens at the expiry.
+    fn claim_deadline_passed(&self, expiry: Locktime, claim_delay_csv: u32, now: u64) -> bool {
+        let lead = self.claim_lead(expiry, claim_delay_csv);
+        match expiry {
+            Locktime::Blocks(b) => u64::from(self.height) + lead >= u64::from(b),
+            Locktime::Seconds(t) => now + lead >= u64::from(t),
+        }
+    }
+
+    /// How long before `expiry` an HTLC offered to us is due on chain (see
+    /// [`Ctx::claim_deadline_passed`]), in the expiry's unit (a margin block counts 600 s).
+    fn claim_lead(&self, expiry: Locktime, claim_delay_csv: u32) -> u64 {
+        let delay = delay_in(TimeUnit::of(expiry), claim_delay_csv);
+        let half = u64::from(self.config.htlc_claim_margin_blocks.div_ceil(2));
+        match expiry {
+            Locktime::Blocks(_) => delay + half,
+            Locktime::Seconds(_) => delay + half * 600,
+        }
+    }
+
+    /// Refuses an expiry that is not in the unit of the delay its receiver's claim with R
+    /// waits for (`claim_delay_csv`; one unit per channel: both delays share it).
+    fn check_expiry_unit(&self, expiry: Locktime, claim_delay_csv: u32) -> Result<(), TimeUnit> {
+        let unit = TimeUnit::of_csv(claim_delay_csv);
+        if TimeUnit::of(expiry) == unit {
+            Ok(())
+        } else {
+            Err(unit)
         }
     }
 
@@ -692,6 +831,12 @@ impl Ctx<'_> {
             .sweep_feerate_sat_per_kw
             .max(self.config.min_relay_feerate_sat_per_kw);
         (close_weight(tx) * rate).div_ceil(1000)
+    }
+
+    /// The least fee that relays a commitment like `c` whatever the later payments: the
+    /// minimum relay fee rate times [`commitment_weight_bound`].
+    fn commitment_min_fee(&self, c: &Commitment) -> u64 {
+        (commitment_weight_bound(c) * self.config.min_relay_feerate_sat_per_kw).div_ceil(1000)
     }
 
     fn sweep_fee(&self, inputs: &[SweepInput]) -> u64 {
@@ -1106,8 +1251,7 @@ impl Channel {
             }
         };
         let after = i64::from(self.config.force_close_after_expiry_blocks);
-        let claim_room = i64::from(delay_blocks_equivalent(e.terms.their_delay_csv))
-            + i64::from(self.config.htlc_claim_margin_blocks.div_ceil(2));
+        let ctx = self.ctx();
         let mut d = Deadlines::default();
         for cs in live {
             for h in &cs.ours.htlcs {
@@ -1117,7 +1261,8 @@ impl Channel {
             }
             for h in &cs.theirs.htlcs {
                 let known = e.known_r.iter().any(|r| r.hash() == h.r_hash);
-                if known && past(h.expiry, claim_room) && !d.claim.contains(h) {
+                let due = ctx.claim_deadline_passed(h.expiry, e.terms.their_delay_csv, now);
+                if known && due && !d.claim.contains(h) {
                     d.claim.push(*h);
                 }
             }
@@ -1244,6 +1389,12 @@ impl Channel {
         }
         let e = self.established_or_wrong_state()?;
         let ctx = self.ctx();
+        ctx.check_expiry_unit(expiry, e.terms.our_delay_csv)
+            .map_err(|unit| CommandError::MixedTimeUnits {
+                what: "expiry",
+                got: expiry,
+                unit,
+            })?;
         // The receiver claims with R under the delay we impose on it: a potluck peer
         // declines an HTLC that leaves it no room, so do not offer one.
         if !ctx.expiry_acceptable(expiry, now)
@@ -1265,17 +1416,35 @@ impl Channel {
     }
 
     /// Fulfills an HTLC offered to us with its R (`update_fulfill_htlc`). After a
-    /// unilateral close, claims the HTLC output on chain with R instead.
+    /// unilateral close, claims the HTLC output on chain with R instead. `now` (unix
+    /// seconds) and the last [`Channel::block_height`] tell whether it is still time.
     ///
     /// # Errors
-    /// Wrong state, or no HTLC offered to us has this R.
-    pub fn fulfill_htlc(&mut self, r: Preimage) -> Result<Vec<Action>, CommandError> {
+    /// Wrong state; no HTLC offered to us has this R; or it is too late to reveal R:
+    /// [`CommandError::HtlcExpired`], or [`CommandError::TooLateToFulfill`] once the HTLC
+    /// is within our claim delay plus half the margin of its expiry (where
+    /// [`Channel::deadlines`] would send it on chain): a peer that took R and stalled the
+    /// update could then refund the HTLC on chain before our claim with R confirms.
+    pub fn fulfill_htlc(&mut self, r: Preimage, now: u64) -> Result<Vec<Action>, CommandError> {
         let e = self.established_or_wrong_state()?;
         if matches!(e.step, Step::OnChain(_)) {
             return self.claim_with_r(r);
         }
         match e.cstate.find_htlc(&r.hash()) {
-            Some((Who::Them, _)) => self.propose(Change::Fulfill(r)),
+            Some((Who::Them, h)) => {
+                let ctx = self.ctx();
+                if ctx.expired(&h, now) {
+                    return Err(CommandError::HtlcExpired(h.expiry));
+                }
+                if ctx.claim_deadline_passed(h.expiry, e.terms.their_delay_csv, now) {
+                    return Err(CommandError::TooLateToFulfill {
+                        expiry: h.expiry,
+                        lead: ctx.claim_lead(h.expiry, e.terms.their_delay_csv),
+                        unit: TimeUnit::of(h.expiry),
+                    });
+                }
+                self.propose(Change::Fulfill(r))
+            }
             _ => Err(CommandError::UnknownPreimage),
         }
     }
@@ -1524,6 +1693,16 @@ impl Channel {
         }
         let their_delay_csv =
             csv_value(o.delay).map_err(|e| ChannelError::BadOpen(e.to_string()))?;
+        // One time unit per channel: our claims under their delay race refunds at expiries
+        // in the unit of our own delay, and the other way round.
+        let unit = TimeUnit::of(self.config.delay);
+        if TimeUnit::of(o.delay) != unit {
+            return Err(ChannelError::MixedTimeUnits {
+                what: "open_channel.delay",
+                got: o.delay,
+                unit,
+            });
+        }
         if delay_blocks_equivalent(their_delay_csv) > self.config.max_delay_blocks {
             return Err(ChannelError::BadOpen(format!(
                 "delay {:?} above our maximum",
@@ -1665,6 +1844,20 @@ fn propose(ctx: &Ctx, e: &mut Established, change: Change) -> Result<Vec<Action>
     // Make sure our new commitment can be built (expiry encodable); it is built when
     // the peer's signature on it arrives.
     check_commitment(&next)?;
+    if let Change::AddHtlc(_) = change {
+        // One more HTLC output, and the agreed fee is an absolute amount: the commitment
+        // must still relay. Both sides' commitments have the same outputs in the bound
+        // (a P2WSH and a P2WPKH balance, one P2WSH per HTLC): ours stands for both.
+        let ours = e.our_commitment(ctx, &next, e.num + 1)?;
+        let min_sat = ctx.commitment_min_fee(&ours);
+        if next.fee_sat < min_sat {
+            return Err(CommandError::CommitmentFeeTooLow {
+                htlcs: next.ours.htlcs.len() + next.theirs.htlcs.len(),
+                fee_sat: next.fee_sat,
+                min_sat,
+            });
+        }
+    }
     let pkt = proposal_packet(&change, ctx.our_rev_hash(e.num + 1));
     if let Change::Fulfill(r) = change {
         // Their commitments keep the HTLC until they revoke them: R claims it on chain.
@@ -1698,6 +1891,12 @@ fn on_proposal(
                 r_hash: a.r_hash,
                 expiry: a.expiry,
             };
+            ctx.check_expiry_unit(a.expiry, e.terms.their_delay_csv)
+                .map_err(|unit| ChannelError::MixedTimeUnits {
+                    what: "update_add_htlc.expiry",
+                    got: a.expiry,
+                    unit,
+                })?;
             // We claim it with R under the delay they impose on us: it must leave us room.
             if !ctx.expiry_acceptable(a.expiry, now)
                 || !ctx.expiry_leaves_claim_room(a.expiry, e.terms.their_delay_csv, now)
@@ -1765,6 +1964,11 @@ fn on_proposal(
     // Our next commitment holds the same HTLCs as theirs: building theirs checked that
     // ours can be built too.
     let theirs = e.their_commitment(ctx, &next, e.num + 1, &their_next_rev)?;
+    // Their HTLC must not take the commitments below the minimum relay fee either (as
+    // ours in `propose`): decline it, like any HTLC the channel cannot carry.
+    if matches!(change, Change::AddHtlc(_)) && next.fee_sat < ctx.commitment_min_fee(&theirs) {
+        return Ok(vec![decline_cannot_route()]);
+    }
     let sig = e.sign(ctx, &theirs.tx);
     if let Change::Fulfill(r) = change {
         e.remember_r(r);
@@ -2036,6 +2240,13 @@ fn on_close_complete(
         Action::Broadcast(tx.clone()),
         Action::Notify(Event::Closed(tx.compute_txid())),
     ])
+}
+
+/// `update_decline_htlc{cannot_route}`: an HTLC the channel cannot carry.
+fn decline_cannot_route() -> Action {
+    Action::Send(Packet::UpdateDeclineHtlc(UpdateDeclineHtlc {
+        reason: Some(DeclineReason::CannotRoute(true)),
+    }))
 }
 
 /// `update_decline_htlc{insufficient_funds}` with the funding (in satoshis, rounded up) that would be needed.

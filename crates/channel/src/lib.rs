@@ -12,7 +12,7 @@ pub mod tx;
 pub use channel::{
     apply_change, Action, AnchorRole, Change, Channel, ChannelConfig, ChannelError, ChannelSecrets,
     ChannelV0, CommandError, Deadlines, Event, Migrated, MigrationError, Rejected,
-    RevokedCommitment, State, Unclaimable,
+    RevokedCommitment, State, TimeUnit, Unclaimable,
 };
 pub use funding::{CState, Htlc, Side, Who};
 pub use shachain::RevocationSecrets;

@@ -240,6 +240,27 @@ pub fn check_commitment(state: &CState) -> Result<(), TxError> {
     Ok(())
 }
 
+/// The most the signed commitment `c` can weigh after any later payment, for the minimum
+/// relay fee (docs/channel.md, "The commitment always relays"): its weight once signed
+/// (the 2-of-2 witness, counted as in [`close_weight`]) with the owner's and the other
+/// side's outputs counted even where dust left them out, since a payment can bring them
+/// back. Only an added HTLC adds an output beyond that.
+pub fn commitment_weight_bound(c: &Commitment) -> u64 {
+    let mut tx = c.tx.clone();
+    let has = |kind: OutputKind| c.outputs.iter().any(|o| o.kind == kind);
+    // Stand-ins of the same size: a P2WSH is OP_0 and a 32-byte push, a P2WPKH OP_0 and
+    // a 20-byte push.
+    for (kind, len) in [(OutputKind::ToOwner, 34), (OutputKind::ToOther, 22)] {
+        if !has(kind) {
+            tx.output.push(TxOut {
+                value: Amount::ZERO,
+                script_pubkey: ScriptBuf::from_bytes(vec![0; len]),
+            });
+        }
+    }
+    close_weight(&tx)
+}
+
 /// The cooperative close: the anchor pays each side's final key (P2WPKH).
 pub fn close_tx(
     anchor: OutPoint,

@@ -208,7 +208,7 @@ impl World {
                         Locktime::Blocks(h + 200),
                         now,
                     ),
-                    2 => n.ch.fulfill_htlc(r(pick % 5)),
+                    2 => n.ch.fulfill_htlc(r(pick % 5), now),
                     3 => n.ch.routefail_htlc(r(pick % 5).hash()),
                     4 => n.ch.timeout_htlc(r(pick % 5).hash(), now),
                     _ => n.ch.close(),

@@ -33,7 +33,7 @@ fn theirs_on_chain_with_our_output(pay_msat: u64) -> (Pair, Transaction) {
             .unwrap();
     p.a.absorb(acts);
     p.run();
-    let acts = p.b.ch.fulfill_htlc(r(1)).unwrap();
+    let acts = p.b.ch.fulfill_htlc(r(1), p.now).unwrap();
     p.b.absorb(acts);
     p.b.outbox.clear();
     let acts = p.a.ch.force_close().unwrap();

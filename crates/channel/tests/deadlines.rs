@@ -5,7 +5,7 @@
 
 mod support;
 
-use channel::{ChannelConfig, State};
+use channel::{ChannelConfig, CommandError, State, TimeUnit};
 use support::Pair;
 use wire::{Locktime, Preimage};
 
@@ -74,7 +74,7 @@ fn incoming_htlc_with_known_r_is_due_before_expiry_when_the_peer_stalls() {
         "R unknown: nothing to claim"
     );
     // A fulfils; B takes the proposal and stalls (never accepts).
-    let acts = p.a.ch.fulfill_htlc(r(2)).unwrap();
+    let acts = p.a.ch.fulfill_htlc(r(2), p.now).unwrap();
     p.a.absorb(acts);
     p.a.outbox.clear();
     assert_eq!(p.a.ch.state(), State::WaitAccept);
@@ -102,4 +102,69 @@ fn incoming_htlc_with_known_r_is_due_before_expiry_when_the_peer_stalls() {
     p.advance(20);
     assert!(p.chain.height < expiry);
     p.chain.mine(&claim).unwrap();
+}
+
+/// B offers A an HTLC expiring at `expiry` (A claims with R under B's delay of 20 blocks).
+fn offered_to_a(p: &mut Pair, tag: u8, expiry: u32) {
+    let acts =
+        p.b.ch
+            .add_htlc(100_000_000, r(tag).hash(), Locktime::Blocks(expiry), p.now)
+            .unwrap();
+    p.b.absorb(acts);
+    p.run();
+}
+
+#[test]
+fn fulfil_is_refused_once_too_late_to_claim_on_chain_and_after_expiry() {
+    let mut p = live();
+    let expiry = p.chain.height + 40;
+    offered_to_a(&mut p, 3, expiry);
+    // At the claim deadline (the delay of 20 plus half the margin, 3): R is not revealed,
+    // since a peer that took it and stalled could refund the HTLC before our claim.
+    p.advance(expiry - 23 - p.chain.height);
+    let before = p.a.ch.clone();
+    let err = p.a.ch.fulfill_htlc(r(3), p.now).unwrap_err();
+    assert_eq!(
+        err,
+        CommandError::TooLateToFulfill {
+            expiry: Locktime::Blocks(expiry),
+            lead: 23,
+            unit: TimeUnit::Blocks,
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "HTLC expiring at Blocks({expiry}) is too close to its expiry to fulfil: claiming it \
+             on chain with R needs 23 blocks before the expiry; R is not revealed"
+        )
+    );
+    assert_eq!(p.a.ch, before, "nothing changes, nothing is sent");
+    assert!(p.a.ch.known_preimages().is_empty(), "R is not kept either");
+    // At and after the expiry: expired.
+    p.advance(23);
+    assert_eq!(
+        p.a.ch.fulfill_htlc(r(3), p.now),
+        Err(CommandError::HtlcExpired(Locktime::Blocks(expiry)))
+    );
+    assert_eq!(p.a.ch, {
+        let mut b = before.clone();
+        b.block_height(p.chain.height);
+        b
+    });
+}
+
+#[test]
+fn fulfil_one_block_before_the_claim_deadline_goes_through_and_is_not_yet_due() {
+    let mut p = live();
+    let expiry = p.chain.height + 40;
+    offered_to_a(&mut p, 4, expiry);
+    p.advance(expiry - 24 - p.chain.height);
+    let acts = p.a.ch.fulfill_htlc(r(4), p.now).unwrap();
+    p.a.absorb(acts);
+    // Revealed now, the HTLC is not due yet: the peer has a block to take the fulfil.
+    assert!(p.a.ch.deadlines(p.now).is_empty());
+    p.run();
+    assert!(p.a.ch.balances().unwrap().theirs.htlcs.is_empty());
+    p.assert_agree();
 }

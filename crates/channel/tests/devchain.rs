@@ -237,10 +237,10 @@ async fn every_transaction_kind_is_mined_on_the_development_chain() {
     let acts = p.a.ch.force_close().unwrap();
     p.a.absorb(acts);
     p.mine_broadcasts();
-    let acts = p.b.ch.fulfill_htlc(r(5)).unwrap();
+    let acts = p.b.ch.fulfill_htlc(r(5), p.now).unwrap();
     p.b.absorb(acts);
     p.mine_broadcasts();
-    let acts = p.a.ch.fulfill_htlc(r(6)).unwrap();
+    let acts = p.a.ch.fulfill_htlc(r(6), p.now).unwrap();
     p.a.absorb(acts);
     p.mine_broadcasts();
     let later = std::mem::take(&mut p.a.later);

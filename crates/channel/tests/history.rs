@@ -27,7 +27,7 @@ fn cycles(p: &mut Pair, from: u32, n: u32) {
                 .unwrap();
         p.a.absorb(acts);
         p.run();
-        let acts = p.b.ch.fulfill_htlc(r(i)).unwrap();
+        let acts = p.b.ch.fulfill_htlc(r(i), p.now).unwrap();
         p.b.absorb(acts);
         p.run();
     }

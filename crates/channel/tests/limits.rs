@@ -245,3 +245,85 @@ fn close_fee_below_relay_minimum_or_above_our_share_is_refused() {
     ));
     assert_eq!(tiny.a.ch.state(), State::Normal);
 }
+
+/// What `tx` (a signed commitment) pays as fee, and Bitcoin Core's minimum relay fee for
+/// it (1 sat/vB).
+fn fee_and_relay_minimum(tx: &bitcoin::Transaction) -> (u64, u64) {
+    let out: u64 = tx.output.iter().map(|o| o.value.to_sat()).sum();
+    (ANCHOR_SAT - out, tx.weight().to_wu().div_ceil(4))
+}
+
+#[test]
+fn htlcs_that_would_take_a_commitment_below_the_relay_fee_are_refused_both_ways() {
+    // The smallest commitment fee we accept: 1,000 sat whatever the number of HTLCs
+    // (the wire's commitment_fee is an absolute amount). Before, 30 HTLCs made the
+    // commitment pay 1,000 sat for ~1,430 vB: it could not relay.
+    let mut p = live(ChannelConfig {
+        commitment_fee_sat: 1_000,
+        ..Default::default()
+    });
+    let expiry = p.chain.height + 200;
+    let mut added = 0u32;
+    for i in 0..30u32 {
+        // Alternate: both directions count (every HTLC is an output of both commitments).
+        let from_a = i % 2 == 0;
+        let now = p.now;
+        let hash = Sha256::hash(&i.to_le_bytes());
+        let Ok(acts) = p
+            .node(from_a)
+            .ch
+            .add_htlc(1_000_000, hash, Locktime::Blocks(expiry), now)
+        else {
+            break;
+        };
+        p.node(from_a).absorb(acts);
+        p.run();
+        added += 1;
+        // Every commitment either side can broadcast pays the relay minimum.
+        for w in [true, false] {
+            let tx = p.node(w).ch.signed_commitment().unwrap();
+            let (fee, min) = fee_and_relay_minimum(&tx);
+            assert!(
+                fee >= min,
+                "after {added} HTLCs: min relay fee not met, {fee} < {min}"
+            );
+        }
+    }
+    // 1,000 sat at 253 sat/kWU pays for 3,952 WU: 18 HTLC outputs (each ~172 WU) on top
+    // of the ~720 WU of the commitment with both balances.
+    assert_eq!(added, 18, "the 19th HTLC is refused");
+    p.assert_agree();
+    // Ours: refused, with what it would need; nothing sent.
+    let hash = Sha256::hash(b"19th");
+    let err =
+        p.a.ch
+            .add_htlc(1_000_000, hash, Locktime::Blocks(expiry), p.now)
+            .unwrap_err();
+    let CommandError::CommitmentFeeTooLow {
+        htlcs,
+        fee_sat,
+        min_sat,
+    } = err
+    else {
+        panic!("{err:?}")
+    };
+    assert_eq!((htlcs, fee_sat), (19, 1_000));
+    assert!((1_001..=1_010).contains(&min_sat), "{min_sat}");
+    assert_eq!(p.a.ch.state(), State::Normal);
+    // Theirs: declined with cannot_route, no trace.
+    assert_declined_cannot_route(&mut p, &add_packet(1_000_000, 19, expiry));
+    // Settling one makes room again.
+    let acts =
+        p.a.ch
+            .routefail_htlc(Sha256::hash(&1u32.to_le_bytes()))
+            .unwrap();
+    p.a.absorb(acts);
+    p.run();
+    let acts =
+        p.a.ch
+            .add_htlc(1_000_000, hash, Locktime::Blocks(expiry), p.now)
+            .unwrap();
+    p.a.absorb(acts);
+    p.run();
+    p.assert_agree();
+}

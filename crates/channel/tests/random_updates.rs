@@ -11,7 +11,7 @@ mod support;
 use std::collections::HashMap;
 
 use bitcoin::{OutPoint, Transaction};
-use channel::{Action, ChannelConfig, State};
+use channel::{Action, ChannelConfig, CommandError, State};
 use proptest::prelude::*;
 use support::{Pair, ANCHOR_SAT};
 use wire::{Locktime, Preimage, Sha256};
@@ -146,7 +146,16 @@ impl World {
                 let receiver_a = !offered_by_a;
                 let res = if matches!(op, Op::Fulfill { .. }) {
                     let r = self.preimages[&h.r_hash];
-                    self.p.node(receiver_a).ch.fulfill_htlc(r)
+                    let now = self.p.now;
+                    let ch = &mut self.p.node(receiver_a).ch;
+                    match ch.fulfill_htlc(r, now) {
+                        // A timeout moved the chain close to this expiry: too late to
+                        // reveal R, so the receiver settles by failing it back.
+                        Err(
+                            CommandError::HtlcExpired(_) | CommandError::TooLateToFulfill { .. },
+                        ) => ch.routefail_htlc(h.r_hash),
+                        other => other,
+                    }
                 } else {
                     self.p.node(receiver_a).ch.routefail_htlc(h.r_hash)
                 };

@@ -129,7 +129,7 @@ fn their_next_commitment_signed_in_update_accept_is_recognised_and_claimed() {
     p.chain.mine(&sweep).unwrap();
     assert!(sweep.output[0].value.to_sat() > 2_090_000);
     // B claims A's HTLC with R, before expiry.
-    let acts = p.b.ch.fulfill_htlc(r(4)).unwrap();
+    let acts = p.b.ch.fulfill_htlc(r(4), p.now).unwrap();
     let [Action::Broadcast(claim)] = &acts[..] else {
         panic!("{acts:?}")
     };

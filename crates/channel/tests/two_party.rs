@@ -49,7 +49,7 @@ fn open_with_a_funding_pay_htlc_and_close() {
     p.run();
     p.assert_agree();
     assert_eq!(p.a.ch.balances().unwrap().theirs.htlcs.len(), 1);
-    let acts = p.a.ch.fulfill_htlc(r(7)).unwrap();
+    let acts = p.a.ch.fulfill_htlc(r(7), p.now).unwrap();
     p.a.absorb(acts);
     p.run();
     p.assert_agree();
@@ -303,7 +303,7 @@ fn unilateral_close_claims_after_delay_and_htlc_fulfilled_on_chain() {
     );
     p.mine_broadcasts();
     // B learns R for A's HTLC and claims it on chain with R, before expiry.
-    let acts = p.b.ch.fulfill_htlc(r(5)).unwrap();
+    let acts = p.b.ch.fulfill_htlc(r(5), p.now).unwrap();
     assert_eq!(acts.len(), 1);
     p.b.absorb(acts);
     let before = p.chain.mined.len();
@@ -325,7 +325,7 @@ fn unilateral_close_claims_after_delay_and_htlc_fulfilled_on_chain() {
     p.advance(40);
     assert!(p.chain.check(&refund).is_err());
     // A claims B's HTLC (offered to A) with R after the delay.
-    let acts = p.a.ch.fulfill_htlc(r(6)).unwrap();
+    let acts = p.a.ch.fulfill_htlc(r(6), p.now).unwrap();
     let [channel::Action::BroadcastLater { tx, .. }] = &acts[..] else {
         panic!("{acts:?}")
     };
@@ -468,6 +468,7 @@ fn restored_channel_answers_exactly_like_the_running_one() {
     p.run();
     for i in 0..262u32 {
         let from_a = i % 2 == 0;
+        let now = p.now;
         let n = p.node(from_a);
         let mut copy = restored(&n.ch);
         let acts = if i % 50 == 7 {
@@ -483,8 +484,8 @@ fn restored_channel_answers_exactly_like_the_running_one() {
             acts
         } else if i % 50 == 8 {
             let r = r((i - 1) as u8);
-            let acts = n.ch.fulfill_htlc(r).unwrap();
-            assert_eq!(copy.fulfill_htlc(r).unwrap(), acts);
+            let acts = n.ch.fulfill_htlc(r, now).unwrap();
+            assert_eq!(copy.fulfill_htlc(r, now).unwrap(), acts);
             acts
         } else {
             let acts = n.ch.pay(1_000).unwrap();
@@ -545,7 +546,7 @@ fn a_force_close_after_their_commitment_is_on_chain_is_refused_and_r_still_claim
     }
     let unchanged = p.b.ch == before;
     // B learns R: the claim must spend the HTLC output of the commitment that is on chain.
-    let acts = p.b.ch.fulfill_htlc(r(5)).unwrap();
+    let acts = p.b.ch.fulfill_htlc(r(5), p.now).unwrap();
     let claim = claim_tx(&acts);
     assert_eq!(
         p.chain.mine(&claim),

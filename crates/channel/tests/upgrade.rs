@@ -11,7 +11,7 @@
 mod support;
 
 use bitcoin::Transaction;
-use channel::{Action, ChannelV0, Event, Migrated, State};
+use channel::{Action, ChannelV0, CommandError, Event, Migrated, State};
 use support::{FakeChain, Node, Pair};
 use wire::Preimage;
 
@@ -45,7 +45,7 @@ fn an_old_snapshot_migrates_with_its_balances_and_history() {
     assert_eq!(b.channel.balances().unwrap().theirs.htlcs.len(), 1);
 }
 
-/// The migrated pair goes on: B fulfills the pending HTLC and A pays again, with the
+/// The migrated pair goes on: B fails the pending HTLC back and A pays again, with the
 /// signatures and revocations of the current code checking the old state's keys.
 #[test]
 fn migrated_channels_keep_updating() {
@@ -56,7 +56,14 @@ fn migrated_channels_keep_updating() {
         now: 1_700_000_000,
         chain: FakeChain::new(),
     };
-    let acts = p.b.ch.fulfill_htlc(Preimage([8; 32])).unwrap();
+    // The old release accepted an HTLC expiring at 160 at height 100, within B's claim
+    // delay of 144 blocks: revealing R now would let A refund it on chain before B's
+    // claim with R (issue 28, finding 7), so B fails it back instead.
+    assert!(matches!(
+        p.b.ch.fulfill_htlc(Preimage([8; 32]), p.now),
+        Err(CommandError::TooLateToFulfill { .. })
+    ));
+    let acts = p.b.ch.routefail_htlc(Preimage([8; 32]).hash()).unwrap();
     p.b.absorb(acts);
     p.run();
     p.assert_agree();
@@ -65,7 +72,7 @@ fn migrated_channels_keep_updating() {
     p.run();
     p.assert_agree();
     let b = p.b.ch.balances().unwrap();
-    assert_eq!(b.ours.total_msat(), 800_000_000 + 300_000_000 + 5_000_000);
+    assert_eq!(b.ours.total_msat(), 800_000_000 + 5_000_000);
     assert_eq!(p.b.ch.state(), State::Normal);
 }
 

@@ -473,7 +473,7 @@ fn in_memory_pairs(pairs: u32) -> InMemory {
             &mut anchor,
         );
         pump(&mut a, &mut b, &mut to_a, &mut to_b, &mut anchor);
-        take(b.fulfill_htlc(pre).unwrap(), &mut to_a, &mut anchor);
+        take(b.fulfill_htlc(pre, 0).unwrap(), &mut to_a, &mut anchor);
         pump(&mut a, &mut b, &mut to_a, &mut to_b, &mut anchor);
     }
     let elapsed = start.elapsed().as_secs_f64();

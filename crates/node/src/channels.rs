@@ -557,6 +557,19 @@ impl NodeState {
 
     /// Queues `tx` (so it is retried until it confirms, also after a restart) and sends it now.
     pub(crate) async fn broadcast(&self, channel_id: i64, tx: &Transaction, csv: u32, lock: u32) {
+        // Logged there; the queue re-sends it whatever the answer.
+        let _ = self.broadcast_checked(channel_id, tx, csv, lock).await;
+    }
+
+    /// As `broadcast`, with the chain's refusal, if any (`Ok` when the
+    /// transaction is in the mempool or a block, new or already known).
+    async fn broadcast_checked(
+        &self,
+        channel_id: i64,
+        tx: &Transaction,
+        csv: u32,
+        lock: u32,
+    ) -> Result<(), chain::ChainError> {
         let txid = tx.compute_txid();
         if let Err(e) = self.store.queue_broadcast(channel_id, tx, csv, lock).await {
             tracing::error!(%txid, error = %e, "cannot queue a broadcast");
@@ -570,10 +583,39 @@ impl NodeState {
                 tracing::info!(channel = channel_id, %txid, "broadcast: already in the mempool or a block")
             }
             Err(e) if e.is_transient() || e.is_inputs_spent() || e.is_conflict() => {
-                tracing::info!(channel = channel_id, %txid, error = %e, "broadcast refused for now; retried at every block")
+                tracing::info!(channel = channel_id, %txid, error = %e, "broadcast refused for now; retried at every block");
+                return Err(e);
             }
-            Err(e) => tracing::warn!(channel = channel_id, %txid, error = %e, "broadcast refused"),
+            Err(e) => {
+                tracing::warn!(channel = channel_id, %txid, error = %e, "broadcast refused");
+                return Err(e);
+            }
         }
+        Ok(())
+    }
+
+    /// For `close PEER force`: broadcasts the first transaction of `actions` (the
+    /// commitment, which [`Channel::force_close`] lists first) and returns the other
+    /// actions, with the chain's refusal as the error for the caller.
+    async fn broadcast_commitment_first(
+        &self,
+        channel_id: i64,
+        actions: Vec<Action>,
+    ) -> (Vec<Action>, Option<ControlError>) {
+        let mut rest = VecDeque::from(actions);
+        let Some(Action::Broadcast(tx)) = rest.front().cloned() else {
+            return (rest.into(), None);
+        };
+        rest.pop_front();
+        let refused = self
+            .broadcast_checked(channel_id, &tx, 0, 0)
+            .await
+            .err()
+            .map(|reason| ControlError::CommitmentRefused {
+                txid: tx.compute_txid(),
+                reason,
+            });
+        (rest.into(), refused)
     }
 
     async fn on_event(
@@ -881,7 +923,7 @@ impl NodeState {
                         r_hash,
                         expiry,
                     } => ch.add_htlc(*amount_msat, *r_hash, Locktime::Blocks(*expiry), unix_now()),
-                    Command::Fulfill(r) => ch.fulfill_htlc(*r),
+                    Command::Fulfill(r) => ch.fulfill_htlc(*r, unix_now()),
                     Command::Fail(h) => ch.routefail_htlc(*h),
                     Command::Close => ch.close(),
                     Command::ForceClose => ch.force_close(),
@@ -914,11 +956,23 @@ impl NodeState {
                         } else {
                             let _ = tx.send(Ok(()));
                         }
+                        // A force close broadcasts our commitment here, first as among the
+                        // actions, so that the caller hears a refusal (issue 28: a
+                        // commitment below the relay fee was answered with success).
+                        let (actions, refused) = match command {
+                            Command::ForceClose => {
+                                self.broadcast_commitment_first(slot.id, actions).await
+                            }
+                            _ => (actions, None),
+                        };
                         if let Err(e) = self.run_actions(&slot, &mut inner, actions).await {
                             // Nothing after the failed write left; start over from the disk.
                             inner.fall_back();
                             inner.waiter = None;
                             self.peers.kick(peer, "Internal error");
+                            return Err(e);
+                        }
+                        if let Some(e) = refused {
                             return Err(e);
                         }
                         break rx;

@@ -82,6 +82,15 @@ pub(crate) enum ControlError {
     /// The chain backend failed.
     #[error("chain: {0}")]
     Chain(#[from] chain::ChainError),
+    /// `close PEER force`: the chain did not take our commitment. The channel is on chain
+    /// all the same: the commitment stays queued and is re-sent at every block.
+    #[error("force close: our commitment {txid} was not accepted by the chain ({reason}); the channel is on chain, and the commitment stays queued and is re-sent at every block")]
+    CommitmentRefused {
+        /// The commitment.
+        txid: bitcoin::Txid,
+        /// The chain's answer (shown to the operator in the message, hence not a source).
+        reason: chain::ChainError,
+    },
     /// The database failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -150,6 +159,8 @@ pub(crate) mod codes {
     pub const CHAIN_ERROR: i64 = -110;
     /// The channel's anchor is not confirmed at `min_depth` (a reorganisation took it off).
     pub const ANCHOR_UNCONFIRMED: i64 = -112;
+    /// `close PEER force`: the chain did not accept our commitment.
+    pub const COMMITMENT_REFUSED: i64 = -113;
     /// The test-only cheat is off.
     #[cfg(feature = "test-hooks")]
     pub const CHEAT_DISABLED: i64 = -111;
@@ -175,6 +186,7 @@ impl ControlError {
             ControlError::AnchorUnconfirmed { .. } => codes::ANCHOR_UNCONFIRMED,
             ControlError::Funding(_) | ControlError::Wallet(_) => codes::WALLET_ERROR,
             ControlError::Chain(_) => codes::CHAIN_ERROR,
+            ControlError::CommitmentRefused { .. } => codes::COMMITMENT_REFUSED,
             ControlError::Store(_) => codes::DATABASE_ERROR,
             #[cfg(feature = "test-hooks")]
             ControlError::CheatDisabled => codes::CHEAT_DISABLED,

@@ -343,6 +343,30 @@ fn kill9_of_the_payee_mid_update_loses_nothing() {
     kill_during_updates(false);
 }
 
+/// Issue 28, finding 8: `close PEER force` whose commitment the chain does not take is an
+/// error (-113), not success. The refusal here: A's revoked commitment, paying the same fee,
+/// is in the mempool first, so B's commitment is refused as a replacement. Needs the
+/// test-only cheat.
+#[cfg(feature = "test-hooks")]
+#[test]
+fn force_close_whose_commitment_the_chain_refuses_is_an_error() {
+    let chain = DevChainProc::start();
+    let a = NodeProc::start(&chain, true);
+    let b = NodeProc::start(&chain, false);
+    open_channel(&chain, &a, &b);
+    a.cli(&["pay", &b.id, "100000000"]);
+    a.cli(&["pay", &b.id, "50000000"]);
+    a.cli(&["dev-broadcast-revoked", &b.id]);
+    let err = b.try_cli(&["close", &a.id, "force"]).unwrap_err();
+    assert!(
+        err.contains("-113") && err.contains("was not accepted by the chain"),
+        "{err}"
+    );
+    // On chain all the same: the commitment stays queued (and the penalty follows once
+    // the revoked one is mined).
+    assert_eq!(b.channel_state(), "on_chain");
+}
+
 /// Needs the test-only cheat (`--features potluck/test-hooks`, as scripts/test.sh runs).
 #[cfg(feature = "test-hooks")]
 #[test]
