@@ -581,9 +581,10 @@ async fn client_errors_are_typed() {
             ..
         }
     ));
+    // The chain's estimate, held to the default policy's 1 sat/vB floor.
     assert_eq!(
         c.estimate_fee(6).await.unwrap(),
-        Some(FeeRate::from_sat_per_vb(1).unwrap())
+        FeeRate::from_sat_per_vb(1).unwrap()
     );
 
     let bad = BitcoindRpc::new(RpcConfig::new(

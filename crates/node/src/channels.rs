@@ -638,11 +638,16 @@ impl NodeState {
         }
     }
 
-    /// The fee rate of an anchor we fund: the chain's estimate for 6 blocks, or 2 sat/vB.
+    /// The fee rate of an anchor we fund: the chain's estimate for 6 blocks held to its fee
+    /// policy (whose fallback also stands in when the chain cannot be asked).
     async fn anchor_fee_rate(&self) -> FeeRate {
         match self.chain.estimate_fee(6).await {
-            Ok(Some(rate)) => rate,
-            _ => FeeRate::from_sat_per_vb_u32(2),
+            Ok(rate) => rate,
+            Err(e) => {
+                let fallback = self.chain.fee_policy().fallback();
+                tracing::warn!(error = %e, ?fallback, "no fee estimate from the chain; using the fallback");
+                fallback
+            }
         }
     }
 

@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::api::{Chain, ChainError, ChainFuture, Tip, TxStatus, UnspentOutput};
+use crate::fees::FeePolicy;
 use crate::tips::TipStream;
 use state::{Accepted, ChainState};
 use store::{Store, StoreError};
@@ -103,6 +104,7 @@ struct Knobs {
     warmup_until: Option<std::time::Instant>,
     fee_estimates: bool,
     txindex: bool,
+    fee_policy: FeePolicy,
 }
 
 struct Inner {
@@ -173,6 +175,7 @@ impl DevChain {
                     warmup_until: None,
                     fee_estimates: true,
                     txindex: true,
+                    fee_policy: FeePolicy::default(),
                 }),
                 faucet_key,
                 faucet_script,
@@ -246,6 +249,22 @@ impl DevChain {
     /// Whether `estimatesmartfee` gives an estimate.
     pub fn fee_estimates(&self) -> bool {
         self.knobs().fee_estimates
+    }
+
+    /// Sets the bounds the in-process [`Chain::estimate_fee`] applies (the
+    /// RPC server's `estimatesmartfee` answers raw, as Core does).
+    pub fn set_fee_policy(&self, policy: FeePolicy) {
+        self.knobs().fee_policy = policy;
+    }
+
+    /// The node's own estimate for `estimatesmartfee`: `None` while
+    /// estimates are off (a fresh Core), otherwise the mempool's floor —
+    /// there is no fee market, so that rate confirms in the next block.
+    pub fn raw_fee_estimate(&self) -> Option<FeeRate> {
+        if !self.fee_estimates() {
+            return None;
+        }
+        Some(self.with_state(|s| s.mempool_min_fee()))
     }
 
     /// With `false`, `getrawtransaction` finds confirmed transactions only
@@ -756,11 +775,18 @@ impl Chain for DevChain {
         })
     }
 
-    fn estimate_fee(&self, _target_blocks: u16) -> ChainFuture<'_, Option<FeeRate>> {
-        // No fee market: the mempool's floor confirms in the next block. With
-        // estimates off, fall back to that floor as the client does with
-        // `getmempoolinfo.mempoolminfee`.
-        self.off_runtime(|c| Ok(Some(c.with_state(|s| s.mempool_min_fee()))))
+    fn estimate_fee(&self, _target_blocks: u16) -> ChainFuture<'_, FeeRate> {
+        // The same reading as `BitcoindRpc`: the node's estimate and its
+        // mempool minimum, held to the policy.
+        self.off_runtime(|c| {
+            let estimate = c.raw_fee_estimate();
+            let mempool_min = c.with_state(|s| s.mempool_min_fee());
+            Ok(c.fee_policy().apply(estimate, Some(mempool_min)))
+        })
+    }
+
+    fn fee_policy(&self) -> FeePolicy {
+        self.knobs().fee_policy
     }
 
     fn tips(&self) -> TipStream {

@@ -636,15 +636,13 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
                     "Invalid conf_target, must be between 1 and 1008",
                 ));
             }
-            if !chain.fee_estimates() {
+            let Some(rate) = chain.raw_fee_estimate() else {
                 // A fresh Core without enough blocks seen.
                 return Ok(
                     json!({"errors": ["Insufficient data or no feerate found"], "blocks": 0}),
                 );
-            }
-            // No fee market on the development chain: the mempool's floor confirms
-            // in the next block. Core answers a target of 1 for 2, so do we.
-            let rate = chain.with_state(|s| s.mempool_min_fee());
+            };
+            // Core answers a target of 1 for 2, so do we.
             let btc_per_kvb = Amount::from_sat(rate.to_sat_per_kwu() * 4);
             Ok(json!({"feerate": shapes::btc(btc_per_kvb), "blocks": target.max(2)}))
         }

@@ -202,6 +202,11 @@ impl ChainState {
         self.min_relay
     }
 
+    /// Sets the minimum relay fee rate (Core's `-minrelaytxfee`).
+    pub fn set_min_relay_fee(&mut self, rate: FeeRate) {
+        self.min_relay = rate;
+    }
+
     /// Height of the active tip.
     pub fn height(&self) -> u32 {
         (self.active.len() - 1) as u32
