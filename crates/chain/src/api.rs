@@ -352,6 +352,11 @@ mod tests {
                 "mandatory-script-verify-flag-failed (input 0: x)",
                 Invalid,
             ),
+            (
+                -26,
+                "mempool-script-verify-flag-failed (Invalid Schnorr signature), input 0 of x",
+                Invalid,
+            ),
             (-26, "scriptpubkey", Invalid),
         ] {
             assert_eq!(

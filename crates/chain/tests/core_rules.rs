@@ -590,7 +590,7 @@ async fn policy_flags_refuse_high_s_signatures() {
     assert_eq!(category(&e).1, RejectCategory::Invalid, "{e:?}");
     assert!(
         e.to_string()
-            .contains("non-mandatory-script-verify-flag (Non-canonical signature: S value is unnecessarily high)"),
+            .contains("mempool-script-verify-flag-failed (Non-canonical signature: S value is unnecessarily high)"),
         "{e}"
     );
     // Consensus accepts it: a block carrying it connects.

@@ -395,7 +395,7 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
                 "maxmempool": super::state::DEFAULT_MAX_MEMPOOL_VBYTES,
                 "mempoolminfee": kvb(s.mempool_min_fee()),
                 "minrelaytxfee": kvb(s.min_relay_fee()),
-                "incrementalrelayfee": 0.00001,
+                "incrementalrelayfee": kvb(s.incremental_relay_fee()),
                 "unbroadcastcount": 0,
                 "fullrbf": s.full_rbf(),
             })
@@ -704,7 +704,7 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
             "networkactive": true,
             "connections": 0,
             "relayfee": shapes::btc(Amount::from_sat(chain.with_state(|s| s.min_relay_fee()).to_sat_per_kwu() * 4)),
-            "incrementalfee": 0.00001,
+            "incrementalfee": shapes::btc(Amount::from_sat(chain.with_state(|s| s.incremental_relay_fee()).to_sat_per_kwu() * 4)),
             "warnings": [],
         })),
         "uptime" => Ok(json!(0)),

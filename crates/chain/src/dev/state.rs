@@ -25,8 +25,15 @@ use super::validation::{
 pub const REGTEST_BITS: u32 = 0x207f_ffff;
 /// Regtest halves the subsidy every 150 blocks.
 const HALVING_INTERVAL: u32 = 150;
-/// Default minimum relay fee rate: 1 sat/vB, as Bitcoin Core.
-pub const DEFAULT_MIN_RELAY_SAT_VB: u32 = 1;
+/// Default minimum relay fee rate (`-minrelaytxfee`): 100 sat/kvB = 0.1
+/// sat/vB = 25 sat/kWU exactly, as Bitcoin Core since version 30 (it was
+/// 1 sat/vB before). `FeeRate::fee_vb` rounds up, as Core's
+/// `CFeeRate::GetFee`: 110 vB pay at least 11 sat, 111 vB 12 sat.
+pub const DEFAULT_MIN_RELAY_FEE: FeeRate = FeeRate::from_sat_per_kwu(25);
+/// Default `-incrementalrelayfee`: 100 sat/kvB, as Bitcoin Core since
+/// version 30 — what a replacement must add for its own size, and how far
+/// above an evicted transaction's rate a full mempool's floor rises.
+pub const DEFAULT_INCREMENTAL_RELAY_FEE: FeeRate = FeeRate::from_sat_per_kwu(25);
 /// Core's `-limitancestorcount` / `-limitdescendantcount`: a transaction
 /// and its in-mempool ancestors (or descendants) number at most 25.
 pub const MAX_PACKAGE_COUNT: usize = 25;
@@ -81,6 +88,17 @@ pub struct Accepted {
     pub vsize: u64,
 }
 
+/// Core's `FormatMoney`: BTC with 8 decimals, trailing zeros trimmed down
+/// to 2 (`0.0000001`, `1.00`), as its reject texts print amounts.
+pub fn format_money(amount: Amount) -> String {
+    let sat = amount.to_sat();
+    let mut s = format!("{}.{:08}", sat / 100_000_000, sat % 100_000_000);
+    while s.ends_with('0') && s.len() - s.find('.').map_or(0, |d| d + 1) > 2 {
+        s.pop();
+    }
+    s
+}
+
 /// Block subsidy at `height` under regtest's halving schedule.
 pub fn subsidy(height: u32) -> Amount {
     let halvings = height / HALVING_INTERVAL;
@@ -103,6 +121,7 @@ pub struct ChainState {
     spent_by: HashMap<OutPoint, Txid>,
     seq: u64,
     min_relay: FeeRate,
+    incremental_relay: FeeRate,
     /// Raised above `min_relay` when the mempool is full (Core's rolling
     /// minimum, without the decay).
     mempool_min: FeeRate,
@@ -146,7 +165,8 @@ impl ChainState {
             mempool: HashMap::new(),
             spent_by: HashMap::new(),
             seq: 1,
-            min_relay: FeeRate::from_sat_per_vb_u32(DEFAULT_MIN_RELAY_SAT_VB),
+            min_relay: DEFAULT_MIN_RELAY_FEE,
+            incremental_relay: DEFAULT_INCREMENTAL_RELAY_FEE,
             mempool_min: FeeRate::ZERO,
             max_mempool_vbytes: DEFAULT_MAX_MEMPOOL_VBYTES,
             mempool_vbytes: 0,
@@ -205,6 +225,11 @@ impl ChainState {
     /// Sets the minimum relay fee rate (Core's `-minrelaytxfee`).
     pub fn set_min_relay_fee(&mut self, rate: FeeRate) {
         self.min_relay = rate;
+    }
+
+    /// Core's `-incrementalrelayfee`.
+    pub fn incremental_relay_fee(&self) -> FeeRate {
+        self.incremental_relay
     }
 
     /// Height of the active tip.
@@ -369,7 +394,8 @@ impl ChainState {
     /// Replacement policy: Core 28's full RBF. A transaction that spends an
     /// output already spent by mempool transactions replaces them (and their
     /// descendants) when it pays a higher fee rate than each of them, at
-    /// least their total fee plus 1 sat/vB of its own size, adds no new
+    /// least their total fee plus the incremental relay fee (0.1 sat/vB) of
+    /// its own size, adds no new
     /// unconfirmed input, spends none of them, and evicts at most 100
     /// transactions; otherwise Core's refusal. With full RBF off, first seen
     /// wins (`txn-mempool-conflict`).
@@ -553,19 +579,19 @@ impl ChainState {
                 "replacement-adds-unconfirmed, replacement {txid} adds unconfirmed input, idx {j}"
             )));
         }
-        let rate = |fee: Amount, vsize: u64| fee.to_sat() as f64 * 1000.0 / vsize.max(1) as f64;
+        // Core compares `CFeeRate(fee, vsize)`: whole sat/kvB, truncated,
+        // and prints them as `CFeeRate::ToString` does.
+        let rate = |fee: Amount, vsize: u64| fee.to_sat() * 1000 / vsize.max(1);
+        let shown = |kvb: u64| format!("{}.{:08} BTC/kvB", kvb / 100_000_000, kvb % 100_000_000);
         for c in conflicts {
             let Some(e) = self.mempool.get(c) else {
                 continue;
             };
-            // fee / vsize <= e.fee / e.vsize, compared without division.
-            if u128::from(fee.to_sat()) * u128::from(e.vsize)
-                <= u128::from(e.fee.to_sat()) * u128::from(vsize)
-            {
+            if rate(fee, vsize) <= rate(e.fee, e.vsize) {
                 return Err(TxReject::rejected(format!(
-                    "insufficient fee, rejecting replacement {txid}; new feerate {:.8} BTC/kvB <= old feerate {:.8} BTC/kvB",
-                    rate(fee, vsize) / 1e8,
-                    rate(e.fee, e.vsize) / 1e8
+                    "insufficient fee, rejecting replacement {txid}; new feerate {} <= old feerate {}",
+                    shown(rate(fee, vsize)),
+                    shown(rate(e.fee, e.vsize))
                 )));
             }
         }
@@ -577,17 +603,20 @@ impl ChainState {
         if fee < replaced {
             return Err(TxReject::rejected(format!(
                 "insufficient fee, rejecting replacement {txid}, less fees than conflicting txs; {} < {}",
-                fee.to_btc(),
-                replaced.to_btc()
+                format_money(fee),
+                format_money(replaced)
             )));
         }
-        // Core's `-incrementalrelayfee`: 1 sat/vB of the replacement's size.
-        let needed = Amount::from_sat(vsize);
+        // Core's `-incrementalrelayfee` on the replacement's own size.
+        let needed = self
+            .incremental_relay
+            .fee_vb(vsize)
+            .unwrap_or(Amount::MAX_MONEY);
         if fee - replaced < needed {
             return Err(TxReject::rejected(format!(
                 "insufficient fee, rejecting replacement {txid}, not enough additional fees to relay; {} < {}",
-                (fee - replaced).to_btc(),
-                needed.to_btc()
+                format_money(fee - replaced),
+                format_money(needed)
             )));
         }
         Ok(conflicts.iter().copied().collect())
@@ -684,7 +713,8 @@ impl ChainState {
                 return;
             };
             let evicted = FeeRate::from_sat_per_kwu(
-                (fee.to_sat() * 1000 / (vsize.max(1) * 4)) + 250, // + incremental 1 sat/vB
+                (fee.to_sat() * 1000 / (vsize.max(1) * 4))
+                    + self.incremental_relay.to_sat_per_kwu(),
             );
             self.mempool_min = self.mempool_min.max(evicted);
             self.remove_with_descendants(txid);
