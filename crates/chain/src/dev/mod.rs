@@ -264,7 +264,66 @@ impl DevChain {
         if !self.fee_estimates() {
             return None;
         }
-        Some(self.with_state(|s| s.mempool_min_fee()))
+        Some(self.with_state(|s| {
+            s.mempool_min_fee()
+                .max(s.block_min_fee().unwrap_or(FeeRate::ZERO))
+        }))
+    }
+
+    /// Switches the fee-market mode on or off: with `Some(threshold)`,
+    /// blocks mined here (`generatetoaddress`, interval blocks) take only
+    /// mempool transactions whose ancestor package pays at least
+    /// `threshold` at modified fees (see [`ChainState::set_block_min_fee`]),
+    /// and `estimatesmartfee` answers that threshold. Not persisted.
+    pub fn set_mining_min_fee(&self, threshold: Option<FeeRate>) {
+        self.core().state.set_block_min_fee(threshold);
+    }
+
+    /// The fee-market threshold, if on.
+    pub fn mining_min_fee(&self) -> Option<FeeRate> {
+        self.with_state(|s| s.block_min_fee())
+    }
+
+    /// `prioritisetransaction`: mining and the fee-market threshold count
+    /// `delta_sat` more (or less) fee for `txid` until it is mined. Relay
+    /// checks still use the real fee. Not persisted.
+    pub fn prioritise_transaction(&self, txid: Txid, delta_sat: i64) {
+        self.core().state.prioritise(txid, delta_sat);
+    }
+
+    /// `generateblock`: a block paying `script` holding exactly `txs` in
+    /// that order, checked by consensus (scripts included) but not by relay
+    /// policy; connected and stored when `submit`, otherwise only checked
+    /// (Core's `TestBlockValidity`) and returned.
+    ///
+    /// # Errors
+    /// [`DevChainError::Block`] with Core's reason; store errors.
+    pub fn generate_block(
+        &self,
+        script: &Script,
+        txs: Vec<Transaction>,
+        submit: bool,
+    ) -> Result<Block, DevChainError> {
+        let mut core = self.core();
+        let block = core
+            .state
+            .block_of(script, now() as u32, txs)
+            .map_err(|e| DevChainError::Block(e.0))?;
+        if !submit {
+            // The check runs on a copy, so nothing of it stays.
+            let mut trial = core.state.clone();
+            trial
+                .connect_block(block.clone(), true)
+                .map_err(|e| DevChainError::Block(e.0))?;
+            return Ok(block);
+        }
+        core.state
+            .connect_block(block.clone(), true)
+            .map_err(|e| DevChainError::Block(e.0))?;
+        core.store.append_block(&block)?;
+        core.store.write_tip(&block.block_hash())?;
+        save_mempool(&core)?;
+        Ok(block)
     }
 
     /// With `false`, `getrawtransaction` finds confirmed transactions only

@@ -132,6 +132,13 @@ pub struct ChainState {
     /// Core 28's `-mempoolfullrbf` (on by default): conflicts are replaced
     /// when the newcomer pays more, whether or not they signal BIP125.
     full_rbf: bool,
+    /// `prioritisetransaction` deltas (sat) by txid, kept until the
+    /// transaction is mined, as Core's `mapDeltas`.
+    fee_deltas: HashMap<Txid, i64>,
+    /// The fee-market mode's threshold: blocks take only transactions
+    /// whose ancestor package pays at least this (Core's `-blockmintxfee`);
+    /// `None` takes every valid transaction.
+    block_min_fee: Option<FeeRate>,
 }
 
 impl Default for ChainState {
@@ -172,6 +179,8 @@ impl ChainState {
             mempool_vbytes: 0,
             preferred_tip: None,
             full_rbf: true,
+            fee_deltas: HashMap::new(),
+            block_min_fee: None,
         }
     }
 
@@ -230,6 +239,93 @@ impl ChainState {
     /// Core's `-incrementalrelayfee`.
     pub fn incremental_relay_fee(&self) -> FeeRate {
         self.incremental_relay
+    }
+
+    /// `prioritisetransaction`: adds `delta_sat` to the fee that mining (and
+    /// the fee-market threshold) counts for `txid`, whether or not it is in
+    /// the mempool yet; deltas add up and are dropped once it is mined.
+    pub fn prioritise(&mut self, txid: Txid, delta_sat: i64) {
+        let d = self.fee_deltas.entry(txid).or_insert(0);
+        *d = d.saturating_add(delta_sat);
+        if *d == 0 {
+            self.fee_deltas.remove(&txid);
+        }
+    }
+
+    /// The `prioritisetransaction` delta of `txid` (0 if none).
+    pub fn fee_delta(&self, txid: &Txid) -> i64 {
+        self.fee_deltas.get(txid).copied().unwrap_or(0)
+    }
+
+    /// A mempool entry's fee plus its delta (Core's "modified fee"), in sat;
+    /// may be negative.
+    pub fn modified_fee_sat(&self, txid: &Txid, entry: &MempoolEntry) -> i64 {
+        i64::try_from(entry.fee.to_sat())
+            .unwrap_or(i64::MAX)
+            .saturating_add(self.fee_delta(txid))
+    }
+
+    /// Switches the fee-market mode on (`Some(threshold)`: blocks take only
+    /// transactions whose ancestor package, at modified fees, pays at
+    /// least `threshold`) or off (`None`: every valid transaction).
+    pub fn set_block_min_fee(&mut self, threshold: Option<FeeRate>) {
+        self.block_min_fee = threshold;
+    }
+
+    /// The fee-market threshold, if on.
+    pub fn block_min_fee(&self) -> Option<FeeRate> {
+        self.block_min_fee
+    }
+
+    /// The mempool transactions a block takes in fee-market mode, by
+    /// ancestor score as Core's `BlockAssembler`: repeatedly the
+    /// transaction whose package (itself and its not yet chosen in-mempool
+    /// ancestors) has the highest modified fee rate, with its package,
+    /// while that rate reaches `threshold`. So a child paying for its
+    /// parent (CPFP) pulls the parent in.
+    fn select_by_ancestor_score(&self, threshold: FeeRate) -> HashSet<Txid> {
+        let mut chosen: HashSet<Txid> = HashSet::new();
+        loop {
+            let mut best: Option<(i64, u64, u64, Vec<Txid>)> = None;
+            for entry in self.mempool_entries() {
+                let txid = entry.tx.compute_txid();
+                if chosen.contains(&txid) {
+                    continue;
+                }
+                let mut package: Vec<Txid> = self
+                    .mempool_ancestors(&txid, false)
+                    .into_iter()
+                    .filter(|a| !chosen.contains(a))
+                    .collect();
+                package.push(txid);
+                let (fee, vsize) = package
+                    .iter()
+                    .filter_map(|t| self.mempool.get(t).map(|e| (t, e)))
+                    .fold((0i64, 0u64), |(f, v), (t, e)| {
+                        (f.saturating_add(self.modified_fee_sat(t, e)), v + e.vsize)
+                    });
+                // fee / vsize > best_fee / best_vsize, compared without
+                // division; the earlier arrival wins ties.
+                let better = best.as_ref().is_none_or(|(bf, bv, _, _)| {
+                    i128::from(fee) * i128::from(*bv) > i128::from(*bf) * i128::from(vsize)
+                });
+                if better {
+                    best = Some((fee, vsize, entry.seq, package));
+                }
+            }
+            let Some((fee, vsize, _, package)) = best else {
+                break;
+            };
+            let needed = threshold
+                .fee_vb(vsize)
+                .unwrap_or(Amount::MAX_MONEY)
+                .to_sat();
+            if fee < 0 || (fee as u64) < needed {
+                break;
+            }
+            chosen.extend(package);
+        }
+        chosen
     }
 
     /// Height of the active tip.
@@ -750,6 +846,10 @@ impl ChainState {
     /// Builds a block template on the active tip: mempool transactions in
     /// arrival order that are valid in the next block, and a coinbase paying
     /// `payout` the subsidy plus fees, with the BIP141 witness commitment.
+    ///
+    /// In fee-market mode ([`ChainState::set_block_min_fee`]) only the
+    /// transactions [`ChainState::select_by_ancestor_score`] picks are
+    /// considered (still in arrival order, so parents come first).
     pub fn block_template(&self, payout: &Script, time: u32) -> Block {
         let ctx = self.next_context();
         let mut created: HashMap<OutPoint, Coin> = HashMap::new();
@@ -757,8 +857,17 @@ impl ChainState {
         let mut txs = Vec::new();
         let mut fees = Amount::ZERO;
         let mut weight = 4_000u64; // room for header and coinbase
+        let chosen = self
+            .block_min_fee
+            .map(|threshold| self.select_by_ancestor_score(threshold));
         for entry in self.mempool_entries() {
             let tx = &entry.tx;
+            if chosen
+                .as_ref()
+                .is_some_and(|c| !c.contains(&tx.compute_txid()))
+            {
+                continue;
+            }
             if weight + tx.weight().to_wu() > super::validation::MAX_BLOCK_WEIGHT {
                 continue;
             }
@@ -850,6 +959,8 @@ impl ChainState {
         for (pos, tx) in block.txdata.iter().enumerate() {
             let txid = tx.compute_txid();
             self.tx_index.insert(txid, (hash, pos));
+            // Core clears a prioritisation once the transaction is mined.
+            self.fee_deltas.remove(&txid);
             if self.mempool.contains_key(&txid) {
                 // Included: drop it from the mempool, keep its descendants.
                 if let Some(e) = self.mempool.remove(&txid) {
@@ -1230,6 +1341,68 @@ impl ChainState {
                 return;
             }
         }
+    }
+
+    /// A block on the tip holding exactly `txs`, in that order (Core's
+    /// `generateblock`): fees from the UTXO set and outputs of earlier
+    /// transactions of the block, checked by consensus only (not relay
+    /// policy), not yet connected.
+    ///
+    /// # Errors
+    /// Core's block reject reason (`bad-txns-inputs-missingorspent`,
+    /// `bad-txns-in-belowout` …), found here or when the block is checked.
+    pub fn block_of(
+        &self,
+        payout: &Script,
+        time: u32,
+        txs: Vec<Transaction>,
+    ) -> Result<Block, BlockReject> {
+        let ctx = self.next_context();
+        let mut created: HashMap<OutPoint, Coin> = HashMap::new();
+        let mut spent: HashSet<OutPoint> = HashSet::new();
+        let mut fees = Amount::ZERO;
+        for tx in &txs {
+            let mut coins = Vec::with_capacity(tx.input.len());
+            for i in &tx.input {
+                let coin = (!spent.contains(&i.previous_output))
+                    .then(|| {
+                        self.utxo
+                            .get(&i.previous_output)
+                            .or_else(|| created.get(&i.previous_output))
+                    })
+                    .flatten()
+                    .ok_or_else(|| BlockReject("bad-txns-inputs-missingorspent".into()))?;
+                coins.push(coin.clone());
+            }
+            let refs: Vec<&Coin> = coins.iter().collect();
+            fees += check_tx_inputs(tx, &refs, ctx.height).map_err(|r| BlockReject(r.reason))?;
+            let txid = tx.compute_txid();
+            spent.extend(tx.input.iter().map(|i| i.previous_output));
+            for (vout, o) in tx.output.iter().enumerate() {
+                created.insert(
+                    OutPoint {
+                        txid,
+                        vout: vout as u32,
+                    },
+                    Coin {
+                        txout: o.clone(),
+                        height: ctx.height,
+                        coinbase: false,
+                    },
+                );
+            }
+        }
+        let time = time.max(self.median_time_past(self.height()) + 1);
+        let mut block = assemble_block(
+            self.tip_hash(),
+            ctx.height,
+            time,
+            payout,
+            subsidy(ctx.height) + fees,
+            txs,
+        );
+        grind(&mut block.header);
+        Ok(block)
     }
 
     /// Mines a block with [`ChainState::block_template`] at `time` (raised to
