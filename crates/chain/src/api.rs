@@ -6,6 +6,7 @@ use std::pin::Pin;
 
 use bitcoin::{Amount, Block, BlockHash, FeeRate, OutPoint, ScriptBuf, Transaction, Txid};
 
+use crate::fees::FeePolicy;
 use crate::tips::TipStream;
 
 /// A boxed future returned by [`Chain`] methods (keeps the trait object-safe).
@@ -247,8 +248,14 @@ pub trait Chain: Send + Sync {
     fn in_mempool(&self, txid: Txid) -> ChainFuture<'_, bool>;
     /// The output if unspent (mempool spends count as spent).
     fn unspent_output(&self, outpoint: OutPoint) -> ChainFuture<'_, Option<UnspentOutput>>;
-    /// Fee rate to confirm within `target_blocks`; `None` without an estimate.
-    fn estimate_fee(&self, target_blocks: u16) -> ChainFuture<'_, Option<FeeRate>>;
+    /// Fee rate to build at to confirm within `target_blocks`: the node's
+    /// estimate held to the chain's [`FeePolicy`] (never below its floor or
+    /// the mempool's minimum, never above its ceiling; its fallback when the
+    /// node has no estimate).
+    fn estimate_fee(&self, target_blocks: u16) -> ChainFuture<'_, FeeRate>;
+    /// The bounds [`Chain::estimate_fee`] applies (e.g. its ceiling caps a
+    /// fee bump too).
+    fn fee_policy(&self) -> FeePolicy;
     /// A stream of new tips and reorganisations, starting from the current tip.
     fn tips(&self) -> TipStream;
 
@@ -343,6 +350,11 @@ mod tests {
             (
                 -26,
                 "mandatory-script-verify-flag-failed (input 0: x)",
+                Invalid,
+            ),
+            (
+                -26,
+                "mempool-script-verify-flag-failed (Invalid Schnorr signature), input 0 of x",
                 Invalid,
             ),
             (-26, "scriptpubkey", Invalid),

@@ -5,6 +5,7 @@
 pub mod api;
 pub mod bump;
 pub mod dev;
+pub mod fees;
 pub mod rpc;
 pub mod tips;
 
@@ -12,6 +13,7 @@ pub use api::{
     BroadcastOutcome, Chain, ChainError, ChainFuture, RejectCategory, Tip, TxStatus, UnspentOutput,
 };
 pub use dev::{DevChain, DevChainConfig, DevChainError, RunningDevChain};
+pub use fees::{FeePolicy, FeePolicyError};
 pub use rpc::client::{Auth, BitcoindRpc, RpcConfig, RpcError};
 pub use tips::{TipEvent, TipStream};
 

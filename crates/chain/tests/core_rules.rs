@@ -333,7 +333,7 @@ async fn only_repeatable_calls_are_retried_after_a_time_out() {
 }
 
 #[tokio::test]
-async fn fee_estimates_round_up_clamp_and_fall_back_to_the_mempool_floor() {
+async fn fee_estimates_round_up_clamp_and_never_go_below_the_mempool_floor() {
     let dir = tempfile::tempdir().unwrap();
     let (node, c) = start(dir.path()).await;
     // 1,001 sat/kvB is 250.25 sat/kwu: rounding down pays under the estimate.
@@ -342,9 +342,11 @@ async fn fee_estimates_round_up_clamp_and_fall_back_to_the_mempool_floor() {
         FeeRate::from_sat_per_kwu(251)
     );
     // Targets outside Core's 1…1008 are clamped, not an error.
-    assert!(c.estimate_fee(0).await.unwrap().is_some());
-    assert!(c.estimate_fee(5_000).await.unwrap().is_some());
-    // No estimate: the mempool's minimum fee.
+    let floor = chain::FeePolicy::DEFAULT_FLOOR;
+    assert_eq!(c.estimate_fee(0).await.unwrap(), floor);
+    assert_eq!(c.estimate_fee(5_000).await.unwrap(), floor);
+    // No estimate, and the mempool's minimum above the policy's fallback:
+    // the mempool's minimum (a lower rate would not even be accepted).
     node.chain.set_fee_estimates(false);
     let raw: serde_json::Value = c
         .call("estimatesmartfee", serde_json::json!([6]))
@@ -356,7 +358,7 @@ async fn fee_estimates_round_up_clamp_and_fall_back_to_the_mempool_floor() {
         .unwrap();
     assert_eq!(
         c.estimate_fee(6).await.unwrap(),
-        Some(FeeRate::from_sat_per_kwu(750))
+        FeeRate::from_sat_per_kwu(750)
     );
     node.shutdown().await;
 }
@@ -588,7 +590,7 @@ async fn policy_flags_refuse_high_s_signatures() {
     assert_eq!(category(&e).1, RejectCategory::Invalid, "{e:?}");
     assert!(
         e.to_string()
-            .contains("non-mandatory-script-verify-flag (Non-canonical signature: S value is unnecessarily high)"),
+            .contains("mempool-script-verify-flag-failed (Non-canonical signature: S value is unnecessarily high)"),
         "{e}"
     );
     // Consensus accepts it: a block carrying it connects.

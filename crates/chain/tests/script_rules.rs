@@ -138,10 +138,10 @@ fn witness(items: &[&[u8]]) -> Witness {
 }
 
 const NULLFAIL: &str =
-    "non-mandatory-script-verify-flag (Signature must be zero for failed CHECK(MULTI)SIG operation)";
-const MINIMALIF: &str = "non-mandatory-script-verify-flag (OP_IF/NOTIF argument must be minimal)";
+    "mempool-script-verify-flag-failed (Signature must be zero for failed CHECK(MULTI)SIG operation)";
+const MINIMALIF: &str = "mempool-script-verify-flag-failed (OP_IF/NOTIF argument must be minimal)";
 const CLEANSTACK: &str =
-    "non-mandatory-script-verify-flag (Stack size must be exactly one after execution)";
+    "mempool-script-verify-flag-failed (Stack size must be exactly one after execution)";
 
 /// NULLFAIL: a failed CHECKSIG or CHECKMULTISIG whose result the script
 /// tolerates is valid by consensus, but Core's mempool wants its signatures
@@ -221,7 +221,7 @@ async fn nullfail_refuses_failed_signature_checks_with_signatures() {
     valid_but_not.input[0].witness = witness(&[&sig, not_sig.as_bytes()]);
     assert!(refusal(&c, &valid_but_not)
         .await
-        .starts_with("mandatory-script-verify-flag-failed"));
+        .starts_with("mempool-script-verify-flag-failed"));
     node.shutdown().await;
 }
 
@@ -326,7 +326,7 @@ async fn taproot_key_path_signatures_are_verified() {
     forged.input[0].witness = witness(&[&sig]);
     assert_eq!(
         refusal(&c, &forged).await,
-        "mandatory-script-verify-flag-failed (Invalid Schnorr signature)"
+        "mempool-script-verify-flag-failed (Invalid Schnorr signature)"
     );
     // A signature by the untweaked internal key is not the output key's.
     let mut internal_sig = spend(&coins[2]);
@@ -340,7 +340,7 @@ async fn taproot_key_path_signatures_are_verified() {
     internal_sig.input[0].witness = witness(&[&schnorr(h.to_byte_array(), &kp)]);
     assert_eq!(
         refusal(&c, &internal_sig).await,
-        "mandatory-script-verify-flag-failed (Invalid Schnorr signature)"
+        "mempool-script-verify-flag-failed (Invalid Schnorr signature)"
     );
     // Consensus: a block with the forged spend does not connect.
     let err = mine_directly(&node, vec![forged]).unwrap_err();
@@ -409,7 +409,7 @@ async fn taproot_script_path_commitment_and_signatures_are_verified() {
     wrong_control.input[0].witness = witness(&[&sig, leaf.as_bytes(), &bad_control]);
     assert_eq!(
         refusal(&c, &wrong_control).await,
-        "mandatory-script-verify-flag-failed (Witness program hash mismatch)"
+        "mempool-script-verify-flag-failed (Witness program hash mismatch)"
     );
     // A script the tree does not hold, with the real control block.
     let mut other_script = spend(&coins[2]);
@@ -421,7 +421,7 @@ async fn taproot_script_path_commitment_and_signatures_are_verified() {
     other_script.input[0].witness = witness(&[always.as_bytes(), &control]);
     assert_eq!(
         refusal(&c, &other_script).await,
-        "mandatory-script-verify-flag-failed (Witness program hash mismatch)"
+        "mempool-script-verify-flag-failed (Witness program hash mismatch)"
     );
     // The right leaf with a forged signature.
     let mut forged = spend(&coins[3]);
@@ -430,7 +430,7 @@ async fn taproot_script_path_commitment_and_signatures_are_verified() {
     forged.input[0].witness = witness(&[&sig, leaf.as_bytes(), &control]);
     assert_eq!(
         refusal(&c, &forged).await,
-        "mandatory-script-verify-flag-failed (Invalid Schnorr signature)"
+        "mempool-script-verify-flag-failed (Invalid Schnorr signature)"
     );
     let err = mine_directly(&node, vec![wrong_control]).unwrap_err();
     assert!(err.contains("Witness program hash mismatch"), "{err}");

@@ -711,11 +711,16 @@ impl NodeState {
     }
 
     /// The fee rate of what the node builds (anchors, claims, penalties, the fair close fee):
-    /// the chain's estimate for 6 blocks, or 2 sat/vB.
+    /// the chain's estimate for 6 blocks held to its fee policy (whose fallback also stands
+    /// in when the chain cannot be asked).
     pub(crate) async fn fee_rate(&self) -> FeeRate {
         match self.chain.estimate_fee(6).await {
-            Ok(Some(rate)) => rate,
-            _ => FeeRate::from_sat_per_vb_u32(2),
+            Ok(rate) => rate,
+            Err(e) => {
+                let fallback = self.chain.fee_policy().fallback();
+                tracing::warn!(error = %e, ?fallback, "no fee estimate from the chain; using the fallback");
+                fallback
+            }
         }
     }
 

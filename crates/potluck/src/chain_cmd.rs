@@ -31,6 +31,11 @@ pub struct ChainArgs {
     /// Seconds between blocks mined to the faucet; 0 = blocks only on demand.
     #[arg(long, env = "POTLUCK_BLOCK_INTERVAL", default_value_t = 15)]
     pub block_interval: u64,
+    /// Fee-market mode: blocks take only transactions whose ancestor package pays at least this
+    /// many sat/vB (at most 3 decimals); unset or 0 = every valid transaction. Changed at run
+    /// time with the `setminingfeerate` RPC (not Bitcoin Core's).
+    #[arg(long, env = "POTLUCK_MINING_MIN_FEE_SAT_VB", value_parser = chain::fees::parse_sat_per_vb)]
+    pub mining_min_fee_sat_vb: Option<bitcoin::FeeRate>,
 }
 
 /// Runs the chain until Ctrl-C, SIGTERM or the `stop` RPC.
@@ -58,6 +63,10 @@ pub fn run(args: ChainArgs) -> anyhow::Result<()> {
                 args.data_dir.display()
             )
         })?;
+        running.chain.set_mining_min_fee(
+            args.mining_min_fee_sat_vb
+                .filter(|r| *r > bitcoin::FeeRate::ZERO),
+        );
         let addr = running.rpc_addr.context("rpc server did not start")?;
         println!(
             "potluck chain: regtest at height {}, JSON-RPC on http://{addr}/",

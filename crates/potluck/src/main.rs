@@ -4,6 +4,7 @@
 
 mod chain_cmd;
 mod cli_cmd;
+mod fee_flags;
 mod node_cmd;
 
 use anyhow::Context as _;

@@ -76,6 +76,9 @@ pub struct NodeArgs {
     /// Blocks to wait for a peer's anchor to appear on chain before forgetting the opening.
     #[arg(long, env = "POTLUCK_ANCHOR_WAIT_BLOCKS", default_value_t = 144)]
     pub anchor_wait_blocks: u32,
+    /// The fee floor, ceiling and fallback of every estimate (the anchors we fund …).
+    #[command(flatten)]
+    pub fees: crate::fee_flags::FeeFlags,
     /// TEST ONLY: enable the `dev-broadcast-revoked` control method, which broadcasts a
     /// revoked commitment (the peer then takes every output with the penalty). Never in production.
     #[cfg(feature = "test-hooks")]
@@ -95,6 +98,7 @@ pub fn run(args: NodeArgs) -> anyhow::Result<()> {
         .context("starting the async runtime")?;
     runtime.block_on(async move {
         let mut signals = crate::StopSignals::register()?;
+        let fee_policy = args.fees.policy().context("fee policy flags")?;
         let (chain, dev): (Arc<dyn Chain>, _) = match &args.bitcoind_url {
             Some(url) => {
                 let auth = match (&args.bitcoind_cookie, &args.bitcoind_user, &args.bitcoind_password) {
@@ -102,7 +106,9 @@ pub fn run(args: NodeArgs) -> anyhow::Result<()> {
                     (None, Some(user), Some(password)) => Auth::UserPass(user.clone(), password.clone()),
                     _ => bail!("--bitcoind-url needs --bitcoind-cookie or --bitcoind-user and --bitcoind-password"),
                 };
-                let rpc = BitcoindRpc::new(RpcConfig::new(url.clone(), auth))
+                let mut rpc_config = RpcConfig::new(url.clone(), auth);
+                rpc_config.fee_policy = fee_policy;
+                let rpc = BitcoindRpc::new(rpc_config)
                     .context("configuring the Bitcoin Core client")?;
                 // Refuse a node on another chain; the watcher looks up
                 // confirmed transactions by txid, which needs -txindex.
@@ -128,6 +134,7 @@ pub fn run(args: NodeArgs) -> anyhow::Result<()> {
                 })
                 .await
                 .context("starting the development chain")?;
+                running.chain.set_fee_policy(fee_policy);
                 (Arc::new(running.chain.clone()), Some(running))
             }
         };

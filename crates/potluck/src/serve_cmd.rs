@@ -146,6 +146,9 @@ pub struct ServeArgs {
     /// Development chain: serve its bitcoind-style JSON-RPC here (cookie in <data-dir>/chain/.cookie).
     #[arg(long, env = "POTLUCK_DEV_CHAIN_RPC_BIND")]
     dev_chain_rpc_bind: Option<SocketAddr>,
+    /// The fee floor, ceiling and fallback of every estimate.
+    #[command(flatten)]
+    fees: crate::fee_flags::FeeFlags,
 }
 
 impl std::fmt::Debug for ServeArgs {
@@ -205,6 +208,7 @@ impl ServeArgs {
         c.default_round_duration_seconds = self.round_duration_seconds.max(1);
         c.max_db_connections = self.db_connections.max(1);
         c.max_bet_input_fee_percent = self.max_bet_input_fee_percent;
+        c.fee_policy = self.fees.policy().context("fee policy flags")?;
         c.chain = match self.bitcoind_url {
             Some(url) => {
                 let auth = match (self.bitcoind_user, self.bitcoind_password, self.bitcoind_cookie) {
@@ -300,6 +304,7 @@ mod tests {
         assert_eq!((c.stream.max_subscribers, c.stream.max_per_ip), (500, 5));
         assert_eq!(c.keep_alive, Duration::from_secs(15));
         assert!(c.admin_token.is_none());
+        assert_eq!(c.fee_policy, chain::FeePolicy::default());
         match c.chain {
             ChainSource::Dev {
                 block_interval,

@@ -119,6 +119,7 @@ async fn chain_takes_flags_from_env_and_mines_on_an_interval() {
         ("POTLUCK_RPC_USER", "alice"),
         ("POTLUCK_RPC_PASSWORD", "s3cret"),
         ("POTLUCK_BLOCK_INTERVAL", "1"),
+        ("POTLUCK_MINING_MIN_FEE_SAT_VB", "2.5"),
     ];
     let (mut child, url) = spawn(&[], &envs);
     let c = connect(&url, Auth::UserPass("alice".into(), "s3cret".into()), None).await;
@@ -126,6 +127,12 @@ async fn chain_takes_flags_from_env_and_mines_on_an_interval() {
         !data.join(".cookie").exists(),
         "no cookie with user/password"
     );
+    // Fee-market mode from the environment: the chain estimates its threshold.
+    let fee: serde_json::Value = c
+        .call("estimatesmartfee", serde_json::json!([2]))
+        .await
+        .unwrap();
+    assert_eq!(fee["feerate"], serde_json::json!(0.000025));
     let start = c.get_block_count().await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while c.get_block_count().await.unwrap() < start + 2 {

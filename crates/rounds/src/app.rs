@@ -321,6 +321,7 @@ impl Application {
                     })
                     .await
                     .map_err(|e| StartupError::Chain(e.to_string()))?;
+                    running.chain.set_fee_policy(config.fee_policy);
                     if let Some(url) = running.rpc_url() {
                         tracing::info!(%url, "development chain RPC");
                     }
@@ -328,9 +329,10 @@ impl Application {
                     (Arc::new(dev.clone()), Some(dev), Some(running), None)
                 }
                 ChainSource::Bitcoind { url, auth } => {
-                    let rpc =
-                        chain::BitcoindRpc::new(chain::RpcConfig::new(url.clone(), auth.clone()))
-                            .map_err(|e| StartupError::Chain(e.to_string()))?;
+                    let mut rpc_config = chain::RpcConfig::new(url.clone(), auth.clone());
+                    rpc_config.fee_policy = config.fee_policy;
+                    let rpc = chain::BitcoindRpc::new(rpc_config)
+                        .map_err(|e| StartupError::Chain(e.to_string()))?;
                     // A node of another chain than --network is refused at once
                     // (the service needs no -txindex: it follows blocks).
                     let check = rpc

@@ -76,6 +76,8 @@ pub struct Config {
     pub max_db_connections: u32,
     /// The chain.
     pub chain: ChainSource,
+    /// The floor, ceiling and fallback every fee estimate of the chain is held to.
+    pub fee_policy: chain::FeePolicy,
     /// How often the engine runs when no new tip arrives.
     pub engine_interval: Duration,
     /// Header-read and idle time-outs, connection cap, shutdown deadline.
@@ -109,6 +111,7 @@ impl Config {
                 block_interval: Some(Duration::from_secs(15)),
                 rpc_bind: None,
             },
+            fee_policy: chain::FeePolicy::default(),
             engine_interval: Duration::from_millis(250),
             server: ServerLimits::default(),
         }
@@ -181,6 +184,7 @@ impl std::fmt::Debug for Config {
             .field("max_bet_input_fee_percent", &self.max_bet_input_fee_percent)
             .field("max_db_connections", &self.max_db_connections)
             .field("chain", &self.chain)
+            .field("fee_policy", &self.fee_policy)
             .field("engine_interval", &self.engine_interval)
             .field("server", &self.server)
             .finish()

@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::api::{Chain, ChainError, ChainFuture, Tip, TxStatus, UnspentOutput};
+use crate::fees::FeePolicy;
 use crate::tips::TipStream;
 use state::{Accepted, ChainState};
 use store::{Store, StoreError};
@@ -103,6 +104,7 @@ struct Knobs {
     warmup_until: Option<std::time::Instant>,
     fee_estimates: bool,
     txindex: bool,
+    fee_policy: FeePolicy,
 }
 
 struct Inner {
@@ -173,6 +175,7 @@ impl DevChain {
                     warmup_until: None,
                     fee_estimates: true,
                     txindex: true,
+                    fee_policy: FeePolicy::default(),
                 }),
                 faucet_key,
                 faucet_script,
@@ -246,6 +249,81 @@ impl DevChain {
     /// Whether `estimatesmartfee` gives an estimate.
     pub fn fee_estimates(&self) -> bool {
         self.knobs().fee_estimates
+    }
+
+    /// Sets the bounds the in-process [`Chain::estimate_fee`] applies (the
+    /// RPC server's `estimatesmartfee` answers raw, as Core does).
+    pub fn set_fee_policy(&self, policy: FeePolicy) {
+        self.knobs().fee_policy = policy;
+    }
+
+    /// The node's own estimate for `estimatesmartfee`: `None` while
+    /// estimates are off (a fresh Core), otherwise the mempool's floor —
+    /// there is no fee market, so that rate confirms in the next block.
+    pub fn raw_fee_estimate(&self) -> Option<FeeRate> {
+        if !self.fee_estimates() {
+            return None;
+        }
+        Some(self.with_state(|s| {
+            s.mempool_min_fee()
+                .max(s.block_min_fee().unwrap_or(FeeRate::ZERO))
+        }))
+    }
+
+    /// Switches the fee-market mode on or off: with `Some(threshold)`,
+    /// blocks mined here (`generatetoaddress`, interval blocks) take only
+    /// mempool transactions whose ancestor package pays at least
+    /// `threshold` at modified fees (see [`ChainState::set_block_min_fee`]),
+    /// and `estimatesmartfee` answers that threshold. Not persisted.
+    pub fn set_mining_min_fee(&self, threshold: Option<FeeRate>) {
+        self.core().state.set_block_min_fee(threshold);
+    }
+
+    /// The fee-market threshold, if on.
+    pub fn mining_min_fee(&self) -> Option<FeeRate> {
+        self.with_state(|s| s.block_min_fee())
+    }
+
+    /// `prioritisetransaction`: mining and the fee-market threshold count
+    /// `delta_sat` more (or less) fee for `txid` until it is mined. Relay
+    /// checks still use the real fee. Not persisted.
+    pub fn prioritise_transaction(&self, txid: Txid, delta_sat: i64) {
+        self.core().state.prioritise(txid, delta_sat);
+    }
+
+    /// `generateblock`: a block paying `script` holding exactly `txs` in
+    /// that order, checked by consensus (scripts included) but not by relay
+    /// policy; connected and stored when `submit`, otherwise only checked
+    /// (Core's `TestBlockValidity`) and returned.
+    ///
+    /// # Errors
+    /// [`DevChainError::Block`] with Core's reason; store errors.
+    pub fn generate_block(
+        &self,
+        script: &Script,
+        txs: Vec<Transaction>,
+        submit: bool,
+    ) -> Result<Block, DevChainError> {
+        let mut core = self.core();
+        let block = core
+            .state
+            .block_of(script, now() as u32, txs)
+            .map_err(|e| DevChainError::Block(e.0))?;
+        if !submit {
+            // The check runs on a copy, so nothing of it stays.
+            let mut trial = core.state.clone();
+            trial
+                .connect_block(block.clone(), true)
+                .map_err(|e| DevChainError::Block(e.0))?;
+            return Ok(block);
+        }
+        core.state
+            .connect_block(block.clone(), true)
+            .map_err(|e| DevChainError::Block(e.0))?;
+        core.store.append_block(&block)?;
+        core.store.write_tip(&block.block_hash())?;
+        save_mempool(&core)?;
+        Ok(block)
     }
 
     /// With `false`, `getrawtransaction` finds confirmed transactions only
@@ -756,11 +834,18 @@ impl Chain for DevChain {
         })
     }
 
-    fn estimate_fee(&self, _target_blocks: u16) -> ChainFuture<'_, Option<FeeRate>> {
-        // No fee market: the mempool's floor confirms in the next block. With
-        // estimates off, fall back to that floor as the client does with
-        // `getmempoolinfo.mempoolminfee`.
-        self.off_runtime(|c| Ok(Some(c.with_state(|s| s.mempool_min_fee()))))
+    fn estimate_fee(&self, _target_blocks: u16) -> ChainFuture<'_, FeeRate> {
+        // The same reading as `BitcoindRpc`: the node's estimate and its
+        // mempool minimum, held to the policy.
+        self.off_runtime(|c| {
+            let estimate = c.raw_fee_estimate();
+            let mempool_min = c.with_state(|s| s.mempool_min_fee());
+            Ok(c.fee_policy().apply(estimate, Some(mempool_min)))
+        })
+    }
+
+    fn fee_policy(&self) -> FeePolicy {
+        self.knobs().fee_policy
     }
 
     fn tips(&self) -> TipStream {

@@ -220,6 +220,9 @@ fn param_names(method: &str) -> &'static [&'static str] {
         "generatetoaddress" => &["nblocks", "address", "maxtries"],
         "invalidateblock" | "reconsiderblock" => &["blockhash"],
         "sendtoaddress" => &["address", "amount"],
+        "generateblock" => &["output", "transactions", "submit"],
+        "prioritisetransaction" => &["txid", "dummy", "fee_delta"],
+        "setminingfeerate" => &["sat_per_vb"],
         _ => &[],
     }
 }
@@ -395,7 +398,7 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
                 "maxmempool": super::state::DEFAULT_MAX_MEMPOOL_VBYTES,
                 "mempoolminfee": kvb(s.mempool_min_fee()),
                 "minrelaytxfee": kvb(s.min_relay_fee()),
-                "incrementalrelayfee": 0.00001,
+                "incrementalrelayfee": kvb(s.incremental_relay_fee()),
                 "unbroadcastcount": 0,
                 "fullrbf": s.full_rbf(),
             })
@@ -636,15 +639,13 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
                     "Invalid conf_target, must be between 1 and 1008",
                 ));
             }
-            if !chain.fee_estimates() {
+            let Some(rate) = chain.raw_fee_estimate() else {
                 // A fresh Core without enough blocks seen.
                 return Ok(
                     json!({"errors": ["Insufficient data or no feerate found"], "blocks": 0}),
                 );
-            }
-            // No fee market on the development chain: the mempool's floor confirms
-            // in the next block. Core answers a target of 1 for 2, so do we.
-            let rate = chain.with_state(|s| s.mempool_min_fee());
+            };
+            // Core answers a target of 1 for 2, so do we.
             let btc_per_kvb = Amount::from_sat(rate.to_sat_per_kwu() * 4);
             Ok(json!({"feerate": shapes::btc(btc_per_kvb), "blocks": target.max(2)}))
         }
@@ -698,6 +699,120 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
                 Err(e) => Err(fail(RPC_MISC_ERROR, e.to_string())),
             }
         }
+        "generateblock" => {
+            let script = match arg(p, 0) {
+                Some(Value::String(s)) => wallet::validate_address(s, Network::Regtest)
+                    .map(|a| a.script_pubkey())
+                    .map_err(|_| {
+                        // Core also takes a descriptor here; this chain only addresses.
+                        fail(
+                            RPC_INVALID_ADDRESS_OR_KEY,
+                            "Error: Invalid address or descriptor",
+                        )
+                    })?,
+                _ => req_str(p, 0, "output").map(|_| bitcoin::ScriptBuf::new())?,
+            };
+            let Some(Value::Array(items)) = arg(p, 1) else {
+                return Err(fail(
+                    RPC_TYPE_ERROR,
+                    "JSON value of type null for field transactions is not of expected type array",
+                ));
+            };
+            let submit = match arg(p, 2) {
+                None => true,
+                Some(Value::Bool(b)) => *b,
+                Some(v) => {
+                    return Err(fail(
+                        RPC_TYPE_ERROR,
+                        format!(
+                            "JSON value of type {} for field submit is not of expected type bool",
+                            type_name(v)
+                        ),
+                    ))
+                }
+            };
+            let mut txs = Vec::with_capacity(items.len());
+            for item in items {
+                let text = item.as_str().unwrap_or_default();
+                // Core: a txid names a mempool transaction, anything else is raw hex.
+                if let Ok(txid) = text
+                    .parse::<Txid>()
+                    .map_err(|_| ())
+                    .and_then(|t| (text.len() == 64).then_some(t).ok_or(()))
+                {
+                    let tx = chain
+                        .with_state(|s| s.mempool_entry(&txid).map(|e| e.tx.clone()))
+                        .ok_or_else(|| {
+                            fail(
+                                RPC_INVALID_ADDRESS_OR_KEY,
+                                format!("Transaction {txid} not in mempool."),
+                            )
+                        })?;
+                    txs.push(tx);
+                } else {
+                    let tx = deserialize_hex::<Transaction>(text).map_err(|_| {
+                        fail(
+                            RPC_DESERIALIZATION_ERROR,
+                            format!("Transaction decode failed for {text}"),
+                        )
+                    })?;
+                    txs.push(tx);
+                }
+            }
+            match chain.generate_block(&script, txs, submit) {
+                Ok(block) if submit => Ok(json!({"hash": block.block_hash().to_string()})),
+                Ok(block) => Ok(json!({
+                    "hash": block.block_hash().to_string(),
+                    "hex": serialize_hex(&block),
+                })),
+                Err(DevChainError::Block(reason)) => Err(fail(
+                    RPC_VERIFY_ERROR,
+                    format!("TestBlockValidity failed: {reason}"),
+                )),
+                Err(e) => Err(fail(RPC_MISC_ERROR, e.to_string())),
+            }
+        }
+        "prioritisetransaction" => {
+            let txid: Txid = parse_hash(req_str(p, 0, "txid")?, "txid")?;
+            let dummy_zero = match arg(p, 1) {
+                None => true,
+                Some(Value::Number(n)) => n.as_f64() == Some(0.0),
+                Some(_) => false,
+            };
+            if !dummy_zero {
+                return Err(fail(
+                    RPC_INVALID_PARAMETER,
+                    "Priority is no longer supported, dummy argument to prioritisetransaction must be 0.",
+                ));
+            }
+            let delta = req_i64(p, 2, "fee_delta")?;
+            chain.prioritise_transaction(txid, delta);
+            Ok(json!(true))
+        }
+        "setminingfeerate" => {
+            // Not Core: switches the fee-market mode (see docs/chain.md).
+            let threshold = match arg(p, 0) {
+                None => None,
+                Some(Value::Number(n)) => {
+                    let rate = crate::fees::parse_sat_per_vb(&n.to_string())
+                        .map_err(|e| fail(RPC_INVALID_PARAMETER, e.to_string()))?;
+                    (rate > FeeRate::ZERO).then_some(rate)
+                }
+                Some(v) => {
+                    return Err(fail(
+                        RPC_TYPE_ERROR,
+                        format!(
+                        "JSON value of type {} for field sat_per_vb is not of expected type number",
+                        type_name(v)
+                    ),
+                    ))
+                }
+            };
+            chain.set_mining_min_fee(threshold);
+            Ok(json!({
+                "mining_min_fee_sat_vb": threshold.map(|r| r.to_sat_per_kwu() as f64 * 4.0 / 1000.0),
+            }))
+        }
         "getnetworkinfo" => Ok(json!({
             "version": 280000,
             "subversion": "/potluck-devchain:0.1.0/",
@@ -706,7 +821,7 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
             "networkactive": true,
             "connections": 0,
             "relayfee": shapes::btc(Amount::from_sat(chain.with_state(|s| s.min_relay_fee()).to_sat_per_kwu() * 4)),
-            "incrementalfee": 0.00001,
+            "incrementalfee": shapes::btc(Amount::from_sat(chain.with_state(|s| s.incremental_relay_fee()).to_sat_per_kwu() * 4)),
             "warnings": [],
         })),
         "uptime" => Ok(json!(0)),
@@ -721,10 +836,22 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
 fn mempool_entry_json(s: &super::state::ChainState, e: &super::state::MempoolEntry) -> Value {
     let txid = e.tx.compute_txid();
     // Core's package statistics count the transaction itself.
+    // Package fees are modified fees (with `prioritisetransaction` deltas), as Core's.
+    let modified = |t: &Txid, x: &super::state::MempoolEntry| s.modified_fee_sat(t, x);
     let sum = |ids: &[Txid]| {
         ids.iter()
-            .filter_map(|t| s.mempool_entry(t))
-            .fold((e.vsize, e.fee), |(v, f), x| (v + x.vsize, f + x.fee))
+            .filter_map(|t| s.mempool_entry(t).map(|x| (t, x)))
+            .fold((e.vsize, modified(&txid, e)), |(v, f), (t, x)| {
+                (v + x.vsize, f.saturating_add(modified(t, x)))
+            })
+    };
+    let btc_signed = |sat: i64| {
+        let magnitude = shapes::btc(Amount::from_sat(sat.unsigned_abs()));
+        if sat < 0 {
+            json!(-magnitude.as_f64().unwrap_or(0.0))
+        } else {
+            magnitude
+        }
     };
     let ancestors = s.mempool_ancestors(&txid, false);
     let descendants = s.mempool_descendants(&txid, false);
@@ -743,9 +870,9 @@ fn mempool_entry_json(s: &super::state::ChainState, e: &super::state::MempoolEnt
         "wtxid": e.tx.compute_wtxid().to_string(),
         "fees": {
             "base": shapes::btc(e.fee),
-            "modified": shapes::btc(e.fee),
-            "ancestor": shapes::btc(ancestor_fees),
-            "descendant": shapes::btc(descendant_fees),
+            "modified": btc_signed(modified(&txid, e)),
+            "ancestor": btc_signed(ancestor_fees),
+            "descendant": btc_signed(descendant_fees),
         },
         "depends": ids(s.mempool_ancestors(&txid, true)),
         "spentby": ids(s.mempool_descendants(&txid, true)),

@@ -25,8 +25,15 @@ use super::validation::{
 pub const REGTEST_BITS: u32 = 0x207f_ffff;
 /// Regtest halves the subsidy every 150 blocks.
 const HALVING_INTERVAL: u32 = 150;
-/// Default minimum relay fee rate: 1 sat/vB, as Bitcoin Core.
-pub const DEFAULT_MIN_RELAY_SAT_VB: u32 = 1;
+/// Default minimum relay fee rate (`-minrelaytxfee`): 100 sat/kvB = 0.1
+/// sat/vB = 25 sat/kWU exactly, as Bitcoin Core since version 30 (it was
+/// 1 sat/vB before). `FeeRate::fee_vb` rounds up, as Core's
+/// `CFeeRate::GetFee`: 110 vB pay at least 11 sat, 111 vB 12 sat.
+pub const DEFAULT_MIN_RELAY_FEE: FeeRate = FeeRate::from_sat_per_kwu(25);
+/// Default `-incrementalrelayfee`: 100 sat/kvB, as Bitcoin Core since
+/// version 30 — what a replacement must add for its own size, and how far
+/// above an evicted transaction's rate a full mempool's floor rises.
+pub const DEFAULT_INCREMENTAL_RELAY_FEE: FeeRate = FeeRate::from_sat_per_kwu(25);
 /// Core's `-limitancestorcount` / `-limitdescendantcount`: a transaction
 /// and its in-mempool ancestors (or descendants) number at most 25.
 pub const MAX_PACKAGE_COUNT: usize = 25;
@@ -81,6 +88,17 @@ pub struct Accepted {
     pub vsize: u64,
 }
 
+/// Core's `FormatMoney`: BTC with 8 decimals, trailing zeros trimmed down
+/// to 2 (`0.0000001`, `1.00`), as its reject texts print amounts.
+pub fn format_money(amount: Amount) -> String {
+    let sat = amount.to_sat();
+    let mut s = format!("{}.{:08}", sat / 100_000_000, sat % 100_000_000);
+    while s.ends_with('0') && s.len() - s.find('.').map_or(0, |d| d + 1) > 2 {
+        s.pop();
+    }
+    s
+}
+
 /// Block subsidy at `height` under regtest's halving schedule.
 pub fn subsidy(height: u32) -> Amount {
     let halvings = height / HALVING_INTERVAL;
@@ -103,6 +121,7 @@ pub struct ChainState {
     spent_by: HashMap<OutPoint, Txid>,
     seq: u64,
     min_relay: FeeRate,
+    incremental_relay: FeeRate,
     /// Raised above `min_relay` when the mempool is full (Core's rolling
     /// minimum, without the decay).
     mempool_min: FeeRate,
@@ -113,6 +132,13 @@ pub struct ChainState {
     /// Core 28's `-mempoolfullrbf` (on by default): conflicts are replaced
     /// when the newcomer pays more, whether or not they signal BIP125.
     full_rbf: bool,
+    /// `prioritisetransaction` deltas (sat) by txid, kept until the
+    /// transaction is mined, as Core's `mapDeltas`.
+    fee_deltas: HashMap<Txid, i64>,
+    /// The fee-market mode's threshold: blocks take only transactions
+    /// whose ancestor package pays at least this (Core's `-blockmintxfee`);
+    /// `None` takes every valid transaction.
+    block_min_fee: Option<FeeRate>,
 }
 
 impl Default for ChainState {
@@ -146,12 +172,15 @@ impl ChainState {
             mempool: HashMap::new(),
             spent_by: HashMap::new(),
             seq: 1,
-            min_relay: FeeRate::from_sat_per_vb_u32(DEFAULT_MIN_RELAY_SAT_VB),
+            min_relay: DEFAULT_MIN_RELAY_FEE,
+            incremental_relay: DEFAULT_INCREMENTAL_RELAY_FEE,
             mempool_min: FeeRate::ZERO,
             max_mempool_vbytes: DEFAULT_MAX_MEMPOOL_VBYTES,
             mempool_vbytes: 0,
             preferred_tip: None,
             full_rbf: true,
+            fee_deltas: HashMap::new(),
+            block_min_fee: None,
         }
     }
 
@@ -200,6 +229,103 @@ impl ChainState {
     /// Minimum relay fee rate.
     pub fn min_relay_fee(&self) -> FeeRate {
         self.min_relay
+    }
+
+    /// Sets the minimum relay fee rate (Core's `-minrelaytxfee`).
+    pub fn set_min_relay_fee(&mut self, rate: FeeRate) {
+        self.min_relay = rate;
+    }
+
+    /// Core's `-incrementalrelayfee`.
+    pub fn incremental_relay_fee(&self) -> FeeRate {
+        self.incremental_relay
+    }
+
+    /// `prioritisetransaction`: adds `delta_sat` to the fee that mining (and
+    /// the fee-market threshold) counts for `txid`, whether or not it is in
+    /// the mempool yet; deltas add up and are dropped once it is mined.
+    pub fn prioritise(&mut self, txid: Txid, delta_sat: i64) {
+        let d = self.fee_deltas.entry(txid).or_insert(0);
+        *d = d.saturating_add(delta_sat);
+        if *d == 0 {
+            self.fee_deltas.remove(&txid);
+        }
+    }
+
+    /// The `prioritisetransaction` delta of `txid` (0 if none).
+    pub fn fee_delta(&self, txid: &Txid) -> i64 {
+        self.fee_deltas.get(txid).copied().unwrap_or(0)
+    }
+
+    /// A mempool entry's fee plus its delta (Core's "modified fee"), in sat;
+    /// may be negative.
+    pub fn modified_fee_sat(&self, txid: &Txid, entry: &MempoolEntry) -> i64 {
+        i64::try_from(entry.fee.to_sat())
+            .unwrap_or(i64::MAX)
+            .saturating_add(self.fee_delta(txid))
+    }
+
+    /// Switches the fee-market mode on (`Some(threshold)`: blocks take only
+    /// transactions whose ancestor package, at modified fees, pays at
+    /// least `threshold`) or off (`None`: every valid transaction).
+    pub fn set_block_min_fee(&mut self, threshold: Option<FeeRate>) {
+        self.block_min_fee = threshold;
+    }
+
+    /// The fee-market threshold, if on.
+    pub fn block_min_fee(&self) -> Option<FeeRate> {
+        self.block_min_fee
+    }
+
+    /// The mempool transactions a block takes in fee-market mode, by
+    /// ancestor score as Core's `BlockAssembler`: repeatedly the
+    /// transaction whose package (itself and its not yet chosen in-mempool
+    /// ancestors) has the highest modified fee rate, with its package,
+    /// while that rate reaches `threshold`. So a child paying for its
+    /// parent (CPFP) pulls the parent in.
+    fn select_by_ancestor_score(&self, threshold: FeeRate) -> HashSet<Txid> {
+        let mut chosen: HashSet<Txid> = HashSet::new();
+        loop {
+            let mut best: Option<(i64, u64, u64, Vec<Txid>)> = None;
+            for entry in self.mempool_entries() {
+                let txid = entry.tx.compute_txid();
+                if chosen.contains(&txid) {
+                    continue;
+                }
+                let mut package: Vec<Txid> = self
+                    .mempool_ancestors(&txid, false)
+                    .into_iter()
+                    .filter(|a| !chosen.contains(a))
+                    .collect();
+                package.push(txid);
+                let (fee, vsize) = package
+                    .iter()
+                    .filter_map(|t| self.mempool.get(t).map(|e| (t, e)))
+                    .fold((0i64, 0u64), |(f, v), (t, e)| {
+                        (f.saturating_add(self.modified_fee_sat(t, e)), v + e.vsize)
+                    });
+                // fee / vsize > best_fee / best_vsize, compared without
+                // division; the earlier arrival wins ties.
+                let better = best.as_ref().is_none_or(|(bf, bv, _, _)| {
+                    i128::from(fee) * i128::from(*bv) > i128::from(*bf) * i128::from(vsize)
+                });
+                if better {
+                    best = Some((fee, vsize, entry.seq, package));
+                }
+            }
+            let Some((fee, vsize, _, package)) = best else {
+                break;
+            };
+            let needed = threshold
+                .fee_vb(vsize)
+                .unwrap_or(Amount::MAX_MONEY)
+                .to_sat();
+            if fee < 0 || (fee as u64) < needed {
+                break;
+            }
+            chosen.extend(package);
+        }
+        chosen
     }
 
     /// Height of the active tip.
@@ -364,7 +490,8 @@ impl ChainState {
     /// Replacement policy: Core 28's full RBF. A transaction that spends an
     /// output already spent by mempool transactions replaces them (and their
     /// descendants) when it pays a higher fee rate than each of them, at
-    /// least their total fee plus 1 sat/vB of its own size, adds no new
+    /// least their total fee plus the incremental relay fee (0.1 sat/vB) of
+    /// its own size, adds no new
     /// unconfirmed input, spends none of them, and evicts at most 100
     /// transactions; otherwise Core's refusal. With full RBF off, first seen
     /// wins (`txn-mempool-conflict`).
@@ -548,19 +675,19 @@ impl ChainState {
                 "replacement-adds-unconfirmed, replacement {txid} adds unconfirmed input, idx {j}"
             )));
         }
-        let rate = |fee: Amount, vsize: u64| fee.to_sat() as f64 * 1000.0 / vsize.max(1) as f64;
+        // Core compares `CFeeRate(fee, vsize)`: whole sat/kvB, truncated,
+        // and prints them as `CFeeRate::ToString` does.
+        let rate = |fee: Amount, vsize: u64| fee.to_sat() * 1000 / vsize.max(1);
+        let shown = |kvb: u64| format!("{}.{:08} BTC/kvB", kvb / 100_000_000, kvb % 100_000_000);
         for c in conflicts {
             let Some(e) = self.mempool.get(c) else {
                 continue;
             };
-            // fee / vsize <= e.fee / e.vsize, compared without division.
-            if u128::from(fee.to_sat()) * u128::from(e.vsize)
-                <= u128::from(e.fee.to_sat()) * u128::from(vsize)
-            {
+            if rate(fee, vsize) <= rate(e.fee, e.vsize) {
                 return Err(TxReject::rejected(format!(
-                    "insufficient fee, rejecting replacement {txid}; new feerate {:.8} BTC/kvB <= old feerate {:.8} BTC/kvB",
-                    rate(fee, vsize) / 1e8,
-                    rate(e.fee, e.vsize) / 1e8
+                    "insufficient fee, rejecting replacement {txid}; new feerate {} <= old feerate {}",
+                    shown(rate(fee, vsize)),
+                    shown(rate(e.fee, e.vsize))
                 )));
             }
         }
@@ -572,17 +699,20 @@ impl ChainState {
         if fee < replaced {
             return Err(TxReject::rejected(format!(
                 "insufficient fee, rejecting replacement {txid}, less fees than conflicting txs; {} < {}",
-                fee.to_btc(),
-                replaced.to_btc()
+                format_money(fee),
+                format_money(replaced)
             )));
         }
-        // Core's `-incrementalrelayfee`: 1 sat/vB of the replacement's size.
-        let needed = Amount::from_sat(vsize);
+        // Core's `-incrementalrelayfee` on the replacement's own size.
+        let needed = self
+            .incremental_relay
+            .fee_vb(vsize)
+            .unwrap_or(Amount::MAX_MONEY);
         if fee - replaced < needed {
             return Err(TxReject::rejected(format!(
                 "insufficient fee, rejecting replacement {txid}, not enough additional fees to relay; {} < {}",
-                (fee - replaced).to_btc(),
-                needed.to_btc()
+                format_money(fee - replaced),
+                format_money(needed)
             )));
         }
         Ok(conflicts.iter().copied().collect())
@@ -679,7 +809,8 @@ impl ChainState {
                 return;
             };
             let evicted = FeeRate::from_sat_per_kwu(
-                (fee.to_sat() * 1000 / (vsize.max(1) * 4)) + 250, // + incremental 1 sat/vB
+                (fee.to_sat() * 1000 / (vsize.max(1) * 4))
+                    + self.incremental_relay.to_sat_per_kwu(),
             );
             self.mempool_min = self.mempool_min.max(evicted);
             self.remove_with_descendants(txid);
@@ -715,6 +846,10 @@ impl ChainState {
     /// Builds a block template on the active tip: mempool transactions in
     /// arrival order that are valid in the next block, and a coinbase paying
     /// `payout` the subsidy plus fees, with the BIP141 witness commitment.
+    ///
+    /// In fee-market mode ([`ChainState::set_block_min_fee`]) only the
+    /// transactions [`ChainState::select_by_ancestor_score`] picks are
+    /// considered (still in arrival order, so parents come first).
     pub fn block_template(&self, payout: &Script, time: u32) -> Block {
         let ctx = self.next_context();
         let mut created: HashMap<OutPoint, Coin> = HashMap::new();
@@ -722,8 +857,17 @@ impl ChainState {
         let mut txs = Vec::new();
         let mut fees = Amount::ZERO;
         let mut weight = 4_000u64; // room for header and coinbase
+        let chosen = self
+            .block_min_fee
+            .map(|threshold| self.select_by_ancestor_score(threshold));
         for entry in self.mempool_entries() {
             let tx = &entry.tx;
+            if chosen
+                .as_ref()
+                .is_some_and(|c| !c.contains(&tx.compute_txid()))
+            {
+                continue;
+            }
             if weight + tx.weight().to_wu() > super::validation::MAX_BLOCK_WEIGHT {
                 continue;
             }
@@ -815,6 +959,8 @@ impl ChainState {
         for (pos, tx) in block.txdata.iter().enumerate() {
             let txid = tx.compute_txid();
             self.tx_index.insert(txid, (hash, pos));
+            // Core clears a prioritisation once the transaction is mined.
+            self.fee_deltas.remove(&txid);
             if self.mempool.contains_key(&txid) {
                 // Included: drop it from the mempool, keep its descendants.
                 if let Some(e) = self.mempool.remove(&txid) {
@@ -1195,6 +1341,68 @@ impl ChainState {
                 return;
             }
         }
+    }
+
+    /// A block on the tip holding exactly `txs`, in that order (Core's
+    /// `generateblock`): fees from the UTXO set and outputs of earlier
+    /// transactions of the block, checked by consensus only (not relay
+    /// policy), not yet connected.
+    ///
+    /// # Errors
+    /// Core's block reject reason (`bad-txns-inputs-missingorspent`,
+    /// `bad-txns-in-belowout` …), found here or when the block is checked.
+    pub fn block_of(
+        &self,
+        payout: &Script,
+        time: u32,
+        txs: Vec<Transaction>,
+    ) -> Result<Block, BlockReject> {
+        let ctx = self.next_context();
+        let mut created: HashMap<OutPoint, Coin> = HashMap::new();
+        let mut spent: HashSet<OutPoint> = HashSet::new();
+        let mut fees = Amount::ZERO;
+        for tx in &txs {
+            let mut coins = Vec::with_capacity(tx.input.len());
+            for i in &tx.input {
+                let coin = (!spent.contains(&i.previous_output))
+                    .then(|| {
+                        self.utxo
+                            .get(&i.previous_output)
+                            .or_else(|| created.get(&i.previous_output))
+                    })
+                    .flatten()
+                    .ok_or_else(|| BlockReject("bad-txns-inputs-missingorspent".into()))?;
+                coins.push(coin.clone());
+            }
+            let refs: Vec<&Coin> = coins.iter().collect();
+            fees += check_tx_inputs(tx, &refs, ctx.height).map_err(|r| BlockReject(r.reason))?;
+            let txid = tx.compute_txid();
+            spent.extend(tx.input.iter().map(|i| i.previous_output));
+            for (vout, o) in tx.output.iter().enumerate() {
+                created.insert(
+                    OutPoint {
+                        txid,
+                        vout: vout as u32,
+                    },
+                    Coin {
+                        txout: o.clone(),
+                        height: ctx.height,
+                        coinbase: false,
+                    },
+                );
+            }
+        }
+        let time = time.max(self.median_time_past(self.height()) + 1);
+        let mut block = assemble_block(
+            self.tip_hash(),
+            ctx.height,
+            time,
+            payout,
+            subsidy(ctx.height) + fees,
+            txs,
+        );
+        grind(&mut block.header);
+        Ok(block)
     }
 
     /// Mines a block with [`ChainState::block_template`] at `time` (raised to

@@ -240,18 +240,42 @@ pub fn check_tx_inputs(
     Ok(value_in - value_out)
 }
 
-/// Verifies every input's script by consensus: libbitcoinconsensus (Core
-/// 25.1, consensus flags) for everything it knows, and our own check of
-/// taproot spends, which that version cannot verify.
+/// Where a script is verified, which decides Core's reject prefix: since
+/// Core 30 every script failure of an unconfirmed transaction is
+/// `mempool-script-verify-flag-failed (…)` (consensus or policy alike;
+/// before it, `mandatory-script-verify-flag-failed` and
+/// `non-mandatory-script-verify-flag`), and one in a block is
+/// `block-script-verify-flag-failed (…)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ScriptContext {
+    Mempool,
+    Block,
+}
+
+impl ScriptContext {
+    fn reject(self, what: impl std::fmt::Display) -> TxReject {
+        match self {
+            Self::Mempool => {
+                TxReject::rejected(format!("mempool-script-verify-flag-failed ({what})"))
+            }
+            Self::Block => TxReject::rejected(format!("block-script-verify-flag-failed ({what})")),
+        }
+    }
+}
+
+/// Verifies every input's script by consensus, for a block:
+/// libbitcoinconsensus (Core 25.1, consensus flags) for everything it
+/// knows, and our own check of taproot spends, which that version cannot
+/// verify.
 ///
 /// # Errors
-/// `mandatory-script-verify-flag-failed (…)` naming the input, or for
-/// taproot with Core's script error text.
+/// `block-script-verify-flag-failed (…)` naming the input, or for taproot
+/// with Core's script error text.
 pub fn verify_scripts(tx: &Transaction, coins: &[&Coin]) -> Result<(), TxReject> {
-    verify_consensus(tx, coins)?;
+    verify_consensus(tx, coins, ScriptContext::Block)?;
     if coins.iter().any(|c| c.txout.script_pubkey.is_p2tr()) {
         let mut checker = TxChecker::new(tx, prevouts(coins), false);
-        check_taproot_inputs(&mut checker, coins)?;
+        check_taproot_inputs(&mut checker, coins, ScriptContext::Block)?;
     }
     Ok(())
 }
@@ -263,15 +287,15 @@ pub fn verify_scripts(tx: &Transaction, coins: &[&Coin]) -> Result<(), TxReject>
 /// are not interpreted: consensus already implies those flags for them.
 ///
 /// # Errors
-/// `mandatory-script-verify-flag-failed (…)` for consensus failures,
-/// `non-mandatory-script-verify-flag (…)` with Core's text for policy ones.
+/// `mempool-script-verify-flag-failed (…)`, for consensus failures naming
+/// the input, for policy ones with Core's script error text.
 pub fn verify_scripts_policy(tx: &Transaction, coins: &[&Coin]) -> Result<(), TxReject> {
-    verify_consensus(tx, coins)?;
+    verify_consensus(tx, coins, ScriptContext::Mempool)?;
     if coins.iter().all(|c| c.txout.script_pubkey.is_p2wpkh()) {
         return Ok(());
     }
     let mut checker = TxChecker::new(tx, prevouts(coins), true);
-    check_taproot_inputs(&mut checker, coins)?;
+    check_taproot_inputs(&mut checker, coins, ScriptContext::Mempool)?;
     for (index, coin) in coins.iter().enumerate() {
         let spk = &coin.txout.script_pubkey;
         if spk.is_p2wpkh() || spk.is_p2tr() {
@@ -287,7 +311,7 @@ pub fn verify_scripts_policy(tx: &Transaction, coins: &[&Coin]) -> Result<(), Tx
             // disagreement with libbitcoinconsensus, so it lets it through.
             Err(e @ (ScriptError::NullFail | ScriptError::MinimalIf | ScriptError::CleanStack)) => {
                 return Err(TxReject::rejected(format!(
-                    "non-mandatory-script-verify-flag ({})",
+                    "mempool-script-verify-flag-failed ({})",
                     e.text()
                 )));
             }
@@ -307,7 +331,11 @@ fn prevouts(coins: &[&Coin]) -> Vec<TxOut> {
     coins.iter().map(|c| c.txout.clone()).collect()
 }
 
-fn check_taproot_inputs(checker: &mut TxChecker<'_>, coins: &[&Coin]) -> Result<(), TxReject> {
+fn check_taproot_inputs(
+    checker: &mut TxChecker<'_>,
+    coins: &[&Coin],
+    context: ScriptContext,
+) -> Result<(), TxReject> {
     for (index, coin) in coins.iter().enumerate() {
         if !coin.txout.script_pubkey.is_p2tr() {
             continue;
@@ -317,25 +345,20 @@ fn check_taproot_inputs(checker: &mut TxChecker<'_>, coins: &[&Coin]) -> Result<
             Ok(Checked::Unmodelled(what)) => {
                 tracing::debug!(input = index, what, "tapscript not verified");
             }
-            Err(e) if e.policy_only() => {
-                return Err(TxReject::rejected(format!(
-                    "non-mandatory-script-verify-flag ({})",
-                    e.text()
-                )));
-            }
-            Err(e) => {
-                return Err(TxReject::rejected(format!(
-                    "mandatory-script-verify-flag-failed ({})",
-                    e.text()
-                )));
-            }
+            // Policy-only errors arise only with the policy flags on, i.e.
+            // in the mempool; Core 30 words both kinds alike there.
+            Err(e) => return Err(context.reject(e.text())),
         }
     }
     Ok(())
 }
 
 /// libbitcoinconsensus on every input (taproot outputs are anyone-can-spend to it).
-fn verify_consensus(tx: &Transaction, coins: &[&Coin]) -> Result<(), TxReject> {
+fn verify_consensus(
+    tx: &Transaction,
+    coins: &[&Coin],
+    context: ScriptContext,
+) -> Result<(), TxReject> {
     let bytes = serialize(tx);
     for (index, coin) in coins.iter().enumerate() {
         bitcoin::consensus::validation::verify_script_with_flags(
@@ -345,11 +368,7 @@ fn verify_consensus(tx: &Transaction, coins: &[&Coin]) -> Result<(), TxReject> {
             &bytes,
             SCRIPT_FLAGS,
         )
-        .map_err(|e| {
-            TxReject::rejected(format!(
-                "mandatory-script-verify-flag-failed (input {index}: {e})"
-            ))
-        })?;
+        .map_err(|e| context.reject(format_args!("input {index}: {e}")))?;
     }
     Ok(())
 }
@@ -422,11 +441,11 @@ fn is_standard_bare_multisig(script: &bitcoin::Script) -> bool {
 /// compressed), plus the sigop cost limit.
 ///
 /// # Errors
-/// `non-mandatory-script-verify-flag (…)` with Core's script error text,
+/// `mempool-script-verify-flag-failed (…)` with Core's script error text,
 /// or `bad-txns-too-many-sigops`.
 pub fn check_policy_scripts(tx: &Transaction, coins: &[&Coin]) -> Result<(), TxReject> {
     let non_mandatory =
-        |what: &str| TxReject::rejected(format!("non-mandatory-script-verify-flag ({what})"));
+        |what: &str| TxReject::rejected(format!("mempool-script-verify-flag-failed ({what})"));
     for (input, coin) in tx.input.iter().zip(coins) {
         let spk = &coin.txout.script_pubkey;
         let witness: Vec<&[u8]> = input.witness.iter().collect();

@@ -29,6 +29,7 @@ use serde_json::{json, Value};
 
 use super::codes;
 use crate::api::{Chain, ChainError, ChainFuture, Tip, TxStatus, UnspentOutput};
+use crate::fees::FeePolicy;
 use crate::tips::TipStream;
 
 /// How the client authenticates.
@@ -65,11 +66,14 @@ pub struct RpcConfig {
     pub retry_money_moving_calls: bool,
     /// How often [`Chain::tips`] polls the best block.
     pub tip_poll: Duration,
+    /// The bounds [`Chain::estimate_fee`] holds Core's estimates to.
+    pub fee_policy: FeePolicy,
 }
 
 impl RpcConfig {
     /// Defaults: 30 s time-out, 3 retries, warm-up waited out for up to
-    /// 10 minutes, no retry of money-moving calls, 1 s tip polling.
+    /// 10 minutes, no retry of money-moving calls, 1 s tip polling, the
+    /// default [`FeePolicy`].
     pub fn new(url: impl Into<String>, auth: Auth) -> Self {
         Self {
             url: url.into(),
@@ -79,6 +83,7 @@ impl RpcConfig {
             warmup_wait: Duration::from_secs(600),
             retry_money_moving_calls: false,
             tip_poll: Duration::from_secs(1),
+            fee_policy: FeePolicy::default(),
         }
     }
 }
@@ -858,32 +863,39 @@ impl Chain for BitcoindRpc {
         })
     }
 
-    fn estimate_fee(&self, target_blocks: u16) -> ChainFuture<'_, Option<FeeRate>> {
+    fn estimate_fee(&self, target_blocks: u16) -> ChainFuture<'_, FeeRate> {
         Box::pin(async move {
             let target = clamp_conf_target(target_blocks);
             let r: SmartFee = self
                 .call("estimatesmartfee", json!([target]))
                 .await
                 .map_err(to_chain)?;
-            let btc_per_kvb = match r.feerate {
-                Some(rate) => rate,
-                // No estimate (a fresh node, too little data): the least the
-                // mempool takes now, which never makes a transaction
-                // unrelayable, as Core's wallet falls back too.
-                None => {
-                    let info: MempoolInfo = self
-                        .call("getmempoolinfo", json!([]))
-                        .await
-                        .map_err(to_chain)?;
-                    match info.mempool_min_fee {
-                        Some(rate) => rate,
-                        None => return Ok(None),
-                    }
-                }
-            };
-            let per_kvb = btc_to_amount(btc_per_kvb, "estimatesmartfee").map_err(to_chain)?;
-            Ok(Some(fee_rate_from_sat_per_kvb(per_kvb.to_sat())))
+            // Without an estimate (a fresh node: `errors: ["Insufficient
+            // data or no feerate found"]`) the policy's fallback applies; the
+            // mempool's minimum is only a lower bound: on Core 30 it is 0.1
+            // sat/vB, which many nodes and miners still refuse.
+            let estimate = r
+                .feerate
+                .map(|btc| btc_to_amount(btc, "estimatesmartfee"))
+                .transpose()
+                .map_err(to_chain)?
+                .map(|a| fee_rate_from_sat_per_kvb(a.to_sat()));
+            let info: MempoolInfo = self
+                .call("getmempoolinfo", json!([]))
+                .await
+                .map_err(to_chain)?;
+            let mempool_min = info
+                .mempool_min_fee
+                .map(|btc| btc_to_amount(btc, "getmempoolinfo"))
+                .transpose()
+                .map_err(to_chain)?
+                .map(|a| fee_rate_from_sat_per_kvb(a.to_sat()));
+            Ok(self.inner.config.fee_policy.apply(estimate, mempool_min))
         })
+    }
+
+    fn fee_policy(&self) -> FeePolicy {
+        self.inner.config.fee_policy
     }
 
     fn transaction_in_block(
