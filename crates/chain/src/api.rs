@@ -248,6 +248,9 @@ pub trait Chain: Send + Sync {
     fn in_mempool(&self, txid: Txid) -> ChainFuture<'_, bool>;
     /// The output if unspent (mempool spends count as spent).
     fn unspent_output(&self, outpoint: OutPoint) -> ChainFuture<'_, Option<UnspentOutput>>;
+    /// The output if confirmed and unspent by a block, whatever spends it in the mempool
+    /// (Core's `gettxout txid n false`): what a replacement of that spend is signed over.
+    fn confirmed_output(&self, outpoint: OutPoint) -> ChainFuture<'_, Option<UnspentOutput>>;
     /// Fee rate to build at to confirm within `target_blocks`: the node's
     /// estimate held to the chain's [`FeePolicy`] (never below its floor or
     /// the mempool's minimum, never above its ceiling; its fallback when the

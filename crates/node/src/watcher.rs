@@ -343,10 +343,11 @@ async fn bump_stuck_sweeps(state: &NodeState, height: u32) {
         let Some(slot) = state.channels.by_id(b.channel_id) else {
             continue;
         };
-        // The outputs it spends, confirmed (a sweep's parent is on chain before it is sent).
+        // The outputs it spends, as confirmed (a sweep's parent is on chain before it is
+        // sent; the version in the mempool spends them there, so ask past the mempool).
         let mut values = Vec::with_capacity(b.tx.input.len());
         for input in &b.tx.input {
-            match state.chain.unspent_output(input.previous_output).await {
+            match state.chain.confirmed_output(input.previous_output).await {
                 Ok(Some(out)) => values.push(out.value),
                 _ => break,
             }

@@ -834,6 +834,20 @@ impl Chain for DevChain {
         })
     }
 
+    fn confirmed_output(&self, outpoint: OutPoint) -> ChainFuture<'_, Option<UnspentOutput>> {
+        self.off_runtime(move |c| {
+            Ok(c.with_state(|s| {
+                let coin = s.utxo(&outpoint)?;
+                Some(UnspentOutput {
+                    value: coin.txout.value,
+                    script_pubkey: coin.txout.script_pubkey.clone(),
+                    confirmations: s.height() - coin.height + 1,
+                    coinbase: coin.coinbase,
+                })
+            }))
+        })
+    }
+
     fn estimate_fee(&self, _target_blocks: u16) -> ChainFuture<'_, FeeRate> {
         // The same reading as `BitcoindRpc`: the node's estimate and its
         // mempool minimum, held to the policy.

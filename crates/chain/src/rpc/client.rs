@@ -775,6 +775,33 @@ fn to_chain(e: RpcError) -> ChainError {
     }
 }
 
+impl BitcoindRpc {
+    /// `gettxout`: with `include_mempool`, mempool spends count as spent.
+    async fn txout(
+        &self,
+        outpoint: OutPoint,
+        include_mempool: bool,
+    ) -> Result<Option<UnspentOutput>, ChainError> {
+        let r: Option<TxOutResult> = self
+            .call(
+                "gettxout",
+                json!([outpoint.txid, outpoint.vout, include_mempool]),
+            )
+            .await
+            .map_err(to_chain)?;
+        let Some(r) = r else { return Ok(None) };
+        let value = btc_to_amount(r.value, "gettxout").map_err(to_chain)?;
+        let script = hex::decode(&r.script_pubkey.hex)
+            .map_err(|e| ChainError::Unavailable(e.to_string()))?;
+        Ok(Some(UnspentOutput {
+            value,
+            script_pubkey: ScriptBuf::from_bytes(script),
+            confirmations: r.confirmations,
+            coinbase: r.coinbase,
+        }))
+    }
+}
+
 impl Chain for BitcoindRpc {
     fn tip(&self) -> ChainFuture<'_, Tip> {
         Box::pin(async move {
@@ -845,22 +872,11 @@ impl Chain for BitcoindRpc {
     }
 
     fn unspent_output(&self, outpoint: OutPoint) -> ChainFuture<'_, Option<UnspentOutput>> {
-        Box::pin(async move {
-            let r: Option<TxOutResult> = self
-                .call("gettxout", json!([outpoint.txid, outpoint.vout, true]))
-                .await
-                .map_err(to_chain)?;
-            let Some(r) = r else { return Ok(None) };
-            let value = btc_to_amount(r.value, "gettxout").map_err(to_chain)?;
-            let script = hex::decode(&r.script_pubkey.hex)
-                .map_err(|e| ChainError::Unavailable(e.to_string()))?;
-            Ok(Some(UnspentOutput {
-                value,
-                script_pubkey: ScriptBuf::from_bytes(script),
-                confirmations: r.confirmations,
-                coinbase: r.coinbase,
-            }))
-        })
+        Box::pin(self.txout(outpoint, true))
+    }
+
+    fn confirmed_output(&self, outpoint: OutPoint) -> ChainFuture<'_, Option<UnspentOutput>> {
+        Box::pin(self.txout(outpoint, false))
     }
 
     fn estimate_fee(&self, target_blocks: u16) -> ChainFuture<'_, FeeRate> {
