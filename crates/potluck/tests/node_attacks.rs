@@ -742,6 +742,138 @@ fn strangers_cannot_take_every_connection_slot() {
     );
 }
 
+/// A TCP connection to the node from `source` that says nothing. Every 127.0.0.0/8 address
+/// is loopback on Linux, so tests can come from as many sources as they like.
+fn silent_connection(node: &NodeProc, source: [u8; 4]) -> std::net::TcpStream {
+    let target: std::net::SocketAddr = node.listen.parse().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let stream = rt.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket
+            .bind(std::net::SocketAddr::from((source, 0)))
+            .unwrap();
+        socket.connect(target).await.unwrap().into_std().unwrap()
+    });
+    stream.set_nonblocking(false).unwrap();
+    stream
+}
+
+/// Whether the node started a handshake on `conn`: it writes its 33-byte session key at
+/// once, while a connection it refuses is closed with nothing written.
+fn handshake_started(conn: &mut std::net::TcpStream) -> bool {
+    use std::io::Read as _;
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut key = [0u8; 33];
+    conn.read_exact(&mut key).is_ok()
+}
+
+/// How long the node takes to close `conn` (it reads EOF or a reset), if within `secs`.
+fn closed_within(conn: &mut std::net::TcpStream, secs: u64) -> Option<Duration> {
+    use std::io::Read as _;
+    let started = Instant::now();
+    conn.set_read_timeout(Some(Duration::from_secs(secs)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    loop {
+        match conn.read(&mut buf) {
+            Ok(0) => return Some(started.elapsed()),
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return None
+            }
+            Err(_) => return Some(started.elapsed()),
+        }
+    }
+}
+
+/// Issue 28 finding 9: connections that never finish their handshake (here: never say a
+/// word) must not take the peer slots. With `--max-peers 10`, ten silent connections made
+/// the owner's `connect` fail with -101 "too many peers", although a fifth of the slots is
+/// kept for our own dials: the handshake held a slot before the peer was even known.
+#[test]
+fn half_open_handshakes_take_no_peer_slot() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start_with(&chain, false, &["--max-peers", "10"]);
+    let other = NodeProc::start(&chain, false);
+    // Ten from one source, as seen in the review, and ten from ten sources (each within
+    // any per-source bound): none of them is a peer yet.
+    let mut silent: Vec<std::net::TcpStream> = (0..10)
+        .map(|_| silent_connection(&node, [127, 0, 0, 9]))
+        .collect();
+    silent.extend((0..10u8).map(|i| silent_connection(&node, [127, 0, 1, 10 + i])));
+    std::thread::sleep(Duration::from_millis(500));
+    let connected = node.try_cli(&["connect", &other.listen]);
+    assert!(
+        connected.is_ok(),
+        "our own dial found no slot while strangers only held half-open handshakes: {connected:?}"
+    );
+    // An honest stranger (127.0.0.1, a source that is not flooding) still gets its session.
+    let honest = ScriptedPeer::try_connect(&node, 180);
+    assert!(
+        honest.is_some(),
+        "an honest stranger was refused: {}",
+        node.log_tail()
+    );
+    drop(silent);
+}
+
+/// Pending handshakes are bounded per source address and in total, and a connection that
+/// does not finish its handshake within `--handshake-timeout-secs` is closed.
+#[test]
+fn pending_handshakes_are_bounded_per_source_and_in_total() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start_with(
+        &chain,
+        false,
+        &[
+            "--max-pending-handshakes",
+            "3",
+            "--max-pending-handshakes-per-ip",
+            "2",
+            "--handshake-timeout-secs",
+            "2",
+        ],
+    );
+    let mut a1 = silent_connection(&node, [127, 0, 0, 1]);
+    let mut a2 = silent_connection(&node, [127, 0, 0, 1]);
+    assert!(handshake_started(&mut a1) && handshake_started(&mut a2));
+    let mut a3 = silent_connection(&node, [127, 0, 0, 1]);
+    assert!(
+        !handshake_started(&mut a3),
+        "a third pending handshake from one source was taken"
+    );
+    let mut b1 = silent_connection(&node, [127, 0, 0, 2]);
+    assert!(handshake_started(&mut b1), "another source was refused");
+    let mut c1 = silent_connection(&node, [127, 0, 0, 3]);
+    assert!(
+        !handshake_started(&mut c1),
+        "a fourth pending handshake in total was taken"
+    );
+    // The time-out closes the silent ones; then the sources may come again.
+    for conn in [&mut a1, &mut a2, &mut b1] {
+        let took = closed_within(conn, 10);
+        assert!(
+            took.is_some_and(|t| t < Duration::from_secs(4)),
+            "a silent connection was kept past the handshake time-out: {took:?}"
+        );
+    }
+    let honest = ScriptedPeer::try_connect(&node, 181);
+    assert!(
+        honest.is_some(),
+        "refused after the pending ones timed out: {}",
+        node.log_tail()
+    );
+}
+
+
 /// The seed's versioning rule: an unknown odd field is optional. A `pkt` whose only member is
 /// one (a packet of a newer version) is ignored, and the session goes on.
 #[test]
