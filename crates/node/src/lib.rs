@@ -431,10 +431,19 @@ async fn accept_loop(state: Arc<NodeState>, listener: TcpListener) {
 
 impl NodeState {
     /// An inbound session that authenticated gets a peer slot and its peer task, or is
-    /// closed: a peer we have a channel with may use the share kept for our dials, a
-    /// stranger only the rest.
+    /// closed: a session with ourselves always; otherwise a peer we have a channel with may
+    /// use the share kept for our dials, a stranger only the rest.
     async fn attach_inbound(self: &Arc<Self>, session: session::Session, address: SocketAddr) {
         let peer = session.remote_node_id();
+        if peer == self.node_id {
+            // Our own connection dialled back to us, or our own frames relayed between two
+            // connections to us (each then hears the other's session key, and both
+            // authenticate with our key). A session with ourselves would be registered as
+            // a peer and fed its own packets: refuse it, as `connect` does.
+            tracing::warn!(%address, "inbound session refused: the peer authenticated with our own node key");
+            close_refused(session, address, "Connected to self").await;
+            return;
+        }
         let known = self.channels.latest(&peer).is_some();
         let stranger = if known {
             None

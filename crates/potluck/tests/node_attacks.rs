@@ -873,6 +873,74 @@ fn pending_handshakes_are_bounded_per_source_and_in_total() {
     );
 }
 
+/// Copies everything `from` sends to `to` until either side closes.
+fn pump(mut from: std::net::TcpStream, mut to: std::net::TcpStream) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let copied = std::io::copy(&mut from, &mut to);
+        eprintln!("pump ended: {copied:?}");
+        let _ = to.shutdown(std::net::Shutdown::Both);
+    })
+}
+
+/// Whether the node lists itself as a connected peer, or ever logged a session with itself.
+fn node_talked_to_itself(node: &NodeProc) -> bool {
+    let listed = node.cli(&["listpeers"])["peers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["node_id"] == node.id.as_str());
+    let log = std::fs::read_to_string(node.dir.path().join("log1.txt")).unwrap_or_default();
+    let logged = log
+        .lines()
+        .any(|l| l.contains("peer connected") && l.contains(&node.id));
+    listed || logged
+}
+
+/// Issue 28 finding 11: a peer that sends the node's own session key back and echoes its
+/// frames gets no session of the node with itself (the dial path refused one; the accept
+/// path did not).
+#[test]
+fn an_echoing_peer_gets_no_session_with_the_node_itself() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start(&chain, false);
+    let conn = silent_connection(&node, [127, 0, 0, 1]);
+    let echo = pump(conn.try_clone().unwrap(), conn);
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        !node_talked_to_itself(&node),
+        "the node holds a session with itself: {}",
+        node.log_tail()
+    );
+    echo.join().unwrap();
+}
+
+/// The same with two connections wired into each other: each hears the other's session
+/// key, so the node authenticates to itself with two different session keys (no echo for
+/// the handshake to notice). Only the node id tells: the accept path must refuse it.
+#[test]
+fn a_session_relayed_back_to_the_node_is_refused() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start(&chain, false);
+    let a = silent_connection(&node, [127, 0, 0, 1]);
+    let b = silent_connection(&node, [127, 0, 0, 2]);
+    let ab = pump(a.try_clone().unwrap(), b.try_clone().unwrap());
+    let ba = pump(b, a);
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        !node_talked_to_itself(&node),
+        "the node holds a session with itself: {}",
+        node.log_tail()
+    );
+    let log = std::fs::read_to_string(node.dir.path().join("log1.txt")).unwrap_or_default();
+    assert!(
+        log.lines().any(|l| l.contains("our own node key")),
+        "no clear log line: {}",
+        node.log_tail()
+    );
+    // Both connections were closed by the node.
+    ab.join().unwrap();
+    ba.join().unwrap();
+}
 
 /// The seed's versioning rule: an unknown odd field is optional. A `pkt` whose only member is
 /// one (a packet of a newer version) is ignored, and the session goes on.
