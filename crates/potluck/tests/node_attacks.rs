@@ -190,6 +190,8 @@ fn a_taken_close_signature_blocks_later_updates() {
     );
 
     peer.reconnect(&node);
+    // The node says its close again (the peer keeps ignoring it) and refuses the payment.
+    peer.expect("close", 30);
     let paid = peer.pay(100_000_000);
     assert!(
         paid.is_err(),
@@ -226,6 +228,46 @@ fn a_taken_close_signature_blocks_later_updates() {
         .expect("our output in the close");
     wait_for("the close output in the wallet", 30, || {
         (node.funds() == ours).then_some(())
+    });
+}
+
+/// Issue 28 finding 10: the session drops right after our `close_channel` reached the peer.
+/// When the peer comes back, the node says the same `close_channel` again
+/// (`Channel::reconnected`), and the close completes: it used to stay in
+/// `close_wait_complete` for good, with only `close PEER force` to get out.
+#[test]
+fn an_interrupted_close_is_said_again_and_completes_after_a_reconnect() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start(&chain, false);
+    let mut peer = ScriptedPeer::connect(&node, 74);
+    peer.open_live(&chain, &node, ANCHOR_SAT);
+    peer.pay(200_000_000).unwrap();
+    let peer_id = peer.node_id.to_string();
+    let closer = node.cli_in_background(&["close", &peer_id]);
+    let first = peer.expect("close", 30);
+    peer.hang_up();
+    assert!(!closer.join().unwrap().status.success());
+    assert_eq!(node.channel_state(), "close_wait_complete");
+    wait_for("the node sees the session gone", 30, || {
+        (!node.connected_to(&peer_id)).then_some(())
+    });
+
+    peer.reconnect(&node);
+    let again = peer.expect("close", 30);
+    assert_eq!(again, first, "the same close, fee and signature");
+    // Our machine verifies it, and answers close_channel_complete; the node acks and
+    // broadcasts the close.
+    peer.handle(&again);
+    peer.expect("close_ack", 30);
+    wait_for("the channel closed on chain", 60, || {
+        chain.mine(1);
+        (node.channel_state() == "closed").then_some(())
+    });
+    // "closed" once both signed; the close confirms in a later block.
+    wait_for("our share of the close in the wallet", 30, || {
+        chain.mine(1);
+        let funds = node.funds();
+        (funds > 190_000 && funds <= 200_000).then_some(())
     });
 }
 
