@@ -302,6 +302,24 @@ pub trait Chain: Send + Sync {
         })
     }
 
+    /// Median time past of the active tip (BIP113): the median of the last 11 blocks'
+    /// header times. A transaction whose nLockTime is a time (≥ 500,000,000) can enter
+    /// the next block only if that time is below it. This default reads the blocks;
+    /// implementations that know it answer in one request.
+    fn median_time_past(&self) -> ChainFuture<'_, u32> {
+        Box::pin(async move {
+            let tip = self.tip().await?;
+            let mut times = Vec::with_capacity(11);
+            for height in tip.height.saturating_sub(10)..=tip.height {
+                if let Some(block) = self.block_at(height).await? {
+                    times.push(block.header.time);
+                }
+            }
+            times.sort_unstable();
+            Ok(times.get(times.len() / 2).copied().unwrap_or(0))
+        })
+    }
+
     /// The active block at `height`, if any.
     fn block_at(&self, height: u32) -> ChainFuture<'_, Option<Block>> {
         Box::pin(async move {

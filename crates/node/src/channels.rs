@@ -1164,6 +1164,20 @@ impl NodeState {
             let height = u32::try_from(height).unwrap_or(0);
             self.advance_opening(&slot, &mut inner, height).await;
         }
+        // What survives a lost session is said again: after our `close_channel` (the peer
+        // may never have read it) the same close, so that it completes.
+        match inner.channel.reconnected() {
+            Ok(actions) if actions.is_empty() => {}
+            Ok(actions) => {
+                tracing::info!(%peer, channel = slot.id, "saying the interrupted close again");
+                if let Err(e) = self.run_actions(&slot, &mut inner, actions).await {
+                    tracing::error!(%peer, channel = slot.id, error = %e, "cannot resume the close");
+                }
+            }
+            Err(e) => {
+                tracing::error!(%peer, channel = slot.id, error = %e, "cannot resume the channel")
+            }
+        }
     }
 
     /// The session with `peer` ended: fall back to what is on disk, and close where the protocol cannot resume.

@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+mod admission;
 mod channels;
 mod control_error;
 pub mod control_url;
@@ -46,10 +47,17 @@ pub struct NodeConfig {
     pub data_dir: PathBuf,
     /// The chain the node's channels live on.
     pub network: bitcoin::Network,
-    /// Session settings (handshake time-out).
+    /// Session settings of our own dials (handshake time-out).
     pub session: session::Config,
-    /// At most this many sessions at once, handshakes included; a fifth (at least one) is
-    /// kept for our own dials and for peers we have a channel with.
+    /// How long a peer that connects to us may take to finish its handshake.
+    pub inbound_handshake_timeout: Duration,
+    /// At most this many inbound handshakes pending at once (they take no peer slot).
+    pub max_pending_handshakes: usize,
+    /// At most this many of them from one IPv4 address or IPv6 /64.
+    pub max_pending_handshakes_per_ip: usize,
+    /// At most this many authenticated sessions at once, our own dials' handshakes
+    /// included; a fifth (at least one) is kept for our own dials and for peers we have a
+    /// channel with.
     pub max_peers: usize,
     /// At most this many channels opened by peers may wait for the peer's anchor at once.
     pub max_pending_openings: usize,
@@ -76,6 +84,10 @@ impl NodeConfig {
             data_dir: data_dir.into(),
             network: bitcoin::Network::Regtest,
             session: session::Config::default(),
+            // An honest handshake is two round trips; a silent connection frees its place soon.
+            inbound_handshake_timeout: Duration::from_secs(10),
+            max_pending_handshakes: 128,
+            max_pending_handshakes_per_ip: 8,
             max_peers: 1000,
             max_pending_openings: 50,
             channel: ChannelConfig {
@@ -127,6 +139,10 @@ pub(crate) struct NodeState {
     p2p_addr: SocketAddr,
     network: bitcoin::Network,
     session: session::Config,
+    /// Session settings of peers that connect to us (a shorter handshake time-out).
+    inbound_session: session::Config,
+    /// Inbound connections that have not authenticated yet: bounded apart from `slots`.
+    handshakes: Arc<admission::PendingHandshakes>,
     chain: Arc<dyn Chain>,
     cookie_password: String,
     peers: Arc<peers::Peers>,
@@ -286,6 +302,13 @@ pub async fn start(config: NodeConfig, chain: Arc<dyn Chain>) -> Result<RunningN
         p2p_addr,
         network: config.network,
         session: config.session.clone(),
+        inbound_session: session::Config {
+            handshake_timeout: config.inbound_handshake_timeout,
+        },
+        handshakes: admission::PendingHandshakes::new(
+            config.max_pending_handshakes,
+            config.max_pending_handshakes_per_ip,
+        ),
         chain,
         cookie_password,
         peers: Arc::new(peers::Peers::default()),
@@ -370,7 +393,8 @@ pub async fn start(config: NodeConfig, chain: Arc<dyn Chain>) -> Result<RunningN
     })
 }
 
-/// Accepts peers until shutdown; each handshake runs in its own task under the peer cap.
+/// Accepts peers until shutdown; each handshake runs in its own task under the bounds on
+/// pending handshakes (`admission`), and takes a peer slot once it authenticated.
 async fn accept_loop(state: Arc<NodeState>, listener: TcpListener) {
     let mut shutdown = state.shutdown.subscribe();
     let mut backoff = Duration::from_millis(10);
@@ -392,42 +416,77 @@ async fn accept_loop(state: Arc<NodeState>, listener: TcpListener) {
                 continue;
             }
         };
-        let Ok(slot) = Arc::clone(&state.slots).try_acquire_owned() else {
-            tracing::warn!(%address, "peer refused: too many peers");
-            continue;
+        // Until it authenticates, a connection is a pending handshake, bounded per source
+        // and in total; it takes a peer slot only once we know who it is.
+        let pending = match state.handshakes.admit(address.ip()) {
+            Ok(p) => p,
+            Err(refused) => {
+                // Dropping the stream closes it. Debug only: a flood must not flood the log.
+                tracing::debug!(%address, %refused, "connection refused before its handshake");
+                continue;
+            }
         };
         let state = Arc::clone(&state);
         tokio::spawn(async move {
-            match session::accept(stream, &state.node_key, &state.session).await {
-                Ok(session) => {
-                    // A peer we have a channel with may use the reserved share; a stranger
-                    // only the rest.
-                    let known = state.channels.latest(&session.remote_node_id()).is_some();
-                    let stranger = if known {
-                        None
-                    } else {
-                        match Arc::clone(&state.stranger_slots).try_acquire_owned() {
-                            Ok(p) => Some(p),
-                            Err(_) => {
-                                tracing::warn!(%address, "peer refused: no slot left for peers without a channel");
-                                let _ = session.close("Too many peers").await;
-                                return;
-                            }
-                        }
-                    };
-                    let shutdown = state.shutdown.subscribe();
-                    peers::Peers::attach(
-                        Arc::clone(&state),
-                        session,
-                        address,
-                        shutdown,
-                        (slot, stranger),
-                    )
-                    .await;
-                }
+            let handshake = session::accept(stream, &state.node_key, &state.inbound_session).await;
+            // Over, whichever way it went: the source may start another.
+            drop(pending);
+            match handshake {
+                Ok(session) => state.attach_inbound(session, address).await,
                 Err(e) => tracing::info!(%address, error = %e, "handshake failed"),
             }
         });
+    }
+}
+
+impl NodeState {
+    /// An inbound session that authenticated gets a peer slot and its peer task, or is
+    /// closed: a session with ourselves always; otherwise a peer we have a channel with may
+    /// use the share kept for our dials, a stranger only the rest.
+    async fn attach_inbound(self: &Arc<Self>, session: session::Session, address: SocketAddr) {
+        let peer = session.remote_node_id();
+        if peer == self.node_id {
+            // Our own connection dialled back to us, or our own frames relayed between two
+            // connections to us (each then hears the other's session key, and both
+            // authenticate with our key). A session with ourselves would be registered as
+            // a peer and fed its own packets: refuse it, as `connect` does.
+            tracing::warn!(%address, "inbound session refused: the peer authenticated with our own node key");
+            close_refused(session, address, "Connected to self").await;
+            return;
+        }
+        let known = self.channels.latest(&peer).is_some();
+        let stranger = if known {
+            None
+        } else {
+            match Arc::clone(&self.stranger_slots).try_acquire_owned() {
+                Ok(p) => Some(p),
+                Err(_) => {
+                    tracing::warn!(%address, "peer refused: no slot left for peers without a channel");
+                    close_refused(session, address, "Too many peers").await;
+                    return;
+                }
+            }
+        };
+        let Ok(slot) = Arc::clone(&self.slots).try_acquire_owned() else {
+            tracing::warn!(%address, "peer refused: too many peers");
+            close_refused(session, address, "Too many peers").await;
+            return;
+        };
+        peers::Peers::attach(
+            Arc::clone(self),
+            session,
+            address,
+            self.shutdown.subscribe(),
+            (slot, stranger),
+        )
+        .await;
+    }
+}
+
+/// Says why to a peer we refuse after its handshake, and hangs up.
+async fn close_refused(session: session::Session, address: SocketAddr, problem: &str) {
+    if let Err(e) = session.close(problem).await {
+        tracing::debug!(%address, error = %e, "the refused peer did not take our goodbye");
     }
 }
 

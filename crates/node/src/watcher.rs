@@ -288,14 +288,39 @@ async fn scan_block(state: &NodeState, height: u32, block: &Block) -> Result<(),
     Ok(())
 }
 
+/// nLockTime values from here up are unix times, below are block heights (BIP65).
+const LOCKTIME_THRESHOLD: u32 = 500_000_000;
+
+/// Whether a transaction with `lock_time` may enter the block after the tip at `height`
+/// (consensus `IsFinalTx` with BIP113): a height lock below that block's height, a time
+/// lock below the tip's median time past (`None`: unknown, so not yet).
+fn lock_time_passed(lock_time: u32, height: u32, median_time_past: Option<u32>) -> bool {
+    if lock_time < LOCKTIME_THRESHOLD {
+        lock_time <= height
+    } else {
+        median_time_past.is_some_and(|mtp| lock_time < mtp)
+    }
+}
+
 /// Broadcasts the queued transactions whose locks are satisfied at the next block.
 async fn send_due_broadcasts(state: &NodeState, height: u32) {
     let Ok(pending) = state.store.pending_broadcasts().await else {
         return;
     };
+    // Asked only when a time lock waits: one more request per pass otherwise.
+    let median_time = if pending.iter().any(|b| b.lock_time >= LOCKTIME_THRESHOLD) {
+        match state.chain.median_time_past().await {
+            Ok(t) => Some(t),
+            Err(e) => {
+                tracing::debug!(error = %e, "no median time past; time-locked claims wait");
+                None
+            }
+        }
+    } else {
+        None
+    };
     for b in pending {
-        // nLockTime below 500,000,000 is a height; a transaction for the next block may carry height.
-        if b.lock_time >= 500_000_000 || b.lock_time > height {
+        if !lock_time_passed(b.lock_time, height, median_time) {
             continue;
         }
         if b.csv_blocks > 0 {
@@ -396,5 +421,117 @@ async fn bump_stuck_sweeps(state: &NodeState, height: u32) {
             }
             Err(e) => tracing::warn!(channel = b.channel_id, %txid, error = %e, "fee bump refused"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bitcoin::{
+        absolute::LockTime, transaction::Version, Amount, OutPoint, ScriptBuf, Sequence,
+        Transaction, TxIn, TxOut, Witness,
+    };
+    use chain::{Chain as _, DevChain};
+
+    /// A spend of `coin`, a P2WSH of `OP_TRUE` (spendable without a key), locked until `lock_time`.
+    fn locked_spend(coin: OutPoint, value: Amount, lock_time: u32) -> Transaction {
+        let mut witness = Witness::new();
+        witness.push([0x51]);
+        Transaction {
+            version: Version::TWO,
+            lock_time: LockTime::from_consensus(lock_time),
+            input: vec![TxIn {
+                previous_output: coin,
+                script_sig: ScriptBuf::new(),
+                sequence: Sequence::ENABLE_LOCKTIME_NO_RBF,
+                witness,
+            }],
+            output: vec![TxOut {
+                value: value - Amount::from_sat(1_000),
+                script_pubkey: ScriptBuf::new_p2wsh(
+                    &ScriptBuf::from_bytes(vec![0x51]).wscript_hash(),
+                ),
+            }],
+        }
+    }
+
+    #[test]
+    fn height_locks_pass_at_the_next_block_and_time_locks_below_the_median_time_past() {
+        use super::lock_time_passed;
+        assert!(lock_time_passed(0, 0, None));
+        assert!(lock_time_passed(100, 100, None), "final in block 101");
+        assert!(!lock_time_passed(101, 100, None));
+        assert!(lock_time_passed(499_999_999, 499_999_999, None));
+        let t = 1_700_000_000;
+        assert!(!lock_time_passed(t, 800_000, None), "unknown median: wait");
+        assert!(
+            !lock_time_passed(t, 800_000, Some(t)),
+            "BIP113: strictly below"
+        );
+        assert!(lock_time_passed(t, 800_000, Some(t + 1)));
+        assert!(
+            !lock_time_passed(500_000_000, u32::MAX, Some(1)),
+            "a time is no height"
+        );
+    }
+
+    /// Issue 28 finding 13: a queued claim whose nLockTime is a time (≥ 500,000,000) was
+    /// never broadcast; it goes out once the chain's median time past has passed it (BIP113).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_claim_locked_until_a_time_goes_out_once_the_median_time_past_passes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let chain = DevChain::open(&dir.path().join("chain")).unwrap();
+        let payout = chain.faucet_script().to_owned();
+        chain.mine(101, &payout).unwrap();
+        let op_true = ScriptBuf::new_p2wsh(&ScriptBuf::from_bytes(vec![0x51]).wscript_hash());
+        let value = Amount::from_sat(100_000);
+        let coin_txid = chain.faucet(&op_true, value).unwrap();
+        chain.mine(1, &payout).unwrap();
+        let coin_tx = chain.transaction(coin_txid).await.unwrap().unwrap().tx;
+        let vout = coin_tx
+            .output
+            .iter()
+            .position(|o| o.script_pubkey == op_true)
+            .unwrap();
+        let coin = OutPoint {
+            txid: coin_txid,
+            vout: vout as u32,
+        };
+
+        let mut config = crate::NodeConfig::new(dir.path().join("node"));
+        config.listen = "127.0.0.1:0".parse().unwrap();
+        config.rpc_bind = "127.0.0.1:0".parse().unwrap();
+        let node = crate::start(config, Arc::new(chain.clone())).await.unwrap();
+        let mtp = chain.with_state(|s| s.median_time_past(s.height()));
+        let lock = mtp + 3_600;
+        let tx = locked_spend(coin, value, lock);
+        let txid = tx.compute_txid();
+        node.state
+            .store
+            .queue_broadcast(1, &tx, 0, lock)
+            .await
+            .unwrap();
+        super::step(&node.state).await.unwrap();
+        assert!(
+            !chain.in_mempool(txid).await.unwrap(),
+            "broadcast before its time"
+        );
+
+        // Eleven blocks an hour ahead: the median of the last eleven passes the lock.
+        chain
+            .with_state_mut(|s| {
+                for _ in 0..11 {
+                    s.mine_block(&payout, lock + 60).unwrap();
+                }
+            })
+            .unwrap();
+        assert!(chain.with_state(|s| s.median_time_past(s.height())) > lock);
+        super::step(&node.state).await.unwrap();
+        assert!(
+            chain.in_mempool(txid).await.unwrap(),
+            "a claim locked until a time that has passed was not broadcast"
+        );
+        node.shutdown().await;
     }
 }

@@ -66,10 +66,26 @@ pub struct NodeArgs {
     /// refusing or stalling mid-update) before we close on chain to take it back.
     #[arg(long, env = "POTLUCK_HTLC_CLOSE_AFTER_BLOCKS", default_value_t = 6)]
     pub htlc_close_after_blocks: u32,
-    /// At most this many peer sessions at once, handshakes included; a fifth of them is kept
-    /// for our own dials and for peers we have a channel with.
+    /// At most this many authenticated peer sessions at once (our own dials count from the
+    /// moment we dial); a fifth of them is kept for our own dials and for peers we have a
+    /// channel with. A peer that connects to us takes one only once it has authenticated.
     #[arg(long, env = "POTLUCK_MAX_PEERS", default_value_t = 1000)]
     pub max_peers: usize,
+    /// At most this many connections to us may be in their handshake at once (they hold
+    /// no peer slot); more are closed at once.
+    #[arg(long, env = "POTLUCK_MAX_PENDING_HANDSHAKES", default_value_t = 128)]
+    pub max_pending_handshakes: usize,
+    /// At most this many of those from one IPv4 address or one IPv6 /64.
+    #[arg(
+        long,
+        env = "POTLUCK_MAX_PENDING_HANDSHAKES_PER_IP",
+        default_value_t = 8
+    )]
+    pub max_pending_handshakes_per_ip: usize,
+    /// Seconds a peer that connects to us has to finish its handshake (keys,
+    /// authenticate, hello) before it is closed. Our own dials wait 30 s.
+    #[arg(long, env = "POTLUCK_HANDSHAKE_TIMEOUT_SECS", default_value_t = 10)]
+    pub handshake_timeout_secs: u64,
     /// At most this many channels opened by peers may wait for the peer's anchor at once.
     #[arg(long, env = "POTLUCK_MAX_PENDING_OPENINGS", default_value_t = 50)]
     pub max_pending_openings: usize,
@@ -144,6 +160,9 @@ pub fn run(args: NodeArgs) -> anyhow::Result<()> {
         config.network = args.network;
         config.anchor_wait_blocks = args.anchor_wait_blocks;
         config.max_peers = args.max_peers;
+        config.max_pending_handshakes = args.max_pending_handshakes;
+        config.max_pending_handshakes_per_ip = args.max_pending_handshakes_per_ip;
+        config.inbound_handshake_timeout = Duration::from_secs(args.handshake_timeout_secs);
         config.max_pending_openings = args.max_pending_openings;
         config.htlc_close_after_blocks = args.htlc_close_after_blocks;
         let regtest = args.network == bitcoin::Network::Regtest;

@@ -190,6 +190,8 @@ fn a_taken_close_signature_blocks_later_updates() {
     );
 
     peer.reconnect(&node);
+    // The node says its close again (the peer keeps ignoring it) and refuses the payment.
+    peer.expect("close", 30);
     let paid = peer.pay(100_000_000);
     assert!(
         paid.is_err(),
@@ -226,6 +228,46 @@ fn a_taken_close_signature_blocks_later_updates() {
         .expect("our output in the close");
     wait_for("the close output in the wallet", 30, || {
         (node.funds() == ours).then_some(())
+    });
+}
+
+/// Issue 28 finding 10: the session drops right after our `close_channel` reached the peer.
+/// When the peer comes back, the node says the same `close_channel` again
+/// (`Channel::reconnected`), and the close completes: it used to stay in
+/// `close_wait_complete` for good, with only `close PEER force` to get out.
+#[test]
+fn an_interrupted_close_is_said_again_and_completes_after_a_reconnect() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start(&chain, false);
+    let mut peer = ScriptedPeer::connect(&node, 74);
+    peer.open_live(&chain, &node, ANCHOR_SAT);
+    peer.pay(200_000_000).unwrap();
+    let peer_id = peer.node_id.to_string();
+    let closer = node.cli_in_background(&["close", &peer_id]);
+    let first = peer.expect("close", 30);
+    peer.hang_up();
+    assert!(!closer.join().unwrap().status.success());
+    assert_eq!(node.channel_state(), "close_wait_complete");
+    wait_for("the node sees the session gone", 30, || {
+        (!node.connected_to(&peer_id)).then_some(())
+    });
+
+    peer.reconnect(&node);
+    let again = peer.expect("close", 30);
+    assert_eq!(again, first, "the same close, fee and signature");
+    // Our machine verifies it, and answers close_channel_complete; the node acks and
+    // broadcasts the close.
+    peer.handle(&again);
+    peer.expect("close_ack", 30);
+    wait_for("the channel closed on chain", 60, || {
+        chain.mine(1);
+        (node.channel_state() == "closed").then_some(())
+    });
+    // "closed" once both signed; the close confirms in a later block.
+    wait_for("our share of the close in the wallet", 30, || {
+        chain.mine(1);
+        let funds = node.funds();
+        (funds > 190_000 && funds <= 200_000).then_some(())
     });
 }
 
@@ -772,6 +814,206 @@ fn strangers_cannot_take_every_connection_slot() {
         connected.is_ok(),
         "our own dial found no slot: {connected:?}"
     );
+}
+
+/// A TCP connection to the node from `source` that says nothing. Every 127.0.0.0/8 address
+/// is loopback on Linux, so tests can come from as many sources as they like.
+fn silent_connection(node: &NodeProc, source: [u8; 4]) -> std::net::TcpStream {
+    let target: std::net::SocketAddr = node.listen.parse().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let stream = rt.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket
+            .bind(std::net::SocketAddr::from((source, 0)))
+            .unwrap();
+        socket.connect(target).await.unwrap().into_std().unwrap()
+    });
+    stream.set_nonblocking(false).unwrap();
+    stream
+}
+
+/// Whether the node started a handshake on `conn`: it writes its 33-byte session key at
+/// once, while a connection it refuses is closed with nothing written.
+fn handshake_started(conn: &mut std::net::TcpStream) -> bool {
+    use std::io::Read as _;
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut key = [0u8; 33];
+    conn.read_exact(&mut key).is_ok()
+}
+
+/// How long the node takes to close `conn` (it reads EOF or a reset), if within `secs`.
+fn closed_within(conn: &mut std::net::TcpStream, secs: u64) -> Option<Duration> {
+    use std::io::Read as _;
+    let started = Instant::now();
+    conn.set_read_timeout(Some(Duration::from_secs(secs)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    loop {
+        match conn.read(&mut buf) {
+            Ok(0) => return Some(started.elapsed()),
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return None
+            }
+            Err(_) => return Some(started.elapsed()),
+        }
+    }
+}
+
+/// Issue 28 finding 9: connections that never finish their handshake (here: never say a
+/// word) must not take the peer slots. With `--max-peers 10`, ten silent connections made
+/// the owner's `connect` fail with -101 "too many peers", although a fifth of the slots is
+/// kept for our own dials: the handshake held a slot before the peer was even known.
+#[test]
+fn half_open_handshakes_take_no_peer_slot() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start_with(&chain, false, &["--max-peers", "10"]);
+    let other = NodeProc::start(&chain, false);
+    // Ten from one source, as seen in the review, and ten from ten sources (each within
+    // any per-source bound): none of them is a peer yet.
+    let mut silent: Vec<std::net::TcpStream> = (0..10)
+        .map(|_| silent_connection(&node, [127, 0, 0, 9]))
+        .collect();
+    silent.extend((0..10u8).map(|i| silent_connection(&node, [127, 0, 1, 10 + i])));
+    std::thread::sleep(Duration::from_millis(500));
+    let connected = node.try_cli(&["connect", &other.listen]);
+    assert!(
+        connected.is_ok(),
+        "our own dial found no slot while strangers only held half-open handshakes: {connected:?}"
+    );
+    // An honest stranger (127.0.0.1, a source that is not flooding) still gets its session.
+    let honest = ScriptedPeer::try_connect(&node, 180);
+    assert!(
+        honest.is_some(),
+        "an honest stranger was refused: {}",
+        node.log_tail()
+    );
+    drop(silent);
+}
+
+/// Pending handshakes are bounded per source address and in total, and a connection that
+/// does not finish its handshake within `--handshake-timeout-secs` is closed.
+#[test]
+fn pending_handshakes_are_bounded_per_source_and_in_total() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start_with(
+        &chain,
+        false,
+        &[
+            "--max-pending-handshakes",
+            "3",
+            "--max-pending-handshakes-per-ip",
+            "2",
+            "--handshake-timeout-secs",
+            "2",
+        ],
+    );
+    let mut a1 = silent_connection(&node, [127, 0, 0, 1]);
+    let mut a2 = silent_connection(&node, [127, 0, 0, 1]);
+    assert!(handshake_started(&mut a1) && handshake_started(&mut a2));
+    let mut a3 = silent_connection(&node, [127, 0, 0, 1]);
+    assert!(
+        !handshake_started(&mut a3),
+        "a third pending handshake from one source was taken"
+    );
+    let mut b1 = silent_connection(&node, [127, 0, 0, 2]);
+    assert!(handshake_started(&mut b1), "another source was refused");
+    let mut c1 = silent_connection(&node, [127, 0, 0, 3]);
+    assert!(
+        !handshake_started(&mut c1),
+        "a fourth pending handshake in total was taken"
+    );
+    // The time-out closes the silent ones; then the sources may come again.
+    for conn in [&mut a1, &mut a2, &mut b1] {
+        let took = closed_within(conn, 10);
+        assert!(
+            took.is_some_and(|t| t < Duration::from_secs(4)),
+            "a silent connection was kept past the handshake time-out: {took:?}"
+        );
+    }
+    let honest = ScriptedPeer::try_connect(&node, 181);
+    assert!(
+        honest.is_some(),
+        "refused after the pending ones timed out: {}",
+        node.log_tail()
+    );
+}
+
+/// Copies everything `from` sends to `to` until either side closes.
+fn pump(mut from: std::net::TcpStream, mut to: std::net::TcpStream) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let copied = std::io::copy(&mut from, &mut to);
+        eprintln!("pump ended: {copied:?}");
+        let _ = to.shutdown(std::net::Shutdown::Both);
+    })
+}
+
+/// Whether the node lists itself as a connected peer, or ever logged a session with itself.
+fn node_talked_to_itself(node: &NodeProc) -> bool {
+    let listed = node.cli(&["listpeers"])["peers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["node_id"] == node.id.as_str());
+    let log = std::fs::read_to_string(node.dir.path().join("log1.txt")).unwrap_or_default();
+    let logged = log
+        .lines()
+        .any(|l| l.contains("peer connected") && l.contains(&node.id));
+    listed || logged
+}
+
+/// Issue 28 finding 11: a peer that sends the node's own session key back and echoes its
+/// frames gets no session of the node with itself (the dial path refused one; the accept
+/// path did not).
+#[test]
+fn an_echoing_peer_gets_no_session_with_the_node_itself() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start(&chain, false);
+    let conn = silent_connection(&node, [127, 0, 0, 1]);
+    let echo = pump(conn.try_clone().unwrap(), conn);
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        !node_talked_to_itself(&node),
+        "the node holds a session with itself: {}",
+        node.log_tail()
+    );
+    echo.join().unwrap();
+}
+
+/// The same with two connections wired into each other: each hears the other's session
+/// key, so the node authenticates to itself with two different session keys (no echo for
+/// the handshake to notice). Only the node id tells: the accept path must refuse it.
+#[test]
+fn a_session_relayed_back_to_the_node_is_refused() {
+    let chain = DevChainProc::start();
+    let node = NodeProc::start(&chain, false);
+    let a = silent_connection(&node, [127, 0, 0, 1]);
+    let b = silent_connection(&node, [127, 0, 0, 2]);
+    let ab = pump(a.try_clone().unwrap(), b.try_clone().unwrap());
+    let ba = pump(b, a);
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        !node_talked_to_itself(&node),
+        "the node holds a session with itself: {}",
+        node.log_tail()
+    );
+    let log = std::fs::read_to_string(node.dir.path().join("log1.txt")).unwrap_or_default();
+    assert!(
+        log.lines().any(|l| l.contains("our own node key")),
+        "no clear log line: {}",
+        node.log_tail()
+    );
+    // Both connections were closed by the node.
+    ab.join().unwrap();
+    ba.join().unwrap();
 }
 
 /// The seed's versioning rule: an unknown odd field is optional. A `pkt` whose only member is

@@ -33,6 +33,10 @@ pub enum HandshakeError {
     /// The peer's session key is not a compressed point on secp256k1.
     #[error("peer session key is not a valid compressed secp256k1 point")]
     InvalidSessionKey,
+    /// The peer sent our own session key back: both directions would share one key stream,
+    /// and echoing our frames would authenticate us to ourselves.
+    #[error("peer session key is our own (reflected)")]
+    ReflectedSessionKey,
     /// A frame failed its checks.
     #[error("frame: {0}")]
     Frame(#[from] FrameError),
@@ -74,6 +78,7 @@ impl HandshakeError {
             HandshakeError::NotHello { .. } => Some("Expected hello".into()),
             HandshakeError::SessionKeyLength { .. }
             | HandshakeError::InvalidSessionKey
+            | HandshakeError::ReflectedSessionKey
             | HandshakeError::Frame(_)
             | HandshakeError::Seal(_)
             | HandshakeError::Finished => None,
@@ -171,6 +176,10 @@ impl Handshake {
                         return Ok(Progress::Consumed(consumed));
                     }
                     let theirs = parse_session_key(&rest[..SESSION_KEY_LEN])?;
+                    if theirs == self.session_public {
+                        // Fresh random keys never collide between two honest sides.
+                        return Err(HandshakeError::ReflectedSessionKey);
+                    }
                     consumed += SESSION_KEY_LEN;
                     let keys =
                         SessionKeys::derive(&self.session_secret, &self.session_public, &theirs);

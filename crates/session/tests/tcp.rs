@@ -481,3 +481,24 @@ async fn undecodable_packet_gets_an_error_packet_then_close() {
         "{text}"
     );
 }
+
+/// A peer that sends our own session key back and echoes every byte (issue 28 finding
+/// 11): both directions would share one key stream and our own `authenticate` would verify,
+/// giving a session with ourselves. The echoed key is refused before anything is signed.
+#[tokio::test]
+async fn an_echoed_session_key_is_refused() {
+    let (addr, task) = victim().await;
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (mut read, mut write) = stream.into_split();
+    let echo = tokio::spawn(async move { tokio::io::copy(&mut read, &mut write).await });
+    let got = task.await.unwrap();
+    let err = got.expect_err("a session with ourselves");
+    assert!(
+        matches!(
+            err,
+            SessionError::Handshake(HandshakeError::ReflectedSessionKey)
+        ),
+        "{err}"
+    );
+    echo.abort();
+}

@@ -865,6 +865,10 @@ impl Chain for DevChain {
     fn tips(&self) -> TipStream {
         TipStream::poll(Arc::new(self.clone()), self.inner.tip_poll)
     }
+
+    fn median_time_past(&self) -> ChainFuture<'_, u32> {
+        self.off_runtime(|c| Ok(c.with_state(|s| s.median_time_past(s.height()))))
+    }
 }
 
 /// The regtest address of a script, for display.

@@ -950,4 +950,12 @@ impl Chain for BitcoindRpc {
     fn tips(&self) -> TipStream {
         TipStream::poll(Arc::new(self.clone()), self.inner.config.tip_poll)
     }
+
+    fn median_time_past(&self) -> ChainFuture<'_, u32> {
+        Box::pin(async move {
+            let info = self.get_blockchain_info().await.map_err(to_chain)?;
+            // A time that does not fit nLockTime's u32 (after 2106) has passed every lock.
+            Ok(u32::try_from(info.median_time).unwrap_or(u32::MAX))
+        })
+    }
 }
