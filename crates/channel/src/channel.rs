@@ -1867,6 +1867,47 @@ fn propose(ctx: &Ctx, e: &mut Established, change: Change) -> Result<Vec<Action>
     Ok(vec![Action::Send(pkt)])
 }
 
+/// Their `update_add_htlc`, checked: the HTLC, or the decline to answer with (a decline
+/// changes nothing; an error ends the session).
+fn their_htlc(
+    ctx: &Ctx,
+    e: &Established,
+    a: &UpdateAddHtlc,
+    now: u64,
+) -> Result<Result<Htlc, Action>, ChannelError> {
+    let htlc = Htlc {
+        amount_msat: a.amount_msat,
+        r_hash: a.r_hash,
+        expiry: a.expiry,
+    };
+    ctx.check_expiry_unit(a.expiry, e.terms.their_delay_csv)
+        .map_err(|unit| ChannelError::MixedTimeUnits {
+            what: "update_add_htlc.expiry",
+            got: a.expiry,
+            unit,
+        })?;
+    // We claim it with R under the delay they impose on us: it must leave us room.
+    if !ctx.expiry_acceptable(a.expiry, now)
+        || !ctx.expiry_leaves_claim_room(a.expiry, e.terms.their_delay_csv, now)
+        || u64::from(a.amount_msat) < DUST_LIMIT_SAT * 1000
+        || e.cstate.theirs.htlcs.len() >= usize::from(ctx.config.max_htlcs_in_flight)
+    {
+        return Ok(Err(decline_cannot_route()));
+    }
+    match e.cstate.add_htlc(Who::Them, htlc) {
+        Err(FundingError::InsufficientFunds { needed_msat, .. }) => {
+            return Ok(Err(decline_funds(needed_msat)));
+        }
+        Err(FundingError::FeeUnaffordable) => {
+            let need =
+                u64::from(htlc.amount_msat).saturating_add(e.cstate.fee_sat.saturating_mul(1000));
+            return Ok(Err(decline_funds(need)));
+        }
+        _ => {}
+    }
+    Ok(Ok(htlc))
+}
+
 /// Their proposal `p` in `Normal`: accept (sign their next commitment), or decline an HTLC.
 fn on_proposal(
     ctx: &Ctx,
@@ -1885,43 +1926,10 @@ fn on_proposal(
                 .map_err(|_| ChannelError::AmountTooLarge(-i128::from(u.delta_msat)))?;
             (Change::Pay { amount_msat }, u.revocation_hash)
         }
-        Packet::UpdateAddHtlc(a) => {
-            let htlc = Htlc {
-                amount_msat: a.amount_msat,
-                r_hash: a.r_hash,
-                expiry: a.expiry,
-            };
-            ctx.check_expiry_unit(a.expiry, e.terms.their_delay_csv)
-                .map_err(|unit| ChannelError::MixedTimeUnits {
-                    what: "update_add_htlc.expiry",
-                    got: a.expiry,
-                    unit,
-                })?;
-            // We claim it with R under the delay they impose on us: it must leave us room.
-            if !ctx.expiry_acceptable(a.expiry, now)
-                || !ctx.expiry_leaves_claim_room(a.expiry, e.terms.their_delay_csv, now)
-                || u64::from(a.amount_msat) < DUST_LIMIT_SAT * 1000
-                || e.cstate.theirs.htlcs.len() >= usize::from(ctx.config.max_htlcs_in_flight)
-            {
-                return Ok(vec![Action::Send(Packet::UpdateDeclineHtlc(
-                    UpdateDeclineHtlc {
-                        reason: Some(DeclineReason::CannotRoute(true)),
-                    },
-                ))]);
-            }
-            match e.cstate.add_htlc(Who::Them, htlc) {
-                Err(FundingError::InsufficientFunds { needed_msat, .. }) => {
-                    return Ok(vec![decline_funds(needed_msat)]);
-                }
-                Err(FundingError::FeeUnaffordable) => {
-                    let need = u64::from(htlc.amount_msat)
-                        .saturating_add(e.cstate.fee_sat.saturating_mul(1000));
-                    return Ok(vec![decline_funds(need)]);
-                }
-                _ => {}
-            }
-            (Change::AddHtlc(htlc), a.revocation_hash)
-        }
+        Packet::UpdateAddHtlc(a) => match their_htlc(ctx, e, a, now)? {
+            Ok(htlc) => (Change::AddHtlc(htlc), a.revocation_hash),
+            Err(decline) => return Ok(vec![decline]),
+        },
         Packet::UpdateFulfillHtlc(f) => {
             match e.cstate.find_htlc(&f.r.hash()) {
                 Some((Who::Us, _)) => {}
