@@ -813,18 +813,50 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
                 "mining_min_fee_sat_vb": threshold.map(|r| r.to_sat_per_kwu() as f64 * 4.0 / 1000.0),
             }))
         }
-        "getnetworkinfo" => Ok(json!({
-            "version": 280000,
-            "subversion": "/potluck-devchain:0.1.0/",
-            "protocolversion": 70016,
-            "localrelay": true,
-            "networkactive": true,
-            "connections": 0,
-            "relayfee": shapes::btc(Amount::from_sat(chain.with_state(|s| s.min_relay_fee()).to_sat_per_kwu() * 4)),
-            "incrementalfee": shapes::btc(Amount::from_sat(chain.with_state(|s| s.incremental_relay_fee()).to_sat_per_kwu() * 4)),
-            "warnings": [],
-        })),
-        "uptime" => Ok(json!(0)),
+        "getnetworkinfo" => {
+            let kvb = |r: FeeRate| shapes::btc(Amount::from_sat(r.to_sat_per_kwu() * 4));
+            let (relay, incremental) =
+                chain.with_state(|s| (s.min_relay_fee(), s.incremental_relay_fee()));
+            // Core's reachability table; the development chain has no P2P,
+            // so it answers as a node with no connections and no proxy.
+            let networks: Vec<Value> = [
+                ("ipv4", false),
+                ("ipv6", false),
+                ("onion", true),
+                ("i2p", true),
+                ("cjdns", true),
+            ]
+            .iter()
+            .map(|(name, limited)| {
+                json!({
+                    "name": name,
+                    "limited": limited,
+                    "reachable": !limited,
+                    "proxy": "",
+                    "proxy_randomize_credentials": false,
+                })
+            })
+            .collect();
+            Ok(json!({
+                "version": shapes::CORE_VERSION,
+                "subversion": "/potluck-devchain:0.1.0/",
+                "protocolversion": 70016,
+                "localservices": format!("{:016x}", shapes::LOCAL_SERVICES),
+                "localservicesnames": ["NETWORK", "WITNESS", "NETWORK_LIMITED", "P2P_V2"],
+                "localrelay": true,
+                "timeoffset": 0,
+                "networkactive": true,
+                "connections": 0,
+                "connections_in": 0,
+                "connections_out": 0,
+                "networks": networks,
+                "relayfee": kvb(relay),
+                "incrementalfee": kvb(incremental),
+                "localaddresses": [],
+                "warnings": [],
+            }))
+        }
+        "uptime" => Ok(json!(chain.uptime().as_secs())),
         "stop" => {
             let _ = st.shutdown.send(true);
             Ok(json!("Bitcoin Core stopping"))
