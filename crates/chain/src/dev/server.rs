@@ -700,23 +700,27 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
             }
         }
         "generateblock" => {
-            let script = match arg(p, 0) {
-                Some(Value::String(s)) => wallet::validate_address(s, Network::Regtest)
-                    .map(|a| a.script_pubkey())
-                    .map_err(|_| {
-                        // Core also takes a descriptor here; this chain only addresses.
-                        fail(
-                            RPC_INVALID_ADDRESS_OR_KEY,
-                            "Error: Invalid address or descriptor",
-                        )
-                    })?,
-                _ => req_str(p, 0, "output").map(|_| bitcoin::ScriptBuf::new())?,
-            };
-            let Some(Value::Array(items)) = arg(p, 1) else {
-                return Err(fail(
-                    RPC_TYPE_ERROR,
-                    "JSON value of type null for field transactions is not of expected type array",
-                ));
+            let output = req_str(p, 0, "output")?;
+            let script = wallet::validate_address(output, Network::Regtest)
+                .map(|a| a.script_pubkey())
+                // Core also takes a descriptor here; this chain only addresses.
+                .map_err(|_| {
+                    fail(
+                        RPC_INVALID_ADDRESS_OR_KEY,
+                        "Error: Invalid address or descriptor",
+                    )
+                })?;
+            let items = match arg(p, 1) {
+                Some(Value::Array(items)) => items,
+                other => {
+                    return Err(fail(
+                        RPC_TYPE_ERROR,
+                        format!(
+                            "JSON value of type {} for field transactions is not of expected type array",
+                            other.map_or("null", type_name)
+                        ),
+                    ))
+                }
             };
             let submit = match arg(p, 2) {
                 None => true,
@@ -735,11 +739,10 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
             for item in items {
                 let text = item.as_str().unwrap_or_default();
                 // Core: a txid names a mempool transaction, anything else is raw hex.
-                if let Ok(txid) = text
-                    .parse::<Txid>()
-                    .map_err(|_| ())
-                    .and_then(|t| (text.len() == 64).then_some(t).ok_or(()))
-                {
+                let as_txid = (text.len() == 64)
+                    .then(|| text.parse::<Txid>().ok())
+                    .flatten();
+                if let Some(txid) = as_txid {
                     let tx = chain
                         .with_state(|s| s.mempool_entry(&txid).map(|e| e.tx.clone()))
                         .ok_or_else(|| {
