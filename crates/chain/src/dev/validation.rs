@@ -39,8 +39,11 @@ pub const MAX_STANDARD_TX_WEIGHT: u64 = 400_000;
 pub const MIN_STANDARD_TX_NONWITNESS_SIZE: usize = 65;
 /// Core's `MAX_STANDARD_TX_SIGOPS_COST`.
 pub const MAX_STANDARD_TX_SIGOPS_COST: usize = 16_000;
-/// Core's `MAX_OP_RETURN_RELAY` (`-datacarriersize` default): 83 bytes of script.
-pub const MAX_OP_RETURN_RELAY: usize = 83;
+/// Core's `MAX_OP_RETURN_RELAY` (`-datacarriersize` default) since Core 30:
+/// 100,000 bytes of OP_RETURN scripts in all outputs together
+/// (`MAX_STANDARD_TX_WEIGHT / WITNESS_SCALE_FACTOR`; before 30: one output of
+/// at most 83 bytes).
+pub const MAX_OP_RETURN_RELAY: usize = 100_000;
 /// Locktime values below this are block heights, above are UNIX times.
 const LOCKTIME_THRESHOLD: u32 = 500_000_000;
 
@@ -390,17 +393,20 @@ pub fn check_standard(tx: &Transaction) -> Result<(), TxReject> {
     if tx.input.iter().any(|i| !i.script_sig.is_push_only()) {
         return Err(TxReject::rejected("scriptsig-not-pushonly"));
     }
-    let mut data_outputs = 0;
+    let mut data_bytes_left = MAX_OP_RETURN_RELAY;
     for o in &tx.output {
         let script = &o.script_pubkey;
         if script.is_op_return() {
-            // Core's TxoutType::NULL_DATA: OP_RETURN then pushes only, at
-            // most 83 bytes in all.
+            // Core's TxoutType::NULL_DATA: OP_RETURN then pushes only. Since
+            // Core 30 any number of them, their scripts together within
+            // `-datacarriersize` (which the weight limit reaches first).
             let pushes_only = bitcoin::Script::from_bytes(&script.as_bytes()[1..]).is_push_only();
-            if script.len() > MAX_OP_RETURN_RELAY || !pushes_only {
+            if !pushes_only {
                 return Err(TxReject::rejected("scriptpubkey"));
             }
-            data_outputs += 1;
+            data_bytes_left = data_bytes_left
+                .checked_sub(script.len())
+                .ok_or_else(|| TxReject::rejected("datacarrier"))?;
             continue;
         }
         let standard = script.is_p2pkh()
@@ -414,9 +420,6 @@ pub fn check_standard(tx: &Transaction) -> Result<(), TxReject> {
         if o.value < script.minimal_non_dust() {
             return Err(TxReject::rejected("dust"));
         }
-    }
-    if data_outputs > 1 {
-        return Err(TxReject::rejected("multi-op-return"));
     }
     Ok(())
 }
