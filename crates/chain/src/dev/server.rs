@@ -570,8 +570,10 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
                         m.insert("fees".into(), json!({"base": shapes::btc(a.fee)}));
                     }
                     Err(r) => {
+                        // Core: the reason alone, and with its debug part.
                         m.insert("allowed".into(), json!(false));
-                        m.insert("reject-reason".into(), json!(r.reason));
+                        m.insert("reject-reason".into(), json!(r.reject_reason()));
+                        m.insert("reject-details".into(), json!(r.reason));
                     }
                 }
                 out.push(Value::Object(m));
