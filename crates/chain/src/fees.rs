@@ -64,10 +64,10 @@ impl FeePolicy {
     /// `docs/node.md` and `docs/chain.md` promise (and the rounds service's
     /// default `fee_rate_sat_vb`).
     pub const DEFAULT_FALLBACK: FeeRate = FeeRate::from_sat_per_kwu(500);
-    /// Default ceiling: 500 sat/vB. Above every mainnet next-block rate seen
-    /// outside a few hours of 2023–2024, and 20 times below Core's
-    /// `maxfeerate` (10,000 sat/vB), so a broken estimate cannot burn a
-    /// large share of a small transaction's value.
+    /// Default ceiling: 500 sat/vB. Above mainnet's next-block rates
+    /// outside brief spikes (such as the April 2024 halving block), and 20
+    /// times below Core's `maxfeerate` (10,000 sat/vB), so a broken
+    /// estimate cannot burn a large share of a small transaction's value.
     pub const DEFAULT_CEILING: FeeRate = FeeRate::from_sat_per_kwu(125_000);
 
     /// A policy with the given bounds.

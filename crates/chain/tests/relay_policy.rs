@@ -125,6 +125,19 @@ async fn relay_starts_at_a_tenth_of_a_sat_per_vbyte() {
         text,
         format!("min relay fee not met, {} < {needed}", needed - 1)
     );
+    // testmempoolaccept: Core's reason alone, and with its debug part.
+    let r: Value = c
+        .call(
+            "testmempoolaccept",
+            json!([[bitcoin::consensus::encode::serialize_hex(&short)]]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r[0]["reject-reason"], json!("min relay fee not met"));
+    assert_eq!(
+        r[0]["reject-details"],
+        json!(format!("min relay fee not met, {} < {needed}", needed - 1))
+    );
     let enough = spend_with_fee(&w, &coin, 1, needed);
     c.broadcast(enough.clone()).await.unwrap();
     // A replacement must add the incremental relay fee (0.1 sat/vB of its
@@ -163,13 +176,26 @@ async fn script_failures_use_core_30_texts() {
     let mut tx = spend_with_fee(&w, &coin, 1, 500);
     // Signed for another amount: the signature fails by consensus.
     tx.output[0].value -= Amount::from_sat(1);
-    let e = c.broadcast(tx).await.unwrap_err();
+    let e = c.broadcast(tx.clone()).await.unwrap_err();
     assert_eq!(e.reject_category(), Some(RejectCategory::Invalid));
     let (code, text) = reason(e);
     assert_eq!(code, codes::RPC_VERIFY_REJECTED);
     assert!(
         text.starts_with("mempool-script-verify-flag-failed ("),
         "{text}"
+    );
+    // Core's debug part names the input and what it spends.
+    let suffix = format!(
+        "), input 0 of {} (wtxid {}), spending {}",
+        tx.compute_txid(),
+        tx.compute_wtxid(),
+        coin.outpoint
+    );
+    assert!(text.ends_with(&suffix), "{text}");
+    let r = c.test_mempool_accept(&[tx]).await.unwrap();
+    assert_eq!(
+        r[0].reject_reason.as_deref(),
+        Some(&text[..text.len() - suffix.len() + 1])
     );
     node.shutdown().await;
 }

@@ -87,11 +87,22 @@ fn spend(coin: &(OutPoint, TxOut)) -> Transaction {
     }
 }
 
+/// Core's reject reason of `tx`: `sendrawtransaction`'s message without its
+/// debug part, which must name input 0 of `tx` (every case here has one input).
 async fn refusal(c: &BitcoindRpc, tx: &Transaction) -> String {
     match c.send_raw_transaction(tx).await {
         Err(RpcError::Rpc { code, message }) => {
             assert_eq!(code, -26, "{message}");
+            let debug = format!(
+                ", input 0 of {} (wtxid {}), spending {}",
+                tx.compute_txid(),
+                tx.compute_wtxid(),
+                tx.input[0].previous_output
+            );
             message
+                .strip_suffix(&debug)
+                .unwrap_or_else(|| panic!("{message} does not end with {debug}"))
+                .to_owned()
         }
         other => panic!("expected a -26 refusal, got {other:?}"),
     }

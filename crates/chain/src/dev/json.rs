@@ -17,6 +17,15 @@ pub fn btc(amount: Amount) -> Value {
     json!(amount.to_btc())
 }
 
+/// The Core version `getnetworkinfo` reports: 30.0, whose relay policy the
+/// development chain follows (`docs/chain.md`).
+pub const CORE_VERSION: u32 = 300_000;
+
+/// The service bits `getnetworkinfo` reports, as a regtest Core 30 node's:
+/// NODE_NETWORK (1), NODE_WITNESS (8), NODE_NETWORK_LIMITED (1024) and
+/// NODE_P2P_V2 (2048).
+pub const LOCAL_SERVICES: u64 = 1 | 8 | 1024 | 2048;
+
 /// Core's `chainwork` for a regtest block at `height` (each block is 2 units of work).
 pub fn chainwork(height: u32) -> String {
     format!("{:064x}", (u128::from(height) + 1) * 2)

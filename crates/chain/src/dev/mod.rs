@@ -114,6 +114,8 @@ struct Inner {
     faucet_script: ScriptBuf,
     secp: Secp256k1<bitcoin::secp256k1::All>,
     tip_poll: Duration,
+    /// When this handle's chain was opened, for `uptime`.
+    started: std::time::Instant,
 }
 
 /// A handle on the development chain; clones share the same chain.
@@ -181,6 +183,7 @@ impl DevChain {
                 faucet_script,
                 secp,
                 tip_poll: Duration::from_millis(100),
+                started: std::time::Instant::now(),
             }),
         };
         if fresh {
@@ -336,6 +339,11 @@ impl DevChain {
     /// Whether the transaction index is on.
     pub fn txindex(&self) -> bool {
         self.knobs().txindex
+    }
+
+    /// Time since the chain was opened (`uptime`, whole seconds there).
+    pub fn uptime(&self) -> Duration {
+        self.inner.started.elapsed()
     }
 
     /// Bytes of block data in the data directory.

@@ -570,8 +570,10 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
                         m.insert("fees".into(), json!({"base": shapes::btc(a.fee)}));
                     }
                     Err(r) => {
+                        // Core: the reason alone, and with its debug part.
                         m.insert("allowed".into(), json!(false));
-                        m.insert("reject-reason".into(), json!(r.reason));
+                        m.insert("reject-reason".into(), json!(r.reject_reason()));
+                        m.insert("reject-details".into(), json!(r.reason));
                     }
                 }
                 out.push(Value::Object(m));
@@ -700,23 +702,27 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
             }
         }
         "generateblock" => {
-            let script = match arg(p, 0) {
-                Some(Value::String(s)) => wallet::validate_address(s, Network::Regtest)
-                    .map(|a| a.script_pubkey())
-                    .map_err(|_| {
-                        // Core also takes a descriptor here; this chain only addresses.
-                        fail(
-                            RPC_INVALID_ADDRESS_OR_KEY,
-                            "Error: Invalid address or descriptor",
-                        )
-                    })?,
-                _ => req_str(p, 0, "output").map(|_| bitcoin::ScriptBuf::new())?,
-            };
-            let Some(Value::Array(items)) = arg(p, 1) else {
-                return Err(fail(
-                    RPC_TYPE_ERROR,
-                    "JSON value of type null for field transactions is not of expected type array",
-                ));
+            let output = req_str(p, 0, "output")?;
+            let script = wallet::validate_address(output, Network::Regtest)
+                .map(|a| a.script_pubkey())
+                // Core also takes a descriptor here; this chain only addresses.
+                .map_err(|_| {
+                    fail(
+                        RPC_INVALID_ADDRESS_OR_KEY,
+                        "Error: Invalid address or descriptor",
+                    )
+                })?;
+            let items = match arg(p, 1) {
+                Some(Value::Array(items)) => items,
+                other => {
+                    return Err(fail(
+                        RPC_TYPE_ERROR,
+                        format!(
+                            "JSON value of type {} for field transactions is not of expected type array",
+                            other.map_or("null", type_name)
+                        ),
+                    ))
+                }
             };
             let submit = match arg(p, 2) {
                 None => true,
@@ -735,11 +741,10 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
             for item in items {
                 let text = item.as_str().unwrap_or_default();
                 // Core: a txid names a mempool transaction, anything else is raw hex.
-                if let Ok(txid) = text
-                    .parse::<Txid>()
-                    .map_err(|_| ())
-                    .and_then(|t| (text.len() == 64).then_some(t).ok_or(()))
-                {
+                let as_txid = (text.len() == 64)
+                    .then(|| text.parse::<Txid>().ok())
+                    .flatten();
+                if let Some(txid) = as_txid {
                     let tx = chain
                         .with_state(|s| s.mempool_entry(&txid).map(|e| e.tx.clone()))
                         .ok_or_else(|| {
@@ -813,18 +818,50 @@ fn dispatch(st: &ServerState, method: &str, p: &[Value]) -> Result<Value, RpcFai
                 "mining_min_fee_sat_vb": threshold.map(|r| r.to_sat_per_kwu() as f64 * 4.0 / 1000.0),
             }))
         }
-        "getnetworkinfo" => Ok(json!({
-            "version": 280000,
-            "subversion": "/potluck-devchain:0.1.0/",
-            "protocolversion": 70016,
-            "localrelay": true,
-            "networkactive": true,
-            "connections": 0,
-            "relayfee": shapes::btc(Amount::from_sat(chain.with_state(|s| s.min_relay_fee()).to_sat_per_kwu() * 4)),
-            "incrementalfee": shapes::btc(Amount::from_sat(chain.with_state(|s| s.incremental_relay_fee()).to_sat_per_kwu() * 4)),
-            "warnings": [],
-        })),
-        "uptime" => Ok(json!(0)),
+        "getnetworkinfo" => {
+            let kvb = |r: FeeRate| shapes::btc(Amount::from_sat(r.to_sat_per_kwu() * 4));
+            let (relay, incremental) =
+                chain.with_state(|s| (s.min_relay_fee(), s.incremental_relay_fee()));
+            // Core's reachability table; the development chain has no P2P,
+            // so it answers as a node with no connections and no proxy.
+            let networks: Vec<Value> = [
+                ("ipv4", false),
+                ("ipv6", false),
+                ("onion", true),
+                ("i2p", true),
+                ("cjdns", true),
+            ]
+            .iter()
+            .map(|(name, limited)| {
+                json!({
+                    "name": name,
+                    "limited": limited,
+                    "reachable": !limited,
+                    "proxy": "",
+                    "proxy_randomize_credentials": false,
+                })
+            })
+            .collect();
+            Ok(json!({
+                "version": shapes::CORE_VERSION,
+                "subversion": "/potluck-devchain:0.1.0/",
+                "protocolversion": 70016,
+                "localservices": format!("{:016x}", shapes::LOCAL_SERVICES),
+                "localservicesnames": ["NETWORK", "WITNESS", "NETWORK_LIMITED", "P2P_V2"],
+                "localrelay": true,
+                "timeoffset": 0,
+                "networkactive": true,
+                "connections": 0,
+                "connections_in": 0,
+                "connections_out": 0,
+                "networks": networks,
+                "relayfee": kvb(relay),
+                "incrementalfee": kvb(incremental),
+                "localaddresses": [],
+                "warnings": [],
+            }))
+        }
+        "uptime" => Ok(json!(chain.uptime().as_secs())),
         "stop" => {
             let _ = st.shutdown.send(true);
             Ok(json!("Bitcoin Core stopping"))

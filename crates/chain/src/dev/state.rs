@@ -320,7 +320,8 @@ impl ChainState {
                 .fee_vb(vsize)
                 .unwrap_or(Amount::MAX_MONEY)
                 .to_sat();
-            if fee < 0 || (fee as u64) < needed {
+            // A negative modified fee (a negative delta) never reaches it.
+            if u64::try_from(fee).map_or(true, |f| f < needed) {
                 break;
             }
             chosen.extend(package);

@@ -39,8 +39,11 @@ pub const MAX_STANDARD_TX_WEIGHT: u64 = 400_000;
 pub const MIN_STANDARD_TX_NONWITNESS_SIZE: usize = 65;
 /// Core's `MAX_STANDARD_TX_SIGOPS_COST`.
 pub const MAX_STANDARD_TX_SIGOPS_COST: usize = 16_000;
-/// Core's `MAX_OP_RETURN_RELAY` (`-datacarriersize` default): 83 bytes of script.
-pub const MAX_OP_RETURN_RELAY: usize = 83;
+/// Core's `MAX_OP_RETURN_RELAY` (`-datacarriersize` default) since Core 30:
+/// 100,000 bytes of OP_RETURN scripts in all outputs together
+/// (`MAX_STANDARD_TX_WEIGHT / WITNESS_SCALE_FACTOR`; before 30: one output of
+/// at most 83 bytes).
+pub const MAX_OP_RETURN_RELAY: usize = 100_000;
 /// Locktime values below this are block heights, above are UNIX times.
 const LOCKTIME_THRESHOLD: u32 = 500_000_000;
 
@@ -72,11 +75,32 @@ impl RejectKind {
 pub struct TxReject {
     /// Which RPC code the reason maps to.
     pub kind: RejectKind,
-    /// Core's reject reason, e.g. `bad-txns-inputs-missingorspent`.
+    /// Core's refusal as `sendrawtransaction` words it: the reject reason
+    /// (e.g. `bad-txns-inputs-missingorspent`), then any debug part after
+    /// `", "` (`min relay fee not met, 0 < 11`); see [`TxReject::reject_reason`].
     pub reason: String,
 }
 
 impl TxReject {
+    /// Core's reject reason alone (`GetRejectReason`: `testmempoolaccept`'s
+    /// `reject-reason`): [`TxReject::reason`] up to its debug part, which
+    /// follows the first `", "` outside parentheses (`min relay fee not
+    /// met` of `min relay fee not met, 0 < 11`).
+    pub fn reject_reason(&self) -> &str {
+        let mut depth = 0i32;
+        for (i, c) in self.reason.char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                ',' if depth == 0 && self.reason[i + 1..].starts_with(' ') => {
+                    return &self.reason[..i];
+                }
+                _ => {}
+            }
+        }
+        &self.reason
+    }
+
     pub(crate) fn rejected(reason: impl Into<String>) -> Self {
         Self {
             kind: RejectKind::Rejected,
@@ -253,13 +277,24 @@ enum ScriptContext {
 }
 
 impl ScriptContext {
-    fn reject(self, what: impl std::fmt::Display) -> TxReject {
-        match self {
-            Self::Mempool => {
-                TxReject::rejected(format!("mempool-script-verify-flag-failed ({what})"))
-            }
-            Self::Block => TxReject::rejected(format!("block-script-verify-flag-failed ({what})")),
-        }
+    /// Core's refusal of input `index` of `tx`: the reason, then (Core's
+    /// debug message, part of `sendrawtransaction`'s text and of
+    /// `testmempoolaccept`'s `reject-details`) the input and what it spends.
+    fn reject(self, what: impl std::fmt::Display, tx: &Transaction, index: usize) -> TxReject {
+        let prefix = match self {
+            Self::Mempool => "mempool-script-verify-flag-failed",
+            Self::Block => "block-script-verify-flag-failed",
+        };
+        let spending = tx
+            .input
+            .get(index)
+            .map(|i| i.previous_output.to_string())
+            .unwrap_or_default();
+        TxReject::rejected(format!(
+            "{prefix} ({what}), input {index} of {} (wtxid {}), spending {spending}",
+            tx.compute_txid(),
+            tx.compute_wtxid()
+        ))
     }
 }
 
@@ -275,7 +310,7 @@ pub fn verify_scripts(tx: &Transaction, coins: &[&Coin]) -> Result<(), TxReject>
     verify_consensus(tx, coins, ScriptContext::Block)?;
     if coins.iter().any(|c| c.txout.script_pubkey.is_p2tr()) {
         let mut checker = TxChecker::new(tx, prevouts(coins), false);
-        check_taproot_inputs(&mut checker, coins, ScriptContext::Block)?;
+        check_taproot_inputs(&mut checker, tx, coins, ScriptContext::Block)?;
     }
     Ok(())
 }
@@ -295,7 +330,7 @@ pub fn verify_scripts_policy(tx: &Transaction, coins: &[&Coin]) -> Result<(), Tx
         return Ok(());
     }
     let mut checker = TxChecker::new(tx, prevouts(coins), true);
-    check_taproot_inputs(&mut checker, coins, ScriptContext::Mempool)?;
+    check_taproot_inputs(&mut checker, tx, coins, ScriptContext::Mempool)?;
     for (index, coin) in coins.iter().enumerate() {
         let spk = &coin.txout.script_pubkey;
         if spk.is_p2wpkh() || spk.is_p2tr() {
@@ -310,10 +345,7 @@ pub fn verify_scripts_policy(tx: &Transaction, coins: &[&Coin]) -> Result<(), Tx
             // the flags it exists for may refuse; anything else would be a
             // disagreement with libbitcoinconsensus, so it lets it through.
             Err(e @ (ScriptError::NullFail | ScriptError::MinimalIf | ScriptError::CleanStack)) => {
-                return Err(TxReject::rejected(format!(
-                    "mempool-script-verify-flag-failed ({})",
-                    e.text()
-                )));
+                return Err(ScriptContext::Mempool.reject(e.text(), tx, index));
             }
             Err(e) => {
                 tracing::warn!(
@@ -333,6 +365,7 @@ fn prevouts(coins: &[&Coin]) -> Vec<TxOut> {
 
 fn check_taproot_inputs(
     checker: &mut TxChecker<'_>,
+    tx: &Transaction,
     coins: &[&Coin],
     context: ScriptContext,
 ) -> Result<(), TxReject> {
@@ -347,7 +380,7 @@ fn check_taproot_inputs(
             }
             // Policy-only errors arise only with the policy flags on, i.e.
             // in the mempool; Core 30 words both kinds alike there.
-            Err(e) => return Err(context.reject(e.text())),
+            Err(e) => return Err(context.reject(e.text(), tx, index)),
         }
     }
     Ok(())
@@ -368,7 +401,7 @@ fn verify_consensus(
             &bytes,
             SCRIPT_FLAGS,
         )
-        .map_err(|e| context.reject(format_args!("input {index}: {e}")))?;
+        .map_err(|e| context.reject(e, tx, index))?;
     }
     Ok(())
 }
@@ -390,17 +423,20 @@ pub fn check_standard(tx: &Transaction) -> Result<(), TxReject> {
     if tx.input.iter().any(|i| !i.script_sig.is_push_only()) {
         return Err(TxReject::rejected("scriptsig-not-pushonly"));
     }
-    let mut data_outputs = 0;
+    let mut data_bytes_left = MAX_OP_RETURN_RELAY;
     for o in &tx.output {
         let script = &o.script_pubkey;
         if script.is_op_return() {
-            // Core's TxoutType::NULL_DATA: OP_RETURN then pushes only, at
-            // most 83 bytes in all.
+            // Core's TxoutType::NULL_DATA: OP_RETURN then pushes only. Since
+            // Core 30 any number of them, their scripts together within
+            // `-datacarriersize` (which the weight limit reaches first).
             let pushes_only = bitcoin::Script::from_bytes(&script.as_bytes()[1..]).is_push_only();
-            if script.len() > MAX_OP_RETURN_RELAY || !pushes_only {
+            if !pushes_only {
                 return Err(TxReject::rejected("scriptpubkey"));
             }
-            data_outputs += 1;
+            data_bytes_left = data_bytes_left
+                .checked_sub(script.len())
+                .ok_or_else(|| TxReject::rejected("datacarrier"))?;
             continue;
         }
         let standard = script.is_p2pkh()
@@ -414,9 +450,6 @@ pub fn check_standard(tx: &Transaction) -> Result<(), TxReject> {
         if o.value < script.minimal_non_dust() {
             return Err(TxReject::rejected("dust"));
         }
-    }
-    if data_outputs > 1 {
-        return Err(TxReject::rejected("multi-op-return"));
     }
     Ok(())
 }
@@ -444,9 +477,8 @@ fn is_standard_bare_multisig(script: &bitcoin::Script) -> bool {
 /// `mempool-script-verify-flag-failed (…)` with Core's script error text,
 /// or `bad-txns-too-many-sigops`.
 pub fn check_policy_scripts(tx: &Transaction, coins: &[&Coin]) -> Result<(), TxReject> {
-    let non_mandatory =
-        |what: &str| TxReject::rejected(format!("mempool-script-verify-flag-failed ({what})"));
-    for (input, coin) in tx.input.iter().zip(coins) {
+    for (index, (input, coin)) in tx.input.iter().zip(coins).enumerate() {
+        let non_mandatory = |what: &str| ScriptContext::Mempool.reject(what, tx, index);
         let spk = &coin.txout.script_pubkey;
         let witness: Vec<&[u8]> = input.witness.iter().collect();
         // In P2WSH the last witness item is the script. (P2SH-wrapped
