@@ -31,6 +31,11 @@ pub struct ChainArgs {
     /// Seconds between blocks mined to the faucet; 0 = blocks only on demand.
     #[arg(long, env = "POTLUCK_BLOCK_INTERVAL", default_value_t = 15)]
     pub block_interval: u64,
+    /// Keep the transaction index (`-txindex`); `--txindex=false` answers
+    /// `getrawtransaction` for confirmed transactions only with a block hash,
+    /// as Bitcoin Core does by default.
+    #[arg(long, env = "POTLUCK_TXINDEX", default_value_t = true, action = clap::ArgAction::Set)]
+    pub txindex: bool,
 }
 
 /// Runs the chain until Ctrl-C, SIGTERM or the `stop` RPC.
@@ -58,6 +63,8 @@ pub fn run(args: ChainArgs) -> anyhow::Result<()> {
                 args.data_dir.display()
             )
         })?;
+        // Before the address is printed: clients that wait for it never see the other mode.
+        running.chain.set_txindex(args.txindex);
         let addr = running.rpc_addr.context("rpc server did not start")?;
         println!(
             "potluck chain: regtest at height {}, JSON-RPC on http://{addr}/",
