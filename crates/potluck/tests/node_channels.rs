@@ -161,6 +161,14 @@ fn open_pay_htlcs_close(index: TxIndex) {
     // After a restart B finds the anchor's depth again (a reorganisation while it was
     // down could have taken it) and the channel goes on.
     b.kill9();
+    let anchor = a.channel()["anchor_txid"].as_str().unwrap().to_owned();
+    let recorded = node_sql(&b, "SELECT hash FROM tx_blocks WHERE txid = ?", &anchor);
+    assert_eq!(recorded.len(), 1, "B recorded the anchor's block");
+    if index == TxIndex::Off {
+        // A channel opened by a release that needed the index has no such record: its
+        // unspent anchor is still found (gettxout).
+        node_sql(&b, "DELETE FROM tx_blocks WHERE txid = ?", &anchor);
+    }
     b.restart();
     // A direct payment, once A has reconnected and B counts the anchor as confirmed.
     let paid = wait_for("a payment after B's restart", 60, || {
