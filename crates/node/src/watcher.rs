@@ -53,11 +53,17 @@ impl NodeState {
         txid: bitcoin::Txid,
     ) -> Result<Option<chain::TxStatus>, LookupError> {
         if let Some(hash) = self.store.tx_block(&txid).await? {
-            if let Some(status) = self.chain.transaction_in_block(txid, hash).await? {
-                return Ok(Some(status));
+            match self.chain.transaction_in_block(txid, hash).await {
+                Ok(Some(status)) => return Ok(Some(status)),
+                // That block left the best chain (the next pass rewinds the record): the
+                // transaction may be back in the mempool or in a block of the new branch.
+                Ok(None) => {}
+                // A pruned block, or Core unreachable: the mempool (and `gettxout` for an
+                // anchor) may still answer; if Core is down the next call says so.
+                Err(e) => {
+                    tracing::debug!(%txid, block = %hash, error = %e, "recorded block unavailable")
+                }
             }
-            // That block left the best chain (the next pass rewinds the record): the
-            // transaction may be back in the mempool or in a block of the new branch.
         }
         Ok(self.chain.transaction(txid).await?)
     }
