@@ -1251,16 +1251,30 @@ impl NodeState {
     /// the agreed amount to the P2WSH 2-of-2 of both commit keys.
     ///
     /// # Errors
-    /// The chain could not be asked (try again later; nothing is decided).
+    /// The chain or the store could not be asked (try again later; nothing is decided).
     pub(crate) async fn check_anchor(
         &self,
         ch: &Channel,
-    ) -> Result<AnchorCheck, chain::ChainError> {
+    ) -> Result<AnchorCheck, crate::watcher::LookupError> {
         let Some((op, expected)) = ch.anchor_output() else {
             return Ok(AnchorCheck::Missing);
         };
-        let Some(status) = self.chain.transaction(op.txid).await? else {
-            return Ok(AnchorCheck::Missing);
+        let Some(status) = self.followed_transaction(op.txid).await? else {
+            // An anchor confirmed before its block was recorded (a channel from a release
+            // that needed -txindex): while unspent, `gettxout` shows it without the index.
+            return Ok(match self.chain.unspent_output(op).await? {
+                Some(out)
+                    if out.value == expected.value
+                        && out.script_pubkey == expected.script_pubkey =>
+                {
+                    AnchorCheck::Good(out.confirmations)
+                }
+                Some(out) => AnchorCheck::Bad(format!(
+                    "output {op} pays {} to {}, not {} to the channel's 2-of-2",
+                    out.value, out.script_pubkey, expected.value
+                )),
+                None => AnchorCheck::Missing,
+            });
         };
         Ok(match status.tx.output.get(op.vout as usize) {
             Some(out) if *out == expected => AnchorCheck::Good(status.confirmations),
@@ -1358,7 +1372,7 @@ impl NodeState {
         let Some(op) = inner.channel.anchor_outpoint() else {
             return;
         };
-        if let Ok(Some(status)) = self.chain.transaction(op.txid).await {
+        if let Ok(Some(status)) = self.followed_transaction(op.txid).await {
             inner.anchor_inputs = status.tx.input.iter().map(|i| i.previous_output).collect();
         }
     }
@@ -1457,7 +1471,7 @@ impl NodeState {
         let Some(op) = ch.anchor_outpoint() else {
             return 0;
         };
-        match self.chain.transaction(op.txid).await {
+        match self.followed_transaction(op.txid).await {
             Ok(Some(status)) => status.confirmations,
             _ => 0,
         }

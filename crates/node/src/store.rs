@@ -185,6 +185,7 @@ CREATE TABLE IF NOT EXISTS broadcasts (
     csv_blocks INTEGER NOT NULL, lock_time INTEGER NOT NULL, done INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS block_hashes (height INTEGER PRIMARY KEY, hash TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tx_blocks (txid TEXT PRIMARY KEY, height INTEGER NOT NULL, hash TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS revoked_commitments (
     channel_id INTEGER NOT NULL, num INTEGER NOT NULL, record TEXT NOT NULL,
     PRIMARY KEY (channel_id, num)
@@ -775,10 +776,40 @@ impl Store {
         Ok(row.and_then(|r| r.get::<String, _>(0).parse().ok()))
     }
 
+    /// Remembers that the block `hash` at `height` holds `txid`, a transaction the node
+    /// follows: Core finds a confirmed transaction without `-txindex` only by its block.
+    pub(crate) async fn record_tx_block(
+        &self,
+        txid: &Txid,
+        height: u32,
+        hash: &bitcoin::BlockHash,
+    ) -> Result<(), StoreError> {
+        sqlx::query("INSERT INTO tx_blocks (txid, height, hash) VALUES (?, ?, ?) ON CONFLICT(txid) DO UPDATE SET height = excluded.height, hash = excluded.hash")
+            .bind(txid.to_string())
+            .bind(height)
+            .bind(hash.to_string())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// The block the scan last found `txid` in, if it recorded one.
+    pub(crate) async fn tx_block(
+        &self,
+        txid: &Txid,
+    ) -> Result<Option<bitcoin::BlockHash>, StoreError> {
+        let row = sqlx::query("SELECT hash FROM tx_blocks WHERE txid = ?")
+            .bind(txid.to_string())
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.and_then(|r| r.get::<String, _>(0).parse().ok()))
+    }
+
     /// Undoes what the blocks above `fork` did, in one transaction: their outputs go (a
     /// rescan adds back those the new branch holds), outputs they spent (`spent_by` one of
     /// `gone`) are unspent, broadcasts they confirmed are pending again (claims and
-    /// penalties are re-sent), and their hashes are forgotten.
+    /// penalties are re-sent), the transactions recorded in them lose their block (a
+    /// rescan records the new branch's), and their hashes are forgotten.
     pub(crate) async fn rewind(&self, fork: u32, gone: &[Txid]) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         sqlx::query("DELETE FROM outputs WHERE height > ?")
@@ -792,6 +823,10 @@ impl Store {
                 .await?;
         }
         sqlx::query("UPDATE broadcasts SET done = 0 WHERE done > ?")
+            .bind(fork)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM tx_blocks WHERE height > ?")
             .bind(fork)
             .execute(&mut *tx)
             .await?;
@@ -1007,6 +1042,28 @@ mod tests {
             }],
             output: Vec::new(),
         }
+    }
+
+    /// The block of a followed transaction is kept, moved when a rescan finds it in
+    /// another block, and forgotten when a reorganisation takes its block.
+    #[tokio::test]
+    async fn a_recorded_block_follows_the_best_chain() {
+        use bitcoin::hashes::Hash as _;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).await.unwrap();
+        let (low, high) = (claim(1).compute_txid(), claim(2).compute_txid());
+        let block = |n: u8| bitcoin::BlockHash::from_byte_array([n; 32]);
+        assert_eq!(store.tx_block(&low).await.unwrap(), None);
+        store.record_tx_block(&low, 10, &block(10)).await.unwrap();
+        store.record_tx_block(&high, 12, &block(12)).await.unwrap();
+        assert_eq!(store.tx_block(&low).await.unwrap(), Some(block(10)));
+
+        store.rewind(11, &[]).await.unwrap();
+        assert_eq!(store.tx_block(&low).await.unwrap(), Some(block(10)));
+        assert_eq!(store.tx_block(&high).await.unwrap(), None);
+        // The rescan of the new branch finds it again, in another block.
+        store.record_tx_block(&high, 13, &block(13)).await.unwrap();
+        assert_eq!(store.tx_block(&high).await.unwrap(), Some(block(13)));
     }
 
     /// The watcher skips the query of an empty broadcast queue; a claim queued after that

@@ -27,6 +27,48 @@ pub(crate) enum WatchError {
 }
 use crate::NodeState;
 
+/// Why a transaction the node follows could not be looked up (nothing is decided on it).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LookupError {
+    /// The chain backend failed.
+    #[error("chain: {0}")]
+    Chain(#[from] chain::ChainError),
+    /// The record of its block could not be read.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl NodeState {
+    /// A transaction the node follows (an anchor, a commitment or close spending one, a
+    /// queued claim or its parent), in the mempool or on the best chain; `None` if neither.
+    /// Found without Core's `-txindex`: the scan recorded the block that holds it
+    /// ([`crate::store::Store::record_tx_block`]), and Core finds a confirmed transaction
+    /// by its block; the mempool needs no index. On a Core with the index, a transaction
+    /// confirmed in a block not scanned yet is found too.
+    ///
+    /// # Errors
+    /// The chain or the store could not be asked.
+    pub(crate) async fn followed_transaction(
+        &self,
+        txid: bitcoin::Txid,
+    ) -> Result<Option<chain::TxStatus>, LookupError> {
+        if let Some(hash) = self.store.tx_block(&txid).await? {
+            match self.chain.transaction_in_block(txid, hash).await {
+                Ok(Some(status)) => return Ok(Some(status)),
+                // That block left the best chain (the next pass rewinds the record): the
+                // transaction may be back in the mempool or in a block of the new branch.
+                Ok(None) => {}
+                // A pruned block, or Core unreachable: the mempool (and `gettxout` for an
+                // anchor) may still answer; if Core is down the next call says so.
+                Err(e) => {
+                    tracing::debug!(%txid, block = %hash, error = %e, "recorded block unavailable")
+                }
+            }
+        }
+        Ok(self.chain.transaction(txid).await?)
+    }
+}
+
 /// The deepest reorganisation followed back block by block (two weeks of blocks); a deeper
 /// one is rescanned from there.
 const MAX_REORG_DEPTH: u32 = 2016;
@@ -209,6 +251,14 @@ async fn scan_block(state: &NodeState, height: u32, block: &Block) -> Result<(),
         v
     };
     let pending = state.store.pending_broadcasts().await?;
+    // What the node looks up later by txid (a claim's CSV counts from its parent's depth):
+    // the queued transactions' parents. Anchors, their spends and the queued transactions
+    // themselves are found below.
+    let parents: std::collections::HashSet<bitcoin::Txid> = pending
+        .iter()
+        .flat_map(|b| b.tx.input.iter().map(|i| i.previous_output.txid))
+        .collect();
+    let hash = block.block_hash();
     // Every output the wallet has (spent and reserved ones too, whose spender the chain may
     // overrule): only their spends are written. Writing every input of every transaction
     // cost a database transaction per transaction of the block, on every node, and kept
@@ -223,6 +273,15 @@ async fn scan_block(state: &NodeState, height: u32, block: &Block) -> Result<(),
     for tx in &block.txdata {
         let txid = tx.compute_txid();
         let spent: Vec<OutPoint> = tx.input.iter().map(|i| i.previous_output).collect();
+        // Recorded before the channels act on it, so that a claim queued now finds its parent.
+        let followed = parents.contains(&txid)
+            || pending.iter().any(|b| b.txid == txid)
+            || anchors
+                .iter()
+                .any(|(op, _)| op.txid == txid || spent.contains(op));
+        if followed {
+            state.store.record_tx_block(&txid, height, &hash).await?;
+        }
         let spent_ours: Vec<OutPoint> =
             spent.iter().filter(|o| ours.contains(o)).copied().collect();
         if !spent_ours.is_empty() {
@@ -326,7 +385,7 @@ async fn send_due_broadcasts(state: &NodeState, height: u32) {
         if b.csv_blocks > 0 {
             let parent = b.tx.input.first().map(|i| i.previous_output.txid);
             let confs = match parent {
-                Some(p) => match state.chain.transaction(p).await {
+                Some(p) => match state.followed_transaction(p).await {
                     Ok(Some(s)) => s.confirmations,
                     _ => 0,
                 },

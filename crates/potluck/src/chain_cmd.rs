@@ -36,6 +36,11 @@ pub struct ChainArgs {
     /// time with the `setminingfeerate` RPC (not Bitcoin Core's).
     #[arg(long, env = "POTLUCK_MINING_MIN_FEE_SAT_VB", value_parser = chain::fees::parse_sat_per_vb)]
     pub mining_min_fee_sat_vb: Option<bitcoin::FeeRate>,
+    /// Keep the transaction index (`-txindex`); `--txindex=false` answers
+    /// `getrawtransaction` for confirmed transactions only with a block hash,
+    /// as Bitcoin Core does by default.
+    #[arg(long, env = "POTLUCK_TXINDEX", default_value_t = true, action = clap::ArgAction::Set)]
+    pub txindex: bool,
 }
 
 /// Runs the chain until Ctrl-C, SIGTERM or the `stop` RPC.
@@ -67,6 +72,8 @@ pub fn run(args: ChainArgs) -> anyhow::Result<()> {
             args.mining_min_fee_sat_vb
                 .filter(|r| *r > bitcoin::FeeRate::ZERO),
         );
+        // Before the address is printed: clients that wait for it never see the other mode.
+        running.chain.set_txindex(args.txindex);
         let addr = running.rpc_addr.context("rpc server did not start")?;
         println!(
             "potluck chain: regtest at height {}, JSON-RPC on http://{addr}/",

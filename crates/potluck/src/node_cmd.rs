@@ -126,15 +126,11 @@ pub fn run(args: NodeArgs) -> anyhow::Result<()> {
                 rpc_config.fee_policy = fee_policy;
                 let rpc = BitcoindRpc::new(rpc_config)
                     .context("configuring the Bitcoin Core client")?;
-                // Refuse a node on another chain; the watcher looks up
-                // confirmed transactions by txid, which needs -txindex.
-                let check = rpc
-                    .check_node(args.network, None)
+                // Refuse a node on another chain. No -txindex needed: the watcher keeps the
+                // block of every channel transaction it scans (docs/node.md, "The chain").
+                rpc.check_node(args.network, None)
                     .await
                     .context("checking the Bitcoin Core node")?;
-                if !check.txindex {
-                    bail!("the Bitcoin Core node at {url} runs without -txindex, which potluck node needs to follow its channel transactions; restart it with -txindex=1");
-                }
                 (Arc::new(rpc), None)
             }
             None => {

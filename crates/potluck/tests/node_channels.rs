@@ -1,12 +1,14 @@
 //! Channels between two real `potluck node` processes on one `potluck chain`:
 //! fund, connect, open, pay, HTLCs (fulfilled, failed, timed out), close, with
 //! every balance checked on both nodes and on the chain to the satoshi; the
-//! same across `kill -9`; and a cheating peer's revoked commitment swept.
+//! same across `kill -9`; and a cheating peer's revoked commitment swept. The
+//! lifecycle, the unilateral close and the penalty run again on a chain without
+//! the transaction index (Bitcoin Core's default), which the node must not need.
 
 mod support;
 
 use serde_json::Value;
-use support::channels::{btc_to_sat, r_hash, wait_for, DevChainProc, NodeProc};
+use support::channels::{btc_to_sat, r_hash, wait_for, DevChainProc, NodeProc, TxIndex};
 
 const FUNDING_SAT: u64 = 1_000_000;
 const CAPACITY_SAT: u64 = 500_000;
@@ -121,11 +123,33 @@ fn close_and_check(
     assert_eq!(btc_to_sat(&utxo["value"]), b_expect);
 }
 
+/// A chain with or without the transaction index; checks that it is what it says.
+fn start_chain(index: TxIndex) -> DevChainProc {
+    let chain = DevChainProc::start_indexed(index);
+    let indexes = chain.call("getindexinfo", serde_json::json!([]));
+    assert_eq!(
+        indexes.get("txindex").is_some(),
+        index == TxIndex::On,
+        "{indexes}"
+    );
+    chain
+}
+
 #[test]
 fn open_pay_htlcs_close_to_the_satoshi() {
-    let chain = DevChainProc::start();
+    open_pay_htlcs_close(TxIndex::On);
+}
+
+/// Issue 31: the whole lifecycle, a restart included, on a chain without the index.
+#[test]
+fn open_pay_htlcs_close_without_txindex() {
+    open_pay_htlcs_close(TxIndex::Off);
+}
+
+fn open_pay_htlcs_close(index: TxIndex) {
+    let chain = start_chain(index);
     let a = NodeProc::start(&chain, false);
-    let b = NodeProc::start(&chain, false);
+    let mut b = NodeProc::start(&chain, false);
     let a_change = open_channel(&chain, &a, &b);
     let mut a_total = CAPACITY_SAT - COMMIT_FEE_SAT + COMMIT_FEE_SAT; // A owns all before fees.
     assert_split(&a, &b, a_total);
@@ -134,8 +158,22 @@ fn open_pay_htlcs_close_to_the_satoshi() {
     assert_eq!(info["open_channel_balance_msat"], a_total * 1000);
     assert_eq!(info["wallet_sat"], a_change);
 
-    // A direct payment.
-    let paid = a.cli(&["pay", &b.id, "100000000"]);
+    // After a restart B finds the anchor's depth again (a reorganisation while it was
+    // down could have taken it) and the channel goes on.
+    b.kill9();
+    let anchor = a.channel()["anchor_txid"].as_str().unwrap().to_owned();
+    let recorded = node_sql(&b, "SELECT hash FROM tx_blocks WHERE txid = ?", &anchor);
+    assert_eq!(recorded.len(), 1, "B recorded the anchor's block");
+    if index == TxIndex::Off {
+        // A channel opened by a release that needed the index has no such record: its
+        // unspent anchor is still found (gettxout).
+        node_sql(&b, "DELETE FROM tx_blocks WHERE txid = ?", &anchor);
+    }
+    b.restart();
+    // A direct payment, once A has reconnected and B counts the anchor as confirmed.
+    let paid = wait_for("a payment after B's restart", 60, || {
+        a.try_cli(&["pay", &b.id, "100000000"]).ok()
+    });
     assert_eq!(paid["state"], "normal");
     a_total -= 100_000;
     assert_split(&a, &b, a_total);
@@ -371,7 +409,19 @@ fn force_close_whose_commitment_the_chain_refuses_is_an_error() {
 #[cfg(feature = "test-hooks")]
 #[test]
 fn revoked_commitment_is_swept_by_the_penalty_also_after_restart() {
-    let chain = DevChainProc::start();
+    penalty_after_restart(TxIndex::On);
+}
+
+/// Issue 31: the penalty, after a restart, on a chain without the index.
+#[cfg(feature = "test-hooks")]
+#[test]
+fn revoked_commitment_is_swept_by_the_penalty_without_txindex() {
+    penalty_after_restart(TxIndex::Off);
+}
+
+#[cfg(feature = "test-hooks")]
+fn penalty_after_restart(index: TxIndex) {
+    let chain = start_chain(index);
     let a = NodeProc::start(&chain, true);
     let mut b = NodeProc::start(&chain, false);
     let a_change = open_channel(&chain, &a, &b);
@@ -431,7 +481,17 @@ fn revoked_commitment_is_swept_by_the_penalty_also_after_restart() {
 
 #[test]
 fn unilateral_close_claims_the_delayed_output_and_an_htlc_with_r_on_chain() {
-    let chain = DevChainProc::start();
+    unilateral_close_with_claims(TxIndex::On);
+}
+
+/// Issue 31: the delayed claims (their parent's depth) and a restart, without the index.
+#[test]
+fn unilateral_close_claims_without_txindex() {
+    unilateral_close_with_claims(TxIndex::Off);
+}
+
+fn unilateral_close_with_claims(index: TxIndex) {
+    let chain = start_chain(index);
     let a = NodeProc::start(&chain, false);
     let mut b = NodeProc::start(&chain, false);
     let a_change = open_channel(&chain, &a, &b);

@@ -102,11 +102,31 @@ impl Drop for DevChainProc {
     }
 }
 
+/// Whether the chain keeps a transaction index (`potluck chain --txindex`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxIndex {
+    On,
+    /// As Bitcoin Core by default: confirmed transactions are found only with a block hash.
+    Off,
+}
+
 impl DevChainProc {
     pub fn start() -> DevChainProc {
+        DevChainProc::start_indexed(TxIndex::On)
+    }
+
+    /// A chain with or without the transaction index.
+    pub fn start_indexed(index: TxIndex) -> DevChainProc {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("chain");
-        let mut cmd = chain_command(&["--rpc-bind", "127.0.0.1:0", "--block-interval", "0"]);
+        let txindex = format!("--txindex={}", index == TxIndex::On);
+        let mut cmd = chain_command(&[
+            "--rpc-bind",
+            "127.0.0.1:0",
+            "--block-interval",
+            "0",
+            &txindex,
+        ]);
         cmd.arg("--data-dir")
             .arg(&data)
             .env("RUST_LOG", "warn")
@@ -162,9 +182,27 @@ impl DevChainProc {
             .to_owned()
     }
 
-    /// The decoded transaction (verbose getrawtransaction).
+    /// The decoded transaction (verbose getrawtransaction). Without the index a
+    /// confirmed one is looked up block by block from the tip, with its block hash.
     pub fn tx(&self, txid: &str) -> Value {
-        self.call("getrawtransaction", json!([txid, true]))
+        let found = self.rt.block_on(
+            self.rpc
+                .call::<Value>("getrawtransaction", json!([txid, true])),
+        );
+        match found {
+            Ok(tx) => tx,
+            Err(e) if e.to_string().contains("-txindex") => {
+                for height in (0..=self.height()).rev() {
+                    let hash = self.call("getblockhash", json!([height]));
+                    let block = self.call("getblock", json!([hash, 1]));
+                    if block["tx"].as_array().unwrap().iter().any(|t| t == txid) {
+                        return self.call("getrawtransaction", json!([txid, true, hash]));
+                    }
+                }
+                panic!("transaction {txid} in no block")
+            }
+            Err(e) => panic!("chain getrawtransaction {txid}: {e}"),
+        }
     }
 
     /// Value in satoshis of output `vout` of `txid`.
