@@ -446,6 +446,7 @@ impl Application {
                 addresses.clone(),
                 config.max_bet_input_fee_percent,
                 dev_chain.clone(),
+                config.request_timeout,
             ),
             history: History::new(store.clone(), rounds.clone()),
             health: Health::new(store.clone(), engine.chain().clone()),

@@ -96,6 +96,20 @@ error_codes! {
     NoRoundPlayed = "no_round_played",
     /// A faucet amount out of range.
     FaucetAmountInvalid = "faucet_amount_invalid",
+    /// The request took longer than the request time-out; nothing was saved.
+    RequestTimeout = "request_timeout",
+    /// The request body is over the size limit.
+    BodyTooLarge = "body_too_large",
+    /// The method is not served on this path.
+    MethodNotAllowed = "method_not_allowed",
+    /// An `Idempotency-Key` header that is empty, too long or not visible ASCII.
+    InvalidIdempotencyKey = "invalid_idempotency_key",
+    /// The `Idempotency-Key` was used with another request body or endpoint.
+    IdempotencyKeyReused = "idempotency_key_reused",
+    /// A request with this `Idempotency-Key` is still being processed.
+    IdempotencyKeyInProgress = "idempotency_key_in_progress",
+    /// The payment's write was sent but its outcome could not be read back.
+    PaymentOutcomeUnknown = "payment_outcome_unknown",
 }
 
 #[cfg(test)]

@@ -89,6 +89,41 @@ impl FromRequestParts<AppState> for SignedBearer {
     }
 }
 
+/// The longest `Idempotency-Key` kept.
+pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
+
+/// The optional `Idempotency-Key` header of a money request: 1–255 visible
+/// ASCII characters (a UUID fits), else 422 `invalid_idempotency_key`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyKey(pub Option<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let Some(value) = parts.headers.get("idempotency-key") else {
+            return Ok(IdempotencyKey(None));
+        };
+        let bytes = value.as_bytes();
+        if bytes.is_empty()
+            || bytes.len() > MAX_IDEMPOTENCY_KEY_LEN
+            || !bytes.iter().all(u8::is_ascii_graphic)
+        {
+            return Err(ApiError::validation(
+                ErrorCode::InvalidIdempotencyKey,
+                format!("Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} visible ASCII characters"),
+                ErrorParams {
+                    max_length: Some(MAX_IDEMPOTENCY_KEY_LEN),
+                    ..ErrorParams::none()
+                },
+            ));
+        }
+        Ok(IdempotencyKey(Some(
+            String::from_utf8_lossy(bytes).into_owned(),
+        )))
+    }
+}
+
 /// A user if a valid token was sent; anonymous otherwise. A stale or bad
 /// token on an endpoint that works logged out is treated as no token.
 #[derive(Debug, Clone)]

@@ -10,6 +10,7 @@
 use sqlx::any::AnyRow;
 use sqlx::{Any, Row, Transaction};
 
+use super::idempotency::{bind_key, KeyClaim};
 use super::settings::config_from_row;
 use super::{state_column, Store, StoreError};
 use crate::domain::audit::AuditDetails;
@@ -120,6 +121,10 @@ pub enum LedgerError {
     /// The round already has a payout.
     #[error("round {0} already has a payout")]
     PayoutExists(i64),
+    /// The payment's idempotency key was taken over by another request
+    /// (its claim outlived the lease); the payment was rolled back.
+    #[error("the idempotency key was taken over by another request")]
+    IdempotencyClaimLost,
     /// Database failure.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -489,6 +494,19 @@ impl Store {
     /// # Errors
     /// [`LedgerError::WrongStatus`], [`LedgerError::OutputTaken`].
     pub(super) async fn place_bet_alone(&self, intent: &Intent) -> Result<(i64, i64), LedgerError> {
+        self.place_bet_keyed(intent, None).await
+    }
+
+    /// Writes a bet alone (not in a group), binding `claim`'s idempotency
+    /// key to it in the same transaction. Returns `(bet id, transfer id)`.
+    ///
+    /// # Errors
+    /// As [`Store::place_bet`], and [`LedgerError::IdempotencyClaimLost`].
+    pub async fn place_bet_keyed(
+        &self,
+        intent: &Intent,
+        claim: Option<&KeyClaim>,
+    ) -> Result<(i64, i64), LedgerError> {
         let round_id = intent.round_id.unwrap_or(0);
         let _turn = self.write_turn().await;
         let mut tx = self.pool().begin().await?;
@@ -539,6 +557,9 @@ impl Store {
         .bind(bet_id)
         .execute(&mut *tx)
         .await?;
+        if let Some(claim) = claim {
+            bind_key(&mut tx, claim, transfer_id).await?;
+        }
         tx.commit().await?;
         Ok((bet_id, transfer_id))
     }
@@ -575,9 +596,25 @@ impl Store {
     /// # Errors
     /// [`LedgerError::OutputTaken`].
     pub async fn record_withdrawal(&self, intent: &Intent) -> Result<i64, LedgerError> {
+        self.record_withdrawal_keyed(intent, None).await
+    }
+
+    /// [`Store::record_withdrawal`], binding `claim`'s idempotency key to the
+    /// withdrawal in the same transaction.
+    ///
+    /// # Errors
+    /// [`LedgerError::OutputTaken`], [`LedgerError::IdempotencyClaimLost`].
+    pub async fn record_withdrawal_keyed(
+        &self,
+        intent: &Intent,
+        claim: Option<&KeyClaim>,
+    ) -> Result<i64, LedgerError> {
         let _turn = self.write_turn().await;
         let mut tx = self.pool().begin().await?;
         let id = insert_intent(&mut tx, intent).await?;
+        if let Some(claim) = claim {
+            bind_key(&mut tx, claim, id).await?;
+        }
         tx.commit().await?;
         Ok(id)
     }

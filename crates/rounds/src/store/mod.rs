@@ -7,6 +7,7 @@
 
 pub mod chain;
 mod group_commit;
+pub mod idempotency;
 pub mod ledger;
 pub mod limits;
 pub mod migrations;

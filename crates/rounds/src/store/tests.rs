@@ -125,6 +125,7 @@ both_backends!(
     a_round_refuses_bets_past_its_cap_alone_or_grouped,
     a_retried_payout_records_the_winner_output_the_failed_one_lacked,
     the_first_block_at_the_draw_height_stays_the_draw_block,
+    an_idempotency_key_binds_one_payment_and_a_claim_taken_over_binds_none,
 );
 
 /// A bet is answered once its broadcast is accepted, before its mark
@@ -1780,5 +1781,102 @@ async fn a_retried_payout_records_the_winner_output_the_failed_one_lacked(b: Bac
         .await
         .unwrap();
     assert_eq!(deposits, 1, "only the funding deposit");
+    db.cleanup().await;
+}
+
+/// Issue 32, finding 1: a key binds the payment written with it, in the
+/// payment's own transaction; the same key then answers with that payment,
+/// another body is refused, and a request whose claim was taken over (its
+/// lease ran out) cannot write at all, so one key never pays twice.
+async fn an_idempotency_key_binds_one_payment_and_a_claim_taken_over_binds_none(b: Backend) {
+    use super::idempotency::{
+        Claimed, IDEMPOTENCY_CLAIM_LEASE_SECS, IDEMPOTENCY_KEY_RETENTION_SECS,
+    };
+    let db = TestDb::new(b).await;
+    let (user, out) = funded(&db.store).await;
+    let s = &db.store;
+    let now = 1_000_000;
+    let Claimed::New(first) = s.claim_idempotency_key(user, "k", "f1", now).await.unwrap() else {
+        panic!("a fresh key is claimed");
+    };
+    assert_eq!(
+        s.claim_idempotency_key(user, "k", "f1", now + 1)
+            .await
+            .unwrap(),
+        Claimed::InProgress
+    );
+    assert_eq!(
+        s.claim_idempotency_key(user, "k", "f2", now + 1)
+            .await
+            .unwrap(),
+        Claimed::Reused
+    );
+    // The lease runs out: a retry takes the key over; the first request's
+    // write is then rolled back whole (its input stays unspent).
+    let later = now + IDEMPOTENCY_CLAIM_LEASE_SECS + 1;
+    let Claimed::New(second) = s
+        .claim_idempotency_key(user, "k", "f1", later)
+        .await
+        .unwrap()
+    else {
+        panic!("a claim past its lease is taken over");
+    };
+    let w1 = money::intent(
+        TransferKind::Withdrawal,
+        user,
+        None,
+        &"1".repeat(64),
+        vec![out],
+    );
+    assert!(matches!(
+        s.record_withdrawal_keyed(&w1, Some(&first)).await,
+        Err(LedgerError::IdempotencyClaimLost)
+    ));
+    assert!(s.transfer_by_txid(&"1".repeat(64)).await.unwrap().is_none());
+    let w2 = money::intent(
+        TransferKind::Withdrawal,
+        user,
+        None,
+        &"2".repeat(64),
+        vec![out],
+    );
+    let id = s.record_withdrawal_keyed(&w2, Some(&second)).await.unwrap();
+    assert_eq!(
+        s.claim_idempotency_key(user, "k", "f1", later + 1)
+            .await
+            .unwrap(),
+        Claimed::Bound(id)
+    );
+    // A bound key is not released by a later failure of its request.
+    s.release_idempotency_key(&second).await.unwrap();
+    assert_eq!(
+        s.claim_idempotency_key(user, "k", "f1", later + 2)
+            .await
+            .unwrap(),
+        Claimed::Bound(id)
+    );
+    // An unbound claim given back is claimed afresh at once.
+    let Claimed::New(other) = s
+        .claim_idempotency_key(user, "k2", "f1", later)
+        .await
+        .unwrap()
+    else {
+        panic!("fresh");
+    };
+    s.release_idempotency_key(&other).await.unwrap();
+    assert!(matches!(
+        s.claim_idempotency_key(user, "k2", "f1", later)
+            .await
+            .unwrap(),
+        Claimed::New(_)
+    ));
+    // Keys are kept 24 h per user, then forgotten.
+    let next_day = later + IDEMPOTENCY_KEY_RETENTION_SECS + 10;
+    assert!(matches!(
+        s.claim_idempotency_key(user, "k", "f2", next_day)
+            .await
+            .unwrap(),
+        Claimed::New(_)
+    ));
     db.cleanup().await;
 }
