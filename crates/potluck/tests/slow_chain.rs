@@ -218,3 +218,48 @@ async fn a_time_out_has_the_structured_error_body() {
     rig.proxy.delay("getblockchaininfo", Duration::ZERO);
     rig.finish().await;
 }
+
+/// Finding 3: the close took SQLite's write lock and then waited for the
+/// node's tip, so every write of the service (registrations, the admin's
+/// config) waited behind a slow node and failed with `database is locked`
+/// after 10 s. Now the tip is read before the close's transaction begins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_chain_at_the_close_holds_up_no_write() {
+    let rig = Rig::start(Db::Sqlite, &["--round-duration-seconds", "1"]).await;
+    let s = &rig.server;
+    rig.proxy.delay("getblockchaininfo", Duration::from_secs(8));
+    let started = Instant::now();
+    let mut i = 0;
+    while started.elapsed() < Duration::from_secs(24) {
+        let t0 = Instant::now();
+        let r = s
+            .register(&format!("late{i}"), "password123", &format!("10.0.91.{i}"))
+            .await;
+        assert_eq!(
+            r.status,
+            201,
+            "registration {i} after {:?}: {}",
+            t0.elapsed(),
+            r.text()
+        );
+        let c = s
+            .admin_put("/admin/config", json!({"fee_rate_sat_vb": 2 + i % 2}))
+            .await;
+        assert_eq!(
+            c.status,
+            200,
+            "config {i} after {:?}: {}",
+            t0.elapsed(),
+            c.text()
+        );
+        assert!(
+            t0.elapsed() < Duration::from_secs(4),
+            "writes {i} waited {:?} behind the chain",
+            t0.elapsed()
+        );
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    rig.proxy.delay("getblockchaininfo", Duration::ZERO);
+    rig.finish().await;
+}

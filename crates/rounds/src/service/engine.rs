@@ -674,22 +674,22 @@ impl Engine {
             RoundStatus::Open => {
                 // The chain's own tip, not only what the watcher processed:
                 // the draw block must not exist yet when the bets are fixed,
-                // or a last-second bettor could grind against its hash.
-                // It is read while the round's row is held (see close_round).
+                // or a last-second bettor could grind against its hash. It
+                // is read now, after closes_at (no bet is accepted after
+                // it), and before the close's transaction begins: a
+                // transaction waiting on a slow node held SQLite's write
+                // lock and failed every other write of the service.
                 let synced = self.store.synced_tip().await?.map_or(0, |t| t.0);
-                let chain = self.chain.clone();
-                let read_tip = async move {
-                    match chain.tip().await {
-                        Ok(t) => Some(synced.max(i64::from(t.height))),
-                        Err(e) => {
-                            tracing::warn!(error = %e, "chain tip unavailable; the round stays open");
-                            None
-                        }
+                let tip_height = match self.chain.tip().await {
+                    Ok(t) => synced.max(i64::from(t.height)),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "chain tip unavailable; the round stays open");
+                        return Ok(false);
                     }
                 };
                 let moved = self
                     .store
-                    .close_round(round.id, read_tip, |bets| {
+                    .close_round(round.id, tip_height, |bets| {
                         hex::encode(draw::bets_commitment(&draw_bets(bets)))
                     })
                     .await?;
