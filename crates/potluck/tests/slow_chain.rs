@@ -263,3 +263,58 @@ async fn a_slow_chain_at_the_close_holds_up_no_write() {
     rig.proxy.delay("getblockchaininfo", Duration::ZERO);
     rig.finish().await;
 }
+
+/// Finding 2: the tip came from `getblockchaininfo.blocks` alone, so a node
+/// that was catching up (more headers than blocks, or in initial block
+/// download) let a round close on a tip below blocks that already existed:
+/// the draw block could be public before the close. Now no round closes
+/// (and nothing is drawn) while the node is behind, and `/healthz` says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_is_catching_up_closes_no_round() {
+    let rig = Rig::start(Db::Sqlite, &["--round-duration-seconds", "2"]).await;
+    let s = &rig.server;
+    rig.proxy.lag(1, false);
+    let first = s.get("/rounds/current", &[]).await.json()["id"].clone();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let round = s.get(&format!("/rounds/{first}"), &[]).await.json();
+    assert_eq!(
+        round["status"], "open",
+        "closed while the node was behind: {round}"
+    );
+    let h = s.get("/healthz", &[]).await;
+    assert_eq!(h.status, 503, "{}", h.text());
+    assert!(
+        h.json()["chain"].as_str().unwrap().contains("headers"),
+        "{}",
+        h.text()
+    );
+    rig.proxy.lag(0, true);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let round = s.get(&format!("/rounds/{first}"), &[]).await.json();
+    assert_eq!(
+        round["status"], "open",
+        "closed during initial block download: {round}"
+    );
+    let h = s.get("/healthz", &[]).await;
+    assert!(
+        h.json()["chain"]
+            .as_str()
+            .unwrap()
+            .contains("initial block download"),
+        "{}",
+        h.text()
+    );
+    // Caught up: the overdue round moves on.
+    rig.proxy.lag(0, false);
+    wait_for(
+        Duration::from_secs(20),
+        "the round closes once caught up",
+        || async {
+            let round = s.get(&format!("/rounds/{first}"), &[]).await.json();
+            (round["status"] == "closed").then_some(())
+        },
+    )
+    .await;
+    assert_eq!(s.get("/healthz", &[]).await.status, 200);
+    rig.finish().await;
+}
