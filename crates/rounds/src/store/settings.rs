@@ -247,3 +247,35 @@ pub(super) fn config_from_row(r: &AnyRow) -> Result<ServiceConfig, StoreError> {
         paused: paused != 0,
     })
 }
+
+impl Store {
+    /// Records `fingerprint` as the one of secret `name` unless one is
+    /// recorded already; returns the recorded one when it differs (another
+    /// process started on this database with another secret).
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn check_secret_fingerprint(
+        &self,
+        name: &str,
+        fingerprint: &str,
+        now: i64,
+    ) -> Result<Option<String>, StoreError> {
+        // Two processes starting together: one insert wins, the other reads it.
+        sqlx::query(
+            "INSERT INTO secret_fingerprints (name, fingerprint, recorded_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(name)
+        .bind(fingerprint)
+        .bind(now)
+        .execute(self.pool())
+        .await?;
+        let stored: String =
+            sqlx::query_scalar("SELECT fingerprint FROM secret_fingerprints WHERE name = $1")
+                .bind(name)
+                .fetch_one(self.pool())
+                .await?;
+        Ok((stored != fingerprint).then_some(stored))
+    }
+}
