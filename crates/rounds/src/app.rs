@@ -418,7 +418,8 @@ impl Application {
                     StartupError::Store(StoreError::UnsupportedUrl(redact_url(&u)))
                 }
                 other => StartupError::Store(other),
-            })?;
+            })?
+            .with_max_user_round_bets(config.max_user_round_bets);
         store.migrate().await?;
         let pg_url = (store.backend() == crate::store::Backend::Postgres).then(|| db_url.clone());
         if let (Some(file), true) = (&db_file, db_is_new) {

@@ -78,6 +78,8 @@ error_codes! {
     RoundNotOpen = "round_not_open",
     /// The round holds as many bets as its payout can spend.
     RoundFull = "round_full",
+    /// The caller holds its share of the round's bets.
+    RoundShareFull = "round_share_full",
     /// The payment would need more coins than one transaction holds.
     TooManyInputs = "too_many_inputs",
     /// Concurrent requests keep taking the caller's coins.

@@ -434,6 +434,16 @@ impl From<PaymentError> for ApiError {
                     ..ErrorParams::none()
                 },
             ),
+            PaymentError::RoundShareFull { round_id, max_bets } => ApiError::domain(
+                StatusCode::CONFLICT,
+                ErrorCode::RoundShareFull,
+                e.to_string(),
+                ErrorParams {
+                    round_id: Some(round_id),
+                    max_bets: Some(max_bets),
+                    ..ErrorParams::none()
+                },
+            ),
             PaymentError::InvalidAddress { ref address } => ApiError::domain(
                 unprocessable,
                 ErrorCode::InvalidAddress,

@@ -164,7 +164,7 @@ pub(crate) fn paid_status(broadcast: bool) -> StatusCode {
         (status = 201, body = BetPlaced),
         (status = 202, description = "saved, its broadcast not yet ended (a slow or unreachable node): `status: pending`, broadcast by the worker", body = BetPlaced),
         (status = 408, description = "request_timeout: nothing was saved, retry", body = ErrorBody),
-        (status = 409, description = "round_not_open, round_full, funds_busy, idempotency_key_in_progress", body = ErrorBody),
+        (status = 409, description = "round_not_open, round_full, round_share_full, funds_busy, idempotency_key_in_progress", body = ErrorBody),
         (status = 422, description = "bet_below_minimum, insufficient_funds, amount_below_dust, too_many_inputs, invalid_idempotency_key, idempotency_key_reused", body = ErrorBody),
         (status = 502, description = "broadcast_rejected", body = ErrorBody),
         (status = 503, description = "paused, payment_outcome_unknown", body = ErrorBody),

@@ -93,6 +93,14 @@ pub enum PaymentError {
         /// The most bets a round takes.
         max_bets: i64,
     },
+    /// The user holds its share of the round's bets.
+    #[error("you hold {max_bets} bets of round {round_id}, the most one player places in a round; bet in the next round")]
+    RoundShareFull {
+        /// The round.
+        round_id: i64,
+        /// The most bets one user places in a round.
+        max_bets: i64,
+    },
     /// The withdrawal address does not parse.
     #[error("address is not a valid address")]
     InvalidAddress {
@@ -834,6 +842,9 @@ impl<'a> Payments<'a> {
                 Err(LedgerError::RoundFull { round_id, max_bets }) => {
                     return Err(PaymentError::RoundFull { round_id, max_bets })
                 }
+                Err(LedgerError::UserShareFull {
+                    round_id, max_bets, ..
+                }) => return Err(PaymentError::RoundShareFull { round_id, max_bets }),
                 Err(LedgerError::WrongStatus { .. }) => {
                     return Err(PaymentError::RoundNotOpen {
                         round_id: round_id.unwrap_or_default(),

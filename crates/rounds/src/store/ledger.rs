@@ -115,6 +115,16 @@ pub enum LedgerError {
         /// The most bets a round takes.
         max_bets: i64,
     },
+    /// The user holds its share of the round's bets.
+    #[error("user {user_id} holds {max_bets} bets of round {round_id}, its share")]
+    UserShareFull {
+        /// The round.
+        round_id: i64,
+        /// The user.
+        user_id: i64,
+        /// The most bets one user places in a round.
+        max_bets: i64,
+    },
     /// One of the outputs was taken by another transaction meanwhile.
     #[error("output {0} is already spent")]
     OutputTaken(i64),
@@ -332,6 +342,54 @@ pub(super) const GROW_OPEN_ROUND: &str =
     "UPDATE rounds SET pot_sats = pot_sats + $3, bet_count = bet_count + $4 \
      WHERE id = $1 AND status = 'open' AND closes_at > $2 AND bet_count + $4 <= $5";
 
+/// The per-user share of a round: the first of `bettors` (user → bets
+/// being added) whose placed bets in round `round_id` and the new ones would
+/// pass `max`. Read once the round's row is held (every bet write takes it
+/// first; on SQLite under the process's write turn), so concurrent bets of
+/// one user cannot pass it together.
+pub(super) async fn user_share_refusal<'c, E>(
+    executor: E,
+    round_id: i64,
+    bettors: &std::collections::BTreeMap<i64, i64>,
+    max: i64,
+) -> Result<Option<LedgerError>, LedgerError>
+where
+    E: sqlx::Executor<'c, Database = Any>,
+{
+    if bettors.values().all(|&n| n <= max) && bettors.len() <= BATCH {
+        let sql = format!(
+            "SELECT user_id, COUNT(*) AS n FROM bets WHERE round_id = $1 AND status = 'placed' \
+             AND user_id IN ({}) GROUP BY user_id",
+            placeholders(2, bettors.len())
+        );
+        let mut q = sqlx::query(&sql).bind(round_id);
+        for user in bettors.keys() {
+            q = q.bind(*user);
+        }
+        for row in q.fetch_all(executor).await? {
+            let user_id: i64 = row.try_get("user_id")?;
+            let placed: i64 = row.try_get("n")?;
+            if placed + bettors.get(&user_id).copied().unwrap_or(0) > max {
+                return Ok(Some(LedgerError::UserShareFull {
+                    round_id,
+                    user_id,
+                    max_bets: max,
+                }));
+            }
+        }
+        return Ok(None);
+    }
+    let user_id = bettors
+        .iter()
+        .find(|(_, &n)| n > max)
+        .map_or(0, |(&u, _)| u);
+    Ok(Some(LedgerError::UserShareFull {
+        round_id,
+        user_id,
+        max_bets: max,
+    }))
+}
+
 pub(super) async fn recount_round(tx: &mut Tx<'_>, round_id: i64) -> Result<(), sqlx::Error> {
     sqlx::query(&format!(
         "UPDATE rounds SET pot_sats = (SELECT {} FROM bets WHERE round_id = $1 AND status = 'placed'), \
@@ -530,6 +588,12 @@ impl Store {
             .await?;
         if open.rows_affected() != 1 {
             return Err(self.refusal(&mut tx, round_id, now).await?);
+        }
+        let bettor = std::collections::BTreeMap::from([(intent.user_id.unwrap_or(0), 1)]);
+        if let Some(refusal) =
+            user_share_refusal(&mut *tx, round_id, &bettor, self.max_user_round_bets()).await?
+        {
+            return Err(refusal);
         }
         let transfer_id = insert_intent(&mut tx, intent).await?;
         let bet_id: i64 = sqlx::query_scalar(

@@ -126,6 +126,7 @@ both_backends!(
     a_retried_payout_records_the_winner_output_the_failed_one_lacked,
     the_first_block_at_the_draw_height_stays_the_draw_block,
     an_idempotency_key_binds_one_payment_and_a_claim_taken_over_binds_none,
+    a_user_takes_no_more_than_its_share_of_a_round_alone_or_grouped,
 );
 
 /// A bet is answered once its broadcast is accepted, before its mark
@@ -1876,5 +1877,48 @@ async fn an_idempotency_key_binds_one_payment_and_a_claim_taken_over_binds_none(
             .unwrap(),
         Claimed::New(_)
     ));
+    db.cleanup().await;
+}
+
+/// Issue 32, finding 4: one user places at most its share of a round's
+/// bets, on the group's path (the whole group refused, its bets then
+/// written alone) as alone; another user still bets.
+async fn a_user_takes_no_more_than_its_share_of_a_round_alone_or_grouped(b: Backend) {
+    let db = TestDb::new(b).await;
+    let store = db.store.clone().with_max_user_round_bets(3);
+    let (alice, _) = funded(&store).await;
+    let bob = store.create_user("bob", "h", addr).await.unwrap().id;
+    let round = store
+        .ensure_round(crate::domain::time::unix_now())
+        .await
+        .unwrap();
+    let bet = |user: i64, n: usize| {
+        let mut bet = money::intent(
+            TransferKind::Bet,
+            user,
+            Some(round.id),
+            &format!("{n:064x}"),
+            vec![],
+        );
+        bet.outputs.clear();
+        bet
+    };
+    let share_full = |answer: &Result<(i64, i64), LedgerError>| matches!(answer, Err(LedgerError::UserShareFull { round_id, max_bets: 3, .. }) if *round_id == round.id);
+    let answers = place_together(
+        &store,
+        &[
+            bet(alice, 1),
+            bet(alice, 2),
+            bet(bob, 3),
+            bet(alice, 4),
+            bet(alice, 5),
+        ],
+    )
+    .await;
+    assert!(answers[..4].iter().all(Result::is_ok), "{answers:?}");
+    assert!(share_full(&answers[4]), "{answers:?}");
+    assert!(share_full(&store.place_bet(&bet(alice, 6)).await));
+    assert!(store.place_bet(&bet(bob, 7)).await.is_ok());
+    assert_eq!(bet_counts(&store, round.id).await, (5, 5));
     db.cleanup().await;
 }
