@@ -1920,7 +1920,15 @@ async fn a_withdrawal_needing_more_inputs_than_one_transaction_holds_is_refused_
         (OUTPUTS as u64 * OUTPUT_SATS) as i64
     );
     let r = rig.withdraw(&t, to, max).await;
-    assert_eq!(r.status, 201, "{}", r.text());
+    // Signing and broadcasting 1,400 inputs in a debug build on a loaded
+    // machine can outlast the request time-out: the saved withdrawal is then
+    // answered 202 pending (issue 32) and its broadcast finishes behind it.
+    assert!(r.status == 201 || r.status == 202, "{}", r.text());
+    wait_for(Duration::from_secs(120), || async {
+        let tx = rig.s().transactions(&t).await;
+        (tx["transactions"][0]["status"] == "broadcast").then_some(())
+    })
+    .await;
     assert_spends_1400_within_the_standard_weight(&rig, &r.json()["txid"]).await;
     rig.conservation(&[&t]).await;
     rig.finish().await;

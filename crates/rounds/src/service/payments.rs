@@ -838,6 +838,7 @@ impl<'a> Payments<'a> {
                 Err(LedgerError::IdempotencyClaimLost) => {
                     return Err(PaymentError::IdempotencyKeyInProgress)
                 }
+                Err(LedgerError::Paused) => return Err(PaymentError::Paused),
                 Err(LedgerError::OutputTaken(_)) => continue,
                 Err(LedgerError::RoundFull { round_id, max_bets }) => {
                     return Err(PaymentError::RoundFull { round_id, max_bets })

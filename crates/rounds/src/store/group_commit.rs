@@ -27,7 +27,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use sqlx::Row;
 use tokio::sync::oneshot;
 
-use super::ledger::{placeholders, user_share_refusal, LedgerError, Tx, BATCH, GROW_OPEN_ROUND};
+use super::ledger::{
+    placeholders, refuse_if_paused, user_share_refusal, LedgerError, Tx, BATCH, GROW_OPEN_ROUND,
+};
 use super::{Backend, Store, StoreError};
 use crate::domain::money::{Intent, NewOutput};
 use crate::domain::time::unix_now;
@@ -268,7 +270,8 @@ impl Store {
                 e @ (LedgerError::OutputTaken(_)
                 | LedgerError::WrongStatus { .. }
                 | LedgerError::RoundFull { .. }
-                | LedgerError::UserShareFull { .. }),
+                | LedgerError::UserShareFull { .. }
+                | LedgerError::Paused),
             ) => {
                 tracing::debug!(error = %e, bets = intents.len(), "group refused; writing its bets one by one");
             }
@@ -364,6 +367,14 @@ impl Store {
         let (transfer_ids, bet_ids) = if self.backend() == Backend::Sqlite {
             // Under the write turn no other bet of this process is written,
             // and SQLite has one: the counts read here hold for the insert.
+            // The pause takes the write turn too, so the flag holds as well.
+            let paused: Option<i64> =
+                sqlx::query_scalar("SELECT paused FROM service_config WHERE id = 1")
+                    .fetch_optional(self.pool())
+                    .await?;
+            if paused.unwrap_or(0) != 0 {
+                return Err(LedgerError::Paused);
+            }
             for (&round_id, growth) in &rounds {
                 if let Some(refusal) = user_share_refusal(
                     self.pool(),
@@ -432,6 +443,7 @@ impl Store {
                     expected: crate::domain::round::RoundStatus::Open,
                 });
             }
+            refuse_if_paused(&mut tx, Backend::Postgres).await?;
             // With the round held, every earlier bet of it is visible.
             if let Some(refusal) = user_share_refusal(
                 &mut *tx,

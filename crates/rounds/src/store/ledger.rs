@@ -12,7 +12,7 @@ use sqlx::{Any, Row, Transaction};
 
 use super::idempotency::{bind_key, KeyClaim};
 use super::settings::config_from_row;
-use super::{state_column, Store, StoreError};
+use super::{state_column, Backend, Store, StoreError};
 use crate::domain::audit::AuditDetails;
 use crate::domain::money::{Coin, Intent};
 use crate::domain::round::{RoundStatus, TransferKind, TransferStatus};
@@ -125,6 +125,9 @@ pub enum LedgerError {
         /// The most bets one user places in a round.
         max_bets: i64,
     },
+    /// The service is paused: no payment is written.
+    #[error("the service is paused")]
+    Paused,
     /// One of the outputs was taken by another transaction meanwhile.
     #[error("output {0} is already spent")]
     OutputTaken(i64),
@@ -390,6 +393,23 @@ where
     }))
 }
 
+/// Refuses a payment's write while the service is paused. Run inside the
+/// write's transaction after its first write: on PostgreSQL the config row
+/// is shared-locked (the pause's update waits for the payments that read
+/// "not paused", and they for it), on SQLite the write lock is held. So
+/// once a pause has answered, no payment is saved.
+pub(super) async fn refuse_if_paused(tx: &mut Tx<'_>, backend: Backend) -> Result<(), LedgerError> {
+    let sql = match backend {
+        Backend::Postgres => "SELECT paused FROM service_config WHERE id = 1 FOR SHARE",
+        Backend::Sqlite => "SELECT paused FROM service_config WHERE id = 1",
+    };
+    let paused: Option<i64> = sqlx::query_scalar(sql).fetch_optional(&mut **tx).await?;
+    if paused.unwrap_or(0) != 0 {
+        return Err(LedgerError::Paused);
+    }
+    Ok(())
+}
+
 pub(super) async fn recount_round(tx: &mut Tx<'_>, round_id: i64) -> Result<(), sqlx::Error> {
     sqlx::query(&format!(
         "UPDATE rounds SET pot_sats = (SELECT {} FROM bets WHERE round_id = $1 AND status = 'placed'), \
@@ -589,6 +609,7 @@ impl Store {
         if open.rows_affected() != 1 {
             return Err(self.refusal(&mut tx, round_id, now).await?);
         }
+        refuse_if_paused(&mut tx, self.backend()).await?;
         let bettor = std::collections::BTreeMap::from([(intent.user_id.unwrap_or(0), 1)]);
         if let Some(refusal) =
             user_share_refusal(&mut *tx, round_id, &bettor, self.max_user_round_bets()).await?
@@ -676,6 +697,7 @@ impl Store {
         let _turn = self.write_turn().await;
         let mut tx = self.pool().begin().await?;
         let id = insert_intent(&mut tx, intent).await?;
+        refuse_if_paused(&mut tx, self.backend()).await?;
         if let Some(claim) = claim {
             bind_key(&mut tx, claim, id).await?;
         }

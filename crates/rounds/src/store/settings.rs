@@ -122,6 +122,9 @@ impl Store {
         paused: bool,
         actor: &str,
     ) -> Result<(ServiceConfig, bool), StoreError> {
+        // On SQLite the payments' writes check the flag under the write
+        // turn: taking it here makes the pause a barrier for them.
+        let _turn = self.write_turn().await;
         let mut tx = self.pool.begin().await?;
         lock_config(&mut tx).await?;
         let mut config = match sqlx::query(CONFIG_SELECT).fetch_optional(&mut *tx).await? {

@@ -127,6 +127,7 @@ both_backends!(
     the_first_block_at_the_draw_height_stays_the_draw_block,
     an_idempotency_key_binds_one_payment_and_a_claim_taken_over_binds_none,
     a_user_takes_no_more_than_its_share_of_a_round_alone_or_grouped,
+    no_payment_is_saved_once_the_pause_has_answered,
 );
 
 /// A bet is answered once its broadcast is accepted, before its mark
@@ -1920,5 +1921,48 @@ async fn a_user_takes_no_more_than_its_share_of_a_round_alone_or_grouped(b: Back
     assert!(share_full(&store.place_bet(&bet(alice, 6)).await));
     assert!(store.place_bet(&bet(bob, 7)).await.is_ok());
     assert_eq!(bet_counts(&store, round.id).await, (5, 5));
+    db.cleanup().await;
+}
+
+/// Issue 32 ("Also"): pause was no barrier, only the payment's read checked
+/// the flag, so a payment that read "not paused" just before the pause was
+/// saved after it had answered. The write itself now refuses while paused,
+/// on every path (a bet in a group, a keyed bet alone, a withdrawal).
+async fn no_payment_is_saved_once_the_pause_has_answered(b: Backend) {
+    let db = TestDb::new(b).await;
+    let store = db.store.clone();
+    let (alice, out) = funded(&store).await;
+    let round = store
+        .ensure_round(crate::domain::time::unix_now())
+        .await
+        .unwrap();
+    store.set_paused(true, "admin").await.unwrap();
+    let mut bet = money::intent(
+        TransferKind::Bet,
+        alice,
+        Some(round.id),
+        &"a".repeat(64),
+        vec![out],
+    );
+    bet.outputs.clear();
+    let grouped = store.place_bet(&bet).await;
+    assert!(grouped.is_err(), "a bet saved while paused: {grouped:?}");
+    let alone = store.place_bet_keyed(&bet, None).await;
+    assert!(alone.is_err(), "a bet saved while paused: {alone:?}");
+    let w = money::intent(
+        TransferKind::Withdrawal,
+        alice,
+        None,
+        &"b".repeat(64),
+        vec![out],
+    );
+    let withdrawal = store.record_withdrawal(&w).await;
+    assert!(
+        withdrawal.is_err(),
+        "a withdrawal saved while paused: {withdrawal:?}"
+    );
+    assert_eq!(bet_counts(&store, round.id).await, (0, 0));
+    store.set_paused(false, "admin").await.unwrap();
+    assert!(store.place_bet(&bet).await.is_ok(), "resumed");
     db.cleanup().await;
 }
