@@ -53,3 +53,23 @@ async fn a_second_process_with_other_secrets_refuses_to_start_on_an_empty_databa
     let _ = std::fs::remove_dir_all(&other_dir);
     env.cleanup().await;
 }
+
+/// Issue 32 ("Also"): the shipped nginx configuration proxied `/admin/*` to
+/// the world. It now serves it only to an allow-list, denying the rest.
+#[test]
+fn the_shipped_nginx_config_keeps_admin_to_an_allow_list() {
+    let conf = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/nginx/potluck.conf"),
+    )
+    .unwrap();
+    let admin = conf
+        .split("location /admin/ {")
+        .nth(1)
+        .expect("a location for /admin/")
+        .split('}')
+        .next()
+        .unwrap();
+    assert!(admin.contains("allow 127.0.0.1;"), "{admin}");
+    assert!(admin.contains("deny all;"), "{admin}");
+    assert!(admin.contains("proxy_pass http://potluck;"), "{admin}");
+}
