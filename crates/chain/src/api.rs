@@ -21,6 +21,27 @@ pub struct Tip {
     pub hash: BlockHash,
 }
 
+/// How far the node is: its tip, the headers it knows of, and whether it
+/// says it is still in initial block download. A node with more headers
+/// than blocks knows of blocks it has not processed yet (it is catching up).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SyncState {
+    /// The active tip.
+    pub tip: Tip,
+    /// Height of the best header chain the node knows.
+    pub headers: u32,
+    /// Core's `initialblockdownload`.
+    pub initial_block_download: bool,
+}
+
+impl SyncState {
+    /// Whether the node has processed every block it knows of and is out of
+    /// initial block download.
+    pub fn is_synced(&self) -> bool {
+        !self.initial_block_download && self.headers <= self.tip.height
+    }
+}
+
 /// A transaction and where it stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TxStatus {
@@ -235,6 +256,18 @@ pub enum BroadcastOutcome {
 pub trait Chain: Send + Sync {
     /// Height and hash of the active tip.
     fn tip(&self) -> ChainFuture<'_, Tip>;
+    /// The tip with the headers the node knows and its initial block
+    /// download flag. By default a node that knows no more than its tip.
+    fn sync_state(&self) -> ChainFuture<'_, SyncState> {
+        Box::pin(async move {
+            let tip = self.tip().await?;
+            Ok(SyncState {
+                tip,
+                headers: tip.height,
+                initial_block_download: false,
+            })
+        })
+    }
     /// Hash of the active block at `height`; `None` above the tip.
     fn block_hash(&self, height: u32) -> ChainFuture<'_, Option<BlockHash>>;
     /// The block with `hash` (active or not).

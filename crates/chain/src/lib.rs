@@ -10,7 +10,8 @@ pub mod rpc;
 pub mod tips;
 
 pub use api::{
-    BroadcastOutcome, Chain, ChainError, ChainFuture, RejectCategory, Tip, TxStatus, UnspentOutput,
+    BroadcastOutcome, Chain, ChainError, ChainFuture, RejectCategory, SyncState, Tip, TxStatus,
+    UnspentOutput,
 };
 pub use dev::{DevChain, DevChainConfig, DevChainError, RunningDevChain};
 pub use fees::{FeePolicy, FeePolicyError};

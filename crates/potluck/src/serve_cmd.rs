@@ -104,6 +104,9 @@ pub struct ServeArgs {
     /// Largest share (percent) of a bet that its own pot input may cost in fees at the current fee rate.
     #[arg(long, env = "POTLUCK_MAX_BET_INPUT_FEE_PERCENT", default_value_t = 50)]
     max_bet_input_fee_percent: u32,
+    /// Most bets one user places in one round (its share of the round's 1,400).
+    #[arg(long, env = "POTLUCK_MAX_BETS_PER_USER_PER_ROUND", default_value_t = 140, value_parser = clap::value_parser!(i64).range(1..=1400))]
+    max_bets_per_user_per_round: i64,
     /// A client must send a request's complete headers within this many seconds.
     #[arg(long, env = "POTLUCK_HEADER_READ_TIMEOUT_SECS", default_value_t = 10)]
     header_read_timeout_secs: u64,
@@ -209,6 +212,7 @@ impl ServeArgs {
         c.max_db_connections = self.db_connections.max(1);
         c.max_bet_input_fee_percent = self.max_bet_input_fee_percent;
         c.fee_policy = self.fees.policy().context("fee policy flags")?;
+        c.max_user_round_bets = self.max_bets_per_user_per_round;
         c.chain = match self.bitcoind_url {
             Some(url) => {
                 let auth = match (self.bitcoind_user, self.bitcoind_password, self.bitcoind_cookie) {

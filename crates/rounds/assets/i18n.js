@@ -95,6 +95,14 @@
     err_address_wrong_network: "This address belongs to another network (this service uses {network}).",
     err_withdrawal_below_minimum: "The smallest withdrawal is {min_withdrawal_sats}.",
     err_faucet_amount_invalid: "The faucet pays between {min_sats} and {max_sats}.",
+    err_round_share_full: "You hold {max_bets} bets in round {round_id}, the most one player may place; bet in the next round.",
+    err_request_timeout: "The server took too long; nothing was paid. Try again.",
+    err_body_too_large: "The request is too large.",
+    err_method_not_allowed: "This action is not available here.",
+    err_invalid_idempotency_key: "The request carries an invalid idempotency key.",
+    err_idempotency_key_reused: "This request's idempotency key was already used for a different request.",
+    err_idempotency_key_in_progress: "The same request is still being processed; try again in a moment.",
+    err_payment_outcome_unknown: "We could not confirm whether the payment {txid} was saved; check your transactions before trying again.",
   };
   const de = {
     nav_play: "Spielen", nav_rounds: "Runden", nav_admin: "Verwaltung", logout: "Abmelden",
@@ -187,6 +195,14 @@
     err_address_wrong_network: "Diese Adresse gehört zu einem anderen Netz (dieser Dienst nutzt {network}).",
     err_withdrawal_below_minimum: "Die kleinste Auszahlung ist {min_withdrawal_sats}.",
     err_faucet_amount_invalid: "Die Testmünzen-Quelle zahlt zwischen {min_sats} und {max_sats}.",
+    err_round_share_full: "Sie halten {max_bets} Einsätze in Runde {round_id}, das Maximum pro Person; bitte in der nächsten Runde setzen.",
+    err_request_timeout: "Der Server hat zu lange gebraucht; nichts wurde bezahlt. Bitte erneut versuchen.",
+    err_body_too_large: "Die Anfrage ist zu groß.",
+    err_method_not_allowed: "Diese Aktion ist hier nicht verfügbar.",
+    err_invalid_idempotency_key: "Die Anfrage trägt einen ungültigen Idempotenzschlüssel.",
+    err_idempotency_key_reused: "Der Idempotenzschlüssel dieser Anfrage wurde schon für eine andere Anfrage verwendet.",
+    err_idempotency_key_in_progress: "Dieselbe Anfrage wird noch bearbeitet; bitte gleich erneut versuchen.",
+    err_payment_outcome_unknown: "Wir konnten nicht bestätigen, ob die Zahlung {txid} gespeichert wurde; prüfen Sie Ihre Transaktionen, bevor Sie es erneut versuchen.",
   };
   window.PotluckI18n = { tables: { en, de }, languages: ["en", "de"] };
 })();

@@ -68,6 +68,10 @@ pub enum StartupError {
     /// The wallet could not derive addresses.
     #[error("wallet: {0}")]
     Wallet(String),
+    /// This process's wallet seed or session-token secret is not the one
+    /// the database was first used with; names which (never its value).
+    #[error("{0}")]
+    SecretMismatch(String),
     /// Password hashing parameters were refused.
     #[error("password hashing: {0}")]
     Hashing(String),
@@ -92,8 +96,9 @@ pub const MIN_JWT_SECRET_BYTES: usize = 32;
 pub const MIN_ADMIN_TOKEN_CHARS: usize = 16;
 
 /// Reads a hex secret from `path`, or writes `len` fresh random bytes there
-/// atomically (temporary file, fsync, rename, fsync of the directory), so a
-/// crash never leaves a truncated secret behind.
+/// atomically and exclusively (temporary file, fsync, hard link to the
+/// final name, fsync of the directory), so a crash never leaves a truncated
+/// secret behind and two processes starting together end with one secret.
 fn load_or_create_secret(path: &Path, len: usize) -> Result<Vec<u8>, StartupError> {
     let io = |source| StartupError::DataDir {
         path: path.display().to_string(),
@@ -110,21 +115,33 @@ fn load_or_create_secret(path: &Path, len: usize) -> Result<Vec<u8>, StartupErro
             options.write(true).create_new(true);
             #[cfg(unix)]
             std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-            let written = (|| {
+            let written: std::io::Result<()> = (|| {
                 let mut f = options.open(&tmp)?;
                 std::io::Write::write_all(&mut f, hex::encode(&bytes).as_bytes())?;
                 f.sync_all()?;
-                std::fs::rename(&tmp, path)?;
+                // A link is an exclusive create: of two processes starting
+                // together, one makes the name and the other reads it. (A
+                // rename replaced the first one's secret after it had read
+                // it: two processes, two secrets.)
+                std::fs::hard_link(&tmp, path)?;
                 if let Some(dir) = path.parent() {
                     std::fs::File::open(dir)?.sync_all()?;
                 }
                 Ok(())
             })();
-            if let Err(e) = written {
-                let _ = std::fs::remove_file(&tmp);
-                return Err(io(e));
+            if let Err(e) = std::fs::remove_file(&tmp).or_else(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Ok(()),
+                _ => Err(e),
+            }) {
+                tracing::warn!(path = %tmp.display(), error = %e, "could not remove a temporary secret file");
             }
-            Ok(bytes)
+            match written {
+                Ok(()) => Ok(bytes),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    load_or_create_secret(path, len)
+                }
+                Err(e) => Err(io(e)),
+            }
         }
         Err(e) => Err(io(e)),
     }
@@ -227,6 +244,60 @@ async fn check_wallet_matches(
                 user.username
             )));
         }
+    }
+    Ok(())
+}
+
+/// Refuses to start when the database was first used with another wallet
+/// seed or session-token secret: the first process records one-way
+/// fingerprints of both, every later one compares (also on an empty
+/// database, where [`check_wallet_matches`] has no user to compare with).
+/// Two processes with different seeds on one database pay from keys the
+/// other cannot sign with; with different token secrets, one's sessions
+/// are refused by the other.
+async fn check_secret_fingerprints(
+    store: &Store,
+    addresses: &dyn AddressBook,
+    jwt_secret: &[u8],
+    data_dir: &Path,
+) -> Result<(), StartupError> {
+    use hmac::Mac as _;
+    use sha2::Digest as _;
+    // The seed's: a hash of a public address it derives (the fee address of
+    // a fresh install), so nothing of the seed is stored.
+    let fee_address = addresses
+        .default_fee_address()
+        .map_err(|e| StartupError::Wallet(e.to_string()))?;
+    let seed = hex::encode(sha2::Sha256::digest(
+        format!("potluck wallet seed fingerprint v1:{fee_address}").as_bytes(),
+    ));
+    // The token secret's: an HMAC under the secret, which does not reveal it.
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(jwt_secret)
+        .map_err(|e| StartupError::WeakSecret(e.to_string()))?;
+    mac.update(b"potluck session-token secret fingerprint v1");
+    let token = hex::encode(mac.finalize().into_bytes());
+    let now = crate::domain::time::unix_now();
+    if store
+        .check_secret_fingerprint("wallet_seed", &seed, now)
+        .await?
+        .is_some()
+    {
+        return Err(StartupError::SecretMismatch(format!(
+            "the wallet seed in {} is not the one this database was first used with: another \
+             process (or an earlier data directory) uses another seed; copy its wallet.mnemonic here",
+            data_dir.join("wallet.mnemonic").display()
+        )));
+    }
+    if store
+        .check_secret_fingerprint("token_secret", &token, now)
+        .await?
+        .is_some()
+    {
+        return Err(StartupError::SecretMismatch(format!(
+            "the session-token secret (--jwt-secret, or {}) is not the one this database was \
+             first used with: every process on one database needs the same; copy its jwt-secret here",
+            data_dir.join("jwt-secret").display()
+        )));
     }
     Ok(())
 }
@@ -349,7 +420,8 @@ impl Application {
                     StartupError::Store(StoreError::UnsupportedUrl(redact_url(&u)))
                 }
                 other => StartupError::Store(other),
-            })?;
+            })?
+            .with_max_user_round_bets(config.max_user_round_bets);
         store.migrate().await?;
         let pg_url = (store.backend() == crate::store::Backend::Postgres).then(|| db_url.clone());
         if let (Some(file), true) = (&db_file, db_is_new) {
@@ -366,7 +438,9 @@ impl Application {
                 }
             }
         }
+        // The users' addresses first: that refusal names the user.
         check_wallet_matches(&store, addresses.as_ref(), &data_dir).await?;
+        check_secret_fingerprints(&store, addresses.as_ref(), &jwt_secret, &data_dir).await?;
         store
             .init_config(&ServiceConfig {
                 fee_address: addresses
@@ -388,18 +462,21 @@ impl Application {
         // Several processes may share PostgreSQL: the limits count in the
         // database there, so that N processes give nobody N times the quota.
         let shared = store.backend() == crate::store::Backend::Postgres;
-        let (throttle, quota) = if shared {
+        let (throttle, quota, admin_throttle) = if shared {
             (
                 Throttle::shared(store.clone(), config.throttle),
                 Quota::Shared {
                     store: store.clone(),
                     policy: config.quota,
                 },
+                // Wrong admin tokens count across processes too (issue 32).
+                Throttle::shared(store.clone(), ADMIN_THROTTLE),
             )
         } else {
             (
                 Throttle::Local(Arc::new(LoginThrottle::new(config.throttle, now))),
                 Quota::Local(RegistrationQuota::new(config.quota, now)),
+                Throttle::Local(Arc::new(LoginThrottle::new(ADMIN_THROTTLE, now))),
             )
         };
         let streams = shared.then(|| SharedStreams::new(store.clone(), config.stream));
@@ -448,6 +525,7 @@ impl Application {
                 addresses.clone(),
                 config.max_bet_input_fee_percent,
                 dev_chain.clone(),
+                config.request_timeout,
             ),
             history: History::new(store.clone(), rounds.clone()),
             health: Health::new(store.clone(), engine.chain().clone()),
@@ -455,7 +533,7 @@ impl Application {
             streams,
             addresses,
             admin_key: AdminKey::new(config.admin_token.as_deref()),
-            admin_throttle: Arc::new(LoginThrottle::new(ADMIN_THROTTLE, now)),
+            admin_throttle,
             metrics: Arc::new(Metrics::default()),
             engine,
             dev_chain,
@@ -574,5 +652,44 @@ impl Application {
         }
         self.store.close().await;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 32, finding 5: processes starting together on an empty data
+    /// directory end with one session-token secret. With rename-over, each
+    /// could keep the secret it wrote while another replaced the file.
+    #[test]
+    fn processes_creating_the_secret_together_end_with_one() {
+        let dir =
+            std::env::temp_dir().join(format!("potluck_secret_{:016x}", rand::random::<u64>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for round in 0..20 {
+            let path = dir.join(format!("jwt-secret-{round}"));
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
+            let secrets: Vec<Vec<u8>> = (0..8)
+                .map(|_| {
+                    let (path, barrier) = (path.clone(), barrier.clone());
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        load_or_create_secret(&path, MIN_JWT_SECRET_BYTES).unwrap()
+                    })
+                })
+                .collect::<Vec<_>>()
+                .into_iter()
+                .map(|t| t.join().unwrap())
+                .collect();
+            let on_disk = load_or_create_secret(&path, MIN_JWT_SECRET_BYTES).unwrap();
+            for s in &secrets {
+                assert_eq!(
+                    s, &on_disk,
+                    "round {round}: a process kept a secret that is not the file's"
+                );
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -72,6 +72,8 @@ pub struct Config {
     pub default_round_duration_seconds: i64,
     /// Largest share (percent) of a bet its own pot input may cost in fees.
     pub max_bet_input_fee_percent: u32,
+    /// Most bets one user places in one round.
+    pub max_user_round_bets: i64,
     /// Database connections.
     pub max_db_connections: u32,
     /// The chain.
@@ -106,6 +108,7 @@ impl Config {
             body_limit_bytes: 64 * 1024,
             default_round_duration_seconds: 120,
             max_bet_input_fee_percent: crate::domain::settings::DEFAULT_MAX_BET_INPUT_FEE_PERCENT,
+            max_user_round_bets: crate::domain::settings::DEFAULT_MAX_USER_ROUND_BETS,
             max_db_connections: 16,
             chain: ChainSource::Dev {
                 block_interval: Some(Duration::from_secs(15)),
@@ -182,6 +185,7 @@ impl std::fmt::Debug for Config {
                 &self.default_round_duration_seconds,
             )
             .field("max_bet_input_fee_percent", &self.max_bet_input_fee_percent)
+            .field("max_user_round_bets", &self.max_user_round_bets)
             .field("max_db_connections", &self.max_db_connections)
             .field("chain", &self.chain)
             .field("fee_policy", &self.fee_policy)

@@ -29,7 +29,8 @@
 //!   entries), `address`, `time`.
 //! - [`store`]: all SQL, one file per aggregate — `users`, `rounds`,
 //!   `ledger` (outputs and transfers), `chain` (processed blocks, deposits,
-//!   reorganisations), `settings` (config row and audit log), `migrations`.
+//!   reorganisations), `settings` (config row and audit log), `idempotency` (the
+//!   `Idempotency-Key`s of money requests), `migrations`.
 //!   States are converted to and from their stored names at this edge.
 //! - [`service`]: `accounts` (register, login, sessions, password changes
 //!   and the admin reset, applying the throttle and the quota), `admin` (the

@@ -209,6 +209,10 @@ pub struct BlockchainInfo {
     /// Whether the node is still syncing.
     #[serde(rename = "initialblockdownload")]
     pub initial_block_download: bool,
+    /// Height of the best header chain the node knows (Core always sends
+    /// it; absent, the node is taken to know no more than its tip).
+    #[serde(default)]
+    pub headers: Option<u32>,
 }
 
 /// `getblockheader` verbose (the fields used here).
@@ -809,6 +813,20 @@ impl Chain for BitcoindRpc {
             Ok(Tip {
                 height: info.blocks,
                 hash: info.best_block_hash,
+            })
+        })
+    }
+
+    fn sync_state(&self) -> ChainFuture<'_, crate::api::SyncState> {
+        Box::pin(async move {
+            let info = self.get_blockchain_info().await.map_err(to_chain)?;
+            Ok(crate::api::SyncState {
+                tip: Tip {
+                    height: info.blocks,
+                    hash: info.best_block_hash,
+                },
+                headers: info.headers.unwrap_or(info.blocks),
+                initial_block_download: info.initial_block_download,
             })
         })
     }

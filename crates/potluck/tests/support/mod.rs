@@ -4,6 +4,7 @@
 
 pub mod channels;
 pub mod peer;
+pub mod rpc_proxy;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

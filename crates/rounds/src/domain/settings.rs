@@ -21,6 +21,11 @@ pub const MAX_TX_INPUTS: usize = 1_400;
 /// paid, its retry rebuilding the same transaction.
 pub const MAX_ROUND_BETS: i64 = 1_400;
 
+/// Default most bets one user places in one round: a tenth of
+/// [`MAX_ROUND_BETS`], so that one account with many small coins cannot
+/// fill a round and lock the others out (issue 32, finding 4).
+pub const DEFAULT_MAX_USER_ROUND_BETS: i64 = MAX_ROUND_BETS / 10;
+
 /// Default largest share (percent) of a bet that its own pot input may cost
 /// in fees at the current fee rate.
 pub const DEFAULT_MAX_BET_INPUT_FEE_PERCENT: u32 = 50;

@@ -78,6 +78,8 @@ error_codes! {
     RoundNotOpen = "round_not_open",
     /// The round holds as many bets as its payout can spend.
     RoundFull = "round_full",
+    /// The caller holds its share of the round's bets.
+    RoundShareFull = "round_share_full",
     /// The payment would need more coins than one transaction holds.
     TooManyInputs = "too_many_inputs",
     /// Concurrent requests keep taking the caller's coins.
@@ -96,6 +98,20 @@ error_codes! {
     NoRoundPlayed = "no_round_played",
     /// A faucet amount out of range.
     FaucetAmountInvalid = "faucet_amount_invalid",
+    /// The request took longer than the request time-out; nothing was saved.
+    RequestTimeout = "request_timeout",
+    /// The request body is over the size limit.
+    BodyTooLarge = "body_too_large",
+    /// The method is not served on this path.
+    MethodNotAllowed = "method_not_allowed",
+    /// An `Idempotency-Key` header that is empty, too long or not visible ASCII.
+    InvalidIdempotencyKey = "invalid_idempotency_key",
+    /// The `Idempotency-Key` was used with another request body or endpoint.
+    IdempotencyKeyReused = "idempotency_key_reused",
+    /// A request with this `Idempotency-Key` is still being processed.
+    IdempotencyKeyInProgress = "idempotency_key_in_progress",
+    /// The payment's write was sent but its outcome could not be read back.
+    PaymentOutcomeUnknown = "payment_outcome_unknown",
 }
 
 #[cfg(test)]

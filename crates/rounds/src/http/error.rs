@@ -91,6 +91,12 @@ pub struct ErrorParams {
     /// The largest allowed amount (`faucet_amount_invalid`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_sats: Option<i64>,
+    /// The request time-out in whole seconds (`request_timeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<u64>,
+    /// The transaction whose fate is in question (`payment_outcome_unknown`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub txid: Option<String>,
 }
 
 impl ErrorParams {
@@ -169,6 +175,15 @@ pub enum ApiError {
         /// Values interpolated into the message; amounts end in `_sats`.
         params: ErrorParams,
     },
+    /// The request outlived the request time-out; nothing it would have
+    /// written was written.
+    #[error(
+        "the request took longer than {timeout_secs} s; nothing was changed, it can be retried"
+    )]
+    RequestTimeout {
+        /// The time-out in whole seconds.
+        timeout_secs: u64,
+    },
     /// Anything the client cannot act on; logged with its causes, never sent.
     #[error("internal error")]
     Internal(#[source] BoxError),
@@ -225,6 +240,7 @@ impl ApiError {
             ApiError::StreamCapacity => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::Domain { status, .. } => *status,
+            ApiError::RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -244,6 +260,7 @@ impl ApiError {
             ApiError::RegistrationQuotaExceeded { .. } => ErrorCode::RegistrationQuotaExceeded,
             ApiError::StreamCapacity => ErrorCode::StreamCapacity,
             ApiError::NotFound => ErrorCode::NotFound,
+            ApiError::RequestTimeout { .. } => ErrorCode::RequestTimeout,
             ApiError::Internal(_) => ErrorCode::InternalError,
         }
     }
@@ -259,6 +276,10 @@ impl ApiError {
             ApiError::TooManyAttempts { retry_after_secs }
             | ApiError::RegistrationQuotaExceeded { retry_after_secs } => ErrorParams {
                 retry_after_seconds: Some(*retry_after_secs),
+                ..ErrorParams::none()
+            },
+            ApiError::RequestTimeout { timeout_secs } => ErrorParams {
+                timeout_seconds: Some(*timeout_secs),
                 ..ErrorParams::none()
             },
             _ => ErrorParams::none(),
@@ -413,6 +434,16 @@ impl From<PaymentError> for ApiError {
                     ..ErrorParams::none()
                 },
             ),
+            PaymentError::RoundShareFull { round_id, max_bets } => ApiError::domain(
+                StatusCode::CONFLICT,
+                ErrorCode::RoundShareFull,
+                e.to_string(),
+                ErrorParams {
+                    round_id: Some(round_id),
+                    max_bets: Some(max_bets),
+                    ..ErrorParams::none()
+                },
+            ),
             PaymentError::InvalidAddress { ref address } => ApiError::domain(
                 unprocessable,
                 ErrorCode::InvalidAddress,
@@ -501,6 +532,34 @@ impl From<PaymentError> for ApiError {
                 e.to_string(),
                 ErrorParams::none(),
             ),
+            PaymentError::TimedOut { timeout_secs } => ApiError::RequestTimeout { timeout_secs },
+            PaymentError::IdempotencyKeyReused => ApiError::domain(
+                unprocessable,
+                ErrorCode::IdempotencyKeyReused,
+                e.to_string(),
+                ErrorParams::none(),
+            ),
+            PaymentError::IdempotencyKeyInProgress => ApiError::domain(
+                StatusCode::CONFLICT,
+                ErrorCode::IdempotencyKeyInProgress,
+                e.to_string(),
+                ErrorParams::none(),
+            ),
+            PaymentError::OutcomeUnknown {
+                ref txid,
+                ref source,
+            } => {
+                tracing::error!(error = %error_chain(source), %txid, "payment outcome unknown");
+                ApiError::domain(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    ErrorCode::PaymentOutcomeUnknown,
+                    e.to_string(),
+                    ErrorParams {
+                        txid: Some(txid.clone()),
+                        ..ErrorParams::none()
+                    },
+                )
+            }
             PaymentError::Store(e) => e.into(),
             other => ApiError::internal(other),
         }
@@ -584,6 +643,9 @@ pub enum AdminError {
     /// Too many wrong admin tokens from this client; wait this many seconds.
     #[error("too many failed admin-token attempts, retry later")]
     TooManyAttempts(u64),
+    /// The request outlived the request time-out of this many seconds.
+    #[error("the request took longer than {0} s")]
+    TimedOut(u64),
     /// Logged with its causes, answered as a generic 500.
     #[error("internal error")]
     Internal(#[source] BoxError),
@@ -631,6 +693,10 @@ impl IntoResponse for AdminError {
             AdminError::Validation(m) => (StatusCode::UNPROCESSABLE_ENTITY, m),
             AdminError::NotFound(m) => (StatusCode::NOT_FOUND, m),
             AdminError::Conflict(m) => (StatusCode::CONFLICT, m),
+            AdminError::TimedOut(secs) => (
+                StatusCode::REQUEST_TIMEOUT,
+                format!("the request took longer than {secs} s"),
+            ),
             AdminError::TooManyAttempts(secs) => {
                 let mut r = (
                     StatusCode::TOO_MANY_REQUESTS,

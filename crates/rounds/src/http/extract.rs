@@ -89,6 +89,41 @@ impl FromRequestParts<AppState> for SignedBearer {
     }
 }
 
+/// The longest `Idempotency-Key` kept.
+pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
+
+/// The optional `Idempotency-Key` header of a money request: 1–255 visible
+/// ASCII characters (a UUID fits), else 422 `invalid_idempotency_key`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyKey(pub Option<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let Some(value) = parts.headers.get("idempotency-key") else {
+            return Ok(IdempotencyKey(None));
+        };
+        let bytes = value.as_bytes();
+        if bytes.is_empty()
+            || bytes.len() > MAX_IDEMPOTENCY_KEY_LEN
+            || !bytes.iter().all(u8::is_ascii_graphic)
+        {
+            return Err(ApiError::validation(
+                ErrorCode::InvalidIdempotencyKey,
+                format!("Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} visible ASCII characters"),
+                ErrorParams {
+                    max_length: Some(MAX_IDEMPOTENCY_KEY_LEN),
+                    ..ErrorParams::none()
+                },
+            ));
+        }
+        Ok(IdempotencyKey(Some(
+            String::from_utf8_lossy(bytes).into_owned(),
+        )))
+    }
+}
+
 /// A user if a valid token was sent; anonymous otherwise. A stale or bad
 /// token on an endpoint that works logged out is treated as no token.
 #[derive(Debug, Clone)]
@@ -127,23 +162,27 @@ impl FromRequestParts<AppState> for Admin {
         // Wrong tokens are throttled per client like wrong passwords; the
         // check and the reservation are one step, so a burst cannot slip
         // through before the first failure is counted.
-        let keys = [ThrottleKey::Ip(ip)];
+        // On PostgreSQL the count is shared by every process (issue 32):
+        // spreading guesses over the processes behind the proxy gains nothing.
+        let keys = [ThrottleKey::AdminIp(ip)];
         let attempt = state
             .admin_throttle
-            .begin(&keys, std::time::Instant::now())
+            .begin(&keys)
+            .await
+            .map_err(AdminError::internal)?
             .map_err(|wait| {
                 AdminError::TooManyAttempts(wait.as_secs() + u64::from(wait.subsec_nanos() > 0))
             })?;
         let presented = parts.headers.get("x-admin-token").map(|v| v.as_bytes());
         match state.admin_key.check(presented) {
             Ok(()) => {
-                attempt.succeeded(&keys[0]);
+                attempt.succeeded(&keys[0]).await;
                 Ok(Admin)
             }
             Err(denied) => {
                 if denied == AdminDenied::Invalid {
                     tracing::warn!(client = %ip, "wrong admin token");
-                    attempt.failed(std::time::Instant::now());
+                    attempt.failed().await;
                 }
                 Err(AdminError::Denied(denied.message()))
             }

@@ -19,26 +19,26 @@ pub mod views;
 pub mod wallet;
 
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse as _, Response};
 use axum::Router;
 use tower::ServiceBuilder;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{
     MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
 };
-use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 
 use crate::config::Config;
-use error::ApiError;
+use codes::ErrorCode;
+use error::{AdminError, ApiError};
 use metrics::Metrics;
 pub use state::AppState;
 
@@ -83,11 +83,76 @@ fn api_routes(config: &Config, dev_chain: bool) -> OpenApiRouter<AppState> {
         .merge(wallet::router(dev_chain))
         .merge(admin::router())
         .merge(ops::router())
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
+        .layer(axum::middleware::from_fn_with_state(
             config.request_timeout,
+            time_out,
         ));
-    timed.merge(rounds::stream_router())
+    // Money routes answer by the time-out themselves: a payment saved
+    // before it is answered with the payment, never with a time-out.
+    timed
+        .merge(rounds::stream_router())
+        .merge(rounds::money_router())
+        .merge(wallet::money_router())
+}
+
+/// Cuts a request that outlives `limit` with the structured 408 (admin
+/// routes: a bare-string `detail`), as every other error is answered.
+async fn time_out(State(limit): State<Duration>, request: Request, next: Next) -> Response {
+    let admin = request.uri().path().starts_with("/admin/");
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) if admin => AdminError::TimedOut(limit.as_secs()).into_response(),
+        Err(_) => ApiError::RequestTimeout {
+            timeout_secs: limit.as_secs(),
+        }
+        .into_response(),
+    }
+}
+
+/// Gives the errors that layers and the router answer without a body (an
+/// over-long body, a method the path does not serve) the structured body.
+async fn structured_errors(request: Request, next: Next) -> Response {
+    let admin = request.uri().path().starts_with("/admin/");
+    let response = next.run(request).await;
+    let json = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    let (code, text) = match response.status() {
+        _ if json => return response,
+        StatusCode::PAYLOAD_TOO_LARGE => (
+            ErrorCode::BodyTooLarge,
+            "the request body is over the size limit",
+        ),
+        StatusCode::METHOD_NOT_ALLOWED => (
+            ErrorCode::MethodNotAllowed,
+            "this method is not served on this path",
+        ),
+        _ => return response,
+    };
+    let status = response.status();
+    if admin {
+        let mut r = (
+            status,
+            axum::Json(error::AdminErrorBody {
+                detail: text.to_string(),
+            }),
+        )
+            .into_response();
+        copy_allow(&response, &mut r);
+        return r;
+    }
+    let mut r = ApiError::domain(status, code, text, error::ErrorParams::none()).into_response();
+    copy_allow(&response, &mut r);
+    r
+}
+
+/// Keeps the `Allow` header of a 405.
+fn copy_allow(from: &Response, to: &mut Response) {
+    if let Some(allow) = from.headers().get(axum::http::header::ALLOW) {
+        to.headers_mut()
+            .insert(axum::http::header::ALLOW, allow.clone());
+    }
 }
 
 /// The OpenAPI document generated from the routes, as JSON.
@@ -193,6 +258,7 @@ pub fn router(state: AppState) -> Router {
         .merge(dashboard::router())
         .fallback(not_found)
         .layer(RequestBodyLimitLayer::new(state.config.body_limit_bytes))
+        .layer(axum::middleware::from_fn(structured_errors))
         .layer(observe)
         .with_state(state)
 }

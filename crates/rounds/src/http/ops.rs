@@ -35,7 +35,7 @@ pub struct Health {
     pub status: String,
     /// `ok`, or why the database did not answer.
     pub database: String,
-    /// `ok`, or why the chain did not answer.
+    /// `ok`, why the chain did not answer, or `behind: …` when the node is catching up (rounds do not close or draw meanwhile).
     pub chain: String,
 }
 
@@ -47,7 +47,7 @@ async fn livez() -> axum::Json<Live> {
     })
 }
 
-/// Readiness: 200 when the database and the chain answer, else 503 naming which failed.
+/// Readiness: 200 when the database and the chain answer and the node is not behind, else 503 naming which failed and why.
 #[utoipa::path(get, path = "/healthz", tag = "ops", responses(
     (status = 200, description = "database and chain answer", body = Health),
     (status = 503, description = "a dependency failed; its field says why", body = Health),
@@ -63,7 +63,8 @@ async fn healthz(State(state): State<AppState>) -> (StatusCode, axum::Json<Healt
         Err(_) => "timed out".to_string(),
     };
     let chain = match tip {
-        Ok(Ok(_)) => "ok".to_string(),
+        Ok(Ok(None)) => "ok".to_string(),
+        Ok(Ok(Some(behind))) => format!("behind: {behind}"),
         Ok(Err(e)) => format!("error: {e}"),
         Err(_) => "timed out".to_string(),
     };

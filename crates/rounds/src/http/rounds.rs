@@ -13,10 +13,11 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::domain::round::TransferProgress;
 use crate::http::client_ip::ClientIp;
 use crate::http::codes::ErrorCode;
 use crate::http::error::{ApiError, ErrorBody, ErrorParams};
-use crate::http::extract::{ApiJson, ApiQuery, AuthUser, MaybeUser, SignedBearer};
+use crate::http::extract::{ApiJson, ApiQuery, AuthUser, IdempotencyKey, MaybeUser, SignedBearer};
 use crate::http::state::AppState;
 use crate::http::views::RoundView;
 use crate::service::history::{self, Outcome};
@@ -27,10 +28,16 @@ use crate::service::stream::{Delivery, Subscription};
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(current_round))
-        .routes(routes!(place_bet))
         .routes(routes!(list_rounds))
         .routes(routes!(get_round))
         .routes(routes!(last_round_result))
+}
+
+/// The money route: kept out of the time-out layer, it answers by the
+/// time-out itself without ever cutting a saved payment short (see
+/// [`crate::service::cashier::Cashier::bet`]).
+pub fn money_router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(place_bet))
 }
 
 /// The stream route: long-lived, so it is kept out of the time-out layer.
@@ -136,6 +143,9 @@ pub struct BetPlaced {
     pub fee_sats: i64,
     /// The bet transaction.
     pub txid: String,
+    /// `broadcast` (201), or `pending` (202) while its broadcast has not
+    /// ended: the bet is saved and the worker broadcasts it.
+    pub status: TransferProgress,
 }
 
 /// 201 once broadcast; 202 while the worker still has to broadcast it.
@@ -152,18 +162,21 @@ pub(crate) fn paid_status(broadcast: bool) -> StatusCode {
     request_body = BetRequest,
     responses(
         (status = 201, body = BetPlaced),
-        (status = 202, description = "written but the chain is unreachable: broadcast later by the worker", body = BetPlaced),
-        (status = 409, description = "round_not_open, round_full, funds_busy", body = ErrorBody),
-        (status = 422, description = "bet_below_minimum, insufficient_funds, amount_below_dust, too_many_inputs", body = ErrorBody),
+        (status = 202, description = "saved, its broadcast not yet ended (a slow or unreachable node): `status: pending`, broadcast by the worker", body = BetPlaced),
+        (status = 408, description = "request_timeout: nothing was saved, retry", body = ErrorBody),
+        (status = 409, description = "round_not_open, round_full, round_share_full, funds_busy, idempotency_key_in_progress", body = ErrorBody),
+        (status = 422, description = "bet_below_minimum, insufficient_funds, amount_below_dust, too_many_inputs, invalid_idempotency_key, idempotency_key_reused", body = ErrorBody),
         (status = 502, description = "broadcast_rejected", body = ErrorBody),
-        (status = 503, description = "paused", body = ErrorBody),
-    ))]
+        (status = 503, description = "paused, payment_outcome_unknown", body = ErrorBody),
+    ),
+    params(("Idempotency-Key" = Option<String>, Header, description = "1–255 visible ASCII characters; the same key and body give the same bet, kept 24 h per user")))]
 async fn place_bet(
     State(state): State<AppState>,
     SignedBearer(session): SignedBearer,
+    IdempotencyKey(key): IdempotencyKey,
     ApiJson(body): ApiJson<BetRequest>,
 ) -> Result<(StatusCode, Json<BetPlaced>), ApiError> {
-    let paid = state.cashier.bet(session, body.amount_sats).await?;
+    let paid = state.cashier.bet(session, body.amount_sats, key).await?;
     Ok((
         paid_status(paid.broadcast),
         Json(BetPlaced {
@@ -172,8 +185,18 @@ async fn place_bet(
             amount_sats: body.amount_sats,
             fee_sats: paid.fee_sats,
             txid: paid.txid,
+            status: progress(paid.broadcast),
         }),
     ))
+}
+
+/// `broadcast` or `pending`, as a saved payment is answered.
+pub(crate) fn progress(broadcast: bool) -> TransferProgress {
+    if broadcast {
+        TransferProgress::Broadcast
+    } else {
+        TransferProgress::Pending
+    }
 }
 
 /// Pagination of lists, newest first.

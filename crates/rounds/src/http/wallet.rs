@@ -12,8 +12,8 @@ use crate::domain::round::TransferProgress;
 use crate::domain::settings::DUST_LIMIT_SATS;
 use crate::http::codes::ErrorCode;
 use crate::http::error::{ApiError, ErrorBody, ErrorParams};
-use crate::http::extract::{ApiJson, ApiQuery, AuthUser};
-use crate::http::rounds::{paid_status, Page};
+use crate::http::extract::{ApiJson, ApiQuery, AuthUser, IdempotencyKey, SignedBearer};
+use crate::http::rounds::{paid_status, progress, Page};
 use crate::http::state::AppState;
 use crate::http::views::TransferView;
 use crate::service::payments::{FAUCET_DEFAULT_SATS, FAUCET_MAX_SATS};
@@ -21,7 +21,6 @@ use crate::service::payments::{FAUCET_DEFAULT_SATS, FAUCET_MAX_SATS};
 /// Routes of this module (the faucet only with the development chain).
 pub fn router(dev_chain: bool) -> OpenApiRouter<AppState> {
     let r = OpenApiRouter::new()
-        .routes(routes!(withdraw))
         .routes(routes!(transactions))
         .routes(routes!(deposit_qr));
     if dev_chain {
@@ -29,6 +28,12 @@ pub fn router(dev_chain: bool) -> OpenApiRouter<AppState> {
     } else {
         r
     }
+}
+
+/// The money route, kept out of the time-out layer (see
+/// [`crate::http::rounds::money_router`]).
+pub fn money_router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(withdraw))
 }
 
 /// POST /users/me/withdrawals body.
@@ -62,20 +67,23 @@ pub struct WithdrawalDone {
     request_body = WithdrawalRequest,
     responses(
         (status = 201, body = WithdrawalDone),
-        (status = 202, description = "written but the chain is unreachable: broadcast later by the worker", body = WithdrawalDone),
-        (status = 409, description = "funds_busy", body = ErrorBody),
-        (status = 422, description = "invalid_address, address_wrong_network, withdrawal_below_minimum, insufficient_funds, too_many_inputs", body = ErrorBody),
+        (status = 202, description = "saved, its broadcast not yet ended (a slow or unreachable node): `status: pending`, broadcast by the worker", body = WithdrawalDone),
+        (status = 408, description = "request_timeout: nothing was saved, retry", body = ErrorBody),
+        (status = 409, description = "funds_busy, idempotency_key_in_progress", body = ErrorBody),
+        (status = 422, description = "invalid_address, address_wrong_network, withdrawal_below_minimum, insufficient_funds, too_many_inputs, invalid_idempotency_key, idempotency_key_reused", body = ErrorBody),
         (status = 502, description = "broadcast_rejected", body = ErrorBody),
-        (status = 503, description = "paused", body = ErrorBody),
-    ))]
+        (status = 503, description = "paused, payment_outcome_unknown", body = ErrorBody),
+    ),
+    params(("Idempotency-Key" = Option<String>, Header, description = "1–255 visible ASCII characters; the same key and body give the same withdrawal, kept 24 h per user")))]
 async fn withdraw(
     State(state): State<AppState>,
-    user: AuthUser,
+    SignedBearer(session): SignedBearer,
+    IdempotencyKey(key): IdempotencyKey,
     ApiJson(body): ApiJson<WithdrawalRequest>,
 ) -> Result<(StatusCode, Json<WithdrawalDone>), ApiError> {
     let paid = state
         .cashier
-        .withdraw(user.id, &body.address, body.amount_sats)
+        .withdraw(session, body.address.clone(), body.amount_sats, key)
         .await?;
     Ok((
         paid_status(paid.broadcast),
@@ -84,11 +92,7 @@ async fn withdraw(
             address: body.address.trim().to_string(),
             amount_sats: body.amount_sats,
             fee_sats: paid.fee_sats,
-            status: if paid.broadcast {
-                TransferProgress::Broadcast
-            } else {
-                TransferProgress::Pending
-            },
+            status: progress(paid.broadcast),
             txid: paid.txid,
         }),
     ))

@@ -674,22 +674,32 @@ impl Engine {
             RoundStatus::Open => {
                 // The chain's own tip, not only what the watcher processed:
                 // the draw block must not exist yet when the bets are fixed,
-                // or a last-second bettor could grind against its hash.
-                // It is read while the round's row is held (see close_round).
+                // or a last-second bettor could grind against its hash. It
+                // is read now, after closes_at (no bet is accepted after
+                // it), and before the close's transaction begins: a
+                // transaction waiting on a slow node held SQLite's write
+                // lock and failed every other write of the service.
+                // A node that is behind (more headers than blocks, or in
+                // initial block download) reports a tip below blocks that
+                // already exist: the draw block could be public before the
+                // close. Nothing closes until it has caught up.
                 let synced = self.store.synced_tip().await?.map_or(0, |t| t.0);
-                let chain = self.chain.clone();
-                let read_tip = async move {
-                    match chain.tip().await {
-                        Ok(t) => Some(synced.max(i64::from(t.height))),
-                        Err(e) => {
-                            tracing::warn!(error = %e, "chain tip unavailable; the round stays open");
-                            None
+                let tip_height = match self.chain.sync_state().await {
+                    Ok(state) => match behind(&state) {
+                        None => synced.max(i64::from(state.tip.height)),
+                        Some(why) => {
+                            tracing::debug!(round = round.id, %why, "the node is behind; the round stays open");
+                            return Ok(false);
                         }
+                    },
+                    Err(e) => {
+                        tracing::warn!(error = %e, "chain tip unavailable; the round stays open");
+                        return Ok(false);
                     }
                 };
                 let moved = self
                     .store
-                    .close_round(round.id, read_tip, |bets| {
+                    .close_round(round.id, tip_height, |bets| {
                         hex::encode(draw::bets_commitment(&draw_bets(bets)))
                     })
                     .await?;
@@ -718,7 +728,23 @@ impl Engine {
                     .move_round(round.id, RoundStatus::Closing, RoundStatus::Drawing)
                     .await?)
             }
-            RoundStatus::Drawing => self.draw_and_pay(round, config).await,
+            RoundStatus::Drawing => {
+                // Checked again at the draw: a node that fell behind since
+                // the close may hold a draw block the network is replacing.
+                match self.chain.sync_state().await {
+                    Ok(state) => {
+                        if let Some(why) = behind(&state) {
+                            tracing::debug!(round = round.id, %why, "the node is behind; the draw waits");
+                            return Ok(false);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "chain unavailable; the draw waits");
+                        return Ok(false);
+                    }
+                }
+                self.draw_and_pay(round, config).await
+            }
             RoundStatus::PayingOut => self.finish_payout(round).await,
             RoundStatus::Closed | RoundStatus::PayoutFailed => Ok(false),
         }
@@ -1083,6 +1109,26 @@ fn outpoint_of(o: &crate::domain::money::Coin) -> Result<bitcoin::OutPoint, Engi
     let vout = u32::try_from(o.vout)
         .map_err(|_| EngineError::Corrupt(format!("vout {} of {}", o.vout, o.txid)))?;
     Ok(bitcoin::OutPoint { txid, vout })
+}
+
+/// Why the node is not to be trusted with a close or a draw yet, if it is
+/// behind: it knows of more headers than it has blocks (catching up), or
+/// says it is in initial block download.
+pub fn behind(state: &chain::SyncState) -> Option<String> {
+    if state.is_synced() {
+        return None;
+    }
+    Some(if state.initial_block_download {
+        format!(
+            "the node is in initial block download ({} blocks, {} headers); rounds do not close or draw until it has caught up",
+            state.tip.height, state.headers
+        )
+    } else {
+        format!(
+            "the node is catching up: it knows {} headers but has {} blocks; rounds do not close or draw until it has caught up",
+            state.headers, state.tip.height
+        )
+    })
 }
 
 /// Bets as the draw sees them.

@@ -31,11 +31,14 @@ impl Health {
         self.store.ping().await
     }
 
-    /// Whether the chain reports its tip.
+    /// Whether the chain reports its tip: `Some(why)` when it answers but
+    /// is behind (catching up or in initial block download), so that rounds
+    /// neither close nor draw.
     ///
     /// # Errors
     /// The chain error.
-    pub async fn chain(&self) -> Result<(), chain::ChainError> {
-        self.chain.tip().await.map(|_| ())
+    pub async fn chain(&self) -> Result<Option<String>, chain::ChainError> {
+        let state = self.chain.sync_state().await?;
+        Ok(crate::service::engine::behind(&state))
     }
 }

@@ -4,16 +4,21 @@
 //! transaction is written (status `signed`) before it is broadcast, so a
 //! restart finishes what a crash interrupted and nothing is paid twice.
 
+use std::sync::Arc;
+
 use bitcoin::{Network, ScriptBuf};
+use sha2::{Digest as _, Sha256};
+use tokio::sync::watch;
 
 use crate::domain::address::{AddressBook, AddressError};
 use crate::domain::money::Coin;
-use crate::domain::round::{RoundStatus, TransferKind};
+use crate::domain::round::{RoundStatus, TransferKind, TransferStatus};
 use crate::domain::settings::{ServiceConfig, DUST_LIMIT_SATS, P2WPKH_INPUT_VBYTES};
 use crate::domain::spend::{self, SpendFailure};
 use crate::domain::time::unix_now;
 use crate::service::accounts::{AccountError, SignedSession};
 use crate::service::engine::{crash_point, Engine, EngineError, Mark};
+use crate::store::idempotency::{Claimed, KeyClaim};
 use crate::store::ledger::PaymentContext;
 use crate::store::users::UserRow;
 use crate::store::{LedgerError, Store, StoreError};
@@ -88,6 +93,14 @@ pub enum PaymentError {
         /// The most bets a round takes.
         max_bets: i64,
     },
+    /// The user holds its share of the round's bets.
+    #[error("you hold {max_bets} bets of round {round_id}, the most one player places in a round; bet in the next round")]
+    RoundShareFull {
+        /// The round.
+        round_id: i64,
+        /// The most bets one user places in a round.
+        max_bets: i64,
+    },
     /// The withdrawal address does not parse.
     #[error("address is not a valid address")]
     InvalidAddress {
@@ -158,9 +171,156 @@ pub enum PaymentError {
     /// The development chain failed (faucet).
     #[error("development chain: {0}")]
     DevChain(String),
+    /// The request's deadline passed before the payment was written:
+    /// nothing was saved, nothing will be paid.
+    #[error("the request took longer than {timeout_secs} s; nothing was paid")]
+    TimedOut {
+        /// The request time-out.
+        timeout_secs: u64,
+    },
+    /// The idempotency key was used with another request.
+    #[error("this Idempotency-Key was used with a different request")]
+    IdempotencyKeyReused,
+    /// Another request with this idempotency key is still running.
+    #[error("a request with this Idempotency-Key is still being processed")]
+    IdempotencyKeyInProgress,
+    /// The write of the payment was sent, and neither its commit nor its
+    /// absence could be read back: the payment may exist.
+    #[error(
+        "the payment {txid} may or may not have been saved; check the transactions before retrying"
+    )]
+    OutcomeUnknown {
+        /// The transaction that may have been saved.
+        txid: String,
+        /// Why the write failed.
+        #[source]
+        source: LedgerError,
+    },
+    /// The payment task stopped before it answered.
+    #[error("the payment task stopped")]
+    Aborted(#[source] tokio::task::JoinError),
     /// The database.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// Where a payment request stands, as its [`WriteGate`] sees it.
+#[derive(Debug, Clone)]
+pub enum Stage {
+    /// Reading, checking and signing: nothing is written yet.
+    Preparing,
+    /// The intent's write has started: its outcome must be awaited.
+    Writing,
+    /// The intent is saved (durable); the broadcast may still run.
+    Saved(Paid),
+    /// The deadline passed before the write: the payment never writes.
+    Expired,
+}
+
+/// Decides, once, between a request's deadline and its payment's write:
+/// either the write starts before the deadline (and the request answers
+/// with the payment, however slow the broadcast), or the deadline wins and
+/// nothing is ever written (the request answers `request_timeout`). So the
+/// answer always matches what happens to the money.
+#[derive(Debug)]
+pub struct WriteGate {
+    stage: watch::Sender<Stage>,
+    timeout_secs: u64,
+}
+
+impl WriteGate {
+    /// A gate for a request with a time-out of `timeout_secs`.
+    pub fn new(timeout_secs: u64) -> Arc<Self> {
+        Arc::new(Self {
+            stage: watch::Sender::new(Stage::Preparing),
+            timeout_secs,
+        })
+    }
+
+    /// Whether the payment may write now (the deadline has not won).
+    fn begin_write(&self) -> bool {
+        let mut allowed = false;
+        self.stage.send_if_modified(|s| match s {
+            Stage::Preparing => {
+                *s = Stage::Writing;
+                allowed = true;
+                true
+            }
+            // A retry after a lost race for a coin: still the same write.
+            Stage::Writing => {
+                allowed = true;
+                false
+            }
+            Stage::Saved(_) | Stage::Expired => false,
+        });
+        allowed
+    }
+
+    /// The intent is durable.
+    fn saved(&self, paid: &Paid) {
+        self.stage.send_replace(Stage::Saved(Paid {
+            broadcast: false,
+            ..paid.clone()
+        }));
+    }
+
+    /// The deadline passed: a payment that has not started its write never
+    /// will. Returns the stage the deadline found.
+    pub fn expire(&self) -> Stage {
+        self.stage.send_if_modified(|s| {
+            if matches!(s, Stage::Preparing) {
+                *s = Stage::Expired;
+                true
+            } else {
+                false
+            }
+        });
+        self.stage.borrow().clone()
+    }
+
+    /// Changes of the stage.
+    pub fn watch(&self) -> watch::Receiver<Stage> {
+        self.stage.subscribe()
+    }
+
+    /// The error of a payment the deadline stopped.
+    pub fn timed_out(&self) -> PaymentError {
+        PaymentError::TimedOut {
+            timeout_secs: self.timeout_secs,
+        }
+    }
+}
+
+/// What a payment request brings besides its amount: its deadline's gate
+/// and the client's idempotency key.
+#[derive(Debug, Clone)]
+pub struct PayOptions {
+    /// The client's `Idempotency-Key`, already checked for shape.
+    pub key: Option<String>,
+    /// The request's deadline against the write.
+    pub gate: Arc<WriteGate>,
+}
+
+impl Default for PayOptions {
+    fn default() -> Self {
+        Self {
+            key: None,
+            // A gate nobody expires: no deadline.
+            gate: WriteGate::new(0),
+        }
+    }
+}
+
+/// Whether a payment proceeds with a (possibly claimed) key or repeats the
+/// answer the key is bound to.
+enum KeyStep {
+    Go(Option<KeyClaim>),
+    Replay(Result<Paid, PaymentError>),
+}
+
+/// The fingerprint of a request: its kind and fields, hashed.
+fn fingerprint(text: &str) -> String {
+    hex::encode(Sha256::digest(text.as_bytes()))
 }
 
 /// A payment written (and broadcast unless the chain was unreachable).
@@ -248,9 +408,41 @@ impl<'a> Payments<'a> {
         session: SignedSession,
         amount_sats: i64,
         max_input_fee_percent: u32,
+        opts: &PayOptions,
     ) -> Result<Paid, PaymentError> {
         let user_id = session.user_id;
-        let mut ctx = self.open_context(user_id, Some(session)).await?;
+        let ctx = self.open_context(user_id, Some(session)).await?;
+        let claim = match self
+            .claim_key(user_id, opts, &format!("bet:{amount_sats}"))
+            .await?
+        {
+            KeyStep::Go(claim) => claim,
+            KeyStep::Replay(answer) => return answer,
+        };
+        let result = self
+            .bet_in(
+                ctx,
+                user_id,
+                amount_sats,
+                max_input_fee_percent,
+                opts,
+                claim.as_ref(),
+            )
+            .await;
+        self.release_unpaid(claim.as_ref(), &result).await;
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn bet_in(
+        &self,
+        mut ctx: PaymentContext,
+        user_id: i64,
+        amount_sats: i64,
+        max_input_fee_percent: u32,
+        opts: &PayOptions,
+        claim: Option<&KeyClaim>,
+    ) -> Result<Paid, PaymentError> {
         let config = &ctx.config;
         if amount_sats < config.min_bet_sats {
             return Err(PaymentError::BetBelowMinimum {
@@ -296,6 +488,8 @@ impl<'a> Payments<'a> {
             &pot_script,
             amount_sats,
             Destination::Pot { round_id },
+            opts,
+            claim,
         )
         .await
     }
@@ -307,13 +501,52 @@ impl<'a> Payments<'a> {
     pub async fn withdraw(
         &self,
         addresses: &dyn AddressBook,
+        session: SignedSession,
+        address: &str,
+        amount_sats: i64,
+        opts: &PayOptions,
+    ) -> Result<Paid, PaymentError> {
+        let user_id = session.user_id;
+        let ctx = self.open_context(user_id, Some(session)).await?;
+        let address = address.trim();
+        let claim = match self
+            .claim_key(
+                user_id,
+                opts,
+                &format!("withdrawal:{address}:{amount_sats}"),
+            )
+            .await?
+        {
+            KeyStep::Go(claim) => claim,
+            KeyStep::Replay(answer) => return answer,
+        };
+        let result = self
+            .withdraw_in(
+                addresses,
+                ctx,
+                user_id,
+                address,
+                amount_sats,
+                opts,
+                claim.as_ref(),
+            )
+            .await;
+        self.release_unpaid(claim.as_ref(), &result).await;
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn withdraw_in(
+        &self,
+        addresses: &dyn AddressBook,
+        mut ctx: PaymentContext,
         user_id: i64,
         address: &str,
         amount_sats: i64,
+        opts: &PayOptions,
+        claim: Option<&KeyClaim>,
     ) -> Result<Paid, PaymentError> {
-        let mut ctx = self.open_context(user_id, None).await?;
         let config = &ctx.config;
-        let address = address.trim();
         match addresses.validate(address) {
             Ok(()) => {}
             Err(AddressError::WrongNetwork { expected }) => {
@@ -346,8 +579,75 @@ impl<'a> Payments<'a> {
             &to,
             amount_sats,
             Destination::Address(address),
+            opts,
+            claim,
         )
         .await
+    }
+
+    /// Claims the request's idempotency key (when it has one) for the
+    /// request described by `request`, or finds the answer the key already
+    /// stands for.
+    async fn claim_key(
+        &self,
+        user_id: i64,
+        opts: &PayOptions,
+        request: &str,
+    ) -> Result<KeyStep, PaymentError> {
+        let Some(key) = opts.key.as_deref() else {
+            return Ok(KeyStep::Go(None));
+        };
+        match self
+            .store
+            .claim_idempotency_key(user_id, key, &fingerprint(request), unix_now())
+            .await?
+        {
+            Claimed::New(claim) => Ok(KeyStep::Go(Some(claim))),
+            Claimed::Bound(transfer_id) => Ok(KeyStep::Replay(self.paid_by(transfer_id).await)),
+            Claimed::Reused => Err(PaymentError::IdempotencyKeyReused),
+            // `Claimed` may grow; anything else is a key still being worked on.
+            _ => Err(PaymentError::IdempotencyKeyInProgress),
+        }
+    }
+
+    /// The answer of the payment `transfer_id` as it stands now: pending
+    /// while it waits for its broadcast, broadcast (or confirmed) after,
+    /// refused if the node refused it.
+    async fn paid_by(&self, transfer_id: i64) -> Result<Paid, PaymentError> {
+        let t = self.store.transfer(transfer_id).await?.ok_or_else(|| {
+            StoreError::Corrupt(format!(
+                "idempotency key bound to missing transfer {transfer_id}"
+            ))
+        })?;
+        let broadcast = match t.status {
+            TransferStatus::Failed => return Err(PaymentError::BroadcastRejected),
+            TransferStatus::Signed => self.store.broadcast_unmarked(t.id),
+            _ => true,
+        };
+        let bet_id = match t.kind {
+            TransferKind::Bet => self.store.bet_of_transfer(t.id).await?,
+            _ => None,
+        };
+        Ok(Paid {
+            transfer_id: t.id,
+            bet_id,
+            round_id: t.round_id,
+            fee_sats: t.fee_sats,
+            txid: t.txid,
+            broadcast,
+        })
+    }
+
+    /// Gives the key back when the request paid nothing, so that the
+    /// client's retry is evaluated afresh (a key bound to a payment stays).
+    async fn release_unpaid(&self, claim: Option<&KeyClaim>, result: &Result<Paid, PaymentError>) {
+        let (Some(claim), Err(_)) = (claim, result) else {
+            return;
+        };
+        if let Err(e) = self.store.release_idempotency_key(claim).await {
+            // The claim then runs out with its lease.
+            tracing::warn!(error = %e, "releasing an idempotency key failed");
+        }
     }
 
     /// What the payment reads before it signs; refused for a `session`
@@ -392,6 +692,8 @@ impl<'a> Payments<'a> {
         to: &ScriptBuf,
         amount_sats: i64,
         dest: Destination<'_>,
+        opts: &PayOptions,
+        claim: Option<&KeyClaim>,
     ) -> Result<Paid, PaymentError> {
         let (kind, round_id, address) = match dest {
             Destination::Pot { round_id } => (TransferKind::Bet, Some(round_id), None),
@@ -482,24 +784,68 @@ impl<'a> Payments<'a> {
                     });
                 }
             }
-            let written = match dest {
-                Destination::Pot { .. } => self
+            // The deadline and the write race here, once: a request whose
+            // deadline passed first writes nothing.
+            if !opts.gate.begin_write() {
+                return Err(opts.gate.timed_out());
+            }
+            let written = match (dest, claim) {
+                // A keyed bet is written alone, binding its key in the same
+                // transaction; the group's statement knows no keys.
+                (Destination::Pot { .. }, Some(claim)) => self
+                    .store
+                    .place_bet_keyed(&signed.intent, Some(claim))
+                    .await
+                    .map(|(bet, transfer)| (Some(bet), transfer)),
+                (Destination::Pot { .. }, None) => self
                     .store
                     .place_bet(&signed.intent)
                     .await
                     .map(|(bet, transfer)| (Some(bet), transfer)),
-                Destination::Address(_) => self
+                (Destination::Address(_), claim) => self
                     .store
-                    .record_withdrawal(&signed.intent)
+                    .record_withdrawal_keyed(&signed.intent, claim)
                     .await
                     .map(|transfer| (None, transfer)),
             };
+            let written = match written {
+                // A failure that is no refusal may be a commit whose
+                // acknowledgement was lost: the payment may be saved, and
+                // the worker would broadcast it. Read it back before
+                // answering.
+                Err(e @ LedgerError::Store(_)) => {
+                    match self.written_anyway(&signed.intent.txid).await {
+                        Ok(Some(ids)) => {
+                            tracing::warn!(transfer = ids.1, txid = %signed.intent.txid, error = %e,
+                            "the payment's write failed but it was saved");
+                            Ok(ids)
+                        }
+                        Ok(None) => Err(e),
+                        Err(read) => {
+                            tracing::error!(txid = %signed.intent.txid, error = %read,
+                            "the payment's write failed and cannot be read back");
+                            return Err(PaymentError::OutcomeUnknown {
+                                txid: signed.intent.txid,
+                                source: e,
+                            });
+                        }
+                    }
+                }
+                other => other,
+            };
             let (bet_id, transfer_id) = match written {
                 Ok(ids) => ids,
+                Err(LedgerError::IdempotencyClaimLost) => {
+                    return Err(PaymentError::IdempotencyKeyInProgress)
+                }
+                Err(LedgerError::Paused) => return Err(PaymentError::Paused),
                 Err(LedgerError::OutputTaken(_)) => continue,
                 Err(LedgerError::RoundFull { round_id, max_bets }) => {
                     return Err(PaymentError::RoundFull { round_id, max_bets })
                 }
+                Err(LedgerError::UserShareFull {
+                    round_id, max_bets, ..
+                }) => return Err(PaymentError::RoundShareFull { round_id, max_bets }),
                 Err(LedgerError::WrongStatus { .. }) => {
                     return Err(PaymentError::RoundNotOpen {
                         round_id: round_id.unwrap_or_default(),
@@ -508,6 +854,14 @@ impl<'a> Payments<'a> {
                 }
                 Err(e) => return Err(PaymentError::Ledger(e)),
             };
+            opts.gate.saved(&Paid {
+                transfer_id,
+                bet_id,
+                round_id,
+                fee_sats: signed.intent.fee_sats,
+                txid: signed.intent.txid.clone(),
+                broadcast: false,
+            });
             crash_point(match kind {
                 TransferKind::Bet => "bet_signed",
                 _ => "withdrawal_signed",
@@ -549,6 +903,23 @@ impl<'a> Payments<'a> {
             });
         }
         Err(PaymentError::FundsBusy)
+    }
+
+    /// After a write that failed without a refusal: the payment's `(bet
+    /// id, transfer id)` if its transaction `txid` was saved all the same
+    /// (a lost commit acknowledgement), `None` if it was not.
+    async fn written_anyway(&self, txid: &str) -> Result<Option<(Option<i64>, i64)>, StoreError> {
+        let Some(t) = self.store.transfer_by_txid(txid).await? else {
+            return Ok(None);
+        };
+        if t.status == TransferStatus::Failed {
+            return Ok(None);
+        }
+        let bet_id = match t.kind {
+            TransferKind::Bet => self.store.bet_of_transfer(t.id).await?,
+            _ => None,
+        };
+        Ok(Some((bet_id, t.id)))
     }
 
     /// Development chain only: sends user `user_id` `amount_sats` test coins and

@@ -27,7 +27,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use sqlx::Row;
 use tokio::sync::oneshot;
 
-use super::ledger::{placeholders, LedgerError, Tx, BATCH, GROW_OPEN_ROUND};
+use super::ledger::{
+    placeholders, refuse_if_paused, user_share_refusal, LedgerError, Tx, BATCH, GROW_OPEN_ROUND,
+};
 use super::{Backend, Store, StoreError};
 use crate::domain::money::{Intent, NewOutput};
 use crate::domain::time::unix_now;
@@ -267,7 +269,9 @@ impl Store {
             Err(
                 e @ (LedgerError::OutputTaken(_)
                 | LedgerError::WrongStatus { .. }
-                | LedgerError::RoundFull { .. }),
+                | LedgerError::RoundFull { .. }
+                | LedgerError::UserShareFull { .. }
+                | LedgerError::Paused),
             ) => {
                 tracing::debug!(error = %e, bets = intents.len(), "group refused; writing its bets one by one");
             }
@@ -357,9 +361,32 @@ impl Store {
             let r = rounds.entry(i.round_id.unwrap_or(0)).or_default();
             r.pot_sats += i.amount_sats;
             r.bets += 1;
+            *r.bettors.entry(i.user_id.unwrap_or(0)).or_default() += 1;
         }
         let _turn = self.write_turn().await;
         let (transfer_ids, bet_ids) = if self.backend() == Backend::Sqlite {
+            // Under the write turn no other bet of this process is written,
+            // and SQLite has one: the counts read here hold for the insert.
+            // The pause takes the write turn too, so the flag holds as well.
+            let paused: Option<i64> =
+                sqlx::query_scalar("SELECT paused FROM service_config WHERE id = 1")
+                    .fetch_optional(self.pool())
+                    .await?;
+            if paused.unwrap_or(0) != 0 {
+                return Err(LedgerError::Paused);
+            }
+            for (&round_id, growth) in &rounds {
+                if let Some(refusal) = user_share_refusal(
+                    self.pool(),
+                    round_id,
+                    &growth.bettors,
+                    self.max_user_round_bets(),
+                )
+                .await?
+                {
+                    return Err(refusal);
+                }
+            }
             self.write_group_in_one_insert(intents, marks, &rounds, now)
                 .await?
         } else {
@@ -415,6 +442,18 @@ impl Store {
                     round_id,
                     expected: crate::domain::round::RoundStatus::Open,
                 });
+            }
+            refuse_if_paused(&mut tx, Backend::Postgres).await?;
+            // With the round held, every earlier bet of it is visible.
+            if let Some(refusal) = user_share_refusal(
+                &mut *tx,
+                round_id,
+                &growth.bettors,
+                self.max_user_round_bets(),
+            )
+            .await?
+            {
+                return Err(refusal);
             }
         }
         let ids = self
@@ -574,6 +613,8 @@ struct RoundGrowth {
     pot_sats: i64,
     /// How many.
     bets: i64,
+    /// How many per user (the per-user share of the round).
+    bettors: BTreeMap<i64, i64>,
 }
 
 /// `txid → id` of the rows a group inserted.

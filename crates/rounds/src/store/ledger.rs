@@ -10,8 +10,9 @@
 use sqlx::any::AnyRow;
 use sqlx::{Any, Row, Transaction};
 
+use super::idempotency::{bind_key, KeyClaim};
 use super::settings::config_from_row;
-use super::{state_column, Store, StoreError};
+use super::{state_column, Backend, Store, StoreError};
 use crate::domain::audit::AuditDetails;
 use crate::domain::money::{Coin, Intent};
 use crate::domain::round::{RoundStatus, TransferKind, TransferStatus};
@@ -114,12 +115,29 @@ pub enum LedgerError {
         /// The most bets a round takes.
         max_bets: i64,
     },
+    /// The user holds its share of the round's bets.
+    #[error("user {user_id} holds {max_bets} bets of round {round_id}, its share")]
+    UserShareFull {
+        /// The round.
+        round_id: i64,
+        /// The user.
+        user_id: i64,
+        /// The most bets one user places in a round.
+        max_bets: i64,
+    },
+    /// The service is paused: no payment is written.
+    #[error("the service is paused")]
+    Paused,
     /// One of the outputs was taken by another transaction meanwhile.
     #[error("output {0} is already spent")]
     OutputTaken(i64),
     /// The round already has a payout.
     #[error("round {0} already has a payout")]
     PayoutExists(i64),
+    /// The payment's idempotency key was taken over by another request
+    /// (its claim outlived the lease); the payment was rolled back.
+    #[error("the idempotency key was taken over by another request")]
+    IdempotencyClaimLost,
     /// Database failure.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -327,6 +345,71 @@ pub(super) const GROW_OPEN_ROUND: &str =
     "UPDATE rounds SET pot_sats = pot_sats + $3, bet_count = bet_count + $4 \
      WHERE id = $1 AND status = 'open' AND closes_at > $2 AND bet_count + $4 <= $5";
 
+/// The per-user share of a round: the first of `bettors` (user → bets
+/// being added) whose placed bets in round `round_id` and the new ones would
+/// pass `max`. Read once the round's row is held (every bet write takes it
+/// first; on SQLite under the process's write turn), so concurrent bets of
+/// one user cannot pass it together.
+pub(super) async fn user_share_refusal<'c, E>(
+    executor: E,
+    round_id: i64,
+    bettors: &std::collections::BTreeMap<i64, i64>,
+    max: i64,
+) -> Result<Option<LedgerError>, LedgerError>
+where
+    E: sqlx::Executor<'c, Database = Any>,
+{
+    if bettors.values().all(|&n| n <= max) && bettors.len() <= BATCH {
+        let sql = format!(
+            "SELECT user_id, COUNT(*) AS n FROM bets WHERE round_id = $1 AND status = 'placed' \
+             AND user_id IN ({}) GROUP BY user_id",
+            placeholders(2, bettors.len())
+        );
+        let mut q = sqlx::query(&sql).bind(round_id);
+        for user in bettors.keys() {
+            q = q.bind(*user);
+        }
+        for row in q.fetch_all(executor).await? {
+            let user_id: i64 = row.try_get("user_id")?;
+            let placed: i64 = row.try_get("n")?;
+            if placed + bettors.get(&user_id).copied().unwrap_or(0) > max {
+                return Ok(Some(LedgerError::UserShareFull {
+                    round_id,
+                    user_id,
+                    max_bets: max,
+                }));
+            }
+        }
+        return Ok(None);
+    }
+    let user_id = bettors
+        .iter()
+        .find(|(_, &n)| n > max)
+        .map_or(0, |(&u, _)| u);
+    Ok(Some(LedgerError::UserShareFull {
+        round_id,
+        user_id,
+        max_bets: max,
+    }))
+}
+
+/// Refuses a payment's write while the service is paused. Run inside the
+/// write's transaction after its first write: on PostgreSQL the config row
+/// is shared-locked (the pause's update waits for the payments that read
+/// "not paused", and they for it), on SQLite the write lock is held. So
+/// once a pause has answered, no payment is saved.
+pub(super) async fn refuse_if_paused(tx: &mut Tx<'_>, backend: Backend) -> Result<(), LedgerError> {
+    let sql = match backend {
+        Backend::Postgres => "SELECT paused FROM service_config WHERE id = 1 FOR SHARE",
+        Backend::Sqlite => "SELECT paused FROM service_config WHERE id = 1",
+    };
+    let paused: Option<i64> = sqlx::query_scalar(sql).fetch_optional(&mut **tx).await?;
+    if paused.unwrap_or(0) != 0 {
+        return Err(LedgerError::Paused);
+    }
+    Ok(())
+}
+
 pub(super) async fn recount_round(tx: &mut Tx<'_>, round_id: i64) -> Result<(), sqlx::Error> {
     sqlx::query(&format!(
         "UPDATE rounds SET pot_sats = (SELECT {} FROM bets WHERE round_id = $1 AND status = 'placed'), \
@@ -489,6 +572,19 @@ impl Store {
     /// # Errors
     /// [`LedgerError::WrongStatus`], [`LedgerError::OutputTaken`].
     pub(super) async fn place_bet_alone(&self, intent: &Intent) -> Result<(i64, i64), LedgerError> {
+        self.place_bet_keyed(intent, None).await
+    }
+
+    /// Writes a bet alone (not in a group), binding `claim`'s idempotency
+    /// key to it in the same transaction. Returns `(bet id, transfer id)`.
+    ///
+    /// # Errors
+    /// As [`Store::place_bet`], and [`LedgerError::IdempotencyClaimLost`].
+    pub async fn place_bet_keyed(
+        &self,
+        intent: &Intent,
+        claim: Option<&KeyClaim>,
+    ) -> Result<(i64, i64), LedgerError> {
         let round_id = intent.round_id.unwrap_or(0);
         let _turn = self.write_turn().await;
         let mut tx = self.pool().begin().await?;
@@ -512,6 +608,13 @@ impl Store {
             .await?;
         if open.rows_affected() != 1 {
             return Err(self.refusal(&mut tx, round_id, now).await?);
+        }
+        refuse_if_paused(&mut tx, self.backend()).await?;
+        let bettor = std::collections::BTreeMap::from([(intent.user_id.unwrap_or(0), 1)]);
+        if let Some(refusal) =
+            user_share_refusal(&mut *tx, round_id, &bettor, self.max_user_round_bets()).await?
+        {
+            return Err(refusal);
         }
         let transfer_id = insert_intent(&mut tx, intent).await?;
         let bet_id: i64 = sqlx::query_scalar(
@@ -539,6 +642,9 @@ impl Store {
         .bind(bet_id)
         .execute(&mut *tx)
         .await?;
+        if let Some(claim) = claim {
+            bind_key(&mut tx, claim, transfer_id).await?;
+        }
         tx.commit().await?;
         Ok((bet_id, transfer_id))
     }
@@ -575,9 +681,26 @@ impl Store {
     /// # Errors
     /// [`LedgerError::OutputTaken`].
     pub async fn record_withdrawal(&self, intent: &Intent) -> Result<i64, LedgerError> {
+        self.record_withdrawal_keyed(intent, None).await
+    }
+
+    /// [`Store::record_withdrawal`], binding `claim`'s idempotency key to the
+    /// withdrawal in the same transaction.
+    ///
+    /// # Errors
+    /// [`LedgerError::OutputTaken`], [`LedgerError::IdempotencyClaimLost`].
+    pub async fn record_withdrawal_keyed(
+        &self,
+        intent: &Intent,
+        claim: Option<&KeyClaim>,
+    ) -> Result<i64, LedgerError> {
         let _turn = self.write_turn().await;
         let mut tx = self.pool().begin().await?;
         let id = insert_intent(&mut tx, intent).await?;
+        refuse_if_paused(&mut tx, self.backend()).await?;
+        if let Some(claim) = claim {
+            bind_key(&mut tx, claim, id).await?;
+        }
         tx.commit().await?;
         Ok(id)
     }

@@ -7,6 +7,7 @@
 
 pub mod chain;
 mod group_commit;
+pub mod idempotency;
 pub mod ledger;
 pub mod limits;
 pub mod migrations;
@@ -103,6 +104,8 @@ pub struct Store {
     /// Most bets a round takes: [`MAX_ROUND_BETS`](crate::domain::settings::MAX_ROUND_BETS),
     /// lower in the store's own tests.
     max_round_bets: i64,
+    /// Most bets one user places in one round.
+    max_user_round_bets: i64,
 }
 
 static INSTALL_DRIVERS: Once = Once::new();
@@ -186,7 +189,20 @@ impl Store {
             write_gate: std::sync::Arc::default(),
             group: std::sync::Arc::default(),
             max_round_bets: crate::domain::settings::MAX_ROUND_BETS,
+            max_user_round_bets: crate::domain::settings::DEFAULT_MAX_USER_ROUND_BETS,
         })
+    }
+
+    /// Most bets one user places in one round.
+    pub fn max_user_round_bets(&self) -> i64 {
+        self.max_user_round_bets
+    }
+
+    /// The same store with another per-user share of a round
+    /// (`--max-bets-per-user-per-round`).
+    pub fn with_max_user_round_bets(mut self, max: i64) -> Self {
+        self.max_user_round_bets = max;
+        self
     }
 
     /// Most bets a round takes.

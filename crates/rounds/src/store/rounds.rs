@@ -323,19 +323,20 @@ impl Store {
             .collect::<Result<_, _>>()?)
     }
 
-    /// open → closing: fixes the tip height and the bets commitment, unless a
-    /// bet of the round is still being broadcast. The tip is read (by
-    /// awaiting `tip_height`) while the round's row is held, so no bet and
-    /// no other closer can slip between reading it and fixing it; `None`
-    /// (the chain did not answer) leaves the round open. Returns whether it
-    /// moved.
+    /// open → closing: fixes `tip_height` (the node's tip, read by the
+    /// caller after `closes_at` and before this transaction begins: no
+    /// transaction waits on the chain) and the bets commitment, unless a bet
+    /// of the round is still being broadcast. Every bet was accepted before
+    /// `closes_at` (the guard of every bet write), so before the tip was
+    /// read; the draw block, above that tip, is mined after it. Returns
+    /// whether it moved.
     ///
     /// # Errors
     /// Database failures.
     pub async fn close_round(
         &self,
         round_id: i64,
-        tip_height: impl std::future::Future<Output = Option<i64>>,
+        tip_height: i64,
         commitment_of: impl FnOnce(&[BetRow]) -> String,
     ) -> Result<bool, StoreError> {
         let mut tx = self.pool().begin().await?;
@@ -359,10 +360,6 @@ impl Store {
             tx.rollback().await?;
             return Ok(false);
         }
-        let Some(tip_height) = tip_height.await else {
-            tx.rollback().await?;
-            return Ok(false);
-        };
         let rows = sqlx::query(
             "SELECT b.id, b.user_id, u.username, b.amount_sats, b.txid FROM bets b \
              JOIN users u ON u.id = b.user_id WHERE b.round_id = $1 AND b.status = 'placed' ORDER BY b.id",

@@ -122,6 +122,9 @@ impl Store {
         paused: bool,
         actor: &str,
     ) -> Result<(ServiceConfig, bool), StoreError> {
+        // On SQLite the payments' writes check the flag under the write
+        // turn: taking it here makes the pause a barrier for them.
+        let _turn = self.write_turn().await;
         let mut tx = self.pool.begin().await?;
         lock_config(&mut tx).await?;
         let mut config = match sqlx::query(CONFIG_SELECT).fetch_optional(&mut *tx).await? {
@@ -246,4 +249,36 @@ pub(super) fn config_from_row(r: &AnyRow) -> Result<ServiceConfig, StoreError> {
         deposit_confirmations: r.try_get("deposit_confirmations")?,
         paused: paused != 0,
     })
+}
+
+impl Store {
+    /// Records `fingerprint` as the one of secret `name` unless one is
+    /// recorded already; returns the recorded one when it differs (another
+    /// process started on this database with another secret).
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn check_secret_fingerprint(
+        &self,
+        name: &str,
+        fingerprint: &str,
+        now: i64,
+    ) -> Result<Option<String>, StoreError> {
+        // Two processes starting together: one insert wins, the other reads it.
+        sqlx::query(
+            "INSERT INTO secret_fingerprints (name, fingerprint, recorded_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(name)
+        .bind(fingerprint)
+        .bind(now)
+        .execute(self.pool())
+        .await?;
+        let stored: String =
+            sqlx::query_scalar("SELECT fingerprint FROM secret_fingerprints WHERE name = $1")
+                .bind(name)
+                .fetch_one(self.pool())
+                .await?;
+        Ok((stored != fingerprint).then_some(stored))
+    }
 }

@@ -115,7 +115,7 @@ both_backends!(
     one_payout_per_round,
     reorg_unwinds_deposits_and_confirmations,
     refused_broadcast_releases_the_inputs,
-    the_close_reads_the_tip_while_holding_the_round,
+    the_close_fixes_the_bets_written_before_it_and_refuses_later_ones,
     an_unknown_spend_is_audited_once_per_output_across_an_upgrade,
     bets_keep_pot_and_bettors_equal_to_a_recount,
     bets_written_together_each_get_their_own_outcome,
@@ -125,6 +125,9 @@ both_backends!(
     a_round_refuses_bets_past_its_cap_alone_or_grouped,
     a_retried_payout_records_the_winner_output_the_failed_one_lacked,
     the_first_block_at_the_draw_height_stays_the_draw_block,
+    an_idempotency_key_binds_one_payment_and_a_claim_taken_over_binds_none,
+    a_user_takes_no_more_than_its_share_of_a_round_alone_or_grouped,
+    no_payment_is_saved_once_the_pause_has_answered,
 );
 
 /// A bet is answered once its broadcast is accepted, before its mark
@@ -709,7 +712,7 @@ async fn the_first_block_at_the_draw_height_stays_the_draw_block(b: Backend) {
     db.store.mark_broadcast(transfer).await.unwrap();
     assert!(db
         .store
-        .close_round(round.id, async { Some(10) }, |b| b.len().to_string())
+        .close_round(round.id, 10, |b| b.len().to_string())
         .await
         .unwrap());
     let draw_block = |s: Store, id: i64| async move {
@@ -745,7 +748,7 @@ async fn one_payout_per_round(b: Backend) {
     // A bet still being broadcast holds the round open.
     assert!(!db
         .store
-        .close_round(round.id, async { Some(10) }, |b| b.len().to_string())
+        .close_round(round.id, 10, |b| b.len().to_string())
         .await
         .unwrap());
     assert_eq!(
@@ -755,7 +758,7 @@ async fn one_payout_per_round(b: Backend) {
     db.store.mark_broadcast(transfer).await.unwrap();
     assert!(db
         .store
-        .close_round(round.id, async { Some(10) }, |b| b.len().to_string())
+        .close_round(round.id, 10, |b| b.len().to_string())
         .await
         .unwrap());
     // A bet after closing is refused by the round's status.
@@ -898,11 +901,11 @@ async fn refused_broadcast_releases_the_inputs(b: Backend) {
     db.cleanup().await;
 }
 
-/// Issue 16, point 8: the close reads the chain's tip while it holds the
-/// round, so no bet can get in between the tip read (which fixes the draw
-/// block) and the bets being fixed. A bet tried while the tip is being read
-/// must wait and then be refused by the round's status.
-async fn the_close_reads_the_tip_while_holding_the_round(b: Backend) {
+/// Issue 16, point 8 as issue 32 (finding 3) left it: the close fixes the
+/// tip it is given with the bets written before it, and a bet after it is
+/// refused by the round's status. (The tip was read inside the close's
+/// transaction before; a slow node then held SQLite's write lock.)
+async fn the_close_fixes_the_bets_written_before_it_and_refuses_later_ones(b: Backend) {
     let db = TestDb::new(b).await;
     let (user, out) = funded(&db.store).await;
     let round = db
@@ -924,28 +927,26 @@ async fn the_close_reads_the_tip_while_holding_the_round(b: Backend) {
         round_id: Some(round.id),
         origin: OutputOrigin::Pot,
     });
-    let store = db.store.clone();
-    let (seen_tx, seen_rx) = tokio::sync::oneshot::channel();
-    let read_tip = async move {
-        let late = tokio::spawn(async move { store.place_bet(&bet).await });
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-        let placed_during_the_read = late.is_finished();
-        let _ = seen_tx.send((placed_during_the_read, late));
-        Some(10)
-    };
+    // The tip is a plain value read before the close's transaction: the
+    // store holds no transaction across a chain call.
     assert!(db
         .store
-        .close_round(round.id, read_tip, |b| b.len().to_string())
+        .close_round(round.id, 10, |b| b.len().to_string())
         .await
         .unwrap());
-    let (placed_during_the_read, late) = seen_rx.await.unwrap();
-    let late = late.await.unwrap();
-    assert!(
-        !(placed_during_the_read && late.is_ok()),
-        "a bet got in while the close read the tip"
-    );
+    let late = db.store.place_bet(&bet).await;
     assert!(late.is_err(), "a bet after the close: {late:?}");
     assert!(db.store.round_bets(round.id).await.unwrap().is_empty());
+    assert_eq!(
+        db.store
+            .round_detail(round.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .draw
+            .tip_height_at_close,
+        Some(10)
+    );
     db.cleanup().await;
 }
 
@@ -1708,7 +1709,7 @@ async fn a_retried_payout_records_the_winner_output_the_failed_one_lacked(b: Bac
         .unwrap();
     s.mark_broadcast(bet).await.unwrap();
     assert!(s
-        .close_round(round.id, async { Some(10) }, |b| b.len().to_string())
+        .close_round(round.id, 10, |b| b.len().to_string())
         .await
         .unwrap());
     assert!(s
@@ -1780,5 +1781,188 @@ async fn a_retried_payout_records_the_winner_output_the_failed_one_lacked(b: Bac
         .await
         .unwrap();
     assert_eq!(deposits, 1, "only the funding deposit");
+    db.cleanup().await;
+}
+
+/// Issue 32, finding 1: a key binds the payment written with it, in the
+/// payment's own transaction; the same key then answers with that payment,
+/// another body is refused, and a request whose claim was taken over (its
+/// lease ran out) cannot write at all, so one key never pays twice.
+async fn an_idempotency_key_binds_one_payment_and_a_claim_taken_over_binds_none(b: Backend) {
+    use super::idempotency::{
+        Claimed, IDEMPOTENCY_CLAIM_LEASE_SECS, IDEMPOTENCY_KEY_RETENTION_SECS,
+    };
+    let db = TestDb::new(b).await;
+    let (user, out) = funded(&db.store).await;
+    let s = &db.store;
+    let now = 1_000_000;
+    let Claimed::New(first) = s.claim_idempotency_key(user, "k", "f1", now).await.unwrap() else {
+        panic!("a fresh key is claimed");
+    };
+    assert_eq!(
+        s.claim_idempotency_key(user, "k", "f1", now + 1)
+            .await
+            .unwrap(),
+        Claimed::InProgress
+    );
+    assert_eq!(
+        s.claim_idempotency_key(user, "k", "f2", now + 1)
+            .await
+            .unwrap(),
+        Claimed::Reused
+    );
+    // The lease runs out: a retry takes the key over; the first request's
+    // write is then rolled back whole (its input stays unspent).
+    let later = now + IDEMPOTENCY_CLAIM_LEASE_SECS + 1;
+    let Claimed::New(second) = s
+        .claim_idempotency_key(user, "k", "f1", later)
+        .await
+        .unwrap()
+    else {
+        panic!("a claim past its lease is taken over");
+    };
+    let w1 = money::intent(
+        TransferKind::Withdrawal,
+        user,
+        None,
+        &"1".repeat(64),
+        vec![out],
+    );
+    assert!(matches!(
+        s.record_withdrawal_keyed(&w1, Some(&first)).await,
+        Err(LedgerError::IdempotencyClaimLost)
+    ));
+    assert!(s.transfer_by_txid(&"1".repeat(64)).await.unwrap().is_none());
+    let w2 = money::intent(
+        TransferKind::Withdrawal,
+        user,
+        None,
+        &"2".repeat(64),
+        vec![out],
+    );
+    let id = s.record_withdrawal_keyed(&w2, Some(&second)).await.unwrap();
+    assert_eq!(
+        s.claim_idempotency_key(user, "k", "f1", later + 1)
+            .await
+            .unwrap(),
+        Claimed::Bound(id)
+    );
+    // A bound key is not released by a later failure of its request.
+    s.release_idempotency_key(&second).await.unwrap();
+    assert_eq!(
+        s.claim_idempotency_key(user, "k", "f1", later + 2)
+            .await
+            .unwrap(),
+        Claimed::Bound(id)
+    );
+    // An unbound claim given back is claimed afresh at once.
+    let Claimed::New(other) = s
+        .claim_idempotency_key(user, "k2", "f1", later)
+        .await
+        .unwrap()
+    else {
+        panic!("fresh");
+    };
+    s.release_idempotency_key(&other).await.unwrap();
+    assert!(matches!(
+        s.claim_idempotency_key(user, "k2", "f1", later)
+            .await
+            .unwrap(),
+        Claimed::New(_)
+    ));
+    // Keys are kept 24 h per user, then forgotten.
+    let next_day = later + IDEMPOTENCY_KEY_RETENTION_SECS + 10;
+    assert!(matches!(
+        s.claim_idempotency_key(user, "k", "f2", next_day)
+            .await
+            .unwrap(),
+        Claimed::New(_)
+    ));
+    db.cleanup().await;
+}
+
+/// Issue 32, finding 4: one user places at most its share of a round's
+/// bets, on the group's path (the whole group refused, its bets then
+/// written alone) as alone; another user still bets.
+async fn a_user_takes_no_more_than_its_share_of_a_round_alone_or_grouped(b: Backend) {
+    let db = TestDb::new(b).await;
+    let store = db.store.clone().with_max_user_round_bets(3);
+    let (alice, _) = funded(&store).await;
+    let bob = store.create_user("bob", "h", addr).await.unwrap().id;
+    let round = store
+        .ensure_round(crate::domain::time::unix_now())
+        .await
+        .unwrap();
+    let bet = |user: i64, n: usize| {
+        let mut bet = money::intent(
+            TransferKind::Bet,
+            user,
+            Some(round.id),
+            &format!("{n:064x}"),
+            vec![],
+        );
+        bet.outputs.clear();
+        bet
+    };
+    let share_full = |answer: &Result<(i64, i64), LedgerError>| matches!(answer, Err(LedgerError::UserShareFull { round_id, max_bets: 3, .. }) if *round_id == round.id);
+    let answers = place_together(
+        &store,
+        &[
+            bet(alice, 1),
+            bet(alice, 2),
+            bet(bob, 3),
+            bet(alice, 4),
+            bet(alice, 5),
+        ],
+    )
+    .await;
+    assert!(answers[..4].iter().all(Result::is_ok), "{answers:?}");
+    assert!(share_full(&answers[4]), "{answers:?}");
+    assert!(share_full(&store.place_bet(&bet(alice, 6)).await));
+    assert!(store.place_bet(&bet(bob, 7)).await.is_ok());
+    assert_eq!(bet_counts(&store, round.id).await, (5, 5));
+    db.cleanup().await;
+}
+
+/// Issue 32 ("Also"): pause was no barrier, only the payment's read checked
+/// the flag, so a payment that read "not paused" just before the pause was
+/// saved after it had answered. The write itself now refuses while paused,
+/// on every path (a bet in a group, a keyed bet alone, a withdrawal).
+async fn no_payment_is_saved_once_the_pause_has_answered(b: Backend) {
+    let db = TestDb::new(b).await;
+    let store = db.store.clone();
+    let (alice, out) = funded(&store).await;
+    let round = store
+        .ensure_round(crate::domain::time::unix_now())
+        .await
+        .unwrap();
+    store.set_paused(true, "admin").await.unwrap();
+    let mut bet = money::intent(
+        TransferKind::Bet,
+        alice,
+        Some(round.id),
+        &"a".repeat(64),
+        vec![out],
+    );
+    bet.outputs.clear();
+    let grouped = store.place_bet(&bet).await;
+    assert!(grouped.is_err(), "a bet saved while paused: {grouped:?}");
+    let alone = store.place_bet_keyed(&bet, None).await;
+    assert!(alone.is_err(), "a bet saved while paused: {alone:?}");
+    let w = money::intent(
+        TransferKind::Withdrawal,
+        alice,
+        None,
+        &"b".repeat(64),
+        vec![out],
+    );
+    let withdrawal = store.record_withdrawal(&w).await;
+    assert!(
+        withdrawal.is_err(),
+        "a withdrawal saved while paused: {withdrawal:?}"
+    );
+    assert_eq!(bet_counts(&store, round.id).await, (0, 0));
+    store.set_paused(false, "admin").await.unwrap();
+    assert!(store.place_bet(&bet).await.is_ok(), "resumed");
     db.cleanup().await;
 }
