@@ -793,31 +793,3 @@ async fn failed_logins_split_over_two_processes_lock_like_on_one() {
     }
     p.finish().await;
 }
-
-/// Issue 32 ("Also"): the admin-token throttle counted per process, so
-/// guesses spread over the processes behind the proxy had N times the
-/// allowance. Now, on PostgreSQL, every process counts them together.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn wrong_admin_tokens_split_over_two_processes_lock_like_on_one() {
-    let p = pair("3600").await;
-    let wrong = [
-        ("x-admin-token", "a-wrong-admin-token!"),
-        ("x-forwarded-for", "10.97.9.1"),
-    ];
-    // Eleven failures alternating over the processes: six and five, below
-    // the ten free ones per process; eleven (one past them) for the service.
-    for i in 0..11u32 {
-        let s = if i % 2 == 0 { &p.a } else { &p.b };
-        let r = s.get("/admin/config", &wrong).await;
-        assert_eq!(r.status, 403, "failure {i}: {}", r.text());
-    }
-    let right = [
-        ("x-admin-token", support::ADMIN),
-        ("x-forwarded-for", "10.97.9.1"),
-    ];
-    for s in [&p.a, &p.b] {
-        let r = s.get("/admin/config", &right).await;
-        assert_eq!(r.status, 429, "locked on both processes: {}", r.text());
-    }
-    p.finish().await;
-}

@@ -462,21 +462,18 @@ impl Application {
         // Several processes may share PostgreSQL: the limits count in the
         // database there, so that N processes give nobody N times the quota.
         let shared = store.backend() == crate::store::Backend::Postgres;
-        let (throttle, quota, admin_throttle) = if shared {
+        let (throttle, quota) = if shared {
             (
                 Throttle::shared(store.clone(), config.throttle),
                 Quota::Shared {
                     store: store.clone(),
                     policy: config.quota,
                 },
-                // Wrong admin tokens count across processes too (issue 32).
-                Throttle::shared(store.clone(), ADMIN_THROTTLE),
             )
         } else {
             (
                 Throttle::Local(Arc::new(LoginThrottle::new(config.throttle, now))),
                 Quota::Local(RegistrationQuota::new(config.quota, now)),
-                Throttle::Local(Arc::new(LoginThrottle::new(ADMIN_THROTTLE, now))),
             )
         };
         let streams = shared.then(|| SharedStreams::new(store.clone(), config.stream));
@@ -533,7 +530,7 @@ impl Application {
             streams,
             addresses,
             admin_key: AdminKey::new(config.admin_token.as_deref()),
-            admin_throttle,
+            admin_throttle: Arc::new(LoginThrottle::new(ADMIN_THROTTLE, now)),
             metrics: Arc::new(Metrics::default()),
             engine,
             dev_chain,

@@ -162,27 +162,23 @@ impl FromRequestParts<AppState> for Admin {
         // Wrong tokens are throttled per client like wrong passwords; the
         // check and the reservation are one step, so a burst cannot slip
         // through before the first failure is counted.
-        // On PostgreSQL the count is shared by every process (issue 32):
-        // spreading guesses over the processes behind the proxy gains nothing.
-        let keys = [ThrottleKey::AdminIp(ip)];
+        let keys = [ThrottleKey::Ip(ip)];
         let attempt = state
             .admin_throttle
-            .begin(&keys)
-            .await
-            .map_err(AdminError::internal)?
+            .begin(&keys, std::time::Instant::now())
             .map_err(|wait| {
                 AdminError::TooManyAttempts(wait.as_secs() + u64::from(wait.subsec_nanos() > 0))
             })?;
         let presented = parts.headers.get("x-admin-token").map(|v| v.as_bytes());
         match state.admin_key.check(presented) {
             Ok(()) => {
-                attempt.succeeded(&keys[0]).await;
+                attempt.succeeded(&keys[0]);
                 Ok(Admin)
             }
             Err(denied) => {
                 if denied == AdminDenied::Invalid {
                     tracing::warn!(client = %ip, "wrong admin token");
-                    attempt.failed().await;
+                    attempt.failed(std::time::Instant::now());
                 }
                 Err(AdminError::Denied(denied.message()))
             }

@@ -8,13 +8,14 @@ use crate::config::Config;
 use crate::domain::address::AddressBook;
 use crate::http::metrics::Metrics;
 use crate::security::admin_key::AdminKey;
+use crate::security::throttle::LoginThrottle;
 use crate::service::accounts::Accounts;
 use crate::service::admin::Administration;
 use crate::service::cashier::Cashier;
 use crate::service::engine::Engine;
 use crate::service::health::Health;
 use crate::service::history::History;
-use crate::service::limits::{SharedStreams, Throttle};
+use crate::service::limits::SharedStreams;
 use crate::service::stream::StreamHub;
 
 /// Shared state of every handler.
@@ -41,7 +42,7 @@ pub struct AppState {
     /// The admin token digest.
     pub admin_key: AdminKey,
     /// Wrong admin tokens per client IP.
-    pub admin_throttle: Throttle,
+    pub admin_throttle: Arc<LoginThrottle>,
     /// HTTP metrics.
     pub metrics: Arc<Metrics>,
     /// The chain watcher and rounds engine (run by the application; benches drive it).
