@@ -418,12 +418,21 @@ async fn bump_stuck_sweeps(state: &NodeState, height: u32) {
     let Ok(pending) = state.store.pending_broadcasts().await else {
         return;
     };
+    // Only what is still queued is remembered: confirmed and replaced versions go, so the
+    // map never holds more than the queue.
+    let due: Vec<_> = {
+        let mut sent_at = crate::channels::lock(&state.sent_at);
+        sent_at.retain(|txid, _| pending.iter().any(|b| b.txid == *txid));
+        pending
+            .into_iter()
+            .filter(|b| sent_at.get(&b.txid).is_some_and(|h| *h < height))
+            .collect()
+    };
+    if due.is_empty() {
+        return;
+    }
     let target = state.fee_rate().await;
-    for b in pending {
-        let sent = crate::channels::lock(&state.sent_at).get(&b.txid).copied();
-        if sent.is_none_or(|h| h >= height) {
-            continue;
-        }
+    for b in due {
         let Some(slot) = state.channels.by_id(b.channel_id) else {
             continue;
         };
