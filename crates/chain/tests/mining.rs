@@ -8,66 +8,18 @@
 // A failed unwrap is how a test reports failure.
 #![allow(clippy::unwrap_used)]
 
-use std::time::Duration;
+mod support;
 
 use bitcoin::absolute::LockTime;
 use bitcoin::consensus::encode::serialize_hex;
 use bitcoin::transaction::Version;
-use bitcoin::{Address, Amount, Network, OutPoint, Sequence, Transaction, TxIn, TxOut, Txid};
+use bitcoin::{Amount, Sequence, Transaction, TxIn, TxOut, Txid};
 use chain::rpc::codes;
-use chain::{Auth, BitcoindRpc, Chain, DevChain, DevChainConfig, RpcConfig, RpcError};
-use chain::{FeePolicy, RunningDevChain};
+use chain::FeePolicy;
+use chain::{BitcoindRpc, Chain, RpcError};
 use serde_json::{json, Value};
+use support::{fund, miner, output_to, start, wallet};
 use wallet::{KeyPath, SpendableOutput, Wallet};
-
-async fn start(dir: &std::path::Path) -> (RunningDevChain, BitcoindRpc) {
-    let mut config = DevChainConfig::new(dir);
-    config.rpc_bind = Some("127.0.0.1:0".parse().unwrap());
-    let running = DevChain::start(config).await.unwrap();
-    let mut rpc = RpcConfig::new(
-        running.rpc_url().unwrap(),
-        Auth::Cookie(running.cookie.clone().unwrap()),
-    );
-    rpc.timeout = Duration::from_secs(20);
-    (running, BitcoindRpc::new(rpc).unwrap())
-}
-
-fn wallet() -> Wallet {
-    Wallet::from_seed(&[9u8; 32], Network::Regtest).unwrap()
-}
-
-fn miner() -> Address {
-    Wallet::from_seed(&[3u8; 32], Network::Regtest)
-        .unwrap()
-        .derive_address(0, 0)
-        .unwrap()
-}
-
-/// Pays `amount` from the faucet to `path` and mines it (outside any fee market).
-async fn fund(c: &BitcoindRpc, w: &Wallet, path: KeyPath, amount: Amount) -> SpendableOutput {
-    let address = w.derive(path).unwrap().address;
-    let txid = c.send_to_address(&address, amount).await.unwrap();
-    c.generate_to_address(1, &miner()).await.unwrap();
-    let tx = c.transaction(txid).await.unwrap().unwrap().tx;
-    output_to(&tx, path, w)
-}
-
-fn output_to(tx: &Transaction, path: KeyPath, w: &Wallet) -> SpendableOutput {
-    let script = w.derive(path).unwrap().address.script_pubkey();
-    let vout = tx
-        .output
-        .iter()
-        .position(|o| o.script_pubkey == script)
-        .unwrap();
-    SpendableOutput {
-        outpoint: OutPoint {
-            txid: tx.compute_txid(),
-            vout: vout as u32,
-        },
-        txout: tx.output[vout].clone(),
-        path,
-    }
-}
 
 /// `coin` spent whole to `to`, paying exactly `fee`, signalling BIP125.
 fn spend(w: &Wallet, coin: &SpendableOutput, to: KeyPath, fee: u64) -> Transaction {
