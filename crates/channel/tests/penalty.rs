@@ -12,7 +12,7 @@ use channel::script::{csv_value, htlc_offered_script, htlc_received_script};
 use channel::shachain::revocation_hash_from_seed;
 use channel::{Action, ChannelConfig, CommandError, Event, Htlc};
 use support::{final_pubkey, secrets, Pair};
-use wire::{Locktime, Packet, Preimage, Sha256};
+use wire::{Locktime, Packet, Preimage, Sha256, UpdateAddHtlc};
 
 fn r(i: u32) -> Preimage {
     let mut b = [0u8; 32];
@@ -55,26 +55,32 @@ fn penalty_of(acts: &[Action]) -> Transaction {
         .expect("a penalty is broadcast")
 }
 
-#[test]
-fn an_htlc_locked_to_the_offerers_next_revocation_hash_is_refused() {
-    let mut p = paid_pair();
+/// A offers B an honest HTLC, then a cheating A rewrites its packet's `r_hash` with
+/// `lock(&packet)` before B sees it: B must refuse it and stay as it was.
+fn b_refuses_a_rewritten_add(p: &Pair, lock: impl Fn(&UpdateAddHtlc) -> Sha256) {
+    let mut p = p.clone();
     let expiry = Locktime::Blocks(p.chain.height + 300);
     let acts =
         p.a.ch
-            .add_htlc(100_000_000, r(1).hash(), expiry, p.now)
+            .add_htlc(100_000_000, r(7).hash(), expiry, p.now)
             .unwrap();
     p.a.absorb(acts);
-    // The cheat: the HTLC's hash is the revocation hash of the very commitment that
-    // will hold it, sent in the same packet.
     let Some(Packet::UpdateAddHtlc(mut add)) = p.a.outbox.pop_front() else {
         panic!("update_add_htlc expected");
     };
-    add.r_hash = add.revocation_hash;
+    add.r_hash = lock(&add);
     let before = p.b.ch.clone();
-    let refused = p.b.ch.handle_packet(&Packet::UpdateAddHtlc(add), p.now);
-    let err = refused.expect_err("B accepted an HTLC locked to A's revocation hash");
+    let got = p.b.ch.handle_packet(&Packet::UpdateAddHtlc(add), p.now);
+    let err = got.expect_err("B accepted an HTLC locked to a revocation hash");
     assert_collision(&err.error.to_string());
     assert_eq!(p.b.ch, before, "a refused packet changes nothing");
+}
+
+#[test]
+fn an_htlc_locked_to_the_offerers_next_revocation_hash_is_refused() {
+    // The cheat: the HTLC's hash is the revocation hash of the very commitment that
+    // will hold it, sent in the same packet.
+    b_refuses_a_rewritten_add(&paid_pair(), |add| add.revocation_hash);
 }
 
 #[test]
@@ -90,19 +96,7 @@ fn an_htlc_locked_to_the_receivers_or_our_own_revocation_hash_is_refused() {
     }
     // Their packet: an HTLC locked to our (B's) current or next revocation hash.
     for hash in [b_rev(n), b_rev(n + 1), a_rev(n)] {
-        let mut q = p.clone();
-        let acts =
-            q.a.ch
-                .add_htlc(100_000_000, r(7).hash(), expiry, q.now)
-                .unwrap();
-        q.a.absorb(acts);
-        let Some(Packet::UpdateAddHtlc(mut add)) = q.a.outbox.pop_front() else {
-            panic!("update_add_htlc expected");
-        };
-        add.r_hash = hash;
-        let got = q.b.ch.handle_packet(&Packet::UpdateAddHtlc(add), q.now);
-        let err = got.expect_err("B accepted an HTLC locked to a revocation hash");
-        assert_collision(&err.error.to_string());
+        b_refuses_a_rewritten_add(&p, |_| hash);
     }
 }
 
