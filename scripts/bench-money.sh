@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Figures of docs/benchmarks.md "Rounds service part 2 (issue 6)": bets per
+# Figures of docs/benchmarks.md "Money over HTTP: bets": bets per
 # second accepted end to end over HTTP (each builds, signs, records and
 # broadcasts a transaction) on SQLite and PostgreSQL, against the same
 # build+sign+broadcast without HTTP and database measured in the same run,

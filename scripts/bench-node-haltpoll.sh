@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The node's figures with the guest's halt-polling off (as shipped) and on,
-# alternated in one session (docs/benchmarks.md, "Tenth session"). It writes
+# alternated in one session (docs/benchmarks.md, "Node"). It writes
 # /sys/module/haltpoll/parameters/guest_halt_poll_ns (root, a KVM/Firecracker
 # guest with the haltpoll cpuidle driver) and puts the old value back on exit.
 # Usage: RUNS=2 POLL_NS=200000 bash scripts/bench-node-haltpoll.sh [CHANNELS PAIRS]

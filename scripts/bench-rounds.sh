@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Figures of docs/benchmarks.md "Rounds service part 1 (issue 5)": GET
+# Figures of docs/benchmarks.md "Rounds service: GET, logins, SSE": GET
 # /rounds/current against a bare axum baseline, login throughput against raw
 # Argon2 at the same hashing concurrency, GET p99 during a login flood, and
 # SSE fan-out latency to 500 subscribers. Loopback only; needs `wrk`.

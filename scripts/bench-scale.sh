@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Figures of docs/benchmarks.md "Scale out (issue 18)": SSE fan-out across
+# Figures of docs/benchmarks.md "Scale-out across processes": SSE fan-out across
 # two `serve` processes on one PostgreSQL database (SUBS subscribers on each,
 # every change made through B, latency to A's subscribers = cross-process,
 # to B's = same process), and GET /rounds/current through nginx (the shipped

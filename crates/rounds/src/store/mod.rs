@@ -173,8 +173,8 @@ impl Store {
                     // microseconds of its CPU per bet on a machine the
                     // service shares with it. Every statement here is an
                     // index lookup whose best plan does not depend on the
-                    // values bound (docs/benchmarks.md, "Bets over HTTP,
-                    // part 3").
+                    // values bound (docs/rounds-engine.md, "Performance
+                    // notes").
                     use sqlx::Executor as _;
                     conn.execute("SET plan_cache_mode = force_generic_plan")
                         .await?;
