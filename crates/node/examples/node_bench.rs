@@ -16,16 +16,21 @@
 // Test and benchmark code: a failed unwrap is the run failing, with its message.
 #![allow(clippy::unwrap_used)]
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bitcoin::hashes::{sha256, Hash as _};
 use bitcoin::{Address, Amount};
 use chain::{Auth, BitcoindRpc, Chain, DevChain, DevChainConfig, RpcConfig};
-use channel::{Action, AnchorRole, Channel, ChannelConfig, ChannelSecrets};
 use secp256k1::SecretKey;
 use serde_json::{json, Value};
-use wire::{Locktime, Packet, Preimage};
+use support::{
+    cpu_seconds, distribution_us, fsync_latency, idle_policy, in_memory_pairs, mean, median,
+    packet_rtt, HTLC_MSAT,
+};
 
 struct Node {
     running: node::RunningNode,
@@ -61,35 +66,6 @@ impl Node {
             .await
             .unwrap_or_else(|e| panic!("{method}: {e}"))
     }
-}
-
-/// CPU time the process has used so far (user + system), in seconds: unlike wall time it
-/// does not grow while another process holds the cores, so it compares builds on a busy
-/// machine.
-fn cpu_seconds() -> f64 {
-    cpu_seconds_of("/proc/self/stat")
-}
-
-/// CPU time of the calling thread so far (user + system), in seconds.
-fn thread_cpu_seconds() -> f64 {
-    cpu_seconds_of("/proc/thread-self/stat")
-}
-
-/// User + system time of a `/proc/.../stat` file, in seconds.
-fn cpu_seconds_of(path: &str) -> f64 {
-    let stat = std::fs::read_to_string(path).unwrap_or_default();
-    // The fields after the command name (which is in parentheses and may hold spaces).
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name; the
-    // kernel counts them in USER_HZ, 100 on Linux.
-    (ticks(11) + ticks(12)) / 100.0
 }
 
 fn rss_kib() -> u64 {
@@ -297,10 +273,6 @@ async fn wait_until(what: &str, mut f: impl AsyncFnMut() -> bool) {
     }
 }
 
-/// Each HTLC: just above the dust limit (546 sat), which the channel declines below; 300
-/// pairs on one channel move 180,000 sat, inside a 250,000-sat channel.
-const HTLC_MSAT: u64 = 600_000;
-
 /// `pairs` add+fulfill pairs from `a` to `b` (`tag` keeps R unique); returns each pair's time.
 async fn htlc_pairs(a: &Node, b: &Node, pairs: u32, tag: u32, expiry: u32) -> Vec<f64> {
     let b_id = b.running.node_id.to_string();
@@ -368,207 +340,6 @@ async fn every_channel(
     )
 }
 
-/// What one add+fulfill pair costs the state machines alone.
-struct InMemory {
-    /// Pairs per second.
-    pairs_per_s: f64,
-    /// Durable writes (`Action::Persist`, both sides) per pair: each precedes the packet or
-    /// the completion that the next step waits for, so all are on the critical path.
-    persists_per_pair: f64,
-    /// Packets per pair (both directions).
-    packets_per_pair: f64,
-}
-
-/// The baseline: two channels back to back in memory, add+fulfill pairs per second.
-fn in_memory_pairs(pairs: u32) -> InMemory {
-    let secrets = |t: u8| ChannelSecrets {
-        commit_key: SecretKey::from_slice(&[t; 32]).unwrap(),
-        final_key: SecretKey::from_slice(&[t + 0x40; 32]).unwrap(),
-        revocation_seed: [t + 0x80; 32],
-    };
-    let cfg = ChannelConfig::default();
-    let mut a = Channel::new(
-        cfg.clone(),
-        secrets(1),
-        AnchorRole::Fund {
-            anchor_sat: 10_000_000,
-        },
-    );
-    let mut b = Channel::new(cfg, secrets(2), AnchorRole::Accept);
-    let mut to_b: Vec<Packet> = Vec::new();
-    let mut to_a: Vec<Packet> = Vec::new();
-    static PERSISTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    static PACKETS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    fn take(
-        actions: Vec<Action>,
-        out: &mut Vec<Packet>,
-        anchor: &mut Option<(bitcoin::ScriptBuf, Amount)>,
-    ) {
-        use std::sync::atomic::Ordering::Relaxed;
-        for act in actions {
-            match act {
-                Action::Persist => {
-                    PERSISTS.fetch_add(1, Relaxed);
-                }
-                Action::Send(p) => {
-                    PACKETS.fetch_add(1, Relaxed);
-                    out.push(p)
-                }
-                Action::Notify(channel::Event::AnchorNeeded {
-                    script_pubkey,
-                    amount,
-                }) => {
-                    *anchor = Some((script_pubkey, amount));
-                }
-                _ => {}
-            }
-        }
-    }
-    let mut anchor = None;
-    take(a.start().unwrap(), &mut to_b, &mut anchor);
-    take(b.start().unwrap(), &mut to_a, &mut anchor);
-    let pump = |a: &mut Channel,
-                b: &mut Channel,
-                to_a: &mut Vec<Packet>,
-                to_b: &mut Vec<Packet>,
-                anchor: &mut Option<_>| {
-        while !to_a.is_empty() || !to_b.is_empty() {
-            for p in std::mem::take(to_b) {
-                take(b.handle_packet(&p, 0).unwrap(), to_a, anchor);
-            }
-            for p in std::mem::take(to_a) {
-                take(a.handle_packet(&p, 0).unwrap(), to_b, anchor);
-            }
-        }
-    };
-    pump(&mut a, &mut b, &mut to_a, &mut to_b, &mut anchor);
-    let (script, amount) = anchor.take().unwrap();
-    let tx = bitcoin::Transaction {
-        version: bitcoin::transaction::Version::TWO,
-        lock_time: bitcoin::absolute::LockTime::ZERO,
-        input: vec![bitcoin::TxIn::default()],
-        output: vec![bitcoin::TxOut {
-            value: amount,
-            script_pubkey: script,
-        }],
-    };
-    take(a.anchor_created(tx, 0).unwrap(), &mut to_b, &mut anchor);
-    pump(&mut a, &mut b, &mut to_a, &mut to_b, &mut anchor);
-    take(a.anchor_depth(1), &mut to_b, &mut anchor);
-    take(b.anchor_depth(1), &mut to_a, &mut anchor);
-    pump(&mut a, &mut b, &mut to_a, &mut to_b, &mut anchor);
-    a.block_height(100);
-    b.block_height(100);
-    let persists0 = PERSISTS.load(std::sync::atomic::Ordering::Relaxed);
-    let packets0 = PACKETS.load(std::sync::atomic::Ordering::Relaxed);
-    let start = Instant::now();
-    for i in 0..pairs {
-        let mut r = [0u8; 32];
-        r[..4].copy_from_slice(&i.to_le_bytes());
-        let pre = Preimage(r);
-        take(
-            a.add_htlc(HTLC_MSAT, pre.hash(), Locktime::Blocks(1000), 0)
-                .unwrap(),
-            &mut to_b,
-            &mut anchor,
-        );
-        pump(&mut a, &mut b, &mut to_a, &mut to_b, &mut anchor);
-        take(b.fulfill_htlc(pre, 0).unwrap(), &mut to_a, &mut anchor);
-        pump(&mut a, &mut b, &mut to_a, &mut to_b, &mut anchor);
-    }
-    let elapsed = start.elapsed().as_secs_f64();
-    let per_pair = |n: u64| n as f64 / f64::from(pairs);
-    InMemory {
-        pairs_per_s: f64::from(pairs) / elapsed,
-        persists_per_pair: per_pair(
-            PERSISTS.load(std::sync::atomic::Ordering::Relaxed) - persists0,
-        ),
-        packets_per_pair: per_pair(PACKETS.load(std::sync::atomic::Ordering::Relaxed) - packets0),
-    }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// Latencies of durable writes on `dir`'s disk: `blocks` × 4 KiB written into a file whose size
-/// does not change, then fdatasync (what an SQLite WAL commit with synchronous = FULL costs
-/// once the WAL is allocated: the data, no metadata); and the CPU time of one such write
-/// (the calling thread's user + system time over all of them).
-fn fsync_latency(dir: &std::path::Path, blocks: u64) -> (Vec<f64>, f64) {
-    use std::io::{Seek as _, SeekFrom, Write as _};
-    let mut f = std::fs::File::create(dir.join("fsync-probe")).unwrap();
-    f.write_all(&vec![0u8; 1 << 20]).unwrap();
-    f.sync_all().unwrap();
-    let block = vec![0x5au8; 4096 * blocks as usize];
-    let cpu_start = thread_cpu_seconds();
-    let samples: Vec<f64> = (0..1000u64)
-        .map(|i| {
-            f.seek(SeekFrom::Start((i % (256 / blocks)) * 4096 * blocks))
-                .unwrap();
-            let t = Instant::now();
-            f.write_all(&block).unwrap();
-            f.sync_data().unwrap();
-            t.elapsed().as_secs_f64()
-        })
-        .collect();
-    let cpu = (thread_cpu_seconds() - cpu_start) / samples.len() as f64;
-    (samples, cpu)
-}
-
-/// Mean of `v`.
-fn mean(v: &[f64]) -> f64 {
-    v.iter().sum::<f64>() / v.len() as f64
-}
-
-/// "median … us, mean … us, p90 … us, p99 … us" of seconds `v`, with `decimals`.
-fn distribution_us(v: &[f64], decimals: usize) -> String {
-    let us = |x: f64| format!("{:.*}", decimals, x * 1e6);
-    format!(
-        "median {} us, mean {} us, p90 {} us, p99 {} us",
-        us(median(v.to_vec())),
-        us(mean(v)),
-        us(quantile(v.to_vec(), 0.9)),
-        us(quantile(v.to_vec(), 0.99))
-    )
-}
-
-/// The `q` quantile of `v` (0 to 1).
-fn quantile(mut v: Vec<f64>, q: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[((v.len() - 1) as f64 * q).round() as usize]
-}
-
-/// Round trips of one packet over a v3 session on loopback (sent, echoed back).
-async fn packet_rtt() -> Vec<f64> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let cfg = session::Config::default();
-    let server_key = SecretKey::from_slice(&[0x43; 32]).unwrap();
-    let scfg = cfg.clone();
-    tokio::spawn(async move {
-        let (stream, _) = listener.accept().await.unwrap();
-        let mut s = session::accept(stream, &server_key, &scfg).await.unwrap();
-        while let Ok(p) = s.recv().await {
-            if s.send(&p).await.is_err() {
-                break;
-            }
-        }
-    });
-    let key = SecretKey::from_slice(&[0x44; 32]).unwrap();
-    let mut s = session::connect(addr, &key, &cfg).await.unwrap();
-    let pkt = Packet::OpenComplete(wire::OpenComplete::default());
-    let mut samples = Vec::new();
-    for _ in 0..500 {
-        let t = Instant::now();
-        s.send(&pkt).await.unwrap();
-        s.recv().await.unwrap();
-        samples.push(t.elapsed().as_secs_f64());
-    }
-    samples
-}
-
 /// The bench's one runtime: tokio's multi-thread scheduler (a worker per core, as
 /// `potluck node` runs), or with `NODE_BENCH_RUNTIME=current_thread` every node on one
 /// thread, which shows what the hand-offs between threads cost (docs/node.md, "What the
@@ -592,20 +363,6 @@ fn main() {
     );
     println!("idle vCPUs: {}", idle_policy());
     runtime.block_on(bench());
-}
-
-/// How this machine's idle CPUs wait for work. On a virtual machine a halted vCPU costs an
-/// exit to the host and back on every wake-up, which every hand-off between threads and every
-/// completed flush pays; `guest_halt_poll_ns` above 0 makes the guest poll first. The figures
-/// move with it (docs/node.md, "The machine's share"), so the run names it.
-fn idle_policy() -> String {
-    let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_owned());
-    let driver =
-        read("/sys/devices/system/cpu/cpuidle/current_driver").unwrap_or_else(|_| "unknown".into());
-    match read("/sys/module/haltpoll/parameters/guest_halt_poll_ns") {
-        Ok(ns) => format!("cpuidle driver {driver}, guest_halt_poll_ns {ns}"),
-        Err(_) => format!("cpuidle driver {driver}"),
-    }
 }
 
 async fn bench() {

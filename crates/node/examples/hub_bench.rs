@@ -1,0 +1,573 @@
+//! The node under test alone (issue 33, docs/benchmarks.md, "Node under test"): the release
+//! `potluck node` binary runs as its own process, the hub, and its peers run in this one, each
+//! with a channel that the peer opened; the peers pay the hub (`newhtlc`) and the hub fulfills
+//! (`fulfillhtlc`), both through the control API as users drive a node. Every figure is the
+//! hub's alone: its CPU time from `/proc/<pid>/stat`, its context switches summed over its
+//! threads, and its system calls by kind from `perf stat` (tracepoints) or, where perf has
+//! none, `strace -c -f`. Beside them, measured in the same run, the in-memory cost of the
+//! hub's own side of the two state machines. The counts do not depend on the machine's speed:
+//! they are the figures to judge.
+//!
+//! `cargo build --release -p potluck && cargo run --release -p potluck-node --example hub_bench [-- CHANNELS PAIRS]`
+//! (`scripts/bench-hub.sh`); `POTLUCK_BIN` names the binary (default `target/release/potluck`).
+// Benchmark code: a failed unwrap is the run failing, with its message.
+#![allow(clippy::unwrap_used)]
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bitcoin::hashes::{sha256, Hash as _};
+use bitcoin::{Address, Amount};
+use chain::{Auth, BitcoindRpc, Chain, DevChain, DevChainConfig, RpcConfig};
+use serde_json::{json, Value};
+use support::{
+    cpu_seconds_of, distribution_us, fsync_latency, idle_policy, in_memory_pairs, mean, median,
+    packet_rtt, HTLC_MSAT,
+};
+
+/// A node's control API.
+struct Control {
+    rpc: BitcoindRpc,
+    node_id: String,
+}
+
+impl Control {
+    fn new(url: String, cookie: PathBuf, node_id: String) -> Self {
+        let mut rc = RpcConfig::new(url, Auth::Cookie(cookie));
+        rc.retries = 0;
+        rc.timeout = Duration::from_secs(120);
+        Self {
+            rpc: BitcoindRpc::new(rc).unwrap(),
+            node_id,
+        }
+    }
+
+    async fn call(&self, method: &str, params: Value) -> Value {
+        self.rpc
+            .call::<Value>(method, params)
+            .await
+            .unwrap_or_else(|e| panic!("{method}: {e}"))
+    }
+}
+
+/// A peer: a node in this process.
+struct Peer {
+    control: Control,
+    _running: node::RunningNode,
+    _dir: tempfile::TempDir,
+}
+
+async fn start_peer(chain: &DevChain) -> Peer {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = node::NodeConfig::new(dir.path());
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.rpc_bind = "127.0.0.1:0".parse().unwrap();
+    let running = node::start(config, Arc::new(chain.clone()) as Arc<dyn Chain>)
+        .await
+        .unwrap();
+    Peer {
+        control: Control::new(
+            format!("http://{}/", running.rpc_addr),
+            running.cookie_path.clone(),
+            running.node_id.to_string(),
+        ),
+        _running: running,
+        _dir: dir,
+    }
+}
+
+/// The node under test: `potluck node` in its own process.
+struct Hub {
+    child: Child,
+    control: Control,
+    p2p: String,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        // The bench's end: a hub left running would hold its ports and its data directory.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn start_hub(bin: &Path, chain_url: &str, chain_cookie: &Path) -> Hub {
+    let dir = tempfile::tempdir().unwrap();
+    let p2p = format!("127.0.0.1:{}", free_port());
+    let rpc = format!("127.0.0.1:{}", free_port());
+    let child = Command::new(bin)
+        .args(["node", "--listen", &p2p, "--rpc-bind", &rpc])
+        .args(["--bitcoind-url", chain_url, "--bitcoind-cookie"])
+        .arg(chain_cookie)
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env("POTLUCK_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (build it: cargo build --release -p potluck)",
+                bin.display()
+            )
+        });
+    let cookie = dir.path().join(node::identity::COOKIE_FILE);
+    let url = format!("http://{rpc}/");
+    wait_until("the hub's control API", async || cookie.exists()).await;
+    let control = Control::new(url, cookie, String::new());
+    let mut info = Value::Null;
+    wait_until("the hub answers getinfo", async || {
+        match control.rpc.call::<Value>("getinfo", json!([])).await {
+            Ok(v) => {
+                info = v;
+                true
+            }
+            Err(_) => false,
+        }
+    })
+    .await;
+    let node_id = info["node_id"].as_str().unwrap().to_owned();
+    Hub {
+        child,
+        control: Control { node_id, ..control },
+        p2p,
+        dir,
+    }
+}
+
+async fn wait_until(what: &str, mut f: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !f().await {
+        assert!(Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `pairs` pairs on `peer`'s channel: the peer offers, the hub fulfills.
+async fn pairs_through(hub: &Control, peer: &Control, pairs: u32, tag: u32, expiry: u32) {
+    for i in 0..pairs {
+        let mut r = [0u8; 32];
+        r[..4].copy_from_slice(&tag.to_le_bytes());
+        r[4..8].copy_from_slice(&i.to_le_bytes());
+        let hash = sha256::Hash::hash(&r);
+        peer.call(
+            "newhtlc",
+            json!([
+                hub.node_id,
+                HTLC_MSAT,
+                hex::encode(hash.to_byte_array()),
+                expiry
+            ]),
+        )
+        .await;
+        hub.call("fulfillhtlc", json!([peer.node_id, hex::encode(r)]))
+            .await;
+    }
+}
+
+/// The hub's counters at one moment: CPU seconds and context switches (all threads).
+#[derive(Clone, Copy)]
+struct Counters {
+    cpu_s: f64,
+    switches: u64,
+}
+
+fn counters(pid: u32) -> Counters {
+    let mut switches = 0;
+    // The process's own status counts only its main thread: sum the tasks. Threads that
+    // ended during the phase are missed, which only lowers the count; tokio's workers live
+    // as long as the node.
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+            for line in status.lines() {
+                if line.starts_with("voluntary_ctxt_switches:")
+                    || line.starts_with("nonvoluntary_ctxt_switches:")
+                {
+                    switches += line
+                        .split_whitespace()
+                        .nth(1)
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .unwrap_or(0);
+                }
+            }
+        }
+    }
+    Counters {
+        cpu_s: cpu_seconds_of(&format!("/proc/{pid}/stat")),
+        switches,
+    }
+}
+
+/// The system calls the report names, in this order; the rest are summed as "other".
+const SYSCALLS: &[&str] = &[
+    "fdatasync",
+    "fsync",
+    "fcntl",
+    "pwrite64",
+    "pread64",
+    "write",
+    "writev",
+    "read",
+    "recvfrom",
+    "sendto",
+    "futex",
+    "epoll_wait",
+    "epoll_ctl",
+    "sched_yield",
+];
+
+/// Counts system calls of a process by kind while it runs.
+enum Tracer {
+    Perf(Child, PathBuf),
+    Strace(Child, PathBuf),
+    None,
+}
+
+impl Tracer {
+    /// perf's syscall tracepoints where the kernel has them, else strace (which slows the
+    /// process it traces: its CPU figures are then not the ones to read).
+    fn attach(pid: u32, out: &Path) -> Tracer {
+        let perf_ok = Command::new("perf")
+            .args(["stat", "-e", "syscalls:sys_enter_fdatasync", "true"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if perf_ok {
+            let mut events: Vec<String> = SYSCALLS
+                .iter()
+                .map(|s| format!("syscalls:sys_enter_{s}"))
+                .collect();
+            events.push("raw_syscalls:sys_enter".into());
+            let path = out.join("perf.csv");
+            if let Ok(child) = Command::new("perf")
+                .args(["stat", "-x", ",", "-o"])
+                .arg(&path)
+                .args(["-e", &events.join(","), "-p", &pid.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+            {
+                return Tracer::Perf(child, path);
+            }
+        }
+        let path = out.join("strace.txt");
+        match Command::new("strace")
+            .args(["-c", "-f", "-o"])
+            .arg(&path)
+            .args(["-p", &pid.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+        {
+            Ok(child) => Tracer::Strace(child, path),
+            Err(_) => Tracer::None,
+        }
+    }
+
+    /// Stops counting and returns the calls by kind ("total" is every call).
+    fn finish(self) -> (&'static str, BTreeMap<String, u64>) {
+        let stop = |child: &mut Child| {
+            // SIGINT makes both tools print their counts and exit.
+            let _ = Command::new("kill")
+                .args(["-INT", &child.id().to_string()])
+                .status();
+            let _ = child.wait();
+        };
+        let mut counts = BTreeMap::new();
+        match self {
+            Tracer::Perf(mut child, path) => {
+                stop(&mut child);
+                for line in std::fs::read_to_string(path).unwrap_or_default().lines() {
+                    let fields: Vec<&str> = line.split(',').collect();
+                    let (Some(n), Some(event)) = (fields.first(), fields.get(2)) else {
+                        continue;
+                    };
+                    let Ok(n) = n.trim().parse::<u64>() else {
+                        continue;
+                    };
+                    let name = match event.trim() {
+                        "raw_syscalls:sys_enter" => "total".to_owned(),
+                        e => e.trim_start_matches("syscalls:sys_enter_").to_owned(),
+                    };
+                    counts.insert(name, n);
+                }
+                ("perf", counts)
+            }
+            Tracer::Strace(mut child, path) => {
+                stop(&mut child);
+                // strace -c: "% time  seconds  usecs/call  calls  errors syscall".
+                for line in std::fs::read_to_string(path).unwrap_or_default().lines() {
+                    let f: Vec<&str> = line.split_whitespace().collect();
+                    if f.len() < 5 {
+                        continue;
+                    }
+                    let (Some(name), Ok(calls)) = (f.last(), f[3].parse::<u64>()) else {
+                        continue;
+                    };
+                    let name = if *name == "total" { "total" } else { name };
+                    counts.insert(name.to_string(), calls);
+                }
+                ("strace", counts)
+            }
+            Tracer::None => ("none (neither perf nor strace)", counts),
+        }
+    }
+}
+
+/// What one phase cost the hub, per completed pair.
+struct PerPair {
+    pairs_per_s: f64,
+    cpu_ms: f64,
+    switches: f64,
+    tool: &'static str,
+    calls: BTreeMap<String, f64>,
+}
+
+impl PerPair {
+    fn call(&self, name: &str) -> f64 {
+        self.calls.get(name).copied().unwrap_or(0.0)
+    }
+
+    fn calls_line(&self) -> String {
+        let mut named = 0.0;
+        let mut parts = Vec::new();
+        for s in SYSCALLS {
+            let n = self.call(s);
+            named += n;
+            if n > 0.0 {
+                parts.push(format!("{s} {n:.1}"));
+            }
+        }
+        let total = self.call("total");
+        if total > named {
+            parts.push(format!("other {:.1}", total - named));
+        }
+        format!("{} (by {}; total {total:.1})", parts.join(", "), self.tool)
+    }
+}
+
+/// Runs `phase` (which completes `pairs` pairs) while counting what the hub does.
+async fn measure(hub: &Hub, pairs: u32, phase: impl std::future::Future<Output = ()>) -> PerPair {
+    let pid = hub.child.id();
+    let tracer = Tracer::attach(pid, hub.dir.path());
+    // perf and strace need a moment to attach to every thread.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = counters(pid);
+    let start = Instant::now();
+    phase.await;
+    let elapsed = start.elapsed().as_secs_f64();
+    let after = counters(pid);
+    let (tool, counts) = tracer.finish();
+    let n = f64::from(pairs);
+    PerPair {
+        pairs_per_s: n / elapsed,
+        cpu_ms: (after.cpu_s - before.cpu_s) * 1000.0 / n,
+        switches: (after.switches - before.switches) as f64 / n,
+        tool,
+        calls: counts.into_iter().map(|(k, v)| (k, v as f64 / n)).collect(),
+    }
+}
+
+/// Every peer's channel at once, `per_channel` pairs each.
+async fn all_channels(
+    hub: &Arc<Control>,
+    peers: &[Arc<Peer>],
+    per_channel: u32,
+    tag: u32,
+    expiry: u32,
+) {
+    let mut tasks = Vec::new();
+    for (i, p) in peers.iter().enumerate() {
+        let hub = Arc::clone(hub);
+        let p = Arc::clone(p);
+        let tag = (tag + i as u32) << 12;
+        tasks.push(tokio::spawn(async move {
+            pairs_through(&hub, &p.control, per_channel, tag, expiry).await;
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    println!("idle vCPUs: {}", idle_policy());
+    runtime.block_on(bench());
+}
+
+async fn bench() {
+    let mut args = std::env::args().skip(1);
+    let channels: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(100);
+    let pairs: u32 = args.next().and_then(|s| s.parse().ok()).unwrap_or(300);
+    let bin = PathBuf::from(
+        std::env::var("POTLUCK_BIN").unwrap_or_else(|_| "target/release/potluck".into()),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let dev = DevChain::start(DevChainConfig {
+        data_dir: dir.path().join("chain"),
+        block_interval: None,
+        rpc_bind: Some("127.0.0.1:0".parse().unwrap()),
+        rpc_auth: None,
+    })
+    .await
+    .unwrap();
+    let chain = dev.chain.clone();
+    let burn = chain.faucet_script().to_owned();
+    let hub = start_hub(&bin, &dev.rpc_url().unwrap(), dev.cookie.as_ref().unwrap()).await;
+    let mut peers = Vec::new();
+    for _ in 0..channels {
+        peers.push(start_peer(&chain).await);
+    }
+
+    // Each peer funds and opens its channel to the hub: the hub is the acceptor, as a node
+    // that others connect to is.
+    for (i, p) in peers.iter().enumerate() {
+        // The faucet's payments chain through its change: a block every 20 keeps them under
+        // the mempool's limit of 25 unconfirmed ancestors.
+        if i % 20 == 19 {
+            chain.mine(1, &burn).unwrap();
+        }
+        let addr = p.control.call("newaddr", json!([])).await;
+        let addr: Address<bitcoin::address::NetworkUnchecked> =
+            addr["address"].as_str().unwrap().parse().unwrap();
+        chain
+            .faucet(
+                &addr.assume_checked().script_pubkey(),
+                Amount::from_sat(300_000),
+            )
+            .unwrap();
+    }
+    chain.mine(1, &burn).unwrap();
+    for p in &peers {
+        wait_until("peer funded", async || {
+            p.control.call("listfunds", json!([])).await["total_sat"].as_u64() == Some(300_000)
+        })
+        .await;
+        p.control.call("connect", json!([hub.p2p])).await;
+        p.control
+            .call("open", json!([hub.control.node_id, 250_000]))
+            .await;
+    }
+    chain.mine(1, &burn).unwrap();
+    wait_until("channels live", async || {
+        let list = hub.control.call("listchannels", json!([])).await;
+        list["channels"]
+            .as_array()
+            .is_some_and(|c| c.len() == channels && c.iter().all(|c| c["state"] == "normal"))
+    })
+    .await;
+    let expiry = chain.height() + 1000;
+    let hub_control = Arc::new(Control {
+        rpc: hub.control.rpc.clone(),
+        node_id: hub.control.node_id.clone(),
+    });
+    let peers: Vec<Arc<Peer>> = peers.into_iter().map(Arc::new).collect();
+
+    // Steady state: SQLite's WAL grows until its first checkpoint (about 333 channel writes);
+    // a node that has run a while rewrites it in place.
+    let per_channel = (pairs / 10).max(5);
+    all_channels(&hub_control, &peers, per_channel, 1, expiry).await;
+
+    let one = measure(
+        &hub,
+        pairs,
+        pairs_through(&hub_control, &peers[0].control, pairs, 1 << 20, expiry),
+    )
+    .await;
+    let n_all = per_channel * channels as u32;
+    let all = measure(
+        &hub,
+        n_all,
+        all_channels(&hub_control, &peers, per_channel, 2 << 20, expiry),
+    )
+    .await;
+
+    // Baseline, same run: the state machines in memory, and the hub's side of them.
+    let mem = in_memory_pairs(pairs * 5);
+    let own_ms = mem.acceptor_s_per_pair * 1000.0;
+
+    // The sequential bound of one channel: both state machines, each durable write, each
+    // packet's one-way trip and the two control calls, nothing overlapping.
+    let (fsyncs, _) = fsync_latency(hub.dir.path(), 1);
+    let pkts = packet_rtt().await;
+    let mut ctrl = Vec::new();
+    for _ in 0..300 {
+        let t = Instant::now();
+        peers[0].control.call("listpeers", json!([])).await;
+        ctrl.push(t.elapsed().as_secs_f64());
+    }
+    let bound = 1.0
+        / (1.0 / mem.pairs_per_s
+            + mem.persists_per_pair * median(fsyncs.clone())
+            + mem.packets_per_pair * median(pkts.clone()) / 2.0
+            + 2.0 * median(ctrl.clone()));
+
+    println!(
+        "node under test: `{}` (pid {}), {channels} peers in this process",
+        bin.display(),
+        hub.child.id()
+    );
+    println!(
+        "in-memory, same run: a pair {:.1} us for both state machines, the hub's side {:.1} us",
+        1e6 / mem.pairs_per_s,
+        own_ms * 1000.0
+    );
+    println!(
+        "fdatasync latency of the hub's disk: {}",
+        distribution_us(&fsyncs, 1)
+    );
+    println!(
+        "packet round trip {:.1} us, control call round trip {:.1} us (means {:.1}, {:.1})",
+        median(pkts.clone()) * 1e6,
+        median(ctrl.clone()) * 1e6,
+        mean(&pkts) * 1e6,
+        mean(&ctrl) * 1e6
+    );
+    for (name, p) in [
+        ("one channel, sequential", &one),
+        (&*format!("{channels} channels busy"), &all),
+    ] {
+        println!(
+            "{name}: {:.0} pairs/s; hub CPU/pair {:.3} ms = {:.1}x its state machine; switches/pair {:.1}",
+            p.pairs_per_s,
+            p.cpu_ms,
+            p.cpu_ms / own_ms,
+            p.switches
+        );
+        println!("  syscalls/pair: {}", p.calls_line());
+    }
+    println!(
+        "one channel: {:.0} pairs/s of a sequential bound of {bound:.0} = {:.0}%",
+        one.pairs_per_s,
+        one.pairs_per_s / bound * 100.0
+    );
+    println!(
+        "node under test: cpu/pair {:.2} ms = {:.1}x its state machine; fdatasync/pair {:.2}; fcntl/pair {:.1}; switches/pair {:.0}; one channel {:.0}% of the sequential bound",
+        all.cpu_ms,
+        all.cpu_ms / own_ms,
+        all.call("fdatasync") + all.call("fsync"),
+        all.call("fcntl"),
+        all.switches,
+        one.pairs_per_s / bound * 100.0
+    );
+}
