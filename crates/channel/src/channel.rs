@@ -314,6 +314,60 @@ pub enum State {
     OnChain,
 }
 
+impl State {
+    /// Whether the channel is still opening and its anchor cannot be on chain yet: a lost
+    /// session abandons it (`OpenWaitComplete` is not one: the anchor may be mined).
+    pub fn is_opening(self) -> bool {
+        matches!(
+            self,
+            State::Init
+                | State::OpenWaitOpen
+                | State::OpenWaitAnchorTx
+                | State::OpenWaitAnchor
+                | State::OpenWaitCommitSig
+        )
+    }
+
+    /// Whether the channel is over: closed cooperatively or resolved on chain.
+    pub fn is_finished(self) -> bool {
+        matches!(self, State::Closed | State::OnChain)
+    }
+
+    /// Whether an update is in flight (between a proposal and the last revocation).
+    pub fn is_updating(self) -> bool {
+        matches!(
+            self,
+            State::WaitAccept | State::WaitSignature | State::WaitComplete
+        )
+    }
+
+    /// The state's snake-case name, as the node's JSON shows it (`"open_wait_anchor_tx"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Init => "init",
+            State::OpenWaitOpen => "open_wait_open",
+            State::OpenWaitAnchorTx => "open_wait_anchor_tx",
+            State::OpenWaitAnchor => "open_wait_anchor",
+            State::OpenWaitCommitSig => "open_wait_commit_sig",
+            State::OpenWaitComplete => "open_wait_complete",
+            State::Normal => "normal",
+            State::WaitAccept => "wait_accept",
+            State::WaitSignature => "wait_signature",
+            State::WaitComplete => "wait_complete",
+            State::CloseWaitComplete => "close_wait_complete",
+            State::CloseWaitAck => "close_wait_ack",
+            State::Closed => "closed",
+            State::OnChain => "on_chain",
+        }
+    }
+}
+
+impl std::fmt::Display for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What a channel's delays and HTLC expiries count: one unit for all of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum TimeUnit {
@@ -2320,6 +2374,115 @@ pub fn apply_change(cs: &CState, by: Who, change: &Change) -> Result<CState, Fun
         Change::Timedout(h) => {
             let (offerer, _) = cs.find_htlc(h).ok_or(FundingError::NoSuchHtlc)?;
             cs.remove_htlc(offerer, h, false)
+        }
+    }
+}
+
+#[cfg(test)]
+mod state_tests {
+    use super::State;
+
+    /// Every state, in declaration order; a new variant must be added here (the
+    /// exhaustive `match` below refuses to compile otherwise).
+    const ALL: [State; 14] = [
+        State::Init,
+        State::OpenWaitOpen,
+        State::OpenWaitAnchorTx,
+        State::OpenWaitAnchor,
+        State::OpenWaitCommitSig,
+        State::OpenWaitComplete,
+        State::Normal,
+        State::WaitAccept,
+        State::WaitSignature,
+        State::WaitComplete,
+        State::CloseWaitComplete,
+        State::CloseWaitAck,
+        State::Closed,
+        State::OnChain,
+    ];
+
+    /// Forces a compile error here when a variant is added and `ALL` is not updated.
+    fn listed(state: State) -> bool {
+        match state {
+            State::Init
+            | State::OpenWaitOpen
+            | State::OpenWaitAnchorTx
+            | State::OpenWaitAnchor
+            | State::OpenWaitCommitSig
+            | State::OpenWaitComplete
+            | State::Normal
+            | State::WaitAccept
+            | State::WaitSignature
+            | State::WaitComplete
+            | State::CloseWaitComplete
+            | State::CloseWaitAck
+            | State::Closed
+            | State::OnChain => ALL.contains(&state),
+        }
+    }
+
+    fn snake_case(camel: &str) -> String {
+        let mut out = String::new();
+        for (i, c) in camel.chars().enumerate() {
+            if c.is_ascii_uppercase() && i > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        }
+        out
+    }
+
+    #[test]
+    fn names_are_the_snake_case_of_the_variants_and_distinct() {
+        let mut seen = std::collections::HashSet::new();
+        for state in ALL {
+            assert!(listed(state));
+            assert_eq!(state.as_str(), snake_case(&format!("{state:?}")));
+            assert_eq!(state.to_string(), state.as_str());
+            assert!(seen.insert(state.as_str()), "{state:?} shares its name");
+        }
+        // The names the node's listchannels showed before they moved here.
+        assert_eq!(State::OpenWaitAnchorTx.as_str(), "open_wait_anchor_tx");
+        assert_eq!(State::OpenWaitCommitSig.as_str(), "open_wait_commit_sig");
+        assert_eq!(State::CloseWaitAck.as_str(), "close_wait_ack");
+        assert_eq!(State::OnChain.as_str(), "on_chain");
+    }
+
+    #[test]
+    fn opening_is_every_state_before_the_anchor_can_be_mined() {
+        let opening: Vec<State> = ALL.into_iter().filter(|s| s.is_opening()).collect();
+        assert_eq!(
+            opening,
+            [
+                State::Init,
+                State::OpenWaitOpen,
+                State::OpenWaitAnchorTx,
+                State::OpenWaitAnchor,
+                State::OpenWaitCommitSig,
+            ]
+        );
+    }
+
+    #[test]
+    fn finished_is_closed_or_on_chain() {
+        let finished: Vec<State> = ALL.into_iter().filter(|s| s.is_finished()).collect();
+        assert_eq!(finished, [State::Closed, State::OnChain]);
+    }
+
+    #[test]
+    fn updating_is_an_update_in_flight() {
+        let updating: Vec<State> = ALL.into_iter().filter(|s| s.is_updating()).collect();
+        assert_eq!(
+            updating,
+            [State::WaitAccept, State::WaitSignature, State::WaitComplete]
+        );
+    }
+
+    #[test]
+    fn no_state_is_in_two_phases() {
+        for state in ALL {
+            let phases = [state.is_opening(), state.is_updating(), state.is_finished()];
+            assert!(phases.iter().filter(|p| **p).count() <= 1, "{state:?}");
         }
     }
 }
