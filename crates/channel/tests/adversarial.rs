@@ -12,7 +12,7 @@ use bitcoin_hashes::Hash;
 use channel::{Channel, ChannelConfig};
 use proptest::prelude::*;
 use secp256k1::{Message, Secp256k1, SecretKey};
-use support::Pair;
+use support::{Node, Pair, A, B};
 use wire::*;
 
 fn r(n: u8) -> Preimage {
@@ -166,25 +166,19 @@ fn forge(kind: u8, x: u8, y: u8, height: u32) -> Packet {
     }
 }
 
-/// Delivers `pkt`; a rejection must leave the serialised channel unchanged.
-fn deliver(ch: &mut Channel, pkt: &Packet, now: u64) -> Option<Vec<channel::Action>> {
-    let before = serde_json::to_string(ch).unwrap();
-    match ch.handle_packet(pkt, now) {
-        Ok(actions) => {
-            support::assert_persist_before_secrets(&actions);
-            Some(actions)
-        }
-        Err(rejected) => {
-            assert_eq!(
-                serde_json::to_string(ch).unwrap(),
-                before,
-                "rejected {} ({}) changed the channel",
-                pkt.name(),
-                rejected.error
-            );
-            assert!(matches!(rejected.reply(), Packet::Error(_)));
-            None
-        }
+/// Delivers `pkt` to `dst`, which performs what its channel answers (the `Persist`
+/// guarantee checked); a rejection must leave the serialised channel unchanged.
+fn deliver(dst: &mut Node, pkt: &Packet, now: u64) {
+    let before = serde_json::to_string(&dst.ch).unwrap();
+    if let Err(rejected) = dst.receive(pkt, now) {
+        assert_eq!(
+            serde_json::to_string(&dst.ch).unwrap(),
+            before,
+            "rejected {} ({}) changed the channel",
+            pkt.name(),
+            rejected.error
+        );
+        assert!(matches!(rejected.reply(), Packet::Error(_)));
     }
 }
 
@@ -199,61 +193,49 @@ impl World {
         match *op {
             Op::Command { a, kind, pick } => {
                 let h = self.p.chain.height;
+                // A refused command changes nothing; an accepted one is performed.
                 let n = self.p.node(a);
-                let res = match kind {
-                    0 => n.ch.pay(u64::from(pick) * 1_000_000),
-                    1 => n.ch.add_htlc(
+                n.try_act(|ch| match kind {
+                    0 => ch.pay(u64::from(pick) * 1_000_000),
+                    1 => ch.add_htlc(
                         1_000_000 + u64::from(pick),
                         r(pick % 5).hash(),
                         Locktime::Blocks(h + 200),
                         now,
                     ),
-                    2 => n.ch.fulfill_htlc(r(pick % 5), now),
-                    3 => n.ch.routefail_htlc(r(pick % 5).hash()),
-                    4 => n.ch.timeout_htlc(r(pick % 5).hash(), now),
-                    _ => n.ch.close(),
-                };
-                if let Ok(acts) = res {
-                    n.absorb(acts);
-                }
+                    2 => ch.fulfill_htlc(r(pick % 5), now),
+                    3 => ch.routefail_htlc(r(pick % 5).hash()),
+                    4 => ch.timeout_htlc(r(pick % 5).hash(), now),
+                    _ => ch.close(),
+                })
+                .ok();
             }
             Op::Deliver { from_a } => {
                 let Some(pkt) = self.p.node(from_a).outbox.pop_front() else {
                     return;
                 };
                 self.log.push(pkt.clone());
-                let dst = self.p.node(!from_a);
-                if let Some(acts) = deliver(&mut dst.ch, &pkt, now) {
-                    dst.absorb(acts);
-                }
+                deliver(self.p.node(!from_a), &pkt, now);
             }
             Op::Replay { to_a, pick } => {
                 if self.log.is_empty() {
                     return;
                 }
                 let pkt = self.log[pick as usize % self.log.len()].clone();
-                let dst = self.p.node(to_a);
-                if let Some(acts) = deliver(&mut dst.ch, &pkt, now) {
-                    dst.absorb(acts);
-                }
+                deliver(self.p.node(to_a), &pkt, now);
             }
             Op::Forge { to_a, kind, x, y } => {
                 let pkt = forge(kind, x, y, self.p.chain.height);
-                let dst = self.p.node(to_a);
-                if let Some(acts) = deliver(&mut dst.ch, &pkt, now) {
-                    dst.absorb(acts);
-                }
+                deliver(self.p.node(to_a), &pkt, now);
             }
             Op::Blocks(n) => self.p.advance(u32::from(n)),
             Op::ForceClose { a } => {
-                if let Ok(acts) = self.p.node(a).ch.force_close() {
-                    self.p.node(a).absorb(acts);
+                if self.p.node(a).try_act(|ch| ch.force_close()).is_ok() {
                     let txs = std::mem::take(&mut self.p.node(a).broadcast);
                     for tx in txs {
                         if self.p.chain.mine(&tx).is_ok() {
                             for side in [true, false] {
-                                let acts = self.p.node(side).spend_seen(&tx);
-                                self.p.node(side).absorb(acts);
+                                self.p.node(side).spend_seen(&tx);
                             }
                         }
                     }
@@ -275,16 +257,10 @@ proptest! {
         let mut w = World { p: Pair::new(a_funds, ChannelConfig::default()), log: Vec::new() };
         if open_first {
             w.p.open();
-            let funder = w.p.node(a_funds);
-            let acts = funder.ch.pay(3_000_000_000).unwrap();
-            funder.absorb(acts);
-            w.p.run();
+            w.p.pay(if a_funds { A } else { B }, 3_000_000_000);
         } else {
             // Opening packets are in flight too: states before Normal get their share.
-            for side in [true, false] {
-                let acts = w.p.node(side).ch.start().unwrap();
-                w.p.node(side).absorb(acts);
-            }
+            w.p.start();
         }
         for op in &ops {
             w.apply(op);
