@@ -53,7 +53,8 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn forge(kind: u8, x: u8, y: u8, height: u32) -> Packet {
+/// An amount at an edge: zero, one, around dust, large, `u32::MAX`.
+fn edge_amount(x: u8) -> u32 {
     let amounts = [
         0u32,
         1,
@@ -63,7 +64,11 @@ fn forge(kind: u8, x: u8, y: u8, height: u32) -> Packet {
         2_000_000_000,
         u32::MAX,
     ];
-    let amount = amounts[x as usize % amounts.len()];
+    amounts[x as usize % amounts.len()]
+}
+
+/// An `update.delta_msat` at an edge: positive, zero, beyond uint32, `i64::MIN`.
+fn edge_delta(x: u8) -> i64 {
     let deltas = [
         -1_000i64,
         0,
@@ -72,15 +77,26 @@ fn forge(kind: u8, x: u8, y: u8, height: u32) -> Packet {
         -(i64::from(u32::MAX)) - 1,
         -2_000_000_000,
     ];
-    let h = r(y % 5).hash();
-    let expiry = match y % 6 {
+    deltas[x as usize % deltas.len()]
+}
+
+/// A time lock at an edge: now, just after, in range, too far, in seconds, the maximum.
+fn edge_expiry(x: u8, y: u8, height: u32) -> Locktime {
+    match y % 6 {
         0 => Locktime::Blocks(height),
         1 => Locktime::Blocks(height + 1),
         2 => Locktime::Blocks(height + 200),
         3 => Locktime::Blocks(height + 5_000),
         4 => Locktime::Seconds(1_700_000_000 + u32::from(x) * 600),
         _ => Locktime::Blocks(u32::MAX),
-    };
+    }
+}
+
+/// A packet of type `kind` (0..18) with edge-case fields picked by `x` and `y`.
+fn forge(kind: u8, x: u8, y: u8, height: u32) -> Packet {
+    let amount = edge_amount(x);
+    let h = r(y % 5).hash();
+    let expiry = edge_expiry(x, y, height);
     let key = ChainPubkey::new(secp256k1::PublicKey::from_secret_key(
         &Secp256k1::new(),
         &SecretKey::from_slice(&[5; 32]).unwrap(),
@@ -109,7 +125,7 @@ fn forge(kind: u8, x: u8, y: u8, height: u32) -> Packet {
         3 => Packet::OpenComplete(OpenComplete::default()),
         4 => Packet::Update(Update {
             revocation_hash: h,
-            delta_msat: deltas[x as usize % deltas.len()],
+            delta_msat: edge_delta(x),
         }),
         5 => Packet::UpdateAddHtlc(UpdateAddHtlc {
             revocation_hash: h,
