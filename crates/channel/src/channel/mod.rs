@@ -14,6 +14,12 @@
 //! the revocation seed come in at construction. Nothing here does IO. A call
 //! that fails leaves the channel exactly as it was: handlers check everything
 //! that can fail before they change anything.
+//!
+//! This file holds the channel and its data-carrying state, the queries and the
+//! packet dispatch; each concern has its file: `types` (the public vocabulary),
+//! `errors`, `open`, `update`, `close`, `onchain` (after the anchor is spent),
+//! `commitments` (the transactions we sign), `rules` (time and fee rules) and
+//! `legacy` (snapshots of version 0).
 
 mod close;
 mod commitments;
