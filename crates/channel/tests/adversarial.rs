@@ -12,7 +12,7 @@ use bitcoin_hashes::Hash;
 use channel::{Channel, ChannelConfig};
 use proptest::prelude::*;
 use secp256k1::{Message, Secp256k1, SecretKey};
-use support::Pair;
+use support::{Node, Pair, A, B};
 use wire::*;
 
 fn r(n: u8) -> Preimage {
@@ -53,7 +53,8 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn forge(kind: u8, x: u8, y: u8, height: u32) -> Packet {
+/// An amount at an edge: zero, one, around dust, large, `u32::MAX`.
+fn edge_amount(x: u8) -> u32 {
     let amounts = [
         0u32,
         1,
@@ -63,7 +64,11 @@ fn forge(kind: u8, x: u8, y: u8, height: u32) -> Packet {
         2_000_000_000,
         u32::MAX,
     ];
-    let amount = amounts[x as usize % amounts.len()];
+    amounts[x as usize % amounts.len()]
+}
+
+/// An `update.delta_msat` at an edge: positive, zero, beyond uint32, `i64::MIN`.
+fn edge_delta(x: u8) -> i64 {
     let deltas = [
         -1_000i64,
         0,
@@ -72,15 +77,26 @@ fn forge(kind: u8, x: u8, y: u8, height: u32) -> Packet {
         -(i64::from(u32::MAX)) - 1,
         -2_000_000_000,
     ];
-    let h = r(y % 5).hash();
-    let expiry = match y % 6 {
+    deltas[x as usize % deltas.len()]
+}
+
+/// A time lock at an edge: now, just after, in range, too far, in seconds, the maximum.
+fn edge_expiry(x: u8, y: u8, height: u32) -> Locktime {
+    match y % 6 {
         0 => Locktime::Blocks(height),
         1 => Locktime::Blocks(height + 1),
         2 => Locktime::Blocks(height + 200),
         3 => Locktime::Blocks(height + 5_000),
         4 => Locktime::Seconds(1_700_000_000 + u32::from(x) * 600),
         _ => Locktime::Blocks(u32::MAX),
-    };
+    }
+}
+
+/// A packet of type `kind` (0..18) with edge-case fields picked by `x` and `y`.
+fn forge(kind: u8, x: u8, y: u8, height: u32) -> Packet {
+    let amount = edge_amount(x);
+    let h = r(y % 5).hash();
+    let expiry = edge_expiry(x, y, height);
     let key = ChainPubkey::new(secp256k1::PublicKey::from_secret_key(
         &Secp256k1::new(),
         &SecretKey::from_slice(&[5; 32]).unwrap(),
@@ -109,7 +125,7 @@ fn forge(kind: u8, x: u8, y: u8, height: u32) -> Packet {
         3 => Packet::OpenComplete(OpenComplete::default()),
         4 => Packet::Update(Update {
             revocation_hash: h,
-            delta_msat: deltas[x as usize % deltas.len()],
+            delta_msat: edge_delta(x),
         }),
         5 => Packet::UpdateAddHtlc(UpdateAddHtlc {
             revocation_hash: h,
@@ -166,25 +182,19 @@ fn forge(kind: u8, x: u8, y: u8, height: u32) -> Packet {
     }
 }
 
-/// Delivers `pkt`; a rejection must leave the serialised channel unchanged.
-fn deliver(ch: &mut Channel, pkt: &Packet, now: u64) -> Option<Vec<channel::Action>> {
-    let before = serde_json::to_string(ch).unwrap();
-    match ch.handle_packet(pkt, now) {
-        Ok(actions) => {
-            support::assert_persist_before_secrets(&actions);
-            Some(actions)
-        }
-        Err(rejected) => {
-            assert_eq!(
-                serde_json::to_string(ch).unwrap(),
-                before,
-                "rejected {} ({}) changed the channel",
-                pkt.name(),
-                rejected.error
-            );
-            assert!(matches!(rejected.reply(), Packet::Error(_)));
-            None
-        }
+/// Delivers `pkt` to `dst`, which performs what its channel answers (the `Persist`
+/// guarantee checked); a rejection must leave the serialised channel unchanged.
+fn deliver(dst: &mut Node, pkt: &Packet, now: u64) {
+    let before = serde_json::to_string(&dst.ch).unwrap();
+    if let Err(rejected) = dst.receive(pkt, now) {
+        assert_eq!(
+            serde_json::to_string(&dst.ch).unwrap(),
+            before,
+            "rejected {} ({}) changed the channel",
+            pkt.name(),
+            rejected.error
+        );
+        assert!(matches!(rejected.reply(), Packet::Error(_)));
     }
 }
 
@@ -199,61 +209,49 @@ impl World {
         match *op {
             Op::Command { a, kind, pick } => {
                 let h = self.p.chain.height;
+                // A refused command changes nothing; an accepted one is performed.
                 let n = self.p.node(a);
-                let res = match kind {
-                    0 => n.ch.pay(u64::from(pick) * 1_000_000),
-                    1 => n.ch.add_htlc(
+                n.try_act(|ch| match kind {
+                    0 => ch.pay(u64::from(pick) * 1_000_000),
+                    1 => ch.add_htlc(
                         1_000_000 + u64::from(pick),
                         r(pick % 5).hash(),
                         Locktime::Blocks(h + 200),
                         now,
                     ),
-                    2 => n.ch.fulfill_htlc(r(pick % 5), now),
-                    3 => n.ch.routefail_htlc(r(pick % 5).hash()),
-                    4 => n.ch.timeout_htlc(r(pick % 5).hash(), now),
-                    _ => n.ch.close(),
-                };
-                if let Ok(acts) = res {
-                    n.absorb(acts);
-                }
+                    2 => ch.fulfill_htlc(r(pick % 5), now),
+                    3 => ch.routefail_htlc(r(pick % 5).hash()),
+                    4 => ch.timeout_htlc(r(pick % 5).hash(), now),
+                    _ => ch.close(),
+                })
+                .ok();
             }
             Op::Deliver { from_a } => {
                 let Some(pkt) = self.p.node(from_a).outbox.pop_front() else {
                     return;
                 };
                 self.log.push(pkt.clone());
-                let dst = self.p.node(!from_a);
-                if let Some(acts) = deliver(&mut dst.ch, &pkt, now) {
-                    dst.absorb(acts);
-                }
+                deliver(self.p.node(!from_a), &pkt, now);
             }
             Op::Replay { to_a, pick } => {
                 if self.log.is_empty() {
                     return;
                 }
                 let pkt = self.log[pick as usize % self.log.len()].clone();
-                let dst = self.p.node(to_a);
-                if let Some(acts) = deliver(&mut dst.ch, &pkt, now) {
-                    dst.absorb(acts);
-                }
+                deliver(self.p.node(to_a), &pkt, now);
             }
             Op::Forge { to_a, kind, x, y } => {
                 let pkt = forge(kind, x, y, self.p.chain.height);
-                let dst = self.p.node(to_a);
-                if let Some(acts) = deliver(&mut dst.ch, &pkt, now) {
-                    dst.absorb(acts);
-                }
+                deliver(self.p.node(to_a), &pkt, now);
             }
             Op::Blocks(n) => self.p.advance(u32::from(n)),
             Op::ForceClose { a } => {
-                if let Ok(acts) = self.p.node(a).ch.force_close() {
-                    self.p.node(a).absorb(acts);
+                if self.p.node(a).try_act(|ch| ch.force_close()).is_ok() {
                     let txs = std::mem::take(&mut self.p.node(a).broadcast);
                     for tx in txs {
                         if self.p.chain.mine(&tx).is_ok() {
                             for side in [true, false] {
-                                let acts = self.p.node(side).spend_seen(&tx);
-                                self.p.node(side).absorb(acts);
+                                self.p.node(side).spend_seen(&tx);
                             }
                         }
                     }
@@ -275,16 +273,10 @@ proptest! {
         let mut w = World { p: Pair::new(a_funds, ChannelConfig::default()), log: Vec::new() };
         if open_first {
             w.p.open();
-            let funder = w.p.node(a_funds);
-            let acts = funder.ch.pay(3_000_000_000).unwrap();
-            funder.absorb(acts);
-            w.p.run();
+            w.p.pay(if a_funds { A } else { B }, 3_000_000_000);
         } else {
             // Opening packets are in flight too: states before Normal get their share.
-            for side in [true, false] {
-                let acts = w.p.node(side).ch.start().unwrap();
-                w.p.node(side).absorb(acts);
-            }
+            w.p.start();
         }
         for op in &ops {
             w.apply(op);

@@ -9,7 +9,7 @@ mod support;
 use bitcoin::{Amount, Transaction, TxOut};
 use channel::tx::p2wpkh;
 use channel::{Action, ChannelConfig, Event, State};
-use support::{final_pubkey, Pair};
+use support::{final_pubkey, Pair, A};
 use wire::{Locktime, Preimage};
 
 fn r(i: u32) -> Preimage {
@@ -23,21 +23,12 @@ fn r(i: u32) -> Preimage {
 fn theirs_on_chain_with_our_output(pay_msat: u64) -> (Pair, Transaction) {
     let mut p = Pair::new(true, ChannelConfig::default());
     p.open();
-    let acts = p.a.ch.pay(pay_msat).unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.pay(A, pay_msat);
     let expiry = Locktime::Blocks(p.chain.height + 300);
-    let acts =
-        p.a.ch
-            .add_htlc(100_000_000, r(1).hash(), expiry, p.now)
-            .unwrap();
-    p.a.absorb(acts);
-    p.run();
-    let acts = p.b.ch.fulfill_htlc(r(1), p.now).unwrap();
-    p.b.absorb(acts);
+    p.add_htlc(A, 100_000_000, r(1).hash(), expiry);
+    p.b.act(|ch| ch.fulfill_htlc(r(1), p.now));
     p.b.outbox.clear();
-    let acts = p.a.ch.force_close().unwrap();
-    p.a.absorb(acts);
+    p.a.act(|ch| ch.force_close());
     let commitment = p.a.broadcast.pop().expect("A's commitment");
     p.chain.mine(&commitment).unwrap();
     (p, commitment)
@@ -123,8 +114,7 @@ fn an_unrecognised_spend_of_the_anchor_ends_updates() {
 fn a_signed_close_is_kept_with_the_state_and_sent_again_on_force() {
     let mut p = Pair::new(true, ChannelConfig::default());
     p.open();
-    let acts = p.a.ch.close().unwrap();
-    p.a.absorb(acts);
+    p.a.act(|ch| ch.close());
     assert!(p.deliver_one(true), "close_channel reaches B");
     assert_eq!(p.b.ch.state(), State::CloseWaitAck);
     let sent =

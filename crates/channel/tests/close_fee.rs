@@ -11,7 +11,7 @@ use channel::script::anchor_script;
 use channel::tx::{close_tx, sign_anchor_spend};
 use channel::{Action, ChannelConfig, State};
 use secp256k1::{PublicKey, Secp256k1};
-use support::{final_pubkey, secrets, Pair, ANCHOR_SAT};
+use support::{final_pubkey, secrets, Pair, A, ANCHOR_SAT, B};
 use wire::{CloseChannel, Packet};
 
 fn commit_pubkey(tag: u8) -> PublicKey {
@@ -63,9 +63,7 @@ fn a_peer_that_owns_nothing_cannot_burn_our_balance_on_the_close_fee() {
 fn a_close_that_takes_our_whole_balance_is_refused() {
     let mut p = Pair::new(true, ChannelConfig::default());
     p.open();
-    let acts = p.a.ch.pay(30_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.pay(A, 30_000_000);
     // B owns 30,000 sat; half of a 60,000-sat fee takes all of it.
     let close = crafted_close(&p, true, 60_000);
     let got = p.b.ch.handle_packet(&close, p.now);
@@ -78,10 +76,8 @@ fn a_close_that_takes_our_whole_balance_is_refused() {
 fn an_honest_close_pays_a_fair_fee_and_both_sides_accept_it() {
     let mut p = Pair::new(true, ChannelConfig::default());
     p.open();
-    let acts = p.a.ch.pay(30_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
-    let acts = p.b.ch.close().unwrap();
+    p.pay(A, 30_000_000);
+    let acts = p.close(B);
     let Some(Action::Send(Packet::Close(c))) = acts.iter().find(|a| matches!(a, Action::Send(_)))
     else {
         panic!("close_channel expected: {acts:?}");
@@ -92,8 +88,6 @@ fn an_honest_close_pays_a_fair_fee_and_both_sides_accept_it() {
         "close fee {}",
         c.close_fee
     );
-    p.b.absorb(acts);
-    p.run();
     assert_eq!(p.a.ch.state(), State::Closed);
     assert_eq!(p.b.ch.state(), State::Closed);
 }
@@ -104,7 +98,7 @@ fn a_higher_fee_rate_raises_the_fair_close_fee() {
     p.open();
     p.a.ch.set_fee_rate(2_530);
     p.b.ch.set_fee_rate(2_530);
-    let acts = p.a.ch.close().unwrap();
+    let acts = p.close(A);
     let Some(Action::Send(Packet::Close(c))) = acts.iter().find(|a| matches!(a, Action::Send(_)))
     else {
         panic!("close_channel expected");
@@ -114,7 +108,5 @@ fn a_higher_fee_rate_raises_the_fair_close_fee() {
         "close fee {}",
         c.close_fee
     );
-    p.a.absorb(acts);
-    p.run();
     assert_eq!(p.b.ch.state(), State::Closed);
 }

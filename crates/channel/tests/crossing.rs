@@ -7,7 +7,7 @@
 mod support;
 
 use channel::{Change, ChannelConfig, Event, State, Who};
-use support::Pair;
+use support::{Pair, A};
 use wire::{DeclineReason, Locktime, Packet, Preimage, UpdateAddHtlc};
 
 #[test]
@@ -22,9 +22,7 @@ fn deferred_proposal_is_reproposed_once_when_the_winning_htlc_is_declined() {
     p.open();
     // Two updates: priority toggles twice, back to A.
     for _ in 0..2 {
-        let acts = p.a.ch.pay(1_500_000_000).unwrap();
-        p.a.absorb(acts);
-        p.run();
+        p.pay(A, 1_500_000_000);
     }
     assert!(p.a.ch.has_priority());
     let b_before = p.b.ch.balances().unwrap().ours.total_msat();
@@ -32,13 +30,8 @@ fn deferred_proposal_is_reproposed_once_when_the_winning_htlc_is_declined() {
     p.b.events.clear();
     let r = Preimage([7; 32]);
     let h = p.chain.height;
-    let acts =
-        p.a.ch
-            .add_htlc(1_000_000, r.hash(), Locktime::Blocks(h + 300), p.now)
-            .unwrap();
-    p.a.absorb(acts);
-    let acts = p.b.ch.pay(2_000_000).unwrap();
-    p.b.absorb(acts);
+    p.a.act(|ch| ch.add_htlc(1_000_000, r.hash(), Locktime::Blocks(h + 300), p.now));
+    p.b.act(|ch| ch.pay(2_000_000));
     // The proposals cross on the wire.
     p.run();
     p.assert_agree();
@@ -82,9 +75,7 @@ fn deferred_proposal_is_reproposed_once_when_the_winning_htlc_is_declined() {
 fn insufficient_funds_decline_carries_the_whole_funding_required() {
     let mut p = Pair::new(true, ChannelConfig::default());
     p.open();
-    let acts = p.a.ch.pay(20_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.pay(A, 20_000_000);
     // B owns 20,000 sat; its half of the 10,000 sat fee is 5,000 sat. An HTLC of 16,000 sat
     // fits B's balance but not with its fee share: 21,000 sat would be required.
     let pkt = Packet::UpdateAddHtlc(UpdateAddHtlc {

@@ -6,7 +6,7 @@
 mod support;
 
 use channel::{ChannelConfig, CommandError, State, TimeUnit};
-use support::Pair;
+use support::{Pair, A, B};
 use wire::{Locktime, Preimage};
 
 fn r(n: u8) -> Preimage {
@@ -20,9 +20,7 @@ fn live() -> Pair {
     };
     let mut p = Pair::new(true, cfg);
     p.open();
-    let acts = p.a.ch.pay(2_000_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.pay(A, 2_000_000_000);
     p.advance(1);
     p
 }
@@ -31,15 +29,9 @@ fn live() -> Pair {
 fn expired_offered_htlc_is_due_in_any_state_after_the_grace_blocks() {
     let mut p = live();
     let expiry = p.chain.height + 30;
-    let acts =
-        p.a.ch
-            .add_htlc(100_000_000, r(1).hash(), Locktime::Blocks(expiry), p.now)
-            .unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.add_htlc(A, 100_000_000, r(1).hash(), Locktime::Blocks(expiry));
     // A starts another update that the peer never answers: A is stuck in WaitAccept.
-    let acts = p.a.ch.pay(1_000).unwrap();
-    p.a.absorb(acts);
+    p.a.act(|ch| ch.pay(1_000));
     p.a.outbox.clear();
     assert_eq!(p.a.ch.state(), State::WaitAccept);
     // Not due before expiry + 6.
@@ -51,8 +43,7 @@ fn expired_offered_htlc_is_due_in_any_state_after_the_grace_blocks() {
     assert_eq!(d.refund[0].r_hash, r(1).hash());
     assert!(d.claim.is_empty());
     // The node closes on chain: the refund is scheduled for after the expiry.
-    let acts = p.a.ch.force_close().unwrap();
-    p.a.absorb(acts);
+    p.a.act(|ch| ch.force_close());
     assert_eq!(p.a.ch.state(), State::OnChain);
     assert!(p.a.later.iter().any(|(_, _, lock)| *lock == expiry));
     assert!(p.a.ch.deadlines(p.now).is_empty());
@@ -63,19 +54,13 @@ fn incoming_htlc_with_known_r_is_due_before_expiry_when_the_peer_stalls() {
     let mut p = live();
     // B offers A an HTLC; A claims with R under B's delay (20) + margin: expiry h + 40.
     let expiry = p.chain.height + 40;
-    let acts =
-        p.b.ch
-            .add_htlc(100_000_000, r(2).hash(), Locktime::Blocks(expiry), p.now)
-            .unwrap();
-    p.b.absorb(acts);
-    p.run();
+    p.add_htlc(B, 100_000_000, r(2).hash(), Locktime::Blocks(expiry));
     assert!(
         p.a.ch.deadlines(p.now).is_empty(),
         "R unknown: nothing to claim"
     );
     // A fulfils; B takes the proposal and stalls (never accepts).
-    let acts = p.a.ch.fulfill_htlc(r(2), p.now).unwrap();
-    p.a.absorb(acts);
+    p.a.act(|ch| ch.fulfill_htlc(r(2), p.now));
     p.a.outbox.clear();
     assert_eq!(p.a.ch.state(), State::WaitAccept);
     // Due when the expiry is within the claim delay (20) plus half the margin (3).
@@ -86,8 +71,7 @@ fn incoming_htlc_with_known_r_is_due_before_expiry_when_the_peer_stalls() {
     assert_eq!(d.claim.len(), 1);
     assert!(d.refund.is_empty());
     // Closing on chain now claims it with R after the delay, before the expiry.
-    let acts = p.a.ch.force_close().unwrap();
-    p.a.absorb(acts);
+    p.a.act(|ch| ch.force_close());
     let commitment = p.chain.mined.len();
     let tx = p.a.ch.signed_commitment().unwrap();
     p.chain.mine(&tx).unwrap();
@@ -106,12 +90,7 @@ fn incoming_htlc_with_known_r_is_due_before_expiry_when_the_peer_stalls() {
 
 /// B offers A an HTLC expiring at `expiry` (A claims with R under B's delay of 20 blocks).
 fn offered_to_a(p: &mut Pair, tag: u8, expiry: u32) {
-    let acts =
-        p.b.ch
-            .add_htlc(100_000_000, r(tag).hash(), Locktime::Blocks(expiry), p.now)
-            .unwrap();
-    p.b.absorb(acts);
-    p.run();
+    p.add_htlc(B, 100_000_000, r(tag).hash(), Locktime::Blocks(expiry));
 }
 
 #[test]
@@ -160,8 +139,7 @@ fn fulfil_one_block_before_the_claim_deadline_goes_through_and_is_not_yet_due() 
     let expiry = p.chain.height + 40;
     offered_to_a(&mut p, 4, expiry);
     p.advance(expiry - 24 - p.chain.height);
-    let acts = p.a.ch.fulfill_htlc(r(4), p.now).unwrap();
-    p.a.absorb(acts);
+    p.a.act(|ch| ch.fulfill_htlc(r(4), p.now));
     // Revealed now, the HTLC is not due yet: the peer has a block to take the fulfil.
     assert!(p.a.ch.deadlines(p.now).is_empty());
     p.run();

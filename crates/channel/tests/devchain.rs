@@ -18,7 +18,7 @@ use chain::{Auth, BitcoindRpc, DevChain, DevChainConfig, RpcConfig};
 use channel::{ChannelConfig, State};
 use secp256k1::{PublicKey, Secp256k1};
 use serde_json::{json, Value};
-use support::{Pair, ANCHOR_SAT};
+use support::{Pair, A, ANCHOR_SAT, B};
 use wire::{Locktime, Preimage};
 
 struct Dev {
@@ -200,12 +200,8 @@ async fn every_transaction_kind_is_mined_on_the_development_chain() {
     let coin = dev.funding_coin().await;
     let mut p = pair_on(dev.height().await, ChannelConfig::default());
     p.open_with(Some(coin));
-    let acts = p.a.ch.pay(1_000_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
-    let acts = p.b.ch.close_or_panic();
-    p.b.absorb(acts);
-    p.run();
+    p.pay(A, 1_000_000_000);
+    p.close(B);
     assert_eq!(p.a.ch.state(), State::Closed);
     dev.replay_all(&p, 0, &mut kinds).await;
 
@@ -218,30 +214,15 @@ async fn every_transaction_kind_is_mined_on_the_development_chain() {
     };
     let mut p = pair_on(dev.height().await, cfg.clone());
     p.open_with(Some(coin));
-    let acts = p.a.ch.pay(2_000_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.pay(A, 2_000_000_000);
     let expiry = p.chain.height + 40;
-    let acts =
-        p.a.ch
-            .add_htlc(500_000_000, r(5).hash(), Locktime::Blocks(expiry), p.now)
-            .unwrap();
-    p.a.absorb(acts);
-    p.run();
-    let acts =
-        p.b.ch
-            .add_htlc(300_000_000, r(6).hash(), Locktime::Blocks(expiry), p.now)
-            .unwrap();
-    p.b.absorb(acts);
-    p.run();
-    let acts = p.a.ch.force_close().unwrap();
-    p.a.absorb(acts);
+    p.add_htlc(A, 500_000_000, r(5).hash(), Locktime::Blocks(expiry));
+    p.add_htlc(B, 300_000_000, r(6).hash(), Locktime::Blocks(expiry));
+    p.a.act(|ch| ch.force_close());
     p.mine_broadcasts();
-    let acts = p.b.ch.fulfill_htlc(r(5), p.now).unwrap();
-    p.b.absorb(acts);
+    p.b.act(|ch| ch.fulfill_htlc(r(5), p.now));
     p.mine_broadcasts();
-    let acts = p.a.ch.fulfill_htlc(r(6), p.now).unwrap();
-    p.a.absorb(acts);
+    p.a.act(|ch| ch.fulfill_htlc(r(6), p.now));
     p.mine_broadcasts();
     let later = std::mem::take(&mut p.a.later);
     p.advance(5);
@@ -257,19 +238,11 @@ async fn every_transaction_kind_is_mined_on_the_development_chain() {
     let coin = dev.funding_coin().await;
     let mut p = pair_on(dev.height().await, cfg.clone());
     p.open_with(Some(coin));
-    let acts = p.a.ch.pay(2_000_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.pay(A, 2_000_000_000);
     // The receiver needs its claim delay (5) plus the margin (6) before the expiry.
     let expiry = p.chain.height + 12;
-    let acts =
-        p.a.ch
-            .add_htlc(700_000_000, r(8).hash(), Locktime::Blocks(expiry), p.now)
-            .unwrap();
-    p.a.absorb(acts);
-    p.run();
-    let acts = p.b.ch.force_close().unwrap();
-    p.b.absorb(acts);
+    p.add_htlc(A, 700_000_000, r(8).hash(), Locktime::Blocks(expiry));
+    p.b.act(|ch| ch.force_close());
     p.mine_broadcasts();
     let later = std::mem::take(&mut p.a.later);
     p.advance(12);
@@ -282,23 +255,13 @@ async fn every_transaction_kind_is_mined_on_the_development_chain() {
     let coin = dev.funding_coin().await;
     let mut p = pair_on(dev.height().await, cfg.clone());
     p.open_with(Some(coin));
-    let acts = p.a.ch.pay(4_000_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.pay(A, 4_000_000_000);
     let h = p.chain.height;
-    let acts =
-        p.a.ch
-            .add_htlc(100_000_000, r(1).hash(), Locktime::Blocks(h + 30), p.now)
-            .unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.add_htlc(A, 100_000_000, r(1).hash(), Locktime::Blocks(h + 30));
     let old = p.a.ch.signed_commitment().unwrap();
-    let acts = p.a.ch.pay(1_000_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.pay(A, 1_000_000_000);
     p.chain.mine(&old).unwrap();
-    let acts = p.b.spend_seen(&old);
-    p.b.absorb(acts);
+    p.b.spend_seen(&old);
     let penalty = p.b.broadcast.pop().unwrap();
     assert_eq!(penalty.input.len(), old.output.len());
     p.chain.mine(&penalty).unwrap();
@@ -322,31 +285,19 @@ async fn every_transaction_kind_is_mined_on_the_development_chain() {
     }
 }
 
-trait CloseOrPanic {
-    fn close_or_panic(&mut self) -> Vec<channel::Action>;
-}
-
-impl CloseOrPanic for channel::Channel {
-    fn close_or_panic(&mut self) -> Vec<channel::Action> {
-        self.close().unwrap()
-    }
-}
-
 #[test]
 fn a_channel_snapshot_round_trips_through_json() {
     // The node persists channels as serde JSON: every field must come back, mid-update too.
     let mut p = Pair::new(true, ChannelConfig::default());
     p.open();
-    let acts =
-        p.a.ch
-            .add_htlc(
-                100_000_000,
-                r(3).hash(),
-                Locktime::Blocks(p.chain.height + 160),
-                p.now,
-            )
-            .unwrap();
-    p.a.absorb(acts);
+    p.a.act(|ch| {
+        ch.add_htlc(
+            100_000_000,
+            r(3).hash(),
+            Locktime::Blocks(p.chain.height + 160),
+            p.now,
+        )
+    });
     p.deliver_one(true);
     p.deliver_one(false);
     for ch in [&p.a.ch, &p.b.ch] {

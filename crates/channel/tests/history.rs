@@ -7,7 +7,7 @@
 mod support;
 
 use channel::{Action, ChannelConfig, Event};
-use support::Pair;
+use support::{Pair, A, B};
 use wire::{Locktime, Preimage};
 
 fn r(i: u32) -> Preimage {
@@ -20,16 +20,8 @@ fn r(i: u32) -> Preimage {
 fn cycles(p: &mut Pair, from: u32, n: u32) {
     for i in from..from + n {
         let expiry = Locktime::Blocks(p.chain.height + 200);
-        let now = p.now;
-        let acts =
-            p.a.ch
-                .add_htlc(1_000_000, r(i).hash(), expiry, now)
-                .unwrap();
-        p.a.absorb(acts);
-        p.run();
-        let acts = p.b.ch.fulfill_htlc(r(i), p.now).unwrap();
-        p.b.absorb(acts);
-        p.run();
+        p.add_htlc(A, 1_000_000, r(i).hash(), expiry);
+        p.fulfill(B, r(i));
     }
 }
 
@@ -44,9 +36,7 @@ fn snapshot_len(p: &Pair) -> (usize, usize) {
 fn snapshot_does_not_grow_with_the_htlcs_ever_seen() {
     let mut p = Pair::new(true, ChannelConfig::default());
     p.open();
-    let acts = p.a.ch.pay(4_000_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.pay(A, 4_000_000_000);
     cycles(&mut p, 0, 100);
     let (a100, b100) = snapshot_len(&p);
     cycles(&mut p, 100, 900);
@@ -64,25 +54,14 @@ fn snapshot_does_not_grow_with_the_htlcs_ever_seen() {
 fn penalty_takes_the_htlcs_from_the_archive_and_the_rest_without_it() {
     let mut p = Pair::new(true, ChannelConfig::default());
     p.open();
-    let acts = p.a.ch.pay(4_000_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.pay(A, 4_000_000_000);
     let expiry = Locktime::Blocks(p.chain.height + 200);
-    for (from_a, i) in [(true, 1u32), (false, 2)] {
-        let now = p.now;
-        let acts = p
-            .node(from_a)
-            .ch
-            .add_htlc(100_000_000, r(i).hash(), expiry, now)
-            .unwrap();
-        p.node(from_a).absorb(acts);
-        p.run();
+    for (side, i) in [(A, 1u32), (B, 2)] {
+        p.add_htlc(side, 100_000_000, r(i).hash(), expiry);
     }
     let old = p.a.ch.signed_commitment().unwrap();
     let n = p.a.ch.commitment_number();
-    let acts = p.a.ch.pay(1_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.pay(A, 1_000_000);
     let record =
         p.b.archive
             .get(&n)

@@ -11,7 +11,7 @@ use bitcoin_hashes::Hash;
 use channel::tx::{close_tx, sign_anchor_spend};
 use channel::{Action, ChannelConfig, ChannelError, CommandError, Event, State};
 use secp256k1::{PublicKey, Secp256k1};
-use support::{secrets, Pair, ANCHOR_SAT};
+use support::{secrets, Pair, A, ANCHOR_SAT, B};
 use wire::{
     CloseChannel, DeclineReason, Locktime, Packet, Sha256, UpdateAddHtlc, UpdateDeclineHtlc,
 };
@@ -19,9 +19,7 @@ use wire::{
 fn live(cfg: ChannelConfig) -> Pair {
     let mut p = Pair::new(true, cfg);
     p.open();
-    let acts = p.a.ch.pay(4_000_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.pay(A, 4_000_000_000);
     // Both channels at the harness's height, so that expiries mean the same to all.
     p.advance(1);
     p
@@ -60,12 +58,7 @@ fn htlc_below_dust_is_declined() {
         Err(CommandError::BelowDust(545_999))
     );
     // At the dust limit it goes through.
-    let acts =
-        p.b.ch
-            .add_htlc(546_000, Sha256::hash(b"d"), Locktime::Blocks(expiry), p.now)
-            .unwrap();
-    p.b.absorb(acts);
-    p.run();
+    p.add_htlc(B, 546_000, Sha256::hash(b"d"), Locktime::Blocks(expiry));
     assert_eq!(p.a.ch.balances().unwrap().theirs.htlcs.len(), 1);
 }
 
@@ -89,17 +82,7 @@ fn htlc_expiry_without_room_for_our_claim_is_declined() {
         ),
         Err(CommandError::BadExpiry(Locktime::Blocks(h + 25)))
     );
-    let acts =
-        p.b.ch
-            .add_htlc(
-                1_000_000,
-                Sha256::hash(b"e"),
-                Locktime::Blocks(h + 26),
-                p.now,
-            )
-            .unwrap();
-    p.b.absorb(acts);
-    p.run();
+    p.add_htlc(B, 1_000_000, Sha256::hash(b"e"), Locktime::Blocks(h + 26));
     assert_eq!(p.a.ch.balances().unwrap().theirs.htlcs.len(), 1);
 }
 
@@ -110,21 +93,10 @@ fn htlcs_in_flight_are_capped_and_every_commitment_and_penalty_stays_far_below_s
     let mut p = live(cfg);
     let expiry = p.chain.height + 200;
     for i in 0..max as u32 {
-        for from_a in [true, false] {
-            let tag = if from_a { i } else { i + 100_000 };
-            let now = p.now;
-            let acts = p
-                .node(from_a)
-                .ch
-                .add_htlc(
-                    1_000_000,
-                    Sha256::hash(&tag.to_le_bytes()),
-                    Locktime::Blocks(expiry),
-                    now,
-                )
-                .unwrap();
-            p.node(from_a).absorb(acts);
-            p.run();
+        for side in [A, B] {
+            let tag = if side == A { i } else { i + 100_000 };
+            let hash = Sha256::hash(&tag.to_le_bytes());
+            p.add_htlc(side, 1_000_000, hash, Locktime::Blocks(expiry));
         }
     }
     p.assert_agree();
@@ -145,12 +117,9 @@ fn htlcs_in_flight_are_capped_and_every_commitment_and_penalty_stays_far_below_s
     let w = full.weight().to_wu();
     assert!(w < 100_000, "commitment weight {w}");
     // Revoke it and cheat with it: the single penalty spending every output stays standard too.
-    let acts = p.a.ch.pay(1_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.pay(A, 1_000_000);
     p.chain.mine(&full).unwrap();
-    let acts = p.b.spend_seen(&full);
-    p.b.absorb(acts);
+    p.b.spend_seen(&full);
     let penalty = p.b.broadcast.pop().expect("penalty");
     assert_eq!(penalty.input.len(), full.output.len());
     let w = penalty.weight().to_wu();
@@ -206,7 +175,7 @@ fn close_fee_below_relay_minimum_or_above_our_share_is_refused() {
             sweep_feerate_sat_per_kw: configured,
             ..Default::default()
         });
-        let acts = q.a.ch.close().unwrap();
+        let acts = q.close(A);
         assert!(
             acts.iter().any(|a| matches!(
                 a,
@@ -214,8 +183,6 @@ fn close_fee_below_relay_minimum_or_above_our_share_is_refused() {
             )),
             "{configured}: {acts:?}"
         );
-        q.a.absorb(acts);
-        q.run();
         assert_eq!(q.b.ch.state(), State::Closed, "the peer accepts it");
     }
     // A channel so small that 5 % of it is below the relay minimum cannot close cooperatively.
@@ -266,17 +233,15 @@ fn htlcs_that_would_take_a_commitment_below_the_relay_fee_are_refused_both_ways(
     let mut added = 0u32;
     for i in 0..30u32 {
         // Alternate: both directions count (every HTLC is an output of both commitments).
-        let from_a = i % 2 == 0;
+        let side = if i % 2 == 0 { A } else { B };
         let now = p.now;
         let hash = Sha256::hash(&i.to_le_bytes());
-        let Ok(acts) = p
-            .node(from_a)
-            .ch
-            .add_htlc(1_000_000, hash, Locktime::Blocks(expiry), now)
-        else {
+        let offered = p
+            .side(side)
+            .try_act(|ch| ch.add_htlc(1_000_000, hash, Locktime::Blocks(expiry), now));
+        if offered.is_err() {
             break;
-        };
-        p.node(from_a).absorb(acts);
+        }
         p.run();
         added += 1;
         // Every commitment either side can broadcast pays the relay minimum.
@@ -313,17 +278,6 @@ fn htlcs_that_would_take_a_commitment_below_the_relay_fee_are_refused_both_ways(
     // Theirs: declined with cannot_route, no trace.
     assert_declined_cannot_route(&mut p, &add_packet(1_000_000, 19, expiry));
     // Settling one makes room again.
-    let acts =
-        p.a.ch
-            .routefail_htlc(Sha256::hash(&1u32.to_le_bytes()))
-            .unwrap();
-    p.a.absorb(acts);
-    p.run();
-    let acts =
-        p.a.ch
-            .add_htlc(1_000_000, hash, Locktime::Blocks(expiry), p.now)
-            .unwrap();
-    p.a.absorb(acts);
-    p.run();
-    p.assert_agree();
+    p.fail(A, Sha256::hash(&1u32.to_le_bytes()));
+    p.add_htlc(A, 1_000_000, hash, Locktime::Blocks(expiry));
 }

@@ -11,7 +11,7 @@ use bitcoin::{Amount, OutPoint, Transaction, TxOut};
 use channel::script::{csv_value, htlc_offered_script, htlc_received_script};
 use channel::shachain::revocation_hash_from_seed;
 use channel::{Action, ChannelConfig, CommandError, Event, Htlc};
-use support::{final_pubkey, secrets, Pair};
+use support::{final_pubkey, secrets, Pair, A};
 use wire::{Locktime, Packet, Preimage, Sha256, UpdateAddHtlc};
 
 fn r(i: u32) -> Preimage {
@@ -33,9 +33,7 @@ fn b_rev(n: u64) -> Sha256 {
 fn paid_pair() -> Pair {
     let mut p = Pair::new(true, ChannelConfig::default());
     p.open();
-    let acts = p.a.ch.pay(4_000_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.pay(A, 4_000_000_000);
     p
 }
 
@@ -60,11 +58,7 @@ fn penalty_of(acts: &[Action]) -> Transaction {
 fn b_refuses_a_rewritten_add(p: &Pair, lock: impl Fn(&UpdateAddHtlc) -> Sha256) {
     let mut p = p.clone();
     let expiry = Locktime::Blocks(p.chain.height + 300);
-    let acts =
-        p.a.ch
-            .add_htlc(100_000_000, r(7).hash(), expiry, p.now)
-            .unwrap();
-    p.a.absorb(acts);
+    p.a.act(|ch| ch.add_htlc(100_000_000, r(7).hash(), expiry, p.now));
     let Some(Packet::UpdateAddHtlc(mut add)) = p.a.outbox.pop_front() else {
         panic!("update_add_htlc expected");
     };
@@ -104,15 +98,9 @@ fn an_htlc_locked_to_the_receivers_or_our_own_revocation_hash_is_refused() {
 fn a_revocation_hash_equal_to_a_pending_htlc_hash_is_refused_when_it_arrives() {
     let mut p = paid_pair();
     let expiry = Locktime::Blocks(p.chain.height + 300);
-    let acts =
-        p.a.ch
-            .add_htlc(100_000_000, r(1).hash(), expiry, p.now)
-            .unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.add_htlc(A, 100_000_000, r(1).hash(), expiry);
     // A proposes a payment whose new revocation hash is the pending HTLC's hash.
-    let acts = p.a.ch.pay(1_000_000).unwrap();
-    p.a.absorb(acts);
+    p.a.act(|ch| ch.pay(1_000_000));
     let Some(Packet::Update(mut u)) = p.a.outbox.pop_front() else {
         panic!("update expected");
     };
@@ -127,17 +115,10 @@ fn a_revocation_hash_equal_to_a_pending_htlc_hash_is_refused_when_it_arrives() {
 /// poisoned outputs are created on the fake chain as if the commitment were mined.
 fn poisoned_revoked_commitment(p: &mut Pair) -> (Transaction, u64, [OutPoint; 2]) {
     let expiry = Locktime::Blocks(p.chain.height + 300);
-    let acts =
-        p.a.ch
-            .add_htlc(100_000_000, r(1).hash(), expiry, p.now)
-            .unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.add_htlc(A, 100_000_000, r(1).hash(), expiry);
     let n = p.a.ch.commitment_number();
     let mut old = p.a.ch.signed_commitment().unwrap();
-    let acts = p.a.ch.pay(1_000_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.pay(A, 1_000_000_000);
     let rev = a_rev(n);
     let delay = csv_value(ChannelConfig::default().delay).unwrap();
     let cltv = match expiry {

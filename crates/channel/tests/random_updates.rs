@@ -118,9 +118,8 @@ impl World {
         match *op {
             Op::Pay { from_a, permille } => {
                 let amt = self.share(from_a, permille);
-                if let Ok(acts) = self.p.node(from_a).ch.pay(amt) {
-                    self.p.node(from_a).absorb(acts);
-                }
+                // Refused when it does not fit: then nothing changes.
+                self.p.node(from_a).try_act(|ch| ch.pay(amt)).ok();
             }
             Op::Add {
                 from_a,
@@ -135,19 +134,24 @@ impl World {
                 let amt = self.share(from_a, permille);
                 // Past the receiver's claim delay (144) and margin (6).
                 let exp = Locktime::Blocks(self.p.chain.height + 150 + u32::from(expiry));
-                if let Ok(acts) = self.p.node(from_a).ch.add_htlc(amt, r.hash(), exp, now) {
-                    self.p.node(from_a).absorb(acts);
-                }
+                self.p
+                    .node(from_a)
+                    .try_act(|ch| ch.add_htlc(amt, r.hash(), exp, now))
+                    .ok();
             }
             Op::Fulfill { pick } | Op::Routefail { pick } => {
                 let Some((offered_by_a, h)) = self.htlc(pick) else {
                     return;
                 };
                 let receiver_a = !offered_by_a;
-                let res = if matches!(op, Op::Fulfill { .. }) {
-                    let r = self.preimages[&h.r_hash];
-                    let now = self.p.now;
-                    let ch = &mut self.p.node(receiver_a).ch;
+                let fulfil = matches!(op, Op::Fulfill { .. });
+                let r = fulfil.then(|| self.preimages[&h.r_hash]);
+                let now = self.p.now;
+                // The receiver can always settle an HTLC.
+                self.p.node(receiver_a).act(|ch| {
+                    let Some(r) = r else {
+                        return ch.routefail_htlc(h.r_hash);
+                    };
                     match ch.fulfill_htlc(r, now) {
                         // A timeout moved the chain close to this expiry: too late to
                         // reveal R, so the receiver settles by failing it back.
@@ -156,11 +160,7 @@ impl World {
                         ) => ch.routefail_htlc(h.r_hash),
                         other => other,
                     }
-                } else {
-                    self.p.node(receiver_a).ch.routefail_htlc(h.r_hash)
-                };
-                let acts = res.expect("receiver can always settle an HTLC");
-                self.p.node(receiver_a).absorb(acts);
+                });
             }
             Op::Timeout { pick } => {
                 let Some((offered_by_a, h)) = self.htlc(pick) else {
@@ -174,25 +174,18 @@ impl World {
                     self.p.advance(d);
                 }
                 let now = self.p.now;
-                let acts = self
-                    .p
+                self.p
                     .node(offered_by_a)
-                    .ch
-                    .timeout_htlc(h.r_hash, now)
-                    .expect("expired");
-                self.p.node(offered_by_a).absorb(acts);
+                    .act(|ch| ch.timeout_htlc(h.r_hash, now));
             }
             Op::Both {
                 a_permille,
                 b_permille,
             } => {
                 let (x, y) = (self.share(true, a_permille), self.share(false, b_permille));
-                if let Ok(acts) = self.p.a.ch.pay(x) {
-                    self.p.a.absorb(acts);
-                }
-                if let Ok(acts) = self.p.b.ch.pay(y) {
-                    self.p.b.absorb(acts);
-                }
+                // Both propose before either is delivered: they cross.
+                self.p.a.try_act(|ch| ch.pay(x)).ok();
+                self.p.b.try_act(|ch| ch.pay(y)).ok();
             }
         }
         self.done();

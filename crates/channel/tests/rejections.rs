@@ -8,7 +8,7 @@ mod support;
 use bitcoin_hashes::Hash;
 use channel::{Action, Channel, ChannelConfig, ChannelError, CommandError, State};
 use secp256k1::{Message, Secp256k1, SecretKey};
-use support::Pair;
+use support::{Pair, A};
 use wire::*;
 
 fn junk_sig() -> secp256k1::ecdsa::Signature {
@@ -132,10 +132,7 @@ fn snapshots() -> Vec<Channel> {
     let mut out = Vec::new();
     let mut p = Pair::new(true, ChannelConfig::default());
     out.push(p.a.ch.clone()); // Init
-    for w in [true, false] {
-        let acts = p.node(w).ch.start().unwrap();
-        p.node(w).absorb(acts);
-    }
+    p.start();
     out.push(p.a.ch.clone()); // OpenWaitOpen
     let mut q = p.clone();
     q.deliver_one(true);
@@ -144,8 +141,7 @@ fn snapshots() -> Vec<Channel> {
     out.push(q.b.ch.clone()); // OpenWaitAnchor
     let mut p = Pair::new(true, ChannelConfig::default());
     p.open();
-    let acts = p.a.ch.pay(100_000_000).unwrap();
-    p.a.absorb(acts);
+    p.a.act(|ch| ch.pay(100_000_000));
     out.push(p.a.ch.clone()); // WaitAccept
     p.deliver_one(true);
     out.push(p.b.ch.clone()); // WaitSignature
@@ -154,25 +150,20 @@ fn snapshots() -> Vec<Channel> {
     p.run();
     out.push(p.a.ch.clone()); // Normal
     let mut c = p.clone();
-    let acts = c.a.ch.close().unwrap();
-    c.a.absorb(acts);
+    c.a.act(|ch| ch.close());
     out.push(c.a.ch.clone()); // CloseWaitComplete
     c.deliver_one(true);
     out.push(c.b.ch.clone()); // CloseWaitAck
     c.run();
     out.push(c.a.ch.clone()); // Closed
     let mut u = p.clone();
-    let acts = u.a.ch.force_close().unwrap();
-    u.a.absorb(acts);
+    u.a.act(|ch| ch.force_close());
     out.push(u.a.ch.clone()); // OnChain
                               // OpenWaitCommitSig and OpenWaitComplete, from a fresh opening stopped half way.
     let mut o = Pair::new(true, ChannelConfig::default());
     let mut full = o.clone();
     full.open();
-    for w in [true, false] {
-        let acts = o.node(w).ch.start().unwrap();
-        o.node(w).absorb(acts);
-    }
+    o.start();
     o.run();
     let anchor = full
         .chain
@@ -181,8 +172,7 @@ fn snapshots() -> Vec<Channel> {
         .find(|t| t.output.len() == 1)
         .unwrap()
         .clone();
-    let acts = o.a.ch.anchor_created(anchor, 0).unwrap();
-    o.a.absorb(acts);
+    o.a.act(|ch| ch.anchor_created(anchor, 0));
     out.push(o.a.ch.clone()); // OpenWaitCommitSig
     o.deliver_one(true);
     out.push(o.b.ch.clone()); // OpenWaitComplete
@@ -251,9 +241,7 @@ fn every_packet_in_every_state_is_rejected_unless_allowed_and_nothing_changes() 
 fn live() -> Pair {
     let mut p = Pair::new(true, ChannelConfig::default());
     p.open();
-    let acts = p.a.ch.pay(1_000_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.pay(A, 1_000_000_000);
     p
 }
 
@@ -272,8 +260,7 @@ fn rejected_unchanged(ch: &mut Channel, pkt: &Packet) -> ChannelError {
 #[test]
 fn bad_signature_is_rejected() {
     let mut p = live();
-    let acts = p.a.ch.pay(1_000).unwrap();
-    p.a.absorb(acts);
+    p.a.act(|ch| ch.pay(1_000));
     p.deliver_one(true);
     let Some(Packet::UpdateAccept(mut acc)) = p.b.outbox.pop_front() else {
         panic!()
@@ -295,8 +282,7 @@ fn bad_signature_is_rejected() {
 #[test]
 fn wrong_revocation_preimage_is_rejected() {
     let mut p = live();
-    let acts = p.a.ch.pay(1_000).unwrap();
-    p.a.absorb(acts);
+    p.a.act(|ch| ch.pay(1_000));
     p.deliver_one(true);
     p.deliver_one(false);
     let Some(Packet::UpdateSignature(sig)) = p.a.outbox.front().cloned() else {
@@ -420,10 +406,7 @@ fn delta_making_a_balance_negative_is_rejected() {
         ChannelError::TakesFromReceiver(1)
     );
     // The channel still works afterwards.
-    let acts = p.a.ch.pay(5).unwrap();
-    p.a.absorb(acts);
-    p.run();
-    p.assert_agree();
+    p.pay(A, 5);
     assert!(p.a.events.iter().any(|e| matches!(
         e,
         channel::Event::UpdateCompleted {

@@ -7,7 +7,7 @@
 mod support;
 
 use channel::{Action, ChannelConfig, CommandError, Event, State, Who};
-use support::{assert_persist_before_secrets, gives_away_secret, Pair};
+use support::{assert_persist_before_secrets, gives_away_secret, Pair, A};
 use wire::{Locktime, Packet, Preimage};
 
 fn r(n: u8) -> Preimage {
@@ -18,9 +18,7 @@ fn r(n: u8) -> Preimage {
 fn live() -> Pair {
     let mut p = Pair::new(true, ChannelConfig::default());
     p.open();
-    let acts = p.a.ch.pay(2_000_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.pay(A, 2_000_000_000);
     p
 }
 
@@ -28,15 +26,13 @@ fn live() -> Pair {
 fn update_accept_and_close_channel_leave_only_after_a_persist() {
     let mut p = live();
     // B accepts A's payment: its update_accept carries B's signature on A's next commitment.
-    let acts = p.a.ch.pay(1_000).unwrap();
-    p.a.absorb(acts);
+    p.a.act(|ch| ch.pay(1_000));
     let pkt = p.a.outbox.pop_front().unwrap();
-    let acts = p.b.ch.handle_packet(&pkt, p.now).unwrap();
+    let acts = p.b.receive(&pkt, p.now).unwrap();
     assert!(acts
         .iter()
         .any(|a| matches!(a, Action::Send(Packet::UpdateAccept(_)))));
     assert_persist_before_secrets(&acts);
-    p.b.absorb(acts);
     p.run();
     // A's close_channel carries A's signature on the close transaction.
     let acts = p.a.ch.close().unwrap();
@@ -50,8 +46,7 @@ fn update_accept_and_close_channel_leave_only_after_a_persist() {
 #[test]
 fn after_our_close_signature_no_update_is_accepted_and_the_close_is_recognised() {
     let mut p = live();
-    let acts = p.a.ch.close().unwrap();
-    p.a.absorb(acts);
+    p.a.act(|ch| ch.close());
     assert_eq!(p.a.ch.state(), State::CloseWaitComplete);
     // The peer, holding our close signature, proposes a payment instead: refused, unchanged.
     let before = p.a.ch.clone();
@@ -77,8 +72,7 @@ fn after_our_close_signature_no_update_is_accepted_and_the_close_is_recognised()
     p.b.broadcast.clear();
     p.b.outbox.clear();
     p.chain.mine(&close).unwrap();
-    let acts = p.a.spend_seen(&close);
-    p.a.absorb(acts);
+    p.a.spend_seen(&close);
     assert_eq!(p.a.ch.state(), State::Closed);
     assert!(p.a.events.contains(&Event::Closed(close.compute_txid())));
 }
@@ -91,20 +85,12 @@ fn their_next_commitment_signed_in_update_accept_is_recognised_and_claimed() {
     };
     let mut p = Pair::new(true, cfg);
     p.open();
-    let acts = p.a.ch.pay(2_000_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.pay(A, 2_000_000_000);
     // A offers B an HTLC (B is the payee and knows R).
     let expiry = p.chain.height + 40;
-    let acts =
-        p.a.ch
-            .add_htlc(300_000_000, r(4).hash(), Locktime::Blocks(expiry), p.now)
-            .unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.add_htlc(A, 300_000_000, r(4).hash(), Locktime::Blocks(expiry));
     // A proposes a payment; B signs A's next commitment in update_accept.
-    let acts = p.a.ch.pay(100_000_000).unwrap();
-    p.a.absorb(acts);
+    p.a.act(|ch| ch.pay(100_000_000));
     p.deliver_one(true);
     assert_eq!(p.b.ch.state(), State::WaitSignature);
     // A takes the accept, never answers, and broadcasts its next commitment.
@@ -113,8 +99,7 @@ fn their_next_commitment_signed_in_update_accept_is_recognised_and_claimed() {
     let next = p.a.ch.signed_commitment().unwrap();
     assert_eq!(p.a.ch.commitment_number(), p.b.ch.commitment_number() + 1);
     p.chain.mine(&next).unwrap();
-    let acts = p.b.spend_seen(&next);
-    p.b.absorb(acts);
+    p.b.spend_seen(&next);
     assert_eq!(
         p.b.ch.state(),
         State::OnChain,
@@ -140,20 +125,18 @@ fn their_next_commitment_signed_in_update_accept_is_recognised_and_claimed() {
 #[test]
 fn after_a_lost_session_our_close_is_said_again_and_completes() {
     let mut p = live();
-    let acts = p.a.ch.close().unwrap();
-    p.a.absorb(acts);
+    p.a.act(|ch| ch.close());
     // The session drops with close_channel lost on the wire; A restarts from disk.
     let sent = p.a.outbox.pop_front().unwrap();
-    let mut a = p.a.ch.clone();
-    assert_eq!(a.state(), State::CloseWaitComplete);
-    let acts = a.reconnected().unwrap();
+    let restarted = p.a.ch.clone();
+    assert_eq!(restarted.state(), State::CloseWaitComplete);
+    p.a.ch = restarted;
+    let acts = p.a.act(|ch| ch.reconnected());
     assert_eq!(
         acts,
         [Action::Persist, Action::Send(sent)],
         "the same close_channel, same signature"
     );
-    p.a.ch = a;
-    p.a.absorb(acts);
     p.run();
     assert_eq!(p.a.ch.state(), State::Closed);
     assert_eq!(p.b.ch.state(), State::Closed);

@@ -10,7 +10,7 @@ mod support;
 
 use bitcoin_hashes::Hash;
 use channel::{Action, ChannelConfig, ChannelError, CommandError, State, TimeUnit};
-use support::Pair;
+use support::{Pair, A, B};
 use wire::{DeclineReason, Locktime, Packet, Preimage, Sha256, UpdateAddHtlc, UpdateDeclineHtlc};
 
 fn seconds_config() -> ChannelConfig {
@@ -78,9 +78,7 @@ fn a_delay_in_seconds_is_refused_by_a_channel_counting_blocks_and_vice_versa() {
 fn live_in_seconds() -> Pair {
     let mut p = Pair::new(true, seconds_config());
     p.open();
-    let acts = p.a.ch.pay(4_000_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.pay(A, 4_000_000_000);
     p.advance(1);
     p
 }
@@ -130,9 +128,7 @@ fn a_channel_in_seconds_refuses_expiries_in_blocks_both_ways() {
 fn a_channel_in_blocks_refuses_expiries_in_seconds_both_ways() {
     let mut p = Pair::new(true, ChannelConfig::default());
     p.open();
-    let acts = p.a.ch.pay(4_000_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.pay(A, 4_000_000_000);
     let expiry = Locktime::Seconds(u32::try_from(p.now).unwrap() + 100 * 600);
     let err =
         p.a.ch
@@ -182,13 +178,8 @@ fn in_seconds_the_claim_room_is_counted_in_seconds_and_htlcs_work_end_to_end() {
     // Exactly the room: offered, accepted and fulfilled in seconds, as with the reference.
     let r = Preimage([7; 32]);
     let enough = Locktime::Seconds(now + room);
-    let acts = p.b.ch.add_htlc(1_000_000, r.hash(), enough, p.now).unwrap();
-    p.b.absorb(acts);
-    p.run();
+    p.add_htlc(B, 1_000_000, r.hash(), enough);
     assert_eq!(p.a.ch.balances().unwrap().theirs.htlcs.len(), 1);
-    let acts = p.a.ch.fulfill_htlc(r, p.now).unwrap();
-    p.a.absorb(acts);
-    p.run();
-    p.assert_agree();
+    p.fulfill(A, r);
     assert!(p.a.ch.balances().unwrap().theirs.htlcs.is_empty());
 }

@@ -7,7 +7,7 @@ mod support;
 
 use bitcoin_hashes::Hash;
 use channel::{Change, ChannelConfig, CommandError, Event, State, Who};
-use support::{Pair, ANCHOR_SAT};
+use support::{Pair, A, ANCHOR_SAT, B};
 use wire::{DeclineReason, Locktime, Packet, Preimage};
 
 fn r(n: u8) -> Preimage {
@@ -27,10 +27,7 @@ fn open_with_a_funding_pay_htlc_and_close() {
         (ANCHOR_SAT - fee) * 1000
     );
 
-    let acts = p.a.ch.pay(1_000_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
-    p.assert_agree();
+    p.pay(A, 1_000_000_000);
     let b = p.b.ch.balances().unwrap();
     assert_eq!(b.ours.total_msat(), 1_000_000_000);
     assert_eq!(
@@ -41,18 +38,9 @@ fn open_with_a_funding_pay_htlc_and_close() {
 
     // HTLC from B to A, fulfilled by A.
     let h = p.chain.height;
-    let acts =
-        p.b.ch
-            .add_htlc(200_000_000, r(7).hash(), Locktime::Blocks(h + 160), p.now)
-            .unwrap();
-    p.b.absorb(acts);
-    p.run();
-    p.assert_agree();
+    p.add_htlc(B, 200_000_000, r(7).hash(), Locktime::Blocks(h + 160));
     assert_eq!(p.a.ch.balances().unwrap().theirs.htlcs.len(), 1);
-    let acts = p.a.ch.fulfill_htlc(r(7), p.now).unwrap();
-    p.a.absorb(acts);
-    p.run();
-    p.assert_agree();
+    p.fulfill(A, r(7));
     assert_eq!(p.b.ch.balances().unwrap().ours.total_msat(), 800_000_000);
     assert!(p.b.events.iter().any(|e| matches!(
         e,
@@ -63,9 +51,7 @@ fn open_with_a_funding_pay_htlc_and_close() {
     )));
 
     // Cooperative close: both broadcast the same transaction, which verifies.
-    let acts = p.b.ch.close().unwrap();
-    p.b.absorb(acts);
-    p.run();
+    p.close(B);
     assert_eq!(p.a.ch.state(), State::Closed);
     assert_eq!(p.b.ch.state(), State::Closed);
     let close = p.chain.mined.last().unwrap().clone();
@@ -95,36 +81,22 @@ fn open_with_b_funding_and_htlc_routefail_timeout_decline() {
     ));
     // B offers two HTLCs; A route-fails one; the other times out.
     for (n, amt) in [(2u8, 300_000_000u64), (3, 100_000_000)] {
-        let acts =
-            p.b.ch
-                .add_htlc(amt, r(n).hash(), Locktime::Blocks(h + 200), p.now)
-                .unwrap();
-        p.b.absorb(acts);
-        p.run();
-        p.assert_agree();
+        p.add_htlc(B, amt, r(n).hash(), Locktime::Blocks(h + 200));
     }
-    let acts = p.a.ch.routefail_htlc(r(2).hash()).unwrap();
-    p.a.absorb(acts);
-    p.run();
-    p.assert_agree();
+    p.fail(A, r(2).hash());
     assert!(matches!(
         p.b.ch.timeout_htlc(r(3).hash(), p.now),
         Err(CommandError::NotExpired)
     ));
     p.advance(200);
-    let acts = p.b.ch.timeout_htlc(r(3).hash(), p.now).unwrap();
-    p.b.absorb(acts);
-    p.run();
-    p.assert_agree();
+    p.timeout(B, r(3).hash());
     let fee = ChannelConfig::default().commitment_fee_sat;
     assert_eq!(
         p.b.ch.balances().unwrap().ours.pay_msat,
         (ANCHOR_SAT - fee) * 1000
     );
     // Pay A something, then A offers more than it has: the command is refused...
-    let acts = p.b.ch.pay(50_000_000).unwrap();
-    p.b.absorb(acts);
-    p.run();
+    p.pay(B, 50_000_000);
     assert!(p
         .a
         .ch
@@ -147,9 +119,7 @@ fn open_with_b_funding_and_htlc_routefail_timeout_decline() {
 fn decline_insufficient_funds_carries_funding() {
     let mut p = Pair::new(true, ChannelConfig::default());
     p.open();
-    let acts = p.a.ch.pay(20_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.pay(A, 20_000_000);
     // B owns 20_000_000 msat, its half fee share is 5_000_000 msat. Forge a proposal B could not afford
     // (the command would refuse it), as a peer might send.
     let pkt = Packet::UpdateAddHtlc(wire::UpdateAddHtlc {
@@ -176,21 +146,10 @@ fn decline_insufficient_funds_carries_funding() {
     };
     let mut p2 = Pair::new_with(true, short, ChannelConfig::default());
     p2.open();
-    let acts = p2.a.ch.pay(100_000_000).unwrap();
-    p2.a.absorb(acts);
-    p2.run();
+    p2.pay(A, 100_000_000);
     let before = p2.b.ch.balances().unwrap().clone();
-    let acts =
-        p2.b.ch
-            .add_htlc(
-                1_000_000,
-                r(1).hash(),
-                Locktime::Blocks(p2.chain.height + 160),
-                p2.now,
-            )
-            .unwrap();
-    p2.b.absorb(acts);
-    p2.run();
+    let expiry = Locktime::Blocks(p2.chain.height + 160);
+    p2.add_htlc(B, 1_000_000, r(1).hash(), expiry);
     assert_eq!(p2.b.ch.state(), State::Normal);
     assert_eq!(p2.b.ch.balances().unwrap(), &before);
     assert!(p2.b.events.iter().any(|e| matches!(
@@ -207,17 +166,13 @@ fn decline_insufficient_funds_carries_funding() {
 fn simultaneous_proposals_resolve_by_priority() {
     let mut p = Pair::new(true, ChannelConfig::default());
     p.open();
-    let acts = p.a.ch.pay(3_000_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.pay(A, 3_000_000_000);
     for round in 0..6 {
         let high_is_a = p.a.ch.has_priority();
         p.a.events.clear();
         p.b.events.clear();
-        let acts = p.a.ch.pay(1_000_000).unwrap();
-        p.a.absorb(acts);
-        let acts = p.b.ch.pay(2_000_000).unwrap();
-        p.b.absorb(acts);
+        p.a.act(|ch| ch.pay(1_000_000));
+        p.b.act(|ch| ch.pay(2_000_000));
         // Both proposals cross on the wire.
         p.run();
         p.assert_agree();
@@ -271,27 +226,13 @@ fn unilateral_close_claims_after_delay_and_htlc_fulfilled_on_chain() {
     };
     let mut p = Pair::new(true, cfg);
     p.open();
-    let acts = p.a.ch.pay(2_000_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.pay(A, 2_000_000_000);
     let expiry = p.chain.height + 40;
-    let acts =
-        p.a.ch
-            .add_htlc(500_000_000, r(5).hash(), Locktime::Blocks(expiry), p.now)
-            .unwrap();
-    p.a.absorb(acts);
-    p.run();
-    let acts =
-        p.b.ch
-            .add_htlc(300_000_000, r(6).hash(), Locktime::Blocks(expiry), p.now)
-            .unwrap();
-    p.b.absorb(acts);
-    p.run();
-    p.assert_agree();
+    p.add_htlc(A, 500_000_000, r(5).hash(), Locktime::Blocks(expiry));
+    p.add_htlc(B, 300_000_000, r(6).hash(), Locktime::Blocks(expiry));
 
     // A goes on chain with its latest commitment.
-    let acts = p.a.ch.force_close().unwrap();
-    p.a.absorb(acts);
+    p.a.act(|ch| ch.force_close());
     p.mine_broadcasts();
     assert_eq!(p.a.ch.state(), State::OnChain);
     assert_eq!(p.b.ch.state(), State::OnChain);
@@ -303,9 +244,8 @@ fn unilateral_close_claims_after_delay_and_htlc_fulfilled_on_chain() {
     );
     p.mine_broadcasts();
     // B learns R for A's HTLC and claims it on chain with R, before expiry.
-    let acts = p.b.ch.fulfill_htlc(r(5), p.now).unwrap();
+    let acts = p.b.act(|ch| ch.fulfill_htlc(r(5), p.now));
     assert_eq!(acts.len(), 1);
-    p.b.absorb(acts);
     let before = p.chain.mined.len();
     p.mine_broadcasts();
     assert_eq!(p.chain.mined.len(), before + 1, "HTLC claim with R mined");
@@ -336,31 +276,18 @@ fn unilateral_close_claims_after_delay_and_htlc_fulfilled_on_chain() {
 fn revoked_commitment_is_punished_with_everything() {
     let mut p = Pair::new(true, ChannelConfig::default());
     p.open();
-    let acts = p.a.ch.pay(4_000_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.pay(A, 4_000_000_000);
     let h = p.chain.height;
-    for (who_a, n) in [(true, 1u8), (false, 2)] {
-        let now = p.now;
-        let acts = p
-            .node(who_a)
-            .ch
-            .add_htlc(100_000_000, r(n).hash(), Locktime::Blocks(h + 200), now)
-            .unwrap();
-        p.node(who_a).absorb(acts);
-        p.run();
+    for (side, n) in [(A, 1u8), (B, 2)] {
+        p.add_htlc(side, 100_000_000, r(n).hash(), Locktime::Blocks(h + 200));
     }
     // A keeps this commitment (with both HTLCs), then pays B and so revokes it.
     let old = p.a.ch.signed_commitment().unwrap();
     let old_n = p.a.ch.commitment_number();
-    let acts = p.a.ch.pay(1_000_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
-    p.assert_agree();
+    p.pay(A, 1_000_000_000);
     // A cheats.
     p.chain.mine(&old).unwrap();
-    let acts = p.b.spend_seen(&old);
-    p.b.absorb(acts);
+    p.b.spend_seen(&old);
     assert!(p.b.events.contains(&Event::CheatDetected {
         commitment_number: old_n
     }));
@@ -383,20 +310,11 @@ fn revoked_commitment_is_punished_with_everything() {
 fn their_unilateral_close_we_sweep_ours_and_refund_our_htlc_after_expiry() {
     let mut p = Pair::new(true, ChannelConfig::default());
     p.open();
-    let acts = p.a.ch.pay(2_000_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.pay(A, 2_000_000_000);
     let expiry = p.chain.height + 160;
-    let now = p.now;
-    let acts =
-        p.a.ch
-            .add_htlc(700_000_000, r(8).hash(), Locktime::Blocks(expiry), now)
-            .unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.add_htlc(A, 700_000_000, r(8).hash(), Locktime::Blocks(expiry));
     // B goes on chain; A sweeps its direct output at once.
-    let acts = p.b.ch.force_close().unwrap();
-    p.b.absorb(acts);
+    p.b.act(|ch| ch.force_close());
     let mined_before = p.chain.mined.len();
     p.mine_broadcasts();
     let commitment = p.chain.mined[mined_before].clone();
@@ -442,7 +360,7 @@ fn restored_channel_answers_exactly_like_the_running_one() {
                 moved = true;
                 let dst = p.node(!from_a);
                 let mut copy = restored(&dst.ch);
-                let want = dst.ch.handle_packet(&pkt, now).unwrap();
+                let want = dst.receive(&pkt, now).unwrap();
                 assert_eq!(
                     copy.handle_packet(&pkt, now).unwrap(),
                     want,
@@ -454,7 +372,6 @@ fn restored_channel_answers_exactly_like_the_running_one() {
                     serde_json::to_string(&copy).unwrap(),
                     serde_json::to_string(&dst.ch).unwrap()
                 );
-                dst.absorb(want);
             }
             if !moved {
                 return;
@@ -463,9 +380,7 @@ fn restored_channel_answers_exactly_like_the_running_one() {
     }
     let mut p = Pair::new(true, ChannelConfig::default());
     p.open();
-    let acts = p.a.ch.pay(4_000_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.pay(A, 4_000_000_000);
     for i in 0..262u32 {
         let from_a = i % 2 == 0;
         let now = p.now;
@@ -476,7 +391,7 @@ fn restored_channel_answers_exactly_like_the_running_one() {
             let now = p.now;
             let r = r(i as u8);
             let n = p.node(from_a);
-            let acts = n.ch.add_htlc(1_000_000, r.hash(), expiry, now).unwrap();
+            let acts = n.act(|ch| ch.add_htlc(1_000_000, r.hash(), expiry, now));
             assert_eq!(
                 copy.add_htlc(1_000_000, r.hash(), expiry, now).unwrap(),
                 acts
@@ -484,17 +399,16 @@ fn restored_channel_answers_exactly_like_the_running_one() {
             acts
         } else if i % 50 == 8 {
             let r = r((i - 1) as u8);
-            let acts = n.ch.fulfill_htlc(r, now).unwrap();
+            let acts = n.act(|ch| ch.fulfill_htlc(r, now));
             assert_eq!(copy.fulfill_htlc(r, now).unwrap(), acts);
             acts
         } else {
-            let acts = n.ch.pay(1_000).unwrap();
+            let acts = n.act(|ch| ch.pay(1_000));
             assert_eq!(copy.pay(1_000).unwrap(), acts);
             acts
         };
-        let n = p.node(from_a);
-        assert_eq!(copy, n.ch);
-        n.absorb(acts);
+        assert!(!acts.is_empty());
+        assert_eq!(&copy, &p.node(from_a).ch);
         run_compared(&mut p);
     }
     p.assert_agree();
@@ -518,32 +432,22 @@ fn pair_with_htlc_from_a() -> Pair {
     let mut p = Pair::new(true, ChannelConfig::default());
     p.open();
     let expiry = p.chain.height + 200;
-    let now = p.now;
-    let acts =
-        p.a.ch
-            .add_htlc(500_000_000, r(5).hash(), Locktime::Blocks(expiry), now)
-            .unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.add_htlc(A, 500_000_000, r(5).hash(), Locktime::Blocks(expiry));
     p
 }
 
 #[test]
 fn a_force_close_after_their_commitment_is_on_chain_is_refused_and_r_still_claims() {
     let mut p = pair_with_htlc_from_a();
-    let acts = p.a.ch.force_close().unwrap();
-    p.a.absorb(acts);
+    p.a.act(|ch| ch.force_close());
     p.mine_broadcasts();
     assert_eq!(p.b.ch.state(), State::OnChain);
     let before = p.b.ch.clone();
 
     // B's owner runs `close force` too: A's commitment already spent the anchor, so B's
     // can never confirm.
-    let forced = p.b.ch.force_close();
-    if let Ok(acts) = &forced {
-        // What the node does with an accepted command.
-        p.b.absorb(acts.clone());
-    }
+    // What the node does with the command: perform it if accepted.
+    let forced = p.b.try_act(|ch| ch.force_close());
     let unchanged = p.b.ch == before;
     // B learns R: the claim must spend the HTLC output of the commitment that is on chain.
     let acts = p.b.ch.fulfill_htlc(r(5), p.now).unwrap();
@@ -566,8 +470,7 @@ fn a_force_close_of_a_channel_closed_by_both_resends_the_close_and_of_a_punished
     // could only compete with it), and changes nothing.
     let mut p = Pair::new(true, ChannelConfig::default());
     p.open();
-    let acts = p.a.ch.close().unwrap();
-    p.a.absorb(acts);
+    p.a.act(|ch| ch.close());
     p.deliver_one(true);
     assert_eq!(p.b.ch.state(), State::CloseWaitAck);
     let close = p.b.ch.signed_close().cloned().unwrap();
@@ -586,12 +489,9 @@ fn a_force_close_of_a_channel_closed_by_both_resends_the_close_and_of_a_punished
     let mut p = Pair::new(true, ChannelConfig::default());
     p.open();
     let old = p.a.ch.signed_commitment().unwrap();
-    let acts = p.a.ch.pay(1_000_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
+    p.pay(A, 1_000_000_000);
     p.chain.mine(&old).unwrap();
-    let acts = p.b.spend_seen(&old);
-    p.b.absorb(acts);
+    p.b.spend_seen(&old);
     assert_eq!(p.b.ch.state(), State::OnChain);
     let before = p.b.ch.clone();
     let forced = p.b.ch.force_close();
@@ -602,8 +502,7 @@ fn a_force_close_of_a_channel_closed_by_both_resends_the_close_and_of_a_punished
     assert_eq!(p.b.ch, before);
 
     // Our own commitment on chain: forcing again only re-sends it.
-    let acts = p.a.ch.force_close().unwrap();
-    p.a.absorb(acts);
+    p.a.act(|ch| ch.force_close());
     let again = p.a.ch.force_close().unwrap();
     assert!(
         matches!(&again[..], [channel::Action::Broadcast(_)]),

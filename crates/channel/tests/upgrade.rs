@@ -12,7 +12,7 @@ mod support;
 
 use bitcoin::Transaction;
 use channel::{Action, ChannelV0, CommandError, Event, Migrated, State};
-use support::{FakeChain, Node, Pair};
+use support::{FakeChain, Node, Pair, A, B};
 use wire::Preimage;
 
 fn fixture() -> serde_json::Value {
@@ -63,14 +63,9 @@ fn migrated_channels_keep_updating() {
         p.b.ch.fulfill_htlc(Preimage([8; 32]), p.now),
         Err(CommandError::TooLateToFulfill { .. })
     ));
-    let acts = p.b.ch.routefail_htlc(Preimage([8; 32]).hash()).unwrap();
-    p.b.absorb(acts);
-    p.run();
+    p.fail(B, Preimage([8; 32]).hash());
     p.assert_agree();
-    let acts = p.a.ch.pay(5_000_000).unwrap();
-    p.a.absorb(acts);
-    p.run();
-    p.assert_agree();
+    p.pay(A, 5_000_000);
     let b = p.b.ch.balances().unwrap();
     assert_eq!(b.ours.total_msat(), 800_000_000 + 5_000_000);
     assert_eq!(p.b.ch.state(), State::Normal);

@@ -10,11 +10,11 @@ use secp256k1::{ecdsa::Signature, PublicKey};
 use wire::{Locktime, Preimage, Sha256};
 
 use super::{
-    csv_value, Accepted, AnchorInfo, AnchorRole, Change, Channel, ChannelConfig, ChannelSecrets,
-    Established, Proposal, Resolution, RevokedCommitment, Signed, Stage, State, Step, Terms,
-    Unsigned,
+    Accepted, AnchorInfo, AnchorRole, Change, Channel, ChannelConfig, ChannelSecrets, Established,
+    Proposal, Resolution, RevokedCommitment, Signed, Stage, State, Step, Terms, Unsigned,
 };
 use crate::funding::{CState, Htlc, Who};
+use crate::script::csv_value;
 use crate::shachain::RevocationSecrets;
 use crate::tx::Commitment;
 
@@ -125,44 +125,35 @@ impl Migrated {
     pub const LEGACY_HISTORY: u64 = u64::MAX;
 }
 
+impl ConfigV0 {
+    /// The current configuration: the limits added since take their defaults.
+    fn current(&self) -> ChannelConfig {
+        ChannelConfig {
+            delay: self.delay,
+            max_delay_blocks: self.max_delay_blocks,
+            min_depth: self.min_depth,
+            max_their_min_depth: self.max_their_min_depth,
+            commitment_fee_sat: self.commitment_fee_sat,
+            min_commitment_fee_sat: self.min_commitment_fee_sat,
+            max_htlc_expiry_blocks: self.max_htlc_expiry_blocks,
+            sweep_feerate_sat_per_kw: self.sweep_feerate_sat_per_kw,
+            ..ChannelConfig::default()
+        }
+    }
+}
+
 impl ChannelV0 {
     /// The same channel in the current layout.
     ///
     /// # Errors
     /// A state whose data the snapshot does not hold (a snapshot the old code could not
     /// have written).
-    pub fn migrate(self) -> Result<Migrated, MigrationError> {
+    pub fn migrate(mut self) -> Result<Migrated, MigrationError> {
         let state = self.state;
         let missing = |missing| MigrationError { state, missing };
-        let c = self.config;
-        let defaults = ChannelConfig::default();
-        let config = ChannelConfig {
-            delay: c.delay,
-            max_delay_blocks: c.max_delay_blocks,
-            min_depth: c.min_depth,
-            max_their_min_depth: c.max_their_min_depth,
-            commitment_fee_sat: c.commitment_fee_sat,
-            min_commitment_fee_sat: c.min_commitment_fee_sat,
-            max_htlc_expiry_blocks: c.max_htlc_expiry_blocks,
-            sweep_feerate_sat_per_kw: c.sweep_feerate_sat_per_kw,
-            ..defaults
-        };
-        let terms = match &self.their {
-            Some(t) => Some(Terms {
-                their_commit: t.commit_key,
-                their_final: t.final_key,
-                their_delay_csv: t.delay_csv,
-                our_delay_csv: csv_value(config.delay).map_err(|_| missing("a valid delay"))?,
-                // The old code kept the agreed fee apart once the anchor was known.
-                fee_sat: if self.fee_sat > 0 {
-                    self.fee_sat
-                } else {
-                    t.fee_sat.min(config.commitment_fee_sat)
-                },
-            }),
-            None => None,
-        };
-        let anchor = self.anchor.map(|a| AnchorInfo {
+        let config = self.config.current();
+        let terms = self.terms(&config)?;
+        let anchor = self.anchor.take().map(|a| AnchorInfo {
             outpoint: a.outpoint,
             amount: a.amount,
             script: a.script,
@@ -181,74 +172,23 @@ impl ChannelV0 {
             State::OpenWaitCommitSig => Stage::OpenWaitCommitSig(Box::new(Unsigned {
                 terms: terms.ok_or_else(|| missing("their"))?,
                 anchor: anchor.ok_or_else(|| missing("anchor"))?,
-                anchor_tx: self.anchor_tx.ok_or_else(|| missing("anchor_tx"))?,
-                cstate: self.cstate.ok_or_else(|| missing("cstate"))?,
+                anchor_tx: self.anchor_tx.take().ok_or_else(|| missing("anchor_tx"))?,
+                cstate: self.cstate.take().ok_or_else(|| missing("cstate"))?,
                 their_rev: self.their_rev,
             })),
             _ => {
-                let step = match state {
-                    State::OpenWaitComplete => Step::OpenWaitComplete {
-                        sent: self.sent_complete,
-                        got: self.got_complete,
-                    },
-                    State::Normal => Step::Normal,
-                    State::WaitAccept => {
-                        let p = self.pending.ok_or_else(|| missing("pending"))?;
-                        Step::WaitAccept(Proposal {
-                            change: p.change,
-                            next: p.next,
-                        })
-                    }
-                    State::WaitSignature => {
-                        let p = self.pending.ok_or_else(|| missing("pending"))?;
-                        Step::WaitSignature(Accepted {
-                            change: p.change,
-                            next: p.next,
-                            their_next_rev: p
-                                .their_next_rev
-                                .ok_or_else(|| missing("pending.their_next_rev"))?,
-                            deferred: self.deferred,
-                        })
-                    }
-                    State::WaitComplete => {
-                        let p = self.pending.ok_or_else(|| missing("pending"))?;
-                        let (their_prev, their_prev_rev) =
-                            self.their_prev.ok_or_else(|| missing("their_prev"))?;
-                        Step::WaitComplete(Signed {
-                            change: p.change,
-                            their_prev,
-                            their_prev_rev,
-                        })
-                    }
-                    State::CloseWaitComplete => Step::CloseWaitComplete {
-                        fee_sat: self.closing_fee_sat,
-                    },
-                    State::CloseWaitAck => Step::CloseWaitAck,
-                    State::Closed => Step::Closed,
-                    State::OnChain => Step::OnChain(match self.onchain {
-                        Some(o) => Resolution::Commitment {
-                            owner: o.owner,
-                            commitment: o.commitment,
-                        },
-                        // The old code kept nothing after a penalty: which revoked
-                        // commitment it punished is not known (0 stands for unknown).
-                        None => Resolution::Penalty {
-                            commitment_number: 0,
-                        },
-                    }),
-                    _ => return Err(missing("a known state")),
-                };
+                let step = self.take_step()?;
                 Stage::Established(Box::new(Established {
                     terms: terms.ok_or_else(|| missing("their"))?,
                     anchor: anchor.ok_or_else(|| missing("anchor"))?,
-                    anchor_tx: self.anchor_tx,
+                    anchor_tx: self.anchor_tx.take(),
                     num: self.num,
-                    cstate: self.cstate.ok_or_else(|| missing("cstate"))?,
+                    cstate: self.cstate.take().ok_or_else(|| missing("cstate"))?,
                     their_rev: self.their_rev,
                     their_sig: self.their_sig.ok_or_else(|| missing("their_sig"))?,
-                    their_secrets: self.their_secrets,
+                    their_secrets: std::mem::take(&mut self.their_secrets),
                     high_priority: self.high_priority,
-                    known_r: self.known_r,
+                    known_r: std::mem::take(&mut self.known_r),
                     unclaimable: Vec::new(),
                     signed_close: None,
                     step,
@@ -270,6 +210,89 @@ impl ChannelV0 {
                 commitment_number: Migrated::LEGACY_HISTORY,
                 htlcs: self.every_htlc,
             },
+        })
+    }
+
+    /// The agreed terms, once their `open_channel` was seen.
+    fn terms(&self, config: &ChannelConfig) -> Result<Option<Terms>, MigrationError> {
+        let Some(t) = &self.their else {
+            return Ok(None);
+        };
+        let our_delay_csv = csv_value(config.delay).map_err(|_| MigrationError {
+            state: self.state,
+            missing: "a valid delay",
+        })?;
+        Ok(Some(Terms {
+            their_commit: t.commit_key,
+            their_final: t.final_key,
+            their_delay_csv: t.delay_csv,
+            our_delay_csv,
+            // The old code kept the agreed fee apart once the anchor was known.
+            fee_sat: if self.fee_sat > 0 {
+                self.fee_sat
+            } else {
+                t.fee_sat.min(config.commitment_fee_sat)
+            },
+        }))
+    }
+
+    /// The step of an established channel, its data taken out of the flat snapshot.
+    fn take_step(&mut self) -> Result<Step, MigrationError> {
+        let state = self.state;
+        let missing = |missing| MigrationError { state, missing };
+        Ok(match state {
+            State::OpenWaitComplete => Step::OpenWaitComplete {
+                sent: self.sent_complete,
+                got: self.got_complete,
+            },
+            State::Normal => Step::Normal,
+            State::WaitAccept => {
+                let p = self.pending.take().ok_or_else(|| missing("pending"))?;
+                Step::WaitAccept(Proposal {
+                    change: p.change,
+                    next: p.next,
+                })
+            }
+            State::WaitSignature => {
+                let p = self.pending.take().ok_or_else(|| missing("pending"))?;
+                Step::WaitSignature(Accepted {
+                    change: p.change,
+                    next: p.next,
+                    their_next_rev: p
+                        .their_next_rev
+                        .ok_or_else(|| missing("pending.their_next_rev"))?,
+                    deferred: self.deferred,
+                })
+            }
+            State::WaitComplete => {
+                let p = self.pending.take().ok_or_else(|| missing("pending"))?;
+                let (their_prev, their_prev_rev) = self
+                    .their_prev
+                    .take()
+                    .ok_or_else(|| missing("their_prev"))?;
+                Step::WaitComplete(Signed {
+                    change: p.change,
+                    their_prev,
+                    their_prev_rev,
+                })
+            }
+            State::CloseWaitComplete => Step::CloseWaitComplete {
+                fee_sat: self.closing_fee_sat,
+            },
+            State::CloseWaitAck => Step::CloseWaitAck,
+            State::Closed => Step::Closed,
+            State::OnChain => Step::OnChain(match self.onchain.take() {
+                Some(o) => Resolution::Commitment {
+                    owner: o.owner,
+                    commitment: o.commitment,
+                },
+                // The old code kept nothing after a penalty: which revoked
+                // commitment it punished is not known (0 stands for unknown).
+                None => Resolution::Penalty {
+                    commitment_number: 0,
+                },
+            }),
+            _ => return Err(missing("a known state")),
         })
     }
 }

@@ -13,10 +13,11 @@ use bitcoin::{Amount, OutPoint, Sequence, Transaction, TxOut, Txid};
 use chain::dev::validation::{check_policy_scripts, check_standard, verify_scripts_policy, Coin};
 use channel::tx::{p2wpkh, sweep_tx, SweepInput, SweepWitness};
 use channel::{
-    Action, AnchorRole, Channel, ChannelConfig, ChannelSecrets, Event, RevokedCommitment, State,
+    Action, AnchorRole, Channel, ChannelConfig, ChannelSecrets, Event, Rejected, RevokedCommitment,
+    State,
 };
 use secp256k1::{PublicKey, Secp256k1, SecretKey};
-use wire::Packet;
+use wire::{Locktime, Packet, Preimage, Sha256};
 
 /// A tiny chain: a UTXO set with confirmation heights.
 #[derive(Debug, Clone, Default)]
@@ -165,11 +166,46 @@ impl Node {
     }
 
     /// Tells the channel about an anchor spend, with the archived record the node would
-    /// look up by the commitment number the transaction encodes.
+    /// look up by the commitment number the transaction encodes, and performs what it
+    /// answers; returns those actions.
     pub fn spend_seen(&mut self, tx: &Transaction) -> Vec<Action> {
         let revoked =
             channel::tx::commitment_number(tx).and_then(|n| self.archive.get(&n).cloned());
-        self.ch.spend_seen(tx, revoked.as_ref()).unwrap()
+        let actions = self.ch.spend_seen(tx, revoked.as_ref()).unwrap();
+        self.absorb(actions.clone());
+        actions
+    }
+
+    /// Runs an owner command on the channel and performs the actions it returns, as the
+    /// node would (packets wait in the outbox until the pair delivers them); returns
+    /// those actions. A refused command fails the test.
+    #[track_caller]
+    pub fn act<E: std::fmt::Debug>(
+        &mut self,
+        command: impl FnOnce(&mut Channel) -> Result<Vec<Action>, E>,
+    ) -> Vec<Action> {
+        match self.try_act(command) {
+            Ok(actions) => actions,
+            Err(e) => panic!("command refused: {e:?} (state {:?})", self.ch.state()),
+        }
+    }
+
+    /// As [`Node::act`], answering a refused command (which changes nothing) instead.
+    pub fn try_act<E>(
+        &mut self,
+        command: impl FnOnce(&mut Channel) -> Result<Vec<Action>, E>,
+    ) -> Result<Vec<Action>, E> {
+        let actions = command(&mut self.ch)?;
+        self.absorb(actions.clone());
+        Ok(actions)
+    }
+
+    /// Hands the channel a packet from the peer and performs what it answers; a rejected
+    /// packet is returned as the channel rejected it.
+    pub fn receive(&mut self, pkt: &Packet, now: u64) -> Result<Vec<Action>, Rejected> {
+        let actions = self.ch.handle_packet(pkt, now)?;
+        self.absorb(actions.clone());
+        Ok(actions)
     }
 
     pub fn absorb(&mut self, actions: Vec<Action>) {
@@ -245,6 +281,27 @@ pub fn final_pubkey(tag: u8) -> PublicKey {
     PublicKey::from_secret_key(&Secp256k1::new(), &secrets(tag).final_key)
 }
 
+/// One side of a [`Pair`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// `Pair::a`, built from `secrets(1)`.
+    A,
+    /// `Pair::b`, built from `secrets(2)`.
+    B,
+}
+
+pub use Side::{A, B};
+
+impl Side {
+    /// The other side.
+    pub fn other(self) -> Side {
+        match self {
+            A => B,
+            B => A,
+        }
+    }
+}
+
 /// Two channels wired back to back.
 #[derive(Debug, Clone)]
 pub struct Pair {
@@ -307,8 +364,8 @@ impl Pair {
             return false;
         };
         let before = dst.ch.state();
-        match dst.ch.handle_packet(&p, now) {
-            Ok(actions) => dst.absorb(actions),
+        match dst.receive(&p, now) {
+            Ok(_) => {}
             Err(r) => panic!(
                 "{} rejected {}: {} (state {:?})",
                 if from_a { "B" } else { "A" },
@@ -350,8 +407,7 @@ impl Pair {
                     .mine(&tx)
                     .unwrap_or_else(|e| panic!("broadcast tx not minable: {e}\n{tx:#?}"));
                 for w in [true, false] {
-                    let acts = self.node(w).spend_seen(&tx);
-                    self.node(w).absorb(acts);
+                    self.node(w).spend_seen(&tx);
                 }
             }
         }
@@ -381,9 +437,8 @@ impl Pair {
         let h = self.chain.height;
         for w in [true, false] {
             self.node(w).ch.block_height(h);
-            let acts = self.node(w).ch.start().unwrap();
-            self.node(w).absorb(acts);
         }
+        self.start();
         self.run();
         let funder_a = self
             .a
@@ -430,8 +485,7 @@ impl Pair {
             LockTime::ZERO,
         )
         .unwrap();
-        let acts = self.node(funder_a).ch.anchor_created(anchor, 0).unwrap();
-        self.node(funder_a).absorb(acts);
+        self.node(funder_a).act(|ch| ch.anchor_created(anchor, 0));
         self.run();
         let op = self.a.ch.anchor_outpoint().unwrap();
         assert_eq!(Some(op), self.b.ch.anchor_outpoint());
@@ -444,6 +498,93 @@ impl Pair {
         self.run();
         assert_eq!(self.a.ch.state(), State::Normal);
         assert_eq!(self.b.ch.state(), State::Normal);
+    }
+
+    /// Both channels send their `open_channel` (not delivered yet).
+    pub fn start(&mut self) {
+        for w in [true, false] {
+            self.node(w).act(|ch| ch.start());
+        }
+    }
+
+    /// Side `s`.
+    pub fn side(&mut self, s: Side) -> &mut Node {
+        self.node(s == A)
+    }
+
+    /// `by` runs an update command; the packets are exchanged to the end and both sides
+    /// agree afterwards (an update declined by the peer included). Returns the command's
+    /// actions.
+    #[track_caller]
+    fn update<E: std::fmt::Debug>(
+        &mut self,
+        by: Side,
+        command: impl FnOnce(&mut Channel) -> Result<Vec<Action>, E>,
+    ) -> Vec<Action> {
+        let actions = self.side(by).act(command);
+        self.run();
+        self.assert_agree();
+        actions
+    }
+
+    /// `from` pays the other side `amount_msat` (`update`).
+    #[track_caller]
+    pub fn pay(&mut self, from: Side, amount_msat: u64) -> Vec<Action> {
+        self.update(from, |ch| ch.pay(amount_msat))
+    }
+
+    /// `from` offers the other side an HTLC (`update_add_htlc`) at the pair's clock.
+    #[track_caller]
+    pub fn add_htlc(
+        &mut self,
+        from: Side,
+        amount_msat: u64,
+        r_hash: Sha256,
+        expiry: Locktime,
+    ) -> Vec<Action> {
+        let now = self.now;
+        self.update(from, |ch| ch.add_htlc(amount_msat, r_hash, expiry, now))
+    }
+
+    /// `by` fulfils an HTLC offered to it with `r` (`update_fulfill_htlc`).
+    #[track_caller]
+    pub fn fulfill(&mut self, by: Side, r: Preimage) -> Vec<Action> {
+        let now = self.now;
+        self.update(by, |ch| ch.fulfill_htlc(r, now))
+    }
+
+    /// `by` fails an HTLC offered to it back (`update_routefail_htlc`).
+    #[track_caller]
+    pub fn fail(&mut self, by: Side, r_hash: Sha256) -> Vec<Action> {
+        self.update(by, |ch| ch.routefail_htlc(r_hash))
+    }
+
+    /// `by` removes its own expired HTLC (`update_timedout_htlc`).
+    #[track_caller]
+    pub fn timeout(&mut self, by: Side, r_hash: Sha256) -> Vec<Action> {
+        let now = self.now;
+        self.update(by, |ch| ch.timeout_htlc(r_hash, now))
+    }
+
+    /// `by` closes cooperatively: the close runs to the end, both sides are `Closed` and
+    /// hold the same close, which the chain mined. Returns the command's actions.
+    #[track_caller]
+    pub fn close(&mut self, by: Side) -> Vec<Action> {
+        let actions = self.side(by).act(|ch| ch.close());
+        self.run();
+        assert_eq!(self.a.ch.state(), State::Closed, "A after the close");
+        assert_eq!(self.b.ch.state(), State::Closed, "B after the close");
+        let close = self.a.ch.signed_close().cloned();
+        assert_eq!(close.as_ref(), self.b.ch.signed_close(), "the same close");
+        let txid = close.map(|tx| tx.compute_txid());
+        assert!(
+            self.chain
+                .mined
+                .iter()
+                .any(|t| Some(t.compute_txid()) == txid),
+            "the close is mined"
+        );
+        actions
     }
 
     /// Both sides agree on every balance and HTLC, and nothing was created or lost.
