@@ -124,5 +124,7 @@ if ! command -v cargo-nextest >/dev/null 2>&1; then
   cargo install cargo-nextest --locked
 fi
 # The black-box tests need the test-hooks feature (see scripts/test.sh).
+# --no-capture runs them one at a time (one bitcoind at a time, wall times of
+# each alone) and shows the line each prints with the chain it ran on.
 POTLUCK_TEST_BITCOIND="$BITCOIND" cargo nextest run -p potluck \
-  --features potluck/test-hooks --no-fail-fast -E 'binary(core_lane)' "$@"
+  --features potluck/test-hooks --no-fail-fast --no-capture -E 'binary(core_lane)' "$@"

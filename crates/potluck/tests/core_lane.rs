@@ -175,7 +175,10 @@ impl LaneChain {
         match self.backend {
             Backend::Core => {
                 let v = self.call("getnetworkinfo", json!([]));
-                format!("Bitcoin Core {}", v["subversion"])
+                format!(
+                    "bitcoind {} (-regtest, no -txindex)",
+                    v["subversion"].as_str().unwrap_or("?")
+                )
             }
             Backend::Dev => "potluck chain --txindex=false".to_owned(),
         }
