@@ -639,9 +639,10 @@ async fn serve_deposits_bets_draws_pays_out_and_withdraws() {
         assert_eq!(&server.me(t).await["balance_sats"], b);
     }
     eprintln!(
-        "serve money path on {}: {:.1} s",
+        "serve money path on {}: {:.1} s; bet fees {fees:?} sat, payout fee {miner_fee} sat, withdrawal fee {} sat",
         chain.describe(),
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
+        w["fee_sats"]
     );
     server.stop().await;
     env.cleanup().await;
@@ -797,7 +798,7 @@ fn node_channel_opens_pays_restarts_and_closes_cooperatively() {
         Some(b_expect)
     );
     eprintln!(
-        "node cooperative lifecycle on {}: {:.1} s",
+        "node cooperative lifecycle on {}: {:.1} s; close fee {close_fee} sat",
         chain.describe(),
         started.elapsed().as_secs_f64()
     );
@@ -847,7 +848,7 @@ fn node_channel_closes_unilaterally_and_claims_after_restart() {
         "A got {a_got} of {a_msat} msat"
     );
     eprintln!(
-        "node unilateral close on {}: {:.1} s",
+        "node unilateral close on {}: {:.1} s; sweep fees {sweep_fees} sat",
         chain.describe(),
         started.elapsed().as_secs_f64()
     );
