@@ -278,6 +278,12 @@ impl NodeProc {
 
     /// Like [`NodeProc::start_with`], reaching the chain's JSON-RPC at `url` (a proxy).
     pub fn start_via(chain: &DevChainProc, url: &str, cheat: bool, extra: &[&str]) -> NodeProc {
+        NodeProc::start_on(url, &chain.cookie, cheat, extra)
+    }
+
+    /// Like [`NodeProc::start_with`], on any bitcoind-compatible chain: the JSON-RPC at `url`
+    /// with the cookie file `cookie` (a Bitcoin Core, for the Core lane).
+    pub fn start_on(url: &str, cookie: &std::path::Path, cheat: bool, extra: &[&str]) -> NodeProc {
         let mut node = NodeProc {
             child: None,
             dir: tempfile::tempdir().unwrap(),
@@ -286,7 +292,7 @@ impl NodeProc {
             rpc: "127.0.0.1:0".to_owned(),
             id: String::new(),
             chain_url: url.to_owned(),
-            chain_cookie: chain.cookie.clone(),
+            chain_cookie: cookie.to_owned(),
             cheat,
             starts: 0,
             extra: extra.iter().map(|s| s.to_string()).collect(),

@@ -688,3 +688,57 @@ macro_rules! both_databases {
         }
     };
 }
+
+/// Recomputes the draw of `round` (GET /rounds/{id} of a closed round) from its
+/// published proof, independently of the service's code: the bets' commitment,
+/// the draw block at the height after the close (`block_hash`, as the chain
+/// reports it), the seed, the ticket and the winner. Returns the winning username.
+pub fn draw_winner(round: &Value, block_hash: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let id = round["id"].as_i64().unwrap();
+    let d = &round["draw"];
+    let bets = d["bets"].as_array().unwrap();
+    let mut text = String::new();
+    let mut pot: u64 = 0;
+    for b in bets {
+        text.push_str(&format!(
+            "{}:{}:{}:{}\n",
+            b["bet_id"],
+            b["username"].as_str().unwrap(),
+            b["amount_sats"],
+            b["txid"].as_str().unwrap()
+        ));
+        assert_eq!(b["range_start"].as_u64().unwrap(), pot);
+        pot += b["amount_sats"].as_u64().unwrap();
+        assert_eq!(b["range_end"].as_u64().unwrap(), pot);
+    }
+    assert_eq!(round["pot_sats"].as_u64().unwrap(), pot);
+    let commitment: [u8; 32] = Sha256::digest(text.as_bytes()).into();
+    assert_eq!(
+        d["bets_commitment"].as_str().unwrap(),
+        hex::encode(commitment)
+    );
+    let h = d["tip_height_at_close"].as_u64().unwrap() + 1;
+    assert_eq!(d["block_height"].as_u64().unwrap(), h);
+    assert_eq!(d["block_hash"].as_str().unwrap(), block_hash);
+    let mut pre = hex::decode(block_hash).unwrap();
+    pre.extend_from_slice(&id.to_be_bytes());
+    pre.extend_from_slice(&commitment);
+    let seed: [u8; 32] = Sha256::digest(&pre).into();
+    assert_eq!(d["seed"].as_str().unwrap(), hex::encode(seed));
+    let mut ticket: u128 = 0;
+    for byte in seed {
+        ticket = (ticket * 256 + u128::from(byte)) % u128::from(pot);
+    }
+    assert_eq!(d["ticket"].as_u64().unwrap() as u128, ticket);
+    let winner = bets
+        .iter()
+        .find(|b| {
+            (b["range_start"].as_u64().unwrap() as u128) <= ticket
+                && ticket < b["range_end"].as_u64().unwrap() as u128
+        })
+        .unwrap();
+    assert_eq!(d["winner"]["bet_id"], winner["bet_id"]);
+    assert_eq!(d["winner"]["username"], winner["username"]);
+    winner["username"].as_str().unwrap().to_string()
+}
