@@ -1,0 +1,124 @@
+//! Two nodes in one process (`harness::create_network`): the node's policies driven end to
+//! end without a process, a socket or a sleep on the wall clock.
+
+use crate::control_error::ControlError;
+use crate::harness::create_network;
+use crate::manager::Command;
+
+/// Regtest settings of the walk-through: the anchor is deep enough after one block.
+fn regtest(config: &mut crate::NodeConfig) {
+    config.channel.min_depth = 1;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_open_and_pay_over_an_in_memory_pipe() {
+    let net = create_network(2, regtest).await;
+    net.open_channel(0, 1, 500_000).await;
+    let slot = net.nodes[0]
+        .manager
+        .command(&net.id(1), Command::Pay(1_000_000))
+        .await
+        .expect("pay");
+    let ours = slot
+        .lock()
+        .await
+        .channel
+        .balances()
+        .expect("balances")
+        .ours
+        .clone();
+    assert_eq!(ours.pay_msat + ours.fee_msat, 499_000_000);
+    let theirs = net.nodes[1]
+        .manager
+        .channels
+        .latest(&net.id(0))
+        .expect("B's channel");
+    let b = theirs
+        .lock()
+        .await
+        .channel
+        .balances()
+        .expect("balances")
+        .ours
+        .clone();
+    assert_eq!(b.pay_msat + b.fee_msat, 1_000_000);
+}
+
+/// The process test `a_reorganisation_below_min_depth_suspends_the_channel`, in process: the
+/// anchor's block is invalidated, both nodes suspend the channel and refuse a payment
+/// (-112); once the block is back the channel is live and pays again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reorganisation_below_min_depth_suspends_the_channel_until_the_anchor_is_back() {
+    let net = create_network(2, regtest).await;
+    let anchor_block = net.open_channel(0, 1, 500_000).await;
+    assert_eq!(net.suspended(0, 1).await, None);
+    net.chain.invalidate(anchor_block).expect("invalidate");
+    net.step().await;
+    assert_eq!(net.suspended(0, 1).await, Some(0), "A did not suspend");
+    assert_eq!(net.suspended(1, 0).await, Some(0), "B did not suspend");
+    let refused = net.nodes[0]
+        .manager
+        .command(&net.id(1), Command::Pay(1_000_000))
+        .await
+        .err();
+    assert!(
+        matches!(
+            refused,
+            Some(ControlError::AnchorUnconfirmed {
+                confirmations: 0,
+                min_depth: 1
+            })
+        ),
+        "{refused:?}"
+    );
+    net.chain.reconsider(anchor_block).expect("reconsider");
+    net.step().await;
+    assert_eq!(net.suspended(0, 1).await, None, "A did not resume");
+    assert_eq!(net.suspended(1, 0).await, None, "B did not resume");
+    net.nodes[0]
+        .manager
+        .command(&net.id(1), Command::Pay(1_000_000))
+        .await
+        .expect("pay once the anchor is back");
+}
+
+/// A stored channel whose peer id is not a node id used to be skipped at start (a silent
+/// `continue`), hiding the channel and its money; the start now fails naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_channel_whose_peer_id_does_not_parse_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let chain = chain::DevChain::open(&dir.path().join("chain")).unwrap();
+    let data_dir = dir.path().join("node");
+    std::fs::create_dir_all(&data_dir).unwrap();
+    {
+        let store = crate::store::Store::open(&data_dir).await.unwrap();
+        let secrets = channel::ChannelSecrets {
+            commit_key: secp256k1::SecretKey::from_slice(&[1; 32]).unwrap(),
+            final_key: secp256k1::SecretKey::from_slice(&[2; 32]).unwrap(),
+            revocation_seed: [3; 32],
+        };
+        let ch = channel::Channel::new(
+            channel::ChannelConfig::default(),
+            secrets,
+            channel::AnchorRole::Accept,
+        );
+        store
+            .insert_channel_as(crate::store::ChannelId(5), "not-a-node-id", &ch)
+            .await
+            .unwrap();
+    }
+    let mut config = crate::NodeConfig::new(&data_dir);
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.rpc_bind = "127.0.0.1:0".parse().unwrap();
+    let started = crate::start(config, std::sync::Arc::new(chain)).await;
+    match started {
+        Err(crate::NodeError::BadPeerId { channel, peer_id }) => {
+            assert_eq!((channel, peer_id.as_str()), (5, "not-a-node-id"));
+        }
+        Err(e) => panic!("another error: {e}"),
+        Ok(node) => {
+            node.shutdown().await;
+            panic!("the node started with a channel it cannot attribute to a peer");
+        }
+    }
+}
