@@ -122,3 +122,112 @@ async fn a_stored_channel_whose_peer_id_does_not_parse_stops_the_start() {
         }
     }
 }
+
+/// Offers an HTLC of `msat` from node 0 to node 1 expiring `blocks` ahead, hash of `r`.
+async fn offer(net: &crate::harness::Network, r: [u8; 32], blocks: u32) -> u32 {
+    use bitcoin::hashes::Hash as _;
+    let expiry = net.chain.height() + blocks;
+    let r_hash = wire::Sha256::hash(&r);
+    net.nodes[0]
+        .manager
+        .command(
+            &net.id(1),
+            Command::AddHtlc {
+                amount_msat: 5_000_000,
+                r_hash,
+                expiry,
+            },
+        )
+        .await
+        .expect("newhtlc");
+    expiry
+}
+
+/// The process test `an_incoming_htlc_with_known_r_is_claimed_on_chain_before_expiry`, in
+/// process: with the payer gone, the payee that knows R goes on chain before the HTLC
+/// expires (its claim deadline), and not while the expiry is far.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_peer_gone_an_htlc_whose_r_we_know_is_claimed_on_chain_before_expiry() {
+    let net = create_network(2, regtest).await;
+    net.open_channel(0, 1, 500_000).await;
+    let r = [9u8; 32];
+    let expiry = offer(&net, r, 40).await;
+    assert!(
+        net.nodes[0]
+            .peers
+            .disconnect(&net.id(1), "Disconnected by operator")
+            .await
+    );
+    for _ in 0..200 {
+        if !net.nodes[0].peers.is_connected(&net.id(1))
+            && !net.nodes[1].peers.is_connected(&net.id(0))
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    // B learns R with A away: kept for the claim, nothing sent.
+    let kept = net.nodes[1]
+        .manager
+        .command(&net.id(0), Command::Fulfill(wire::Preimage(r)))
+        .await
+        .err();
+    assert!(
+        matches!(kept, Some(ControlError::NotConnectedKeepingR(_))),
+        "{kept:?}"
+    );
+    // Far from the expiry nothing is due on either side.
+    net.mine(1).await;
+    assert_eq!(net.state(1, 0).await, channel::State::Normal);
+    assert_eq!(net.state(0, 1).await, channel::State::Normal);
+    // B's claim deadline comes before the expiry: B goes on chain to claim with R.
+    while net.state(1, 0).await == channel::State::Normal {
+        assert!(
+            net.chain.height() < expiry,
+            "B did not claim before the expiry"
+        );
+        net.mine(1).await;
+    }
+    assert_eq!(net.state(1, 0).await, channel::State::OnChain);
+}
+
+/// The process test `an_expired_htlc_with_a_stalled_peer_is_refunded_on_chain`, in
+/// process: with the peer gone past the expiry, A takes its HTLC back on chain once
+/// `force_close_after_expiry_blocks` (the one setting, here 3) blocks have passed, not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_peer_gone_our_expired_htlc_is_refunded_on_chain_after_the_setting() {
+    let net = create_network(2, |c| {
+        regtest(c);
+        c.channel.force_close_after_expiry_blocks = 3;
+    })
+    .await;
+    net.open_channel(0, 1, 500_000).await;
+    let expiry = offer(&net, [8u8; 32], 20).await;
+    assert!(
+        net.nodes[1]
+            .peers
+            .disconnect(&net.id(0), "Disconnected by operator")
+            .await
+    );
+    for _ in 0..200 {
+        if !net.nodes[0].peers.is_connected(&net.id(1)) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    while net.chain.height() < expiry + 3 - 1 {
+        net.mine(1).await;
+        assert_eq!(
+            net.state(0, 1).await,
+            channel::State::Normal,
+            "closed too early at {}",
+            net.chain.height()
+        );
+    }
+    net.mine(1).await;
+    assert_eq!(
+        net.state(0, 1).await,
+        channel::State::OnChain,
+        "not refunded on chain at expiry + 3"
+    );
+}
