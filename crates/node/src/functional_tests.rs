@@ -143,6 +143,23 @@ async fn offer(net: &crate::harness::Network, r: [u8; 32], blocks: u32) -> u32 {
     expiry
 }
 
+/// Mines until node `i`'s wallet holds the HTLC of [`offer`] (5,000 sat less its claim's
+/// fee), swept by a claim; fails after 40 blocks.
+async fn swept_htlc(net: &crate::harness::Network, i: usize) {
+    for _ in 0..40 {
+        let funds = net.nodes[i].wallet.funds().await.expect("funds");
+        if funds
+            .outputs
+            .iter()
+            .any(|o| (3_000..5_000).contains(&o.amount_sat))
+        {
+            return;
+        }
+        net.mine(1).await;
+    }
+    panic!("node {i} never swept the HTLC into its wallet");
+}
+
 /// The process test `an_incoming_htlc_with_known_r_is_claimed_on_chain_before_expiry`, in
 /// process: with the payer gone, the payee that knows R goes on chain before the HTLC
 /// expires (its claim deadline), and not while the expiry is far.
@@ -189,6 +206,7 @@ async fn with_the_peer_gone_an_htlc_whose_r_we_know_is_claimed_on_chain_before_e
         net.mine(1).await;
     }
     assert_eq!(net.state(1, 0).await, channel::State::OnChain);
+    swept_htlc(&net, 1).await;
 }
 
 /// The process test `an_expired_htlc_with_a_stalled_peer_is_refunded_on_chain`, in
@@ -230,4 +248,5 @@ async fn with_the_peer_gone_our_expired_htlc_is_refunded_on_chain_after_the_sett
         channel::State::OnChain,
         "not refunded on chain at expiry + 3"
     );
+    swept_htlc(&net, 0).await;
 }
