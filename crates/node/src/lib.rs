@@ -6,7 +6,7 @@
 //! returns a [`RunningNode`]. The rooms (docs/node.md, "Layout"): `node.rs` holds what
 //! every task shares and the accept and reconnect loops; `peers.rs` one task per peer;
 //! `manager/` the channels and their entry points, `manager/exec.rs` their actions;
-//! `wallet.rs` keys, watched scripts and anchors; `watcher.rs` the chain; `store.rs`
+//! `wallet.rs` keys, watched scripts and anchors; `watcher.rs` the chain; `store/`
 //! SQLite; `rpc/` the control API (JSON-RPC over HTTP with the cookie as Basic auth, the
 //! same scheme as Bitcoin Core).
 #![forbid(unsafe_code)]

@@ -15,6 +15,14 @@ use secp256k1::PublicKey;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
 
+mod group_commit;
+mod snapshot;
+
+use group_commit::{group_writer, WriteRequest, GROUP_MAX, WRITER_SETUP};
+#[cfg(test)]
+use group_commit::{write_group, write_group_statements};
+pub(crate) use snapshot::{decode_snapshot, encode_snapshot, SNAPSHOT_VERSION};
+
 /// A channel's row id in the store, also its number in logs (`channel=`) and the wallet
 /// index of its keys plus one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -93,88 +101,6 @@ pub enum StoreError {
     /// A channel snapshot could not be encoded (nothing was written).
     #[error("channel {0} cannot be encoded: {1}")]
     Encode(ChannelId, String),
-}
-
-/// The version of the channel snapshot layout this release writes. 0: before the
-/// channel restructure (flat struct, `state` beside loose options; migrated on load);
-/// 1: the restructured layout without a version field; 2: the same with
-/// `snapshot_version`. docs/node.md, "Upgrades".
-pub(crate) const SNAPSHOT_VERSION: u64 = 2;
-
-/// The JSON key holding the snapshot version.
-const VERSION_KEY: &str = "snapshot_version";
-
-/// A channel read from its snapshot, with the history an old layout kept inside it.
-pub(crate) struct Decoded {
-    pub channel: Channel,
-    /// The layout version it was read from.
-    pub version: u64,
-    /// Version 0: every HTLC it ever saw, to archive for penalties.
-    pub legacy_history: Option<channel::RevokedCommitment>,
-}
-
-/// Encodes `channel` as a snapshot of [`SNAPSHOT_VERSION`].
-pub(crate) fn encode_snapshot(id: ChannelId, channel: &Channel) -> Result<String, StoreError> {
-    /// The channel's fields and the version beside them, written in one pass (no
-    /// intermediate JSON tree: this runs on every durable write).
-    #[derive(serde::Serialize)]
-    struct Versioned<'a> {
-        #[serde(flatten)]
-        channel: &'a Channel,
-        snapshot_version: u64,
-    }
-    let json = serde_json::to_string(&Versioned {
-        channel,
-        snapshot_version: SNAPSHOT_VERSION,
-    })
-    .map_err(|e| StoreError::Encode(id, e.to_string()))?;
-    if !json.starts_with('{') {
-        return Err(StoreError::Encode(id, "not a JSON object".into()));
-    }
-    Ok(json)
-}
-
-/// Decodes a snapshot of any version this release knows; migrates version 0.
-///
-/// # Errors
-/// A newer version ([`StoreError::SnapshotTooNew`]) or a snapshot that does not parse
-/// as its version ([`StoreError::Corrupt`], naming the version): the node refuses to start
-/// rather than lose the channel.
-pub(crate) fn decode_snapshot(id: ChannelId, json: &str) -> Result<Decoded, StoreError> {
-    let corrupt = |version: u64, e: &dyn std::fmt::Display| {
-        StoreError::Corrupt(id, format!("snapshot version {version}: {e}"))
-    };
-    let mut value: serde_json::Value =
-        serde_json::from_str(json).map_err(|e| StoreError::Corrupt(id, e.to_string()))?;
-    let serde_json::Value::Object(map) = &mut value else {
-        return Err(StoreError::Corrupt(id, "not a JSON object".into()));
-    };
-    let version = match map.remove(VERSION_KEY) {
-        Some(v) => v
-            .as_u64()
-            .ok_or_else(|| StoreError::Corrupt(id, format!("bad {VERSION_KEY} {v}")))?,
-        // Unversioned: the old flat layout has `state`, the restructured one `stage`.
-        None if map.contains_key("state") => 0,
-        None => 1,
-    };
-    match version {
-        0 => {
-            let old: channel::ChannelV0 =
-                serde_json::from_value(value).map_err(|e| corrupt(0, &e))?;
-            let migrated = old.migrate().map_err(|e| corrupt(0, &e))?;
-            Ok(Decoded {
-                channel: migrated.channel,
-                version,
-                legacy_history: Some(migrated.history),
-            })
-        }
-        1 | 2 => Ok(Decoded {
-            channel: serde_json::from_value(value).map_err(|e| corrupt(version, &e))?,
-            version,
-            legacy_history: None,
-        }),
-        _ => Err(StoreError::SnapshotTooNew { id, version }),
-    }
 }
 
 /// One row of `channels`.
@@ -274,152 +200,6 @@ impl Emptiness {
     fn added(&self) {
         self.epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
-}
-
-/// One channel's durable write: its snapshot and the revoked-commitment records that must
-/// be on disk no later than it (they leave the snapshot with it).
-struct WriteRequest {
-    id: ChannelId,
-    snapshot: String,
-    revoked: Vec<(i64, String)>,
-    done: tokio::sync::oneshot::Sender<Result<(), std::sync::Arc<sqlx::Error>>>,
-}
-
-/// The most channel writes one commit (one fsync) covers.
-const GROUP_MAX: usize = 256;
-
-/// Group commit: every channel write waiting when the previous commit ended goes into the
-/// next transaction, so N channels ready at the same moment cost one fsync, not N; no
-/// channel waits on another's lock, only on the shared commit. Each caller is answered
-/// only after the commit that holds its write, so nothing it sends next can overtake it.
-/// A task of its own rather than the callers taking turns: a caller dropped mid-write (a
-/// control call whose client hung up) cannot abandon the writes of others, and the writes
-/// of one channel commit in the order they were made even then (one queue, in order).
-async fn group_writer(
-    mut conn: sqlx::SqliteConnection,
-    mut rx: tokio::sync::mpsc::Receiver<WriteRequest>,
-) {
-    let mut batch: Vec<WriteRequest> = Vec::with_capacity(GROUP_MAX);
-    while let Some(first) = rx.recv().await {
-        batch.push(first);
-        while batch.len() < GROUP_MAX {
-            match rx.try_recv() {
-                Ok(w) => batch.push(w),
-                Err(_) => break,
-            }
-        }
-        let result = write_group(&mut conn, &batch)
-            .await
-            .map_err(std::sync::Arc::new);
-        for w in batch.drain(..) {
-            let _ = w.done.send(result.clone());
-        }
-    }
-}
-
-/// The writer connection's own (TEMP, never on disk) way to put snapshots and their revoked
-/// records in one statement: a row with a snapshot updates the channel, a row with a record
-/// archives it. One INSERT into this view is one statement, so SQLite runs it as one
-/// transaction (atomic, one fsync) and sqlx answers it with one message.
-const WRITER_SETUP: &str = "
-CREATE TEMP VIEW channel_writes AS
-    SELECT 0 AS id, NULL AS snapshot, NULL AS num, NULL AS record WHERE 0;
-CREATE TEMP TRIGGER channel_writes_insert INSTEAD OF INSERT ON channel_writes BEGIN
-    INSERT INTO revoked_commitments (channel_id, num, record)
-        SELECT NEW.id, NEW.num, NEW.record WHERE NEW.record IS NOT NULL
-        ON CONFLICT DO NOTHING;
-    UPDATE channels SET snapshot = NEW.snapshot WHERE id = NEW.id AND NEW.snapshot IS NOT NULL;
-END;
-";
-
-/// Bound values one statement may carry (SQLite's default limit is 32,766).
-const MAX_BOUND: usize = 30_000;
-
-/// One commit holding every write of `batch`, sent to SQLite's worker thread as a single
-/// command of a single statement. Each command is a round trip to that thread (a wake-up of
-/// it and one of ours), sqlx's `begin()`/`commit()` are two more commands that each block
-/// the worker until we take the answer, and each statement of a multi-statement command
-/// sends its own answer (a wake-up of ours that preempts the worker before it syncs). So:
-/// a lone snapshot is one `UPDATE` in autocommit; anything else is one `INSERT` into
-/// [`WRITER_SETUP`]'s view, its records' rows before their snapshot's; a group too large
-/// for one statement is one multi-statement transaction.
-async fn write_group(
-    conn: &mut sqlx::SqliteConnection,
-    batch: &[WriteRequest],
-) -> Result<(), sqlx::Error> {
-    const UPDATE: &str = "UPDATE channels SET snapshot = ? WHERE id = ?;";
-    if let [w] = batch {
-        if w.revoked.is_empty() {
-            sqlx::query(UPDATE)
-                .bind(&w.snapshot)
-                .bind(w.id.0)
-                .execute(&mut *conn)
-                .await?;
-            return Ok(());
-        }
-    }
-    let rows: usize = batch.iter().map(|w| 1 + w.revoked.len()).sum();
-    if rows * 4 > MAX_BOUND {
-        return write_group_statements(conn, batch).await;
-    }
-    let mut sql = String::from("INSERT INTO channel_writes (id, snapshot, num, record) VALUES ");
-    for i in 0..rows {
-        sql.push_str(if i == 0 {
-            "(?, ?, ?, ?)"
-        } else {
-            ", (?, ?, ?, ?)"
-        });
-    }
-    let mut query = sqlx::query(&sql);
-    for w in batch {
-        for (num, record) in &w.revoked {
-            query = query.bind(w.id.0).bind(None::<&str>).bind(num).bind(record);
-        }
-        query = query
-            .bind(w.id.0)
-            .bind(&w.snapshot)
-            .bind(None::<i64>)
-            .bind(None::<&str>);
-    }
-    // A lone channel's shapes are few (its snapshot and a record or two): keep them
-    // prepared. A group's shape changes with its members: prepared once, not cached.
-    query
-        .persistent(batch.len() == 1)
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
-}
-
-/// [`write_group`] for a group too large for one statement: one multi-statement command,
-/// `BEGIN; INSERT …; UPDATE …; COMMIT`, its arguments bound in order across the statements.
-async fn write_group_statements(
-    conn: &mut sqlx::SqliteConnection,
-    batch: &[WriteRequest],
-) -> Result<(), sqlx::Error> {
-    const UPDATE: &str = "UPDATE channels SET snapshot = ? WHERE id = ?;";
-    const INSERT: &str = "INSERT INTO revoked_commitments (channel_id, num, record) VALUES (?, ?, ?) ON CONFLICT DO NOTHING;";
-    let mut sql = String::from("BEGIN;");
-    for w in batch {
-        for _ in &w.revoked {
-            sql.push_str(INSERT);
-        }
-        sql.push_str(UPDATE);
-    }
-    sql.push_str("COMMIT;");
-    let mut query = sqlx::query(&sql);
-    for w in batch {
-        for (num, record) in &w.revoked {
-            query = query.bind(w.id.0).bind(num).bind(record);
-        }
-        query = query.bind(&w.snapshot).bind(w.id.0);
-    }
-    let result = query.persistent(false).execute(&mut *conn).await;
-    if result.is_err() {
-        // A statement failed after BEGIN: nothing of the group is committed; end the
-        // transaction so that the next group starts clean (an error here means none is open).
-        let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-    }
-    result.map(|_| ())
 }
 
 impl Store {
@@ -1124,7 +904,7 @@ mod tests {
     /// here as it was) opens under the migrator and keeps its channels and counters.
     #[tokio::test]
     async fn a_database_made_by_the_old_schema_string_opens_and_keeps_its_channels() {
-        const OLD_SCHEMA: &str = include_str!("../migrations/sqlite/0001_initial.sql");
+        const OLD_SCHEMA: &str = include_str!("../../migrations/sqlite/0001_initial.sql");
         let dir = tempfile::tempdir().unwrap();
         {
             let options = SqliteConnectOptions::new()
