@@ -250,3 +250,38 @@ async fn with_the_peer_gone_our_expired_htlc_is_refunded_on_chain_after_the_sett
     );
     swept_htlc(&net, 0).await;
 }
+
+/// The process test `anchor_that_does_not_exist_is_refused`, in process: the funder's
+/// anchor never reaches the chain (the mempool refuses it), so the acceptor, which holds no
+/// money in the opening, forgets the channel after `anchor_wait_blocks` blocks, not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anchor_never_seen_is_given_up_by_the_acceptor_after_the_wait() {
+    let net = create_network(2, |c| {
+        regtest(c);
+        c.anchor_wait_blocks = 3;
+    })
+    .await;
+    net.fund(0, 600_000).await;
+    net.connect(0, 1).await;
+    net.chain
+        .with_state_mut(|s| s.set_max_mempool_vbytes(1))
+        .expect("mempool cap");
+    net.nodes[0]
+        .manager
+        .open(&net.id(1), 500_000)
+        .await
+        .expect("open (the anchor is signed and sent)");
+    assert_eq!(net.state(1, 0).await, channel::State::OpenWaitComplete);
+    // The first pass that misses the anchor starts the wait.
+    net.mine(1).await;
+    net.mine(2).await;
+    assert!(
+        net.nodes[1].manager.channels.latest(&net.id(0)).is_some(),
+        "given up before the wait ended"
+    );
+    net.mine(1).await;
+    assert!(
+        net.nodes[1].manager.channels.latest(&net.id(0)).is_none(),
+        "the acceptor still holds an opening whose anchor never appeared"
+    );
+}

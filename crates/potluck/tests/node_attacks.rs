@@ -69,11 +69,6 @@ fn anchor_paying_too_little_is_refused() {
     bad_anchor_is_refused(Anchor::PaysTooLittle);
 }
 
-#[test]
-fn anchor_that_does_not_exist_is_refused() {
-    bad_anchor_is_refused(Anchor::DoesNotExist);
-}
-
 /// Control: the same scripted peer playing fair gets a live channel (so the refusals above
 /// are about the anchor, not about the script).
 #[test]
