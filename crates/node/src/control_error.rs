@@ -94,6 +94,9 @@ pub(crate) enum ControlError {
     /// The database failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The channel's actions stopped (a write failed, or the machine refused our input).
+    #[error(transparent)]
+    Exec(#[from] crate::manager::ExecError),
     /// A key could not be derived from the wallet seed.
     #[error("wallet: {0}")]
     Wallet(#[from] wallet::WalletError),
@@ -188,6 +191,8 @@ impl ControlError {
             ControlError::Chain(_) => codes::CHAIN_ERROR,
             ControlError::CommitmentRefused { .. } => codes::COMMITMENT_REFUSED,
             ControlError::Store(_) => codes::DATABASE_ERROR,
+            ControlError::Exec(crate::manager::ExecError::Store(_)) => codes::DATABASE_ERROR,
+            ControlError::Exec(crate::manager::ExecError::Channel(_)) => codes::REFUSED,
             #[cfg(feature = "test-hooks")]
             ControlError::CheatDisabled => codes::CHEAT_DISABLED,
             ControlError::Internal(_) => codes::MISC_ERROR,

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use secp256k1::PublicKey;
 use session::{Session, SessionError, SessionReader, SessionWriter};
 
-use crate::NodeState;
+use crate::node::Node;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
 use wire::Packet;
 
@@ -98,7 +98,7 @@ impl Peers {
     /// node is replaced: the peer proved its key again, so the old one is half-open (its side
     /// vanished without a goodbye) or abandoned; keeping it would lock the peer out.
     pub(crate) async fn attach(
-        state: Arc<NodeState>,
+        state: Arc<Node>,
         session: Session,
         address: SocketAddr,
         shutdown: watch::Receiver<bool>,
@@ -124,12 +124,12 @@ impl Peers {
             tracing::info!(peer = %node_id, %address, "new session replaces the old one");
             let _ = old.try_send(PeerCommand::Disconnect("Replaced by a new session".into()));
             // The old session is lost: its channel falls back to what is on disk, as always.
-            state.session_down(&node_id).await;
+            state.manager.session_down(&node_id).await;
         }
         tracing::info!(peer = %node_id, %address, "peer connected");
         let (reader, writer) = session.into_split();
         let writer_task = tokio::spawn(write_loop(writer, out_rx));
-        state.session_up(&node_id, out_tx.clone()).await;
+        state.manager.session_up(&node_id, out_tx.clone()).await;
         tokio::spawn(async move {
             // The slot counts against the node's peer cap for the session's whole life.
             let _slot = slot;
@@ -148,10 +148,10 @@ impl Peers {
             };
             // A replaced session's channel was settled when the new one came.
             if current {
-                state.session_down(&node_id).await;
+                state.manager.session_down(&node_id).await;
                 // A peer we hold no open channel with is forgotten once it is gone: the list
                 // (and the stored addresses) stay bounded however many strangers come by.
-                if state.channels.active(&node_id).await.is_none() {
+                if state.manager.channels.active(&node_id).await.is_none() {
                     let forgotten = {
                         let mut entries = peers.lock();
                         let idle = entries.get(&node_id).is_some_and(|e| e.session.is_none());
@@ -161,7 +161,7 @@ impl Peers {
                         idle
                     };
                     if forgotten {
-                        if let Err(e) = state.store.forget_peer(&node_id.to_string()).await {
+                        if let Err(e) = state.store.forget_peer(&node_id).await {
                             tracing::warn!(peer = %node_id, error = %e, "cannot forget the peer's address");
                         }
                     }
@@ -233,15 +233,51 @@ fn from_a_newer_version(e: &wire::DecodeError) -> bool {
     ) && e.path().is_empty()
 }
 
+/// Why a peer's session ended (logged).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Disconnect {
+    /// The peer sent `error`.
+    #[error("peer sent error: {0}")]
+    PeerError(String),
+    /// We refused a packet of the peer (the `error` we sent says why).
+    #[error("{0}")]
+    Refused(crate::manager::Refusal),
+    /// A frame's padding was not zero.
+    #[error("bad frame: non-zero padding")]
+    BadPadding,
+    /// A packet did not decode.
+    #[error("bad packet: {0}")]
+    BadPacket(wire::DecodeError),
+    /// The session failed (closed, time-out, a bad MAC).
+    #[error("{0}")]
+    Session(SessionError),
+    /// The operator or the node hung up on it.
+    #[error("disconnected: {0}")]
+    Kicked(String),
+    /// The node dropped the peer's command queue.
+    #[error("node dropped the peer")]
+    Dropped,
+    /// The node is stopping.
+    #[error("node shutting down")]
+    Shutdown,
+}
+
+/// Queues a goodbye without waiting: a peer that does not read gets none.
+fn say(out: &mpsc::Sender<Packet>, pkt: Packet) {
+    if out.try_send(pkt).is_err() {
+        tracing::debug!("goodbye not queued: the peer does not read");
+    }
+}
+
 /// Drives one session's incoming side until it ends; returns why it ended.
 async fn run_peer(
-    state: &Arc<NodeState>,
+    state: &Arc<Node>,
     node_id: PublicKey,
     mut reader: SessionReader,
     out: &mpsc::Sender<Packet>,
     mut commands: mpsc::Receiver<PeerCommand>,
     mut shutdown: watch::Receiver<bool>,
-) -> String {
+) -> Disconnect {
     loop {
         tokio::select! {
             received = reader.recv() => match received {
@@ -250,18 +286,14 @@ async fn run_peer(
                         Packet::Error(e) => Some(e.problem.clone().unwrap_or_default()),
                         _ => None,
                     };
-                    let handled = state.channel_packet(&node_id, out, pkt).await;
+                    let handled = state.manager.packet(&node_id, out, pkt).await;
                     if let Some(problem) = error {
-                        return format!("peer sent error: {problem}");
+                        return Disconnect::PeerError(problem);
                     }
-                    if let Err(reply) = handled {
-                        let problem = match &reply {
-                            Packet::Error(e) => e.problem.clone().unwrap_or_default(),
-                            _ => String::new(),
-                        };
+                    if let Err(refusal) = handled {
                         // The goodbye never waits on a peer that does not read.
-                        let _ = out.try_send(reply);
-                        return problem;
+                        say(out, refusal.reply());
+                        return Disconnect::Refused(refusal);
                     }
                 }
                 Err(SessionError::Decode(e)) if from_a_newer_version(&e) => {
@@ -271,25 +303,25 @@ async fn run_peer(
                 }
                 Err(SessionError::Frame(session::FrameError::BadPadding)) => {
                     // The MAC was good, so both keystreams are still in step: say why.
-                    let _ = out.try_send(Packet::error("Bad frame: non-zero padding"));
-                    return "bad frame: non-zero padding".into();
+                    say(out, Packet::error("Bad frame: non-zero padding"));
+                    return Disconnect::BadPadding;
                 }
                 Err(SessionError::Decode(e)) => {
-                    let _ = out.try_send(Packet::error(format!("Bad packet: {e}")));
-                    return format!("bad packet: {e}");
+                    say(out, Packet::error(format!("Bad packet: {e}")));
+                    return Disconnect::BadPacket(e);
                 }
-                Err(e) => return e.to_string(),
+                Err(e) => return Disconnect::Session(e),
             },
             command = commands.recv() => match command {
                 Some(PeerCommand::Disconnect(problem)) => {
-                    let _ = out.try_send(Packet::error(problem.clone()));
-                    return format!("disconnected: {problem}");
+                    say(out, Packet::error(problem.clone()));
+                    return Disconnect::Kicked(problem);
                 }
-                None => return "node dropped the peer".into(),
+                None => return Disconnect::Dropped,
             },
             _ = async { shutdown.wait_for(|s| *s).await.map(|_| ()) } => {
-                let _ = out.try_send(Packet::error("Shutting down"));
-                return "node shutting down".into();
+                say(out, Packet::error("Shutting down"));
+                return Disconnect::Shutdown;
             }
         }
     }

@@ -1,8 +1,8 @@
 //! Help for the control API: one entry per method, the single source of the
 //! node's JSON-RPC `help` answer and of `potluck cli help`.
 //!
-//! Every method that `rpc.rs` dispatches has an entry here and every entry is
-//! dispatched; the test at the bottom reads the dispatch table to check both ways.
+//! The method names themselves are declared once, in `rpc/method.rs` (`MethodName`);
+//! the test at the bottom checks that every one has an entry here and every entry names one.
 
 /// One parameter of a method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -423,35 +423,11 @@ mod tests {
 
     use super::*;
 
-    /// The method names `rpc.rs` dispatches: the string patterns of the outermost
-    /// match arms in `fn dispatch`, read from the source so that a new arm without
-    /// a help entry fails here.
+    /// The method names the control API parses (`rpc/method.rs`, the one list of them).
     fn dispatched() -> BTreeSet<String> {
-        let source = include_str!("rpc.rs");
-        let body = source
-            .split("fn dispatch(")
-            .nth(1)
-            .expect("rpc.rs has a dispatch function");
-        // The function ends at the first closing brace in column 0.
-        let body = body.split("\n}").next().unwrap_or(body);
-        let arms: Vec<(usize, &str)> = body
-            .lines()
-            .filter_map(|line| {
-                let trimmed = line.trim_start();
-                let (pattern, _) = trimmed.split_once("=>")?;
-                trimmed
-                    .starts_with('"')
-                    .then(|| (line.len() - trimmed.len(), pattern))
-            })
-            .collect();
-        let outer = arms.iter().map(|(indent, _)| *indent).min().unwrap_or(0);
-        arms.iter()
-            .filter(|(indent, _)| *indent == outer)
-            .flat_map(|(_, pattern)| pattern.split('|'))
-            .filter_map(|alt| {
-                let alt = alt.trim();
-                alt.strip_prefix('"')?.strip_suffix('"').map(str::to_owned)
-            })
+        crate::rpc::MethodName::ALL
+            .iter()
+            .map(|m| m.as_str().to_owned())
             .collect()
     }
 

@@ -2,25 +2,36 @@
 //! commitment fee, and what it can spend now (docs/node.md, "Balances and the commitment fee").
 
 use channel::{CState, Htlc, State, Who};
-use serde_json::{json, Value};
 use wire::{Locktime, Sha256};
 
 use bitcoin::hashes::Hash as _;
 
-/// `{balance_msat, fee_share_msat, htlc_msat, spendable_msat}` of `who` in a channel in `state`.
-pub(crate) fn side_json(cs: &CState, who: Who, state: State) -> Value {
-    let side = cs.side(who);
-    // Only a live channel moves money; a command during an update waits for it, then proposes.
-    let live = matches!(
-        state,
-        State::Normal | State::WaitAccept | State::WaitSignature | State::WaitComplete
-    );
-    json!({
-        "balance_msat": side.total_msat(),
-        "fee_share_msat": side.fee_msat,
-        "htlc_msat": side.htlc_msat(),
-        "spendable_msat": if live { spendable_msat(cs, who) } else { 0 },
-    })
+/// One side's money as `listchannels` shows it (`ours`, `theirs`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub(crate) struct SideView {
+    /// What the side owns outside HTLCs, before its fee share.
+    pub(crate) balance_msat: u64,
+    /// Its share of the commitment transaction's fee.
+    pub(crate) fee_share_msat: u64,
+    /// The HTLCs it offered that are still pending.
+    pub(crate) htlc_msat: u64,
+    /// The most that one `pay` and one `newhtlc` from it both accept now.
+    pub(crate) spendable_msat: u64,
+}
+
+impl SideView {
+    /// The side `who` of a channel in `state` with commitment `cs`.
+    pub(crate) fn of(cs: &CState, who: Who, state: State) -> SideView {
+        let side = cs.side(who);
+        // Only a live channel moves money; a command during an update waits for it, then proposes.
+        let live = state == State::Normal || crate::manager::states::is_updating(state);
+        SideView {
+            balance_msat: side.total_msat(),
+            fee_share_msat: side.fee_msat,
+            htlc_msat: side.htlc_msat(),
+            spendable_msat: if live { spendable_msat(cs, who) } else { 0 },
+        }
+    }
 }
 
 /// The largest amount that one `pay` and one `newhtlc` from `who` both accept now.
@@ -78,30 +89,30 @@ mod tests {
     #[test]
     fn a_first_small_payment_goes_to_the_peers_fee_share() {
         let paid = fresh().pay(Who::Us, 1_000_000).unwrap();
-        let theirs = side_json(&paid, Who::Them, State::Normal);
-        assert_eq!(theirs["balance_msat"], 1_000_000);
-        assert_eq!(theirs["fee_share_msat"], 1_000_000);
+        let theirs = SideView::of(&paid, Who::Them, State::Normal);
+        assert_eq!(theirs.balance_msat, 1_000_000);
+        assert_eq!(theirs.fee_share_msat, 1_000_000);
         assert_eq!(paid.theirs.pay_msat, 0);
-        assert_eq!(theirs["spendable_msat"], 0);
-        let ours = side_json(&paid, Who::Us, State::Normal);
-        assert_eq!(ours["balance_msat"], 499_000_000);
-        assert_eq!(ours["fee_share_msat"], 9_000_000);
+        assert_eq!(theirs.spendable_msat, 0);
+        let ours = SideView::of(&paid, Who::Us, State::Normal);
+        assert_eq!(ours.balance_msat, 499_000_000);
+        assert_eq!(ours.fee_share_msat, 9_000_000);
         // pay alone would allow 494,000,000; an HTLC leaves the peer's share unpaid and allows 490,000,000.
-        assert_eq!(ours["spendable_msat"], 490_000_000);
+        assert_eq!(ours.spendable_msat, 490_000_000);
 
         let more = paid.pay(Who::Us, 20_000_000).unwrap();
-        let theirs = side_json(&more, Who::Them, State::Normal);
-        assert_eq!(theirs["fee_share_msat"], 5_000_000);
-        assert_eq!(theirs["spendable_msat"], 16_000_000);
+        let theirs = SideView::of(&more, Who::Them, State::Normal);
+        assert_eq!(theirs.fee_share_msat, 5_000_000);
+        assert_eq!(theirs.spendable_msat, 16_000_000);
         assert_eq!(
-            side_json(&more, Who::Us, State::Normal)["spendable_msat"],
+            SideView::of(&more, Who::Us, State::Normal).spendable_msat,
             474_000_000
         );
         // A closed channel (or one not yet open) spends nothing, whatever it owned.
         for state in [State::Closed, State::OnChain, State::CloseWaitAck] {
-            assert_eq!(side_json(&more, Who::Us, state)["spendable_msat"], 0);
+            assert_eq!(SideView::of(&more, Who::Us, state).spendable_msat, 0);
             assert_eq!(
-                side_json(&more, Who::Us, state)["balance_msat"],
+                SideView::of(&more, Who::Us, state).balance_msat,
                 479_000_000
             );
         }

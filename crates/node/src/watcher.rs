@@ -4,13 +4,16 @@
 //! depths to the channels, and broadcasts queued claims once their relative
 //! and absolute locks allow.
 
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bitcoin::{Block, OutPoint};
+use bitcoin::{Block, OutPoint, Transaction, Txid};
+use chain::Chain;
 
-use crate::control_error::ControlError;
-use crate::store::{OutputRow, StoreError};
+use crate::manager::{lock, ExecError, Slot};
+use crate::node::Node;
+use crate::store::{BroadcastRow, MetaKey, OutputRow, Store, StoreError};
 
 /// Why a watcher pass stopped (the next pass starts over from the stored height).
 #[derive(Debug, thiserror::Error)]
@@ -23,9 +26,8 @@ pub(crate) enum WatchError {
     Store(#[from] StoreError),
     /// A channel's actions failed (a persist).
     #[error(transparent)]
-    Channel(#[from] ControlError),
+    Channel(#[from] ExecError),
 }
-use crate::NodeState;
 
 /// Why a transaction the node follows could not be looked up (nothing is decided on it).
 #[derive(Debug, thiserror::Error)]
@@ -38,35 +40,49 @@ pub(crate) enum LookupError {
     Store(#[from] StoreError),
 }
 
-impl NodeState {
-    /// A transaction the node follows (an anchor, a commitment or close spending one, a
-    /// queued claim or its parent), in the mempool or on the best chain; `None` if neither.
-    /// Found without Core's `-txindex`: the scan recorded the block that holds it
-    /// ([`crate::store::Store::record_tx_block`]), and Core finds a confirmed transaction
-    /// by its block; the mempool needs no index. On a Core with the index, a transaction
-    /// confirmed in a block not scanned yet is found too.
-    ///
-    /// # Errors
-    /// The chain or the store could not be asked.
-    pub(crate) async fn followed_transaction(
-        &self,
-        txid: bitcoin::Txid,
-    ) -> Result<Option<chain::TxStatus>, LookupError> {
-        if let Some(hash) = self.store.tx_block(&txid).await? {
-            match self.chain.transaction_in_block(txid, hash).await {
-                Ok(Some(status)) => return Ok(Some(status)),
-                // That block left the best chain (the next pass rewinds the record): the
-                // transaction may be back in the mempool or in a block of the new branch.
-                Ok(None) => {}
-                // A pruned block, or Core unreachable: the mempool (and `gettxout` for an
-                // anchor) may still answer; if Core is down the next call says so.
-                Err(e) => {
-                    tracing::debug!(%txid, block = %hash, error = %e, "recorded block unavailable")
-                }
+/// What the watcher keeps between passes.
+#[derive(Default)]
+pub(crate) struct WatchState {
+    /// One watcher pass at a time (the loop and tests that step it).
+    pass: tokio::sync::Mutex<()>,
+    /// Set by the watcher's first pass after a start.
+    watched_once: std::sync::atomic::AtomicBool,
+    /// The stored hash of the last block the watcher's last complete pass had scanned.
+    scanned_tip: Mutex<Option<bitcoin::BlockHash>>,
+    /// The height at which each queued claim or penalty was first sent (a version still
+    /// unconfirmed a block later is replaced at a higher fee). Not persisted: after a
+    /// restart the count starts again, which only delays the next bump by a block.
+    sent_at: Mutex<HashMap<Txid, u32>>,
+}
+
+/// A transaction the node follows (an anchor, a commitment or close spending one, a
+/// queued claim or its parent), in the mempool or on the best chain; `None` if neither.
+/// Found without Core's `-txindex`: the scan recorded the block that holds it
+/// ([`crate::store::Store::record_tx_block`]), and Core finds a confirmed transaction
+/// by its block; the mempool needs no index. On a Core with the index, a transaction
+/// confirmed in a block not scanned yet is found too.
+///
+/// # Errors
+/// The chain or the store could not be asked.
+pub(crate) async fn followed_transaction(
+    store: &Store,
+    chain: &dyn Chain,
+    txid: Txid,
+) -> Result<Option<chain::TxStatus>, LookupError> {
+    if let Some(hash) = store.tx_block(&txid).await? {
+        match chain.transaction_in_block(txid, hash).await {
+            Ok(Some(status)) => return Ok(Some(status)),
+            // That block left the best chain (the next pass rewinds the record): the
+            // transaction may be back in the mempool or in a block of the new branch.
+            Ok(None) => {}
+            // A pruned block, or Core unreachable: the mempool (and `gettxout` for an
+            // anchor) may still answer; if Core is down the next call says so.
+            Err(e) => {
+                tracing::debug!(%txid, block = %hash, error = %e, "recorded block unavailable")
             }
         }
-        Ok(self.chain.transaction(txid).await?)
     }
+    Ok(chain.transaction(txid).await?)
 }
 
 /// The deepest reorganisation followed back block by block (two weeks of blocks); a deeper
@@ -77,10 +93,10 @@ const MAX_REORG_DEPTH: u32 = 2016;
 const POLL: Duration = Duration::from_millis(250);
 
 /// Runs until shutdown.
-pub(crate) async fn run(state: Arc<NodeState>) {
-    let mut shutdown = state.shutdown.subscribe();
+pub(crate) async fn run(node: Arc<Node>) {
+    let mut shutdown = node.shutdown.subscribe();
     loop {
-        if let Err(e) = step(&state).await {
+        if let Err(e) = step(&node).await {
             tracing::warn!(error = %e, "chain watcher");
         }
         tokio::select! {
@@ -91,32 +107,28 @@ pub(crate) async fn run(state: Arc<NodeState>) {
 }
 
 /// One pass: new blocks, then channel timers and pending broadcasts.
-pub(crate) async fn step(state: &NodeState) -> Result<(), WatchError> {
-    let _pass = state.watch_pass.lock().await;
-    let tip = state.chain.tip().await?;
+pub(crate) async fn step(node: &Node) -> Result<(), WatchError> {
+    let _pass = node.watcher.pass.lock().await;
+    let tip = node.chain.tip().await?;
     // The chain's tip is the block the last pass scanned last: a block's hash commits to
     // all its ancestors, so nothing was added or replaced and the store has nothing to
     // compare (an idle node made three reads per pass, four passes a second).
-    let unchanged = *crate::channels::lock(&state.scanned_tip) == Some(tip.hash);
+    let unchanged = *lock(&node.watcher.scanned_tip) == Some(tip.hash);
     if unchanged {
-        timers_and_broadcasts(state, tip.height).await;
+        timers_and_broadcasts(node, tip.height).await;
         return Ok(());
     }
-    let mut scanned = state.store.meta("scanned_height").await?;
+    let mut scanned = node.store.meta(MetaKey::ScannedHeight).await?;
     let mut forked = false;
-    if let Some(fork) = find_fork(state, scanned).await? {
+    if let Some(fork) = find_fork(node, scanned).await? {
         scanned = i64::from(fork);
         forked = true;
-        for slot in state.channels.all() {
-            let mut inner = slot.lock().await;
-            if inner.anchor_conflict.is_some_and(|h| h > fork) {
-                inner.anchor_conflict = None;
-            }
-        }
+        node.manager.rewound(fork).await;
     }
     // The first pass after a start checks every live channel's anchor: a reorganisation
     // while the node was down may have taken it.
-    let first_pass = !state
+    let first_pass = !node
+        .watcher
         .watched_once
         .swap(true, std::sync::atomic::Ordering::Relaxed);
     // A fresh node starts at the current tip: nothing of it can be older.
@@ -127,17 +139,13 @@ pub(crate) async fn step(state: &NodeState) -> Result<(), WatchError> {
     };
     let mut new_blocks = false;
     while next <= tip.height {
-        let Some(block) = state.chain.block_at(next).await? else {
+        let Some(block) = node.chain.block_at(next).await? else {
             break;
         };
-        scan_block(state, next, &block).await?;
-        state
-            .store
-            .set_block_hash(next, &block.block_hash())
-            .await?;
-        state
-            .store
-            .set_meta("scanned_height", i64::from(next))
+        scan_block(node, next, &block).await?;
+        node.store.set_block_hash(next, &block.block_hash()).await?;
+        node.store
+            .set_meta(MetaKey::ScannedHeight, i64::from(next))
             .await?;
         next += 1;
         new_blocks = true;
@@ -145,38 +153,30 @@ pub(crate) async fn step(state: &NodeState) -> Result<(), WatchError> {
     let height = next.saturating_sub(1);
     if new_blocks || scanned == 0 || forked || first_pass {
         // Claims, penalties and the fair close fee follow the chain's fee rate.
-        let rate = state.fee_rate().await.to_sat_per_kwu();
-        for slot in state.channels.all() {
-            {
-                let mut inner = slot.lock().await;
-                inner.channel.set_fee_rate(rate);
-                let _ = inner.channel.block_height(height);
-                state.advance_opening(&slot, &mut inner, height).await;
-                state.check_live_anchor(&slot, &mut inner, height).await;
-            }
-        }
+        let rate = node.wallet.fee_rate().await.to_sat_per_kwu();
+        node.manager.block(height, rate).await;
     }
     if new_blocks {
-        bump_stuck_sweeps(state, height).await;
+        bump_stuck_sweeps(node, height).await;
     }
-    timers_and_broadcasts(state, height).await;
+    timers_and_broadcasts(node, height).await;
     // Only now: a pass that failed half-way is repeated whole.
     let last = if height > 0 {
-        state.store.block_hash(height).await?
+        node.store.block_hash(height).await?
     } else {
         None
     };
-    *crate::channels::lock(&state.scanned_tip) = last;
+    *lock(&node.watcher.scanned_tip) = last;
     Ok(())
 }
 
 /// What every pass does, new blocks or not: update deadlines, expired HTLCs, due broadcasts.
-async fn timers_and_broadcasts(state: &NodeState, height: u32) {
-    for slot in state.channels.all() {
-        state.enforce_update_deadline(&slot).await;
-        state.time_out_htlcs(&slot, height).await;
+async fn timers_and_broadcasts(node: &Node, height: u32) {
+    let now = std::time::Instant::now();
+    for slot in node.manager.channels.all() {
+        node.manager.tick(&slot, height, now).await;
     }
-    send_due_broadcasts(state, height).await;
+    send_due_broadcasts(node, height).await;
 }
 
 /// Compares the stored hashes of the scanned blocks with the best chain, from the scanned
@@ -187,16 +187,16 @@ async fn timers_and_broadcasts(state: &NodeState, height: u32) {
 ///
 /// # Errors
 /// The chain or the store failed (the next pass tries again).
-async fn find_fork(state: &NodeState, scanned: i64) -> Result<Option<u32>, WatchError> {
+async fn find_fork(node: &Node, scanned: i64) -> Result<Option<u32>, WatchError> {
     let Ok(mut height) = u32::try_from(scanned) else {
         return Ok(None);
     };
     let mut gone_blocks = Vec::new();
     while height > 0 && gone_blocks.len() < MAX_REORG_DEPTH as usize {
-        let Some(stored) = state.store.block_hash(height).await? else {
+        let Some(stored) = node.store.block_hash(height).await? else {
             break;
         };
-        if state.chain.block_hash(height).await? == Some(stored) {
+        if node.chain.block_hash(height).await? == Some(stored) {
             break;
         }
         gone_blocks.push(stored);
@@ -209,11 +209,11 @@ async fn find_fork(state: &NodeState, scanned: i64) -> Result<Option<u32>, Watch
     // new branch (or the mempool) still has them.
     let mut gone = Vec::new();
     for hash in &gone_blocks {
-        match state.chain.block(*hash).await {
+        match node.chain.block(*hash).await {
             Ok(block) => {
                 for tx in &block.txdata {
                     let txid = tx.compute_txid();
-                    if !state.chain.in_mempool(txid).await.unwrap_or(true) {
+                    if !node.chain.in_mempool(txid).await.unwrap_or(true) {
                         gone.push(txid);
                     }
                 }
@@ -226,95 +226,93 @@ async fn find_fork(state: &NodeState, scanned: i64) -> Result<Option<u32>, Watch
         fork = height,
         "chain reorganisation; rescanning from the fork point"
     );
-    state.store.rewind(height, &gone).await?;
-    state
-        .store
-        .set_meta("scanned_height", i64::from(height))
+    node.store.rewind(height, &gone).await?;
+    node.store
+        .set_meta(MetaKey::ScannedHeight, i64::from(height))
         .await?;
     Ok(Some(height))
 }
 
-async fn scan_block(state: &NodeState, height: u32, block: &Block) -> Result<(), WatchError> {
-    let mut anchor_inputs: Vec<(OutPoint, bitcoin::Txid, Arc<crate::channels::Slot>)> = Vec::new();
-    let anchors: Vec<(OutPoint, Arc<crate::channels::Slot>)> = {
-        let mut v = Vec::new();
-        for slot in state.channels.all() {
-            let inner = slot.lock().await;
-            if let Some(op) = inner.channel.anchor_outpoint() {
-                for input in &inner.anchor_inputs {
-                    anchor_inputs.push((*input, op.txid, Arc::clone(&slot)));
-                }
-                drop(inner);
-                v.push((op, slot));
-            }
-        }
-        v
-    };
-    let pending = state.store.pending_broadcasts().await?;
-    // What the node looks up later by txid (a claim's CSV counts from its parent's depth):
-    // the queued transactions' parents. Anchors, their spends and the queued transactions
-    // themselves are found below.
-    let parents: std::collections::HashSet<bitcoin::Txid> = pending
+/// What a block is compared against: everything the node follows on chain.
+pub(crate) struct Watched<'a> {
+    /// Every channel anchor, with its channel's index in `slots`.
+    pub(crate) anchors: Vec<(OutPoint, usize)>,
+    /// The outputs each anchor spends: (input, anchor txid, channel index).
+    pub(crate) anchor_inputs: Vec<(OutPoint, Txid, usize)>,
+    /// Queued broadcasts.
+    pub(crate) pending: &'a [BroadcastRow],
+    /// Every wallet output (spent and reserved ones too: the chain may overrule a spender).
+    pub(crate) ours: HashSet<OutPoint>,
+    /// The wallet's scripts → derivation path.
+    pub(crate) script_path: &'a (dyn Fn(&bitcoin::ScriptBuf) -> Option<wallet::KeyPath> + Sync),
+}
+
+/// One thing a block holds for the node, in block order.
+#[derive(Debug, Clone)]
+pub(crate) enum Found {
+    /// A transaction the node looks up later by txid: its block is recorded.
+    Followed(Txid),
+    /// A transaction spends these wallet outputs.
+    WalletSpend(Vec<OutPoint>, Txid),
+    /// A transaction that is not the anchor spends one of the anchor's inputs: it can
+    /// never confirm while this block stands.
+    AnchorDoubleSpent { channel: usize, txid: Txid },
+    /// The transaction at this index of the block spends the channel's anchor.
+    AnchorSpent { channel: usize, tx: usize },
+    /// A new wallet output.
+    WalletOutput(OutputRow),
+    /// A queued broadcast is confirmed, or can never be (its inputs went elsewhere).
+    BroadcastDone(Txid),
+}
+
+/// Scans a block at `height` against what the node follows; pure: the store, the wallet
+/// and the channels apply what it found ([`scan_block`]), as LDK's `chain::Confirm` hands
+/// a block's transactions to the manager and the monitors.
+pub(crate) fn scan(block: &Block, height: u32, watched: &Watched<'_>) -> Vec<Found> {
+    // The parents of the queued transactions (a claim's CSV counts from its parent's depth).
+    let parents: HashSet<Txid> = watched
+        .pending
         .iter()
         .flat_map(|b| b.tx.input.iter().map(|i| i.previous_output.txid))
         .collect();
-    let hash = block.block_hash();
-    // Every output the wallet has (spent and reserved ones too, whose spender the chain may
-    // overrule): only their spends are written. Writing every input of every transaction
-    // cost a database transaction per transaction of the block, on every node, and kept
-    // the block in memory for all those round trips.
-    let mut ours: std::collections::HashSet<OutPoint> = state
-        .store
-        .outputs(false)
-        .await?
-        .iter()
-        .map(|o| o.outpoint)
-        .collect();
-    for tx in &block.txdata {
+    let mut ours = watched.ours.clone();
+    let mut found = Vec::new();
+    for (index, tx) in block.txdata.iter().enumerate() {
         let txid = tx.compute_txid();
         let spent: Vec<OutPoint> = tx.input.iter().map(|i| i.previous_output).collect();
         // Recorded before the channels act on it, so that a claim queued now finds its parent.
         let followed = parents.contains(&txid)
-            || pending.iter().any(|b| b.txid == txid)
-            || anchors
+            || watched.pending.iter().any(|b| b.txid == txid)
+            || watched
+                .anchors
                 .iter()
                 .any(|(op, _)| op.txid == txid || spent.contains(op));
         if followed {
-            state.store.record_tx_block(&txid, height, &hash).await?;
+            found.push(Found::Followed(txid));
         }
         let spent_ours: Vec<OutPoint> =
             spent.iter().filter(|o| ours.contains(o)).copied().collect();
         if !spent_ours.is_empty() {
-            state.store.spend_outputs(&spent_ours, &txid).await?;
+            found.push(Found::WalletSpend(spent_ours, txid));
         }
-        for (input, anchor, slot) in &anchor_inputs {
+        for (input, anchor, channel) in &watched.anchor_inputs {
             if txid != *anchor && spent.contains(input) {
-                tracing::warn!(peer = %slot.peer, channel = slot.id, %txid, height, "a block double-spends the channel's anchor");
-                slot.lock().await.anchor_conflict = Some(height);
+                found.push(Found::AnchorDoubleSpent {
+                    channel: *channel,
+                    txid,
+                });
             }
         }
-        for (op, slot) in &anchors {
+        for (op, channel) in &watched.anchors {
             if spent.contains(op) {
-                let mut inner = slot.lock().await;
-                tracing::info!(peer = %slot.peer, channel = slot.id, %txid, height, "anchor spent");
-                // A revoked commitment's HTLCs live in the store, keyed by its number.
-                let revoked = match channel::tx::commitment_number(tx) {
-                    Some(n) => state.store.revoked(slot.id, n).await.unwrap_or_else(|e| {
-                        tracing::error!(channel = slot.id, error = %e, "cannot read the revoked commitment");
-                        None
-                    }),
-                    None => None,
-                };
-                match inner.channel.spend_seen(tx, revoked.as_ref()) {
-                    Ok(actions) => state.run_actions(slot, &mut inner, actions).await?,
-                    Err(e) => {
-                        tracing::error!(peer = %slot.peer, channel = slot.id, %txid, error = %e, "cannot handle the anchor spend")
-                    }
-                }
+                found.push(Found::AnchorSpent {
+                    channel: *channel,
+                    tx: index,
+                });
             }
         }
         for (vout, out) in tx.output.iter().enumerate() {
-            if let Some(path) = state.script_path(&out.script_pubkey) {
+            if let Some(path) = (watched.script_path)(&out.script_pubkey) {
                 let row = OutputRow {
                     outpoint: OutPoint {
                         txid,
@@ -326,22 +324,101 @@ async fn scan_block(state: &NodeState, height: u32, block: &Block) -> Result<(),
                     height,
                     coinbase: tx.is_coinbase(),
                 };
-                state.store.add_output(&row).await?;
                 // A later transaction of the same block may spend it.
                 ours.insert(row.outpoint);
-                tracing::info!(%txid, vout, amount_sat = row.amount_sat, "wallet output confirmed");
+                found.push(Found::WalletOutput(row));
             }
         }
         // A queued transaction whose inputs this one spends is confirmed, or can never be.
-        for b in &pending {
-            if b.txid == txid
-                || b.tx
-                    .input
+        for b in watched.pending {
+            let conflicts =
+                b.tx.input
                     .iter()
-                    .any(|i| spent.contains(&i.previous_output))
-            {
-                state.store.broadcast_done(&b.txid, height).await?;
+                    .any(|i| spent.contains(&i.previous_output));
+            if b.txid == txid || conflicts {
+                found.push(Found::BroadcastDone(b.txid));
             }
+        }
+    }
+    found
+}
+
+/// Scans a block and applies what it holds: the store records followed transactions, the
+/// wallet its outputs and their spends, the channels the spends of their anchors.
+async fn scan_block(node: &Node, height: u32, block: &Block) -> Result<(), WatchError> {
+    let slots = node.manager.channels.all();
+    let mut anchors = Vec::new();
+    let mut anchor_inputs = Vec::new();
+    for (i, slot) in slots.iter().enumerate() {
+        let inner = slot.lock().await;
+        if let Some(op) = inner.channel.anchor_outpoint() {
+            for input in &inner.anchor.inputs {
+                anchor_inputs.push((*input, op.txid, i));
+            }
+            anchors.push((op, i));
+        }
+    }
+    let pending = node.store.pending_broadcasts().await?;
+    // Every output the wallet has (spent and reserved ones too, whose spender the chain may
+    // overrule): only their spends are written. Writing every input of every transaction
+    // cost a database transaction per transaction of the block, on every node, and kept
+    // the block in memory for all those round trips.
+    let ours = node.store.outputs(false).await?;
+    let script_path = |script: &bitcoin::ScriptBuf| node.wallet.script_path(script);
+    let watched = Watched {
+        anchors,
+        anchor_inputs,
+        pending: &pending,
+        ours: ours.iter().map(|o| o.outpoint).collect(),
+        script_path: &script_path,
+    };
+    let hash = block.block_hash();
+    for found in scan(block, height, &watched) {
+        match found {
+            Found::Followed(txid) => node.store.record_tx_block(&txid, height, &hash).await?,
+            Found::WalletSpend(outputs, txid) => node.store.spend_outputs(&outputs, &txid).await?,
+            Found::AnchorDoubleSpent { channel, txid } => {
+                let slot = &slots[channel];
+                tracing::warn!(peer = %slot.peer, channel = %slot.id, %txid, height, "a block double-spends the channel's anchor");
+                slot.lock().await.anchor.conflict = Some(height);
+            }
+            Found::AnchorSpent { channel, tx } => {
+                anchor_spent(node, &slots[channel], &block.txdata[tx], height).await?;
+            }
+            Found::WalletOutput(row) => {
+                node.store.add_output(&row).await?;
+                let (txid, vout) = (row.outpoint.txid, row.outpoint.vout);
+                tracing::info!(%txid, vout, amount_sat = row.amount_sat, "wallet output confirmed");
+            }
+            Found::BroadcastDone(txid) => node.store.broadcast_done(&txid, height).await?,
+        }
+    }
+    Ok(())
+}
+
+/// A transaction in a block spends the channel's anchor: a close, a commitment of either
+/// side, or a revoked commitment of the peer (answered with the penalty).
+async fn anchor_spent(
+    node: &Node,
+    slot: &Slot,
+    tx: &Transaction,
+    height: u32,
+) -> Result<(), WatchError> {
+    let txid = tx.compute_txid();
+    let mut inner = slot.lock().await;
+    tracing::info!(peer = %slot.peer, channel = %slot.id, %txid, height, "anchor spent");
+    // A revoked commitment's HTLCs live in the store, keyed by its number.
+    let revoked = match channel::tx::commitment_number(tx) {
+        Some(n) => node.store.revoked(slot.id, n).await.unwrap_or_else(|e| {
+            tracing::error!(channel = %slot.id, error = %e, "cannot read the revoked commitment");
+            None
+        }),
+        None => None,
+    };
+    match inner.channel.spend_seen(tx, revoked.as_ref()) {
+        Ok(actions) => node.manager.run_actions(slot, &mut inner, actions).await?,
+        Err(e) => {
+            tracing::error!(peer = %slot.peer, channel = %slot.id, %txid, error = %e, "cannot handle the anchor spend")
         }
     }
     Ok(())
@@ -362,7 +439,7 @@ fn lock_time_passed(lock_time: u32, height: u32, median_time_past: Option<u32>) 
 }
 
 /// Broadcasts the queued transactions whose locks are satisfied at the next block.
-async fn send_due_broadcasts(state: &NodeState, height: u32) {
+async fn send_due_broadcasts(state: &Node, height: u32) {
     let Ok(pending) = state.store.pending_broadcasts().await else {
         return;
     };
@@ -385,10 +462,12 @@ async fn send_due_broadcasts(state: &NodeState, height: u32) {
         if b.csv_blocks > 0 {
             let parent = b.tx.input.first().map(|i| i.previous_output.txid);
             let confs = match parent {
-                Some(p) => match state.followed_transaction(p).await {
-                    Ok(Some(s)) => s.confirmations,
-                    _ => 0,
-                },
+                Some(p) => {
+                    match followed_transaction(&state.store, state.chain.as_ref(), p).await {
+                        Ok(Some(s)) => s.confirmations,
+                        _ => 0,
+                    }
+                }
                 None => 0,
             };
             // BIP68: spendable in the block at conf_height + csv, i.e. when confirmations + 1 > csv.
@@ -404,9 +483,7 @@ async fn send_due_broadcasts(state: &NodeState, height: u32) {
                 continue;
             }
         }
-        crate::channels::lock(&state.sent_at)
-            .entry(b.txid)
-            .or_insert(height);
+        lock(&state.watcher.sent_at).entry(b.txid).or_insert(height);
     }
 }
 
@@ -414,14 +491,14 @@ async fn send_due_broadcasts(state: &NodeState, height: u32) {
 /// higher fee (BIP125, `chain::bump`), within the budget their channel allows: a cheater's
 /// delayed sweep or an HTLC refund races them, and the fee that wins is not known when
 /// they are first signed.
-async fn bump_stuck_sweeps(state: &NodeState, height: u32) {
+async fn bump_stuck_sweeps(state: &Node, height: u32) {
     let Ok(pending) = state.store.pending_broadcasts().await else {
         return;
     };
     // Only what is still queued is remembered: confirmed and replaced versions go, so the
     // map never holds more than the queue.
     let due: Vec<_> = {
-        let mut sent_at = crate::channels::lock(&state.sent_at);
+        let mut sent_at = lock(&state.watcher.sent_at);
         sent_at.retain(|txid, _| pending.iter().any(|b| b.txid == *txid));
         pending
             .into_iter()
@@ -431,9 +508,9 @@ async fn bump_stuck_sweeps(state: &NodeState, height: u32) {
     if due.is_empty() {
         return;
     }
-    let target = state.fee_rate().await;
+    let target = state.wallet.fee_rate().await;
     for b in due {
-        let Some(slot) = state.channels.by_id(b.channel_id) else {
+        let Some(slot) = state.manager.channels.by_id(b.channel_id) else {
             continue;
         };
         // The outputs it spends, as confirmed (a sweep's parent is on chain before it is
@@ -476,18 +553,20 @@ async fn bump_stuck_sweeps(state: &NodeState, height: u32) {
             .queue_broadcast(b.channel_id, &bumped, b.csv_blocks, b.lock_time)
             .await
         {
-            tracing::error!(channel = b.channel_id, error = %e, "cannot queue a fee bump");
+            tracing::error!(channel = %b.channel_id, error = %e, "cannot queue a fee bump");
             continue;
         }
         if let Err(e) = state.store.broadcast_superseded(&b.txid).await {
-            tracing::error!(channel = b.channel_id, error = %e, "cannot retire a replaced claim");
+            tracing::error!(channel = %b.channel_id, error = %e, "cannot retire a replaced claim");
         }
-        tracing::info!(channel = b.channel_id, old = %b.txid, new = %txid, old_fee_sat = old_fee.to_sat(), fee_sat = fee.to_sat(), "claim re-signed at a higher fee");
+        tracing::info!(channel = %b.channel_id, old = %b.txid, new = %txid, old_fee_sat = old_fee.to_sat(), fee_sat = fee.to_sat(), "claim re-signed at a higher fee");
         match state.chain.broadcast(bumped).await {
             Ok(_) => {
-                crate::channels::lock(&state.sent_at).insert(txid, height);
+                lock(&state.watcher.sent_at).insert(txid, height);
             }
-            Err(e) => tracing::warn!(channel = b.channel_id, %txid, error = %e, "fee bump refused"),
+            Err(e) => {
+                tracing::warn!(channel = %b.channel_id, %txid, error = %e, "fee bump refused")
+            }
         }
     }
 }
@@ -575,12 +654,12 @@ mod tests {
         let lock = mtp + 3_600;
         let tx = locked_spend(coin, value, lock);
         let txid = tx.compute_txid();
-        node.state
+        node.node
             .store
-            .queue_broadcast(1, &tx, 0, lock)
+            .queue_broadcast(crate::store::ChannelId(1), &tx, 0, lock)
             .await
             .unwrap();
-        super::step(&node.state).await.unwrap();
+        super::step(&node.node).await.unwrap();
         assert!(
             !chain.in_mempool(txid).await.unwrap(),
             "broadcast before its time"
@@ -595,7 +674,7 @@ mod tests {
             })
             .unwrap();
         assert!(chain.with_state(|s| s.median_time_past(s.height())) > lock);
-        super::step(&node.state).await.unwrap();
+        super::step(&node.node).await.unwrap();
         assert!(
             chain.in_mempool(txid).await.unwrap(),
             "a claim locked until a time that has passed was not broadcast"

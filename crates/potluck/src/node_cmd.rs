@@ -63,7 +63,8 @@ pub struct NodeArgs {
     #[arg(long, env = "POTLUCK_MAX_THEIR_DELAY", default_value_t = 2016, value_parser = clap::value_parser!(u32).range(1..=65_535))]
     pub max_their_delay: u32,
     /// Blocks after its expiry that an HTLC we offered may stay unresolved (the peer away,
-    /// refusing or stalling mid-update) before we close on chain to take it back.
+    /// refusing or stalling mid-update) before we close on chain to take it back. Stored
+    /// with each channel when it is opened (`ChannelConfig::force_close_after_expiry_blocks`).
     #[arg(long, env = "POTLUCK_HTLC_CLOSE_AFTER_BLOCKS", default_value_t = 6)]
     pub htlc_close_after_blocks: u32,
     /// At most this many authenticated peer sessions at once (our own dials count from the
@@ -160,7 +161,9 @@ pub fn run(args: NodeArgs) -> anyhow::Result<()> {
         config.max_pending_handshakes_per_ip = args.max_pending_handshakes_per_ip;
         config.inbound_handshake_timeout = Duration::from_secs(args.handshake_timeout_secs);
         config.max_pending_openings = args.max_pending_openings;
-        config.htlc_close_after_blocks = args.htlc_close_after_blocks;
+        // The one setting of the HTLC-expiry close: each new channel keeps it (it is part
+        // of the channel's stored config), and the channel judges its refund deadline by it.
+        config.channel.force_close_after_expiry_blocks = args.htlc_close_after_blocks;
         let regtest = args.network == bitcoin::Network::Regtest;
         config.channel.min_depth = args.min_depth.unwrap_or(if regtest { 1 } else { 3 });
         config.channel.delay =

@@ -69,11 +69,6 @@ fn anchor_paying_too_little_is_refused() {
     bad_anchor_is_refused(Anchor::PaysTooLittle);
 }
 
-#[test]
-fn anchor_that_does_not_exist_is_refused() {
-    bad_anchor_is_refused(Anchor::DoesNotExist);
-}
-
 /// Control: the same scripted peer playing fair gets a live channel (so the refusals above
 /// are about the anchor, not about the script).
 #[test]
@@ -308,54 +303,6 @@ fn a_stalled_update_drops_the_session_and_closes() {
     });
 }
 
-/// We offered an HTLC; it expires and the peer stops answering in the middle of the update
-/// that would remove it (our `update_timedout_htlc` is never accepted). Within the configured
-/// blocks after expiry the node closes on chain, whatever state the channel is in, and the
-/// HTLC's value comes back to its wallet.
-#[test]
-fn an_expired_htlc_with_a_stalled_peer_is_refunded_on_chain() {
-    let chain = DevChainProc::start();
-    let node = NodeProc::start_with(&chain, false, &["--htlc-close-after-blocks", "2"]);
-    let mut peer = ScriptedPeer::connect(&node, 90);
-    peer.open_live(&chain, &node, ANCHOR_SAT);
-    peer.pay(200_000_000).unwrap();
-    // Room for the claim delay (6) plus the safety margin (6) that both sides require.
-    let expiry = chain.height() + 14;
-    let r_hash = support::channels::r_hash(&[7u8; 32]);
-    let peer_id = peer.node_id.to_string();
-    let offer = node.cli_in_background(&[
-        "newhtlc",
-        &peer_id,
-        "50000000",
-        &r_hash,
-        &expiry.to_string(),
-    ]);
-    peer.answer_update();
-    assert!(offer.join().unwrap().status.success());
-    assert_eq!(node.channel()["htlcs"].as_array().unwrap().len(), 1);
-
-    // Expire it; the node asks to remove it and the peer never answers.
-    while chain.height() < expiry {
-        chain.mine(1);
-    }
-    peer.expect("update_timedout_htlc", 30);
-    let deadline_height = expiry + 2;
-    while chain.height() < deadline_height {
-        chain.mine(1);
-        std::thread::sleep(Duration::from_millis(300));
-    }
-    wait_for("the node closes on chain", 10, || {
-        (node.channel_state() == "on_chain").then_some(())
-    });
-    // The HTLC comes back: the wallet ends with about all the node owned (200,000 sat less
-    // its commitment-fee share and sweep fees), not only the 145,000 sat outside the HTLC.
-    wait_for("the HTLC refunded to the wallet", 90, || {
-        chain.mine(1);
-        std::thread::sleep(Duration::from_millis(100));
-        (node.funds() > 190_000).then_some(())
-    });
-}
-
 /// A peer offers us an HTLC, takes our `update_accept` (our signature on its next
 /// commitment, the one with the HTLC) and broadcasts that commitment instead of signing
 /// ours. The node must recognise it, sweep its output and, given R, claim the HTLC.
@@ -520,22 +467,6 @@ fn fund_wallet(chain: &DevChainProc, node: &NodeProc, sat: u64) {
     wait_for("the node's funds", 30, || {
         (node.cli(&["listfunds"])["spendable_sat"] == sat).then_some(())
     });
-}
-
-/// The peer offered us an HTLC and we know R, but the peer never takes our fulfill (it
-/// stalls mid-update): before the HTLC expires — with room for our claim delay and a margin —
-/// the node closes on chain and claims it with R.
-#[test]
-fn an_incoming_htlc_with_known_r_is_claimed_on_chain_before_expiry() {
-    let chain = DevChainProc::start();
-    let node = NodeProc::start(&chain, false);
-    let (mut peer, r, expiry) = offered_htlc(&chain, &node, 130, 11);
-    // The owner fulfills; the peer reads the fulfill and never answers.
-    let peer_id = peer.node_id.to_string();
-    let r_hex = hex::encode(r.0);
-    let _fulfill = node.cli_in_background(&["fulfillhtlc", &peer_id, &r_hex]);
-    peer.expect("update_fulfill_htlc", 30);
-    claimed_with_r_before_expiry(&chain, &node, expiry);
 }
 
 /// The peer reads our `update_fulfill_htlc` (it has R now: it can take the payment
@@ -1054,59 +985,6 @@ fn reorganise_anchor_out(chain: &DevChainProc, node: &NodeProc) -> String {
     let block = chain.tx(&anchor)["blockhash"].as_str().unwrap().to_owned();
     chain.call("invalidateblock", serde_json::json!([block]));
     anchor
-}
-
-/// A live channel whose anchor a reorganisation takes off the best chain is not live until
-/// the anchor confirms again at `min_depth`: it is listed as such, the node proposes nothing
-/// on it and refuses the peer's proposals; once the anchor is back at depth, it works again.
-#[test]
-fn a_reorganised_anchor_suspends_a_live_channel_until_it_reconfirms() {
-    let chain = DevChainProc::start();
-    let node = NodeProc::start(&chain, false);
-    let mut peer = ScriptedPeer::connect(&node, 62);
-    peer.open_live(&chain, &node, ANCHOR_SAT);
-    peer.pay(100_000_000).unwrap();
-    assert_eq!(node.channel()["live"], true, "{}", node.channel());
-
-    let anchor = reorganise_anchor_out(&chain, &node);
-    assert_eq!(chain.tx(&anchor)["confirmations"].as_u64().unwrap_or(0), 0);
-    wait_for("the channel listed as not live", 30, || {
-        (node.channel()["live"] == false).then_some(())
-    });
-    assert_eq!(node.cli(&["getinfo"])["suspended_channels"], 1);
-    let peer_id = peer.node_id.to_string();
-    let refused = node.try_cli(&["pay", &peer_id, "10000000"]);
-    assert!(
-        refused.as_ref().is_err_and(|e| e.contains("anchor")),
-        "the node proposed on a channel without a confirmed anchor: {refused:?}"
-    );
-    let saved = peer.channel.clone();
-    let paid = peer.pay(50_000_000);
-    assert!(
-        paid.is_err(),
-        "the node accepted an update on a channel without a confirmed anchor: {}",
-        node.channel()
-    );
-    let ch = node.channel();
-    let owned = ch["our_msat"].as_u64().unwrap() + ch["our_fee_msat"].as_u64().unwrap();
-    assert_eq!(owned, 100_000_000, "{ch}");
-
-    // The anchor confirms again (the next block takes it from the mempool): live again.
-    chain.mine(1);
-    wait_for("the channel live again", 30, || {
-        (node.channel()["live"] == true).then_some(())
-    });
-    assert_eq!(node.channel()["state"], "normal");
-    assert_eq!(node.cli(&["getinfo"])["suspended_channels"], 0);
-    peer.channel = saved;
-    wait_for("the peer back in session", 30, || {
-        (!node.connected_to(&peer_id)).then_some(())
-    });
-    peer.reconnect(&node);
-    peer.pay(50_000_000).unwrap();
-    let ch = node.channel();
-    let owned = ch["our_msat"].as_u64().unwrap() + ch["our_fee_msat"].as_u64().unwrap();
-    assert_eq!(owned, 150_000_000, "{ch}");
 }
 
 /// The peer funds the anchor from its own coin, pays us over the live channel, then

@@ -18,5 +18,6 @@ pub use frame::{
 pub use handshake::{Established, Handshake, HandshakeError, Progress, HELLO};
 pub use keys::{DirectionKeys, SessionKeys, SESSION_KEY_LEN};
 pub use transport::{
-    accept, connect, handshake_with, Config, Session, SessionError, SessionReader, SessionWriter,
+    accept, connect, handshake_over, handshake_with, Config, Session, SessionError, SessionReader,
+    SessionWriter,
 };

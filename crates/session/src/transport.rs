@@ -1,11 +1,10 @@
-//! The thin tokio shell over the sans-IO core: TCP in, checked packets out.
+//! The thin tokio shell over the sans-IO core: TCP (or any byte stream) in, checked packets out.
 
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
 use secp256k1::{PublicKey, SecretKey};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, ToSocketAddrs};
 use wire::{DecodeError, Packet};
 
@@ -98,11 +97,46 @@ pub async fn handshake_with(
     session_key: SecretKey,
     config: &Config,
 ) -> Result<Session, SessionError> {
+    // The reference stalled ~40 ms per packet on Nagle meeting delayed ACKs.
+    stream.set_nodelay(true)?;
+    let split = |s: TcpStream| {
+        let (read, write) = s.into_split();
+        (Box::new(read) as Reader, Box::new(write) as Writer)
+    };
     let timeout = config.handshake_timeout;
-    tokio::time::timeout(timeout, run_handshake(stream, node_key, session_key))
+    tokio::time::timeout(timeout, run_handshake(stream, node_key, session_key, split))
         .await
         .map_err(|_| SessionError::HandshakeTimeout(timeout))?
 }
+
+/// Runs the handshake over any byte stream (an in-memory `tokio::io::duplex` in tests,
+/// where two nodes talk without sockets), with a given session key.
+///
+/// # Errors
+/// As [`connect`], without the connection failures.
+pub async fn handshake_over<S>(
+    stream: S,
+    node_key: SecretKey,
+    session_key: SecretKey,
+    config: &Config,
+) -> Result<Session, SessionError>
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let split = |s: S| {
+        let (read, write) = tokio::io::split(s);
+        (Box::new(read) as Reader, Box::new(write) as Writer)
+    };
+    let timeout = config.handshake_timeout;
+    tokio::time::timeout(timeout, run_handshake(stream, node_key, session_key, split))
+        .await
+        .map_err(|_| SessionError::HandshakeTimeout(timeout))?
+}
+
+/// The receiving half of the byte stream under a session.
+type Reader = Box<dyn AsyncRead + Send + Unpin>;
+/// The sending half of the byte stream under a session.
+type Writer = Box<dyn AsyncWrite + Send + Unpin>;
 
 fn fresh_secret_key() -> Result<SecretKey, SessionError> {
     loop {
@@ -115,13 +149,12 @@ fn fresh_secret_key() -> Result<SecretKey, SessionError> {
     }
 }
 
-async fn run_handshake(
-    mut stream: TcpStream,
+async fn run_handshake<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
     node_key: SecretKey,
     session_key: SecretKey,
+    split: impl FnOnce(S) -> (Reader, Writer),
 ) -> Result<Session, SessionError> {
-    // The reference stalled ~40 ms per packet on Nagle meeting delayed ACKs.
-    stream.set_nodelay(true)?;
     let mut hs = Handshake::new(node_key, session_key);
     stream.write_all(&hs.session_public_key()).await?;
     let mut buf = BytesMut::with_capacity(4096);
@@ -154,7 +187,7 @@ async fn run_handshake(
                 if !out.is_empty() {
                     stream.write_all(&out).await?;
                 }
-                let (read, write) = stream.into_split();
+                let (read, write) = split(stream);
                 return Ok(Session {
                     reader: SessionReader {
                         read,
@@ -295,7 +328,7 @@ impl Session {
 
 /// The receiving half of a session.
 pub struct SessionReader {
-    read: OwnedReadHalf,
+    read: Reader,
     opener: Opener,
     buf: BytesMut,
 }
@@ -328,7 +361,7 @@ impl SessionReader {
 
 /// The sending half of a session.
 pub struct SessionWriter {
-    write: OwnedWriteHalf,
+    write: Writer,
     sealer: Sealer,
     out: Vec<u8>,
 }

@@ -11,8 +11,65 @@ use std::str::FromStr as _;
 use bitcoin::consensus::encode;
 use bitcoin::{OutPoint, Transaction, Txid};
 use channel::Channel;
+use secp256k1::PublicKey;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
+
+mod group_commit;
+mod snapshot;
+
+use group_commit::{group_writer, WriteRequest, GROUP_MAX, WRITER_SETUP};
+#[cfg(test)]
+use group_commit::{write_group, write_group_statements};
+pub(crate) use snapshot::{decode_snapshot, encode_snapshot, SNAPSHOT_VERSION};
+
+/// A channel's row id in the store, also its number in logs (`channel=`) and the wallet
+/// index of its keys plus one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ChannelId(pub(crate) i64);
+
+impl ChannelId {
+    /// The channel whose keys have wallet index `index`.
+    pub(crate) fn of_index(index: u32) -> ChannelId {
+        ChannelId(i64::from(index) + 1)
+    }
+
+    /// The wallet index of the channel's keys.
+    pub(crate) fn index(self) -> Option<u32> {
+        u32::try_from(self.0.checked_sub(1)?).ok()
+    }
+}
+
+impl std::fmt::Display for ChannelId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The counters and marks of the `meta` table; the stored key is [`MetaKey::name`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MetaKey {
+    /// Receive addresses handed out (`newaddr`).
+    NextReceive,
+    /// Change addresses handed out (anchors).
+    NextChange,
+    /// Channels created (their keys' wallet index).
+    NextChannel,
+    /// The last block the watcher scanned.
+    ScannedHeight,
+}
+
+impl MetaKey {
+    /// The key as stored.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            MetaKey::NextReceive => "next_receive",
+            MetaKey::NextChange => "next_change",
+            MetaKey::NextChannel => "next_channel",
+            MetaKey::ScannedHeight => "scanned_height",
+        }
+    }
+}
 
 /// Why the database failed.
 #[derive(Debug, thiserror::Error)]
@@ -21,110 +78,34 @@ pub enum StoreError {
     /// SQLite failed.
     #[error("database: {0}")]
     Sql(#[from] sqlx::Error),
+    /// The schema could not be brought up to date.
+    #[error("database schema: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
     /// A stored channel snapshot does not decode.
     #[error("stored channel {0} is corrupt: {1}")]
-    Corrupt(i64, String),
+    Corrupt(ChannelId, String),
     /// A channel snapshot written by a newer release: refused, never dropped.
     #[error("stored channel {id} has snapshot version {version}; this release reads versions 0 to {SNAPSHOT_VERSION}: run the release that wrote it")]
     SnapshotTooNew {
         /// The channel.
-        id: i64,
+        id: ChannelId,
         /// Its snapshot's version.
         version: u64,
     },
     /// A group commit failed (nothing of it was written).
     #[error("database write: {0}")]
-    Write(String),
+    Write(#[source] std::sync::Arc<sqlx::Error>),
+    /// The group-commit writer task is gone (the node is stopping).
+    #[error("database write: the database writer stopped")]
+    WriterStopped,
     /// A channel snapshot could not be encoded (nothing was written).
     #[error("channel {0} cannot be encoded: {1}")]
-    Encode(i64, String),
-}
-
-/// The version of the channel snapshot layout this release writes. 0: before the
-/// channel restructure (flat struct, `state` beside loose options; migrated on load);
-/// 1: the restructured layout without a version field; 2: the same with
-/// `snapshot_version`. docs/node.md, "Upgrades".
-pub(crate) const SNAPSHOT_VERSION: u64 = 2;
-
-/// The JSON key holding the snapshot version.
-const VERSION_KEY: &str = "snapshot_version";
-
-/// A channel read from its snapshot, with the history an old layout kept inside it.
-pub(crate) struct Decoded {
-    pub channel: Channel,
-    /// The layout version it was read from.
-    pub version: u64,
-    /// Version 0: every HTLC it ever saw, to archive for penalties.
-    pub legacy_history: Option<channel::RevokedCommitment>,
-}
-
-/// Encodes `channel` as a snapshot of [`SNAPSHOT_VERSION`].
-pub(crate) fn encode_snapshot(id: i64, channel: &Channel) -> Result<String, StoreError> {
-    /// The channel's fields and the version beside them, written in one pass (no
-    /// intermediate JSON tree: this runs on every durable write).
-    #[derive(serde::Serialize)]
-    struct Versioned<'a> {
-        #[serde(flatten)]
-        channel: &'a Channel,
-        snapshot_version: u64,
-    }
-    let json = serde_json::to_string(&Versioned {
-        channel,
-        snapshot_version: SNAPSHOT_VERSION,
-    })
-    .map_err(|e| StoreError::Encode(id, e.to_string()))?;
-    if !json.starts_with('{') {
-        return Err(StoreError::Encode(id, "not a JSON object".into()));
-    }
-    Ok(json)
-}
-
-/// Decodes a snapshot of any version this release knows; migrates version 0.
-///
-/// # Errors
-/// A newer version ([`StoreError::SnapshotTooNew`]) or a snapshot that does not parse
-/// as its version ([`StoreError::Corrupt`], naming the version): the node refuses to start
-/// rather than lose the channel.
-pub(crate) fn decode_snapshot(id: i64, json: &str) -> Result<Decoded, StoreError> {
-    let corrupt = |version: u64, e: &dyn std::fmt::Display| {
-        StoreError::Corrupt(id, format!("snapshot version {version}: {e}"))
-    };
-    let mut value: serde_json::Value =
-        serde_json::from_str(json).map_err(|e| StoreError::Corrupt(id, e.to_string()))?;
-    let serde_json::Value::Object(map) = &mut value else {
-        return Err(StoreError::Corrupt(id, "not a JSON object".into()));
-    };
-    let version = match map.remove(VERSION_KEY) {
-        Some(v) => v
-            .as_u64()
-            .ok_or_else(|| StoreError::Corrupt(id, format!("bad {VERSION_KEY} {v}")))?,
-        // Unversioned: the old flat layout has `state`, the restructured one `stage`.
-        None if map.contains_key("state") => 0,
-        None => 1,
-    };
-    match version {
-        0 => {
-            let old: channel::ChannelV0 =
-                serde_json::from_value(value).map_err(|e| corrupt(0, &e))?;
-            let migrated = old.migrate().map_err(|e| corrupt(0, &e))?;
-            Ok(Decoded {
-                channel: migrated.channel,
-                version,
-                legacy_history: Some(migrated.history),
-            })
-        }
-        1 | 2 => Ok(Decoded {
-            channel: serde_json::from_value(value).map_err(|e| corrupt(version, &e))?,
-            version,
-            legacy_history: None,
-        }),
-        _ => Err(StoreError::SnapshotTooNew { id, version }),
-    }
+    Encode(ChannelId, String),
 }
 
 /// One row of `channels`.
 pub(crate) struct ChannelRow {
-    pub id: i64,
+    pub id: ChannelId,
     pub peer_id: String,
     pub channel: Channel,
 }
@@ -160,41 +141,16 @@ impl OutputRow {
 #[derive(Debug, Clone)]
 pub(crate) struct BroadcastRow {
     pub txid: Txid,
-    pub channel_id: i64,
+    pub channel_id: ChannelId,
     pub tx: Transaction,
     pub csv_blocks: u32,
     pub lock_time: u32,
 }
 
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS peers (node_id TEXT PRIMARY KEY, address TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS channels (
-    id INTEGER PRIMARY KEY,
-    peer_id TEXT NOT NULL,
-    snapshot TEXT NOT NULL,
-    abandoned INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS outputs (
-    txid TEXT NOT NULL, vout INTEGER NOT NULL, amount_sat INTEGER NOT NULL,
-    branch INTEGER NOT NULL, idx INTEGER NOT NULL, height INTEGER NOT NULL,
-    coinbase INTEGER NOT NULL DEFAULT 0, spent_by TEXT, PRIMARY KEY (txid, vout)
-);
-CREATE TABLE IF NOT EXISTS broadcasts (
-    txid TEXT PRIMARY KEY, channel_id INTEGER NOT NULL, tx TEXT NOT NULL,
-    csv_blocks INTEGER NOT NULL, lock_time INTEGER NOT NULL, done INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS block_hashes (height INTEGER PRIMARY KEY, hash TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS tx_blocks (txid TEXT PRIMARY KEY, height INTEGER NOT NULL, hash TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS revoked_commitments (
-    channel_id INTEGER NOT NULL, num INTEGER NOT NULL, record TEXT NOT NULL,
-    PRIMARY KEY (channel_id, num)
-);
-CREATE TABLE IF NOT EXISTS revoked_for_tests (
-    channel_id INTEGER NOT NULL, num INTEGER NOT NULL, tx TEXT NOT NULL,
-    PRIMARY KEY (channel_id, num)
-);
-";
+/// The schema, one migration per change (`crates/node/migrations/sqlite`). The first is
+/// the schema string the node ran before it had migrations, every statement `IF NOT
+/// EXISTS`: a database made by that string records it without a change.
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
 /// The `num` under which a migrated channel's old history is archived (an SQLite
 /// integer cannot hold [`channel::Migrated::LEGACY_HISTORY`]; no commitment reaches it).
@@ -246,152 +202,6 @@ impl Emptiness {
     }
 }
 
-/// One channel's durable write: its snapshot and the revoked-commitment records that must
-/// be on disk no later than it (they leave the snapshot with it).
-struct WriteRequest {
-    id: i64,
-    snapshot: String,
-    revoked: Vec<(i64, String)>,
-    done: tokio::sync::oneshot::Sender<Result<(), String>>,
-}
-
-/// The most channel writes one commit (one fsync) covers.
-const GROUP_MAX: usize = 256;
-
-/// Group commit: every channel write waiting when the previous commit ended goes into the
-/// next transaction, so N channels ready at the same moment cost one fsync, not N; no
-/// channel waits on another's lock, only on the shared commit. Each caller is answered
-/// only after the commit that holds its write, so nothing it sends next can overtake it.
-/// A task of its own rather than the callers taking turns: a caller dropped mid-write (a
-/// control call whose client hung up) cannot abandon the writes of others, and the writes
-/// of one channel commit in the order they were made even then (one queue, in order).
-async fn group_writer(
-    mut conn: sqlx::SqliteConnection,
-    mut rx: tokio::sync::mpsc::Receiver<WriteRequest>,
-) {
-    let mut batch: Vec<WriteRequest> = Vec::with_capacity(GROUP_MAX);
-    while let Some(first) = rx.recv().await {
-        batch.push(first);
-        while batch.len() < GROUP_MAX {
-            match rx.try_recv() {
-                Ok(w) => batch.push(w),
-                Err(_) => break,
-            }
-        }
-        let result = write_group(&mut conn, &batch)
-            .await
-            .map_err(|e| e.to_string());
-        for w in batch.drain(..) {
-            let _ = w.done.send(result.clone());
-        }
-    }
-}
-
-/// The writer connection's own (TEMP, never on disk) way to put snapshots and their revoked
-/// records in one statement: a row with a snapshot updates the channel, a row with a record
-/// archives it. One INSERT into this view is one statement, so SQLite runs it as one
-/// transaction (atomic, one fsync) and sqlx answers it with one message.
-const WRITER_SETUP: &str = "
-CREATE TEMP VIEW channel_writes AS
-    SELECT 0 AS id, NULL AS snapshot, NULL AS num, NULL AS record WHERE 0;
-CREATE TEMP TRIGGER channel_writes_insert INSTEAD OF INSERT ON channel_writes BEGIN
-    INSERT INTO revoked_commitments (channel_id, num, record)
-        SELECT NEW.id, NEW.num, NEW.record WHERE NEW.record IS NOT NULL
-        ON CONFLICT DO NOTHING;
-    UPDATE channels SET snapshot = NEW.snapshot WHERE id = NEW.id AND NEW.snapshot IS NOT NULL;
-END;
-";
-
-/// Bound values one statement may carry (SQLite's default limit is 32,766).
-const MAX_BOUND: usize = 30_000;
-
-/// One commit holding every write of `batch`, sent to SQLite's worker thread as a single
-/// command of a single statement. Each command is a round trip to that thread (a wake-up of
-/// it and one of ours), sqlx's `begin()`/`commit()` are two more commands that each block
-/// the worker until we take the answer, and each statement of a multi-statement command
-/// sends its own answer (a wake-up of ours that preempts the worker before it syncs). So:
-/// a lone snapshot is one `UPDATE` in autocommit; anything else is one `INSERT` into
-/// [`WRITER_SETUP`]'s view, its records' rows before their snapshot's; a group too large
-/// for one statement is one multi-statement transaction.
-async fn write_group(
-    conn: &mut sqlx::SqliteConnection,
-    batch: &[WriteRequest],
-) -> Result<(), sqlx::Error> {
-    const UPDATE: &str = "UPDATE channels SET snapshot = ? WHERE id = ?;";
-    if let [w] = batch {
-        if w.revoked.is_empty() {
-            sqlx::query(UPDATE)
-                .bind(&w.snapshot)
-                .bind(w.id)
-                .execute(&mut *conn)
-                .await?;
-            return Ok(());
-        }
-    }
-    let rows: usize = batch.iter().map(|w| 1 + w.revoked.len()).sum();
-    if rows * 4 > MAX_BOUND {
-        return write_group_statements(conn, batch).await;
-    }
-    let mut sql = String::from("INSERT INTO channel_writes (id, snapshot, num, record) VALUES ");
-    for i in 0..rows {
-        sql.push_str(if i == 0 {
-            "(?, ?, ?, ?)"
-        } else {
-            ", (?, ?, ?, ?)"
-        });
-    }
-    let mut query = sqlx::query(&sql);
-    for w in batch {
-        for (num, record) in &w.revoked {
-            query = query.bind(w.id).bind(None::<&str>).bind(num).bind(record);
-        }
-        query = query
-            .bind(w.id)
-            .bind(&w.snapshot)
-            .bind(None::<i64>)
-            .bind(None::<&str>);
-    }
-    // A lone channel's shapes are few (its snapshot and a record or two): keep them
-    // prepared. A group's shape changes with its members: prepared once, not cached.
-    query
-        .persistent(batch.len() == 1)
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
-}
-
-/// [`write_group`] for a group too large for one statement: one multi-statement command,
-/// `BEGIN; INSERT …; UPDATE …; COMMIT`, its arguments bound in order across the statements.
-async fn write_group_statements(
-    conn: &mut sqlx::SqliteConnection,
-    batch: &[WriteRequest],
-) -> Result<(), sqlx::Error> {
-    const UPDATE: &str = "UPDATE channels SET snapshot = ? WHERE id = ?;";
-    const INSERT: &str = "INSERT INTO revoked_commitments (channel_id, num, record) VALUES (?, ?, ?) ON CONFLICT DO NOTHING;";
-    let mut sql = String::from("BEGIN;");
-    for w in batch {
-        for _ in &w.revoked {
-            sql.push_str(INSERT);
-        }
-        sql.push_str(UPDATE);
-    }
-    sql.push_str("COMMIT;");
-    let mut query = sqlx::query(&sql);
-    for w in batch {
-        for (num, record) in &w.revoked {
-            query = query.bind(w.id).bind(num).bind(record);
-        }
-        query = query.bind(&w.snapshot).bind(w.id);
-    }
-    let result = query.persistent(false).execute(&mut *conn).await;
-    if result.is_err() {
-        // A statement failed after BEGIN: nothing of the group is committed; end the
-        // transaction so that the next group starts clean (an error here means none is open).
-        let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-    }
-    result.map(|_| ())
-}
-
 impl Store {
     /// Opens (creating) `<data_dir>/node.sqlite`.
     pub(crate) async fn open(data_dir: &Path) -> Result<Store, StoreError> {
@@ -412,7 +222,7 @@ impl Store {
             .test_before_acquire(false)
             .connect_with(options)
             .await?;
-        sqlx::raw_sql(SCHEMA).execute(&pool).await?;
+        MIGRATOR.run(&pool).await?;
         // The writer keeps a connection of its own: no pool checkout (and its liveness
         // ping, one more round trip to SQLite's thread) per commit.
         let mut writer = pool.acquire().await?.detach();
@@ -427,17 +237,17 @@ impl Store {
         })
     }
 
-    pub(crate) async fn meta(&self, key: &str) -> Result<i64, StoreError> {
+    pub(crate) async fn meta(&self, key: MetaKey) -> Result<i64, StoreError> {
         let row = sqlx::query("SELECT value FROM meta WHERE key = ?")
-            .bind(key)
+            .bind(key.name())
             .fetch_optional(&self.pool)
             .await?;
         Ok(row.map(|r| r.get::<i64, _>(0)).unwrap_or(0))
     }
 
-    pub(crate) async fn set_meta(&self, key: &str, value: i64) -> Result<(), StoreError> {
+    pub(crate) async fn set_meta(&self, key: MetaKey, value: i64) -> Result<(), StoreError> {
         sqlx::query("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
-            .bind(key)
+            .bind(key.name())
             .bind(value)
             .execute(&self.pool)
             .await?;
@@ -445,21 +255,26 @@ impl Store {
     }
 
     /// Takes the next value of a counter (atomically).
-    pub(crate) async fn next_index(&self, key: &str) -> Result<u32, StoreError> {
+    pub(crate) async fn next_index(&self, key: MetaKey) -> Result<u32, StoreError> {
         let row = sqlx::query(
             "INSERT INTO meta (key, value) VALUES (?, 1) ON CONFLICT(key) DO UPDATE SET value = value + 1 RETURNING value",
         )
-        .bind(key)
+        .bind(key.name())
         .fetch_one(&self.pool)
         .await?;
         let v: i64 = row.get(0);
         Ok(u32::try_from(v - 1).unwrap_or(u32::MAX))
     }
 
-    pub(crate) async fn save_peer(&self, node_id: &str, address: &str) -> Result<(), StoreError> {
+    /// Remembers where we dialled a peer (the reconnect loop dials it again).
+    pub(crate) async fn save_peer(
+        &self,
+        node_id: &PublicKey,
+        address: std::net::SocketAddr,
+    ) -> Result<(), StoreError> {
         sqlx::query("INSERT INTO peers (node_id, address) VALUES (?, ?) ON CONFLICT(node_id) DO UPDATE SET address = excluded.address")
-            .bind(node_id)
-            .bind(address)
+            .bind(node_id.to_string())
+            .bind(address.to_string())
             .execute(&self.pool)
             .await?;
         self.peers_changed();
@@ -476,21 +291,47 @@ impl Store {
         self.peers_epoch.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    pub(crate) async fn peers(&self) -> Result<Vec<(String, String)>, StoreError> {
+    /// The peers we dialled and where (a row that does not parse is skipped: it only
+    /// costs a reconnect).
+    pub(crate) async fn peers(&self) -> Result<Vec<(PublicKey, std::net::SocketAddr)>, StoreError> {
         let rows = sqlx::query("SELECT node_id, address FROM peers")
             .fetch_all(&self.pool)
             .await?;
-        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                let id = r.get::<String, _>(0).parse().ok()?;
+                let address = r.get::<String, _>(1).parse().ok()?;
+                Some((id, address))
+            })
+            .collect())
     }
 
     pub(crate) async fn insert_channel(
         &self,
-        id: i64,
+        id: ChannelId,
+        peer: &PublicKey,
+        channel: &Channel,
+    ) -> Result<(), StoreError> {
+        sqlx::query("INSERT INTO channels (id, peer_id, snapshot) VALUES (?, ?, ?)")
+            .bind(id.0)
+            .bind(peer.to_string())
+            .bind(encode_snapshot(id, channel)?)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// TEST ONLY: a channel row whose peer id is whatever `peer_id` says.
+    #[cfg(test)]
+    pub(crate) async fn insert_channel_as(
+        &self,
+        id: ChannelId,
         peer_id: &str,
         channel: &Channel,
     ) -> Result<(), StoreError> {
         sqlx::query("INSERT INTO channels (id, peer_id, snapshot) VALUES (?, ?, ?)")
-            .bind(id)
+            .bind(id.0)
             .bind(peer_id)
             .bind(encode_snapshot(id, channel)?)
             .execute(&self.pool)
@@ -503,7 +344,7 @@ impl Store {
     /// Concurrent callers share commits (group commit, [`group_writer`]).
     pub(crate) async fn save_channel(
         &self,
-        id: i64,
+        id: ChannelId,
         channel: &Channel,
         revoked: &[channel::RevokedCommitment],
     ) -> Result<(), StoreError> {
@@ -523,22 +364,27 @@ impl Store {
             revoked,
             done,
         };
-        let gone = || StoreError::Write("the database writer stopped".into());
-        self.writes.send(request).await.map_err(|_| gone())?;
-        answer.await.map_err(|_| gone())?.map_err(StoreError::Write)
+        self.writes
+            .send(request)
+            .await
+            .map_err(|_| StoreError::WriterStopped)?;
+        answer
+            .await
+            .map_err(|_| StoreError::WriterStopped)?
+            .map_err(StoreError::Write)
     }
 
     /// Forgets a channel that never got an anchor on chain, and frees the outputs it had reserved.
     pub(crate) async fn abandon_channel(
         &self,
-        id: i64,
+        id: ChannelId,
         anchor: Option<Txid>,
-        kind: crate::channels::Abandoned,
+        kind: crate::manager::Abandoned,
     ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         sqlx::query("UPDATE channels SET abandoned = ? WHERE id = ?")
             .bind(kind as i64)
-            .bind(id)
+            .bind(id.0)
             .execute(&mut *tx)
             .await?;
         if let Some(anchor) = anchor {
@@ -552,17 +398,17 @@ impl Store {
     }
 
     /// Ids of the channels abandoned before they went live.
-    pub(crate) async fn abandoned_openings(&self) -> Result<Vec<i64>, StoreError> {
+    pub(crate) async fn abandoned_openings(&self) -> Result<Vec<ChannelId>, StoreError> {
         let rows = sqlx::query("SELECT id FROM channels WHERE abandoned = 1")
             .fetch_all(&self.pool)
             .await?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+        Ok(rows.iter().map(|r| ChannelId(r.get(0))).collect())
     }
 
     /// Forgets the stored address of a peer (no channel needs reconnecting to it).
-    pub(crate) async fn forget_peer(&self, node_id: &str) -> Result<(), StoreError> {
+    pub(crate) async fn forget_peer(&self, node_id: &PublicKey) -> Result<(), StoreError> {
         sqlx::query("DELETE FROM peers WHERE node_id = ?")
-            .bind(node_id)
+            .bind(node_id.to_string())
             .execute(&self.pool)
             .await?;
         self.peers_changed();
@@ -577,7 +423,7 @@ impl Store {
         .await?;
         let mut out = Vec::with_capacity(rows.len());
         for r in &rows {
-            let id: i64 = r.get(0);
+            let id = ChannelId(r.get(0));
             let snapshot: String = r.get(2);
             let decoded = decode_snapshot(id, &snapshot)?;
             if decoded.version < SNAPSHOT_VERSION {
@@ -586,7 +432,7 @@ impl Store {
                 let mut tx = self.pool.begin().await?;
                 if let Some(history) = &decoded.legacy_history {
                     sqlx::query("INSERT INTO revoked_commitments (channel_id, num, record) VALUES (?, ?, ?) ON CONFLICT(channel_id, num) DO UPDATE SET record = excluded.record")
-                        .bind(id)
+                        .bind(id.0)
                         .bind(LEGACY_HISTORY_NUM)
                         .bind(serde_json::to_string(history).map_err(|e| StoreError::Encode(id, e.to_string()))?)
                         .execute(&mut *tx)
@@ -594,12 +440,12 @@ impl Store {
                 }
                 sqlx::query("UPDATE channels SET snapshot = ? WHERE id = ?")
                     .bind(encode_snapshot(id, &decoded.channel)?)
-                    .bind(id)
+                    .bind(id.0)
                     .execute(&mut *tx)
                     .await?;
                 tx.commit().await?;
                 tracing::info!(
-                    channel = id,
+                    channel = %id,
                     from = decoded.version,
                     to = SNAPSHOT_VERSION,
                     "channel snapshot upgraded"
@@ -649,7 +495,7 @@ impl Store {
 
     /// Unspent outputs a transaction may spend now (immature coinbases left out).
     pub(crate) async fn spendable_outputs(&self) -> Result<Vec<OutputRow>, StoreError> {
-        let tip = self.meta("scanned_height").await?;
+        let tip = self.meta(MetaKey::ScannedHeight).await?;
         let mut outputs = self.outputs(true).await?;
         outputs.retain(|o| o.spendable(tip));
         Ok(outputs)
@@ -683,14 +529,14 @@ impl Store {
 
     pub(crate) async fn queue_broadcast(
         &self,
-        channel_id: i64,
+        channel_id: ChannelId,
         tx: &Transaction,
         csv_blocks: u32,
         lock_time: u32,
     ) -> Result<(), StoreError> {
         sqlx::query("INSERT INTO broadcasts (txid, channel_id, tx, csv_blocks, lock_time) VALUES (?, ?, ?, ?, ?) ON CONFLICT(txid) DO NOTHING")
             .bind(tx.compute_txid().to_string())
-            .bind(channel_id)
+            .bind(channel_id.0)
             .bind(encode::serialize_hex(tx))
             .bind(csv_blocks)
             .bind(lock_time)
@@ -722,7 +568,7 @@ impl Store {
                     tx,
                     csv_blocks: r.get(1),
                     lock_time: r.get(2),
-                    channel_id: r.get(3),
+                    channel_id: ChannelId(r.get(3)),
                 })
             })
             .collect())
@@ -844,13 +690,15 @@ impl Store {
     /// `Action::Archive`), out of the channel snapshot.
     pub(crate) async fn save_revoked(
         &self,
-        channel_id: i64,
+        channel_id: ChannelId,
         record: &channel::RevokedCommitment,
     ) -> Result<(), StoreError> {
-        // Serializing plain data (numbers, hashes) cannot fail.
-        let json = serde_json::to_string(record).unwrap_or_default();
+        // A record that cannot be written is an error, never an empty one: the penalty
+        // for that revoked commitment would miss its HTLCs.
+        let json = serde_json::to_string(record)
+            .map_err(|e| StoreError::Encode(channel_id, e.to_string()))?;
         sqlx::query("INSERT INTO revoked_commitments (channel_id, num, record) VALUES (?, ?, ?) ON CONFLICT DO NOTHING")
-            .bind(channel_id)
+            .bind(channel_id.0)
             .bind(i64::try_from(record.commitment_number).unwrap_or(i64::MAX))
             .bind(json)
             .execute(&self.pool)
@@ -863,13 +711,13 @@ impl Store {
     /// snapshot had seen (a superset: the penalty matches outputs by script).
     pub(crate) async fn revoked(
         &self,
-        channel_id: i64,
+        channel_id: ChannelId,
         num: u64,
     ) -> Result<Option<channel::RevokedCommitment>, StoreError> {
         let row = sqlx::query(
             "SELECT record FROM revoked_commitments WHERE channel_id = ? AND num IN (?, ?) ORDER BY num = ? LIMIT 1",
         )
-        .bind(channel_id)
+        .bind(channel_id.0)
         .bind(i64::try_from(num).unwrap_or(i64::MAX))
         .bind(LEGACY_HISTORY_NUM)
         .bind(LEGACY_HISTORY_NUM)
@@ -889,12 +737,12 @@ impl Store {
     #[cfg(feature = "test-hooks")]
     pub(crate) async fn save_revoked_for_tests(
         &self,
-        channel_id: i64,
+        channel_id: ChannelId,
         num: u64,
         tx: &Transaction,
     ) -> Result<(), StoreError> {
         sqlx::query("INSERT INTO revoked_for_tests (channel_id, num, tx) VALUES (?, ?, ?) ON CONFLICT DO NOTHING")
-            .bind(channel_id)
+            .bind(channel_id.0)
             .bind(i64::try_from(num).unwrap_or(i64::MAX))
             .bind(encode::serialize_hex(tx))
             .execute(&self.pool)
@@ -906,11 +754,11 @@ impl Store {
     #[cfg(feature = "test-hooks")]
     pub(crate) async fn revoked_for_tests(
         &self,
-        channel_id: i64,
+        channel_id: ChannelId,
         below: u64,
     ) -> Result<Option<Transaction>, StoreError> {
         let row = sqlx::query("SELECT tx FROM revoked_for_tests WHERE channel_id = ? AND num < ? ORDER BY num LIMIT 1")
-            .bind(channel_id)
+            .bind(channel_id.0)
             .bind(i64::try_from(below).unwrap_or(i64::MAX))
             .fetch_optional(&self.pool)
             .await?;
@@ -935,9 +783,14 @@ mod tests {
         )
     }
 
+    fn test_peer() -> PublicKey {
+        let key = secp256k1::SecretKey::from_slice(&[4; 32]).unwrap();
+        PublicKey::from_secret_key(&secp256k1::Secp256k1::signing_only(), &key)
+    }
+
     fn request(id: i64, snapshot: &str, revoked: &[i64]) -> WriteRequest {
         WriteRequest {
-            id,
+            id: ChannelId(id),
             snapshot: snapshot.into(),
             revoked: revoked
                 .iter()
@@ -977,7 +830,10 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let store = Store::open(dir.path()).await.unwrap();
             for id in [1, 2] {
-                store.insert_channel(id, "peer", &sample()).await.unwrap();
+                store
+                    .insert_channel(ChannelId(id), &test_peer(), &sample())
+                    .await
+                    .unwrap();
             }
             let mut conn = store.pool.acquire().await.unwrap().detach();
             sqlx::raw_sql(WRITER_SETUP)
@@ -1044,6 +900,52 @@ mod tests {
         }
     }
 
+    /// A database made by the schema string the node ran before it had migrations (copied
+    /// here as it was) opens under the migrator and keeps its channels and counters.
+    #[tokio::test]
+    async fn a_database_made_by_the_old_schema_string_opens_and_keeps_its_channels() {
+        const OLD_SCHEMA: &str = include_str!("../../migrations/sqlite/0001_initial.sql");
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let options = SqliteConnectOptions::new()
+                .filename(dir.path().join("node.sqlite"))
+                .create_if_missing(true);
+            let pool = SqlitePoolOptions::new()
+                .connect_with(options)
+                .await
+                .unwrap();
+            sqlx::raw_sql(OLD_SCHEMA).execute(&pool).await.unwrap();
+            let snapshot = encode_snapshot(ChannelId(3), &sample()).unwrap();
+            sqlx::query("INSERT INTO channels (id, peer_id, snapshot) VALUES (3, ?, ?)")
+                .bind(test_peer().to_string())
+                .bind(snapshot)
+                .execute(&pool)
+                .await
+                .unwrap();
+            sqlx::query("INSERT INTO meta (key, value) VALUES ('next_channel', 3)")
+                .execute(&pool)
+                .await
+                .unwrap();
+            pool.close().await;
+        }
+        let store = Store::open(dir.path()).await.unwrap();
+        let rows = store.channels().await.unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].id, ChannelId(3));
+        assert_eq!(rows[0].peer_id, test_peer().to_string());
+        assert_eq!(store.meta(MetaKey::NextChannel).await.unwrap(), 3);
+        // Recorded as applied: opening again runs nothing and keeps it all.
+        drop(store);
+        let store = Store::open(dir.path()).await.unwrap();
+        assert_eq!(store.channels().await.unwrap().len(), 1);
+        let applied: i64 = sqlx::query("SELECT COUNT(*) FROM _sqlx_migrations")
+            .fetch_one(&store.pool)
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(applied, 1);
+    }
+
     /// The block of a followed transaction is kept, moved when a rescan finds it in
     /// another block, and forgotten when a reorganisation takes its block.
     #[tokio::test]
@@ -1078,7 +980,10 @@ mod tests {
         assert!(store.pending_broadcasts().await.unwrap().is_empty());
         assert!(store.pending_broadcasts().await.unwrap().is_empty());
 
-        other.queue_broadcast(1, &claim(1), 0, 0).await.unwrap();
+        other
+            .queue_broadcast(ChannelId(1), &claim(1), 0, 0)
+            .await
+            .unwrap();
         let one = claim(1).compute_txid();
         assert_eq!(txids(store.pending_broadcasts().await.unwrap()), vec![one]);
         store.broadcast_done(&one, 10).await.unwrap();
@@ -1096,7 +1001,7 @@ mod tests {
             let tx = claim(n);
             let (read, queued) = tokio::join!(
                 store.pending_broadcasts(),
-                other.queue_broadcast(1, &tx, 0, 0)
+                other.queue_broadcast(ChannelId(1), &tx, 0, 0)
             );
             read.unwrap();
             queued.unwrap();
@@ -1114,32 +1019,35 @@ mod tests {
     #[test]
     fn snapshots_carry_their_version_and_read_back() {
         let ch = sample();
-        let json = encode_snapshot(1, &ch).unwrap();
+        let json = encode_snapshot(ChannelId(1), &ch).unwrap();
         assert!(json.contains("\"snapshot_version\":2"));
-        let back = decode_snapshot(1, &json).unwrap();
+        let back = decode_snapshot(ChannelId(1), &json).unwrap();
         assert_eq!((back.channel, back.version), (ch.clone(), 2));
         // The restructured layout before versions (1) still reads.
         let v1 = serde_json::to_string(&ch).unwrap();
-        let back = decode_snapshot(1, &v1).unwrap();
+        let back = decode_snapshot(ChannelId(1), &v1).unwrap();
         assert_eq!((back.channel, back.version), (ch, 1));
     }
 
     #[test]
     fn a_snapshot_from_a_newer_release_is_refused_by_version() {
-        let json = encode_snapshot(7, &sample())
+        let json = encode_snapshot(ChannelId(7), &sample())
             .unwrap()
             .replace("\"snapshot_version\":2", "\"snapshot_version\":3");
-        let err = decode_snapshot(7, &json).err().unwrap();
+        let err = decode_snapshot(ChannelId(7), &json).err().unwrap();
         assert!(matches!(
             err,
-            StoreError::SnapshotTooNew { id: 7, version: 3 }
+            StoreError::SnapshotTooNew {
+                id: ChannelId(7),
+                version: 3
+            }
         ));
         assert!(err.to_string().contains("version 3"), "{err}");
     }
 
     #[test]
     fn a_broken_old_snapshot_is_refused_naming_its_version() {
-        let err = decode_snapshot(4, r#"{"state":"Normal","config":{}}"#)
+        let err = decode_snapshot(ChannelId(4), r#"{"state":"Normal","config":{}}"#)
             .err()
             .unwrap();
         assert!(err.to_string().contains("snapshot version 0"), "{err}");

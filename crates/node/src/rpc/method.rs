@@ -1,0 +1,351 @@
+//! The control methods as a typed command, as mini-redis's `cmd/` has them:
+//! [`Method::parse`] turns a name and its JSON params into a [`Method`], and
+//! [`Method::apply`] runs it on the node and renders the answer.
+
+use std::sync::Arc;
+
+use bitcoin::hashes::Hash as _;
+use serde::Serialize;
+use serde_json::Value;
+use wire::{Preimage, Sha256};
+
+use super::error::{codes, RpcFailure};
+use super::views::{ChannelView, FundsView, InfoView, PeerView};
+use crate::manager::{states, Command, Slot};
+use crate::node::Node;
+
+/// Declares the method names once: the enum, each name as sent, and the list of all.
+macro_rules! method_names {
+    ($($variant:ident = $name:literal,)*) => {
+        /// A control method's name.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub(crate) enum MethodName {
+            $(
+                #[doc = concat!("`", $name, "`")]
+                $variant,
+            )*
+        }
+
+        impl MethodName {
+            /// Every method, in the order of the help.
+            #[cfg(test)]
+            pub(crate) const ALL: &'static [MethodName] = &[$(MethodName::$variant),*];
+
+            /// The name as sent in JSON-RPC `method`.
+            #[cfg(test)]
+            pub(crate) fn as_str(self) -> &'static str {
+                match self {
+                    $(MethodName::$variant => $name,)*
+                }
+            }
+
+            /// The method called `name`, if there is one.
+            pub(crate) fn from_name(name: &str) -> Option<MethodName> {
+                match name {
+                    $($name => Some(MethodName::$variant),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+method_names! {
+    GetInfo = "getinfo",
+    Connect = "connect",
+    ListPeers = "listpeers",
+    Disconnect = "disconnect",
+    NewAddr = "newaddr",
+    ListFunds = "listfunds",
+    Open = "open",
+    Pay = "pay",
+    NewHtlc = "newhtlc",
+    FulfillHtlc = "fulfillhtlc",
+    FailHtlc = "failhtlc",
+    Close = "close",
+    ListChannels = "listchannels",
+    Help = "help",
+    Stop = "stop",
+    DevBroadcastRevoked = "dev-broadcast-revoked",
+}
+
+/// A control call with its parameters checked.
+#[derive(Debug)]
+pub(crate) enum Method {
+    GetInfo,
+    Connect(String),
+    ListPeers,
+    Disconnect(secp256k1::PublicKey),
+    NewAddr,
+    ListFunds,
+    Open {
+        peer: secp256k1::PublicKey,
+        amount_sat: u64,
+    },
+    /// A command on the peer's channel (`pay`, the HTLC methods, `close`).
+    Channel {
+        peer: secp256k1::PublicKey,
+        command: Command,
+    },
+    ListChannels,
+    Help(Vec<Value>),
+    Stop,
+    #[cfg(feature = "test-hooks")]
+    DevBroadcastRevoked(secp256k1::PublicKey),
+}
+
+/// Positional JSON params, read by index with the name each has in the help.
+struct Params<'a>(&'a [Value]);
+
+impl Params<'_> {
+    fn str(&self, index: usize, name: &str) -> Result<&str, RpcFailure> {
+        self.0
+            .get(index)
+            .and_then(Value::as_str)
+            .ok_or_else(|| RpcFailure::params(format!("missing {name}")))
+    }
+
+    fn u64(&self, index: usize, name: &str) -> Result<u64, RpcFailure> {
+        let v = self
+            .0
+            .get(index)
+            .ok_or_else(|| RpcFailure::params(format!("missing {name}")))?;
+        v.as_u64()
+            .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+            .ok_or_else(|| {
+                RpcFailure::params(format!("{name} must be a non-negative integer, got {v}"))
+            })
+    }
+
+    /// A positive amount.
+    fn amount(&self, index: usize, name: &str) -> Result<u64, RpcFailure> {
+        match self.u64(index, name)? {
+            0 => Err(RpcFailure::params(format!("{name} must be positive"))),
+            amount => Ok(amount),
+        }
+    }
+
+    fn peer(&self, index: usize) -> Result<secp256k1::PublicKey, RpcFailure> {
+        let id = self.str(index, "PEER_ID")?;
+        id.parse()
+            .map_err(|_| RpcFailure::params(format!("not a node id: {id}")))
+    }
+
+    fn bytes32(&self, index: usize, name: &str) -> Result<[u8; 32], RpcFailure> {
+        let s = self.str(index, name)?;
+        hex::decode(s)
+            .ok()
+            .and_then(|b| <[u8; 32]>::try_from(b).ok())
+            .ok_or_else(|| {
+                RpcFailure::params(format!("{name} must be 32 bytes of hex (64 characters)"))
+            })
+    }
+
+    /// `close`'s optional second argument.
+    fn force(&self, index: usize) -> Result<bool, RpcFailure> {
+        match self.0.get(index) {
+            None => Ok(false),
+            Some(v) if v.as_str() == Some("force") || v.as_bool() == Some(true) => Ok(true),
+            Some(v) => Err(RpcFailure::params(format!(
+                "second argument of close must be \"force\", got {v}"
+            ))),
+        }
+    }
+}
+
+impl Method {
+    /// The call named `method` with `params`.
+    ///
+    /// # Errors
+    /// An unknown method (-32601, with the closest name) or a bad parameter (-32602).
+    pub(crate) fn parse(method: &str, params: &[Value]) -> Result<Method, RpcFailure> {
+        let not_found = || {
+            RpcFailure::new(
+                codes::METHOD_NOT_FOUND,
+                crate::rpc_help::unknown_method(method),
+            )
+        };
+        let name = MethodName::from_name(method).ok_or_else(not_found)?;
+        let p = Params(params);
+        let channel = |peer, command| Method::Channel { peer, command };
+        Ok(match name {
+            MethodName::GetInfo => Method::GetInfo,
+            MethodName::Connect => Method::Connect(p.str(0, "HOST:PORT")?.to_owned()),
+            MethodName::ListPeers => Method::ListPeers,
+            MethodName::Disconnect => Method::Disconnect(p.peer(0)?),
+            MethodName::NewAddr => Method::NewAddr,
+            MethodName::ListFunds => Method::ListFunds,
+            MethodName::Open => {
+                let peer = p.peer(0)?;
+                let amount_sat = p.amount(1, "AMOUNT_SAT")?;
+                Method::Open { peer, amount_sat }
+            }
+            MethodName::Pay => {
+                let peer = p.peer(0)?;
+                channel(peer, Command::Pay(p.amount(1, "AMOUNT_MSAT")?))
+            }
+            MethodName::NewHtlc => {
+                let peer = p.peer(0)?;
+                let amount_msat = p.amount(1, "AMOUNT_MSAT")?;
+                let r_hash = Sha256::from_byte_array(p.bytes32(2, "R_HASH")?);
+                let expiry = u32::try_from(p.u64(3, "EXPIRY")?)
+                    .ok()
+                    .filter(|e| *e < 500_000_000)
+                    .ok_or_else(|| {
+                        RpcFailure::params("EXPIRY must be a block height below 500000000")
+                    })?;
+                let command = Command::AddHtlc {
+                    amount_msat,
+                    r_hash,
+                    expiry,
+                };
+                Method::Channel { peer, command }
+            }
+            MethodName::FulfillHtlc => {
+                let peer = p.peer(0)?;
+                channel(peer, Command::Fulfill(Preimage(p.bytes32(1, "R")?)))
+            }
+            MethodName::FailHtlc => {
+                let peer = p.peer(0)?;
+                let r_hash = Sha256::from_byte_array(p.bytes32(1, "R_HASH")?);
+                channel(peer, Command::Fail(r_hash))
+            }
+            MethodName::Close => {
+                let peer = p.peer(0)?;
+                let command = if p.force(1)? {
+                    Command::ForceClose
+                } else {
+                    Command::Close
+                };
+                Method::Channel { peer, command }
+            }
+            MethodName::ListChannels => Method::ListChannels,
+            MethodName::Help => Method::Help(params.to_vec()),
+            MethodName::Stop => Method::Stop,
+            #[cfg(feature = "test-hooks")]
+            MethodName::DevBroadcastRevoked => Method::DevBroadcastRevoked(p.peer(0)?),
+            #[cfg(not(feature = "test-hooks"))]
+            MethodName::DevBroadcastRevoked => return Err(not_found()),
+        })
+    }
+
+    /// Runs the call on the node and renders its answer.
+    ///
+    /// # Errors
+    /// The call failed; the code says how (docs/node.md, "Error codes").
+    pub(crate) async fn apply(self, node: &Arc<Node>) -> Result<Value, RpcFailure> {
+        match self {
+            Method::GetInfo => render(info(node).await?),
+            Method::Connect(target) => {
+                let addr = tokio::net::lookup_host(target.as_str())
+                    .await
+                    .ok()
+                    .and_then(|mut a| a.next())
+                    .ok_or_else(|| RpcFailure::params(format!("cannot resolve {target}")))?;
+                let node_id = node.connect(addr).await?;
+                Ok(serde_json::json!({ "node_id": node_id.to_string() }))
+            }
+            Method::ListPeers => peers(node).await,
+            Method::Disconnect(peer) => {
+                if node
+                    .peers
+                    .disconnect(&peer, "Disconnected by operator")
+                    .await
+                {
+                    Ok(serde_json::json!({}))
+                } else {
+                    Err(RpcFailure::new(
+                        codes::NOT_CONNECTED,
+                        format!("not connected to {peer}"),
+                    ))
+                }
+            }
+            Method::NewAddr => {
+                let address = node.wallet.new_address().await?;
+                Ok(serde_json::json!({ "address": address.to_string() }))
+            }
+            Method::ListFunds => render(FundsView::of(&node.wallet.funds().await?)),
+            Method::Open { peer, amount_sat } => {
+                let slot = node.manager.open(&peer, amount_sat).await?;
+                channel_view(&slot).await
+            }
+            Method::Channel { peer, command } => {
+                let slot = node.manager.command(&peer, command).await?;
+                channel_view(&slot).await
+            }
+            Method::ListChannels => {
+                let mut channels = Vec::new();
+                for slot in node.manager.channels.all() {
+                    channels.push(ChannelView::of(&slot.peer, &*slot.lock().await));
+                }
+                Ok(serde_json::json!({ "channels": render(channels)? }))
+            }
+            Method::Help(params) => crate::rpc_help::answer(&params)
+                .map(Value::from)
+                .map_err(|e| RpcFailure::params(e.to_string())),
+            Method::Stop => {
+                node.request_shutdown();
+                Ok(Value::from("potluck node stopping"))
+            }
+            #[cfg(feature = "test-hooks")]
+            Method::DevBroadcastRevoked(peer) => {
+                let txid = node.manager.broadcast_revoked(&peer).await?;
+                Ok(serde_json::json!({ "txid": txid.to_string() }))
+            }
+        }
+    }
+}
+
+/// A view as the answer's JSON (keys sorted, as every answer's are).
+fn render(view: impl Serialize) -> Result<Value, RpcFailure> {
+    serde_json::to_value(view)
+        .map_err(|e| RpcFailure::new(crate::control_error::codes::MISC_ERROR, e.to_string()))
+}
+
+async fn channel_view(slot: &Slot) -> Result<Value, RpcFailure> {
+    render(ChannelView::of(&slot.peer, &*slot.lock().await))
+}
+
+async fn info(node: &Node) -> Result<InfoView, RpcFailure> {
+    let tip = node
+        .chain
+        .tip()
+        .await
+        .map_err(|e| RpcFailure::new(codes::CHAIN_ERROR, format!("chain: {e}")))?;
+    let mut view = InfoView {
+        node_id: node.identity.id.to_string(),
+        listen: node.doors.p2p_addr.to_string(),
+        network: node.identity.network.to_string(),
+        block_height: tip.height,
+        watched_scripts: node.wallet.watched_scripts(),
+        ..InfoView::default()
+    };
+    for slot in node.manager.channels.all() {
+        view.count(&*slot.lock().await);
+    }
+    view.wallet_sat = node
+        .store
+        .outputs(true)
+        .await?
+        .iter()
+        .map(|o| o.amount_sat)
+        .sum();
+    Ok(view)
+}
+
+async fn peers(node: &Node) -> Result<Value, RpcFailure> {
+    let mut peers = Vec::new();
+    for p in node.peers.list() {
+        let channel_state = match node.manager.channels.latest(&p.node_id) {
+            Some(slot) => Some(states::name(slot.lock().await.channel.state())),
+            None => None,
+        };
+        peers.push(PeerView {
+            node_id: p.node_id.to_string(),
+            address: p.address.to_string(),
+            connected: p.connected,
+            channel_state,
+        });
+    }
+    Ok(serde_json::json!({ "peers": render(peers)? }))
+}

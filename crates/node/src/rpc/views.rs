@@ -1,0 +1,201 @@
+//! What the control API answers, as `Serialize` views of the node's state. The answer's
+//! JSON object keys come out sorted (`serde_json`'s map), as they always did.
+
+use channel::{Channel, Who};
+use secp256k1::PublicKey;
+use serde::Serialize;
+use wire::Locktime;
+
+use bitcoin::hashes::Hash as _;
+
+use crate::manager::{states, SlotInner};
+use crate::sides::SideView;
+use crate::store::OutputRow;
+use crate::wallet::Funds;
+
+/// A channel as `listchannels` and the channel commands show it.
+#[derive(Debug, Serialize)]
+pub(crate) struct ChannelView {
+    peer_id: String,
+    state: &'static str,
+    anchor_txid: Option<String>,
+    capacity_sat: Option<u64>,
+    our_msat: Option<u64>,
+    their_msat: Option<u64>,
+    our_fee_msat: Option<u64>,
+    their_fee_msat: Option<u64>,
+    ours: Option<SideView>,
+    theirs: Option<SideView>,
+    commitment_number: u64,
+    htlcs: Vec<HtlcView>,
+    /// Only when there is something to say: every other listing keeps its shape.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unclaimable: Option<Vec<UnclaimableView>>,
+    live: bool,
+    /// Only while suspended (a reorganisation took the anchor below `min_depth`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    anchor_confirmations: Option<u32>,
+}
+
+/// A pending HTLC of a channel.
+#[derive(Debug, Serialize)]
+struct HtlcView {
+    id: usize,
+    direction: &'static str,
+    amount_msat: u32,
+    r_hash: String,
+    expiry: u32,
+    state: &'static str,
+}
+
+/// An output of ours worth less than its claim.
+#[derive(Debug, Serialize)]
+struct UnclaimableView {
+    outpoint: String,
+    amount_sat: u64,
+    claim_fee_sat: u64,
+}
+
+impl ChannelView {
+    /// The channel with `peer` as it is now.
+    pub(crate) fn of(peer: &PublicKey, inner: &SlotInner) -> ChannelView {
+        let ch = &inner.channel;
+        let state = ch.state();
+        let cs = ch.balances();
+        ChannelView {
+            peer_id: peer.to_string(),
+            state: states::name(state),
+            anchor_txid: ch.anchor_outpoint().map(|o| o.txid.to_string()),
+            capacity_sat: cs.map(|c| c.anchor_sat),
+            our_msat: cs.map(|c| c.ours.pay_msat),
+            their_msat: cs.map(|c| c.theirs.pay_msat),
+            our_fee_msat: cs.map(|c| c.ours.fee_msat),
+            their_fee_msat: cs.map(|c| c.theirs.fee_msat),
+            ours: cs.map(|c| SideView::of(c, Who::Us, state)),
+            theirs: cs.map(|c| SideView::of(c, Who::Them, state)),
+            commitment_number: ch.commitment_number(),
+            htlcs: htlcs(ch),
+            unclaimable: (!ch.unclaimable().is_empty()).then(|| {
+                ch.unclaimable()
+                    .iter()
+                    .map(|u| UnclaimableView {
+                        outpoint: u.outpoint.to_string(),
+                        amount_sat: u.value.to_sat(),
+                        claim_fee_sat: u.fee_sat,
+                    })
+                    .collect()
+            }),
+            live: states::is_running(state) && inner.anchor.suspended.is_none(),
+            anchor_confirmations: inner.anchor.suspended,
+        }
+    }
+}
+
+fn htlcs(ch: &Channel) -> Vec<HtlcView> {
+    let Some(cs) = ch.balances() else {
+        return Vec::new();
+    };
+    let out = cs.ours.htlcs.iter().map(|h| ("out", h));
+    let inc = cs.theirs.htlcs.iter().map(|h| ("in", h));
+    out.chain(inc)
+        .enumerate()
+        .map(|(id, (direction, h))| HtlcView {
+            id,
+            direction,
+            amount_msat: h.amount_msat,
+            r_hash: hex::encode(h.r_hash.as_byte_array()),
+            expiry: match h.expiry {
+                Locktime::Blocks(b) | Locktime::Seconds(b) => b,
+            },
+            state: "committed",
+        })
+        .collect()
+}
+
+/// `getinfo`.
+#[derive(Debug, Default, Serialize)]
+pub(crate) struct InfoView {
+    pub(crate) node_id: String,
+    pub(crate) listen: String,
+    pub(crate) network: String,
+    pub(crate) block_height: u32,
+    pub(crate) channels: usize,
+    pub(crate) open_channels: u64,
+    pub(crate) suspended_channels: u64,
+    pub(crate) watched_scripts: usize,
+    pub(crate) open_channel_balance_msat: u64,
+    pub(crate) pending_htlcs: usize,
+    pub(crate) wallet_sat: u64,
+}
+
+impl InfoView {
+    /// Counts a channel into the totals (closed ones only into `channels`).
+    pub(crate) fn count(&mut self, inner: &SlotInner) {
+        self.channels += 1;
+        if states::is_finished(inner.channel.state()) {
+            return;
+        }
+        self.open_channels += 1;
+        self.suspended_channels += u64::from(inner.anchor.suspended.is_some());
+        if let Some(cs) = inner.channel.balances() {
+            self.open_channel_balance_msat += cs.ours.pay_msat + cs.ours.fee_msat;
+            self.pending_htlcs += cs.ours.htlcs.len() + cs.theirs.htlcs.len();
+        }
+    }
+}
+
+/// One entry of `listpeers`.
+#[derive(Debug, Serialize)]
+pub(crate) struct PeerView {
+    pub(crate) node_id: String,
+    pub(crate) address: String,
+    pub(crate) connected: bool,
+    pub(crate) channel_state: Option<&'static str>,
+}
+
+/// `listfunds`.
+#[derive(Debug, Serialize)]
+pub(crate) struct FundsView {
+    outputs: Vec<OutputView>,
+    total_sat: u64,
+    spendable_sat: u64,
+}
+
+/// One wallet output in `listfunds`.
+#[derive(Debug, Serialize)]
+struct OutputView {
+    txid: String,
+    vout: u32,
+    amount_sat: u64,
+    confirmations: i64,
+    spendable: bool,
+}
+
+impl FundsView {
+    pub(crate) fn of(funds: &Funds) -> FundsView {
+        let tip = funds.tip;
+        let total_sat = funds.outputs.iter().map(|o| o.amount_sat).sum();
+        let spendable_sat = funds
+            .outputs
+            .iter()
+            .filter(|o| o.spendable(tip))
+            .map(|o| o.amount_sat)
+            .sum();
+        let outputs = funds
+            .outputs
+            .iter()
+            .map(|o: &OutputRow| OutputView {
+                txid: o.outpoint.txid.to_string(),
+                vout: o.outpoint.vout,
+                amount_sat: o.amount_sat,
+                confirmations: o.confirmations(tip),
+                spendable: o.spendable(tip),
+            })
+            .collect();
+        FundsView {
+            outputs,
+            total_sat,
+            spendable_sat,
+        }
+    }
+}

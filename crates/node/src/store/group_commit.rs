@@ -1,0 +1,151 @@
+//! Group commit of channel writes: one task owns the writer connection and commits every
+//! write waiting at once in one transaction (one fsync), answering each caller only after
+//! the commit that holds its write.
+
+use super::ChannelId;
+
+/// One channel's durable write: its snapshot and the revoked-commitment records that must
+/// be on disk no later than it (they leave the snapshot with it).
+pub(super) struct WriteRequest {
+    pub(super) id: ChannelId,
+    pub(super) snapshot: String,
+    pub(super) revoked: Vec<(i64, String)>,
+    pub(super) done: tokio::sync::oneshot::Sender<Result<(), std::sync::Arc<sqlx::Error>>>,
+}
+
+/// The most channel writes one commit (one fsync) covers.
+pub(super) const GROUP_MAX: usize = 256;
+
+/// Group commit: every channel write waiting when the previous commit ended goes into the
+/// next transaction, so N channels ready at the same moment cost one fsync, not N; no
+/// channel waits on another's lock, only on the shared commit. Each caller is answered
+/// only after the commit that holds its write, so nothing it sends next can overtake it.
+/// A task of its own rather than the callers taking turns: a caller dropped mid-write (a
+/// control call whose client hung up) cannot abandon the writes of others, and the writes
+/// of one channel commit in the order they were made even then (one queue, in order).
+pub(super) async fn group_writer(
+    mut conn: sqlx::SqliteConnection,
+    mut rx: tokio::sync::mpsc::Receiver<WriteRequest>,
+) {
+    let mut batch: Vec<WriteRequest> = Vec::with_capacity(GROUP_MAX);
+    while let Some(first) = rx.recv().await {
+        batch.push(first);
+        while batch.len() < GROUP_MAX {
+            match rx.try_recv() {
+                Ok(w) => batch.push(w),
+                Err(_) => break,
+            }
+        }
+        let result = write_group(&mut conn, &batch)
+            .await
+            .map_err(std::sync::Arc::new);
+        for w in batch.drain(..) {
+            let _ = w.done.send(result.clone());
+        }
+    }
+}
+
+/// The writer connection's own (TEMP, never on disk) way to put snapshots and their revoked
+/// records in one statement: a row with a snapshot updates the channel, a row with a record
+/// archives it. One INSERT into this view is one statement, so SQLite runs it as one
+/// transaction (atomic, one fsync) and sqlx answers it with one message.
+pub(super) const WRITER_SETUP: &str = "
+CREATE TEMP VIEW channel_writes AS
+    SELECT 0 AS id, NULL AS snapshot, NULL AS num, NULL AS record WHERE 0;
+CREATE TEMP TRIGGER channel_writes_insert INSTEAD OF INSERT ON channel_writes BEGIN
+    INSERT INTO revoked_commitments (channel_id, num, record)
+        SELECT NEW.id, NEW.num, NEW.record WHERE NEW.record IS NOT NULL
+        ON CONFLICT DO NOTHING;
+    UPDATE channels SET snapshot = NEW.snapshot WHERE id = NEW.id AND NEW.snapshot IS NOT NULL;
+END;
+";
+
+/// Bound values one statement may carry (SQLite's default limit is 32,766).
+const MAX_BOUND: usize = 30_000;
+
+/// One commit holding every write of `batch`, sent to SQLite's worker thread as a single
+/// command of a single statement. Each command is a round trip to that thread (a wake-up of
+/// it and one of ours), sqlx's `begin()`/`commit()` are two more commands that each block
+/// the worker until we take the answer, and each statement of a multi-statement command
+/// sends its own answer (a wake-up of ours that preempts the worker before it syncs). So:
+/// a lone snapshot is one `UPDATE` in autocommit; anything else is one `INSERT` into
+/// [`WRITER_SETUP`]'s view, its records' rows before their snapshot's; a group too large
+/// for one statement is one multi-statement transaction.
+pub(super) async fn write_group(
+    conn: &mut sqlx::SqliteConnection,
+    batch: &[WriteRequest],
+) -> Result<(), sqlx::Error> {
+    const UPDATE: &str = "UPDATE channels SET snapshot = ? WHERE id = ?;";
+    if let [w] = batch {
+        if w.revoked.is_empty() {
+            sqlx::query(UPDATE)
+                .bind(&w.snapshot)
+                .bind(w.id.0)
+                .execute(&mut *conn)
+                .await?;
+            return Ok(());
+        }
+    }
+    let rows: usize = batch.iter().map(|w| 1 + w.revoked.len()).sum();
+    if rows * 4 > MAX_BOUND {
+        return write_group_statements(conn, batch).await;
+    }
+    let mut sql = String::from("INSERT INTO channel_writes (id, snapshot, num, record) VALUES ");
+    for i in 0..rows {
+        sql.push_str(if i == 0 {
+            "(?, ?, ?, ?)"
+        } else {
+            ", (?, ?, ?, ?)"
+        });
+    }
+    let mut query = sqlx::query(&sql);
+    for w in batch {
+        for (num, record) in &w.revoked {
+            query = query.bind(w.id.0).bind(None::<&str>).bind(num).bind(record);
+        }
+        query = query
+            .bind(w.id.0)
+            .bind(&w.snapshot)
+            .bind(None::<i64>)
+            .bind(None::<&str>);
+    }
+    // A lone channel's shapes are few (its snapshot and a record or two): keep them
+    // prepared. A group's shape changes with its members: prepared once, not cached.
+    query
+        .persistent(batch.len() == 1)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// [`write_group`] for a group too large for one statement: one multi-statement command,
+/// `BEGIN; INSERT …; UPDATE …; COMMIT`, its arguments bound in order across the statements.
+pub(super) async fn write_group_statements(
+    conn: &mut sqlx::SqliteConnection,
+    batch: &[WriteRequest],
+) -> Result<(), sqlx::Error> {
+    const UPDATE: &str = "UPDATE channels SET snapshot = ? WHERE id = ?;";
+    const INSERT: &str = "INSERT INTO revoked_commitments (channel_id, num, record) VALUES (?, ?, ?) ON CONFLICT DO NOTHING;";
+    let mut sql = String::from("BEGIN;");
+    for w in batch {
+        for _ in &w.revoked {
+            sql.push_str(INSERT);
+        }
+        sql.push_str(UPDATE);
+    }
+    sql.push_str("COMMIT;");
+    let mut query = sqlx::query(&sql);
+    for w in batch {
+        for (num, record) in &w.revoked {
+            query = query.bind(w.id.0).bind(num).bind(record);
+        }
+        query = query.bind(&w.snapshot).bind(w.id.0);
+    }
+    let result = query.persistent(false).execute(&mut *conn).await;
+    if result.is_err() {
+        // A statement failed after BEGIN: nothing of the group is committed; end the
+        // transaction so that the next group starts clean (an error here means none is open).
+        let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+    }
+    result.map(|_| ())
+}

@@ -1,0 +1,88 @@
+//! The channel snapshot codec: the JSON a channel is stored as, with its layout version,
+//! and the migration of older layouts on read (docs/node.md, "Upgrades").
+
+use channel::Channel;
+
+use super::{ChannelId, StoreError};
+
+/// The version of the channel snapshot layout this release writes. 0: before the
+/// channel restructure (flat struct, `state` beside loose options; migrated on load);
+/// 1: the restructured layout without a version field; 2: the same with
+/// `snapshot_version`. docs/node.md, "Upgrades".
+pub(crate) const SNAPSHOT_VERSION: u64 = 2;
+
+/// The JSON key holding the snapshot version.
+const VERSION_KEY: &str = "snapshot_version";
+
+/// A channel read from its snapshot, with the history an old layout kept inside it.
+pub(crate) struct Decoded {
+    pub channel: Channel,
+    /// The layout version it was read from.
+    pub version: u64,
+    /// Version 0: every HTLC it ever saw, to archive for penalties.
+    pub legacy_history: Option<channel::RevokedCommitment>,
+}
+
+/// Encodes `channel` as a snapshot of [`SNAPSHOT_VERSION`].
+pub(crate) fn encode_snapshot(id: ChannelId, channel: &Channel) -> Result<String, StoreError> {
+    /// The channel's fields and the version beside them, written in one pass (no
+    /// intermediate JSON tree: this runs on every durable write).
+    #[derive(serde::Serialize)]
+    struct Versioned<'a> {
+        #[serde(flatten)]
+        channel: &'a Channel,
+        snapshot_version: u64,
+    }
+    let json = serde_json::to_string(&Versioned {
+        channel,
+        snapshot_version: SNAPSHOT_VERSION,
+    })
+    .map_err(|e| StoreError::Encode(id, e.to_string()))?;
+    if !json.starts_with('{') {
+        return Err(StoreError::Encode(id, "not a JSON object".into()));
+    }
+    Ok(json)
+}
+
+/// Decodes a snapshot of any version this release knows; migrates version 0.
+///
+/// # Errors
+/// A newer version ([`StoreError::SnapshotTooNew`]) or a snapshot that does not parse
+/// as its version ([`StoreError::Corrupt`], naming the version): the node refuses to start
+/// rather than lose the channel.
+pub(crate) fn decode_snapshot(id: ChannelId, json: &str) -> Result<Decoded, StoreError> {
+    let corrupt = |version: u64, e: &dyn std::fmt::Display| {
+        StoreError::Corrupt(id, format!("snapshot version {version}: {e}"))
+    };
+    let mut value: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| StoreError::Corrupt(id, e.to_string()))?;
+    let serde_json::Value::Object(map) = &mut value else {
+        return Err(StoreError::Corrupt(id, "not a JSON object".into()));
+    };
+    let version = match map.remove(VERSION_KEY) {
+        Some(v) => v
+            .as_u64()
+            .ok_or_else(|| StoreError::Corrupt(id, format!("bad {VERSION_KEY} {v}")))?,
+        // Unversioned: the old flat layout has `state`, the restructured one `stage`.
+        None if map.contains_key("state") => 0,
+        None => 1,
+    };
+    match version {
+        0 => {
+            let old: channel::ChannelV0 =
+                serde_json::from_value(value).map_err(|e| corrupt(0, &e))?;
+            let migrated = old.migrate().map_err(|e| corrupt(0, &e))?;
+            Ok(Decoded {
+                channel: migrated.channel,
+                version,
+                legacy_history: Some(migrated.history),
+            })
+        }
+        1 | 2 => Ok(Decoded {
+            channel: serde_json::from_value(value).map_err(|e| corrupt(version, &e))?,
+            version,
+            legacy_history: None,
+        }),
+        _ => Err(StoreError::SnapshotTooNew { id, version }),
+    }
+}
