@@ -24,7 +24,7 @@ impl SideView {
     pub(crate) fn of(cs: &CState, who: Who, state: State) -> SideView {
         let side = cs.side(who);
         // Only a live channel moves money; a command during an update waits for it, then proposes.
-        let live = state == State::Normal || crate::manager::states::is_updating(state);
+        let live = state == State::Normal || state.is_updating();
         SideView {
             balance_msat: side.total_msat(),
             fee_share_msat: side.fee_msat,

@@ -333,7 +333,7 @@ impl Manager {
     pub(crate) async fn abandon_opening(&self, slot: &Slot, inner: &mut SlotInner, why: &str) {
         tracing::warn!(peer = %slot.peer, channel = %slot.id, %why, "opening abandoned");
         let state = inner.channel.state();
-        let kind = if states::is_opening(state) || state == State::OpenWaitComplete {
+        let kind = if state.is_opening() || state == State::OpenWaitComplete {
             Abandoned::Opening
         } else {
             Abandoned::Unbacked

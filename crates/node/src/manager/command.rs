@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 use wire::{Locktime, Preimage, Sha256};
 
 use super::registry::{Slot, SlotInner, WaitKind};
-use super::{states, unix_now, Manager};
+use super::{unix_now, Manager};
 use crate::control_error::ControlError;
 
 /// What a new channel must hold beyond the commitment fee (a usable, non-dust balance).
@@ -92,7 +92,7 @@ impl Manager {
         };
         let waited = wait_for(rx).await;
         if matches!(waited, Err(ControlError::Timeout(_)))
-            && states::is_opening(slot.lock().await.channel.state())
+            && slot.lock().await.channel.state().is_opening()
         {
             // A peer that stalls the opening would keep it (and the wallet outputs a built
             // anchor reserved) as long as it keeps the session: drop the session, and the

@@ -12,7 +12,7 @@ use wire::Packet;
 use bitcoin::hashes::Hash as _;
 
 use super::registry::{Slot, SlotInner, WaitKind};
-use super::{states, Manager};
+use super::Manager;
 use crate::control_error::ControlError;
 use crate::store::{ChannelId, StoreError};
 
@@ -103,8 +103,7 @@ impl Manager {
             self.store.save_revoked(slot.id, record).await?;
         }
         // An open completes once the anchor is out.
-        if matches!(inner.waiter, Some((WaitKind::Open, _)))
-            && !states::is_opening(inner.channel.state())
+        if matches!(inner.waiter, Some((WaitKind::Open, _))) && !inner.channel.state().is_opening()
         {
             inner.complete_waiter(Ok(()));
         }

@@ -173,7 +173,7 @@ impl Manager {
         };
         let mut inner = slot.lock().await;
         inner.outbox = Some(outbox);
-        tracing::info!(%peer, channel = %slot.id, state = states::name(inner.channel.state()), "channel resumes");
+        tracing::info!(%peer, channel = %slot.id, state = inner.channel.state().as_str(), "channel resumes");
         if inner.channel.state() == State::OpenWaitComplete {
             let height = self.store.meta(MetaKey::ScannedHeight).await.unwrap_or(0);
             let height = u32::try_from(height).unwrap_or(0);
@@ -224,8 +224,8 @@ impl Manager {
     /// After a lost session or a restart: abandon an unfunded opening; close an interrupted update on chain.
     async fn settle_after_session(&self, slot: &Slot, inner: &mut SlotInner) {
         let state = inner.channel.state();
-        if states::is_opening(state) {
-            tracing::info!(peer = %slot.peer, channel = %slot.id, state = states::name(state), "opening abandoned (anchor never broadcast)");
+        if state.is_opening() {
+            tracing::info!(peer = %slot.peer, channel = %slot.id, state = state.as_str(), "opening abandoned (anchor never broadcast)");
             let anchor = inner.channel.anchor_outpoint().map(|o| o.txid);
             self.forget_channel(slot, anchor, Abandoned::Opening).await;
         } else if state == State::OpenWaitComplete {
@@ -252,7 +252,7 @@ impl Manager {
             let inner = slot.lock().await;
             let state = inner.channel.state();
             let theirs = inner.channel.balances().is_none_or(|cs| !cs.we_fund);
-            if theirs && (states::is_opening(state) || state == State::OpenWaitComplete) {
+            if theirs && (state.is_opening() || state == State::OpenWaitComplete) {
                 n += 1;
             }
         }

@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use wire::Packet;
 
 use super::registry::{Abandoned, Slot};
-use super::{states, unix_now, Manager};
+use super::{unix_now, Manager};
 
 /// How long an incoming HTLC's expiry check waits for the chain's height before it takes
 /// the last one seen (docs/node.md, "Defences").
@@ -156,7 +156,7 @@ impl Manager {
             self.deliver(slot, &mut inner, again);
             return Ok(());
         }
-        tracing::debug!(%peer, packet = pkt.name(), state = states::name(inner.channel.state()), "received");
+        tracing::debug!(%peer, packet = pkt.name(), state = inner.channel.state().as_str(), "received");
         if let Some(confirmations) = inner.anchor.suspended {
             // A proposal on a channel whose anchor a reorganisation took away: the money
             // it would move may not exist. An update already in flight may finish.

@@ -15,7 +15,6 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use wire::Packet;
 
 use super::anchor::AnchorWatch;
-use super::states;
 use crate::control_error::ControlError;
 use crate::store::ChannelId;
 
@@ -131,7 +130,7 @@ impl Channels {
     /// The peer's channel that is not over yet (the protocol has one per session).
     pub(crate) async fn active(&self, peer: &PublicKey) -> Option<Arc<Slot>> {
         for slot in self.of_peer(peer).into_iter().rev() {
-            if !states::is_finished(slot.inner.lock().await.channel.state()) {
+            if !slot.inner.lock().await.channel.state().is_finished() {
                 return Some(slot);
             }
         }

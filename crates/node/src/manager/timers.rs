@@ -65,7 +65,7 @@ pub(crate) fn due(
     update_timeout: Duration,
 ) -> Option<Due> {
     let state = tracked.state;
-    if let Some(since) = tracked.update_since.filter(|_| states::is_updating(state)) {
+    if let Some(since) = tracked.update_since.filter(|_| state.is_updating()) {
         let elapsed = now.saturating_duration_since(since);
         if elapsed >= update_timeout && tracked.connected {
             return Some(Due::DropSession { elapsed });
@@ -100,7 +100,7 @@ impl Manager {
     pub(crate) async fn tick(&self, slot: &Slot, height: u32, now: Instant) {
         let mut inner = slot.lock().await;
         // The update clock starts when an update is first seen in flight.
-        if states::is_updating(inner.channel.state()) {
+        if inner.channel.state().is_updating() {
             inner.update_since.get_or_insert(now);
         } else {
             inner.update_since = None;
@@ -147,7 +147,7 @@ impl Manager {
                 return true;
             }
             Due::UpdateNeverResumed => {
-                tracing::warn!(%peer, channel = %id, state = states::name(inner.channel.state()), "update never resumed; closing unilaterally");
+                tracing::warn!(%peer, channel = %id, state = inner.channel.state().as_str(), "update never resumed; closing unilaterally");
                 self.close_on_chain(slot, inner).await;
             }
             Due::TimeOut(r_hash) => match inner.channel.timeout_htlc(r_hash, now) {
@@ -173,7 +173,7 @@ impl Manager {
                 }
             }
             Err(e) => {
-                tracing::error!(peer = %slot.peer, channel = %slot.id, error = %e, state = states::name(inner.channel.state()), "cannot close on chain")
+                tracing::error!(peer = %slot.peer, channel = %slot.id, error = %e, state = inner.channel.state().as_str(), "cannot close on chain")
             }
         }
     }

@@ -11,7 +11,7 @@ use wire::{Preimage, Sha256};
 
 use super::error::{codes, RpcFailure};
 use super::views::{ChannelView, FundsView, InfoView, PeerView};
-use crate::manager::{states, Command, Slot};
+use crate::manager::{Command, Slot};
 use crate::node::Node;
 
 /// Declares the method names once: the enum, each name as sent, and the list of all.
@@ -337,7 +337,7 @@ async fn peers(node: &Node) -> Result<Value, RpcFailure> {
     let mut peers = Vec::new();
     for p in node.peers.list() {
         let channel_state = match node.manager.channels.latest(&p.node_id) {
-            Some(slot) => Some(states::name(slot.lock().await.channel.state())),
+            Some(slot) => Some(slot.lock().await.channel.state().as_str()),
             None => None,
         };
         peers.push(PeerView {

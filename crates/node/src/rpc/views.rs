@@ -64,7 +64,7 @@ impl ChannelView {
         let cs = ch.balances();
         ChannelView {
             peer_id: peer.to_string(),
-            state: states::name(state),
+            state: state.as_str(),
             anchor_txid: ch.anchor_outpoint().map(|o| o.txid.to_string()),
             capacity_sat: cs.map(|c| c.anchor_sat),
             our_msat: cs.map(|c| c.ours.pay_msat),
@@ -132,7 +132,7 @@ impl InfoView {
     /// Counts a channel into the totals (closed ones only into `channels`).
     pub(crate) fn count(&mut self, inner: &SlotInner) {
         self.channels += 1;
-        if states::is_finished(inner.channel.state()) {
+        if inner.channel.state().is_finished() {
             return;
         }
         self.open_channels += 1;
