@@ -42,6 +42,10 @@ elif kind == "rpc":
         '{"method":"invalidateblock","params":["0f9188f13cb7b2c71f2a335e3a4fc328bf5beb436012afca590b1a11466e2206"]}',
     ]
     items = [r.encode().hex() for r in reqs]
+elif kind == "onion":
+    # mode 0 + BOLT 4's vector onion; mode 1 + plaintexts: a final hop's payload, a long length
+    onion = json.loads(pathlib.Path("crates/onion/tests/vectors/bolt04-onion-test.json").read_text())
+    items = ["00" + onion["onion"], "01" + "06020101040101" + "00" * 32, "01fd04f2"]
 elif kind == "stream":
     # chunk size byte, then B's recorded stream: session key, authenticate, hello, ...
     stream = tr["B"]["session_pubkey_sent_first_33_bytes"] + "".join(f["frame"] for f in tr["frames"] if f["from"] == "B")
@@ -63,3 +67,4 @@ run frame_open payloads
 run handshake stream
 run rpc_request rpc
 run chain_store none
+run onion_peel onion

@@ -132,6 +132,7 @@ fn forge(kind: u8, x: u8, y: u8, height: u32) -> Packet {
             amount_msat: amount,
             r_hash: r(x % 5).hash(),
             expiry,
+            onion: None,
         }),
         6 => Packet::UpdateAccept(UpdateAccept {
             sig: junk_sig(x),

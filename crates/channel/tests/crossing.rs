@@ -83,6 +83,7 @@ fn insufficient_funds_decline_carries_the_whole_funding_required() {
         amount_msat: 16_000_000,
         r_hash: Preimage([2; 32]).hash(),
         expiry: Locktime::Blocks(p.chain.height + 200),
+        onion: None,
     });
     let acts = p.a.ch.handle_packet(&pkt, p.now).unwrap();
     match &acts[..] {

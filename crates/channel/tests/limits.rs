@@ -31,6 +31,7 @@ fn add_packet(amount_msat: u32, n: u32, expiry: u32) -> Packet {
         amount_msat,
         r_hash: Sha256::hash(&n.to_le_bytes()),
         expiry: Locktime::Blocks(expiry),
+        onion: None,
     })
 }
 

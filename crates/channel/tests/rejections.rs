@@ -59,6 +59,7 @@ fn samples() -> Vec<Packet> {
             amount_msat: 1000,
             r_hash: h,
             expiry: Locktime::Blocks(150),
+            onion: None,
         }),
         Packet::UpdateAccept(UpdateAccept {
             sig: junk_sig(),
@@ -332,6 +333,7 @@ fn overdrawn_update_is_rejected() {
         amount_msat: u32::try_from(b_total + 1).unwrap(),
         r_hash: Sha256::hash(b"r"),
         expiry: Locktime::Blocks(p.chain.height + 200),
+        onion: None,
     });
     let before = p.a.ch.clone();
     let acts = p.a.ch.handle_packet(&pkt, p.now).unwrap();

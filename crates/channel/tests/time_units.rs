@@ -89,6 +89,7 @@ fn add_packet(expiry: Locktime, tag: &[u8]) -> Packet {
         amount_msat: 1_000_000,
         r_hash: Sha256::hash(tag),
         expiry,
+        onion: None,
     })
 }
 

@@ -127,6 +127,7 @@ fn decline_insufficient_funds_carries_funding() {
         amount_msat: 30_000_000,
         r_hash: r(9).hash(),
         expiry: Locktime::Blocks(p.chain.height + 200),
+        onion: None,
     });
     let before = p.a.ch.clone();
     let acts = p.a.ch.handle_packet(&pkt, p.now).unwrap();

@@ -116,6 +116,12 @@ pub enum DecodeErrorKind {
     /// A `chain_pubkey` that is not a point on secp256k1 or has a wrong prefix.
     #[error("chain_pubkey is not a valid secp256k1 point")]
     InvalidPubkey,
+    /// An `update_add_htlc.onion` that is not exactly [`crate::Onion::LEN`] bytes.
+    #[error("onion is {len} bytes; it must be 1366")]
+    OnionLength {
+        /// The length seen.
+        len: usize,
+    },
     /// A `signature` whose r or s is zero or not below the curve order.
     #[error("signature {half} is zero or not below the curve order")]
     InvalidSignature {

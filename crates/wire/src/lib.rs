@@ -10,6 +10,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod error;
+mod onion;
 mod packet;
 #[rustfmt::skip]
 #[allow(missing_docs, clippy::all)]
@@ -18,6 +19,7 @@ mod schema;
 mod types;
 
 pub use error::{DecodeError, DecodeErrorKind};
+pub use onion::Onion;
 pub use packet::{
     decode_pkt, AnchorOffer, Authenticate, CloseChannel, CloseChannelComplete, DeclineReason,
     ErrorPacket, OpenAnchor, OpenChannel, OpenCommitSig, OpenComplete, Packet, Update,

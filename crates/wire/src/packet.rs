@@ -4,6 +4,7 @@ use prost::Message as _;
 use secp256k1::ecdsa::Signature;
 
 use crate::error::{DecodeError, DecodeErrorKind};
+use crate::onion::Onion;
 use crate::pb::{self, pkt::Pkt};
 use crate::schema;
 use crate::types::{ChainPubkey, Funding, Locktime, Preimage, Sha256, Sha256d};
@@ -82,7 +83,7 @@ pub struct Update {
 }
 
 /// `update_add_htlc`: a new hash-locked payment from the sender.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpdateAddHtlc {
     /// Revokes the sender's new commitment later.
     pub revocation_hash: Sha256,
@@ -92,6 +93,9 @@ pub struct UpdateAddHtlc {
     pub r_hash: Sha256,
     /// Absolute expiry.
     pub expiry: Locktime,
+    /// Where the payment goes on from the receiver; `None`: it ends there (an
+    /// add from a peer that does not know the field, or a direct payment).
+    pub onion: Option<Onion>,
 }
 
 /// Why an HTLC was declined.
@@ -388,6 +392,11 @@ impl TryFrom<&pb::Pkt> for Packet {
                 amount_msat: u.amount_msat,
                 r_hash: Sha256::from(&u.r_hash),
                 expiry: at("update_add_htlc", "expiry", Locktime::try_from(&u.expiry))?,
+                onion: u
+                    .onion
+                    .as_deref()
+                    .map(|o| at("update_add_htlc", "onion", Onion::try_from(o)))
+                    .transpose()?,
             }),
             Pkt::UpdateAccept(u) => Packet::UpdateAccept(UpdateAccept {
                 sig: sig("update_accept", "sig", &u.sig)?,
@@ -474,6 +483,7 @@ impl From<&Packet> for pb::Pkt {
                 amount_msat: u.amount_msat,
                 r_hash: u.r_hash.into(),
                 expiry: u.expiry.into(),
+                onion: u.onion.as_ref().map(|o| o.as_bytes().to_vec()),
             }),
             Packet::UpdateAccept(u) => Pkt::UpdateAccept(pb::UpdateAccept {
                 sig: (&u.sig).into(),

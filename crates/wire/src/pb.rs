@@ -124,7 +124,7 @@ pub struct Update {
     pub delta_msat: i64,
 }
 /// Starts a new commitment transaction that adds a hash-locked payment.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct UpdateAddHtlc {
     #[prost(message, required, tag = "1")]
     pub revocation_hash: Sha256Hash,
@@ -134,6 +134,12 @@ pub struct UpdateAddHtlc {
     pub r_hash: Sha256Hash,
     #[prost(message, required, tag = "4")]
     pub expiry: Locktime,
+    /// potluck: a BOLT 4 Sphinx onion, exactly 1366 bytes, that tells each hop
+    /// where to forward (docs/wire.md, "update_add_htlc.onion"). Odd, so a peer
+    /// that does not know it ignores it (seed "Versioning" 2); an add without it
+    /// is a payment to the receiver itself.
+    #[prost(bytes = "vec", optional, tag = "5")]
+    pub onion: ::core::option::Option<::prost::alloc::vec::Vec<u8>>,
 }
 /// Sent instead of update_accept when the payment cannot be done.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]

@@ -260,6 +260,7 @@ pub(crate) static UPDATE_ADD_HTLC: MessageSchema = msg(
         req(2, "amount_msat", Uint32),
         req(3, "r_hash", M(&SHA256_HASH)),
         req(4, "expiry", M(&LOCKTIME)),
+        opt(5, "onion", Bytes),
     ],
     &[],
 );

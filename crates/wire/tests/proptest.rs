@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use secp256k1::{ecdsa::Signature, PublicKey, Secp256k1, SecretKey};
 use wire::{
     AnchorOffer, Authenticate, ChainPubkey, CloseChannel, CloseChannelComplete, DeclineReason,
-    DecodeErrorKind, ErrorPacket, Funding, Locktime, OpenAnchor, OpenChannel, OpenCommitSig,
+    DecodeErrorKind, ErrorPacket, Funding, Locktime, Onion, OpenAnchor, OpenChannel, OpenCommitSig,
     OpenComplete, Packet, Preimage, Update, UpdateAccept, UpdateAddHtlc, UpdateComplete,
     UpdateDeclineHtlc, UpdateFulfillHtlc, UpdateRoutefailHtlc, UpdateSignature, UpdateTimedoutHtlc,
 };
@@ -61,6 +61,14 @@ fn locktime() -> impl Strategy<Value = Locktime> {
     ]
 }
 
+/// Absent, or random bytes of the one size the field allows.
+fn onion() -> impl Strategy<Value = Option<Onion>> {
+    proptest::option::of(
+        proptest::collection::vec(any::<u8>(), Onion::LEN)
+            .prop_map(|b| Onion::try_from(b.as_slice()).unwrap()),
+    )
+}
+
 fn packet() -> impl Strategy<Value = Packet> {
     prop_oneof![
         (key(), signature()).prop_map(|(node_id, session_sig)| Packet::Auth(Authenticate {
@@ -108,13 +116,16 @@ fn packet() -> impl Strategy<Value = Packet> {
             revocation_hash,
             delta_msat
         })),
-        (hash(), any::<u32>(), hash(), locktime()).prop_map(
-            |(revocation_hash, amount_msat, r_hash, expiry)| Packet::UpdateAddHtlc(UpdateAddHtlc {
-                revocation_hash,
-                amount_msat,
-                r_hash,
-                expiry
-            })
+        (hash(), any::<u32>(), hash(), locktime(), onion()).prop_map(
+            |(revocation_hash, amount_msat, r_hash, expiry, onion)| Packet::UpdateAddHtlc(
+                UpdateAddHtlc {
+                    revocation_hash,
+                    amount_msat,
+                    r_hash,
+                    expiry,
+                    onion
+                }
+            )
         ),
         (signature(), hash()).prop_map(|(sig, revocation_hash)| Packet::UpdateAccept(
             UpdateAccept {

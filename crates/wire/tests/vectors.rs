@@ -122,6 +122,7 @@ fn expected_packets() -> Vec<(u32, Packet)> {
                 amount_msat: 1_000_000,
                 r_hash: sha256::Hash::hash(h("r-preimage").as_byte_array()),
                 expiry: Locktime::Seconds(1_500_000_000),
+                onion: None,
             }),
         ),
         (

@@ -556,6 +556,8 @@ fn proposal_packet(change: &Change, rev: Sha256) -> Packet {
             amount_msat: h.amount_msat,
             r_hash: h.r_hash,
             expiry: h.expiry,
+            // The channel does not route yet: forwarding (issue 30) will set it.
+            onion: None,
         }),
         Change::Fulfill(r) => Packet::UpdateFulfillHtlc(UpdateFulfillHtlc {
             revocation_hash: rev,
