@@ -1017,6 +1017,7 @@ mod limits {
         concurrent_registrations_cannot_overshoot_the_quota,
         leases_of_a_dead_process_run_out,
         the_oldest_stream_of_an_ip_is_evicted_in_any_process,
+        admin_token_failures_over_two_processes_lock_like_on_one,
     );
 
     fn throttle(store: &Store) -> Throttle {
@@ -1076,6 +1077,53 @@ mod limits {
             .unwrap()
             .is_none());
         assert!(b2.begin(&k).await.unwrap().is_ok());
+        other.close().await;
+        db.cleanup().await;
+    }
+
+    /// Issue 32: wrong admin tokens alternated over two processes on one
+    /// database lock the client out at the count one process would, only
+    /// failures count, a correct token clears the count for both, and
+    /// another client is not touched.
+    pub(super) async fn admin_token_failures_over_two_processes_lock_like_on_one(b: Backend) {
+        use crate::service::limits::AdminThrottle;
+        let db = TestDb::new(b).await;
+        db.store.migrate().await.unwrap();
+        let other = second_handle(&db).await;
+        let policy = ThrottlePolicy {
+            ip_free_failures: 10,
+            ..ThrottlePolicy::default()
+        };
+        let now = std::time::Instant::now();
+        let a = AdminThrottle::shared(db.store.clone(), policy, now);
+        let b2 = AdminThrottle::shared(other.clone(), policy, now);
+        let ip = |n: u8| ThrottleKey::AdminIp(std::net::IpAddr::from([10, 0, 0, n]));
+        let k = ip(1);
+        for i in 0..10 {
+            let t = if i % 2 == 0 { &a } else { &b2 };
+            assert!(t.shared_admission(&k).await.unwrap().wait.is_zero(), "{i}");
+            t.shared_failure(&k).await;
+        }
+        let open = b2.shared_admission(&k).await.unwrap();
+        assert!(
+            open.wait.is_zero() && open.recorded,
+            "ten are free: {open:?}"
+        );
+        a.shared_failure(&k).await;
+        for t in [&a, &b2] {
+            let locked = t.shared_admission(&k).await.unwrap();
+            assert!(
+                locked.wait > Duration::from_millis(500),
+                "eleven failures over two processes lock: {locked:?}"
+            );
+        }
+        assert!(a.shared_admission(&ip(2)).await.unwrap().wait.is_zero());
+        let record = db.store.throttle_record(&k.storage_key()).await.unwrap();
+        assert_eq!(record.map(|r| r.failures), Some(11));
+        // A correct token clears the count for every process.
+        b2.shared_success(&k).await;
+        let cleared = a.shared_admission(&k).await.unwrap();
+        assert!(cleared.wait.is_zero() && !cleared.recorded, "{cleared:?}");
         other.close().await;
         db.cleanup().await;
     }
