@@ -128,6 +128,7 @@ both_backends!(
     an_idempotency_key_binds_one_payment_and_a_claim_taken_over_binds_none,
     a_user_takes_no_more_than_its_share_of_a_round_alone_or_grouped,
     no_payment_is_saved_once_the_pause_has_answered,
+    a_page_of_rounds_costs_the_same_however_many_rounds_and_bets,
 );
 
 /// A bet is answered once its broadcast is accepted, before its mark
@@ -2012,5 +2013,125 @@ async fn no_payment_is_saved_once_the_pause_has_answered(b: Backend) {
     assert_eq!(bet_counts(&store, round.id).await, (0, 0));
     store.set_paused(false, "admin").await.unwrap();
     assert!(store.place_bet(&bet).await.is_ok(), "resumed");
+    db.cleanup().await;
+}
+
+/// Counts the statements sqlx runs (its `sqlx::query` events), in every
+/// thread: SQLite's statements run on its worker thread. nextest runs each
+/// test in a process of its own, so the count is this test's.
+mod statements {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Once;
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Metadata};
+
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    const TARGET: &str = "sqlx::query";
+
+    struct Counter;
+
+    impl tracing::Subscriber for Counter {
+        fn enabled(&self, m: &Metadata<'_>) -> bool {
+            m.target() == TARGET
+        }
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(1)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, e: &Event<'_>) {
+            if e.metadata().target() == TARGET {
+                COUNT.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+
+    /// Statements run so far in this process.
+    pub fn run_so_far() -> u64 {
+        static INSTALL: Once = Once::new();
+        INSTALL.call_once(|| {
+            tracing::subscriber::set_global_default(Counter)
+                .expect("no other subscriber in a store test's process");
+        });
+        COUNT.load(Ordering::SeqCst)
+    }
+}
+
+/// Adds a closed round holding `bets` bets of `user` (10,000 sats each).
+async fn closed_round_with_bets(s: &Store, user: i64, bets: usize) -> i64 {
+    let now = crate::domain::time::unix_now();
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO rounds (status, opened_at, closes_at, pot_sats, bettors) \
+         VALUES ('open', $1, $2, 0, 0) RETURNING id",
+    )
+    .bind(now)
+    .bind(now + 600)
+    .fetch_one(s.pool())
+    .await
+    .unwrap();
+    for n in 0..bets {
+        let mut bet = money::intent(
+            TransferKind::Bet,
+            user,
+            Some(id),
+            &format!("{id:032x}{n:032x}"),
+            vec![],
+        );
+        bet.outputs.clear();
+        s.place_bet(&bet).await.unwrap();
+    }
+    sqlx::query("UPDATE rounds SET status = 'closed', tip_height_at_close = 10 WHERE id = $1")
+        .bind(id)
+        .execute(s.pool())
+        .await
+        .unwrap();
+    id
+}
+
+/// `GET /rounds?limit=100` (issue 32): a page read a round's row, its bets
+/// and its payout one round at a time, three statements per round, and
+/// carried every round's whole bet list (up to 1,400 bets each). A page
+/// now costs the same number of statements however many rounds it holds,
+/// and its JSON stays within a fixed size per round however many bets the
+/// rounds hold; who played is still told right.
+async fn a_page_of_rounds_costs_the_same_however_many_rounds_and_bets(b: Backend) {
+    let db = TestDb::new(b).await;
+    let s = &db.store;
+    let (alice, _) = funded(s).await;
+    let bob = s.create_user("bob", "h", addr).await.unwrap().id;
+    for _ in 0..3 {
+        closed_round_with_bets(s, alice, 12).await;
+    }
+    let page = |user: i64| async move {
+        let before = statements::run_so_far();
+        let p = crate::service::history::rounds_page(s, 100, None, Some(user))
+            .await
+            .unwrap();
+        let statements = statements::run_so_far() - before;
+        (crate::http::rounds::page_view(&p), statements)
+    };
+    let (three, three_cost) = page(alice).await;
+    assert_eq!(three.rounds.len(), 3);
+    assert!(three_cost > 0, "the counter sees the statements");
+    for _ in 0..17 {
+        closed_round_with_bets(s, alice, 12).await;
+    }
+    let (twenty, twenty_cost) = page(alice).await;
+    assert_eq!(twenty.rounds.len(), 20);
+    assert_eq!(
+        twenty_cost, three_cost,
+        "a page of 20 rounds ran {twenty_cost} statements, a page of 3 ran {three_cost}"
+    );
+    let body = serde_json::to_vec(&twenty).unwrap();
+    assert!(
+        body.len() <= 20 * 1_200,
+        "a page of 20 rounds of 12 bets is {} bytes, over 1,200 a round",
+        body.len()
+    );
+    assert!(twenty.rounds.iter().all(|r| r.user_played && r.bets == 12));
+    let (for_bob, _) = page(bob).await;
+    assert!(for_bob.rounds.iter().all(|r| !r.user_played));
     db.cleanup().await;
 }
