@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use crate::domain::address::{AddressBook, AddressError};
 use crate::domain::money::Coin;
 use crate::domain::round::{RoundStatus, TransferKind, TransferStatus};
-use crate::domain::settings::{ServiceConfig, DUST_LIMIT_SATS, P2WPKH_INPUT_VBYTES};
+use crate::domain::settings::{ServiceConfig, DUST_LIMIT_SATS, MAX_TX_INPUTS, P2WPKH_INPUT_VBYTES};
 use crate::domain::spend::{self, SpendFailure};
 use crate::domain::time::unix_now;
 use crate::service::accounts::{AccountError, SignedSession};
@@ -715,6 +715,23 @@ impl<'a> Payments<'a> {
                         .await?
                 }
             };
+            // At most one transaction's worth of coins and one more is read:
+            // with more, the payer holds coins beyond them, summed (once per
+            // attempt, only then) so that a refusal names the whole balance.
+            let unread_sats = if outputs.len() > MAX_TX_INPUTS {
+                let read: i64 = outputs.iter().map(|o| o.amount_sats).sum();
+                let all = self
+                    .store
+                    .spendable_sum_at(
+                        me.id,
+                        config.deposit_confirmations,
+                        me.tip_height.unwrap_or(0),
+                    )
+                    .await?;
+                (all - read).max(0)
+            } else {
+                0
+            };
             // Coins that cover a debt are not the user's to spend. The first
             // attempt uses the debt read with the context; a retry reads it
             // again.
@@ -724,7 +741,7 @@ impl<'a> Payments<'a> {
                 self.store.user_debt(me.id).await?
             };
             if debt_sats > 0 {
-                let coins: i64 = outputs.iter().map(|o| o.amount_sats).sum();
+                let coins: i64 = outputs.iter().map(|o| o.amount_sats).sum::<i64>() + unread_sats;
                 if coins - debt_sats < amount_sats {
                     return Err(PaymentError::DebtOutstanding {
                         debt_sats,
@@ -746,6 +763,7 @@ impl<'a> Payments<'a> {
                     round_id,
                     address: address.clone(),
                     tip_height,
+                    unread_sats,
                 },
             )
             .map_err(|e| match e {
@@ -775,7 +793,7 @@ impl<'a> Payments<'a> {
                 other => PaymentError::Spend(other),
             })?;
             if debt_sats > 0 {
-                let coins: i64 = outputs.iter().map(|o| o.amount_sats).sum();
+                let coins: i64 = outputs.iter().map(|o| o.amount_sats).sum::<i64>() + unread_sats;
                 let left = coins - amount_sats - signed.intent.fee_sats;
                 if left < debt_sats {
                     return Err(PaymentError::DebtOutstanding {
