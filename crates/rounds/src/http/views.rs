@@ -45,6 +45,10 @@ pub struct RoundView {
 pub struct DrawView {
     /// Chain tip height when the round closed; the draw block is the next one.
     pub tip_height_at_close: Option<i64>,
+    /// Hash of that tip (display hex): the draw block's parent, so the draw
+    /// block was mined after the close. Null for rounds closed before it
+    /// was recorded.
+    pub tip_hash_at_close: Option<String>,
     /// SHA-256 (hex) over the ordered bets, fixed at close.
     pub bets_commitment: Option<String>,
     /// Height of the draw block (`tip_height_at_close + 1`); null until it is known.
@@ -136,6 +140,7 @@ fn draw_view(d: &RoundDetail) -> Option<DrawView> {
         .collect();
     Some(DrawView {
         tip_height_at_close: d.draw.tip_height_at_close,
+        tip_hash_at_close: d.draw.tip_hash_at_close.clone(),
         bets_commitment: d.draw.bets_commitment.clone(),
         block_height: d.draw.block_height,
         block_hash: d.draw.block_hash.clone(),
@@ -172,6 +177,7 @@ impl RoundView {
         if r.round.status != RoundStatus::Open {
             v.draw = Some(DrawView {
                 tip_height_at_close: r.draw.tip_height_at_close,
+                tip_hash_at_close: r.draw.tip_hash_at_close.clone(),
                 bets_commitment: r.draw.bets_commitment.clone(),
                 block_height: r.draw.block_height,
                 block_hash: r.draw.block_hash.clone(),

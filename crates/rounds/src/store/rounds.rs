@@ -149,6 +149,8 @@ async fn open_next_if_newest(
 pub struct DrawColumns {
     /// Tip height when the round closed.
     pub tip_height_at_close: Option<i64>,
+    /// Display hex of that tip's hash: the draw block's parent.
+    pub tip_hash_at_close: Option<String>,
     /// Hex.
     pub bets_commitment: Option<String>,
     /// Height of the draw block.
@@ -246,7 +248,7 @@ fn summary_from_row(r: &AnyRow) -> Result<RoundSummary, sqlx::Error> {
 }
 
 const ROUND_COLS: &str =
-    "id, status, opened_at, closes_at, pot_sats, bettors, bet_count, tip_height_at_close, \
+    "id, status, opened_at, closes_at, pot_sats, bettors, bet_count, tip_height_at_close, tip_hash_at_close, \
      bets_commitment, block_height, block_hash, seed, ticket, winner_bet_id";
 
 fn round_and_draw(r: &AnyRow) -> Result<(RoundRow, DrawColumns), sqlx::Error> {
@@ -262,6 +264,7 @@ fn round_and_draw(r: &AnyRow) -> Result<(RoundRow, DrawColumns), sqlx::Error> {
         },
         DrawColumns {
             tip_height_at_close: r.try_get("tip_height_at_close")?,
+            tip_hash_at_close: r.try_get("tip_hash_at_close")?,
             bets_commitment: r.try_get("bets_commitment")?,
             block_height: r.try_get("block_height")?,
             block_hash: r.try_get("block_hash")?,
@@ -436,6 +439,7 @@ impl Store {
         &self,
         round_id: i64,
         tip_height: i64,
+        tip_hash: Option<&str>,
         commitment_of: impl FnOnce(&[BetRow]) -> String,
     ) -> Result<bool, StoreError> {
         let mut tx = self.pool().begin().await?;
@@ -479,12 +483,62 @@ impl Store {
             })
             .collect::<Result<Vec<_>, _>>()?;
         sqlx::query(
-            "UPDATE rounds SET tip_height_at_close = $1, bets_commitment = $2 WHERE id = $3",
+            "UPDATE rounds SET tip_height_at_close = $1, tip_hash_at_close = $4, bets_commitment = $2 \
+             WHERE id = $3",
         )
         .bind(tip_height)
         .bind(commitment_of(&bets))
         .bind(round_id)
+        .bind(tip_hash)
         .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Anchors a drawing round's draw again at `tip` (height, hash) when
+    /// the tip read at its close, `old_hash`, is no longer the parent of
+    /// the block at the draw height (a reorganisation replaced it): the
+    /// draw block becomes the first block above `tip`, and any block stored
+    /// as the draw block is dropped. One guarded update with an audit
+    /// entry; returns whether it moved.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn anchor_draw_again(
+        &self,
+        round_id: i64,
+        old_hash: &str,
+        tip: (i64, &str),
+        reason: &str,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let moved = sqlx::query(
+            "UPDATE rounds SET tip_height_at_close = $1, tip_hash_at_close = $2, \
+             block_height = NULL, block_hash = NULL \
+             WHERE id = $3 AND status = 'drawing' AND tip_hash_at_close = $4",
+        )
+        .bind(tip.0)
+        .bind(tip.1)
+        .bind(round_id)
+        .bind(old_hash)
+        .execute(&mut *tx)
+        .await?;
+        if moved.rows_affected() != 1 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        insert_audit_entry(
+            &mut tx,
+            "draw_anchored_again",
+            "engine",
+            &ConfigDiff::new(),
+            &AuditDetails {
+                round_id: Some(round_id),
+                reason: Some(reason.to_string()),
+                ..AuditDetails::none()
+            },
+        )
         .await?;
         tx.commit().await?;
         Ok(true)

@@ -130,6 +130,7 @@ both_backends!(
     no_payment_is_saved_once_the_pause_has_answered,
     a_page_of_rounds_costs_the_same_however_many_rounds_and_bets,
     a_payment_reads_a_bounded_number_of_coins_and_no_dust,
+    only_a_child_of_the_close_tip_becomes_the_draw_block,
 );
 
 /// A bet is answered once its broadcast is accepted, before its mark
@@ -718,7 +719,7 @@ async fn the_first_block_at_the_draw_height_stays_the_draw_block(b: Backend) {
     db.store.mark_broadcast(transfer).await.unwrap();
     assert!(db
         .store
-        .close_round(round.id, 10, |b| b.len().to_string())
+        .close_round(round.id, 10, None, |b| b.len().to_string())
         .await
         .unwrap());
     let draw_block = |s: Store, id: i64| async move {
@@ -754,7 +755,7 @@ async fn one_payout_per_round(b: Backend) {
     // A bet still being broadcast holds the round open.
     assert!(!db
         .store
-        .close_round(round.id, 10, |b| b.len().to_string())
+        .close_round(round.id, 10, None, |b| b.len().to_string())
         .await
         .unwrap());
     assert_eq!(
@@ -764,7 +765,7 @@ async fn one_payout_per_round(b: Backend) {
     db.store.mark_broadcast(transfer).await.unwrap();
     assert!(db
         .store
-        .close_round(round.id, 10, |b| b.len().to_string())
+        .close_round(round.id, 10, None, |b| b.len().to_string())
         .await
         .unwrap());
     // A bet after closing is refused by the round's status.
@@ -937,7 +938,7 @@ async fn the_close_fixes_the_bets_written_before_it_and_refuses_later_ones(b: Ba
     // store holds no transaction across a chain call.
     assert!(db
         .store
-        .close_round(round.id, 10, |b| b.len().to_string())
+        .close_round(round.id, 10, None, |b| b.len().to_string())
         .await
         .unwrap());
     let late = db.store.place_bet(&bet).await;
@@ -1763,7 +1764,7 @@ async fn a_retried_payout_records_the_winner_output_the_failed_one_lacked(b: Bac
         .unwrap();
     s.mark_broadcast(bet).await.unwrap();
     assert!(s
-        .close_round(round.id, 10, |b| b.len().to_string())
+        .close_round(round.id, 10, None, |b| b.len().to_string())
         .await
         .unwrap());
     assert!(s
@@ -2188,5 +2189,57 @@ async fn a_payment_reads_a_bounded_number_of_coins_and_no_dust(b: Backend) {
     );
     let all = s.spendable_sum_at(alice, 1, 11).await.unwrap();
     assert_eq!(all, 100_000 + small * 1_000, "the whole balance, summed");
+    db.cleanup().await;
+}
+
+/// Issue 32: the watcher stores as a round's draw block only a child of
+/// the tip read at the close; after a reorganisation replaced that tip,
+/// the engine anchors the draw again (once) and the next block above the
+/// new anchor becomes the draw block.
+async fn only_a_child_of_the_close_tip_becomes_the_draw_block(b: Backend) {
+    let db = TestDb::new(b).await;
+    let s = &db.store;
+    let (user, out) = funded(s).await;
+    let round = s
+        .ensure_round(crate::domain::time::unix_now())
+        .await
+        .unwrap();
+    let (_, transfer) = s
+        .place_bet(&bet_spending(user, round.id, 4, vec![out]))
+        .await
+        .unwrap();
+    s.mark_broadcast(transfer).await.unwrap();
+    assert!(s
+        .close_round(round.id, 10, Some("h10"), |b| b.len().to_string())
+        .await
+        .unwrap());
+    let draw = |id: i64| async move {
+        let d = s.round_detail(id).await.unwrap().unwrap().draw;
+        (d.tip_height_at_close, d.tip_hash_at_close, d.block_hash)
+    };
+    // A branch replaces the close-time tip h10 and builds on it.
+    s.unwind_above(9).await.unwrap();
+    s.connect_block(10, "x10", &[], &[]).await.unwrap();
+    s.connect_block(11, "x11", &[], &[]).await.unwrap();
+    assert_eq!(draw(round.id).await, (Some(10), Some("h10".into()), None));
+    assert!(s
+        .move_round(round.id, RoundStatus::Closing, RoundStatus::Drawing)
+        .await
+        .unwrap());
+    assert!(s
+        .anchor_draw_again(round.id, "h10", (11, "x11"), "replaced")
+        .await
+        .unwrap());
+    assert!(
+        !s.anchor_draw_again(round.id, "h10", (11, "x11"), "replaced")
+            .await
+            .unwrap(),
+        "once"
+    );
+    s.connect_block(12, "x12", &[], &[]).await.unwrap();
+    assert_eq!(
+        draw(round.id).await,
+        (Some(11), Some("x11".into()), Some("x12".into()))
+    );
     db.cleanup().await;
 }
