@@ -779,42 +779,13 @@ impl Engine {
         // docs): the watcher stores it on the round as it processes it; a
         // round closed while that block was being processed (another
         // process's sync) takes the block stored at the height.
-        let close_hash = detail.draw.tip_hash_at_close.as_deref();
-        let block_hash = match detail.draw.block_hash.clone() {
-            Some(h) => h,
-            None => match self.store.synced_hash(draw_height).await? {
-                Some(h) => h,
-                None => {
-                    // No draw block yet: the close-time tip may already be
-                    // gone (a branch without a block at the draw height yet).
-                    let processed = self.store.synced_hash(close_tip).await?;
-                    return match (close_hash, processed) {
-                        (Some(x), Some(now)) if now != x => {
-                            let reason = format!("the tip {x} read at the close at height {close_tip} was replaced by {now}");
-                            self.anchor_again(round.id, x, tip, &reason).await
-                        }
-                        _ => Ok(false),
-                    };
-                }
-            },
+        let block_hash = match self
+            .checked_draw_block(round.id, &detail, close_tip, tip)
+            .await?
+        {
+            Ok(hash) => hash,
+            Err(moved) => return Ok(moved),
         };
-        if let Some(x) = close_hash {
-            // Provably mined after the close: the draw block is a child of
-            // the tip read at the close, as the chain itself says.
-            let parent = match self.chain.block(parse_block_hash(&block_hash)?).await {
-                Ok(b) => b.header.prev_blockhash.to_string(),
-                Err(e) => {
-                    tracing::warn!(round = round.id, error = %e, "draw block unavailable; the draw waits");
-                    return Ok(false);
-                }
-            };
-            if parent != x {
-                let reason = format!(
-                    "the block {block_hash} at the draw height {draw_height} is not a child of the tip {x} read at the close (its parent is {parent})"
-                );
-                return self.anchor_again(round.id, x, tip, &reason).await;
-            }
-        }
         let bets = draw_bets(&detail.bets);
         let d = match draw::compute_draw(round.id, &block_hash, &bets) {
             Ok(d) => d,
@@ -880,6 +851,57 @@ impl Engine {
         self.notify().await;
         self.finish_payout(round).await?;
         Ok(true)
+    }
+
+    /// The block a drawing round is drawn from, once it is known and a
+    /// child of the tip read at the close (`Ok(hash)`); otherwise whether
+    /// the round moved (`Err(true)`: anchored again after a reorganisation
+    /// replaced that tip; `Err(false)`: wait).
+    async fn checked_draw_block(
+        &self,
+        round_id: i64,
+        detail: &crate::store::rounds::RoundDetail,
+        close_tip: i64,
+        tip: chain::Tip,
+    ) -> Result<Result<String, bool>, EngineError> {
+        let draw_height = close_tip + 1;
+        let close_hash = detail.draw.tip_hash_at_close.as_deref();
+        let block_hash = match detail.draw.block_hash.clone() {
+            Some(h) => h,
+            None => match self.store.synced_hash(draw_height).await? {
+                Some(h) => h,
+                None => {
+                    // No draw block yet: the close-time tip may already be
+                    // gone (a branch without a block at the draw height yet).
+                    let processed = self.store.synced_hash(close_tip).await?;
+                    return match (close_hash, processed) {
+                        (Some(x), Some(now)) if now != x => {
+                            let reason = format!("the tip {x} read at the close at height {close_tip} was replaced by {now}");
+                            Ok(Err(self.anchor_again(round_id, x, tip, &reason).await?))
+                        }
+                        _ => Ok(Err(false)),
+                    };
+                }
+            },
+        };
+        if let Some(x) = close_hash {
+            // Provably mined after the close: the draw block is a child of
+            // the tip read at the close, as the chain itself says.
+            let parent = match self.chain.block(parse_block_hash(&block_hash)?).await {
+                Ok(b) => b.header.prev_blockhash.to_string(),
+                Err(e) => {
+                    tracing::warn!(round = round_id, error = %e, "draw block unavailable; the draw waits");
+                    return Ok(Err(false));
+                }
+            };
+            if parent != x {
+                let reason = format!(
+                    "the block {block_hash} at the draw height {draw_height} is not a child of the tip {x} read at the close (its parent is {parent})"
+                );
+                return Ok(Err(self.anchor_again(round_id, x, tip, &reason).await?));
+            }
+        }
+        Ok(Ok(block_hash))
     }
 
     /// A reorganisation replaced the tip read at the close of `round_id`
