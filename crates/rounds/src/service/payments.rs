@@ -677,6 +677,30 @@ impl<'a> Payments<'a> {
             .ok_or(PaymentError::UnknownUser)
     }
 
+    /// The sum of `me`'s spendable coins beyond `outputs`, the coins a
+    /// payment read: zero unless the read was cut at its limit
+    /// ([`crate::domain::settings::PAYMENT_COINS_READ`]).
+    async fn unread_sats(
+        &self,
+        me: &Payer,
+        config: &ServiceConfig,
+        outputs: &[Coin],
+    ) -> Result<i64, PaymentError> {
+        if outputs.len() <= MAX_TX_INPUTS {
+            return Ok(0);
+        }
+        let read: i64 = outputs.iter().map(|o| o.amount_sats).sum();
+        let all = self
+            .store
+            .spendable_sum_at(
+                me.id,
+                config.deposit_confirmations,
+                me.tip_height.unwrap_or(0),
+            )
+            .await?;
+        Ok((all - read).max(0))
+    }
+
     /// Spends the user's confirmed outputs whole to `to`, change back, writes the
     /// intent before the broadcast (the crash-safety rule), then broadcasts it.
     /// `coins` are the user's spendable outputs read with the context (the
@@ -718,20 +742,7 @@ impl<'a> Payments<'a> {
             // At most one transaction's worth of coins and one more is read:
             // with more, the payer holds coins beyond them, summed (once per
             // attempt, only then) so that a refusal names the whole balance.
-            let unread_sats = if outputs.len() > MAX_TX_INPUTS {
-                let read: i64 = outputs.iter().map(|o| o.amount_sats).sum();
-                let all = self
-                    .store
-                    .spendable_sum_at(
-                        me.id,
-                        config.deposit_confirmations,
-                        me.tip_height.unwrap_or(0),
-                    )
-                    .await?;
-                (all - read).max(0)
-            } else {
-                0
-            };
+            let unread_sats = self.unread_sats(me, config, &outputs).await?;
             // Coins that cover a debt are not the user's to spend. The first
             // attempt uses the debt read with the context; a retry reads it
             // again.
