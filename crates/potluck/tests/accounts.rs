@@ -106,7 +106,7 @@ async fn registration_rules_and_login(db: Db) {
     assert_eq!(me.status, 200);
     assert_eq!(
         me.json(),
-        json!({"username": "Bob.Smith-1", "address": address, "balance_sats": 0, "pending_balance_sats": 0, "has_pending": false})
+        json!({"username": "Bob.Smith-1", "address": address, "balance_sats": 0, "pending_balance_sats": 0, "has_pending": false, "dust_sats": 0})
     );
     // Unknown user, wrong password and an invalid name answer identically.
     let wrong = s.login("Bob.Smith-1", "password124", "10.0.0.6").await;

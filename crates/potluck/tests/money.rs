@@ -817,6 +817,73 @@ async fn a_draw_block_replaced_while_paused_keeps_the_first_draw() {
     rig.finish().await;
 }
 
+/// Attack on the draw (issue 32, finding 2): the draw block must be
+/// provably mined after the close, so its parent must be the tip the
+/// engine read at the close. A miner holding a branch back (blocks found
+/// before the close, their hashes known to it) releases it after the
+/// close: the branch replaces the close-time tip and puts its own block at
+/// the draw height. Before, the round was drawn from that block, whose
+/// hash the miner knew while bets were still open. Now the round is not
+/// drawn from a block that does not descend from the close-time tip: the
+/// close is anchored again at the node's tip, and the draw block is the
+/// next one mined on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draw_block_that_does_not_descend_from_the_close_tip_is_not_drawn_from() {
+    let rig = Rig::new(Db::Sqlite).await;
+    let (a, b, id) = two_bets_round(&rig, ["rita", "saul"], ["10.0.4.21", "10.0.4.22"]).await;
+    // The bets' block is the tip the close reads.
+    rig.mine(1).await;
+    let drawing = rig.wait_status(id, "drawing").await;
+    let close_tip = drawing["draw"]["tip_height_at_close"].as_u64().unwrap();
+    let close_hash = rig.rpc.get_block_hash(close_tip as u32).await.unwrap();
+    let r = rig.s().admin_post("/admin/pause", json!({})).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    // The withheld branch: a block at the close height and one above it.
+    rig.rpc.invalidate_block(&close_hash).await.unwrap();
+    rig.rpc
+        .generate_to_address(
+            2,
+            &regtest_address("bcrt1qqypqxpq9qcrsszg2pvxq6rs0zqg3yyc5phstwt"),
+        )
+        .await
+        .unwrap();
+    let withheld = rig.rpc.get_block_hash(close_tip as u32 + 1).await.unwrap();
+    synced_to(&rig, close_tip + 1).await;
+    let r = rig.s().admin_post("/admin/resume", json!({})).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    // Time for the engine to look at the round, then a block mined now.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    rig.mine(1).await;
+    let closed = rig.wait_status(id, "closed").await;
+    let draw = &closed["draw"];
+    assert_ne!(
+        draw["block_hash"],
+        withheld.to_string(),
+        "round {id} was drawn from block {withheld} at {}, whose parent is not the close-time tip {close_hash}: {closed}",
+        close_tip + 1
+    );
+    let anchor = draw["tip_height_at_close"].as_u64().unwrap();
+    assert!(
+        anchor > close_tip,
+        "anchored again above {close_tip}: {closed}"
+    );
+    let anchor_hash = rig.rpc.get_block_hash(anchor as u32).await.unwrap();
+    assert_eq!(
+        draw["tip_hash_at_close"],
+        anchor_hash.to_string(),
+        "{closed}"
+    );
+    let block = bitcoin::BlockHash::from_str(draw["block_hash"].as_str().unwrap()).unwrap();
+    let header = rig.rpc.get_block(&block).await.unwrap().header;
+    assert_eq!(
+        header.prev_blockhash, anchor_hash,
+        "the draw block descends from the tip at close"
+    );
+    assert_eq!(draw["block_height"], anchor + 1);
+    rig.conservation(&[&a, &b]).await;
+    rig.finish().await;
+}
+
 /// Waits until the service has processed the chain up to `height`.
 async fn synced_to(rig: &Rig, height: u64) {
     wait_for(Duration::from_secs(30), || async {

@@ -793,3 +793,64 @@ async fn failed_logins_split_over_two_processes_lock_like_on_one() {
     }
     p.finish().await;
 }
+
+/// Issue 32 ("Also"): the admin-token throttle counted per process, so
+/// guesses spread over the processes behind the proxy had N times the
+/// allowance. Now, on PostgreSQL, every process counts them together, and
+/// correct tokens are never held up by the shared count: 20 concurrent
+/// correct requests all pass (the first attempt reserved every attempt in
+/// the database and answered them 429).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_admin_tokens_split_over_two_processes_lock_like_on_one() {
+    let p = pair("3600").await;
+    let right = [
+        ("x-admin-token", support::ADMIN),
+        ("x-forwarded-for", "10.97.9.1"),
+    ];
+    let burst = (0..20).map(|i| {
+        let s = if i % 2 == 0 { &p.a } else { &p.b };
+        s.get("/admin/config", &right)
+    });
+    for (i, r) in futures_util::future::join_all(burst)
+        .await
+        .iter()
+        .enumerate()
+    {
+        assert_eq!(r.status, 200, "correct request {i}: {}", r.text());
+    }
+    let wrong = [
+        ("x-admin-token", "a-wrong-admin-token!"),
+        ("x-forwarded-for", "10.97.9.1"),
+    ];
+    // Ten failures alternating over the processes: five each, half the ten
+    // free ones per process, all ten of the service's. A correct token
+    // still passes and clears the count everywhere.
+    for i in 0..10u32 {
+        let s = if i % 2 == 0 { &p.a } else { &p.b };
+        let r = s.get("/admin/config", &wrong).await;
+        assert_eq!(r.status, 403, "failure {i}: {}", r.text());
+    }
+    for s in [&p.b, &p.a] {
+        let r = s.get("/admin/config", &right).await;
+        assert_eq!(r.status, 200, "ten failures are free: {}", r.text());
+    }
+    // Eleven alternating failures: six and five, below the ten free ones
+    // per process; one past them for the service.
+    for i in 0..11u32 {
+        let s = if i % 2 == 0 { &p.a } else { &p.b };
+        let r = s.get("/admin/config", &wrong).await;
+        assert_eq!(r.status, 403, "failure {i} after the reset: {}", r.text());
+    }
+    for s in [&p.a, &p.b] {
+        let r = s.get("/admin/config", &right).await;
+        assert_eq!(r.status, 429, "locked on both processes: {}", r.text());
+        assert!(r.header("retry-after").is_some(), "{}", r.text());
+    }
+    // Another client is not locked.
+    let other = [
+        ("x-admin-token", support::ADMIN),
+        ("x-forwarded-for", "10.97.9.2"),
+    ];
+    assert_eq!(p.a.get("/admin/config", &other).await.status, 200);
+    p.finish().await;
+}

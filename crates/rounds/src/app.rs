@@ -24,7 +24,7 @@ use crate::service::current::CurrentRound;
 use crate::service::engine::Engine;
 use crate::service::health::Health;
 use crate::service::history::History;
-use crate::service::limits::{Quota, SharedStreams, Throttle};
+use crate::service::limits::{AdminThrottle, Quota, SharedStreams, Throttle};
 use crate::service::stream::StreamHub;
 use crate::service::stream::StreamPolicy;
 use crate::store::{Store, StoreError};
@@ -462,18 +462,21 @@ impl Application {
         // Several processes may share PostgreSQL: the limits count in the
         // database there, so that N processes give nobody N times the quota.
         let shared = store.backend() == crate::store::Backend::Postgres;
-        let (throttle, quota) = if shared {
+        let (throttle, quota, admin_throttle) = if shared {
             (
                 Throttle::shared(store.clone(), config.throttle),
                 Quota::Shared {
                     store: store.clone(),
                     policy: config.quota,
                 },
+                // Wrong admin tokens count across processes too (issue 32).
+                AdminThrottle::shared(store.clone(), ADMIN_THROTTLE, now),
             )
         } else {
             (
                 Throttle::Local(Arc::new(LoginThrottle::new(config.throttle, now))),
                 Quota::Local(RegistrationQuota::new(config.quota, now)),
+                AdminThrottle::local(ADMIN_THROTTLE, now),
             )
         };
         let streams = shared.then(|| SharedStreams::new(store.clone(), config.stream));
@@ -530,7 +533,7 @@ impl Application {
             streams,
             addresses,
             admin_key: AdminKey::new(config.admin_token.as_deref()),
-            admin_throttle: Arc::new(LoginThrottle::new(ADMIN_THROTTLE, now)),
+            admin_throttle,
             metrics: Arc::new(Metrics::default()),
             engine,
             dev_chain,

@@ -34,6 +34,17 @@ pub const DEFAULT_MAX_BET_INPUT_FEE_PERCENT: u32 = 50;
 /// bets or withdrawals would create unrelayable outputs.
 pub const DUST_LIMIT_SATS: i64 = 294;
 
+/// A coin worth at most this much is dust to the service: its own input
+/// (68 vB) costs at least its value at 1 sat/vB, the lowest fee rate the
+/// service pays, so spending it never adds to a payment. It is not
+/// spendable, not in `balance_sats`, and shown as `dust_sats`; the books
+/// keep it (docs/rounds-engine.md, "Dust").
+pub const DUST_COIN_MAX_SATS: i64 = P2WPKH_INPUT_VBYTES;
+
+/// The most coins a payment reads: one transaction's inputs
+/// ([`MAX_TX_INPUTS`]) and one more, which tells that the payer holds more.
+pub const PAYMENT_COINS_READ: i64 = MAX_TX_INPUTS as i64 + 1;
+
 /// The service configuration row.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct ServiceConfig {

@@ -193,6 +193,9 @@ pub struct UserPayment<'a> {
     /// The last block processed: `nLockTime` is set to it, as Core's wallet
     /// does against fee sniping.
     pub tip_height: Option<u32>,
+    /// The sum of the payer's spendable coins not in `outputs` (a payment
+    /// reads one transaction's worth): refusals name the whole balance.
+    pub unread_sats: i64,
 }
 
 /// Spends the payer's outputs (in their order, as few as cover the amount
@@ -215,13 +218,18 @@ pub fn user_payment(wallet: &Wallet, p: UserPayment<'_>) -> Result<Signed, Spend
         round_id,
         address,
         tip_height,
+        unread_sats,
     } = p;
     let amount = Amount::from_sat(u64::try_from(amount_sats).unwrap_or(0));
     let payment = TxOut {
         value: amount,
         script_pubkey: to.clone(),
     };
-    let balance: i64 = outputs.iter().map(|o| o.amount_sats).sum();
+    let balance: i64 = outputs
+        .iter()
+        .map(|o| o.amount_sats)
+        .sum::<i64>()
+        .saturating_add(unread_sats);
     let rate = fee_rate(fee_rate_sat_vb);
     let refused = |e: SpendError| match e {
         SpendError::Build(BuildError::InsufficientFunds { needed, .. }) => {
@@ -297,7 +305,13 @@ pub fn user_payment(wallet: &Wallet, p: UserPayment<'_>) -> Result<Signed, Spend
     if let Err(e) =
         wallet::build_transaction(&all, std::slice::from_ref(&payment), Some(script), rate)
     {
-        return Err(refused(SpendError::Build(e)));
+        // Coins that were not read may cover what the read ones lack: then
+        // it is again a matter of one transaction's size.
+        let unread_cover = matches!(&e, BuildError::InsufficientFunds { needed, .. }
+            if unread_sats > 0 && balance >= sats(*needed));
+        if !unread_cover {
+            return Err(refused(SpendError::Build(e)));
+        }
     }
     // The whole balance would pay it, but not in one transaction: the most
     // one payment can take is what the largest coins leave after their fee,
@@ -693,6 +707,16 @@ mod tests {
     }
 
     fn pay(w: &Wallet, outputs: &[Coin], amount_sats: i64) -> Result<Signed, SpendFailure> {
+        pay_read(w, outputs, 0, amount_sats)
+    }
+
+    /// `pay` when the payer holds `unread_sats` more in coins not read.
+    fn pay_read(
+        w: &Wallet,
+        outputs: &[Coin],
+        unread_sats: i64,
+        amount_sats: i64,
+    ) -> Result<Signed, SpendFailure> {
         let (path, script) = user_key(w, 0).unwrap();
         user_payment(
             w,
@@ -708,6 +732,7 @@ mod tests {
                 round_id: None,
                 address: None,
                 tip_height: None,
+                unread_sats,
             },
         )
     }
@@ -754,5 +779,26 @@ mod tests {
             pay(&w, &coins(3, 3_000), 100),
             Err(SpendFailure::Dust { .. })
         ));
+    }
+
+    /// A payment reads one transaction's worth of coins and one more; the
+    /// coins it did not read still count in its refusal: covering the
+    /// amount makes it `too_many_inputs`, not covering it names the whole
+    /// balance.
+    #[test]
+    fn coins_not_read_count_in_the_refusal() {
+        let w = wallet();
+        let read = coins(MAX_TX_INPUTS + 1, 3_000);
+        let all_read = 3_000 * (MAX_TX_INPUTS as i64 + 1);
+        assert!(matches!(
+            pay_read(&w, &read, 1_000_000, 5_000_000),
+            Err(SpendFailure::TooManyInputs { .. })
+        ));
+        let Err(SpendFailure::Insufficient { balance_sats, .. }) =
+            pay_read(&w, &read, 1_000, 5_000_000)
+        else {
+            panic!("not refused for its funds");
+        };
+        assert_eq!(balance_sats, all_read + 1_000);
     }
 }

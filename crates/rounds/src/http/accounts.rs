@@ -65,6 +65,9 @@ pub struct Me {
     pub pending_balance_sats: i64,
     /// Whether in-flight transactions exist.
     pub has_pending: bool,
+    /// Coins of at most 68 sats at the caller's address (dust: each costs
+    /// at least its value to spend): never spent, not in the balances.
+    pub dust_sats: i64,
 }
 
 /// Body of change-password.
@@ -143,6 +146,7 @@ async fn me(State(state): State<AppState>, user: AuthUser) -> Result<Json<Me>, A
         balance_sats: account.balance_sats,
         pending_balance_sats: account.pending_balance_sats,
         has_pending: account.has_pending,
+        dust_sats: account.dust_sats,
     }))
 }
 

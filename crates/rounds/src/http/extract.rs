@@ -159,31 +159,50 @@ impl FromRequestParts<AppState> for Admin {
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
         let Ok(ClientIp(ip)) = ClientIp::from_request_parts(parts, state).await;
-        // Wrong tokens are throttled per client like wrong passwords; the
-        // check and the reservation are one step, so a burst cannot slip
-        // through before the first failure is counted.
-        let keys = [ThrottleKey::Ip(ip)];
+        // Wrong tokens are throttled per client like wrong passwords. The
+        // failures counted by every process on the database are read first
+        // (issue 32: spreading guesses over the processes behind the proxy
+        // gains nothing); then this process checks, reserves and settles
+        // the attempt in one step with no await in between, so a burst
+        // cannot slip through before the first failure is counted.
+        let key = ThrottleKey::AdminIp(ip);
+        let shared = state
+            .admin_throttle
+            .shared_admission(&key)
+            .await
+            .map_err(AdminError::internal)?;
+        if !shared.wait.is_zero() {
+            return Err(too_many(shared.wait));
+        }
+        let keys = [key];
         let attempt = state
             .admin_throttle
+            .local_throttle()
             .begin(&keys, std::time::Instant::now())
-            .map_err(|wait| {
-                AdminError::TooManyAttempts(wait.as_secs() + u64::from(wait.subsec_nanos() > 0))
-            })?;
+            .map_err(too_many)?;
         let presented = parts.headers.get("x-admin-token").map(|v| v.as_bytes());
         match state.admin_key.check(presented) {
             Ok(()) => {
                 attempt.succeeded(&keys[0]);
+                if shared.recorded {
+                    state.admin_throttle.shared_success(&keys[0]).await;
+                }
                 Ok(Admin)
             }
             Err(denied) => {
                 if denied == AdminDenied::Invalid {
                     tracing::warn!(client = %ip, "wrong admin token");
                     attempt.failed(std::time::Instant::now());
+                    state.admin_throttle.shared_failure(&keys[0]).await;
                 }
                 Err(AdminError::Denied(denied.message()))
             }
         }
     }
+}
+
+fn too_many(wait: std::time::Duration) -> AdminError {
+    AdminError::TooManyAttempts(wait.as_secs() + u64::from(wait.subsec_nanos() > 0))
 }
 
 /// JSON body whose rejections use the structured error format.

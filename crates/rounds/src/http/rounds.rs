@@ -263,13 +263,16 @@ fn no_round_played() -> ApiError {
 /// A page of rounds.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct RoundPage {
-    /// Newest first.
+    /// Newest first; each round's `draw.bets` is null here (the round's
+    /// `bets` and `pot_sats` give their count and total; `GET /rounds/{id}`
+    /// has the list).
     pub rounds: Vec<RoundView>,
     /// Pass as `before_id` for the next page; null at the end.
     pub next_before_id: Option<i64>,
 }
 
-/// Recent rounds, newest first, with their draw proofs.
+/// Recent rounds, newest first (at most 100 a page), with their draws
+/// summarised: `draw.bets` is null, the full proof is on `GET /rounds/{id}`.
 #[utoipa::path(get, path = "/rounds", tag = "rounds", security((), ("bearer" = [])),
     params(Page), responses((status = 200, body = RoundPage)))]
 async fn list_rounds(
@@ -278,16 +281,25 @@ async fn list_rounds(
     ApiQuery(page): ApiQuery<Page>,
 ) -> Result<Json<RoundPage>, ApiError> {
     let limit = page.limit();
-    let p = state.history.rounds_page(limit, page.before_id).await?;
+    let user_id = user.as_ref().map(|u| u.id);
+    let p = state
+        .history
+        .rounds_page(limit, page.before_id, user_id)
+        .await?;
+    Ok(Json(page_view(&p)))
+}
+
+/// The JSON of a page of rounds (the caller's `user_played` read with it).
+pub fn page_view(p: &history::RoundsPage) -> RoundPage {
     let rounds = p
         .rounds
         .iter()
-        .map(|d| RoundView::of(d, history::played(d, user.as_ref().map(|u| u.id)), p.paused))
+        .map(|r| RoundView::summary(r, p.paused))
         .collect();
-    Ok(Json(RoundPage {
+    RoundPage {
         rounds,
         next_before_id: p.next_before_id,
-    }))
+    }
 }
 
 /// One round, with the full draw proof once drawn.

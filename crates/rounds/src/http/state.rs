@@ -8,14 +8,13 @@ use crate::config::Config;
 use crate::domain::address::AddressBook;
 use crate::http::metrics::Metrics;
 use crate::security::admin_key::AdminKey;
-use crate::security::throttle::LoginThrottle;
 use crate::service::accounts::Accounts;
 use crate::service::admin::Administration;
 use crate::service::cashier::Cashier;
 use crate::service::engine::Engine;
 use crate::service::health::Health;
 use crate::service::history::History;
-use crate::service::limits::SharedStreams;
+use crate::service::limits::{AdminThrottle, SharedStreams};
 use crate::service::stream::StreamHub;
 
 /// Shared state of every handler.
@@ -41,8 +40,8 @@ pub struct AppState {
     pub addresses: Arc<dyn AddressBook>,
     /// The admin token digest.
     pub admin_key: AdminKey,
-    /// Wrong admin tokens per client IP.
-    pub admin_throttle: Arc<LoginThrottle>,
+    /// Wrong admin tokens per client IP (shared by the processes on PostgreSQL).
+    pub admin_throttle: AdminThrottle,
     /// HTTP metrics.
     pub metrics: Arc<Metrics>,
     /// The chain watcher and rounds engine (run by the application; benches drive it).

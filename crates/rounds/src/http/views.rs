@@ -7,7 +7,7 @@ use crate::domain::draw;
 use crate::domain::round::{RoundStatus, TransferKind, TransferProgress};
 use crate::domain::time::rfc3339;
 use crate::service::engine::draw_bets;
-use crate::service::history::{RoundDetail, RoundRow, TransferRow};
+use crate::service::history::{PayoutSummary, RoundDetail, RoundRow, RoundSummary, TransferRow};
 
 /// A round as clients see it.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
@@ -45,6 +45,10 @@ pub struct RoundView {
 pub struct DrawView {
     /// Chain tip height when the round closed; the draw block is the next one.
     pub tip_height_at_close: Option<i64>,
+    /// Hash of that tip (display hex): the draw block's parent, so the draw
+    /// block was mined after the close. Null for rounds closed before it
+    /// was recorded.
+    pub tip_hash_at_close: Option<String>,
     /// SHA-256 (hex) over the ordered bets, fixed at close.
     pub bets_commitment: Option<String>,
     /// Height of the draw block (`tip_height_at_close + 1`); null until it is known.
@@ -57,8 +61,10 @@ pub struct DrawView {
     pub ticket: Option<i64>,
     /// The bet whose range holds the ticket.
     pub winner: Option<DrawWinner>,
-    /// The bets in draw order with the satoshi range each one covers.
-    pub bets: Vec<DrawBetView>,
+    /// The bets in draw order with the satoshi range each one covers; null
+    /// in `GET /rounds`, whose pages summarise rounds (the round's `bets`
+    /// and `pot_sats` are their count and total).
+    pub bets: Option<Vec<DrawBetView>>,
 }
 
 /// The winner named by a draw.
@@ -134,13 +140,14 @@ fn draw_view(d: &RoundDetail) -> Option<DrawView> {
         .collect();
     Some(DrawView {
         tip_height_at_close: d.draw.tip_height_at_close,
+        tip_hash_at_close: d.draw.tip_hash_at_close.clone(),
         bets_commitment: d.draw.bets_commitment.clone(),
         block_height: d.draw.block_height,
         block_hash: d.draw.block_hash.clone(),
         seed: d.draw.seed.clone(),
         ticket: d.draw.ticket,
         winner,
-        bets: list,
+        bets: Some(list),
     })
 }
 
@@ -163,6 +170,33 @@ impl RoundView {
         }
     }
 
+    /// The view of a round in a page of rounds: the draw without its bet
+    /// list (see [`DrawView::bets`]).
+    pub fn summary(r: &RoundSummary, paused: bool) -> Self {
+        let mut v = Self::new(&r.round, r.user_played, paused);
+        if r.round.status != RoundStatus::Open {
+            v.draw = Some(DrawView {
+                tip_height_at_close: r.draw.tip_height_at_close,
+                tip_hash_at_close: r.draw.tip_hash_at_close.clone(),
+                bets_commitment: r.draw.bets_commitment.clone(),
+                block_height: r.draw.block_height,
+                block_hash: r.draw.block_hash.clone(),
+                seed: r.draw.seed.clone(),
+                ticket: r.draw.ticket,
+                winner: match (r.draw.winner_bet_id, &r.winner_username) {
+                    (Some(bet_id), Some(username)) => Some(DrawWinner {
+                        username: username.clone(),
+                        bet_id,
+                    }),
+                    _ => None,
+                },
+                bets: None,
+            });
+        }
+        v.payout = r.payout.as_ref().map(payout_summary_view);
+        v
+    }
+
     /// The full view of a round: DESIGN §4.1's shape.
     pub fn of(d: &RoundDetail, user_played: bool, paused: bool) -> Self {
         let mut v = Self::new(&d.round, user_played, paused);
@@ -175,6 +209,16 @@ impl RoundView {
             status: own_progress(p),
         });
         v
+    }
+}
+
+fn payout_summary_view(p: &PayoutSummary) -> PayoutView {
+    PayoutView {
+        txid: p.txid.clone(),
+        winner_sats: p.amount_sats,
+        commission_sats: p.commission_sats,
+        fee_sats: p.fee_sats,
+        status: TransferProgress::of_own(p.status, p.block_height.is_some()),
     }
 }
 

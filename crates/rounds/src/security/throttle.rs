@@ -34,14 +34,18 @@ pub enum ThrottleKey {
     User(String),
     /// A client IP.
     Ip(IpAddr),
+    /// A client IP presenting admin tokens (counted apart from its logins).
+    AdminIp(IpAddr),
 }
 
 impl ThrottleKey {
-    /// The key as stored in the database (`u:` name, `i:` address).
+    /// The key as stored in the database (`u:` name, `i:` address, `a:`
+    /// address of admin-token attempts).
     pub fn storage_key(&self) -> String {
         match self {
             ThrottleKey::User(name) => format!("u:{name}"),
             ThrottleKey::Ip(ip) => format!("i:{ip}"),
+            ThrottleKey::AdminIp(ip) => format!("a:{ip}"),
         }
     }
 }
@@ -139,7 +143,7 @@ impl ThrottlePolicy {
     pub fn free_failures(&self, key: &ThrottleKey) -> u32 {
         match key {
             ThrottleKey::User(_) => self.user_free_failures,
-            ThrottleKey::Ip(_) => self.ip_free_failures,
+            ThrottleKey::Ip(_) | ThrottleKey::AdminIp(_) => self.ip_free_failures,
         }
     }
 

@@ -185,6 +185,8 @@ pub struct Account {
     pub pending_balance_sats: i64,
     /// Whether in-flight transactions exist.
     pub has_pending: bool,
+    /// Unspent coins too small to spend (dust), not in the balances.
+    pub dust_sats: i64,
 }
 
 /// The user a valid session token belongs to.
@@ -440,12 +442,14 @@ impl Accounts {
         let confirmations = self.store.config().await?.deposit_confirmations;
         let (balance_sats, pending_balance_sats, has_pending) =
             self.store.balances(user_id, confirmations).await?;
+        let dust_sats = self.store.dust_sats(user_id).await?;
         Ok(Account {
             username: row.username,
             address: row.address,
             balance_sats,
             pending_balance_sats,
             has_pending,
+            dust_sats,
         })
     }
 

@@ -684,9 +684,17 @@ impl Engine {
                 // already exist: the draw block could be public before the
                 // close. Nothing closes until it has caught up.
                 let synced = self.store.synced_tip().await?.map_or(0, |t| t.0);
-                let tip_height = match self.chain.sync_state().await {
+                let (tip_height, tip_hash) = match self.chain.sync_state().await {
                     Ok(state) => match behind(&state) {
-                        None => synced.max(i64::from(state.tip.height)),
+                        // The hash is recorded too: the draw block must be
+                        // its child (checked at the draw).
+                        None if synced > i64::from(state.tip.height) => {
+                            (synced, self.store.synced_hash(synced).await?)
+                        }
+                        None => (
+                            i64::from(state.tip.height),
+                            Some(state.tip.hash.to_string()),
+                        ),
                         Some(why) => {
                             tracing::debug!(round = round.id, %why, "the node is behind; the round stays open");
                             return Ok(false);
@@ -699,7 +707,7 @@ impl Engine {
                 };
                 let moved = self
                     .store
-                    .close_round(round.id, tip_height, |bets| {
+                    .close_round(round.id, tip_height, tip_hash.as_deref(), |bets| {
                         hex::encode(draw::bets_commitment(&draw_bets(bets)))
                     })
                     .await?;
@@ -731,19 +739,20 @@ impl Engine {
             RoundStatus::Drawing => {
                 // Checked again at the draw: a node that fell behind since
                 // the close may hold a draw block the network is replacing.
-                match self.chain.sync_state().await {
+                let tip = match self.chain.sync_state().await {
                     Ok(state) => {
                         if let Some(why) = behind(&state) {
                             tracing::debug!(round = round.id, %why, "the node is behind; the draw waits");
                             return Ok(false);
                         }
+                        state.tip
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "chain unavailable; the draw waits");
                         return Ok(false);
                     }
-                }
-                self.draw_and_pay(round, config).await
+                };
+                self.draw_and_pay(round, config, tip).await
             }
             RoundStatus::PayingOut => self.finish_payout(round).await,
             RoundStatus::Closed | RoundStatus::PayoutFailed => Ok(false),
@@ -754,6 +763,7 @@ impl Engine {
         &self,
         round: &RoundRow,
         config: &ServiceConfig,
+        tip: chain::Tip,
     ) -> Result<bool, EngineError> {
         let detail = self
             .store
@@ -769,12 +779,12 @@ impl Engine {
         // docs): the watcher stores it on the round as it processes it; a
         // round closed while that block was being processed (another
         // process's sync) takes the block stored at the height.
-        let block_hash = match detail.draw.block_hash.clone() {
-            Some(h) => h,
-            None => match self.store.synced_hash(draw_height).await? {
-                Some(h) => h,
-                None => return Ok(false),
-            },
+        let block_hash = match self
+            .checked_draw_block(round.id, &detail, close_tip, tip)
+            .await?
+        {
+            Ok(hash) => hash,
+            Err(moved) => return Ok(moved),
         };
         let bets = draw_bets(&detail.bets);
         let d = match draw::compute_draw(round.id, &block_hash, &bets) {
@@ -807,6 +817,7 @@ impl Engine {
         let winner = &detail.bets[d.winner_index];
         let columns = DrawColumns {
             tip_height_at_close: Some(close_tip),
+            tip_hash_at_close: detail.draw.tip_hash_at_close.clone(),
             bets_commitment: Some(hex::encode(d.commitment)),
             block_height: Some(draw_height),
             block_hash: Some(block_hash.clone()),
@@ -840,6 +851,81 @@ impl Engine {
         self.notify().await;
         self.finish_payout(round).await?;
         Ok(true)
+    }
+
+    /// The block a drawing round is drawn from, once it is known and a
+    /// child of the tip read at the close (`Ok(hash)`); otherwise whether
+    /// the round moved (`Err(true)`: anchored again after a reorganisation
+    /// replaced that tip; `Err(false)`: wait).
+    async fn checked_draw_block(
+        &self,
+        round_id: i64,
+        detail: &crate::store::rounds::RoundDetail,
+        close_tip: i64,
+        tip: chain::Tip,
+    ) -> Result<Result<String, bool>, EngineError> {
+        let draw_height = close_tip + 1;
+        let close_hash = detail.draw.tip_hash_at_close.as_deref();
+        let block_hash = match detail.draw.block_hash.clone() {
+            Some(h) => h,
+            None => match self.store.synced_hash(draw_height).await? {
+                Some(h) => h,
+                None => {
+                    // No draw block yet: the close-time tip may already be
+                    // gone (a branch without a block at the draw height yet).
+                    let processed = self.store.synced_hash(close_tip).await?;
+                    return match (close_hash, processed) {
+                        (Some(x), Some(now)) if now != x => {
+                            let reason = format!("the tip {x} read at the close at height {close_tip} was replaced by {now}");
+                            Ok(Err(self.anchor_again(round_id, x, tip, &reason).await?))
+                        }
+                        _ => Ok(Err(false)),
+                    };
+                }
+            },
+        };
+        if let Some(x) = close_hash {
+            // Provably mined after the close: the draw block is a child of
+            // the tip read at the close, as the chain itself says.
+            let parent = match self.chain.block(parse_block_hash(&block_hash)?).await {
+                Ok(b) => b.header.prev_blockhash.to_string(),
+                Err(e) => {
+                    tracing::warn!(round = round_id, error = %e, "draw block unavailable; the draw waits");
+                    return Ok(Err(false));
+                }
+            };
+            if parent != x {
+                let reason = format!(
+                    "the block {block_hash} at the draw height {draw_height} is not a child of the tip {x} read at the close (its parent is {parent})"
+                );
+                return Ok(Err(self.anchor_again(round_id, x, tip, &reason).await?));
+            }
+        }
+        Ok(Ok(block_hash))
+    }
+
+    /// A reorganisation replaced the tip read at the close of `round_id`
+    /// (`old_hash`): a block on the new branch may have been mined before
+    /// the close, so none of them is drawn from. The draw is anchored at
+    /// the node's tip now (in sync, read after the bets were fixed), and the
+    /// draw block is the first block above it (docs/rounds-engine.md).
+    async fn anchor_again(
+        &self,
+        round_id: i64,
+        old_hash: &str,
+        tip: chain::Tip,
+        reason: &str,
+    ) -> Result<bool, EngineError> {
+        let hash = tip.hash.to_string();
+        let moved = self
+            .store
+            .anchor_draw_again(round_id, old_hash, (i64::from(tip.height), &hash), reason)
+            .await?;
+        if moved {
+            tracing::warn!(round = round_id, %reason, height = tip.height, tip = %hash, "draw anchored again at the node's tip");
+            self.notify().await;
+        }
+        Ok(moved)
     }
 
     /// Builds and signs the payout of `pot`; `Ok(Err(reason))` when it
@@ -981,7 +1067,8 @@ impl Engine {
             }
             let mut round = detail.round.clone();
             round.status = RoundStatus::Drawing;
-            self.draw_and_pay(&round, &config).await?;
+            let tip = self.chain.tip().await?;
+            self.draw_and_pay(&round, &config, tip).await?;
             self.notify().await;
             let after = self.store.round_detail(round_id).await?;
             return match after.and_then(|d| d.payout) {

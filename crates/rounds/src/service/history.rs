@@ -10,7 +10,7 @@ use crate::service::engine::draw_bets;
 use crate::store::{Store, StoreError};
 
 pub use crate::store::ledger::TransferRow;
-pub use crate::store::rounds::{RoundDetail, RoundRow};
+pub use crate::store::rounds::{PayoutSummary, RoundDetail, RoundRow, RoundSummary};
 
 /// Rounds and transfers read back, as the HTTP layer asks for them: an owned
 /// handle over the free functions below and the current-round cache.
@@ -50,8 +50,9 @@ impl History {
         &self,
         limit: i64,
         before_id: Option<i64>,
+        user_id: Option<i64>,
     ) -> Result<RoundsPage, StoreError> {
-        rounds_page(&self.store, limit, before_id).await
+        rounds_page(&self.store, limit, before_id, user_id).await
     }
 
     /// See [`round`].
@@ -114,8 +115,8 @@ pub struct LastResult {
 /// A page of rounds, newest first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RoundsPage {
-    /// The rounds.
-    pub rounds: Vec<RoundDetail>,
+    /// The rounds, without their bet lists.
+    pub rounds: Vec<RoundSummary>,
     /// Where the next page starts; `None` at the end.
     pub next_before_id: Option<i64>,
     /// The pause flag now.
@@ -127,7 +128,9 @@ pub fn played(d: &RoundDetail, user_id: Option<i64>) -> bool {
     user_id.is_some_and(|id| d.bets.iter().any(|b| b.user_id == id))
 }
 
-/// Up to `limit` rounds below `before_id`, newest first.
+/// Up to `limit` rounds below `before_id`, newest first, with whether
+/// `user_id` played each: two statements (the pause flag, the page)
+/// whatever the page holds.
 ///
 /// # Errors
 /// Database failures.
@@ -135,17 +138,12 @@ pub async fn rounds_page(
     store: &Store,
     limit: i64,
     before_id: Option<i64>,
+    user_id: Option<i64>,
 ) -> Result<RoundsPage, StoreError> {
     let paused = store.config().await?.paused;
-    let ids = store.round_ids(limit, before_id).await?;
-    let mut rounds = Vec::with_capacity(ids.len());
-    for id in &ids {
-        if let Some(d) = store.round_detail(*id).await? {
-            rounds.push(d);
-        }
-    }
-    let next_before_id = if ids.len() as i64 == limit {
-        ids.last().copied()
+    let rounds = store.round_summaries(limit, before_id, user_id).await?;
+    let next_before_id = if rounds.len() as i64 == limit {
+        rounds.last().map(|r| r.round.id)
     } else {
         None
     };

@@ -228,6 +228,105 @@ impl Attempt {
     }
 }
 
+/// The admin-token throttle: wrong tokens counted per client IP in memory
+/// and, when several processes share PostgreSQL, in the database as well.
+///
+/// The in-memory throttle does the reservation (checked, tried and settled
+/// with no await in between, so a burst inside one process is counted as it
+/// arrives); the database holds only the failure count, read before the
+/// check and written after a failure. No attempt is reserved in the
+/// database: a reservation there lasts a round trip, and 20 concurrent
+/// correct admin requests on PostgreSQL got 429 that way (the first
+/// attempt at this, reverted).
+#[derive(Debug, Clone)]
+pub struct AdminThrottle {
+    local: Arc<LoginThrottle>,
+    shared: Option<(Store, ThrottlePolicy)>,
+}
+
+/// What the shared count says before an admin attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedAdmission {
+    /// How long the key is locked for (zero: not locked).
+    pub wait: Duration,
+    /// Whether a failure record exists (a success then forgets it).
+    pub recorded: bool,
+}
+
+impl AdminThrottle {
+    /// A throttle in this process's memory only (one process: SQLite).
+    pub fn local(policy: ThrottlePolicy, now: Instant) -> Self {
+        Self {
+            local: Arc::new(LoginThrottle::new(policy, now)),
+            shared: None,
+        }
+    }
+
+    /// A throttle whose failure count is also kept in `store`'s database,
+    /// shared with every process on it.
+    pub fn shared(store: Store, policy: ThrottlePolicy, now: Instant) -> Self {
+        Self {
+            local: Arc::new(LoginThrottle::new(policy, now)),
+            shared: Some((store, policy)),
+        }
+    }
+
+    /// The in-memory part, which reserves each attempt.
+    pub fn local_throttle(&self) -> &Arc<LoginThrottle> {
+        &self.local
+    }
+
+    /// Whether the failures counted by every process lock `key` now (a
+    /// read, no reservation). Always open without a shared count.
+    ///
+    /// # Errors
+    /// The database.
+    pub async fn shared_admission(&self, key: &ThrottleKey) -> Result<SharedAdmission, StoreError> {
+        let Some((store, policy)) = &self.shared else {
+            return Ok(SharedAdmission {
+                wait: Duration::ZERO,
+                recorded: false,
+            });
+        };
+        let record = store.throttle_record(&key.storage_key()).await?;
+        let wait = policy.admits(key, record.as_ref(), 0, UnixMillis::now());
+        Ok(SharedAdmission {
+            wait,
+            recorded: record.is_some(),
+        })
+    }
+
+    /// Counts one wrong token against `key` in the database (nothing
+    /// without a shared count: the in-memory attempt counted it already).
+    pub async fn shared_failure(&self, key: &ThrottleKey) {
+        let Some((store, policy)) = &self.shared else {
+            return;
+        };
+        let now = UnixMillis::now();
+        let policy = *policy;
+        let update = |before: Option<&throttle::Failures<UnixMillis>>| {
+            let after = policy.after_failure(key, before, now);
+            (after, policy.expiry(policy.free_failures(key), &after))
+        };
+        if let Err(e) = store
+            .throttle_count_failure(&key.storage_key(), now, &update)
+            .await
+        {
+            tracing::error!(error = %e, "admin throttle: a wrong token could not be counted");
+        }
+    }
+
+    /// A correct token: forgets `key`'s shared failures.
+    pub async fn shared_success(&self, key: &ThrottleKey) {
+        let Some((store, _)) = &self.shared else {
+            return;
+        };
+        if let Err(e) = store.throttle_forget(&key.storage_key()).await {
+            tracing::warn!(error = %e, "admin throttle: a correct token could not clear the count");
+        }
+    }
+}
+
 /// The registration quota of the service.
 #[derive(Debug, Clone)]
 pub enum Quota {

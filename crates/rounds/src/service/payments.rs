@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use crate::domain::address::{AddressBook, AddressError};
 use crate::domain::money::Coin;
 use crate::domain::round::{RoundStatus, TransferKind, TransferStatus};
-use crate::domain::settings::{ServiceConfig, DUST_LIMIT_SATS, P2WPKH_INPUT_VBYTES};
+use crate::domain::settings::{ServiceConfig, DUST_LIMIT_SATS, MAX_TX_INPUTS, P2WPKH_INPUT_VBYTES};
 use crate::domain::spend::{self, SpendFailure};
 use crate::domain::time::unix_now;
 use crate::service::accounts::{AccountError, SignedSession};
@@ -677,6 +677,30 @@ impl<'a> Payments<'a> {
             .ok_or(PaymentError::UnknownUser)
     }
 
+    /// The sum of `me`'s spendable coins beyond `outputs`, the coins a
+    /// payment read: zero unless the read was cut at its limit
+    /// ([`crate::domain::settings::PAYMENT_COINS_READ`]).
+    async fn unread_sats(
+        &self,
+        me: &Payer,
+        config: &ServiceConfig,
+        outputs: &[Coin],
+    ) -> Result<i64, PaymentError> {
+        if outputs.len() <= MAX_TX_INPUTS {
+            return Ok(0);
+        }
+        let read: i64 = outputs.iter().map(|o| o.amount_sats).sum();
+        let all = self
+            .store
+            .spendable_sum_at(
+                me.id,
+                config.deposit_confirmations,
+                me.tip_height.unwrap_or(0),
+            )
+            .await?;
+        Ok((all - read).max(0))
+    }
+
     /// Spends the user's confirmed outputs whole to `to`, change back, writes the
     /// intent before the broadcast (the crash-safety rule), then broadcasts it.
     /// `coins` are the user's spendable outputs read with the context (the
@@ -715,6 +739,10 @@ impl<'a> Payments<'a> {
                         .await?
                 }
             };
+            // At most one transaction's worth of coins and one more is read:
+            // with more, the payer holds coins beyond them, summed (once per
+            // attempt, only then) so that a refusal names the whole balance.
+            let unread_sats = self.unread_sats(me, config, &outputs).await?;
             // Coins that cover a debt are not the user's to spend. The first
             // attempt uses the debt read with the context; a retry reads it
             // again.
@@ -724,7 +752,7 @@ impl<'a> Payments<'a> {
                 self.store.user_debt(me.id).await?
             };
             if debt_sats > 0 {
-                let coins: i64 = outputs.iter().map(|o| o.amount_sats).sum();
+                let coins: i64 = outputs.iter().map(|o| o.amount_sats).sum::<i64>() + unread_sats;
                 if coins - debt_sats < amount_sats {
                     return Err(PaymentError::DebtOutstanding {
                         debt_sats,
@@ -746,6 +774,7 @@ impl<'a> Payments<'a> {
                     round_id,
                     address: address.clone(),
                     tip_height,
+                    unread_sats,
                 },
             )
             .map_err(|e| match e {
@@ -775,7 +804,7 @@ impl<'a> Payments<'a> {
                 other => PaymentError::Spend(other),
             })?;
             if debt_sats > 0 {
-                let coins: i64 = outputs.iter().map(|o| o.amount_sats).sum();
+                let coins: i64 = outputs.iter().map(|o| o.amount_sats).sum::<i64>() + unread_sats;
                 let left = coins - amount_sats - signed.intent.fee_sats;
                 if left < debt_sats {
                     return Err(PaymentError::DebtOutstanding {

@@ -147,11 +147,16 @@ impl Store {
         // (docs/rounds-engine.md). It is stored with the block: read only
         // when the engine drew, a reorganisation while the engine was paused,
         // down or held up replaced it and redrew, a second roll on an outcome
-        // everyone could already compute.
+        // everyone could already compute. Only a child of the tip read at
+        // the close qualifies (its parent is the block processed below it):
+        // a block on a branch that replaced that tip may have been mined
+        // before the close (issue 32).
         sqlx::query(
             "UPDATE rounds SET block_height = $1, block_hash = $2 \
              WHERE tip_height_at_close = $3 AND block_hash IS NULL AND bet_count > 0 \
-             AND status IN ('closing', 'drawing')",
+             AND status IN ('closing', 'drawing') \
+             AND (tip_hash_at_close IS NULL \
+             OR tip_hash_at_close = (SELECT hash FROM blocks WHERE height = $3))",
         )
         .bind(height)
         .bind(hash)

@@ -16,7 +16,7 @@ use super::{state_column, Backend, Store, StoreError};
 use crate::domain::audit::AuditDetails;
 use crate::domain::money::{Coin, Intent};
 use crate::domain::round::{RoundStatus, TransferKind, TransferStatus};
-use crate::domain::settings::{ConfigDiff, ServiceConfig};
+use crate::domain::settings::{ConfigDiff, ServiceConfig, DUST_COIN_MAX_SATS, PAYMENT_COINS_READ};
 use crate::domain::time::unix_now;
 
 /// A transfer as stored.
@@ -65,7 +65,8 @@ pub struct PaymentContext {
     pub user: Option<PayerRow>,
     /// Height of the last processed block, if any.
     pub tip_height: Option<i64>,
-    /// The user's spendable coins at `tip_height`, largest first (what
+    /// The user's spendable coins at `tip_height`, largest first, at most
+    /// [`PAYMENT_COINS_READ`] of them, no dust (what
     /// [`Store::spendable_outputs_at`] returns at that tip).
     pub coins: Vec<Coin>,
 }
@@ -211,6 +212,13 @@ pub struct UnspentView {
 
 pub(super) const OUTPUT_COLS: &str =
     "id, txid, vout, amount_sats, user_id, round_id, origin, block_height";
+/// The coins a user may spend (binds: `$1` user, `$2` tip height, `$3`
+/// deposit confirmations, `$4` the dust bound): unspent, confirmed, deposits
+/// deep enough (coinbase: 100), and worth more than dust.
+const SPENDABLE: &str = "user_id = $1 AND spent_txid IS NULL AND amount_sats > $4 \
+     AND block_height IS NOT NULL AND (origin <> 'deposit' OR \
+     ($2 - block_height + 1 >= $3 AND $2 - block_height + 1 >= min_confirmations))";
+
 pub(super) const TRANSFER_COLS: &str =
     "id, kind, user_id, round_id, txid, vout, raw_tx, amount_sats, fee_sats, \
      commission_sats, address, status, block_height, created_at, min_confirmations";
@@ -437,12 +445,13 @@ impl Store {
         let tip = self.synced_tip().await?.map_or(0, |t| t.0);
         let row = sqlx::query(&format!(
             "SELECT {} AS balance, {} AS change_sats FROM outputs WHERE user_id = $1 AND spent_txid IS NULL",
-            sum("CASE WHEN block_height IS NOT NULL AND (origin <> 'deposit' OR ($2 - block_height + 1 >= $3 AND $2 - block_height + 1 >= min_confirmations)) THEN amount_sats ELSE 0 END"),
-            sum("CASE WHEN block_height IS NULL AND origin = 'change' THEN amount_sats ELSE 0 END"),
+            sum("CASE WHEN block_height IS NOT NULL AND amount_sats > $4 AND (origin <> 'deposit' OR ($2 - block_height + 1 >= $3 AND $2 - block_height + 1 >= min_confirmations)) THEN amount_sats ELSE 0 END"),
+            sum("CASE WHEN block_height IS NULL AND amount_sats > $4 AND origin = 'change' THEN amount_sats ELSE 0 END"),
         ))
         .bind(user_id)
         .bind(tip)
         .bind(confirmations)
+        .bind(DUST_COIN_MAX_SATS)
         .fetch_one(self.pool())
         .await?;
         // A debt left by a reversed deposit shows as a negative balance.
@@ -498,13 +507,16 @@ impl Store {
              LEFT JOIN rounds r ON r.id = (SELECT MAX(id) FROM rounds) \
              LEFT JOIN users u ON u.id = $1 \
              LEFT JOIN outputs o ON o.user_id = $1 AND u.id IS NOT NULL AND o.spent_txid IS NULL \
+             AND o.amount_sats > $2 \
              AND o.block_height IS NOT NULL AND (o.origin <> 'deposit' OR \
              (COALESCE(t.h, 0) - o.block_height + 1 >= c.deposit_confirmations \
              AND COALESCE(t.h, 0) - o.block_height + 1 >= o.min_confirmations)) \
              WHERE c.id = 1 \
-             ORDER BY o.amount_sats DESC, o.id",
+             ORDER BY o.amount_sats DESC, o.id LIMIT $3",
         )
         .bind(user_id)
+        .bind(DUST_COIN_MAX_SATS)
+        .bind(PAYMENT_COINS_READ)
         .fetch_all(self.pool())
         .await?;
         let row = rows
@@ -543,7 +555,10 @@ impl Store {
         })
     }
 
-    /// [`Store::spendable_outputs`] with the synced tip height already read.
+    /// [`Store::spendable_outputs`] with the synced tip height already read:
+    /// the largest [`PAYMENT_COINS_READ`] coins worth more than dust (a
+    /// payment spends at most one transaction's worth; thousands of small
+    /// deposits no longer make every payment of their owner read them all).
     ///
     /// # Errors
     /// Database failures.
@@ -554,16 +569,57 @@ impl Store {
         tip_height: i64,
     ) -> Result<Vec<Coin>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT {OUTPUT_COLS} FROM outputs WHERE user_id = $1 AND spent_txid IS NULL \
-             AND block_height IS NOT NULL AND (origin <> 'deposit' OR ($2 - block_height + 1 >= $3 AND $2 - block_height + 1 >= min_confirmations)) \
-             ORDER BY amount_sats DESC, id"
+            "SELECT {OUTPUT_COLS} FROM outputs WHERE {SPENDABLE} \
+             ORDER BY amount_sats DESC, id LIMIT $5"
         ))
         .bind(user_id)
         .bind(tip_height)
         .bind(confirmations)
+        .bind(DUST_COIN_MAX_SATS)
+        .bind(PAYMENT_COINS_READ)
         .fetch_all(self.pool())
         .await?;
         Ok(rows.iter().map(output_from_row).collect::<Result<_, _>>()?)
+    }
+
+    /// The sum of every coin [`Store::spendable_outputs_at`] would list
+    /// without its limit: read only when a payment's coins were cut at the
+    /// limit, so that its refusal names the whole balance.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn spendable_sum_at(
+        &self,
+        user_id: i64,
+        confirmations: i64,
+        tip_height: i64,
+    ) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(&format!(
+            "SELECT {} FROM outputs WHERE {SPENDABLE}",
+            sum("amount_sats")
+        ))
+        .bind(user_id)
+        .bind(tip_height)
+        .bind(confirmations)
+        .bind(DUST_COIN_MAX_SATS)
+        .fetch_one(self.pool())
+        .await?)
+    }
+
+    /// What `user_id` holds in dust (unspent coins of at most
+    /// [`DUST_COIN_MAX_SATS`]): never spent, not in the balance, shown apart.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn dust_sats(&self, user_id: i64) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(&format!(
+            "SELECT {} FROM outputs WHERE user_id = $1 AND spent_txid IS NULL AND amount_sats <= $2",
+            sum("amount_sats")
+        ))
+        .bind(user_id)
+        .bind(DUST_COIN_MAX_SATS)
+        .fetch_one(self.pool())
+        .await?)
     }
 
     /// [`Store::place_bet`] in a transaction of its own: a group's bets

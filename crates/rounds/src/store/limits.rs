@@ -24,6 +24,11 @@ type Tx<'a> = sqlx::Transaction<'a, sqlx::Any>;
 pub type FailureUpdate =
     dyn Fn(usize, Option<&Failures<UnixMillis>>) -> (Failures<UnixMillis>, UnixMillis) + Sync;
 
+/// The new failure record of one key given its old one, and when the new
+/// one fully expires.
+pub type KeyFailureUpdate<'a> =
+    dyn Fn(Option<&Failures<UnixMillis>>) -> (Failures<UnixMillis>, UnixMillis) + Sync + 'a;
+
 /// A throttle key's failure record and its attempts in flight.
 pub type ThrottleState = (Option<Failures<UnixMillis>>, u32);
 
@@ -145,20 +150,7 @@ impl Store {
             for (i, key) in keys.iter().enumerate() {
                 let (before, _) = Self::throttle_state(&mut tx, key, now).await?;
                 let (after, expires) = update(i, before.as_ref());
-                sqlx::query(
-                    "INSERT INTO throttle_failures \
-                     (key, failures, last_failure_ms, locked_until_ms, expires_ms) \
-                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (key) DO UPDATE SET \
-                     failures = excluded.failures, last_failure_ms = excluded.last_failure_ms, \
-                     locked_until_ms = excluded.locked_until_ms, expires_ms = excluded.expires_ms",
-                )
-                .bind(key)
-                .bind(i64::from(after.failures))
-                .bind(after.last_failure.0)
-                .bind(after.locked_until.0)
-                .bind(expires.0)
-                .execute(&mut *tx)
-                .await?;
+                upsert_failures(&mut tx, key, &after, expires).await?;
             }
         }
         if let Some(key) = forget {
@@ -168,6 +160,40 @@ impl Store {
                 .await?;
         }
         tx.commit().await?;
+        Ok(())
+    }
+
+    /// Counts one failure against `key` alone, with no attempt in flight
+    /// (the admin throttle reserves in memory): the new record is
+    /// `update(old record)`, with when it fully expires; read and written
+    /// under the key's lock, so concurrent failures each count.
+    ///
+    /// # Errors
+    /// The database.
+    pub async fn throttle_count_failure(
+        &self,
+        key: &str,
+        now: UnixMillis,
+        update: &KeyFailureUpdate<'_>,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        self.lock_limit_keys(&mut tx, &[key.to_string()]).await?;
+        let (before, _) = Self::throttle_state(&mut tx, key, now).await?;
+        let (after, expires) = update(before.as_ref());
+        upsert_failures(&mut tx, key, &after, expires).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Forgets the failure record of `key` (a correct admin token).
+    ///
+    /// # Errors
+    /// The database.
+    pub async fn throttle_forget(&self, key: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM throttle_failures WHERE key = $1")
+            .bind(key)
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 
@@ -543,4 +569,28 @@ fn sorted(keys: &[String]) -> Vec<String> {
     v.sort();
     v.dedup();
     v
+}
+
+/// Writes `key`'s failure record and when it fully expires.
+async fn upsert_failures(
+    tx: &mut Tx<'_>,
+    key: &str,
+    after: &Failures<UnixMillis>,
+    expires: UnixMillis,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO throttle_failures \
+         (key, failures, last_failure_ms, locked_until_ms, expires_ms) \
+         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (key) DO UPDATE SET \
+         failures = excluded.failures, last_failure_ms = excluded.last_failure_ms, \
+         locked_until_ms = excluded.locked_until_ms, expires_ms = excluded.expires_ms",
+    )
+    .bind(key)
+    .bind(i64::from(after.failures))
+    .bind(after.last_failure.0)
+    .bind(after.locked_until.0)
+    .bind(expires.0)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }

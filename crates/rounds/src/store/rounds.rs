@@ -149,6 +149,8 @@ async fn open_next_if_newest(
 pub struct DrawColumns {
     /// Tip height when the round closed.
     pub tip_height_at_close: Option<i64>,
+    /// Display hex of that tip's hash: the draw block's parent.
+    pub tip_hash_at_close: Option<String>,
     /// Hex.
     pub bets_commitment: Option<String>,
     /// Height of the draw block.
@@ -191,8 +193,62 @@ pub struct RoundDetail {
     pub payout: Option<TransferRow>,
 }
 
+/// A round as the list of rounds shows it: no bet list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoundSummary {
+    /// The round row (with its bet count and pot).
+    pub round: RoundRow,
+    /// Draw columns.
+    pub draw: DrawColumns,
+    /// The winner's username, once drawn.
+    pub winner_username: Option<String>,
+    /// The payout, if any.
+    pub payout: Option<PayoutSummary>,
+    /// Whether the caller bet in the round.
+    pub user_played: bool,
+}
+
+/// What the list shows of a payout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PayoutSummary {
+    /// The payout transaction.
+    pub txid: String,
+    /// Paid to the winner.
+    pub amount_sats: i64,
+    /// Paid to the fee address.
+    pub commission_sats: i64,
+    /// Miner fee.
+    pub fee_sats: i64,
+    /// Stored status.
+    pub status: crate::domain::round::TransferStatus,
+    /// Height of the confirming block.
+    pub block_height: Option<i64>,
+}
+
+fn summary_from_row(r: &AnyRow) -> Result<RoundSummary, sqlx::Error> {
+    let (round, draw) = round_and_draw(r)?;
+    let payout = match r.try_get::<Option<String>, _>("payout_txid")? {
+        Some(txid) => Some(PayoutSummary {
+            txid,
+            amount_sats: r.try_get("payout_amount_sats")?,
+            commission_sats: r.try_get("payout_commission_sats")?,
+            fee_sats: r.try_get("payout_fee_sats")?,
+            status: state_column(r, "payout_status")?,
+            block_height: r.try_get("payout_block_height")?,
+        }),
+        None => None,
+    };
+    Ok(RoundSummary {
+        round,
+        draw,
+        winner_username: r.try_get("winner_username")?,
+        payout,
+        user_played: r.try_get::<i64, _>("user_played")? != 0,
+    })
+}
+
 const ROUND_COLS: &str =
-    "id, status, opened_at, closes_at, pot_sats, bettors, bet_count, tip_height_at_close, \
+    "id, status, opened_at, closes_at, pot_sats, bettors, bet_count, tip_height_at_close, tip_hash_at_close, \
      bets_commitment, block_height, block_hash, seed, ticket, winner_bet_id";
 
 fn round_and_draw(r: &AnyRow) -> Result<(RoundRow, DrawColumns), sqlx::Error> {
@@ -208,6 +264,7 @@ fn round_and_draw(r: &AnyRow) -> Result<(RoundRow, DrawColumns), sqlx::Error> {
         },
         DrawColumns {
             tip_height_at_close: r.try_get("tip_height_at_close")?,
+            tip_hash_at_close: r.try_get("tip_hash_at_close")?,
             bets_commitment: r.try_get("bets_commitment")?,
             block_height: r.try_get("block_height")?,
             block_hash: r.try_get("block_hash")?,
@@ -270,6 +327,51 @@ impl Store {
                     txid: r.try_get::<Option<String>, _>("txid")?.unwrap_or_default(),
                 })
             })
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// A page of rounds newest first, below `before_id`, as the list shows
+    /// them: each round's row, draw columns, winner's name, payout and
+    /// whether `user_id` bet in it, in **one statement** whatever the page
+    /// size (the list used to read each round's row, bets and payout, three
+    /// statements a round). The bet lists are not read: the list shows
+    /// their count and total, `GET /rounds/{id}` the bets.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn round_summaries(
+        &self,
+        limit: i64,
+        before_id: Option<i64>,
+        user_id: Option<i64>,
+    ) -> Result<Vec<RoundSummary>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {}, wu.username AS winner_username, \
+             p.txid AS payout_txid, p.amount_sats AS payout_amount_sats, \
+             p.commission_sats AS payout_commission_sats, p.fee_sats AS payout_fee_sats, \
+             p.status AS payout_status, p.block_height AS payout_block_height, \
+             CAST(CASE WHEN EXISTS (SELECT 1 FROM bets ub WHERE ub.round_id = r.id \
+             AND ub.user_id = $3 AND ub.status = 'placed') THEN 1 ELSE 0 END AS BIGINT) AS user_played \
+             FROM rounds r \
+             LEFT JOIN bets wb ON wb.id = r.winner_bet_id \
+             LEFT JOIN users wu ON wu.id = wb.user_id \
+             LEFT JOIN transfers p ON p.kind = 'payout' AND p.round_id = r.id \
+             WHERE r.id < $1 ORDER BY r.id DESC LIMIT $2",
+            ROUND_COLS
+                .split(", ")
+                .map(|c| format!("r.{}", c.trim()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+        .bind(before_id.unwrap_or(i64::MAX))
+        .bind(limit)
+        // No user has id 0: an anonymous caller played nothing.
+        .bind(user_id.unwrap_or(0))
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .iter()
+            .map(summary_from_row)
             .collect::<Result<_, _>>()?)
     }
 
@@ -337,6 +439,7 @@ impl Store {
         &self,
         round_id: i64,
         tip_height: i64,
+        tip_hash: Option<&str>,
         commitment_of: impl FnOnce(&[BetRow]) -> String,
     ) -> Result<bool, StoreError> {
         let mut tx = self.pool().begin().await?;
@@ -380,12 +483,62 @@ impl Store {
             })
             .collect::<Result<Vec<_>, _>>()?;
         sqlx::query(
-            "UPDATE rounds SET tip_height_at_close = $1, bets_commitment = $2 WHERE id = $3",
+            "UPDATE rounds SET tip_height_at_close = $1, tip_hash_at_close = $4, bets_commitment = $2 \
+             WHERE id = $3",
         )
         .bind(tip_height)
         .bind(commitment_of(&bets))
         .bind(round_id)
+        .bind(tip_hash)
         .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Anchors a drawing round's draw again at `tip` (height, hash) when
+    /// the tip read at its close, `old_hash`, is no longer the parent of
+    /// the block at the draw height (a reorganisation replaced it): the
+    /// draw block becomes the first block above `tip`, and any block stored
+    /// as the draw block is dropped. One guarded update with an audit
+    /// entry; returns whether it moved.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub async fn anchor_draw_again(
+        &self,
+        round_id: i64,
+        old_hash: &str,
+        tip: (i64, &str),
+        reason: &str,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let moved = sqlx::query(
+            "UPDATE rounds SET tip_height_at_close = $1, tip_hash_at_close = $2, \
+             block_height = NULL, block_hash = NULL \
+             WHERE id = $3 AND status = 'drawing' AND tip_hash_at_close = $4",
+        )
+        .bind(tip.0)
+        .bind(tip.1)
+        .bind(round_id)
+        .bind(old_hash)
+        .execute(&mut *tx)
+        .await?;
+        if moved.rows_affected() != 1 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        insert_audit_entry(
+            &mut tx,
+            "draw_anchored_again",
+            "engine",
+            &ConfigDiff::new(),
+            &AuditDetails {
+                round_id: Some(round_id),
+                reason: Some(reason.to_string()),
+                ..AuditDetails::none()
+            },
+        )
         .await?;
         tx.commit().await?;
         Ok(true)

@@ -128,6 +128,9 @@ both_backends!(
     an_idempotency_key_binds_one_payment_and_a_claim_taken_over_binds_none,
     a_user_takes_no_more_than_its_share_of_a_round_alone_or_grouped,
     no_payment_is_saved_once_the_pause_has_answered,
+    a_page_of_rounds_costs_the_same_however_many_rounds_and_bets,
+    a_payment_reads_a_bounded_number_of_coins_and_no_dust,
+    only_a_child_of_the_close_tip_becomes_the_draw_block,
 );
 
 /// A bet is answered once its broadcast is accepted, before its mark
@@ -356,16 +359,20 @@ async fn a_database_of_the_previous_migrator_is_adopted(b: Backend) {
             .fetch_all(s.pool())
             .await
             .unwrap();
-    // Every version shipped: 1-3 adopted, the later ones applied now.
-    let shipped = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/sqlite"))
-        .unwrap()
-        .count() as i64;
-    assert!(shipped >= 5, "{shipped} migrations");
-    assert_eq!(
-        versions,
-        (1..=shipped).collect::<Vec<_>>(),
-        "1-3 adopted, 4-{shipped} applied now"
-    );
+    // Every version shipped: 1-3 adopted, the later ones applied now. The
+    // versions are read from the file names: branches reserve numbers, so
+    // the shipped ones need not be contiguous.
+    let mut shipped: Vec<i64> =
+        std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/sqlite"))
+            .unwrap()
+            .map(|e| {
+                let name = e.unwrap().file_name().to_string_lossy().into_owned();
+                name.split('_').next().unwrap().parse().unwrap()
+            })
+            .collect();
+    shipped.sort_unstable();
+    assert!(shipped.len() >= 5, "{shipped:?} migrations");
+    assert_eq!(versions, shipped, "1-3 adopted, the later ones applied now");
     // Version 4 (coinbase maturity) really ran.
     sqlx::query("SELECT min_confirmations FROM outputs LIMIT 1")
         .fetch_optional(s.pool())
@@ -712,7 +719,7 @@ async fn the_first_block_at_the_draw_height_stays_the_draw_block(b: Backend) {
     db.store.mark_broadcast(transfer).await.unwrap();
     assert!(db
         .store
-        .close_round(round.id, 10, |b| b.len().to_string())
+        .close_round(round.id, 10, None, |b| b.len().to_string())
         .await
         .unwrap());
     let draw_block = |s: Store, id: i64| async move {
@@ -748,7 +755,7 @@ async fn one_payout_per_round(b: Backend) {
     // A bet still being broadcast holds the round open.
     assert!(!db
         .store
-        .close_round(round.id, 10, |b| b.len().to_string())
+        .close_round(round.id, 10, None, |b| b.len().to_string())
         .await
         .unwrap());
     assert_eq!(
@@ -758,7 +765,7 @@ async fn one_payout_per_round(b: Backend) {
     db.store.mark_broadcast(transfer).await.unwrap();
     assert!(db
         .store
-        .close_round(round.id, 10, |b| b.len().to_string())
+        .close_round(round.id, 10, None, |b| b.len().to_string())
         .await
         .unwrap());
     // A bet after closing is refused by the round's status.
@@ -931,7 +938,7 @@ async fn the_close_fixes_the_bets_written_before_it_and_refuses_later_ones(b: Ba
     // store holds no transaction across a chain call.
     assert!(db
         .store
-        .close_round(round.id, 10, |b| b.len().to_string())
+        .close_round(round.id, 10, None, |b| b.len().to_string())
         .await
         .unwrap());
     let late = db.store.place_bet(&bet).await;
@@ -1017,6 +1024,7 @@ mod limits {
         concurrent_registrations_cannot_overshoot_the_quota,
         leases_of_a_dead_process_run_out,
         the_oldest_stream_of_an_ip_is_evicted_in_any_process,
+        admin_token_failures_over_two_processes_lock_like_on_one,
     );
 
     fn throttle(store: &Store) -> Throttle {
@@ -1076,6 +1084,53 @@ mod limits {
             .unwrap()
             .is_none());
         assert!(b2.begin(&k).await.unwrap().is_ok());
+        other.close().await;
+        db.cleanup().await;
+    }
+
+    /// Issue 32: wrong admin tokens alternated over two processes on one
+    /// database lock the client out at the count one process would, only
+    /// failures count, a correct token clears the count for both, and
+    /// another client is not touched.
+    pub(super) async fn admin_token_failures_over_two_processes_lock_like_on_one(b: Backend) {
+        use crate::service::limits::AdminThrottle;
+        let db = TestDb::new(b).await;
+        db.store.migrate().await.unwrap();
+        let other = second_handle(&db).await;
+        let policy = ThrottlePolicy {
+            ip_free_failures: 10,
+            ..ThrottlePolicy::default()
+        };
+        let now = std::time::Instant::now();
+        let a = AdminThrottle::shared(db.store.clone(), policy, now);
+        let b2 = AdminThrottle::shared(other.clone(), policy, now);
+        let ip = |n: u8| ThrottleKey::AdminIp(std::net::IpAddr::from([10, 0, 0, n]));
+        let k = ip(1);
+        for i in 0..10 {
+            let t = if i % 2 == 0 { &a } else { &b2 };
+            assert!(t.shared_admission(&k).await.unwrap().wait.is_zero(), "{i}");
+            t.shared_failure(&k).await;
+        }
+        let open = b2.shared_admission(&k).await.unwrap();
+        assert!(
+            open.wait.is_zero() && open.recorded,
+            "ten are free: {open:?}"
+        );
+        a.shared_failure(&k).await;
+        for t in [&a, &b2] {
+            let locked = t.shared_admission(&k).await.unwrap();
+            assert!(
+                locked.wait > Duration::from_millis(500),
+                "eleven failures over two processes lock: {locked:?}"
+            );
+        }
+        assert!(a.shared_admission(&ip(2)).await.unwrap().wait.is_zero());
+        let record = db.store.throttle_record(&k.storage_key()).await.unwrap();
+        assert_eq!(record.map(|r| r.failures), Some(11));
+        // A correct token clears the count for every process.
+        b2.shared_success(&k).await;
+        let cleared = a.shared_admission(&k).await.unwrap();
+        assert!(cleared.wait.is_zero() && !cleared.recorded, "{cleared:?}");
         other.close().await;
         db.cleanup().await;
     }
@@ -1709,7 +1764,7 @@ async fn a_retried_payout_records_the_winner_output_the_failed_one_lacked(b: Bac
         .unwrap();
     s.mark_broadcast(bet).await.unwrap();
     assert!(s
-        .close_round(round.id, 10, |b| b.len().to_string())
+        .close_round(round.id, 10, None, |b| b.len().to_string())
         .await
         .unwrap());
     assert!(s
@@ -1964,5 +2019,227 @@ async fn no_payment_is_saved_once_the_pause_has_answered(b: Backend) {
     assert_eq!(bet_counts(&store, round.id).await, (0, 0));
     store.set_paused(false, "admin").await.unwrap();
     assert!(store.place_bet(&bet).await.is_ok(), "resumed");
+    db.cleanup().await;
+}
+
+/// Counts the statements sqlx runs (its `sqlx::query` events), in every
+/// thread: SQLite's statements run on its worker thread. nextest runs each
+/// test in a process of its own, so the count is this test's.
+mod statements {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Once;
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Metadata};
+
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    const TARGET: &str = "sqlx::query";
+
+    struct Counter;
+
+    impl tracing::Subscriber for Counter {
+        fn enabled(&self, m: &Metadata<'_>) -> bool {
+            m.target() == TARGET
+        }
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(1)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, e: &Event<'_>) {
+            if e.metadata().target() == TARGET {
+                COUNT.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+
+    /// Statements run so far in this process.
+    pub fn run_so_far() -> u64 {
+        static INSTALL: Once = Once::new();
+        INSTALL.call_once(|| {
+            tracing::subscriber::set_global_default(Counter)
+                .expect("no other subscriber in a store test's process");
+        });
+        COUNT.load(Ordering::SeqCst)
+    }
+}
+
+/// Adds a closed round holding `bets` bets of `user` (10,000 sats each).
+async fn closed_round_with_bets(s: &Store, user: i64, bets: usize) -> i64 {
+    let now = crate::domain::time::unix_now();
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO rounds (status, opened_at, closes_at, pot_sats, bettors) \
+         VALUES ('open', $1, $2, 0, 0) RETURNING id",
+    )
+    .bind(now)
+    .bind(now + 600)
+    .fetch_one(s.pool())
+    .await
+    .unwrap();
+    for n in 0..bets {
+        let mut bet = money::intent(
+            TransferKind::Bet,
+            user,
+            Some(id),
+            &format!("{id:032x}{n:032x}"),
+            vec![],
+        );
+        bet.outputs.clear();
+        s.place_bet(&bet).await.unwrap();
+    }
+    sqlx::query("UPDATE rounds SET status = 'closed', tip_height_at_close = 10 WHERE id = $1")
+        .bind(id)
+        .execute(s.pool())
+        .await
+        .unwrap();
+    id
+}
+
+/// `GET /rounds?limit=100` (issue 32): a page read a round's row, its bets
+/// and its payout one round at a time, three statements per round, and
+/// carried every round's whole bet list (up to 1,400 bets each). A page
+/// now costs the same number of statements however many rounds it holds,
+/// and its JSON stays within a fixed size per round however many bets the
+/// rounds hold; who played is still told right.
+async fn a_page_of_rounds_costs_the_same_however_many_rounds_and_bets(b: Backend) {
+    let db = TestDb::new(b).await;
+    let s = &db.store;
+    let (alice, _) = funded(s).await;
+    let bob = s.create_user("bob", "h", addr).await.unwrap().id;
+    for _ in 0..3 {
+        closed_round_with_bets(s, alice, 12).await;
+    }
+    let page = |user: i64| async move {
+        let before = statements::run_so_far();
+        let p = crate::service::history::rounds_page(s, 100, None, Some(user))
+            .await
+            .unwrap();
+        let statements = statements::run_so_far() - before;
+        (crate::http::rounds::page_view(&p), statements)
+    };
+    let (three, three_cost) = page(alice).await;
+    assert_eq!(three.rounds.len(), 3);
+    assert!(three_cost > 0, "the counter sees the statements");
+    for _ in 0..17 {
+        closed_round_with_bets(s, alice, 12).await;
+    }
+    let (twenty, twenty_cost) = page(alice).await;
+    assert_eq!(twenty.rounds.len(), 20);
+    assert_eq!(
+        twenty_cost, three_cost,
+        "a page of 20 rounds ran {twenty_cost} statements, a page of 3 ran {three_cost}"
+    );
+    let body = serde_json::to_vec(&twenty).unwrap();
+    assert!(
+        body.len() <= 20 * 1_200,
+        "a page of 20 rounds of 12 bets is {} bytes, over 1,200 a round",
+        body.len()
+    );
+    assert!(twenty.rounds.iter().all(|r| r.user_played && r.bets == 12));
+    let (for_bob, _) = page(bob).await;
+    assert!(for_bob.rounds.iter().all(|r| !r.user_played));
+    db.cleanup().await;
+}
+
+/// Dust sent to a user's address (issue 32): every payment read all of the
+/// payer's coins, so thousands of tiny deposits slowed each of the user's
+/// payments. A payment now reads at most one transaction's worth of coins,
+/// largest first, and never a coin worth no more than its own input's fee
+/// at 1 sat/vB; such dust is not in the balance, it is shown apart, and
+/// the books still hold it.
+async fn a_payment_reads_a_bounded_number_of_coins_and_no_dust(b: Backend) {
+    use crate::domain::settings::MAX_TX_INPUTS;
+    let db = TestDb::new(b).await;
+    let s = &db.store;
+    let (alice, _) = funded(s).await;
+    let (dust, small) = (1_500_i64, 1_500_i64);
+    let deposits: Vec<_> = (0..dust + small)
+        .map(|i| crate::store::chain::Deposit {
+            txid: format!("{i:064x}"),
+            vout: 0,
+            amount_sats: if i < dust { 50 } else { 1_000 },
+            user_id: alice,
+            coinbase: false,
+        })
+        .collect();
+    s.connect_block(11, "h11", &[], &deposits).await.unwrap();
+    let ctx = s.payment_context(alice).await.unwrap();
+    assert!(
+        ctx.coins.len() <= MAX_TX_INPUTS + 1,
+        "a payment read {} coins",
+        ctx.coins.len()
+    );
+    assert!(ctx.coins.iter().all(|c| c.amount_sats > 68), "dust read");
+    assert_eq!(ctx.coins[0].amount_sats, 100_000, "largest first");
+    let again = s.spendable_outputs_at(alice, 1, 11).await.unwrap();
+    assert_eq!(again, ctx.coins, "a retry reads what the context read");
+    let (balance, pending, _) = s.balances(alice, 1).await.unwrap();
+    assert_eq!(
+        (balance, pending),
+        (100_000 + small * 1_000, 100_000 + small * 1_000),
+        "dust is not in the balance"
+    );
+    assert_eq!(s.dust_sats(alice).await.unwrap(), dust * 50, "shown apart");
+    let books = s.ledger_totals().await.unwrap();
+    assert_eq!(
+        books.users_unspent_sats,
+        100_000 + small * 1_000 + dust * 50,
+        "the books keep the dust"
+    );
+    let all = s.spendable_sum_at(alice, 1, 11).await.unwrap();
+    assert_eq!(all, 100_000 + small * 1_000, "the whole balance, summed");
+    db.cleanup().await;
+}
+
+/// Issue 32: the watcher stores as a round's draw block only a child of
+/// the tip read at the close; after a reorganisation replaced that tip,
+/// the engine anchors the draw again (once) and the next block above the
+/// new anchor becomes the draw block.
+async fn only_a_child_of_the_close_tip_becomes_the_draw_block(b: Backend) {
+    let db = TestDb::new(b).await;
+    let s = &db.store;
+    let (user, out) = funded(s).await;
+    let round = s
+        .ensure_round(crate::domain::time::unix_now())
+        .await
+        .unwrap();
+    let (_, transfer) = s
+        .place_bet(&bet_spending(user, round.id, 4, vec![out]))
+        .await
+        .unwrap();
+    s.mark_broadcast(transfer).await.unwrap();
+    assert!(s
+        .close_round(round.id, 10, Some("h10"), |b| b.len().to_string())
+        .await
+        .unwrap());
+    let draw = |id: i64| async move {
+        let d = s.round_detail(id).await.unwrap().unwrap().draw;
+        (d.tip_height_at_close, d.tip_hash_at_close, d.block_hash)
+    };
+    // A branch replaces the close-time tip h10 and builds on it.
+    s.unwind_above(9).await.unwrap();
+    s.connect_block(10, "x10", &[], &[]).await.unwrap();
+    s.connect_block(11, "x11", &[], &[]).await.unwrap();
+    assert_eq!(draw(round.id).await, (Some(10), Some("h10".into()), None));
+    assert!(s
+        .move_round(round.id, RoundStatus::Closing, RoundStatus::Drawing)
+        .await
+        .unwrap());
+    assert!(s
+        .anchor_draw_again(round.id, "h10", (11, "x11"), "replaced")
+        .await
+        .unwrap());
+    assert!(
+        !s.anchor_draw_again(round.id, "h10", (11, "x11"), "replaced")
+            .await
+            .unwrap(),
+        "once"
+    );
+    s.connect_block(12, "x12", &[], &[]).await.unwrap();
+    assert_eq!(
+        draw(round.id).await,
+        (Some(11), Some("x11".into()), Some("x12".into()))
+    );
     db.cleanup().await;
 }
