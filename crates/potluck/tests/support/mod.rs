@@ -548,7 +548,9 @@ pub async fn request(
             body,
         }
     };
-    tokio::time::timeout(Duration::from_secs(30), fut)
+    // Longer than the service's own request time-out (30 s by default), so that a test
+    // reads the service's answer to a slow request (202 pending) rather than its own.
+    tokio::time::timeout(Duration::from_secs(60), fut)
         .await
         .expect("request timed out")
 }
