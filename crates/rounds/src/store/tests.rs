@@ -1966,3 +1966,5 @@ async fn no_payment_is_saved_once_the_pause_has_answered(b: Backend) {
     assert!(store.place_bet(&bet).await.is_ok(), "resumed");
     db.cleanup().await;
 }
+
+mod bumps;
