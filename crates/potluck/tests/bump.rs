@@ -390,7 +390,126 @@ async fn bump_a_stuck_payout_is_replaced_and_the_winner_paid_once(db: Db) {
     env.cleanup().await;
 }
 
+async fn admin(app: &InProcess, path: &str, body: Value) -> Resp {
+    post(app, path, &[("x-admin-token", support::ADMIN)], body).await
+}
+
+async fn bump_by_the_admin_is_audited_and_refused_with_a_reason(db: Db) {
+    let env = Env::new(db).await;
+    // Never automatically: only the admin bumps here.
+    let (app, token, first) = stuck_withdrawal(
+        &env,
+        BumpPolicy {
+            after_blocks: 0,
+            ..BumpPolicy::default()
+        },
+    )
+    .await;
+    let waiting = app
+        .get(
+            "/admin/transfers/waiting",
+            &[("x-admin-token", support::ADMIN)],
+        )
+        .await;
+    assert_eq!(waiting.status, 200, "{}", waiting.text());
+    let listed = waiting.json();
+    assert_eq!(
+        listed[0]["transfer_id"].as_i64(),
+        Some(first.id),
+        "{listed}"
+    );
+    assert_eq!(listed[0]["versions"].as_i64(), Some(1), "{listed}");
+    let doc = app.get("/openapi.json", &[]).await.json();
+    for (method, route) in [
+        ("post", "/admin/transfers/{id}/bump"),
+        ("get", "/admin/transfers/waiting"),
+    ] {
+        assert!(
+            doc["paths"][route][method].is_object(),
+            "{method} {route} missing from /openapi.json"
+        );
+    }
+    let path = format!("/admin/transfers/{}/bump", first.id);
+    // Refusals in the admin error format.
+    let r = admin(&app, &path, json!({"fee_rate_sat_vb": 0})).await;
+    assert_eq!(r.status, 422, "{}", r.text());
+    assert!(r.json()["detail"]
+        .as_str()
+        .unwrap()
+        .contains("fee_rate_sat_vb"));
+    let r = admin(
+        &app,
+        "/admin/transfers/9999/bump",
+        json!({"fee_rate_sat_vb": 30}),
+    )
+    .await;
+    assert_eq!(r.status, 404, "{}", r.text());
+    let r = post(&app, &path, &[], json!({"fee_rate_sat_vb": 30})).await;
+    assert_eq!(r.status, 403, "{}", r.text());
+    let r = admin(&app, &path, json!({"fee_rate_sat_vb": 30})).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let done = r.json();
+    assert_eq!(
+        done["replaced_txid"].as_str(),
+        Some(first.txid.as_str()),
+        "{done}"
+    );
+    assert_eq!(done["status"], "broadcast", "{done}");
+    let new_id = done["transfer_id"].as_i64().unwrap();
+    let new = app.store.transfer(new_id).await.unwrap().unwrap();
+    assert!(new.fee_sats >= 30 * tx_of(&new).vsize() as i64, "{done}");
+    assert_eq!(done["fee_sats"].as_i64(), Some(new.fee_sats));
+    // The old version is no longer the one to bump.
+    let r = admin(&app, &path, json!({"fee_rate_sat_vb": 40})).await;
+    assert_eq!(r.status, 409, "{}", r.text());
+    let audit = app
+        .get("/admin/audit", &[("x-admin-token", support::ADMIN)])
+        .await
+        .json();
+    let entry = audit["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event"] == "transfer_bumped")
+        .unwrap_or_else(|| panic!("no transfer_bumped entry: {audit}"))
+        .clone();
+    assert_eq!(entry["actor"], "admin", "{entry}");
+    assert_eq!(
+        entry["details"]["replaced_txid"].as_str(),
+        Some(first.txid.as_str())
+    );
+    assert_eq!(entry["details"]["txid"].as_str(), Some(new.txid.as_str()));
+    assert_eq!(entry["details"]["fee_rate_sat_vb"].as_i64(), Some(30));
+    mine(&app, 1);
+    wait_for("the admin's replacement confirmed", || async {
+        app.store
+            .transfer(new_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .block_height
+    })
+    .await;
+    let me = me(&app, &token).await;
+    assert_eq!(
+        me["balance_sats"].as_i64().unwrap(),
+        DEPOSIT - WITHDRAWN - new.fee_sats
+    );
+    assert_ledger_balanced(&app).await;
+    // Confirmed: nothing left to bump.
+    let r = admin(
+        &app,
+        &format!("/admin/transfers/{new_id}/bump"),
+        json!({"fee_rate_sat_vb": 40}),
+    )
+    .await;
+    assert_eq!(r.status, 409, "{}", r.text());
+    app.stop().await;
+    env.cleanup().await;
+}
+
 both_databases!(
+    bump_by_the_admin_is_audited_and_refused_with_a_reason,
     bump_a_stuck_payout_is_replaced_and_the_winner_paid_once,
     bump_the_replacement_confirms_and_the_user_pays_its_fee_once,
     bump_the_old_version_confirming_after_the_bump_is_followed_once,
