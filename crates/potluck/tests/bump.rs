@@ -429,6 +429,11 @@ async fn bump_by_the_admin_is_audited_and_refused_with_a_reason(db: Db) {
             "{method} {route} missing from /openapi.json"
         );
     }
+    // The dashboard's admin view lists them from that route.
+    let page = app.get("/", &[]).await.text();
+    assert!(page.contains("id=\"waiting-transfers\""));
+    let script = app.get("/assets/app.js", &[]).await.text();
+    assert!(script.contains("/admin/transfers/waiting"));
     let path = format!("/admin/transfers/{}/bump", first.id);
     // Refusals in the admin error format.
     let r = admin(&app, &path, json!({"fee_rate_sat_vb": 0})).await;
