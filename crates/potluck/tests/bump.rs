@@ -513,7 +513,83 @@ async fn bump_by_the_admin_is_audited_and_refused_with_a_reason(db: Db) {
     env.cleanup().await;
 }
 
+async fn bump_a_payout_behind_a_waiting_bet_pays_for_the_package(db: Db) {
+    let env = Env::new(db).await;
+    let app = support::spawn_app_with(&env, |c| {
+        c.bump = policy();
+        c.default_round_duration_seconds = 2;
+    })
+    .await;
+    let token = funded_user(&app).await;
+    let auth = bearer(&token);
+    // The market rises before the bet confirms: the bet waits, and the
+    // payout spending its pot output is its child.
+    dev(&app).set_mining_min_fee(Some(FeeRate::from_sat_per_vb(MARKET_RATE).unwrap()));
+    wait_for("a bet was taken", || async {
+        let r = post(
+            &app,
+            "/rounds/current/bets",
+            &[("authorization", &auth)],
+            json!({"amount_sats": 60_000}),
+        )
+        .await;
+        (r.status == 201).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    mine(&app, 1);
+    let first = wait_for("the payout was broadcast", || async {
+        versions(&app, TransferKind::Payout)
+            .await
+            .into_iter()
+            .find(|t| t.status == TransferStatus::Broadcast)
+    })
+    .await;
+    let bet = versions(&app, TransferKind::Bet).await.remove(0);
+    assert_eq!(bet.block_height, None, "the bet waits below the market");
+    mine(&app, 1);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    mine(&app, 2);
+    let second = wait_for("the payout was replaced", || async {
+        versions(&app, TransferKind::Payout)
+            .await
+            .into_iter()
+            .find(|t| t.id != first.id && t.status == TransferStatus::Broadcast)
+    })
+    .await;
+    let (bet_vsize, child_vsize) = (tx_of(&bet).vsize() as i64, tx_of(&second).vsize() as i64);
+    let package_rate = (bet.fee_sats + second.fee_sats) as f64 / (bet_vsize + child_vsize) as f64;
+    assert!(
+        package_rate >= MARKET_RATE as f64,
+        "the package pays the market: {package_rate} sat/vB"
+    );
+    // One block takes both: the child pulls its parent in.
+    mine(&app, 1);
+    wait_for("the bet and the payout confirmed", || async {
+        let b = app
+            .store
+            .transfer(bet.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .block_height;
+        let p = app
+            .store
+            .transfer(second.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .block_height;
+        (b.is_some() && b == p).then_some(())
+    })
+    .await;
+    assert_ledger_balanced(&app).await;
+    app.stop().await;
+    env.cleanup().await;
+}
+
 both_databases!(
+    bump_a_payout_behind_a_waiting_bet_pays_for_the_package,
     bump_by_the_admin_is_audited_and_refused_with_a_reason,
     bump_a_stuck_payout_is_replaced_and_the_winner_paid_once,
     bump_the_replacement_confirms_and_the_user_pays_its_fee_once,

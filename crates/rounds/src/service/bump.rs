@@ -259,6 +259,7 @@ impl Engine {
             absorbing_value,
             dust,
         );
+        let target = self.package_target(t, vsize, target).await?;
         let fee = replacement_fee(&Replacement {
             old_fee,
             vsize,
@@ -299,6 +300,47 @@ impl Engine {
             _ => t.amount_sats,
         };
         Ok((tx, outputs, fee, amount))
+    }
+
+    /// The rate `t` (of `vsize`) must pay for itself and its unconfirmed
+    /// parents of ours to reach `target` as a package: a payout spending pot
+    /// outputs of bets still waiting is their child, and a miner takes the
+    /// parents with it only at the package's rate (CPFP). `target` when no
+    /// parent waits.
+    async fn package_target(
+        &self,
+        t: &TransferRow,
+        vsize: u64,
+        target: FeeRate,
+    ) -> Result<FeeRate, BumpError> {
+        let mut parents = std::collections::BTreeSet::new();
+        for c in self.store().outputs_spent_by(&t.txid).await? {
+            if c.block_height.is_none() {
+                parents.insert(c.txid);
+            }
+        }
+        let (mut parent_vsize, mut parent_fee) = (0u64, 0u64);
+        for txid in &parents {
+            let Some(p) = self.store().transfer_by_txid(txid).await? else {
+                continue;
+            };
+            let Some(raw) = p.raw_tx.as_deref() else {
+                continue;
+            };
+            parent_vsize += txid_of(raw)?.vsize() as u64;
+            parent_fee += u64::try_from(p.fee_sats).unwrap_or(0);
+        }
+        if parent_vsize == 0 {
+            return Ok(target);
+        }
+        let package = target
+            .fee_vb(vsize + parent_vsize)
+            .unwrap_or(Amount::MAX_MONEY)
+            .to_sat()
+            .saturating_sub(parent_fee);
+        // Rounded up per kWU, so the child's fee at this rate covers the package.
+        let per_kwu = package.saturating_mul(250).div_ceil(vsize.max(1));
+        Ok(FeeRate::from_sat_per_kwu(per_kwu).max(target))
     }
 
     /// What each input of `tx` (a replacement of `t`) spends, in input order.
