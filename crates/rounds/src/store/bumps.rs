@@ -66,6 +66,17 @@ impl Store {
     /// # Errors
     /// Database failures.
     pub async fn stamp_waiting(&self, height: i64) -> Result<(), StoreError> {
+        // Read first: the worker asks every pass, and an UPDATE (even one
+        // that matches nothing) takes SQLite's write lock from the payments.
+        let unstamped: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM transfers WHERE sent_height IS NULL \
+             AND kind IN ('withdrawal', 'payout') AND status = 'broadcast' AND block_height IS NULL",
+        )
+        .fetch_one(self.pool())
+        .await?;
+        if unstamped == 0 {
+            return Ok(());
+        }
         sqlx::query(
             "UPDATE transfers SET sent_height = $1 WHERE sent_height IS NULL \
              AND kind IN ('withdrawal', 'payout') AND status = 'broadcast' AND block_height IS NULL",
