@@ -116,6 +116,8 @@ async fn start_hub(bin: &Path, chain_url: &str, chain_cookie: &Path) -> Hub {
         .arg(chain_cookie)
         .arg("--data-dir")
         .arg(dir.path())
+        // Every peer opens at once: the hub takes them all before the anchors confirm.
+        .args(["--max-pending-openings", "100000"])
         .env("POTLUCK_LOG", "warn")
         .stdout(Stdio::null())
         .spawn()

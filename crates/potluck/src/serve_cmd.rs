@@ -152,6 +152,15 @@ pub struct ServeArgs {
     /// The fee floor, ceiling and fallback of every estimate.
     #[command(flatten)]
     fees: crate::fee_flags::FeeFlags,
+    /// A withdrawal or payout unconfirmed for this many blocks is replaced at the current estimate (BIP125); 0 = never.
+    #[arg(long, env = "POTLUCK_BUMP_AFTER_BLOCKS", default_value_t = 3)]
+    bump_after_blocks: u32,
+    /// Most fee rate a replacement pays, sat/vB.
+    #[arg(long, env = "POTLUCK_BUMP_MAX_FEE_SAT_VB", default_value = "100", value_parser = chain::fees::parse_sat_per_vb)]
+    bump_max_fee_sat_vb: bitcoin::FeeRate,
+    /// Most share (percent) of a withdrawal's or payout's amount its fee may take after bumps.
+    #[arg(long, env = "POTLUCK_BUMP_MAX_FEE_PERCENT", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100))]
+    bump_max_fee_percent: u32,
 }
 
 impl std::fmt::Debug for ServeArgs {
@@ -213,6 +222,11 @@ impl ServeArgs {
         c.max_bet_input_fee_percent = self.max_bet_input_fee_percent;
         c.fee_policy = self.fees.policy().context("fee policy flags")?;
         c.max_user_round_bets = self.max_bets_per_user_per_round;
+        c.bump = potluck_rounds::domain::bump::BumpPolicy {
+            after_blocks: self.bump_after_blocks,
+            max_fee_rate: self.bump_max_fee_sat_vb,
+            max_fee_percent: self.bump_max_fee_percent,
+        };
         c.chain = match self.bitcoind_url {
             Some(url) => {
                 let auth = match (self.bitcoind_user, self.bitcoind_password, self.bitcoind_cookie) {
@@ -309,6 +323,7 @@ mod tests {
         assert_eq!(c.keep_alive, Duration::from_secs(15));
         assert!(c.admin_token.is_none());
         assert_eq!(c.fee_policy, chain::FeePolicy::default());
+        assert_eq!(c.bump, potluck_rounds::domain::bump::BumpPolicy::default());
         match c.chain {
             ChainSource::Dev {
                 block_interval,

@@ -637,6 +637,30 @@
     $("resume-btn").disabled = !config.paused;
     if (renderForm) renderConfigForm(config);
     await loadAudit(true);
+    await loadWaitingTransfers();
+  }
+
+  /**
+   * Withdrawals and payouts broadcast and not yet confirmed, with the blocks
+   * each has waited and its versions (fee bumps); stuck ones stand out.
+   */
+  async function loadWaitingTransfers() {
+    let list;
+    try {
+      list = await api("GET", "/admin/transfers/waiting", undefined, { admin: true });
+    } catch (_) {
+      return;
+    }
+    const items = list.map((w) => {
+      const li = el("li", t("waiting_line", {
+        id: w.transfer_id, kind: w.kind, amount: fmtSats(w.amount_sats), fee: fmtSats(w.fee_sats),
+        blocks: w.blocks_waiting ?? "–", versions: w.versions,
+      }), "mono");
+      li.dataset.transferId = w.transfer_id;
+      return li;
+    });
+    $("waiting-transfers").replaceChildren(...items);
+    show($("waiting-transfers-empty"), items.length === 0);
   }
 
   function renderConfigForm(config) {

@@ -497,13 +497,10 @@ impl Application {
             CURRENT_ROUND_TTL,
             crate::http::views::anonymous_round_json,
         ));
-        let engine = Arc::new(Engine::new(
-            store.clone(),
-            chain,
-            wallet,
-            hub.clone(),
-            rounds.clone(),
-        ));
+        let engine = Arc::new(
+            Engine::new(store.clone(), chain, wallet, hub.clone(), rounds.clone())
+                .with_bump_policy(config.bump),
+        );
         // The first sync (which records the starting block on a fresh
         // database) runs before anyone can subscribe to the stream.
         if let Err(e) = engine.run_once().await {

@@ -82,6 +82,8 @@ pub struct Config {
     pub fee_policy: chain::FeePolicy,
     /// How often the engine runs when no new tip arrives.
     pub engine_interval: Duration,
+    /// When and how far stuck withdrawals and payouts are bumped.
+    pub bump: crate::domain::bump::BumpPolicy,
     /// Header-read and idle time-outs, connection cap, shutdown deadline.
     pub server: ServerLimits,
 }
@@ -116,6 +118,7 @@ impl Config {
             },
             fee_policy: chain::FeePolicy::default(),
             engine_interval: Duration::from_millis(250),
+            bump: crate::domain::bump::BumpPolicy::default(),
             server: ServerLimits::default(),
         }
     }
@@ -190,6 +193,7 @@ impl std::fmt::Debug for Config {
             .field("chain", &self.chain)
             .field("fee_policy", &self.fee_policy)
             .field("engine_interval", &self.engine_interval)
+            .field("bump", &self.bump)
             .field("server", &self.server)
             .finish()
     }

@@ -215,6 +215,10 @@ impl Env {
 pub struct InProcess {
     /// The bound address.
     pub addr: SocketAddr,
+    /// Its development chain.
+    pub dev_chain: Option<chain::DevChain>,
+    /// Its store, for reaching around the API.
+    pub store: potluck_rounds::store::Store,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
@@ -238,6 +242,14 @@ impl InProcess {
 /// database, cheap Argon2 and the development chain without timed blocks,
 /// bound to port 0: for HTTP tests that need no separate process.
 pub async fn spawn_app(env: &Env) -> InProcess {
+    spawn_app_with(env, |_| {}).await
+}
+
+/// [`spawn_app`] with `configure` applied to the config first.
+pub async fn spawn_app_with(
+    env: &Env,
+    configure: impl FnOnce(&mut potluck_rounds::Config),
+) -> InProcess {
     let mut config = potluck_rounds::Config::new(env.data_dir.clone());
     config.bind = "127.0.0.1:0".parse().unwrap();
     config.database_url = Some(env.database_url());
@@ -251,14 +263,19 @@ pub async fn spawn_app(env: &Env) -> InProcess {
         block_interval: None,
         rpc_bind: None,
     };
+    configure(&mut config);
     let app = potluck_rounds::Application::build(config).await.unwrap();
     let addr = app.local_addr();
+    let dev_chain = app.state().dev_chain.clone();
+    let store = app.store().clone();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(app.run_until_stopped(async move {
         let _ = stopped.await;
     }));
     InProcess {
         addr,
+        dev_chain,
+        store,
         stop: Some(stop),
         task,
     }

@@ -48,6 +48,12 @@ pub struct AuditDetails {
     /// `deposit_reversed`: what the user owes after the reversal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub debt_sats: Option<i64>,
+    /// `transfer_bumped`: the replacement's miner fee.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fee_sats: Option<i64>,
+    /// `transfer_bumped`: the fee rate asked for (sat/vB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fee_rate_sat_vb: Option<i64>,
     /// `payout_retried`: pot outputs gone from the chain, left out of the new payout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dropped_inputs: Option<Vec<AuditOutput>>,

@@ -5,6 +5,7 @@
 
 pub mod address;
 pub mod audit;
+pub mod bump;
 pub mod draw;
 pub mod money;
 pub mod round;

@@ -107,6 +107,9 @@ stored_enum! {
         BroadcastFailed = "broadcast_failed",
         /// Deposits: reorganised out and gone from the chain for good.
         Reversed = "reversed",
+        /// Our withdrawal or payout replaced by a later version (a fee
+        /// bump), or a version the chain did not take: it moves no money.
+        Superseded = "superseded",
     }
 }
 
@@ -159,6 +162,8 @@ impl TransferProgress {
             (TransferStatus::Failed, _) => Self::Failed,
             (TransferStatus::BroadcastFailed, _) => Self::BroadcastFailed,
             (TransferStatus::Reversed, _) => Self::Reversed,
+            // Never listed (the live version is); a stray one reads as undone.
+            (TransferStatus::Superseded, _) => Self::Failed,
             (_, true) => Self::Confirmed,
             (TransferStatus::Signed, false) => Self::Pending,
             (TransferStatus::Broadcast | TransferStatus::Seen, false) => Self::Broadcast,

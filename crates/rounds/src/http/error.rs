@@ -10,6 +10,7 @@ use crate::http::codes::ErrorCode;
 use crate::security::password::{MAX_PASSWORD_LENGTH, MIN_PASSWORD_LENGTH};
 use crate::service::accounts::{AccountError, MAX_USERNAME_LENGTH, MIN_USERNAME_LENGTH};
 use crate::service::admin::AdminOpError;
+use crate::service::bump::BumpError;
 use crate::service::engine::EngineError;
 use crate::service::payments::PaymentError;
 use crate::service::StoreError;
@@ -674,8 +675,23 @@ impl From<AdminOpError> for AdminError {
             AdminOpError::Engine(
                 EngineError::Unbuildable(reason) | EngineError::PotUnsettled(reason),
             ) => AdminError::Conflict(reason),
+            AdminOpError::Bump(BumpError::NotFound(_)) => AdminError::NotFound(bump_text(&e)),
+            AdminOpError::Bump(
+                BumpError::NotWaiting(_) | BumpError::OverCap { .. } | BumpError::Build { .. },
+            ) => AdminError::Conflict(bump_text(&e)),
             other => AdminError::internal(other),
         }
+    }
+}
+
+/// The bump refusal's own text (the operator's answer), without the layer's prefix.
+fn bump_text(e: &AdminOpError) -> String {
+    match e {
+        AdminOpError::Bump(b) => match b {
+            BumpError::Build { source, .. } => format!("{b}: {source}"),
+            _ => b.to_string(),
+        },
+        other => other.to_string(),
     }
 }
 

@@ -15,6 +15,7 @@ pub mod ops;
 pub mod qr;
 pub mod rounds;
 pub mod state;
+pub mod transfers;
 pub mod views;
 pub mod wallet;
 
@@ -82,6 +83,7 @@ fn api_routes(config: &Config, dev_chain: bool) -> OpenApiRouter<AppState> {
         .merge(rounds::router())
         .merge(wallet::router(dev_chain))
         .merge(admin::router())
+        .merge(transfers::router())
         .merge(ops::router())
         .layer(axum::middleware::from_fn_with_state(
             config.request_timeout,

@@ -3,11 +3,13 @@
 use std::sync::Arc;
 
 use crate::domain::settings::{ConfigDiff, ConfigPatch, ServiceConfig};
+use crate::service::bump::{BumpError, Bumped};
 use crate::service::current::CurrentRound;
 use crate::service::engine::{Engine, EngineError};
 use crate::service::stream::StreamHub;
 use crate::store::{Store, StoreError};
 
+pub use crate::store::bumps::WaitingTransfer;
 pub use crate::store::ledger::{LedgerTotals, TransferRow};
 pub use crate::store::AuditEntry;
 
@@ -27,6 +29,9 @@ pub enum AdminOpError {
     /// The engine (building, signing or broadcasting the payout).
     #[error("payout retry")]
     Engine(#[from] EngineError),
+    /// A fee bump by hand was refused or failed.
+    #[error("fee bump")]
+    Bump(#[from] BumpError),
 }
 
 /// The operator's workflows over the store, the engine and the caches they invalidate.
@@ -123,6 +128,31 @@ impl Administration {
             .retry_payout(round_id)
             .await?
             .ok_or(AdminOpError::NothingToRetry(round_id))
+    }
+
+    /// Replaces waiting withdrawal or payout `transfer_id` at `rate` now
+    /// (held to the bump cap), audited as `transfer_bumped` by `admin`.
+    ///
+    /// # Errors
+    /// [`AdminOpError::Bump`].
+    pub async fn bump_transfer(
+        &self,
+        transfer_id: i64,
+        rate: bitcoin::FeeRate,
+    ) -> Result<Bumped, AdminOpError> {
+        let bumped = self.engine.bump_by_hand(transfer_id, rate).await?;
+        self.hub.publish();
+        Ok(bumped)
+    }
+
+    /// Withdrawals and payouts waiting for their first confirmation, with
+    /// the synced height (the dashboard's stuck list).
+    ///
+    /// # Errors
+    /// Store failures.
+    pub async fn waiting_transfers(&self) -> Result<(Vec<WaitingTransfer>, i64), AdminOpError> {
+        let height = self.store.synced_tip().await?.map_or(0, |t| t.0);
+        Ok((self.store.waiting_transfers().await?, height))
     }
 
     /// The conservation totals.

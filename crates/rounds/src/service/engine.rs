@@ -87,7 +87,7 @@ pub enum EngineError {
 
 /// What a broadcast answer means for the ledger.
 #[derive(Debug)]
-enum Broadcast {
+pub(crate) enum Broadcast {
     /// The node took it, or already has it in its mempool or a block:
     /// record it as broadcast.
     Accepted,
@@ -112,7 +112,7 @@ impl Broadcast {
     /// The one place where chain answers are classified, by what they mean
     /// (`chain::RejectCategory`), never by the bare code: undoing on
     /// anything but -27 credited a mined, fully spent withdrawal back.
-    async fn send(chain: &dyn Chain, tx: bitcoin::Transaction) -> Self {
+    pub(crate) async fn send(chain: &dyn Chain, tx: bitcoin::Transaction) -> Self {
         match chain.broadcast_outcome(tx).await {
             Ok(BroadcastOutcome::Accepted) => Broadcast::Accepted,
             Ok(BroadcastOutcome::Failed(ChainError::Rejected { code, reason, .. })) => {
@@ -163,6 +163,8 @@ pub struct Engine {
     /// as the signature itself. Public data only; signing derives the
     /// private key as before.
     scripts: std::sync::Mutex<HashMap<wallet::KeyPath, ScriptBuf>>,
+    /// When and how far stuck withdrawals and payouts are bumped.
+    bump: crate::domain::bump::BumpPolicy,
 }
 
 /// Entries of [`Engine`]'s script cache before it starts over (a few MiB).
@@ -174,7 +176,7 @@ impl std::fmt::Debug for Engine {
     }
 }
 
-fn txid_of(raw: &str) -> Result<Transaction, EngineError> {
+pub(crate) fn txid_of(raw: &str) -> Result<Transaction, EngineError> {
     let bytes = hex::decode(raw).map_err(|e| EngineError::Corrupt(format!("raw tx: {e}")))?;
     bitcoin::consensus::deserialize(&bytes)
         .map_err(|e| EngineError::Corrupt(format!("raw tx: {e}")))
@@ -211,7 +213,29 @@ impl Engine {
             lock: tokio::sync::Mutex::new(()),
             last_rebroadcast: tokio::sync::Mutex::new(None),
             scripts: std::sync::Mutex::new(HashMap::new()),
+            bump: crate::domain::bump::BumpPolicy::default(),
         }
+    }
+
+    /// This worker bumping stuck withdrawals and payouts by `policy`.
+    pub fn with_bump_policy(mut self, policy: crate::domain::bump::BumpPolicy) -> Self {
+        self.bump = policy;
+        self
+    }
+
+    /// The fee-bump policy.
+    pub fn bump_policy(&self) -> crate::domain::bump::BumpPolicy {
+        self.bump
+    }
+
+    /// The store (the fee bumper's SQL).
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Holds this process's one sync/tick at a time (an admin's bump by hand).
+    pub(crate) async fn turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.lock.lock().await
     }
 
     /// The chain.
@@ -310,6 +334,7 @@ impl Engine {
         let mut changed = self.sync().await?;
         changed |= self.recover_signed().await?;
         changed |= self.rebroadcast().await?;
+        changed |= self.bump_stuck().await?;
         changed |= self.reverse_vanished_deposits().await?;
         for _ in 0..16 {
             if !self.tick(unix_now()).await? {
@@ -1036,7 +1061,10 @@ impl Engine {
             TransferStatus::BroadcastFailed => {
                 Ok(self.store.park_failed_payout(round.id, unix_now()).await?)
             }
-            TransferStatus::Seen | TransferStatus::Failed | TransferStatus::Reversed => Ok(false),
+            TransferStatus::Seen
+            | TransferStatus::Failed
+            | TransferStatus::Reversed
+            | TransferStatus::Superseded => Ok(false),
         }
     }
 

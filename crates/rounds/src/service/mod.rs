@@ -7,6 +7,7 @@
 
 pub mod accounts;
 pub mod admin;
+pub mod bump;
 pub mod cashier;
 pub mod current;
 pub mod engine;

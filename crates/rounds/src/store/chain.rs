@@ -89,7 +89,8 @@ impl Store {
         Ok(n)
     }
 
-    /// Txids of our transactions and outputs that are not confirmed.
+    /// Txids of our transactions and outputs that are not confirmed (every
+    /// version of a bumped transfer: whichever one a block holds wins).
     ///
     /// # Errors
     /// Database failures.
@@ -97,7 +98,7 @@ impl Store {
         Ok(sqlx::query_scalar(
             "SELECT txid FROM outputs WHERE block_height IS NULL \
              UNION SELECT txid FROM transfers WHERE block_height IS NULL AND kind <> 'deposit' \
-             AND status IN ('signed', 'broadcast')",
+             AND status IN ('signed', 'broadcast', 'superseded')",
         )
         .fetch_all(self.pool())
         .await?)
@@ -183,6 +184,9 @@ impl Store {
             }
             confirmed += q.execute(&mut *tx).await?.rows_affected();
         }
+        // A replaced version of a withdrawal or payout that this block holds
+        // becomes the live one: the ledger follows the chain (fee bumps).
+        super::bumps::make_confirmed_live(&mut tx, height).await?;
         // Outputs to users' addresses that we recorded ourselves (change,
         // payouts) are not deposits; any other one (also one of our
         // withdrawals paying another user) is.

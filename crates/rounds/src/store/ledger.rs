@@ -783,7 +783,8 @@ impl Store {
     ) -> Result<(), StoreError> {
         let mut tx = self.pool().begin().await?;
         let row = sqlx::query(&format!(
-            "UPDATE transfers SET status = 'failed' WHERE id = $1 AND status = 'signed' RETURNING {TRANSFER_COLS}"
+            "UPDATE transfers SET status = 'failed' WHERE id = $1 AND status = 'signed' \
+             AND bump_of IS NULL RETURNING {TRANSFER_COLS}"
         ))
         .bind(transfer_id)
         .fetch_optional(&mut *tx)
@@ -833,13 +834,16 @@ impl Store {
     }
 
     /// Our transfers written but not yet broadcast (to finish after a
-    /// crash), except those set aside.
+    /// crash), except those set aside and fee bumps (a refused bump must
+    /// not release inputs its older version still spends: the bumper
+    /// finishes those, `service::bump`).
     ///
     /// # Errors
     /// Database failures.
     pub async fn signed_transfers(&self) -> Result<Vec<TransferRow>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT {TRANSFER_COLS} FROM transfers WHERE status = 'signed' AND set_aside_at IS NULL ORDER BY id"
+            "SELECT {TRANSFER_COLS} FROM transfers WHERE status = 'signed' AND set_aside_at IS NULL \
+             AND bump_of IS NULL ORDER BY id"
         ))
         .fetch_all(self.pool())
         .await?;
@@ -894,7 +898,8 @@ impl Store {
         before_id: Option<i64>,
     ) -> Result<Vec<TransferRow>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT {TRANSFER_COLS} FROM transfers WHERE user_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3"
+            "SELECT {TRANSFER_COLS} FROM transfers WHERE user_id = $1 AND id < $2 \
+             AND status <> 'superseded' ORDER BY id DESC LIMIT $3"
         ))
         .bind(user_id)
         .bind(before_id.unwrap_or(i64::MAX))
@@ -942,19 +947,19 @@ impl Store {
                 "commission_paid_sats",
                 "transfers",
                 "commission_sats",
-                "kind = 'payout' AND status <> 'failed'",
+                "kind = 'payout' AND status NOT IN ('failed', 'superseded')",
             ),
             (
                 "withdrawn_sats",
                 "transfers",
                 "amount_sats",
-                "kind = 'withdrawal' AND status <> 'failed'",
+                "kind = 'withdrawal' AND status NOT IN ('failed', 'superseded')",
             ),
             (
                 "miner_fees_sats",
                 "transfers",
                 "fee_sats",
-                "kind <> 'deposit' AND status <> 'failed'",
+                "kind <> 'deposit' AND status NOT IN ('failed', 'superseded')",
             ),
             (
                 "corrections_sats",

@@ -5,6 +5,7 @@
 //! placeholders, `RETURNING`, `ON CONFLICT`, integers and text only).
 //! Timestamps are unix seconds.
 
+pub mod bumps;
 pub mod chain;
 mod group_commit;
 pub mod idempotency;

@@ -289,7 +289,8 @@ impl Store {
         let (round, draw) = round_and_draw(&row)?;
         let bets = self.round_bets(round_id).await?;
         let payout = sqlx::query(&format!(
-            "SELECT {TRANSFER_COLS} FROM transfers WHERE kind = 'payout' AND round_id = $1"
+            "SELECT {TRANSFER_COLS} FROM transfers WHERE kind = 'payout' AND round_id = $1 \
+             AND status <> 'superseded'"
         ))
         .bind(round_id)
         .fetch_optional(self.pool())

@@ -2243,3 +2243,5 @@ async fn only_a_child_of_the_close_tip_becomes_the_draw_block(b: Backend) {
     );
     db.cleanup().await;
 }
+
+mod bumps;
