@@ -285,3 +285,180 @@ async fn an_anchor_never_seen_is_given_up_by_the_acceptor_after_the_wait() {
         "the acceptor still holds an opening whose anchor never appeared"
     );
 }
+
+/// The wallet outputs of node `i` as (txid, amount in sat).
+async fn wallet_outputs(net: &crate::harness::Network, i: usize) -> Vec<(bitcoin::Txid, u64)> {
+    let funds = net.nodes[i].wallet.funds().await.expect("funds");
+    funds
+        .outputs
+        .iter()
+        .map(|o| (o.outpoint.txid, o.amount_sat))
+        .collect()
+}
+
+/// The process test `a_reorganisation_is_rescanned`, in process: the tip holding a wallet
+/// payment is replaced by a block at the same height that also holds a second payment;
+/// only a watcher that notices the reorganisation scans that height again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tip_replaced_at_the_same_height_is_scanned_again() {
+    let net = create_network(1, regtest).await;
+    let script = net.nodes[0]
+        .wallet
+        .new_address()
+        .await
+        .expect("address")
+        .script_pubkey();
+    net.chain
+        .faucet(&script, bitcoin::Amount::from_sat(100_000))
+        .expect("faucet");
+    let payout = net.chain.faucet_script().to_owned();
+    let tip = net.chain.mine(1, &payout).expect("mine")[0];
+    net.step().await;
+    let funds = net.nodes[0].wallet.funds().await.expect("funds");
+    let total: u64 = funds.outputs.iter().map(|o| o.amount_sat).sum();
+    assert_eq!(total, 100_000, "first payment seen");
+    net.chain.invalidate(tip).expect("invalidate the tip");
+    let second = net
+        .chain
+        .faucet(&script, bitcoin::Amount::from_sat(50_000))
+        .expect("faucet");
+    net.mine(1).await;
+    assert!(
+        wallet_outputs(&net, 0).await.contains(&(second, 50_000)),
+        "second payment not seen after the reorganisation: {:?}",
+        wallet_outputs(&net, 0).await
+    );
+}
+
+/// The process test `a_reorganisation_eight_blocks_deep_is_rescanned_from_the_fork`, in
+/// process: 8 blocks deep (deeper than the 6 the watcher used to rescan), the block holding
+/// a payment and the ones after it are replaced by a longer branch whose first block also
+/// holds a second payment; the wallet, rebuilt from the stored fork point, holds both, the
+/// first (mined again on the new branch) counted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reorganisation_eight_blocks_deep_is_rescanned_from_the_fork() {
+    let net = create_network(1, regtest).await;
+    let script = net.nodes[0]
+        .wallet
+        .new_address()
+        .await
+        .expect("address")
+        .script_pubkey();
+    let first = net
+        .chain
+        .faucet(&script, bitcoin::Amount::from_sat(100_000))
+        .expect("faucet");
+    let payout = net.chain.faucet_script().to_owned();
+    let fork = net.chain.mine(1, &payout).expect("mine")[0];
+    // A fresh node's first pass starts at the tip: this one scans the payment's block.
+    net.step().await;
+    net.mine(7).await;
+    let funds = net.nodes[0].wallet.funds().await.expect("funds");
+    assert_eq!(funds.outputs.len(), 1);
+    assert_eq!(
+        funds.outputs[0].confirmations(funds.tip),
+        8,
+        "first payment seen"
+    );
+    net.chain.invalidate(fork).expect("invalidate the fork");
+    let second = net
+        .chain
+        .faucet(&script, bitcoin::Amount::from_sat(50_000))
+        .expect("faucet");
+    net.mine(9).await;
+    let mut outputs = wallet_outputs(&net, 0).await;
+    outputs.sort_by_key(|&(_, sat)| std::cmp::Reverse(sat));
+    assert_eq!(outputs, vec![(first, 100_000), (second, 50_000)]);
+}
+
+/// The process test `a_mined_coinbase_funds_a_channel_only_once_mature`, in process: a
+/// coinbase paying the wallet is listed at once but cannot fund an anchor (-6, insufficient
+/// funds, no channel left behind) until its 100th confirmation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mined_coinbase_funds_a_channel_only_once_mature() {
+    let net = create_network(2, regtest).await;
+    let script = net.nodes[0]
+        .wallet
+        .new_address()
+        .await
+        .expect("address")
+        .script_pubkey();
+    net.chain.mine(1, &script).expect("mine to the wallet");
+    net.step().await;
+    let funds = net.nodes[0].wallet.funds().await.expect("funds");
+    assert_eq!(funds.outputs.len(), 1, "coinbase output seen");
+    let reward = funds.outputs[0].amount_sat;
+    assert!(reward > 0);
+    assert!(
+        !funds.outputs[0].spendable(funds.tip),
+        "an immature coinbase is not spendable"
+    );
+    net.connect(0, 1).await;
+    let err = net.nodes[0]
+        .manager
+        .open(&net.id(1), 100_000)
+        .await
+        .err()
+        .expect("an immature coinbase cannot fund an anchor");
+    assert_eq!(err.code(), -6, "{err}");
+    assert!(err.to_string().contains("insufficient funds"), "{err}");
+    assert!(
+        net.nodes[0].manager.channels.all().is_empty(),
+        "a refused open leaves no channel"
+    );
+    // The 100th confirmation makes it spendable in the next block.
+    net.mine(99).await;
+    let funds = net.nodes[0].wallet.funds().await.expect("funds");
+    assert_eq!(funds.outputs[0].confirmations(funds.tip), 100);
+    assert!(funds.outputs[0].spendable(funds.tip), "coinbase mature");
+    let spendable = net.nodes[0]
+        .wallet
+        .funds()
+        .await
+        .expect("funds")
+        .outputs
+        .iter()
+        .filter(|o| o.spendable(funds.tip))
+        .map(|o| o.amount_sat)
+        .sum::<u64>();
+    assert_eq!(spendable, reward);
+}
+
+/// The process test `two_opens_at_once_make_one_channel`, in process: the wallet could fund
+/// both, but the protocol has one channel per session: of three `open`s at once one opens,
+/// the others answer -103, and one channel goes live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_opens_at_once_make_one_channel() {
+    let net = create_network(2, regtest).await;
+    net.fund(0, 1_000_000).await;
+    net.connect(0, 1).await;
+    let b = net.id(1);
+    let open = || net.nodes[0].manager.open(&b, 250_000);
+    let (x, y, z) = tokio::join!(open(), open(), open());
+    let answers = [x, y, z];
+    let opened: Vec<_> = answers.iter().filter_map(|r| r.as_ref().ok()).collect();
+    let refused: Vec<_> = answers.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert_eq!(
+        (opened.len(), refused.len()),
+        (1, 2),
+        "one open succeeds, the others are refused"
+    );
+    for err in refused {
+        assert_eq!(err.code(), -103, "{err}");
+        assert!(err.to_string().contains("exists already"), "{err}");
+    }
+    let state = opened[0].lock().await.channel.state();
+    assert_eq!(state, channel::State::OpenWaitComplete);
+    assert_eq!(net.nodes[0].manager.channels.all().len(), 1);
+    net.mine(1).await;
+    for _ in 0..100 {
+        if net.state(0, 1).await == channel::State::Normal
+            && net.state(1, 0).await == channel::State::Normal
+        {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        net.step().await;
+    }
+    panic!("the channel did not go live on both");
+}

@@ -648,25 +648,6 @@ fn wallet_holds_both(node: &NodeProc, first: &str, second: &str) {
     );
 }
 
-/// A reorganisation 8 blocks deep (deeper than the 6 the watcher used to rescan): the
-/// wallet is rebuilt from the stored fork point.
-#[test]
-fn a_reorganisation_eight_blocks_deep_is_rescanned_from_the_fork() {
-    let chain = DevChainProc::start();
-    let node = NodeProc::start(&chain, false);
-    let addr = node.cli(&["newaddr"])["address"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let first = chain.send(&addr, 100_000);
-    chain.mine(8);
-    wait_for("first payment seen", 30, || {
-        (node.cli(&["listfunds"])["outputs"][0]["confirmations"] == 8).then_some(())
-    });
-    let second = reorganise_from_payment(&chain, &first, &addr);
-    wallet_holds_both(&node, &first, &second);
-}
-
 /// The same reorganisation while the node is stopped: at start it finds the fork point
 /// from the block hashes it stored, not from a last hash kept in memory.
 #[test]
