@@ -462,3 +462,113 @@ async fn two_opens_at_once_make_one_channel() {
     }
     panic!("the channel did not go live on both");
 }
+
+/// Waits until neither node 0 nor node 1 counts the other as connected.
+async fn wait_disconnected(net: &crate::harness::Network) {
+    for _ in 0..200 {
+        if !net.nodes[0].peers.is_connected(&net.id(1))
+            && !net.nodes[1].peers.is_connected(&net.id(0))
+        {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    panic!("the session did not end");
+}
+
+/// `newhtlc` from node 0 to node 1 of 10,000,000 msat expiring at `expiry`.
+async fn add_htlc_expiring(
+    net: &crate::harness::Network,
+    expiry: u32,
+) -> Result<std::sync::Arc<crate::manager::Slot>, ControlError> {
+    use bitcoin::hashes::Hash as _;
+    let r_hash = wire::Sha256::hash(&[7u8; 32]);
+    net.nodes[0]
+        .manager
+        .command(
+            &net.id(1),
+            Command::AddHtlc {
+                amount_msat: 10_000_000,
+                r_hash,
+                expiry,
+            },
+        )
+        .await
+}
+
+/// The process test `a_lost_session_keeps_the_channels_view_of_the_chain_height`, in
+/// process: the last update is persisted at one height, 40 blocks follow; an HTLC that
+/// expired 20 blocks ago is refused by A itself (-105, bad HTLC expiry), and still after
+/// the session is lost and made again (the channel used to be reloaded at the stored
+/// height).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_session_keeps_the_channels_view_of_the_chain_height() {
+    let net = create_network(2, regtest).await;
+    net.open_channel(0, 1, 500_000).await;
+    net.nodes[0]
+        .manager
+        .command(&net.id(1), Command::Pay(20_000_000))
+        .await
+        .expect("pay");
+    net.mine(40).await;
+    let past = net.chain.height() - 20;
+    let err = add_htlc_expiring(&net, past).await.err().expect("refused");
+    assert_eq!(err.code(), -105, "{err}");
+    assert!(err.to_string().contains("bad HTLC expiry"), "{err}");
+    assert!(net.nodes[0].peers.disconnect(&net.id(1), "test").await);
+    wait_disconnected(&net).await;
+    net.connect(0, 1).await;
+    let err = add_htlc_expiring(&net, past)
+        .await
+        .err()
+        .expect("an HTLC that expired 20 blocks ago must be refused after a reconnect too");
+    assert_eq!(err.code(), -105, "{err}");
+    assert!(err.to_string().contains("bad HTLC expiry"), "{err}");
+    let slot = net.nodes[0]
+        .manager
+        .channels
+        .latest(&net.id(1))
+        .expect("A's channel");
+    let inner = slot.lock().await;
+    let state = inner.channel.balances().expect("balances");
+    assert!(state.ours.htlcs.is_empty() && state.theirs.htlcs.is_empty());
+}
+
+/// The process test
+/// `an_open_the_wallet_cannot_pay_the_fee_of_is_refused_before_the_peer_hears_of_it`, in
+/// process: `open` for more than the wallet can pay once the anchor's fee is added (not
+/// more than it holds) is refused at once (-6, naming what is needed) and nothing reaches
+/// the peer: the session stays up and a smaller `open` on it makes the peer's only
+/// channel. The check used to count the amount only, and the shortfall surfaced after the
+/// peer had answered, with an error packet that dropped the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_the_wallet_cannot_pay_the_fee_of_is_refused_before_the_peer_hears_of_it() {
+    let net = create_network(2, regtest).await;
+    net.fund(0, 1_000_000).await;
+    net.connect(0, 1).await;
+    let err = net.nodes[0]
+        .manager
+        .open(&net.id(1), 999_950)
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(err.code(), -6, "{err}");
+    assert!(err.to_string().contains("needed"), "{err}");
+    let funds = net.nodes[0].wallet.funds().await.expect("funds");
+    let spendable: u64 = funds
+        .outputs
+        .iter()
+        .filter(|o| o.spendable(funds.tip))
+        .map(|o| o.amount_sat)
+        .sum();
+    assert_eq!(spendable, 1_000_000);
+    assert!(net.nodes[0].manager.channels.all().is_empty());
+    assert!(net.nodes[0].peers.is_connected(&net.id(1)));
+    net.nodes[0]
+        .manager
+        .open(&net.id(1), 500_000)
+        .await
+        .expect("the next open goes out on the same session");
+    // The pipe keeps order: had the refused open sent anything, B would hold two openings.
+    assert_eq!(net.nodes[1].manager.channels.all().len(), 1);
+}

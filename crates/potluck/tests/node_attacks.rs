@@ -583,40 +583,6 @@ fn an_open_the_peer_stalls_frees_the_reserved_funds() {
     assert!(!node.connected_to(&peer_id));
 }
 
-/// `open` for more than the wallet can pay once the anchor's fee is added (but not more
-/// than it holds) is refused at once with -6 naming what is needed, and nothing reaches
-/// the peer: the session stays up and a smaller `open` goes out on it. The check used to
-/// count the amount only; the shortfall surfaced after the peer had answered, as -4, with
-/// an error packet that dropped the peer's session.
-#[test]
-fn an_open_the_wallet_cannot_pay_the_fee_of_is_refused_before_the_peer_hears_of_it() {
-    let chain = DevChainProc::start();
-    let node = NodeProc::start(&chain, false);
-    fund_wallet(&chain, &node, 1_000_000);
-    let mut peer = ScriptedPeer::connect(&node, 134);
-    peer.accept_role();
-    let peer_id = peer.node_id.to_string();
-    let err = node
-        .cli_within(&["open", &peer_id, "999950"], 20)
-        .expect("the refusal comes at once")
-        .unwrap_err();
-    assert!(err.contains("-6") && err.contains("needed"), "{err}");
-    assert_eq!(node.cli(&["listfunds"])["spendable_sat"], 1_000_000);
-    assert_eq!(
-        node.cli(&["listchannels"])["channels"],
-        serde_json::json!([])
-    );
-    assert!(node.connected_to(&peer_id));
-    // The session is whole: the next open's first packet is the first the peer sees.
-    let open = node.cli_in_background(&["open", &peer_id, "500000"]);
-    peer.expect("open", 30);
-    let opens = peer.received.iter().filter(|p| p.name() == "open").count();
-    assert_eq!(opens, 1, "the refused open sent nothing");
-    peer.hang_up();
-    let out = open.join().unwrap();
-    assert!(!out.status.success());
-}
-
 /// Reorganises the chain from the block holding `txid`'s payment: that block and the ones
 /// after it are replaced by a longer branch whose first block also holds `second`. Returns
 /// `second`'s txid.

@@ -553,36 +553,6 @@ fn unilateral_close_with_claims(index: TxIndex) {
     );
 }
 
-#[test]
-fn a_lost_session_keeps_the_channels_view_of_the_chain_height() {
-    let chain = DevChainProc::start();
-    let a = NodeProc::start(&chain, false);
-    let b = NodeProc::start(&chain, false);
-    open_channel(&chain, &a, &b);
-    // The last update is persisted at this height; the blocks after it are only in memory.
-    a.cli(&["pay", &b.id, "20000000"]);
-    chain.mine(40);
-    let past = (chain.height() - 20).to_string();
-    let hash = r_hash(&[7u8; 32]);
-    let newhtlc = ["newhtlc", &b.id, "10000000", &hash, &past];
-    // Refused by A itself once its watcher saw the blocks (until then B declines it).
-    wait_for("an expiry in the past refused by A", 60, || {
-        let err = a.try_cli(&newhtlc).unwrap_err();
-        err.contains("bad HTLC expiry").then_some(())
-    });
-
-    a.cli(&["disconnect", &b.id]);
-    wait_for("A dials B again", 60, || {
-        a.connected_to(&b.id).then_some(())
-    });
-    let err = a.try_cli(&newhtlc).unwrap_err();
-    assert!(
-        err.contains("-105") && err.contains("bad HTLC expiry"),
-        "an HTLC that expired 20 blocks ago must be refused after a reconnect too: {err}"
-    );
-    assert_eq!(a.channel()["htlcs"], serde_json::json!([]));
-}
-
 /// Runs `sql` on a stopped node's database.
 fn node_sql(node: &NodeProc, sql: &str, bind: &str) -> Vec<String> {
     let rt = tokio::runtime::Builder::new_current_thread()
