@@ -572,3 +572,71 @@ async fn an_open_the_wallet_cannot_pay_the_fee_of_is_refused_before_the_peer_hea
     // The pipe keeps order: had the refused open sent anything, B would hold two openings.
     assert_eq!(net.nodes[1].manager.channels.all().len(), 1);
 }
+
+/// The process test `fulfilling_an_htlc_too_close_to_its_expiry_is_refused`, in process:
+/// with 9 blocks left before an incoming HTLC expires, `fulfillhtlc` is refused (-105)
+/// and R is not revealed: the payer could let the HTLC expire on chain and still learn R.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fulfilling_an_htlc_too_close_to_its_expiry_is_refused() {
+    use bitcoin::hashes::Hash as _;
+    let net = create_network(2, regtest).await;
+    net.open_channel(0, 1, 1_000_000).await;
+    net.nodes[0]
+        .manager
+        .command(&net.id(1), Command::Pay(100_000_000))
+        .await
+        .expect("pay");
+    let r = [14u8; 32];
+    let expiry = net.chain.height() + 20;
+    let add = Command::AddHtlc {
+        amount_msat: 50_000_000,
+        r_hash: wire::Sha256::hash(&r),
+        expiry,
+    };
+    net.nodes[0]
+        .manager
+        .command(&net.id(1), add)
+        .await
+        .expect("newhtlc");
+    net.mine(expiry - 9 - net.chain.height()).await;
+    let err = net.nodes[1]
+        .manager
+        .command(&net.id(0), Command::Fulfill(wire::Preimage(r)))
+        .await
+        .err()
+        .expect("refused");
+    let text = err.to_string();
+    assert_eq!(err.code(), -105, "{err}");
+    assert!(
+        text.contains(&format!(
+            "HTLC expiring at Blocks({expiry}) is too close to its expiry to fulfil"
+        )) && text.contains("R is not revealed"),
+        "{text}"
+    );
+    // A round trip on the ordered pipe: anything B had sent reached A before its end.
+    net.nodes[0]
+        .manager
+        .command(&net.id(1), Command::Pay(1_000_000))
+        .await
+        .expect("pay after the refusal");
+    for (i, peer) in [(0, 1), (1, 0)] {
+        let slot = net.nodes[i]
+            .manager
+            .channels
+            .latest(&net.id(peer))
+            .expect("channel");
+        let inner = slot.lock().await;
+        let state = inner.channel.balances().expect("balances");
+        assert_eq!(
+            state.ours.htlcs.len() + state.theirs.htlcs.len(),
+            1,
+            "node {i}"
+        );
+        assert_eq!(inner.channel.state(), channel::State::Normal, "node {i}");
+    }
+    let a = net.nodes[0].manager.channels.latest(&net.id(1)).expect("A");
+    assert!(
+        a.lock().await.channel.known_preimages().is_empty(),
+        "R reached the payer"
+    );
+}

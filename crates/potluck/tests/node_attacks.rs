@@ -490,38 +490,6 @@ fn an_htlc_whose_r_the_peer_took_and_hung_up_is_claimed_on_chain_before_expiry()
     claimed_with_r_before_expiry(&chain, &node, expiry);
 }
 
-/// Issue 28, finding 7: `fulfillhtlc` once the HTLC is too close to its expiry to be claimed
-/// on chain (our claim delay of 6 blocks plus half the margin, 3) is refused with -105 and
-/// says why; nothing reaches the peer and R is not kept (it used to be revealed).
-#[test]
-fn fulfilling_an_htlc_too_close_to_its_expiry_is_refused() {
-    let chain = DevChainProc::start();
-    let node = NodeProc::start(&chain, false);
-    let (mut peer, r, expiry) = offered_htlc(&chain, &node, 134, 14);
-    let peer_id = peer.node_id.to_string();
-    chain.mine(expiry - 9 - u32::try_from(chain.height()).unwrap());
-    // The watcher polls every 250 ms: let it tell the channel the new height.
-    std::thread::sleep(Duration::from_secs(2));
-    let err = node
-        .try_cli(&["fulfillhtlc", &peer_id, &hex::encode(r.0)])
-        .unwrap_err();
-    assert!(
-        err.contains("-105")
-            && err.contains(&format!(
-                "HTLC expiring at Blocks({expiry}) is too close to its expiry to fulfil"
-            ))
-            && err.contains("R is not revealed"),
-        "{err}"
-    );
-    assert!(
-        matches!(peer.recv(1), Ok(None)),
-        "nothing reaches the peer: {:?}",
-        peer.received.iter().map(Packet::name).collect::<Vec<_>>()
-    );
-    assert_eq!(node.channel()["htlcs"].as_array().unwrap().len(), 1);
-    assert_eq!(node.channel_state(), "normal");
-}
-
 /// The peer offers an HTLC and goes away before the owner has R. The owner learns R
 /// later (its payer upstream may hold it by now) and runs `fulfillhtlc` while the peer is
 /// gone: the call is refused (-9), and R must be kept on disk, so that even across a
