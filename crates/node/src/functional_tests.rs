@@ -634,9 +634,100 @@ async fn fulfilling_an_htlc_too_close_to_its_expiry_is_refused() {
         );
         assert_eq!(inner.channel.state(), channel::State::Normal, "node {i}");
     }
-    let a = net.nodes[0].manager.channels.latest(&net.id(1)).expect("A");
+    for (i, peer) in [(0, 1), (1, 0)] {
+        let slot = net.nodes[i].manager.channels.latest(&net.id(peer));
+        let slot = slot.expect("channel");
+        assert!(
+            slot.lock().await.channel.known_preimages().is_empty(),
+            "node {i} holds R: revealed to the payer or kept by the payee"
+        );
+    }
+}
+
+/// Node `from` pays `msat` to `to` over their channel.
+async fn pay(net: &crate::harness::Network, from: usize, to: usize, msat: u64) {
+    net.nodes[from]
+        .manager
+        .command(&net.id(to), Command::Pay(msat))
+        .await
+        .expect("pay");
+}
+
+/// The process test `a_small_output_of_ours_does_not_block_the_other_claims`, in process:
+/// B's direct output on A's commitment is 600 sat, a few hundred above dust and too small
+/// to claim at the claim fee rate. A broadcasts that commitment while B holds R of an HTLC
+/// A offered (B learnt R with A gone): B must leave the small output out (and list it as
+/// unclaimable), go on chain and still claim the HTLC with R.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_output_of_ours_does_not_block_the_other_claims() {
+    use bitcoin::hashes::Hash as _;
+    let net = create_network(2, regtest).await;
+    net.open_channel(0, 1, 1_000_000).await;
+    pay(&net, 0, 1, 100_000_000).await;
+    // B pays back all but 600 sat of what it owns.
+    let b_slot = net.nodes[1].manager.channels.latest(&net.id(0)).expect("B");
+    let ours = b_slot
+        .lock()
+        .await
+        .channel
+        .balances()
+        .expect("b")
+        .ours
+        .pay_msat;
+    pay(&net, 1, 0, ours - 600_000).await;
+    let ours = b_slot
+        .lock()
+        .await
+        .channel
+        .balances()
+        .expect("b")
+        .ours
+        .pay_msat;
+    assert_eq!(ours, 600_000);
+    let r = [12u8; 32];
+    let add = Command::AddHtlc {
+        amount_msat: 50_000_000,
+        r_hash: wire::Sha256::hash(&r),
+        expiry: net.chain.height() + 100,
+    };
+    net.nodes[0]
+        .manager
+        .command(&net.id(1), add)
+        .await
+        .expect("newhtlc");
+    assert!(net.nodes[0].peers.disconnect(&net.id(1), "test").await);
+    wait_disconnected(&net).await;
+    let kept = net.nodes[1]
+        .manager
+        .command(&net.id(0), Command::Fulfill(wire::Preimage(r)))
+        .await
+        .err();
     assert!(
-        a.lock().await.channel.known_preimages().is_empty(),
-        "R reached the payer"
+        matches!(kept, Some(ControlError::NotConnectedKeepingR(_))),
+        "{kept:?}"
     );
+    net.nodes[0]
+        .manager
+        .command(&net.id(1), Command::ForceClose)
+        .await
+        .expect("A broadcasts its commitment");
+    net.mine(1).await;
+    assert_eq!(net.state(1, 0).await, channel::State::OnChain);
+    let unclaimable: Vec<u64> = b_slot
+        .lock()
+        .await
+        .channel
+        .unclaimable()
+        .iter()
+        .map(|u| u.value.to_sat())
+        .collect();
+    assert_eq!(unclaimable, vec![600]);
+    for _ in 0..60 {
+        let funds = net.nodes[1].wallet.funds().await.expect("funds");
+        if funds.outputs.iter().map(|o| o.amount_sat).sum::<u64>() > 49_000 {
+            return;
+        }
+        net.mine(1).await;
+    }
+    panic!("B never claimed the HTLC with R");
 }
