@@ -490,38 +490,6 @@ fn an_htlc_whose_r_the_peer_took_and_hung_up_is_claimed_on_chain_before_expiry()
     claimed_with_r_before_expiry(&chain, &node, expiry);
 }
 
-/// Issue 28, finding 7: `fulfillhtlc` once the HTLC is too close to its expiry to be claimed
-/// on chain (our claim delay of 6 blocks plus half the margin, 3) is refused with -105 and
-/// says why; nothing reaches the peer and R is not kept (it used to be revealed).
-#[test]
-fn fulfilling_an_htlc_too_close_to_its_expiry_is_refused() {
-    let chain = DevChainProc::start();
-    let node = NodeProc::start(&chain, false);
-    let (mut peer, r, expiry) = offered_htlc(&chain, &node, 134, 14);
-    let peer_id = peer.node_id.to_string();
-    chain.mine(expiry - 9 - u32::try_from(chain.height()).unwrap());
-    // The watcher polls every 250 ms: let it tell the channel the new height.
-    std::thread::sleep(Duration::from_secs(2));
-    let err = node
-        .try_cli(&["fulfillhtlc", &peer_id, &hex::encode(r.0)])
-        .unwrap_err();
-    assert!(
-        err.contains("-105")
-            && err.contains(&format!(
-                "HTLC expiring at Blocks({expiry}) is too close to its expiry to fulfil"
-            ))
-            && err.contains("R is not revealed"),
-        "{err}"
-    );
-    assert!(
-        matches!(peer.recv(1), Ok(None)),
-        "nothing reaches the peer: {:?}",
-        peer.received.iter().map(Packet::name).collect::<Vec<_>>()
-    );
-    assert_eq!(node.channel()["htlcs"].as_array().unwrap().len(), 1);
-    assert_eq!(node.channel_state(), "normal");
-}
-
 /// The peer offers an HTLC and goes away before the owner has R. The owner learns R
 /// later (its payer upstream may hold it by now) and runs `fulfillhtlc` while the peer is
 /// gone: the call is refused (-9), and R must be kept on disk, so that even across a
@@ -583,40 +551,6 @@ fn an_open_the_peer_stalls_frees_the_reserved_funds() {
     assert!(!node.connected_to(&peer_id));
 }
 
-/// `open` for more than the wallet can pay once the anchor's fee is added (but not more
-/// than it holds) is refused at once with -6 naming what is needed, and nothing reaches
-/// the peer: the session stays up and a smaller `open` goes out on it. The check used to
-/// count the amount only; the shortfall surfaced after the peer had answered, as -4, with
-/// an error packet that dropped the peer's session.
-#[test]
-fn an_open_the_wallet_cannot_pay_the_fee_of_is_refused_before_the_peer_hears_of_it() {
-    let chain = DevChainProc::start();
-    let node = NodeProc::start(&chain, false);
-    fund_wallet(&chain, &node, 1_000_000);
-    let mut peer = ScriptedPeer::connect(&node, 134);
-    peer.accept_role();
-    let peer_id = peer.node_id.to_string();
-    let err = node
-        .cli_within(&["open", &peer_id, "999950"], 20)
-        .expect("the refusal comes at once")
-        .unwrap_err();
-    assert!(err.contains("-6") && err.contains("needed"), "{err}");
-    assert_eq!(node.cli(&["listfunds"])["spendable_sat"], 1_000_000);
-    assert_eq!(
-        node.cli(&["listchannels"])["channels"],
-        serde_json::json!([])
-    );
-    assert!(node.connected_to(&peer_id));
-    // The session is whole: the next open's first packet is the first the peer sees.
-    let open = node.cli_in_background(&["open", &peer_id, "500000"]);
-    peer.expect("open", 30);
-    let opens = peer.received.iter().filter(|p| p.name() == "open").count();
-    assert_eq!(opens, 1, "the refused open sent nothing");
-    peer.hang_up();
-    let out = open.join().unwrap();
-    assert!(!out.status.success());
-}
-
 /// Reorganises the chain from the block holding `txid`'s payment: that block and the ones
 /// after it are replaced by a longer branch whose first block also holds `second`. Returns
 /// `second`'s txid.
@@ -646,25 +580,6 @@ fn wallet_holds_both(node: &NodeProc, first: &str, second: &str) {
                 .then_some(())
         },
     );
-}
-
-/// A reorganisation 8 blocks deep (deeper than the 6 the watcher used to rescan): the
-/// wallet is rebuilt from the stored fork point.
-#[test]
-fn a_reorganisation_eight_blocks_deep_is_rescanned_from_the_fork() {
-    let chain = DevChainProc::start();
-    let node = NodeProc::start(&chain, false);
-    let addr = node.cli(&["newaddr"])["address"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let first = chain.send(&addr, 100_000);
-    chain.mine(8);
-    wait_for("first payment seen", 30, || {
-        (node.cli(&["listfunds"])["outputs"][0]["confirmations"] == 8).then_some(())
-    });
-    let second = reorganise_from_payment(&chain, &first, &addr);
-    wallet_holds_both(&node, &first, &second);
 }
 
 /// The same reorganisation while the node is stopped: at start it finds the fork point
@@ -1222,50 +1137,4 @@ fn an_htlc_locked_to_a_revocation_hash_is_refused_both_ways() {
         ])
         .expect_err("newhtlc locked to the peer's revocation hash");
     assert!(err.contains("revocation hash"), "{err}");
-}
-
-/// Our direct output on the peer's commitment is a few hundred sat above dust, too small
-/// to claim at the claim fee rate. The peer broadcasts that commitment while holding R
-/// of an HTLC it offered us: the node must leave the small output out (and say so in
-/// `listchannels`), go `on_chain` and still claim the HTLC with R.
-#[test]
-fn a_small_output_of_ours_does_not_block_the_other_claims() {
-    let chain = DevChainProc::start();
-    let node = NodeProc::start(&chain, false);
-    let mut peer = ScriptedPeer::connect(&node, 142);
-    peer.open_live(&chain, &node, ANCHOR_SAT);
-    peer.pay(100_000_000).unwrap();
-    // Pay back all but 600 sat of what we own outside the fee.
-    let ours = node.channel()["our_msat"].as_u64().unwrap();
-    let peer_id = peer.node_id.to_string();
-    let back = node.cli_in_background(&["pay", &peer_id, &(ours - 600_000).to_string()]);
-    peer.answer_update();
-    back.join().unwrap();
-    assert_eq!(node.channel()["our_msat"], 600_000);
-    let r = wire::Preimage([12; 32]);
-    let expiry = u32::try_from(chain.height()).unwrap() + 100;
-    let actions = peer
-        .channel
-        .add_htlc(50_000_000, r.hash(), wire::Locktime::Blocks(expiry), 0)
-        .unwrap();
-    peer.run(actions);
-    peer.answer_all(2);
-    let _fulfill = node.cli_in_background(&["fulfillhtlc", &peer_id, &hex::encode(r.0)]);
-    peer.expect("update_fulfill_htlc", 30);
-    let theirs = peer.channel.signed_commitment().unwrap();
-    chain.call(
-        "sendrawtransaction",
-        serde_json::json!([bitcoin::consensus::encode::serialize_hex(&theirs)]),
-    );
-    chain.mine(1);
-    wait_for("the node sees the peer's commitment", 30, || {
-        (node.channel_state() == "on_chain").then_some(())
-    });
-    let unclaimable = node.channel()["unclaimable"].clone();
-    assert_eq!(unclaimable[0]["amount_sat"], 600, "{unclaimable}");
-    wait_for("the HTLC claimed with R", 60, || {
-        chain.mine(1);
-        std::thread::sleep(Duration::from_millis(100));
-        (node.funds() > 49_000).then_some(())
-    });
 }
