@@ -71,6 +71,8 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/dev/faucet"),
     ("post", "/admin/rounds/{id}/retry-payout"),
     ("get", "/admin/ledger"),
+    ("get", "/admin/transfers/waiting"),
+    ("post", "/admin/transfers/{id}/bump"),
 ];
 
 async fn openapi_documents_every_route(db: Db) {
