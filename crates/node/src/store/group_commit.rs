@@ -23,8 +23,11 @@ pub(super) const GROUP_MAX: usize = 256;
 /// A task of its own rather than the callers taking turns: a caller dropped mid-write (a
 /// control call whose client hung up) cannot abandon the writes of others, and the writes
 /// of one channel commit in the order they were made even then (one queue, in order).
+///
+/// The writer shares the store's one connection with the readers: it checks it out per
+/// group (a queue hand-off, no ping), so a commit waits at most for one read.
 pub(super) async fn group_writer(
-    mut conn: sqlx::SqliteConnection,
+    pool: sqlx::SqlitePool,
     mut rx: tokio::sync::mpsc::Receiver<WriteRequest>,
 ) {
     let mut batch: Vec<WriteRequest> = Vec::with_capacity(GROUP_MAX);
@@ -36,16 +39,18 @@ pub(super) async fn group_writer(
                 Err(_) => break,
             }
         }
-        let result = write_group(&mut conn, &batch)
-            .await
-            .map_err(std::sync::Arc::new);
+        let result = match pool.acquire().await {
+            Ok(mut conn) => write_group(&mut conn, &batch).await,
+            Err(e) => Err(e),
+        }
+        .map_err(std::sync::Arc::new);
         for w in batch.drain(..) {
             let _ = w.done.send(result.clone());
         }
     }
 }
 
-/// The writer connection's own (TEMP, never on disk) way to put snapshots and their revoked
+/// The store connection's own (TEMP, never on disk) way to put snapshots and their revoked
 /// records in one statement: a row with a snapshot updates the channel, a row with a record
 /// archives it. One INSERT into this view is one statement, so SQLite runs it as one
 /// transaction (atomic, one fsync) and sqlx answers it with one message.

@@ -12,7 +12,10 @@ use bitcoin::consensus::encode;
 use bitcoin::{OutPoint, Transaction, Txid};
 use channel::Channel;
 use secp256k1::PublicKey;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqliteLockingMode, SqlitePoolOptions,
+    SqliteSynchronous,
+};
 use sqlx::{Row, SqlitePool};
 
 mod group_commit;
@@ -204,31 +207,47 @@ impl Emptiness {
 
 impl Store {
     /// Opens (creating) `<data_dir>/node.sqlite`.
+    ///
+    /// # Errors
+    /// [`StoreError::Sql`] also when another process has the database open: the node owns
+    /// its data directory (below).
     pub(crate) async fn open(data_dir: &Path) -> Result<Store, StoreError> {
         let options = SqliteConnectOptions::new()
             .filename(data_dir.join("node.sqlite"))
             .create_if_missing(true)
+            // One process owns its database, through one connection that keeps SQLite's
+            // lock from its first statement to its close: a transaction then takes no lock
+            // (no `fcntl` per commit or read, where two or more connections took a few
+            // each), and WAL keeps its index in the connection's memory instead of a
+            // shared-memory file. A second process opening the data directory waits
+            // `busy_timeout` and fails instead of writing beside the node.
+            .locking_mode(SqliteLockingMode::Exclusive)
             .journal_mode(SqliteJournalMode::Wal)
             // FULL: a committed write survives a power cut, not only kill -9.
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(std::time::Duration::from_secs(10));
-        // Readers only (channel writes go through the writer's own connection): the watcher's
-        // pass, the reconnect loop and the control API. Each connection is a thread, a page
-        // cache holding the whole small database and a statement cache: two, not four, save
-        // ~140 KiB per idle node (docs/node.md, "Memory"). A local file cannot drop a
-        // connection, so no liveness ping (a round trip to the connection's thread) per checkout.
+        // The one connection serves the group-commit writer, the watcher's pass, the
+        // reconnect loop and the control API in turn; it is never closed while the store
+        // lives (a new one would have to wait for the old one's lock and lose the writer's
+        // TEMP view). A local file cannot drop a connection, so no liveness ping per checkout.
         let pool = SqlitePoolOptions::new()
-            .max_connections(2)
+            .max_connections(1)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
             .test_before_acquire(false)
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    use sqlx::Executor as _;
+                    conn.execute(WRITER_SETUP).await?;
+                    Ok(())
+                })
+            })
             .connect_with(options)
             .await?;
         MIGRATOR.run(&pool).await?;
-        // The writer keeps a connection of its own: no pool checkout (and its liveness
-        // ping, one more round trip to SQLite's thread) per commit.
-        let mut writer = pool.acquire().await?.detach();
-        sqlx::raw_sql(WRITER_SETUP).execute(&mut writer).await?;
         let (writes, rx) = tokio::sync::mpsc::channel(4 * GROUP_MAX);
-        tokio::spawn(group_writer(writer, rx));
+        tokio::spawn(group_writer(pool.clone(), rx));
         Ok(Store {
             pool,
             writes,
@@ -835,13 +854,10 @@ mod tests {
                     .await
                     .unwrap();
             }
-            let mut conn = store.pool.acquire().await.unwrap().detach();
-            sqlx::raw_sql(WRITER_SETUP)
-                .execute(&mut conn)
-                .await
-                .unwrap();
+            // The store's one connection, checked out per write (it serves the reads too).
+            let conn = || async { store.pool.acquire().await.unwrap() };
             let group = [request(1, "one-a", &[5, 6]), request(2, "two-a", &[5])];
-            write(&mut conn, &group, statements).await.unwrap();
+            write(&mut *conn().await, &group, statements).await.unwrap();
             assert_eq!(snapshot_of(&store, 1).await, "one-a");
             assert_eq!(snapshot_of(&store, 2).await, "two-a");
             let records = || async {
@@ -865,7 +881,7 @@ mod tests {
                 .await
                 .unwrap();
             let group = [request(1, "one-b", &[]), request(2, "two-b", &[7])];
-            assert!(write(&mut conn, &group, statements).await.is_err());
+            assert!(write(&mut *conn().await, &group, statements).await.is_err());
             assert_eq!(snapshot_of(&store, 1).await, "one-a");
             assert_eq!(snapshot_of(&store, 2).await, "two-a");
             assert_eq!(records().await, first);
@@ -875,12 +891,12 @@ mod tests {
                 .unwrap();
             // Not left inside the failed transaction: the next writes commit (and other
             // connections see them).
-            write(&mut conn, &[request(2, "two-c", &[7])], statements)
+            write(&mut *conn().await, &[request(2, "two-c", &[7])], statements)
                 .await
                 .unwrap();
             assert_eq!(snapshot_of(&store, 2).await, "two-c");
             assert_eq!(records().await.len(), 4);
-            write(&mut conn, &[request(1, "one-c", &[])], statements)
+            write(&mut *conn().await, &[request(1, "one-c", &[])], statements)
                 .await
                 .unwrap();
             assert_eq!(snapshot_of(&store, 1).await, "one-c");
@@ -944,6 +960,67 @@ mod tests {
             .unwrap()
             .get(0);
         assert_eq!(applied, 1);
+    }
+
+    /// The store is one connection holding SQLite's lock for its life (issue 33: a
+    /// transaction then takes no lock, no `fcntl`): another opener of the database, such
+    /// as a second node started on the same data directory, is refused while it runs, and
+    /// the database opens again once the store is gone. Interleaved reads and group
+    /// commits share the one connection without waiting on each other's locks.
+    #[tokio::test]
+    async fn the_store_owns_its_database_through_one_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).await.unwrap();
+        let mode: String = sqlx::query_scalar("PRAGMA locking_mode")
+            .fetch_one(&store.pool)
+            .await
+            .unwrap();
+        assert_eq!(mode, "exclusive");
+        assert_eq!(store.pool.size(), 1);
+
+        let other = SqliteConnectOptions::new()
+            .filename(dir.path().join("node.sqlite"))
+            .busy_timeout(std::time::Duration::ZERO);
+        let outsider = async {
+            let mut conn = sqlx::ConnectOptions::connect(&other).await?;
+            sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM channels")
+                .fetch_one(&mut conn)
+                .await
+        };
+        let refused = outsider
+            .await
+            .expect_err("a second opener read the node's database");
+        assert!(refused.to_string().contains("locked"), "{refused}");
+
+        let mut writes = tokio::task::JoinSet::new();
+        for id in 1..=20 {
+            let store = store.clone();
+            writes.spawn(async move {
+                store
+                    .insert_channel(ChannelId(id), &test_peer(), &sample())
+                    .await?;
+                store.save_channel(ChannelId(id), &sample(), &[]).await?;
+                store.channels().await.map(|rows| rows.len())
+            });
+        }
+        while let Some(seen) = writes.join_next().await {
+            assert!(seen.unwrap().unwrap() >= 1);
+        }
+        assert_eq!(store.channels().await.unwrap().len(), 20);
+
+        drop(store);
+        let mut reopened = None;
+        for _ in 0..100 {
+            match Store::open(dir.path()).await {
+                Ok(s) => {
+                    reopened = Some(s);
+                    break;
+                }
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+            }
+        }
+        let reopened = reopened.expect("the database opens again once its store is gone");
+        assert_eq!(reopened.channels().await.unwrap().len(), 20);
     }
 
     /// The block of a followed transaction is kept, moved when a rescan finds it in
