@@ -380,7 +380,6 @@ async fn bench() {
     .await
     .unwrap();
     let chain = dev.chain.clone();
-    let burn = chain.faucet_script().to_owned();
 
     // Settled: the watchers' first passes and the chain's start are behind each reading.
     let settle = || tokio::time::sleep(Duration::from_secs(2));
@@ -394,38 +393,9 @@ async fn bench() {
     settle().await;
     let mem_nodes = mem::snapshot();
 
-    // connect+handshake: a fresh session key each time, against the hub's listener.
-    let key = SecretKey::from_slice(&[0x42; 32]).unwrap();
-    let cfg = session::Config::default();
-    let n_connect = 200;
-    let start = Instant::now();
-    for _ in 0..n_connect {
-        let s = session::connect(hub.running.p2p_addr, &key, &cfg)
-            .await
-            .unwrap();
-        let _ = s.close("bench").await;
-    }
-    let connect_ms = start.elapsed().as_secs_f64() * 1000.0 / f64::from(n_connect);
+    let connect_ms = connect_ms(&hub).await;
 
-    // Fund the hub with one output per channel, connect and open every channel.
-    for i in 0..channels {
-        // The faucet's payments chain through its change: a block every 20
-        // keeps them under the mempool's limit of 25 unconfirmed ancestors.
-        if i % 20 == 19 {
-            chain.mine(1, &burn).unwrap();
-        }
-        let addr = hub.call("newaddr", json!([])).await;
-        let addr: Address<bitcoin::address::NetworkUnchecked> =
-            addr["address"].as_str().unwrap().parse().unwrap();
-        let script = addr.assume_checked().script_pubkey();
-        chain.faucet(&script, Amount::from_sat(300_000)).unwrap();
-    }
-    chain.mine(1, &burn).unwrap();
-    wait_until("hub funded", async || {
-        hub.call("listfunds", json!([])).await["total_sat"].as_u64()
-            == Some(300_000 * channels as u64)
-    })
-    .await;
+    fund(&chain, &hub, channels).await;
     settle().await;
     let mem_unconnected = mem::snapshot();
     for p in &peers {
@@ -435,18 +405,7 @@ async fn bench() {
     settle().await;
     let mem_connected = mem::snapshot();
     let rss_before = rss_kib();
-    for p in &peers {
-        hub.call("open", json!([p.running.node_id.to_string(), 250_000]))
-            .await;
-    }
-    chain.mine(1, &burn).unwrap();
-    wait_until("channels live", async || {
-        let list = hub.call("listchannels", json!([])).await;
-        list["channels"]
-            .as_array()
-            .is_some_and(|c| c.len() == channels && c.iter().all(|c| c["state"] == "normal"))
-    })
-    .await;
+    open_all(&chain, &hub, &peers).await;
     settle().await;
     // What idle nodes cost: their watchers, timers and reconnect loops, no traffic.
     let idle_start = (Instant::now(), cpu_seconds());
@@ -470,21 +429,97 @@ async fn bench() {
     let peers: Vec<Arc<Node>> = peers.into_iter().map(Arc::new).collect();
     let (all, all_cpu_ms) = every_channel(&hub, &peers, per_channel, 1, expiry, false).await;
 
-    // Steady state. Every node above is fresh, and SQLite's WAL grows until its first
-    // checkpoint (1,000 pages, ~333 channel writes); on this file system a commit that
-    // grows a file also writes its metadata synchronously (docs/node.md). A node that has
-    // run a while rewrites its WAL in place: warm every channel past that point, then
-    // measure again. Directions alternate so that no side runs out of funds.
-    const WARM_PAIRS: u32 = 100;
-    let _ = every_channel(&hub, &peers, WARM_PAIRS, 1_000, expiry, true).await;
-    let start = Instant::now();
-    let cpu_start = cpu_seconds();
-    let warm_times = htlc_pairs_both(&hub, &peers[0], pairs, 2_000, expiry).await;
-    let one_warm = f64::from(pairs) / start.elapsed().as_secs_f64();
-    let one_warm_cpu_ms = (cpu_seconds() - cpu_start) * 1000.0 / f64::from(pairs);
-    let (all_warm, all_warm_cpu_ms) =
-        every_channel(&hub, &peers, per_channel, 3_000, expiry, true).await;
+    let warm = steady_state(&hub, &peers, pairs, per_channel, expiry).await;
 
+    let (baseline, bound) = sequential_bound(pairs, &hub, &peers[0], one).await;
+    println!("  one channel's pairs: {}", distribution_us(&pair_times, 0));
+    println!("connect+handshake (TCP, v3 handshake, authenticate, hello): {connect_ms:.2} ms");
+    println!(
+        "HTLC add+fulfill pairs/s, one channel: {one:.0}  ({:.1}% of the in-memory state machines)",
+        one / baseline * 100.0
+    );
+    println!(
+        "HTLC add+fulfill pairs/s, {channels} channels in parallel: {all:.0}  ({:.2}x one channel)",
+        all / one
+    );
+    println!(
+        "steady state (after {WARM_PAIRS} more pairs on every channel, directions alternating): one channel {:.0} pairs/s ({:.0}% of the bound from the medians, pairs median {:.0} us, mean {:.0} us); {channels} channels in parallel {:.0} pairs/s; CPU per pair {:.2} / {:.2} ms",
+        warm.one,
+        warm.one / bound * 100.0,
+        median(warm.times.clone()) * 1e6,
+        mean(&warm.times) * 1e6,
+        warm.all,
+        warm.one_cpu_ms,
+        warm.all_cpu_ms
+    );
+    println!("baseline, in-memory state machines without IO: {baseline:.0} pairs/s");
+    println!(
+        "CPU time per pair, both ends and the bench's client (user + system): one channel {one_cpu_ms:.2} ms, {channels} channels in parallel {all_cpu_ms:.2} ms; in-memory pair {:.2} ms; cores kept busy: one channel {:.2}, {channels} channels {:.2}",
+        1000.0 / baseline,
+        one_cpu_ms * one / 1000.0,
+        all_cpu_ms * all / 1000.0
+    );
+    println!(
+        "memory per idle channel (both ends, RSS growth / {channels}): {per_channel_kib:.0} KiB"
+    );
+    println!(
+        "CPU of {} idle nodes with {channels} open channels: {:.1}% of one core",
+        channels + 1,
+        idle_cpu * 100.0
+    );
+    print_memory(
+        channels,
+        [
+            &mem_start,
+            &mem_nodes,
+            &mem_unconnected,
+            &mem_connected,
+            &mem_channels,
+        ],
+    );
+}
+
+/// Mean time of a connect + v3 handshake against the hub's listener, a fresh session each.
+async fn connect_ms(hub: &Node) -> f64 {
+    let key = SecretKey::from_slice(&[0x42; 32]).unwrap();
+    let cfg = session::Config::default();
+    let n_connect = 200;
+    let start = Instant::now();
+    for _ in 0..n_connect {
+        let s = session::connect(hub.running.p2p_addr, &key, &cfg)
+            .await
+            .unwrap();
+        let _ = s.close("bench").await;
+    }
+    start.elapsed().as_secs_f64() * 1000.0 / f64::from(n_connect)
+}
+
+/// Funds the hub with one 300,000-sat output per channel, confirmed.
+async fn fund(chain: &DevChain, hub: &Node, channels: usize) {
+    let burn = chain.faucet_script().to_owned();
+    for i in 0..channels {
+        // The faucet's payments chain through its change: a block every 20
+        // keeps them under the mempool's limit of 25 unconfirmed ancestors.
+        if i % 20 == 19 {
+            chain.mine(1, &burn).unwrap();
+        }
+        let addr = hub.call("newaddr", json!([])).await;
+        let addr: Address<bitcoin::address::NetworkUnchecked> =
+            addr["address"].as_str().unwrap().parse().unwrap();
+        let script = addr.assume_checked().script_pubkey();
+        chain.faucet(&script, Amount::from_sat(300_000)).unwrap();
+    }
+    chain.mine(1, &burn).unwrap();
+    wait_until("hub funded", async || {
+        hub.call("listfunds", json!([])).await["total_sat"].as_u64()
+            == Some(300_000 * channels as u64)
+    })
+    .await;
+}
+
+/// The sequential bound of one channel, printed beside `one` (its achieved pairs/s):
+/// returns the in-memory pairs/s (the baseline) and the bound from the medians.
+async fn sequential_bound(pairs: u32, hub: &Node, peer: &Node, one: f64) -> (f64, f64) {
     let mem = in_memory_pairs(pairs * 5);
     let baseline = mem.pairs_per_s;
     let (fsyncs, fsync_cpu) = fsync_latency(hub._dir.path(), 1);
@@ -496,7 +531,7 @@ async fn bench() {
     // On a node with one peer: the call's transport and dispatch, not a listing of 100 peers.
     for _ in 0..300 {
         let t = Instant::now();
-        peers[0].call("listpeers", json!([])).await;
+        peer.call("listpeers", json!([])).await;
         ctrl.push(t.elapsed().as_secs_f64());
     }
     // One pair, sequentially: the machines' work, every durable write, every packet's
@@ -550,49 +585,82 @@ async fn bench() {
         "  sequential bound from the means: {bound_mean:.0} pairs/s; achieved = {:.0}% of it",
         one / bound_mean * 100.0
     );
-    println!("  one channel's pairs: {}", distribution_us(&pair_times, 0));
-    println!("connect+handshake (TCP, v3 handshake, authenticate, hello): {connect_ms:.2} ms");
-    println!(
-        "HTLC add+fulfill pairs/s, one channel: {one:.0}  ({:.1}% of the in-memory state machines)",
-        one / baseline * 100.0
-    );
-    println!(
-        "HTLC add+fulfill pairs/s, {channels} channels in parallel: {all:.0}  ({:.2}x one channel)",
-        all / one
-    );
-    println!(
-        "steady state (after {WARM_PAIRS} more pairs on every channel, directions alternating): one channel {one_warm:.0} pairs/s ({:.0}% of the bound from the medians, pairs median {:.0} us, mean {:.0} us); {channels} channels in parallel {all_warm:.0} pairs/s; CPU per pair {one_warm_cpu_ms:.2} / {all_warm_cpu_ms:.2} ms",
-        one_warm / bound * 100.0,
-        median(warm_times.clone()) * 1e6,
-        mean(&warm_times) * 1e6
-    );
-    println!("baseline, in-memory state machines without IO: {baseline:.0} pairs/s");
-    println!(
-        "CPU time per pair, both ends and the bench's client (user + system): one channel {one_cpu_ms:.2} ms, {channels} channels in parallel {all_cpu_ms:.2} ms; in-memory pair {:.2} ms; cores kept busy: one channel {:.2}, {channels} channels {:.2}",
-        1000.0 / baseline,
-        one_cpu_ms * one / 1000.0,
-        all_cpu_ms * all / 1000.0
-    );
-    println!(
-        "memory per idle channel (both ends, RSS growth / {channels}): {per_channel_kib:.0} KiB"
-    );
-    println!(
-        "CPU of {} idle nodes with {channels} open channels: {:.1}% of one core",
-        channels + 1,
-        idle_cpu * 100.0
-    );
+    (baseline, bound)
+}
+
+/// Where the memory goes: `snaps` taken at start, with idle nodes, funded, connected and
+/// with channels.
+fn print_memory(channels: usize, snaps: [&mem::Snapshot; 5]) {
+    let [mem_start, mem_nodes, mem_unconnected, mem_connected, mem_channels] = snaps;
     println!("where the memory goes, KiB:");
     println!(
         "  per idle node ({} started, no peer): {}",
         channels + 1,
-        mem_nodes.per(&mem_start, channels + 1)
+        mem_nodes.per(mem_start, channels + 1)
     );
     println!(
         "  per idle peer session (both ends, {channels} sessions): {}",
-        mem_connected.per(&mem_unconnected, channels)
+        mem_connected.per(mem_unconnected, channels)
     );
     println!(
         "  per idle channel (both ends, {channels} channels): {}",
-        mem_channels.per(&mem_connected, channels)
+        mem_channels.per(mem_connected, channels)
     );
+}
+
+/// The hub opens a 250,000-sat channel to every peer; returns once all are live.
+async fn open_all(chain: &DevChain, hub: &Node, peers: &[Node]) {
+    let channels = peers.len();
+    for p in peers {
+        hub.call("open", json!([p.running.node_id.to_string(), 250_000]))
+            .await;
+    }
+    chain.mine(1, &chain.faucet_script().to_owned()).unwrap();
+    wait_until("channels live", async || {
+        let list = hub.call("listchannels", json!([])).await;
+        list["channels"]
+            .as_array()
+            .is_some_and(|c| c.len() == channels && c.iter().all(|c| c["state"] == "normal"))
+    })
+    .await;
+}
+
+/// Pairs after every channel ran [`WARM_PAIRS`] more: one channel, then all of them.
+struct Warm {
+    times: Vec<f64>,
+    one: f64,
+    one_cpu_ms: f64,
+    all: f64,
+    all_cpu_ms: f64,
+}
+
+/// Pairs every channel runs to warm up before the steady-state readings.
+const WARM_PAIRS: u32 = 100;
+
+/// Steady state. Every node is fresh, and SQLite's WAL grows until its first checkpoint
+/// (1,000 pages, ~333 channel writes); on this file system a commit that grows a file also
+/// writes its metadata synchronously (docs/node.md). A node that has run a while rewrites
+/// its WAL in place: warm every channel past that point, then measure again. Directions
+/// alternate so that no side runs out of funds.
+async fn steady_state(
+    hub: &Arc<Node>,
+    peers: &[Arc<Node>],
+    pairs: u32,
+    per_channel: u32,
+    expiry: u32,
+) -> Warm {
+    let _ = every_channel(hub, peers, WARM_PAIRS, 1_000, expiry, true).await;
+    let start = Instant::now();
+    let cpu_start = cpu_seconds();
+    let times = htlc_pairs_both(hub, &peers[0], pairs, 2_000, expiry).await;
+    let one = f64::from(pairs) / start.elapsed().as_secs_f64();
+    let one_cpu_ms = (cpu_seconds() - cpu_start) * 1000.0 / f64::from(pairs);
+    let (all, all_cpu_ms) = every_channel(hub, peers, per_channel, 3_000, expiry, true).await;
+    Warm {
+        times,
+        one,
+        one_cpu_ms,
+        all,
+        all_cpu_ms,
+    }
 }

@@ -4,7 +4,7 @@
 // Included by each bench with `#[path]`; not every bench uses every item.
 #![allow(dead_code)]
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bitcoin::Amount;
 use channel::{Action, AnchorRole, Channel, ChannelConfig, ChannelSecrets};
@@ -58,121 +58,150 @@ pub struct InMemory {
     pub acceptor_s_per_pair: f64,
 }
 
-/// The baseline: two channels back to back in memory, add+fulfill pairs per second.
-pub fn in_memory_pairs(pairs: u32) -> InMemory {
-    let secrets = |t: u8| ChannelSecrets {
-        commit_key: SecretKey::from_slice(&[t; 32]).unwrap(),
-        final_key: SecretKey::from_slice(&[t + 0x40; 32]).unwrap(),
-        revocation_seed: [t + 0x80; 32],
-    };
-    let cfg = ChannelConfig::default();
-    let mut a = Channel::new(
-        cfg.clone(),
-        secrets(1),
-        AnchorRole::Fund {
-            anchor_sat: 10_000_000,
-        },
-    );
-    let mut b = Channel::new(cfg, secrets(2), AnchorRole::Accept);
-    let mut to_b: Vec<Packet> = Vec::new();
-    let mut to_a: Vec<Packet> = Vec::new();
-    static PERSISTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    static PACKETS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    static ACCEPTOR_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    use std::sync::atomic::Ordering::Relaxed;
-    fn take(
-        actions: Vec<Action>,
-        out: &mut Vec<Packet>,
-        anchor: &mut Option<(bitcoin::ScriptBuf, Amount)>,
-    ) {
-        use std::sync::atomic::Ordering::Relaxed;
+/// Two channels back to back in memory, counting what their actions would cost a node.
+struct Back2Back {
+    a: Channel,
+    b: Channel,
+    to_a: Vec<Packet>,
+    to_b: Vec<Packet>,
+    anchor: Option<(bitcoin::ScriptBuf, Amount)>,
+    persists: u64,
+    packets: u64,
+    /// Time spent in the accepting side's (b's) calls.
+    acceptor: Duration,
+}
+
+/// Which side's packets an action list adds to.
+#[derive(Clone, Copy)]
+enum To {
+    A,
+    B,
+}
+
+impl Back2Back {
+    /// A channel funded by `a`, open and live at height 100.
+    fn live() -> Self {
+        let secrets = |t: u8| ChannelSecrets {
+            commit_key: SecretKey::from_slice(&[t; 32]).unwrap(),
+            final_key: SecretKey::from_slice(&[t + 0x40; 32]).unwrap(),
+            revocation_seed: [t + 0x80; 32],
+        };
+        let cfg = ChannelConfig::default();
+        let a = Channel::new(
+            cfg.clone(),
+            secrets(1),
+            AnchorRole::Fund {
+                anchor_sat: 10_000_000,
+            },
+        );
+        let b = Channel::new(cfg, secrets(2), AnchorRole::Accept);
+        let mut pair = Back2Back {
+            a,
+            b,
+            to_a: Vec::new(),
+            to_b: Vec::new(),
+            anchor: None,
+            persists: 0,
+            packets: 0,
+            acceptor: Duration::ZERO,
+        };
+        let (start_a, start_b) = (pair.a.start().unwrap(), pair.b.start().unwrap());
+        pair.take(start_a, To::B);
+        pair.take(start_b, To::A);
+        pair.pump();
+        let (script_pubkey, value) = pair.anchor.take().unwrap();
+        let tx = bitcoin::Transaction {
+            version: bitcoin::transaction::Version::TWO,
+            lock_time: bitcoin::absolute::LockTime::ZERO,
+            input: vec![bitcoin::TxIn::default()],
+            output: vec![bitcoin::TxOut {
+                value,
+                script_pubkey,
+            }],
+        };
+        let created = pair.a.anchor_created(tx, 0).unwrap();
+        pair.take(created, To::B);
+        pair.pump();
+        let (depth_a, depth_b) = (pair.a.anchor_depth(1), pair.b.anchor_depth(1));
+        pair.take(depth_a, To::B);
+        pair.take(depth_b, To::A);
+        pair.pump();
+        pair.a.block_height(100);
+        pair.b.block_height(100);
+        pair
+    }
+
+    /// Counts `actions` and queues their packets for `to`.
+    fn take(&mut self, actions: Vec<Action>, to: To) {
         for act in actions {
             match act {
-                Action::Persist => {
-                    PERSISTS.fetch_add(1, Relaxed);
-                }
+                Action::Persist => self.persists += 1,
                 Action::Send(p) => {
-                    PACKETS.fetch_add(1, Relaxed);
-                    out.push(p)
+                    self.packets += 1;
+                    match to {
+                        To::A => self.to_a.push(p),
+                        To::B => self.to_b.push(p),
+                    }
                 }
                 Action::Notify(channel::Event::AnchorNeeded {
                     script_pubkey,
                     amount,
-                }) => {
-                    *anchor = Some((script_pubkey, amount));
-                }
+                }) => self.anchor = Some((script_pubkey, amount)),
                 _ => {}
             }
         }
     }
-    let mut anchor = None;
-    take(a.start().unwrap(), &mut to_b, &mut anchor);
-    take(b.start().unwrap(), &mut to_a, &mut anchor);
-    let pump = |a: &mut Channel,
-                b: &mut Channel,
-                to_a: &mut Vec<Packet>,
-                to_b: &mut Vec<Packet>,
-                anchor: &mut Option<_>| {
-        while !to_a.is_empty() || !to_b.is_empty() {
-            for p in std::mem::take(to_b) {
+
+    /// Delivers packets both ways until none is left.
+    fn pump(&mut self) {
+        while !self.to_a.is_empty() || !self.to_b.is_empty() {
+            for p in std::mem::take(&mut self.to_b) {
                 let t = Instant::now();
-                let acts = b.handle_packet(&p, 0).unwrap();
-                ACCEPTOR_NS.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
-                take(acts, to_a, anchor);
+                let acts = self.b.handle_packet(&p, 0).unwrap();
+                self.acceptor += t.elapsed();
+                self.take(acts, To::A);
             }
-            for p in std::mem::take(to_a) {
-                take(a.handle_packet(&p, 0).unwrap(), to_b, anchor);
+            for p in std::mem::take(&mut self.to_a) {
+                let acts = self.a.handle_packet(&p, 0).unwrap();
+                self.take(acts, To::B);
             }
         }
-    };
-    pump(&mut a, &mut b, &mut to_a, &mut to_b, &mut anchor);
-    let (script, amount) = anchor.take().unwrap();
-    let tx = bitcoin::Transaction {
-        version: bitcoin::transaction::Version::TWO,
-        lock_time: bitcoin::absolute::LockTime::ZERO,
-        input: vec![bitcoin::TxIn::default()],
-        output: vec![bitcoin::TxOut {
-            value: amount,
-            script_pubkey: script,
-        }],
-    };
-    take(a.anchor_created(tx, 0).unwrap(), &mut to_b, &mut anchor);
-    pump(&mut a, &mut b, &mut to_a, &mut to_b, &mut anchor);
-    take(a.anchor_depth(1), &mut to_b, &mut anchor);
-    take(b.anchor_depth(1), &mut to_a, &mut anchor);
-    pump(&mut a, &mut b, &mut to_a, &mut to_b, &mut anchor);
-    a.block_height(100);
-    b.block_height(100);
-    let persists0 = PERSISTS.load(std::sync::atomic::Ordering::Relaxed);
-    let packets0 = PACKETS.load(std::sync::atomic::Ordering::Relaxed);
-    let acceptor0 = ACCEPTOR_NS.load(Relaxed);
-    let start = Instant::now();
-    for i in 0..pairs {
+    }
+
+    /// a offers an HTLC, b fulfills it, both complete.
+    fn pair(&mut self, i: u32) {
         let mut r = [0u8; 32];
         r[..4].copy_from_slice(&i.to_le_bytes());
         let pre = Preimage(r);
-        take(
-            a.add_htlc(HTLC_MSAT, pre.hash(), Locktime::Blocks(1000), 0)
-                .unwrap(),
-            &mut to_b,
-            &mut anchor,
-        );
-        pump(&mut a, &mut b, &mut to_a, &mut to_b, &mut anchor);
+        let offered = self
+            .a
+            .add_htlc(HTLC_MSAT, pre.hash(), Locktime::Blocks(1000), 0)
+            .unwrap();
+        self.take(offered, To::B);
+        self.pump();
         let t = Instant::now();
-        let acts = b.fulfill_htlc(pre, 0).unwrap();
-        ACCEPTOR_NS.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
-        take(acts, &mut to_a, &mut anchor);
-        pump(&mut a, &mut b, &mut to_a, &mut to_b, &mut anchor);
+        let fulfilled = self.b.fulfill_htlc(pre, 0).unwrap();
+        self.acceptor += t.elapsed();
+        self.take(fulfilled, To::A);
+        self.pump();
+    }
+}
+
+/// The baseline: two channels back to back in memory, add+fulfill pairs per second.
+pub fn in_memory_pairs(pairs: u32) -> InMemory {
+    let mut pair = Back2Back::live();
+    let (persists0, packets0, acceptor0) = (pair.persists, pair.packets, pair.acceptor);
+    let start = Instant::now();
+    for i in 0..pairs {
+        pair.pair(i);
     }
     let elapsed = start.elapsed().as_secs_f64();
-    let per_pair = |n: u64| n as f64 / f64::from(pairs);
+    let per_pair = |n: f64| n / f64::from(pairs);
     InMemory {
         pairs_per_s: f64::from(pairs) / elapsed,
-        persists_per_pair: per_pair(
-            PERSISTS.load(std::sync::atomic::Ordering::Relaxed) - persists0,
-        ),
-        packets_per_pair: per_pair(PACKETS.load(std::sync::atomic::Ordering::Relaxed) - packets0),
-        acceptor_s_per_pair: per_pair(ACCEPTOR_NS.load(Relaxed) - acceptor0) / 1e9,
+        persists_per_pair: per_pair((pair.persists - persists0) as f64),
+        packets_per_pair: per_pair((pair.packets - packets0) as f64),
+        acceptor_s_per_pair: per_pair((pair.acceptor - acceptor0).as_secs_f64()),
     }
 }
 
