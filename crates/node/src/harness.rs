@@ -10,6 +10,29 @@ use chain::DevChain;
 use secp256k1::{PublicKey, Secp256k1, SecretKey};
 
 use crate::node::{Identity, Node};
+pub(crate) use scripted::{Anchor, ScriptedPeer};
+
+mod scripted;
+
+/// Waits until `$cond` (an expression that may `.await`) holds, stepping every node's
+/// watcher between looks; fails naming `$what` after about two seconds of looking.
+macro_rules! eventually {
+    ($net:expr, $what:expr, $cond:expr) => {{
+        let mut held = false;
+        for _ in 0..400 {
+            if $cond {
+                held = true;
+                break;
+            }
+            tokio::task::yield_now().await;
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            $net.step().await;
+        }
+        assert!(held, "never: {}", $what);
+    }};
+}
+pub(crate) use eventually;
+
 use crate::peers::Peers;
 use crate::{build, load, store, watcher, NodeConfig};
 
@@ -158,5 +181,71 @@ impl Network {
         let slot = self.nodes[i].manager.channels.latest(&self.id(peer))?;
         let suspended = slot.lock().await.anchor.suspended;
         suspended
+    }
+
+    /// A control call on node `i`, as `potluck cli` makes it: its JSON answer, or its error
+    /// code and message.
+    pub(crate) async fn rpc(
+        &self,
+        i: usize,
+        method: &str,
+        params: serde_json::Value,
+    ) -> Result<serde_json::Value, (i64, String)> {
+        crate::rpc::call(&self.nodes[i], method, &params).await
+    }
+
+    /// [`Network::rpc`] in a task of its own (a call that waits on the peer the test plays).
+    pub(crate) fn rpc_in_background(
+        &self,
+        i: usize,
+        method: &'static str,
+        params: serde_json::Value,
+    ) -> tokio::task::JoinHandle<Result<serde_json::Value, (i64, String)>> {
+        let node = Arc::clone(&self.nodes[i]);
+        tokio::spawn(async move { crate::rpc::call(&node, method, &params).await })
+    }
+
+    /// Node `i`'s channel with `peer` as `listchannels` shows it (`null` if none).
+    pub(crate) async fn channel_json(&self, i: usize, peer: &PublicKey) -> serde_json::Value {
+        let all = self
+            .rpc(i, "listchannels", serde_json::json!([]))
+            .await
+            .expect("listchannels");
+        all["channels"]
+            .as_array()
+            .and_then(|c| {
+                c.iter()
+                    .rev()
+                    .find(|c| c["peer_id"] == peer.to_string().as_str())
+            })
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Node `i`'s `getinfo`.
+    pub(crate) async fn info(&self, i: usize) -> serde_json::Value {
+        self.rpc(i, "getinfo", serde_json::json!([]))
+            .await
+            .expect("getinfo")
+    }
+
+    /// Node `i`'s wallet total in sat (`listfunds`' `total_sat`).
+    pub(crate) async fn funds_sat(&self, i: usize) -> u64 {
+        let funds = self
+            .rpc(i, "listfunds", serde_json::json!([]))
+            .await
+            .expect("listfunds");
+        funds["total_sat"].as_u64().expect("total_sat")
+    }
+
+    /// Runs node `i`'s channel timers as a watcher pass would `after` from now: time moves
+    /// on for the deadlines without a test waiting for it.
+    pub(crate) async fn tick_after(&self, i: usize, after: std::time::Duration) {
+        let node = &self.nodes[i];
+        let height = self.chain.height();
+        let now = std::time::Instant::now() + after;
+        for slot in node.manager.channels.all() {
+            node.manager.tick(&slot, height, now).await;
+        }
     }
 }

@@ -13,6 +13,8 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod admission;
+#[cfg(test)]
+mod attack_tests;
 mod control_error;
 pub mod control_url;
 #[cfg(test)]
