@@ -77,6 +77,7 @@ impl Peers {
 
     /// The problem of the `error` with which `node_id` ended the last session that ended
     /// with a peer's `error`, if that peer was `node_id`.
+    #[cfg(test)]
     pub(crate) fn last_peer_error(&self, node_id: &PublicKey) -> Option<String> {
         let last = self
             .last_peer_error

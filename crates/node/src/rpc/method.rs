@@ -261,7 +261,11 @@ impl Method {
                 }
             }
             Method::NewAddr => {
-                let address = node.wallet.new_address().await?;
+                let address = node
+                    .wallet
+                    .new_address()
+                    .await
+                    .map_err(crate::control_error::ControlError::from)?;
                 Ok(serde_json::json!({ "address": address.to_string() }))
             }
             Method::ListFunds => render(FundsView::of(&node.wallet.funds().await?)),
