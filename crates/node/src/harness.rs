@@ -40,6 +40,7 @@ use crate::{build, load, store, watcher, NodeConfig};
 pub(crate) struct Network {
     pub(crate) chain: DevChain,
     pub(crate) nodes: Vec<Arc<Node>>,
+    configs: Vec<NodeConfig>,
     _dir: tempfile::TempDir,
 }
 
@@ -48,39 +49,46 @@ pub(crate) async fn create_network(n: usize, tweak: impl Fn(&mut NodeConfig)) ->
     let dir = tempfile::tempdir().expect("temp dir");
     let chain = DevChain::open(&dir.path().join("chain")).expect("dev chain");
     let mut nodes = Vec::new();
+    let mut configs = Vec::new();
     for i in 0..n {
         let mut config = NodeConfig::new(dir.path().join(format!("node{i}")));
         tweak(&mut config);
         std::fs::create_dir_all(&config.data_dir).expect("data dir");
-        let key = SecretKey::from_slice(&[i as u8 + 1; 32]).expect("key");
-        let identity = Identity {
-            key,
-            id: PublicKey::from_secret_key(&Secp256k1::signing_only(), &key),
-            network: config.network,
-        };
-        let store = store::Store::open(&config.data_dir).await.expect("store");
-        let keys =
-            ::wallet::load_or_create_seed(&config.data_dir.join("wallet_seed"), config.network)
-                .expect("seed");
-        let addr = SocketAddr::from(([127, 0, 0, 1], 10_000 + i as u16));
-        let node = build(
-            &config,
-            identity,
-            addr,
-            Arc::new(chain.clone()),
-            store,
-            keys,
-            String::new(),
-        );
-        let node = Arc::new(node);
-        load(&node).await.expect("load");
-        nodes.push(node);
+        nodes.push(start_node(&chain, &config, i).await);
+        configs.push(config);
     }
     Network {
         chain,
         nodes,
+        configs,
         _dir: dir,
     }
+}
+
+/// Node `i` on `chain` from what its data directory holds (new or not).
+async fn start_node(chain: &DevChain, config: &NodeConfig, i: usize) -> Arc<Node> {
+    let key = SecretKey::from_slice(&[i as u8 + 1; 32]).expect("key");
+    let identity = Identity {
+        key,
+        id: PublicKey::from_secret_key(&Secp256k1::signing_only(), &key),
+        network: config.network,
+    };
+    let store = store::Store::open(&config.data_dir).await.expect("store");
+    let keys = ::wallet::load_or_create_seed(&config.data_dir.join("wallet_seed"), config.network)
+        .expect("seed");
+    let addr = SocketAddr::from(([127, 0, 0, 1], 10_000 + i as u16));
+    let node = build(
+        config,
+        identity,
+        addr,
+        Arc::new(chain.clone()),
+        store,
+        keys,
+        String::new(),
+    );
+    let node = Arc::new(node);
+    load(&node).await.expect("load");
+    node
 }
 
 impl Network {
@@ -114,6 +122,21 @@ impl Network {
             )
             .await;
         }
+    }
+
+    /// Stops node `i` and starts it again on its data directory: what it kept in memory is
+    /// gone, its sessions too (as after `kill -9`, nothing more is written once it stops).
+    pub(crate) async fn restart(&mut self, i: usize) {
+        let old = Arc::clone(&self.nodes[i]);
+        old.request_shutdown();
+        // Its peer tasks end on the shutdown signal; wait until none counts as connected.
+        for _ in 0..400 {
+            if old.peers.list().iter().all(|p| !p.connected) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        self.nodes[i] = start_node(&self.chain, &self.configs[i], i).await;
     }
 
     /// One watcher pass on every node.

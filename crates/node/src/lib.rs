@@ -29,6 +29,8 @@ mod rpc;
 pub mod rpc_help;
 mod sides;
 mod store;
+#[cfg(test)]
+mod txindex_tests;
 mod wallet;
 mod watcher;
 

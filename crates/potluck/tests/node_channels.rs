@@ -2,8 +2,9 @@
 //! fund, connect, open, pay, HTLCs (fulfilled, failed, timed out), close, with
 //! every balance checked on both nodes and on the chain to the satoshi; the
 //! same across `kill -9`; and a cheating peer's revoked commitment swept. The
-//! lifecycle, the unilateral close and the penalty run again on a chain without
-//! the transaction index (Bitcoin Core's default), which the node must not need.
+//! lifecycle runs again on a chain without the transaction index (Bitcoin Core's
+//! default), which the node must not need; the unilateral close and the penalty
+//! without the index run in process (`crates/node/src/txindex_tests.rs`).
 
 mod support;
 
@@ -412,13 +413,6 @@ fn revoked_commitment_is_swept_by_the_penalty_also_after_restart() {
     penalty_after_restart(TxIndex::On);
 }
 
-/// Issue 31: the penalty, after a restart, on a chain without the index.
-#[cfg(feature = "test-hooks")]
-#[test]
-fn revoked_commitment_is_swept_by_the_penalty_without_txindex() {
-    penalty_after_restart(TxIndex::Off);
-}
-
 #[cfg(feature = "test-hooks")]
 fn penalty_after_restart(index: TxIndex) {
     let chain = start_chain(index);
@@ -482,12 +476,6 @@ fn penalty_after_restart(index: TxIndex) {
 #[test]
 fn unilateral_close_claims_the_delayed_output_and_an_htlc_with_r_on_chain() {
     unilateral_close_with_claims(TxIndex::On);
-}
-
-/// Issue 31: the delayed claims (their parent's depth) and a restart, without the index.
-#[test]
-fn unilateral_close_claims_without_txindex() {
-    unilateral_close_with_claims(TxIndex::Off);
 }
 
 fn unilateral_close_with_claims(index: TxIndex) {
