@@ -625,3 +625,68 @@ async fn a_session_relayed_back_to_the_node_is_refused() {
     assert!(ended.is_ok(), "the relayed connections were kept open");
     assert!(!talks_to_itself(&net));
 }
+
+/// Replaces the process test
+/// `a_hung_bitcoind_does_not_hold_the_channel_while_an_htlc_arrives`: the chain hangs
+/// while the peer offers an HTLC, and the node asks it for the height to check the expiry.
+/// That question must not hold the channel: the owner's `listpeers` answers at once, and
+/// the HTLC is accepted against the last height seen once the node stops waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_chain_does_not_hold_the_channel_while_an_htlc_arrives() {
+    let hanging = std::sync::Mutex::new(None);
+    let net = crate::harness::create_network_on(1, regtest, |chain| {
+        let wrapped = std::sync::Arc::new(crate::harness::HangingChain::new(chain.clone()));
+        *hanging.lock().expect("lock") = Some(std::sync::Arc::clone(&wrapped));
+        wrapped
+    })
+    .await;
+    let hanging = hanging
+        .into_inner()
+        .expect("lock")
+        .expect("the node's chain");
+    let mut peer = net.scripted_peer(0, 120).await;
+    peer.open_live(&net, ANCHOR_SAT).await;
+    peer.pay(200_000_000).await.expect("pay");
+    let expiry = wire::Locktime::Blocks(net.chain.height() + 30);
+    hanging.stall(true);
+    let actions = peer
+        .channel
+        .add_htlc(10_000_000, wire::Preimage([5u8; 32]).hash(), expiry, 0)
+        .expect("htlc");
+    peer.run(actions).await;
+    // Until the node asks the hung chain, under the HTLC's packet.
+    for _ in 0..1_000 {
+        if hanging.waiting() > 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(hanging.waiting() > 0, "the node never asked the chain");
+    let asked = std::time::Instant::now();
+    let peers = net.rpc(0, "listpeers", json!([])).await.expect("listpeers");
+    let waited = asked.elapsed();
+    assert!(
+        waited < Duration::from_millis(500),
+        "listpeers waited {waited:?} for the channel behind a hung chain"
+    );
+    assert_eq!(peers["peers"].as_array().map(Vec::len), Some(1), "{peers}");
+    // The update goes through with the chain still hung.
+    let accept = loop {
+        match peer.recv(Duration::from_secs(10)).await {
+            Ok(Some(p)) if p.name() == "update_accept" => break p,
+            Ok(Some(_)) => {}
+            other => panic!("no update_accept with the chain hung: {other:?}"),
+        }
+    };
+    peer.handle(&accept).await;
+    peer.until_normal().await.expect("the HTLC added");
+    hanging.stall(false);
+    eventually!(
+        net,
+        "the HTLC on the node's side",
+        net.channel_json(0, &peer.node_id).await["htlcs"]
+            .as_array()
+            .map(Vec::len)
+            == Some(1)
+    );
+}

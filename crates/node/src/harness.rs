@@ -10,8 +10,10 @@ use chain::DevChain;
 use secp256k1::{PublicKey, Secp256k1, SecretKey};
 
 use crate::node::{Identity, Node};
+pub(crate) use hanging::HangingChain;
 pub(crate) use scripted::{Anchor, ScriptedPeer};
 
+mod hanging;
 mod scripted;
 
 /// Waits until `$cond` (an expression that may `.await`) holds, stepping every node's
@@ -41,32 +43,48 @@ pub(crate) struct Network {
     pub(crate) chain: DevChain,
     pub(crate) nodes: Vec<Arc<Node>>,
     configs: Vec<NodeConfig>,
+    /// The chain as each node sees it (the development chain, or a wrapper of it).
+    backends: Vec<Arc<dyn chain::Chain>>,
     _dir: tempfile::TempDir,
 }
 
 /// `n` nodes on a fresh development chain, each with the test settings `tweak` leaves.
 pub(crate) async fn create_network(n: usize, tweak: impl Fn(&mut NodeConfig)) -> Network {
+    create_network_on(n, tweak, |chain| Arc::new(chain.clone())).await
+}
+
+/// [`create_network`] with each node reaching the chain through what `backend` makes of
+/// it (a chain that hangs, say).
+pub(crate) async fn create_network_on(
+    n: usize,
+    tweak: impl Fn(&mut NodeConfig),
+    backend: impl Fn(&DevChain) -> Arc<dyn chain::Chain>,
+) -> Network {
     let dir = tempfile::tempdir().expect("temp dir");
     let chain = DevChain::open(&dir.path().join("chain")).expect("dev chain");
     let mut nodes = Vec::new();
     let mut configs = Vec::new();
+    let mut backends = Vec::new();
     for i in 0..n {
         let mut config = NodeConfig::new(dir.path().join(format!("node{i}")));
         tweak(&mut config);
         std::fs::create_dir_all(&config.data_dir).expect("data dir");
-        nodes.push(start_node(&chain, &config, i).await);
+        let seen = backend(&chain);
+        nodes.push(start_node(Arc::clone(&seen), &config, i).await);
         configs.push(config);
+        backends.push(seen);
     }
     Network {
         chain,
         nodes,
         configs,
+        backends,
         _dir: dir,
     }
 }
 
 /// Node `i` on `chain` from what its data directory holds (new or not).
-async fn start_node(chain: &DevChain, config: &NodeConfig, i: usize) -> Arc<Node> {
+async fn start_node(chain: Arc<dyn chain::Chain>, config: &NodeConfig, i: usize) -> Arc<Node> {
     let key = SecretKey::from_slice(&[i as u8 + 1; 32]).expect("key");
     let identity = Identity {
         key,
@@ -77,15 +95,7 @@ async fn start_node(chain: &DevChain, config: &NodeConfig, i: usize) -> Arc<Node
     let keys = ::wallet::load_or_create_seed(&config.data_dir.join("wallet_seed"), config.network)
         .expect("seed");
     let addr = SocketAddr::from(([127, 0, 0, 1], 10_000 + i as u16));
-    let node = build(
-        config,
-        identity,
-        addr,
-        Arc::new(chain.clone()),
-        store,
-        keys,
-        String::new(),
-    );
+    let node = build(config, identity, addr, chain, store, keys, String::new());
     let node = Arc::new(node);
     load(&node).await.expect("load");
     node
@@ -136,7 +146,7 @@ impl Network {
             }
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
-        self.nodes[i] = start_node(&self.chain, &self.configs[i], i).await;
+        self.nodes[i] = start_node(Arc::clone(&self.backends[i]), &self.configs[i], i).await;
     }
 
     /// One watcher pass on every node.
