@@ -243,3 +243,153 @@ async fn a_revoked_commitment_is_swept_by_the_penalty_after_a_restart_without_tx
         "on_chain"
     );
 }
+
+/// The fair close fee on the development chain: 253 sat/kw × the signed two-output
+/// close's 676 weight units.
+const CLOSE_FEE_SAT: u64 = 172;
+
+/// Both nodes agree: node 0 owns `a_total_sat` and node 1 the rest, the commitment fee
+/// split per the rules (the non-funder pays half, rounded up, if it can).
+async fn assert_split(net: &Network, a_total_sat: u64) {
+    let b_total_sat = CAPACITY_SAT - a_total_sat;
+    let b_fee = (COMMIT_FEE_SAT - COMMIT_FEE_SAT / 2).min(b_total_sat);
+    let a_fee = COMMIT_FEE_SAT - b_fee;
+    let ca = net.channel_json(0, &net.id(1)).await;
+    let cb = net.channel_json(1, &net.id(0)).await;
+    assert_eq!(msat(&ca, "our_msat"), (a_total_sat - a_fee) * 1000, "{ca}");
+    assert_eq!(msat(&ca, "our_fee_msat"), a_fee * 1000, "{ca}");
+    assert_eq!(
+        msat(&ca, "their_msat"),
+        (b_total_sat - b_fee) * 1000,
+        "{ca}"
+    );
+    assert_eq!(msat(&ca, "their_fee_msat"), b_fee * 1000, "{ca}");
+    assert_eq!(msat(&cb, "our_msat"), msat(&ca, "their_msat"), "{cb}");
+    assert_eq!(msat(&cb, "their_msat"), msat(&ca, "our_msat"), "{cb}");
+    assert_eq!(ca["htlcs"].as_array().map(Vec::len), Some(0), "{ca}");
+    assert_eq!(cb["htlcs"].as_array().map(Vec::len), Some(0), "{cb}");
+}
+
+fn r_hash(r: &[u8; 32]) -> String {
+    use bitcoin::hashes::Hash as _;
+    hex::encode(wire::Sha256::hash(r).to_byte_array())
+}
+
+/// Whether neither node's channel holds an HTLC.
+async fn no_htlcs(net: &Network) -> bool {
+    let empty = |ch: Value| ch["htlcs"].as_array().is_some_and(Vec::is_empty);
+    empty(net.channel_json(0, &net.id(1)).await) && empty(net.channel_json(1, &net.id(0)).await)
+}
+
+/// Replaces the process test `open_pay_htlcs_close_without_txindex`: the lifecycle on a
+/// chain without the index, B restarted with no record of the anchor's block (as a
+/// release that needed the index left it): payments both ways, an HTLC fulfilled, one
+/// failed, one timed out, and a cooperative close, every balance to the satoshi.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_pay_htlcs_close_without_txindex() {
+    let (mut net, a_change) = live_without_txindex().await;
+    let (a_id, b_id) = (net.id(0).to_string(), net.id(1).to_string());
+    let mut a_total = CAPACITY_SAT;
+    assert_split(&net, a_total).await;
+    let info = net.info(0).await;
+    assert_eq!(info["open_channels"], 1);
+    assert_eq!(info["open_channel_balance_msat"], a_total * 1000);
+
+    // B finds its unspent anchor again after a restart without the block it was in.
+    let anchor: Txid = net.channel_json(0, &net.id(1)).await["anchor_txid"]
+        .as_str()
+        .expect("anchor")
+        .parse()
+        .expect("txid");
+    assert!(net.nodes[1]
+        .store
+        .tx_block(&anchor)
+        .await
+        .expect("store")
+        .is_some());
+    net.nodes[1]
+        .store
+        .forget_tx_block(&anchor)
+        .await
+        .expect("store");
+    net.restart(1).await;
+    net.connect(0, 1).await;
+    net.mine(1).await;
+    let paid = net
+        .rpc(0, "pay", json!([b_id, 100_000_000]))
+        .await
+        .expect("a payment after B's restart");
+    assert_eq!(paid["state"], "normal");
+    a_total -= 100_000;
+    assert_split(&net, a_total).await;
+
+    // An HTLC whose R B knows: B fulfills it.
+    let height = net.chain.height();
+    let r1 = [1u8; 32];
+    net.rpc(
+        0,
+        "newhtlc",
+        json!([b_id, 50_000_000, r_hash(&r1), height + 20]),
+    )
+    .await
+    .expect("newhtlc");
+    assert_eq!(net.info(1).await["pending_htlcs"], 1);
+    net.rpc(1, "fulfillhtlc", json!([a_id, hex::encode(r1)]))
+        .await
+        .expect("fulfillhtlc");
+    a_total -= 50_000;
+    eventually!(net, "the fulfil seen by A", no_htlcs(&net).await);
+    assert_split(&net, a_total).await;
+
+    // A wrong R is refused; B cannot route it: the HTLC goes back to A.
+    let r2 = [2u8; 32];
+    net.rpc(
+        0,
+        "newhtlc",
+        json!([b_id, 20_000_000, r_hash(&r2), height + 20]),
+    )
+    .await
+    .expect("newhtlc");
+    let err = net
+        .rpc(1, "fulfillhtlc", json!([a_id, hex::encode([9u8; 32])]))
+        .await
+        .expect_err("a wrong R");
+    assert!(err.1.contains("no HTLC"), "{err:?}");
+    net.rpc(1, "failhtlc", json!([a_id, r_hash(&r2)]))
+        .await
+        .expect("failhtlc");
+    eventually!(net, "the routefail seen by A", no_htlcs(&net).await);
+    assert_split(&net, a_total).await;
+
+    // An HTLC that times out: A removes it once the chain passes its expiry (B needs its
+    // claim delay, 6 blocks, plus its margin, 6, before it).
+    let r3 = [3u8; 32];
+    let expiry = net.chain.height() + 13;
+    net.rpc(0, "newhtlc", json!([b_id, 30_000_000, r_hash(&r3), expiry]))
+        .await
+        .expect("newhtlc");
+    net.mine(13).await;
+    eventually!(net, "the timed-out HTLC removed", no_htlcs(&net).await);
+    assert_split(&net, a_total).await;
+
+    // B pays back: the acceptor proposes too.
+    net.rpc(1, "pay", json!([a_id, 7_000_000]))
+        .await
+        .expect("pay");
+    a_total += 7_000;
+    assert_split(&net, a_total).await;
+
+    // Cooperative close: each wallet gets its share less its part of the close fee.
+    let b_total = CAPACITY_SAT - a_total;
+    let closed = net.rpc(0, "close", json!([b_id])).await.expect("close");
+    assert_eq!(closed["state"], "closed", "{closed}");
+    net.mine(1).await;
+    let b_fee = (CLOSE_FEE_SAT - CLOSE_FEE_SAT / 2).min(b_total);
+    let a_fee = CLOSE_FEE_SAT - b_fee;
+    eventually!(
+        net,
+        "the close outputs in both wallets",
+        net.funds_sat(0).await == a_change + a_total - a_fee
+            && net.funds_sat(1).await == b_total - b_fee
+    );
+}

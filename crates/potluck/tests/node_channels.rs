@@ -2,9 +2,9 @@
 //! fund, connect, open, pay, HTLCs (fulfilled, failed, timed out), close, with
 //! every balance checked on both nodes and on the chain to the satoshi; the
 //! same across `kill -9`; and a cheating peer's revoked commitment swept. The
-//! lifecycle runs again on a chain without the transaction index (Bitcoin Core's
-//! default), which the node must not need; the unilateral close and the penalty
-//! without the index run in process (`crates/node/src/txindex_tests.rs`).
+//! lifecycle, the unilateral close and the penalty on a chain without the
+//! transaction index (Bitcoin Core's default), which the node must not need, run in
+//! process (`crates/node/src/txindex_tests.rs`).
 
 mod support;
 
@@ -139,12 +139,6 @@ fn start_chain(index: TxIndex) -> DevChainProc {
 #[test]
 fn open_pay_htlcs_close_to_the_satoshi() {
     open_pay_htlcs_close(TxIndex::On);
-}
-
-/// Issue 31: the whole lifecycle, a restart included, on a chain without the index.
-#[test]
-fn open_pay_htlcs_close_without_txindex() {
-    open_pay_htlcs_close(TxIndex::Off);
 }
 
 fn open_pay_htlcs_close(index: TxIndex) {
