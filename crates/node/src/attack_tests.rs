@@ -690,3 +690,56 @@ async fn a_hung_chain_does_not_hold_the_channel_while_an_htlc_arrives() {
             == Some(1)
     );
 }
+
+/// Replaces the process test `strangers_that_leave_are_forgotten_with_their_openings`:
+/// strangers that come, open a channel they never fund, and go leave nothing behind (the
+/// peer list forgets them, their openings' final keys leave the watched scripts, also
+/// after a restart), while a peer with a live channel stays listed once it is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strangers_that_leave_are_forgotten_with_their_openings() {
+    let (mut net, mut friend) = live(170).await;
+    let watched = |info: serde_json::Value| info["watched_scripts"].as_u64();
+    let baseline = watched(net.info(0).await);
+    let listed = |net: &Network, id| net.nodes[0].peers.list().iter().any(|p| p.node_id == id);
+    let mut gone = Vec::new();
+    for seed in 171..175u8 {
+        let mut s = net.scripted_peer(0, seed).await;
+        if seed % 2 == 1 {
+            // Opens (the node answers with its own open and a fresh key), then vanishes.
+            let answer = s.start_open(ANCHOR_SAT).await;
+            assert!(matches!(answer, Ok(Some(Packet::Open(_)))), "{answer:?}");
+        }
+        gone.push(s.node_id);
+        s.hang_up();
+    }
+    eventually!(
+        net,
+        "the strangers forgotten",
+        gone.iter().all(|id| !listed(&net, *id))
+    );
+    eventually!(
+        net,
+        "their openings unwatched",
+        watched(net.info(0).await) == baseline
+    );
+    let channels = net.rpc(0, "listchannels", json!([])).await.expect("list");
+    assert_eq!(channels["channels"].as_array().map(Vec::len), Some(1));
+
+    friend.hang_up();
+    eventually!(
+        net,
+        "the friend disconnected",
+        !net.nodes[0].peers.is_connected(&friend.node_id)
+    );
+    assert!(
+        listed(&net, friend.node_id),
+        "a peer with a channel is kept"
+    );
+
+    net.restart(0).await;
+    assert_eq!(
+        watched(net.info(0).await),
+        baseline,
+        "abandoned openings are not watched again after a restart"
+    );
+}

@@ -419,67 +419,6 @@ fn pending_handshakes_are_bounded_per_source_and_in_total() {
     );
 }
 
-/// Strangers that come, open a channel they never fund, and go leave nothing behind: the
-/// peer list forgets them, the abandoned openings stop being watched (their final keys
-/// leave the watched scripts, also after a restart), while a peer with a live channel
-/// stays listed after it disconnects.
-#[test]
-fn strangers_that_leave_are_forgotten_with_their_openings() {
-    let chain = DevChainProc::start();
-    let mut node = NodeProc::start(&chain, false);
-    let mut friend = ScriptedPeer::connect(&node, 170);
-    friend.open_live(&chain, &node, ANCHOR_SAT);
-    let baseline = node.cli(&["getinfo"])["watched_scripts"].as_u64().unwrap();
-    let listed = |node: &NodeProc, id: &str| {
-        node.cli(&["listpeers"])["peers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|p| p["node_id"] == id)
-    };
-    let mut gone = Vec::new();
-    for seed in 171..175u8 {
-        let mut s = ScriptedPeer::connect(&node, seed);
-        if seed % 2 == 1 {
-            // Opens (the node answers with its own open and a fresh key), then vanishes.
-            assert!(matches!(
-                s.start_open(ANCHOR_SAT),
-                Ok(Some(Packet::Open(_)))
-            ));
-        }
-        gone.push(s.node_id.to_string());
-        s.hang_up();
-    }
-    wait_for("the strangers forgotten", 30, || {
-        gone.iter().all(|id| !listed(&node, id)).then_some(())
-    });
-    wait_for("their openings unwatched", 30, || {
-        (node.cli(&["getinfo"])["watched_scripts"].as_u64().unwrap() == baseline).then_some(())
-    });
-    assert_eq!(
-        node.cli(&["listchannels"])["channels"]
-            .as_array()
-            .unwrap()
-            .len(),
-        1
-    );
-
-    let friend_id = friend.node_id.to_string();
-    friend.hang_up();
-    wait_for("the friend disconnected", 30, || {
-        (!node.connected_to(&friend_id)).then_some(())
-    });
-    assert!(listed(&node, &friend_id), "a peer with a channel is kept");
-
-    node.kill9();
-    node.restart();
-    assert_eq!(
-        node.cli(&["getinfo"])["watched_scripts"].as_u64().unwrap(),
-        baseline,
-        "abandoned openings are not watched again after a restart"
-    );
-}
-
 /// The same reorganisation while the node is stopped: at start the channel is found
 /// suspended, and goes live again once the anchor reconfirms.
 #[test]
