@@ -743,3 +743,47 @@ async fn strangers_that_leave_are_forgotten_with_their_openings() {
         "abandoned openings are not watched again after a restart"
     );
 }
+
+/// Replaces the process test `an_open_the_peer_stalls_frees_the_reserved_funds`: the peer
+/// answers our `open`, lets the node build and sign its anchor (reserving the wallet
+/// outputs it spends), then never sends `open_commit_sig`. The call times out (-108) and
+/// the outputs are free again although the peer kept its session: the node dropped it.
+/// The call's time-out is a setting (60 s by default), one second here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_the_peer_stalls_frees_the_reserved_funds() {
+    let net = create_network(1, |c| {
+        regtest(c);
+        c.command_timeout = Duration::from_secs(1);
+    })
+    .await;
+    net.fund(0, 1_000_000).await;
+    let spendable = |funds: serde_json::Value| funds["spendable_sat"].as_u64();
+    let mut peer = net.scripted_peer(0, 132).await;
+    peer.accept_role();
+    let open = net.rpc_in_background(0, "open", json!([peer.node_id.to_string(), 500_000]));
+    let pkt = peer.expect(&net, "open").await;
+    let ours = peer.channel.start().expect("our open");
+    peer.run(ours).await;
+    peer.handle(&pkt).await;
+    peer.expect(&net, "open_anchor").await;
+    let listfunds = || net.rpc(0, "listfunds", json!([]));
+    assert_eq!(
+        spendable(listfunds().await.expect("listfunds")),
+        Some(0),
+        "the anchor's outputs reserved"
+    );
+    let answered = open.await.expect("join");
+    assert_eq!(
+        answered.as_ref().err().map(|e| e.0),
+        Some(-108),
+        "{answered:?}"
+    );
+    eventually!(
+        net,
+        "the stalled opening abandoned",
+        spendable(listfunds().await.expect("listfunds")) == Some(1_000_000)
+    );
+    let channels = net.rpc(0, "listchannels", json!([])).await.expect("list");
+    assert_eq!(channels["channels"], json!([]));
+    assert!(!net.nodes[0].peers.is_connected(&peer.node_id));
+}

@@ -281,6 +281,62 @@ async fn no_htlcs(net: &Network) -> bool {
     empty(net.channel_json(0, &net.id(1)).await) && empty(net.channel_json(1, &net.id(0)).await)
 }
 
+/// An HTLC from A that B fulfills, one B fails after a wrong R was refused, and one that
+/// times out; returns A's total after them (the first one paid).
+async fn three_htlcs(net: &Network, mut a_total: u64) -> u64 {
+    let (a_id, b_id) = (net.id(0).to_string(), net.id(1).to_string());
+    // An HTLC whose R B knows: B fulfills it.
+    let height = net.chain.height();
+    let r1 = [1u8; 32];
+    net.rpc(
+        0,
+        "newhtlc",
+        json!([b_id, 50_000_000, r_hash(&r1), height + 20]),
+    )
+    .await
+    .expect("newhtlc");
+    assert_eq!(net.info(1).await["pending_htlcs"], 1);
+    net.rpc(1, "fulfillhtlc", json!([a_id, hex::encode(r1)]))
+        .await
+        .expect("fulfillhtlc");
+    a_total -= 50_000;
+    eventually!(net, "the fulfil seen by A", no_htlcs(net).await);
+    assert_split(net, a_total).await;
+
+    // A wrong R is refused; B cannot route it: the HTLC goes back to A.
+    let r2 = [2u8; 32];
+    net.rpc(
+        0,
+        "newhtlc",
+        json!([b_id, 20_000_000, r_hash(&r2), height + 20]),
+    )
+    .await
+    .expect("newhtlc");
+    let err = net
+        .rpc(1, "fulfillhtlc", json!([a_id, hex::encode([9u8; 32])]))
+        .await
+        .expect_err("a wrong R");
+    assert!(err.1.contains("no HTLC"), "{err:?}");
+    net.rpc(1, "failhtlc", json!([a_id, r_hash(&r2)]))
+        .await
+        .expect("failhtlc");
+    eventually!(net, "the routefail seen by A", no_htlcs(net).await);
+    assert_split(net, a_total).await;
+
+    // An HTLC that times out: A removes it once the chain passes its expiry (B needs its
+    // claim delay, 6 blocks, plus its margin, 6, before it).
+    let r3 = [3u8; 32];
+    let expiry = net.chain.height() + 13;
+    net.rpc(0, "newhtlc", json!([b_id, 30_000_000, r_hash(&r3), expiry]))
+        .await
+        .expect("newhtlc");
+    net.mine(13).await;
+    eventually!(net, "the timed-out HTLC removed", no_htlcs(net).await);
+    assert_split(net, a_total).await;
+
+    a_total
+}
+
 /// Replaces the process test `open_pay_htlcs_close_without_txindex`: the lifecycle on a
 /// chain without the index, B restarted with no record of the anchor's block (as a
 /// release that needed the index left it): payments both ways, an HTLC fulfilled, one
@@ -323,54 +379,7 @@ async fn open_pay_htlcs_close_without_txindex() {
     a_total -= 100_000;
     assert_split(&net, a_total).await;
 
-    // An HTLC whose R B knows: B fulfills it.
-    let height = net.chain.height();
-    let r1 = [1u8; 32];
-    net.rpc(
-        0,
-        "newhtlc",
-        json!([b_id, 50_000_000, r_hash(&r1), height + 20]),
-    )
-    .await
-    .expect("newhtlc");
-    assert_eq!(net.info(1).await["pending_htlcs"], 1);
-    net.rpc(1, "fulfillhtlc", json!([a_id, hex::encode(r1)]))
-        .await
-        .expect("fulfillhtlc");
-    a_total -= 50_000;
-    eventually!(net, "the fulfil seen by A", no_htlcs(&net).await);
-    assert_split(&net, a_total).await;
-
-    // A wrong R is refused; B cannot route it: the HTLC goes back to A.
-    let r2 = [2u8; 32];
-    net.rpc(
-        0,
-        "newhtlc",
-        json!([b_id, 20_000_000, r_hash(&r2), height + 20]),
-    )
-    .await
-    .expect("newhtlc");
-    let err = net
-        .rpc(1, "fulfillhtlc", json!([a_id, hex::encode([9u8; 32])]))
-        .await
-        .expect_err("a wrong R");
-    assert!(err.1.contains("no HTLC"), "{err:?}");
-    net.rpc(1, "failhtlc", json!([a_id, r_hash(&r2)]))
-        .await
-        .expect("failhtlc");
-    eventually!(net, "the routefail seen by A", no_htlcs(&net).await);
-    assert_split(&net, a_total).await;
-
-    // An HTLC that times out: A removes it once the chain passes its expiry (B needs its
-    // claim delay, 6 blocks, plus its margin, 6, before it).
-    let r3 = [3u8; 32];
-    let expiry = net.chain.height() + 13;
-    net.rpc(0, "newhtlc", json!([b_id, 30_000_000, r_hash(&r3), expiry]))
-        .await
-        .expect("newhtlc");
-    net.mine(13).await;
-    eventually!(net, "the timed-out HTLC removed", no_htlcs(&net).await);
-    assert_split(&net, a_total).await;
+    a_total = three_htlcs(&net, a_total).await;
 
     // B pays back: the acceptor proposes too.
     net.rpc(1, "pay", json!([a_id, 7_000_000]))

@@ -3,9 +3,8 @@
 //! freeze the node, and checks that it does not.
 //!
 //! Only the attacks that need the binary stay here: a restart after `kill -9`, the TCP
-//! accept path (slots, pending handshakes), a flood over a real socket, a 60-second
-//! control-call time-out. The attacks on the node's policies run in process, in
-//! `crates/node/src/attack_tests.rs`.
+//! accept path (slots, pending handshakes), a flood over a real socket. The attacks on
+//! the node's policies run in process, in `crates/node/src/attack_tests.rs`.
 
 mod support;
 
@@ -132,19 +131,6 @@ fn claimed_with_r_before_expiry(chain: &DevChainProc, node: &NodeProc, expiry: u
     });
 }
 
-/// Sends `sat` to a fresh address of the node's wallet and waits until it is spendable.
-fn fund_wallet(chain: &DevChainProc, node: &NodeProc, sat: u64) {
-    let addr = node.cli(&["newaddr"])["address"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    chain.send(&addr, sat);
-    chain.mine(1);
-    wait_for("the node's funds", 30, || {
-        (node.cli(&["listfunds"])["spendable_sat"] == sat).then_some(())
-    });
-}
-
 /// The peer offers an HTLC and goes away before the owner has R. The owner learns R
 /// later (its payer upstream may hold it by now) and runs `fulfillhtlc` while the peer is
 /// gone: the call is refused (-9), and R must be kept on disk, so that even across a
@@ -171,39 +157,6 @@ fn an_htlc_fulfilled_while_the_peer_is_gone_is_claimed_on_chain_across_a_restart
     node.kill9();
     node.restart();
     claimed_with_r_before_expiry(&chain, &node, expiry);
-}
-
-/// Our `open`: the peer answers `open_channel`, lets the node build and sign its anchor
-/// (the wallet outputs it spends are reserved), then never sends `open_commit_sig`. The
-/// call times out; the outputs must not stay reserved while the peer keeps the session.
-#[test]
-fn an_open_the_peer_stalls_frees_the_reserved_funds() {
-    let chain = DevChainProc::start();
-    let node = NodeProc::start(&chain, false);
-    fund_wallet(&chain, &node, 1_000_000);
-    let mut peer = ScriptedPeer::connect(&node, 132);
-    peer.accept_role();
-    let peer_id = peer.node_id.to_string();
-    let open = node.cli_in_background(&["open", &peer_id, "500000"]);
-    let pkt = peer.expect("open", 30);
-    let ours = peer.channel.start().unwrap();
-    peer.run(ours);
-    peer.handle(&pkt);
-    peer.expect("open_anchor", 30);
-    wait_for("the anchor's outputs reserved", 30, || {
-        (node.cli(&["listfunds"])["spendable_sat"] == 0).then_some(())
-    });
-    let out = open.join().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(err.contains("-108"), "{err}");
-    wait_for("the stalled opening abandoned", 30, || {
-        (node.cli(&["listfunds"])["spendable_sat"] == 1_000_000).then_some(())
-    });
-    assert_eq!(
-        node.cli(&["listchannels"])["channels"],
-        serde_json::json!([])
-    );
-    assert!(!node.connected_to(&peer_id));
 }
 
 /// Reorganises the chain from the block holding `txid`'s payment: that block and the ones

@@ -280,6 +280,15 @@ impl ScriptedPeer {
         }
     }
 
+    /// Our machine as the side that does not fund: the node's `open` is answered with it.
+    pub(crate) fn accept_role(&mut self) {
+        self.channel = Channel::new(
+            self.config.clone(),
+            self.secrets.clone(),
+            AnchorRole::Accept,
+        );
+    }
+
     /// Sends our `open_channel` as funder and returns the node's first answer.
     pub(crate) async fn start_open(&mut self, anchor_sat: u64) -> Result<Option<Packet>, String> {
         self.channel = Channel::new(
