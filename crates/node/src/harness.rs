@@ -1,6 +1,9 @@
 //! In-process nodes for tests — the project's `create_network` (LDK's
 //! `functional_test_utils`): two or three [`Node`]s on one in-process development chain,
 //! their sessions over `tokio::io::duplex` instead of sockets, the watcher stepped by hand.
+//! A [`ScriptedPeer`] plays a peer by hand over the same pipes (the attack tests), a
+//! [`HangingChain`] a bitcoind that stops answering; [`Network::rpc`] makes a control call
+//! by name, [`Network::tick_after`] moves the channel deadlines' clock.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -134,8 +137,9 @@ impl Network {
         }
     }
 
-    /// Stops node `i` and starts it again on its data directory: what it kept in memory is
-    /// gone, its sessions too (as after `kill -9`, nothing more is written once it stops).
+    /// Stops node `i` as `stop` does (its peers hear "Shutting down", their sessions end by
+    /// the lost-session rules) and starts it again on its data directory: only what it
+    /// wrote is left. The binary's `kill -9` stays the process tests' to prove.
     pub(crate) async fn restart(&mut self, i: usize) {
         let old = Arc::clone(&self.nodes[i]);
         old.request_shutdown();
