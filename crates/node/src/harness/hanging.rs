@@ -1,8 +1,6 @@
 //! A chain that hangs on demand: every request waits while it is stalled, as a bitcoind
 //! that keeps its connections open and answers nothing.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use bitcoin::{Block, BlockHash, OutPoint, Transaction, Txid};
 use chain::{Chain, ChainFuture, DevChain, FeePolicy, Tip, TipStream, TxStatus, UnspentOutput};
 use tokio::sync::watch;
@@ -11,8 +9,8 @@ use tokio::sync::watch;
 pub(crate) struct HangingChain {
     inner: DevChain,
     stalled: watch::Sender<bool>,
-    /// Requests waiting at the switch now.
-    waiting: AtomicUsize,
+    /// How many requests wait at the switch now.
+    waiting: watch::Sender<usize>,
 }
 
 impl HangingChain {
@@ -21,7 +19,7 @@ impl HangingChain {
         HangingChain {
             inner,
             stalled: watch::channel(false).0,
-            waiting: AtomicUsize::new(0),
+            waiting: watch::channel(0).0,
         }
     }
 
@@ -30,18 +28,20 @@ impl HangingChain {
         self.stalled.send_replace(on);
     }
 
-    /// How many requests wait for the switch now.
-    pub(crate) fn waiting(&self) -> usize {
-        self.waiting.load(Ordering::SeqCst)
+    /// Resolves once a request waits at the switch.
+    pub(crate) async fn asked(&self) {
+        let mut waiting = self.waiting.subscribe();
+        // The sender lives as long as `self`: the wait ends only when a request comes.
+        let _asked = waiting.wait_for(|n| *n > 0).await;
     }
 
     async fn gate(&self) {
         let mut released = self.stalled.subscribe();
         if *released.borrow() {
-            self.waiting.fetch_add(1, Ordering::SeqCst);
+            self.waiting.send_modify(|n| *n += 1);
             // The sender lives as long as `self`: the wait ends only on a release.
             let _released = released.wait_for(|stalled| !*stalled).await;
-            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            self.waiting.send_modify(|n| *n -= 1);
         }
     }
 }
