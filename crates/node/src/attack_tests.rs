@@ -629,8 +629,9 @@ async fn a_session_relayed_back_to_the_node_is_refused() {
 /// Replaces the process test
 /// `a_hung_bitcoind_does_not_hold_the_channel_while_an_htlc_arrives`: the chain hangs
 /// while the peer offers an HTLC, and the node asks it for the height to check the expiry.
-/// That question must not hold the channel: the owner's `listpeers` answers within a second (the node waits 2 s for the height), and
-/// the HTLC is accepted against the last height seen once the node stops waiting.
+/// That question must not hold the channel: the owner's `listpeers` answers within a
+/// second (the node waits 2 s for the height), and the HTLC is accepted against the last
+/// height seen once the node stops waiting.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_chain_does_not_hold_the_channel_while_an_htlc_arrives() {
     let hanging = std::sync::Mutex::new(None);
