@@ -783,3 +783,107 @@ async fn an_open_the_peer_stalls_frees_the_reserved_funds() {
     assert_eq!(channels["channels"], json!([]));
     assert!(!net.nodes[0].peers.is_connected(&peer.node_id));
 }
+
+/// A live channel in which the scripted peer paid the node twice, and the commitment the
+/// second payment revoked (the peer's, signed: a cheat it can broadcast).
+async fn paid_twice_with_a_revoked_commitment(
+    seed: u8,
+) -> (Network, ScriptedPeer, bitcoin::Transaction) {
+    let (net, mut peer) = live(seed).await;
+    peer.pay(100_000_000).await.expect("pay");
+    let revoked = peer.channel.signed_commitment().expect("signed");
+    peer.pay(50_000_000).await.expect("pay");
+    (net, peer, revoked)
+}
+
+/// Replaces the process test `force_close_whose_commitment_the_chain_refuses_is_an_error`
+/// (issue 28, finding 8: it used to answer success):
+/// the peer's revoked commitment is in the mempool, so the chain refuses ours; `close
+/// force` answers -113 saying so, and the channel is on chain all the same (ours stays
+/// queued, the penalty follows once the revoked one is mined).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_close_whose_commitment_the_chain_refuses_is_an_error() {
+    let (net, peer, revoked) = paid_twice_with_a_revoked_commitment(91).await;
+    net.chain
+        .send_raw(&revoked, None)
+        .expect("the revoked commitment");
+    let err = net
+        .rpc(0, "close", json!([peer.node_id.to_string(), "force"]))
+        .await
+        .expect_err("the chain refuses our commitment");
+    assert!(
+        err.0 == -113 && err.1.contains("was not accepted by the chain"),
+        "{err:?}"
+    );
+    assert_eq!(state(&net, &peer).await, "on_chain");
+}
+
+/// Replaces the process test `a_penalty_that_miners_pass_over_is_bumped_until_it_confirms`:
+/// the peer's revoked commitment is mined and the node's penalty is in the mempool, then
+/// miners want 30 sat/vB; the node bumps the penalty until it confirms, within the
+/// cheater's delay (6 blocks).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_penalty_that_miners_pass_over_is_bumped_until_it_confirms() {
+    let (net, peer, revoked) = paid_twice_with_a_revoked_commitment(92).await;
+    let revoked_txid = revoked.compute_txid();
+    net.chain
+        .send_raw(&revoked, None)
+        .expect("the revoked commitment");
+    net.mine(1).await;
+    let spends_revoked = |tx: &bitcoin::Transaction| {
+        tx.input
+            .iter()
+            .any(|i| i.previous_output.txid == revoked_txid)
+    };
+    eventually!(
+        net,
+        "the penalty in the mempool",
+        net.chain
+            .with_state(|s| s.mempool_entries().iter().any(|e| spends_revoked(&e.tx)))
+    );
+    net.chain
+        .set_mining_min_fee(Some(bitcoin::FeeRate::from_sat_per_vb_u32(30)));
+    let mut penalty = None;
+    for _ in 0..60 {
+        net.mine(1).await;
+        let tip = net.chain.height();
+        let block = net
+            .chain
+            .block_at(tip)
+            .await
+            .expect("chain")
+            .expect("block");
+        penalty = block.txdata.into_iter().find(|tx| spends_revoked(tx));
+        if penalty.is_some() {
+            break;
+        }
+    }
+    let penalty = penalty.expect("the penalty never confirmed");
+    let depth = net
+        .chain
+        .transaction(revoked_txid)
+        .await
+        .expect("chain")
+        .map(|s| s.confirmations);
+    assert!(
+        depth.is_some_and(|d| d <= 6 + 1),
+        "the penalty confirmed {depth:?} blocks after the revoked commitment"
+    );
+    let input: u64 = penalty
+        .input
+        .iter()
+        .map(|i| {
+            revoked.output[i.previous_output.vout as usize]
+                .value
+                .to_sat()
+        })
+        .sum();
+    let output: u64 = penalty.output.iter().map(|o| o.value.to_sat()).sum();
+    let vsize = penalty.vsize() as u64;
+    assert!(
+        input - output >= 30 * vsize,
+        "penalty fee {} for {vsize} vB",
+        input - output
+    );
+    assert_eq!(state(&net, &peer).await, "on_chain");
+}
