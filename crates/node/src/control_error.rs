@@ -109,6 +109,26 @@ pub(crate) enum ControlError {
     Internal(String),
 }
 
+impl From<crate::wallet::NodeWalletError> for ControlError {
+    fn from(e: crate::wallet::NodeWalletError) -> Self {
+        use crate::wallet::NodeWalletError as W;
+        match e {
+            W::Store(e) => ControlError::Store(e),
+            W::Keys(e) => ControlError::Wallet(e),
+            W::InsufficientFunds {
+                asked_sat,
+                needed_sat,
+                spendable_sat,
+            } => ControlError::InsufficientFunds {
+                asked_sat,
+                needed_sat,
+                spendable_sat,
+            },
+            W::Funding(e) => ControlError::Funding(e),
+        }
+    }
+}
+
 /// Why dialling a peer failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

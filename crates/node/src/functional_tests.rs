@@ -731,3 +731,41 @@ async fn a_small_output_of_ours_does_not_block_the_other_claims() {
     }
     panic!("B never claimed the HTLC with R");
 }
+
+/// Two nodes open channels to node 0 whose anchors are not mined yet; with room for two
+/// openings waiting for an anchor, node 3's open is refused. Node 3 keeps the refusal's
+/// `error` as why node 0 dropped it (`Peers::last_peer_error`), and holds no channel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_open_leaves_the_peers_error_with_the_opener() {
+    let net = create_network(4, |c| {
+        regtest(c);
+        c.max_pending_openings = 2;
+    })
+    .await;
+    for i in 1..4 {
+        net.fund(i, 600_000).await;
+    }
+    for i in 1..3 {
+        net.connect(i, 0).await;
+        net.nodes[i]
+            .manager
+            .open(&net.id(0), 500_000)
+            .await
+            .expect("an opening node 0 has room for");
+    }
+    assert_eq!(net.nodes[3].peers.last_peer_error(&net.id(0)), None);
+    net.connect(3, 0).await;
+    let refused = net.nodes[3].manager.open(&net.id(0), 500_000).await;
+    assert!(refused.is_err(), "a third opening was taken");
+    crate::harness::eventually!(
+        net,
+        "node 3 hears why",
+        net.nodes[3].peers.last_peer_error(&net.id(0)).is_some()
+    );
+    let why = net.nodes[3].peers.last_peer_error(&net.id(0));
+    assert!(
+        why.as_deref()
+            .is_some_and(|w| w.contains("Too many channels waiting for their anchor")),
+        "{why:?}"
+    );
+}

@@ -13,6 +13,8 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod admission;
+#[cfg(test)]
+mod attack_tests;
 mod control_error;
 pub mod control_url;
 #[cfg(test)]
@@ -27,6 +29,8 @@ mod rpc;
 pub mod rpc_help;
 mod sides;
 mod store;
+#[cfg(test)]
+mod txindex_tests;
 mod wallet;
 mod watcher;
 
@@ -78,6 +82,9 @@ pub struct NodeConfig {
     /// How long an update may stay in flight before the session is dropped; an update that is
     /// not resumed within as long again (a new session) closes the channel on chain.
     pub update_timeout: Duration,
+    /// How long a control call (`open`, `pay`, the HTLC methods, `close`) waits for its
+    /// exchange with the peer to complete.
+    pub command_timeout: Duration,
     /// TEST ONLY: enables the `dev-broadcast-revoked` control method (a node that cheats).
     #[cfg(feature = "test-hooks")]
     pub dev_allow_cheat: bool,
@@ -106,6 +113,7 @@ impl NodeConfig {
             // A day: the funder has all the time it needs to broadcast; we hold nothing meanwhile.
             anchor_wait_blocks: 144,
             update_timeout: Duration::from_secs(60),
+            command_timeout: Duration::from_secs(60),
             #[cfg(feature = "test-hooks")]
             dev_allow_cheat: false,
         }
@@ -279,6 +287,7 @@ fn build(
         channel: config.channel.clone(),
         anchor_wait_blocks: config.anchor_wait_blocks,
         update_timeout: config.update_timeout,
+        command_timeout: config.command_timeout,
         max_pending_openings: config.max_pending_openings,
         #[cfg(feature = "test-hooks")]
         cheat_enabled: config.dev_allow_cheat,

@@ -105,7 +105,11 @@ impl Node {
     /// An inbound session that authenticated gets a peer slot and its peer task, or is
     /// closed: a session with ourselves always; otherwise a peer we have a channel with may
     /// use the share kept for our dials, a stranger only the rest.
-    async fn attach_inbound(self: &Arc<Self>, session: session::Session, address: SocketAddr) {
+    pub(crate) async fn attach_inbound(
+        self: &Arc<Self>,
+        session: session::Session,
+        address: SocketAddr,
+    ) {
         let peer = session.remote_node_id();
         if peer == self.identity.id {
             // Our own connection dialled back to us, or our own frames relayed between two

@@ -49,6 +49,9 @@ struct Entry {
 pub(crate) struct Peers {
     entries: Mutex<HashMap<PublicKey, Entry>>,
     next_session: std::sync::atomic::AtomicU64,
+    /// The last `error` a peer ended its session with, and who: why we were dropped, for
+    /// the log's readers and the tests. One, so that strangers cannot grow it.
+    last_peer_error: Mutex<Option<(PublicKey, String)>>,
 }
 
 impl Peers {
@@ -70,6 +73,19 @@ impl Peers {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PublicKey, Entry>> {
         // A panic elsewhere while holding the lock leaves plain data behind; keep serving.
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The problem of the `error` with which `node_id` ended the last session that ended
+    /// with a peer's `error`, if that peer was `node_id`.
+    #[cfg(test)]
+    pub(crate) fn last_peer_error(&self, node_id: &PublicKey) -> Option<String> {
+        let last = self
+            .last_peer_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        last.as_ref()
+            .filter(|(peer, _)| peer == node_id)
+            .map(|(_, problem)| problem.clone())
     }
 
     /// Whether a session with the node is up.
@@ -135,6 +151,12 @@ impl Peers {
             let _slot = slot;
             let reason = run_peer(&state, node_id, reader, &out_tx, rx, shutdown).await;
             tracing::info!(peer = %node_id, %reason, "peer disconnected");
+            if let Disconnect::PeerError(problem) = &reason {
+                *peers
+                    .last_peer_error
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = Some((node_id, problem.clone()));
+            }
             let current = {
                 let mut entries = peers.lock();
                 match entries.get_mut(&node_id) {

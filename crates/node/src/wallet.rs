@@ -11,7 +11,6 @@ use chain::Chain;
 use secp256k1::SecretKey;
 use wallet::{KeyPath, SpendableOutput};
 
-use crate::control_error::ControlError;
 use crate::manager::lock;
 use crate::store::{ChannelId, MetaKey, OutputRow, Store, StoreError};
 
@@ -34,6 +33,32 @@ pub(crate) struct Funds {
     pub(crate) outputs: Vec<OutputRow>,
     /// The height confirmations count to.
     pub(crate) tip: i64,
+}
+
+/// Why the wallet could not do what was asked; the control API turns it into its
+/// [`ControlError`](crate::control_error::ControlError) (same message, same code).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum NodeWalletError {
+    /// The database failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A key could not be derived from the wallet seed.
+    #[error(transparent)]
+    Keys(#[from] wallet::WalletError),
+    /// The spendable outputs cannot pay the amount and its transaction's fee.
+    #[error("insufficient funds: {asked_sat} sat asked, {needed_sat} sat needed with the transaction's fee, {spendable_sat} sat spendable")]
+    InsufficientFunds {
+        /// Asked.
+        asked_sat: u64,
+        /// Asked plus the fee of the transaction that pays it.
+        needed_sat: u64,
+        /// Confirmed and mature in the wallet.
+        spendable_sat: u64,
+    },
+    /// The anchor could not be built or signed.
+    #[error("cannot build the anchor")]
+    Funding(#[from] wallet::SpendError),
 }
 
 /// The node's keys, watched scripts and coins.
@@ -105,7 +130,7 @@ impl NodeWallet {
     }
 
     /// Rebuilds the script map from the counters, so every key the node handed out is watched.
-    pub(crate) async fn load_scripts(&self) -> Result<(), ControlError> {
+    pub(crate) async fn load_scripts(&self) -> Result<(), NodeWalletError> {
         let mut map = HashMap::new();
         let forgotten: HashSet<u32> = self
             .store
@@ -134,7 +159,7 @@ impl NodeWallet {
     }
 
     /// The wallet's receive address (a fresh one per call).
-    pub(crate) async fn new_address(&self) -> Result<bitcoin::Address, ControlError> {
+    pub(crate) async fn new_address(&self) -> Result<bitcoin::Address, NodeWalletError> {
         let index = self.store.next_index(MetaKey::NextReceive).await?;
         let key = self.keys.derive(KeyPath::receive(index))?;
         self.watch_script(key.address.script_pubkey(), KeyPath::receive(index));
@@ -208,10 +233,10 @@ impl NodeWallet {
     pub(crate) async fn check_anchor_affordable(
         &self,
         amount_sat: u64,
-    ) -> Result<(), ControlError> {
+    ) -> Result<(), NodeWalletError> {
         let outputs = self.store.spendable_outputs().await?;
         let spendable_sat = outputs.iter().map(|o| o.amount_sat).sum();
-        let refused = |needed_sat| ControlError::InsufficientFunds {
+        let refused = |needed_sat| NodeWalletError::InsufficientFunds {
             asked_sat: amount_sat,
             needed_sat,
             spendable_sat,
@@ -233,7 +258,7 @@ impl NodeWallet {
             Err(wallet::BuildError::InsufficientFunds { needed, .. }) => {
                 Err(refused(needed.to_sat()))
             }
-            Err(e) => Err(ControlError::Funding(e.into())),
+            Err(e) => Err(NodeWalletError::Funding(e.into())),
         }
     }
 
@@ -243,7 +268,7 @@ impl NodeWallet {
         channel_id: ChannelId,
         script_pubkey: ScriptBuf,
         amount: Amount,
-    ) -> Result<(Transaction, u32), ControlError> {
+    ) -> Result<(Transaction, u32), NodeWalletError> {
         let _guard = self.funding.lock().await;
         let outputs = self.store.spendable_outputs().await?;
         let fee_rate = self.fee_rate().await;

@@ -2,8 +2,9 @@
 //! fund, connect, open, pay, HTLCs (fulfilled, failed, timed out), close, with
 //! every balance checked on both nodes and on the chain to the satoshi; the
 //! same across `kill -9`; and a cheating peer's revoked commitment swept. The
-//! lifecycle, the unilateral close and the penalty run again on a chain without
-//! the transaction index (Bitcoin Core's default), which the node must not need.
+//! lifecycle, the unilateral close and the penalty on a chain without the
+//! transaction index (Bitcoin Core's default), which the node must not need, run in
+//! process (`crates/node/src/txindex_tests.rs`).
 
 mod support;
 
@@ -138,12 +139,6 @@ fn start_chain(index: TxIndex) -> DevChainProc {
 #[test]
 fn open_pay_htlcs_close_to_the_satoshi() {
     open_pay_htlcs_close(TxIndex::On);
-}
-
-/// Issue 31: the whole lifecycle, a restart included, on a chain without the index.
-#[test]
-fn open_pay_htlcs_close_without_txindex() {
-    open_pay_htlcs_close(TxIndex::Off);
 }
 
 fn open_pay_htlcs_close(index: TxIndex) {
@@ -381,42 +376,11 @@ fn kill9_of_the_payee_mid_update_loses_nothing() {
     kill_during_updates(false);
 }
 
-/// Issue 28, finding 8: `close PEER force` whose commitment the chain does not take is an
-/// error (-113), not success. The refusal here: A's revoked commitment, paying the same fee,
-/// is in the mempool first, so B's commitment is refused as a replacement. Needs the
-/// test-only cheat.
-#[cfg(feature = "test-hooks")]
-#[test]
-fn force_close_whose_commitment_the_chain_refuses_is_an_error() {
-    let chain = DevChainProc::start();
-    let a = NodeProc::start(&chain, true);
-    let b = NodeProc::start(&chain, false);
-    open_channel(&chain, &a, &b);
-    a.cli(&["pay", &b.id, "100000000"]);
-    a.cli(&["pay", &b.id, "50000000"]);
-    a.cli(&["dev-broadcast-revoked", &b.id]);
-    let err = b.try_cli(&["close", &a.id, "force"]).unwrap_err();
-    assert!(
-        err.contains("-113") && err.contains("was not accepted by the chain"),
-        "{err}"
-    );
-    // On chain all the same: the commitment stays queued (and the penalty follows once
-    // the revoked one is mined).
-    assert_eq!(b.channel_state(), "on_chain");
-}
-
 /// Needs the test-only cheat (`--features potluck/test-hooks`, as scripts/test.sh runs).
 #[cfg(feature = "test-hooks")]
 #[test]
 fn revoked_commitment_is_swept_by_the_penalty_also_after_restart() {
     penalty_after_restart(TxIndex::On);
-}
-
-/// Issue 31: the penalty, after a restart, on a chain without the index.
-#[cfg(feature = "test-hooks")]
-#[test]
-fn revoked_commitment_is_swept_by_the_penalty_without_txindex() {
-    penalty_after_restart(TxIndex::Off);
 }
 
 #[cfg(feature = "test-hooks")]
@@ -482,12 +446,6 @@ fn penalty_after_restart(index: TxIndex) {
 #[test]
 fn unilateral_close_claims_the_delayed_output_and_an_htlc_with_r_on_chain() {
     unilateral_close_with_claims(TxIndex::On);
-}
-
-/// Issue 31: the delayed claims (their parent's depth) and a restart, without the index.
-#[test]
-fn unilateral_close_claims_without_txindex() {
-    unilateral_close_with_claims(TxIndex::Off);
 }
 
 fn unilateral_close_with_claims(index: TxIndex) {
@@ -727,67 +685,4 @@ fn kill9_of_a_hub_mid_update_on_many_channels_loses_no_channel() {
         outcomes.push(outcome);
     }
     eprintln!("after kill -9 of the hub: {outcomes:?}");
-}
-
-/// The cheater's revoked commitment confirms; our penalty goes out at the chain's estimate
-/// of that moment, then the miners' fee rate jumps (the development chain's fee-market
-/// mode: blocks take only transactions paying 30 sat/vB). The node must re-sign the
-/// penalty at a higher fee as blocks pass without it, and get it mined before the
-/// cheater's delay (6 blocks on regtest) would let it sweep its own output.
-#[cfg(feature = "test-hooks")]
-#[test]
-fn a_penalty_that_miners_pass_over_is_bumped_until_it_confirms() {
-    let chain = DevChainProc::start();
-    let a = NodeProc::start(&chain, true);
-    let b = NodeProc::start(&chain, false);
-    open_channel(&chain, &a, &b);
-    a.cli(&["pay", &b.id, "100000000"]);
-    a.cli(&["pay", &b.id, "50000000"]);
-    let cheat = a.cli(&["dev-broadcast-revoked", &b.id]);
-    let revoked = cheat["txid"].as_str().unwrap().to_owned();
-    chain.mine(1);
-    wait_for("B's penalty in the mempool", 30, || {
-        let pool = chain.call("getrawmempool", serde_json::json!([]));
-        pool.as_array()
-            .unwrap()
-            .iter()
-            .any(|t| {
-                let tx = chain.tx(t.as_str().unwrap());
-                tx["vin"][0]["txid"] == revoked.as_str()
-            })
-            .then_some(())
-    });
-    chain.call("setminingfeerate", serde_json::json!([30]));
-    let confirmed = wait_for(
-        "the penalty confirmed within the cheater's delay",
-        60,
-        || {
-            let height = chain.height();
-            chain.mine(1);
-            std::thread::sleep(std::time::Duration::from_millis(600));
-            let block = chain.call(
-                "getblock",
-                serde_json::json!([
-                    chain.call("getblockhash", serde_json::json!([height + 1])),
-                    2
-                ]),
-            );
-            block["tx"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|t| t["vin"][0]["txid"] == revoked.as_str())
-                .map(|t| (t["txid"].as_str().unwrap().to_owned(), height + 1))
-        },
-    );
-    let (penalty, mined_at) = confirmed;
-    let revoked_height = chain.tx(&revoked)["confirmations"].as_u64().unwrap();
-    assert!(
-        revoked_height <= 6 + 1,
-        "the penalty confirmed at {mined_at}, {revoked_height} blocks after the revoked commitment"
-    );
-    let vsize = chain.tx(&penalty)["vsize"].as_u64().unwrap();
-    let fee = chain.fee(&penalty);
-    assert!(fee >= 30 * vsize, "penalty fee {fee} for {vsize} vB");
-    assert_eq!(b.channel_state(), "on_chain");
 }

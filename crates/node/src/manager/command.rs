@@ -16,9 +16,6 @@ use crate::control_error::ControlError;
 /// What a new channel must hold beyond the commitment fee (a usable, non-dust balance).
 const MIN_OWN_SAT: u64 = 1_000;
 
-/// How long a control call waits for its exchange to complete.
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
-
 /// A channel command from the control API.
 #[derive(Debug, Clone)]
 pub(crate) enum Command {
@@ -90,7 +87,7 @@ impl Manager {
             self.run_actions(&slot, &mut inner, actions).await?;
             rx
         };
-        let waited = wait_for(rx).await;
+        let waited = wait_for(rx, self.settings.command_timeout).await;
         if matches!(waited, Err(ControlError::Timeout(_)))
             && slot.lock().await.channel.state().is_opening()
         {
@@ -116,7 +113,7 @@ impl Manager {
             .await
             .or_else(|| self.channels.latest(peer))
             .ok_or(ControlError::NoChannel(*peer))?;
-        let deadline = tokio::time::Instant::now() + COMMAND_TIMEOUT;
+        let deadline = tokio::time::Instant::now() + self.settings.command_timeout;
         let rx = loop {
             let changed = slot.changed.notified();
             if let Attempt::Proposed(rx) = self.attempt(&slot, &command).await? {
@@ -126,7 +123,7 @@ impl Manager {
                 return Err(ControlError::Timeout("the update in flight"));
             }
         };
-        wait_for(rx).await?;
+        wait_for(rx, self.settings.command_timeout).await?;
         Ok(slot)
     }
 
@@ -226,9 +223,12 @@ impl Manager {
     }
 }
 
-/// Waits for a control call's answer, at most [`COMMAND_TIMEOUT`].
-async fn wait_for(rx: oneshot::Receiver<Result<(), ControlError>>) -> Result<(), ControlError> {
-    match tokio::time::timeout(COMMAND_TIMEOUT, rx).await {
+/// Waits for a control call's answer, at most `timeout`.
+async fn wait_for(
+    rx: oneshot::Receiver<Result<(), ControlError>>,
+    timeout: Duration,
+) -> Result<(), ControlError> {
+    match tokio::time::timeout(timeout, rx).await {
         Ok(Ok(r)) => r,
         Ok(Err(_)) => Err(ControlError::PeerGone("the channel went away".into())),
         Err(_) => Err(ControlError::Timeout("the peer")),

@@ -235,7 +235,7 @@ impl Manager {
                 Ok((tx, vout)) => return Ok(inner.channel.anchor_created(tx, vout)?),
                 Err(e) => {
                     tracing::warn!(%peer, error = %e, "cannot fund the anchor");
-                    inner.complete_waiter(Err(e));
+                    inner.complete_waiter(Err(e.into()));
                     self.deliver(slot, inner, Packet::error("Cannot fund the anchor"));
                 }
             },

@@ -44,6 +44,8 @@ pub(crate) struct Settings {
     pub(crate) anchor_wait_blocks: u32,
     /// How long an update may stay in flight before the session is dropped.
     pub(crate) update_timeout: Duration,
+    /// How long a control call waits for its exchange to complete.
+    pub(crate) command_timeout: Duration,
     /// At most this many channels opened by peers may wait for their anchor at once.
     pub(crate) max_pending_openings: usize,
     /// TEST ONLY: keep every commitment signed, for `dev-broadcast-revoked`.

@@ -10,7 +10,10 @@ use serde_json::Value;
 use wire::{Preimage, Sha256};
 
 use super::error::{codes, RpcFailure};
-use super::views::{ChannelView, FundsView, InfoView, PeerView};
+use super::views::{
+    AddressView, ChannelView, ChannelsView, ConnectedView, DoneView, FundsView, InfoView, PeerView,
+    PeersView,
+};
 use crate::manager::{Command, Slot};
 use crate::node::Node;
 
@@ -243,7 +246,9 @@ impl Method {
                     .and_then(|mut a| a.next())
                     .ok_or_else(|| RpcFailure::params(format!("cannot resolve {target}")))?;
                 let node_id = node.connect(addr).await?;
-                Ok(serde_json::json!({ "node_id": node_id.to_string() }))
+                render(ConnectedView {
+                    node_id: node_id.to_string(),
+                })
             }
             Method::ListPeers => peers(node).await,
             Method::Disconnect(peer) => {
@@ -252,7 +257,7 @@ impl Method {
                     .disconnect(&peer, "Disconnected by operator")
                     .await
                 {
-                    Ok(serde_json::json!({}))
+                    render(DoneView {})
                 } else {
                     Err(RpcFailure::new(
                         codes::NOT_CONNECTED,
@@ -261,8 +266,14 @@ impl Method {
                 }
             }
             Method::NewAddr => {
-                let address = node.wallet.new_address().await?;
-                Ok(serde_json::json!({ "address": address.to_string() }))
+                let address = node
+                    .wallet
+                    .new_address()
+                    .await
+                    .map_err(crate::control_error::ControlError::from)?;
+                render(AddressView {
+                    address: address.to_string(),
+                })
             }
             Method::ListFunds => render(FundsView::of(&node.wallet.funds().await?)),
             Method::Open { peer, amount_sat } => {
@@ -278,7 +289,7 @@ impl Method {
                 for slot in node.manager.channels.all() {
                     channels.push(ChannelView::of(&slot.peer, &*slot.lock().await));
                 }
-                Ok(serde_json::json!({ "channels": render(channels)? }))
+                render(ChannelsView { channels })
             }
             Method::Help(params) => crate::rpc_help::answer(&params)
                 .map(Value::from)
@@ -290,7 +301,9 @@ impl Method {
             #[cfg(feature = "test-hooks")]
             Method::DevBroadcastRevoked(peer) => {
                 let txid = node.manager.broadcast_revoked(&peer).await?;
-                Ok(serde_json::json!({ "txid": txid.to_string() }))
+                render(super::views::TxidView {
+                    txid: txid.to_string(),
+                })
             }
         }
     }
@@ -347,5 +360,5 @@ async fn peers(node: &Node) -> Result<Value, RpcFailure> {
             channel_state,
         });
     }
-    Ok(serde_json::json!({ "peers": render(peers)? }))
+    render(PeersView { peers })
 }

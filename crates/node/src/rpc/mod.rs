@@ -153,3 +153,16 @@ fn reply(v2: bool, id: Value, result: Result<Value, RpcFailure>) -> Response {
 pub(crate) fn describe(addr: SocketAddr) -> String {
     format!("http://{addr}/")
 }
+
+/// A control call on `node` by name, without HTTP (the in-process tests): its answer, or
+/// its error code and message.
+#[cfg(test)]
+pub(crate) async fn call(
+    node: &Arc<Node>,
+    method: &str,
+    params: &Value,
+) -> Result<Value, (i64, String)> {
+    let params = params.as_array().map(Vec::as_slice).unwrap_or_default();
+    let run = async { Method::parse(method, params)?.apply(node).await };
+    run.await.map_err(|e: RpcFailure| (e.code, e.message))
+}

@@ -199,3 +199,89 @@ impl FundsView {
         }
     }
 }
+
+/// `connect`: who answered at the address.
+#[derive(Debug, Serialize)]
+pub(crate) struct ConnectedView {
+    pub(crate) node_id: String,
+}
+
+/// `newaddr`.
+#[derive(Debug, Serialize)]
+pub(crate) struct AddressView {
+    pub(crate) address: String,
+}
+
+/// `disconnect`: an empty object (nothing more to say).
+#[derive(Debug, Serialize)]
+pub(crate) struct DoneView {}
+
+/// `dev-broadcast-revoked`: the revoked commitment broadcast.
+#[cfg(feature = "test-hooks")]
+#[derive(Debug, Serialize)]
+pub(crate) struct TxidView {
+    pub(crate) txid: String,
+}
+
+/// `listchannels`.
+#[derive(Debug, Serialize)]
+pub(crate) struct ChannelsView {
+    pub(crate) channels: Vec<ChannelView>,
+}
+
+/// `listpeers`.
+#[derive(Debug, Serialize)]
+pub(crate) struct PeersView {
+    pub(crate) peers: Vec<PeerView>,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// The views render exactly what the inline `json!` of each method used to.
+    #[test]
+    fn the_small_views_render_as_the_inline_json_did() {
+        let id = "02".to_owned() + &"ab".repeat(32);
+        let cases = [
+            (
+                serde_json::to_value(ConnectedView {
+                    node_id: id.clone(),
+                }),
+                json!({ "node_id": id }),
+            ),
+            (
+                serde_json::to_value(AddressView {
+                    address: "bcrt1qxyz".into(),
+                }),
+                json!({ "address": "bcrt1qxyz" }),
+            ),
+            (serde_json::to_value(DoneView {}), json!({})),
+            (
+                serde_json::to_value(ChannelsView { channels: vec![] }),
+                json!({ "channels": [] }),
+            ),
+            (
+                serde_json::to_value(PeersView {
+                    peers: vec![PeerView {
+                        node_id: id.clone(),
+                        address: "127.0.0.1:9735".into(),
+                        connected: true,
+                        channel_state: None,
+                    }],
+                }),
+                json!({ "peers": [{
+                    "node_id": id, "address": "127.0.0.1:9735", "connected": true,
+                    "channel_state": null,
+                }] }),
+            ),
+        ];
+        for (view, inline) in cases {
+            let view = view.expect("renders");
+            assert_eq!(view, inline);
+            assert_eq!(view.to_string(), inline.to_string(), "byte for byte");
+        }
+    }
+}

@@ -670,6 +670,17 @@ impl Store {
         Ok(row.and_then(|r| r.get::<String, _>(0).parse().ok()))
     }
 
+    /// Forgets the block recorded for `txid`, as a database written by a release that
+    /// did not record blocks holds none (the tests of a chain without the index).
+    #[cfg(test)]
+    pub(crate) async fn forget_tx_block(&self, txid: &Txid) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM tx_blocks WHERE txid = ?")
+            .bind(txid.to_string())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     /// Undoes what the blocks above `fork` did, in one transaction: their outputs go (a
     /// rescan adds back those the new branch holds), outputs they spent (`spent_by` one of
     /// `gone`) are unspent, broadcasts they confirmed are pending again (claims and
