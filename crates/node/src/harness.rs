@@ -94,7 +94,16 @@ async fn start_node(chain: Arc<dyn chain::Chain>, config: &NodeConfig, i: usize)
         id: PublicKey::from_secret_key(&Secp256k1::signing_only(), &key),
         network: config.network,
     };
-    let store = store::Store::open(&config.data_dir).await.expect("store");
+    // After a restart the old store's last close checkpoints its WAL and syncs; on a disk
+    // busy with other writes that can outlast one busy time-out (10 s) of the new open.
+    let mut store = store::Store::open(&config.data_dir).await;
+    for _ in 0..5 {
+        if store.is_ok() {
+            break;
+        }
+        store = store::Store::open(&config.data_dir).await;
+    }
+    let store = store.expect("store");
     let keys = ::wallet::load_or_create_seed(&config.data_dir.join("wallet_seed"), config.network)
         .expect("seed");
     let addr = SocketAddr::from(([127, 0, 0, 1], 10_000 + i as u16));
@@ -150,6 +159,9 @@ impl Network {
             }
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
+        // The store holds its database's lock while open (one process, one connection,
+        // exclusive): the process ending releases it in the binary, closing it here.
+        old.store.close().await;
         self.nodes[i] = start_node(Arc::clone(&self.backends[i]), &self.configs[i], i).await;
     }
 

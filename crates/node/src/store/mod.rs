@@ -232,7 +232,6 @@ impl Store {
         // TEMP view). A local file cannot drop a connection, so no liveness ping per checkout.
         let pool = SqlitePoolOptions::new()
             .max_connections(1)
-            .min_connections(1)
             .idle_timeout(None)
             .max_lifetime(None)
             .test_before_acquire(false)
@@ -254,6 +253,12 @@ impl Store {
             broadcasts: std::sync::Arc::default(),
             peers_epoch: std::sync::Arc::default(),
         })
+    }
+
+    /// Closes the database (waiting for a statement that runs), releasing its lock; every
+    /// later call fails. A process ending does the same.
+    pub(crate) async fn close(&self) {
+        self.pool.close().await;
     }
 
     pub(crate) async fn meta(&self, key: MetaKey) -> Result<i64, StoreError> {
