@@ -42,7 +42,7 @@ pub use update::apply_change;
 use bitcoin::hashes::Hash as _;
 use bitcoin::{Amount, OutPoint, ScriptBuf, Transaction, Txid};
 use secp256k1::{ecdsa::Signature, PublicKey};
-use wire::{Locktime, Packet, Preimage, Sha256, Sha256d};
+use wire::{Locktime, Onion, Packet, Preimage, Sha256, Sha256d};
 
 use crate::funding::{CState, Who};
 use crate::shachain::{RevocationSecrets, SeedPreimages};
@@ -113,6 +113,15 @@ struct Signed {
     their_prev_rev: Sha256,
 }
 
+/// The route an HTLC carries (`update_add_htlc.onion`), kept beside the HTLC: ours while
+/// we propose it (a deferred proposal is sent again with it), theirs while the HTLC is in
+/// our commitment (the node forwards it, also after a restart).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct HtlcOnion {
+    r_hash: Sha256,
+    onion: Onion,
+}
+
 /// How the channel ended on chain.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 enum Resolution {
@@ -170,6 +179,11 @@ struct Established {
     /// between must not leave a channel that can neither close nor update.
     #[serde(default)]
     signed_close: Option<Transaction>,
+    /// Onions of our HTLC being proposed and of the peer's HTLCs in our commitment. Absent
+    /// when empty, so a channel without onions writes the snapshot it wrote before them,
+    /// and a snapshot from before them reads as empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    onions: Vec<HtlcOnion>,
     step: Step,
 }
 
@@ -457,6 +471,16 @@ impl Channel {
         }
         e.remember_r(r);
         true
+    }
+
+    /// The onion the peer sent with its HTLC `r_hash`, while that HTLC is in our
+    /// commitment; `None` for an HTLC without one (a payment that ends here).
+    pub fn htlc_onion(&self, r_hash: &Sha256) -> Option<&Onion> {
+        let e = self.established()?;
+        if !matches!(e.cstate.find_htlc(r_hash), Some((Who::Them, _))) {
+            return None;
+        }
+        e.onion_of(r_hash)
     }
 
     /// Slots used by the peer's revocation preimages (O(log n)).
