@@ -16,6 +16,8 @@ mod admission;
 mod control_error;
 pub mod control_url;
 #[cfg(test)]
+mod forward_tests;
+#[cfg(test)]
 mod functional_tests;
 #[cfg(test)]
 mod harness;
@@ -289,6 +291,7 @@ fn build(
         Arc::clone(&chain),
         Arc::clone(&wallet),
         Arc::clone(&peers),
+        identity.key,
     );
     // A fifth of the peer slots (at least one) is kept for our dials and for channel peers.
     let kept = (config.max_peers / 5).max(1).min(config.max_peers);

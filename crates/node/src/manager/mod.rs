@@ -10,8 +10,10 @@
 mod anchor;
 mod command;
 mod exec;
+mod invoice;
 mod packet;
 mod registry;
+mod route;
 pub(crate) mod states;
 mod timers;
 
@@ -59,6 +61,10 @@ pub(crate) struct Manager {
     chain: Arc<dyn Chain>,
     wallet: Arc<NodeWallet>,
     peers: Arc<Peers>,
+    /// Our node key: it peels the onions of incoming HTLCs.
+    node_key: secp256k1::SecretKey,
+    /// The invoices, in memory beside the store.
+    pub(crate) invoices: invoice::Invoices,
     /// Held from the check that a peer has no channel until its new channel is listed, so
     /// that two openings with one peer (two `open` calls, or ours and the peer's) cannot
     /// both pass the check.
@@ -80,6 +86,7 @@ impl Manager {
         chain: Arc<dyn Chain>,
         wallet: Arc<NodeWallet>,
         peers: Arc<Peers>,
+        node_key: secp256k1::SecretKey,
     ) -> Manager {
         Manager {
             channels: registry::Channels::default(),
@@ -88,6 +95,8 @@ impl Manager {
             chain,
             wallet,
             peers,
+            node_key,
+            invoices: invoice::Invoices::default(),
             openings: tokio::sync::Mutex::new(()),
         }
     }
@@ -99,6 +108,9 @@ impl Manager {
     /// A stored channel names a peer that is not a node id (its money would be hidden), or
     /// the database failed.
     pub(crate) async fn load(&self, rows: Vec<ChannelRow>) -> Result<(), NodeError> {
+        // Before the channels: a restart between an invoice's payment and its fulfil
+        // settles the HTLC again when its peer is back.
+        self.load_invoices().await?;
         for row in rows {
             let peer = row
                 .peer_id
