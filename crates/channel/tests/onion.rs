@@ -172,3 +172,47 @@ fn without_an_onion_the_snapshot_is_the_old_layout_and_an_old_snapshot_reads() {
     assert_eq!(old.htlc_onion(&r2.hash()), None);
     assert_eq!(old.balances(), p.b.ch.balances());
 }
+
+/// The owner's veto (the node's forwarding policy) declines an HTLC the channel would
+/// accept: the offerer hears the given reason and nothing changes on either side.
+#[test]
+fn an_htlc_declined_by_the_owner_changes_nothing_and_carries_its_reason() {
+    use wire::{DeclineReason, Funding};
+    let mut p = Pair::new(true, ChannelConfig::default());
+    p.open();
+    let r = Preimage([12; 32]);
+    let expiry = Locktime::Blocks(p.chain.height + 300);
+    let now = p.now;
+    let before = json(&p.b.ch);
+    p.a.act(|ch| ch.add_htlc_with_onion(2_000_000, r.hash(), expiry, Some(onion(7)), now));
+    let add = p.a.outbox.pop_front().unwrap();
+    let reason = DeclineReason::InsufficientFunds(Funding {
+        fixed: Some(2),
+        per_micro_unit: Some(100),
+    });
+    let actions = p.b.ch.handle_packet_declining(&add, now, reason).unwrap();
+    p.b.absorb(actions);
+    assert_eq!(json(&p.b.ch), before, "no trace on the decliner");
+    p.run();
+    p.assert_agree();
+    assert!(p.a.events.contains(&Event::Declined {
+        r_hash: r.hash(),
+        reason: Some(reason),
+    }));
+    assert!(!has_onions(&json(&p.a.ch)));
+    // An HTLC the channel itself declines keeps the channel's reason.
+    let far = Locktime::Blocks(p.chain.height + 5_000);
+    let bad = Packet::UpdateAddHtlc(wire::UpdateAddHtlc {
+        revocation_hash: Preimage([13; 32]).hash(),
+        amount_msat: 2_000_000,
+        r_hash: Preimage([14; 32]).hash(),
+        expiry: far,
+        onion: None,
+    });
+    let actions = p.b.ch.handle_packet_declining(&bad, now, reason).unwrap();
+    assert!(matches!(
+        &actions[..],
+        [channel::Action::Send(Packet::UpdateDeclineHtlc(d))]
+            if d.reason == Some(DeclineReason::CannotRoute(true))
+    ));
+}

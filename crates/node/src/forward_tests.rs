@@ -287,23 +287,81 @@ async fn paying_along_a_route_of_one_node_pays_its_invoice() {
     assert_eq!(side(&net, 1, 0).await, (b0 + 2_000_000, 0));
 }
 
-/// A route whose second node is no peer of the first: the first hop cannot route it and
-/// fails the HTLC back; the payer keeps its money.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_route_to_a_node_the_hop_has_no_channel_with_is_failed_back() {
-    let net = create_network(2, regtest).await;
+/// B (node 1) asks 5,000 msat + 10 millionths; A and C the defaults.
+fn b_charges_more(config: &mut crate::NodeConfig) {
+    regtest(config);
+    if config.data_dir.ends_with("node1") {
+        config.fee_base_msat = 5_000;
+    }
+}
+
+/// A (0) - B (1) - C (2); `c_funds`: the B-C channel is C's (B has no room toward C).
+async fn line(tweak: fn(&mut crate::NodeConfig), c_funds: bool) -> Network {
+    let net = create_network(3, tweak).await;
     net.open_channel(0, 1, 500_000).await;
-    let (a0, _) = side(&net, 0, 1).await;
+    if c_funds {
+        net.open_channel(2, 1, 500_000).await;
+    } else {
+        net.open_channel(1, 2, 500_000).await;
+    }
+    net
+}
+
+/// A pays along `route` and must hear a decline of `reason` (its debug text); nothing
+/// moved on A's channel.
+async fn declined(net: &Network, route: &[PublicKey], reason: &str) {
+    let (a0, _) = side(net, 0, 1).await;
+    let r_hash = Sha256::hash(&[6; 32]);
+    let answer = net.nodes[0]
+        .manager
+        .pay_route(route, r_hash, 2_000_000)
+        .await
+        .err();
+    match answer {
+        Some(ControlError::Declined(text)) => assert!(text.contains(reason), "{text}"),
+        other => panic!("expected a decline, got {other:?}"),
+    }
+    settled(net, 0, 1).await;
+    assert_eq!(side(net, 0, 1).await, (a0, 0));
+}
+
+/// B asks more than A's assumed fee: B declines before accepting, with
+/// `insufficient_funds` carrying its schedule (5 sat: its 5,000 msat; 10 millionths).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fee_below_the_hops_schedule_is_declined_with_the_schedule() {
+    let net = line(b_charges_more, false).await;
+    let schedule = "InsufficientFunds(Funding { fixed: Some(5), per_micro_unit: Some(10) })";
+    declined(&net, &[net.id(1), net.id(2)], schedule).await;
+}
+
+/// A next node the hop has no channel with, and a channel without room toward it:
+/// `cannot_route`, before the hop accepts anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_channel_or_no_room_toward_the_next_node_is_declined_as_cannot_route() {
+    let net = line(regtest, true).await;
     let stranger = PublicKey::from_secret_key(
         &Secp256k1::new(),
         &SecretKey::from_slice(&[0x66; 32]).expect("key"),
     );
-    let r_hash = Sha256::hash(&[6; 32]);
+    declined(&net, &[net.id(1), stranger], "CannotRoute(true)").await;
+    // C funded the B-C channel: B owns nothing in it to offer C.
+    declined(&net, &[net.id(1), net.id(2)], "CannotRoute(true)").await;
+}
+
+/// A route the hop's policy accepts: until forwarding is implemented, B takes the HTLC and
+/// fails it back; A keeps its money and C sees nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_htlc_the_hop_would_forward_is_failed_back_until_forwarding_lands() {
+    let net = line(regtest, false).await;
+    let inv = invoice(&net, 2, 2_000_000, "far").await;
+    let (a0, _) = side(&net, 0, 1).await;
+    let (c0, _) = side(&net, 2, 1).await;
     net.nodes[0]
         .manager
-        .pay_route(&[net.id(1), stranger], r_hash, 2_000_000)
+        .pay_route(&[net.id(1), net.id(2)], inv.r.hash(), 2_000_000)
         .await
-        .expect("offered");
+        .expect("accepted by B");
     settled(&net, 0, 1).await;
     assert_eq!(side(&net, 0, 1).await, (a0, 0));
+    assert_eq!(side(&net, 2, 1).await, (c0, 0));
 }

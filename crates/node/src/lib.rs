@@ -80,6 +80,14 @@ pub struct NodeConfig {
     /// How long an update may stay in flight before the session is dropped; an update that is
     /// not resumed within as long again (a new session) closes the channel on chain.
     pub update_timeout: Duration,
+    /// The fixed part of our forwarding fee, in millisatoshi (`--fee-base-msat`).
+    pub fee_base_msat: u64,
+    /// The proportional part of our forwarding fee, in millionths of the amount forwarded
+    /// (`--fee-per-millionth`).
+    pub fee_per_millionth: u64,
+    /// Blocks we keep between the expiry of an HTLC we forward and the one we offer
+    /// (`--expiry-delta`).
+    pub expiry_delta: u32,
     /// TEST ONLY: enables the `dev-broadcast-revoked` control method (a node that cheats).
     #[cfg(feature = "test-hooks")]
     pub dev_allow_cheat: bool,
@@ -108,6 +116,9 @@ impl NodeConfig {
             // A day: the funder has all the time it needs to broadcast; we hold nothing meanwhile.
             anchor_wait_blocks: 144,
             update_timeout: Duration::from_secs(60),
+            fee_base_msat: manager::route::Schedule::ASSUMED.base_msat,
+            fee_per_millionth: manager::route::Schedule::ASSUMED.per_millionth,
+            expiry_delta: manager::route::Schedule::ASSUMED.expiry_delta,
             #[cfg(feature = "test-hooks")]
             dev_allow_cheat: false,
         }
@@ -282,6 +293,11 @@ fn build(
         anchor_wait_blocks: config.anchor_wait_blocks,
         update_timeout: config.update_timeout,
         max_pending_openings: config.max_pending_openings,
+        forward: manager::route::Schedule {
+            base_msat: config.fee_base_msat,
+            per_millionth: config.fee_per_millionth,
+            expiry_delta: config.expiry_delta,
+        },
         #[cfg(feature = "test-hooks")]
         cheat_enabled: config.dev_allow_cheat,
     };

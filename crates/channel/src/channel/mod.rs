@@ -42,7 +42,7 @@ pub use update::apply_change;
 use bitcoin::hashes::Hash as _;
 use bitcoin::{Amount, OutPoint, ScriptBuf, Transaction, Txid};
 use secp256k1::{ecdsa::Signature, PublicKey};
-use wire::{Locktime, Onion, Packet, Preimage, Sha256, Sha256d};
+use wire::{DeclineReason, Locktime, Onion, Packet, Preimage, Sha256, Sha256d};
 
 use crate::funding::{CState, Who};
 use crate::shachain::{RevocationSecrets, SeedPreimages};
@@ -591,10 +591,34 @@ impl Channel {
         // Every handler checks everything that can fail before it changes anything, so a
         // rejected packet leaves no trace without copying the channel per packet
         // (tests/adversarial.rs compares snapshots before and after every rejection).
-        self.on_packet(pkt, now).map_err(|error| Rejected { error })
+        self.on_packet(pkt, now, None)
+            .map_err(|error| Rejected { error })
     }
 
-    fn on_packet(&mut self, pkt: &Packet, now: u64) -> Result<Vec<Action>, ChannelError> {
+    /// As [`Channel::handle_packet`], the owner declining the peer's `update_add_htlc`
+    /// with `veto` where the channel would accept it (the node's forwarding policy: the
+    /// onion names a next hop it cannot reach, or leaves it too small a fee). The decline
+    /// changes nothing, as the channel's own declines; a crossing proposal of ours is
+    /// proposed again as after any decline. Other packets are handled as usual.
+    ///
+    /// # Errors
+    /// As [`Channel::handle_packet`].
+    pub fn handle_packet_declining(
+        &mut self,
+        pkt: &Packet,
+        now: u64,
+        veto: DeclineReason,
+    ) -> Result<Vec<Action>, Rejected> {
+        self.on_packet(pkt, now, Some(veto))
+            .map_err(|error| Rejected { error })
+    }
+
+    fn on_packet(
+        &mut self,
+        pkt: &Packet,
+        now: u64,
+        veto: Option<DeclineReason>,
+    ) -> Result<Vec<Action>, ChannelError> {
         if let Packet::Error(e) = pkt {
             return Ok(vec![Action::Notify(Event::PeerError(
                 e.problem.clone().unwrap_or_default(),
@@ -620,10 +644,10 @@ impl Channel {
                 let sent = *sent;
                 Ok(on_open_complete(e, sent))
             }
-            (Step::Normal, p) if is_proposal(p) => on_proposal(&ctx, e, p, now, None),
+            (Step::Normal, p) if is_proposal(p) => on_proposal(&ctx, e, p, now, None, veto),
             (Step::WaitAccept(mine), p) if is_proposal(p) => {
                 let mine = mine.change;
-                on_crossing_proposal(&ctx, e, p, now, mine)
+                on_crossing_proposal(&ctx, e, p, now, mine, veto)
             }
             (Step::WaitAccept(_), Packet::UpdateAccept(a)) => on_accept(&ctx, e, a),
             (Step::WaitAccept(_), Packet::UpdateDeclineHtlc(d)) => on_decline(e, d),

@@ -268,12 +268,13 @@ pub(super) fn on_crossing_proposal(
     p: &Packet,
     now: u64,
     mine: Change,
+    veto: Option<DeclineReason>,
 ) -> Result<Vec<Action>, ChannelError> {
     if e.high_priority {
         // We win: the peer abandons its proposal and answers ours.
         return Ok(Vec::new());
     }
-    let mut actions = on_proposal(ctx, e, p, now, Some(mine))?;
+    let mut actions = on_proposal(ctx, e, p, now, Some(mine), veto)?;
     actions.insert(0, Action::Notify(Event::ProposalDeferred(mine)));
     if matches!(e.step, Step::WaitAccept(_)) {
         e.step = Step::Normal;
@@ -285,13 +286,15 @@ pub(super) fn on_crossing_proposal(
     Ok(actions)
 }
 
-/// Their proposal `p` in `Normal`: accept (sign their next commitment), or decline an HTLC.
+/// Their proposal `p` in `Normal`: accept (sign their next commitment), or decline an HTLC
+/// (also with the owner's `veto`, once the HTLC passed our own checks).
 pub(super) fn on_proposal(
     ctx: &Ctx,
     e: &mut Established,
     p: &Packet,
     now: u64,
     deferred: Option<Change>,
+    veto: Option<DeclineReason>,
 ) -> Result<Vec<Action>, ChannelError> {
     let (change, their_next_rev) = match p {
         Packet::Update(u) => {
@@ -303,9 +306,10 @@ pub(super) fn on_proposal(
                 .map_err(|_| ChannelError::AmountTooLarge(-i128::from(u.delta_msat)))?;
             (Change::Pay { amount_msat }, u.revocation_hash)
         }
-        Packet::UpdateAddHtlc(a) => match their_htlc(ctx, e, a, now)? {
-            Ok(htlc) => (Change::AddHtlc(htlc), a.revocation_hash),
-            Err(decline) => return Ok(vec![decline]),
+        Packet::UpdateAddHtlc(a) => match (their_htlc(ctx, e, a, now)?, veto) {
+            (Ok(htlc), None) => (Change::AddHtlc(htlc), a.revocation_hash),
+            (Ok(_), Some(reason)) => return Ok(vec![decline(reason)]),
+            (Err(decline), _) => return Ok(vec![decline]),
         },
         Packet::UpdateFulfillHtlc(f) => {
             match e.cstate.find_htlc(&f.r.hash()) {
@@ -563,11 +567,16 @@ pub(super) fn repropose(ctx: &Ctx, e: &mut Established, change: Change) -> Vec<A
     }
 }
 
+/// `update_decline_htlc` with `reason`.
+fn decline(reason: DeclineReason) -> Action {
+    Action::Send(Packet::UpdateDeclineHtlc(UpdateDeclineHtlc {
+        reason: Some(reason),
+    }))
+}
+
 /// `update_decline_htlc{cannot_route}`: an HTLC the channel cannot carry.
 fn decline_cannot_route() -> Action {
-    Action::Send(Packet::UpdateDeclineHtlc(UpdateDeclineHtlc {
-        reason: Some(DeclineReason::CannotRoute(true)),
-    }))
+    decline(DeclineReason::CannotRoute(true))
 }
 
 /// `update_decline_htlc{insufficient_funds}` with the funding (in satoshis, rounded up) that would be needed.

@@ -10,10 +10,11 @@
 mod anchor;
 mod command;
 mod exec;
+mod forward;
 mod invoice;
 mod packet;
 mod registry;
-mod route;
+pub(crate) mod route;
 pub(crate) mod states;
 mod timers;
 
@@ -48,6 +49,8 @@ pub(crate) struct Settings {
     pub(crate) update_timeout: Duration,
     /// At most this many channels opened by peers may wait for their anchor at once.
     pub(crate) max_pending_openings: usize,
+    /// Our forwarding fee and expiry delta.
+    pub(crate) forward: route::Schedule,
     /// TEST ONLY: keep every commitment signed, for `dev-broadcast-revoked`.
     #[cfg(feature = "test-hooks")]
     pub(crate) cheat_enabled: bool,
