@@ -218,12 +218,17 @@ impl Manager {
             return Ok(None);
         };
         let no_invoices = self.invoices.is_empty();
-        let incoming: Vec<Htlc> = cs.theirs.htlcs.clone();
-        for htlc in incoming {
+        // Only HTLCs with an onion, or any while there are invoices: usually none, and
+        // then nothing is copied (this runs after every input of every channel).
+        let candidates: Vec<Htlc> = cs
+            .theirs
+            .htlcs
+            .iter()
+            .filter(|h| !no_invoices || inner.channel.htlc_onion(&h.r_hash).is_some())
+            .copied()
+            .collect();
+        for htlc in candidates {
             let onion = inner.channel.htlc_onion(&htlc.r_hash);
-            if onion.is_none() && no_invoices {
-                continue;
-            }
             let route = match onion {
                 None => Route::Direct,
                 Some(onion) => self.route_of(onion, &htlc.r_hash),
