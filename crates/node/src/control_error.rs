@@ -104,6 +104,15 @@ pub(crate) enum ControlError {
     #[cfg(feature = "test-hooks")]
     #[error("cheating is disabled (test-only flag --dev-allow-cheat)")]
     CheatDisabled,
+    /// `invoice`: an invoice with this label (or, by chance, R) exists already.
+    #[error("an invoice labelled {0:?} exists already")]
+    InvoiceExists(String),
+    /// `waitinvoice`: no invoice has this label.
+    #[error("no invoice labelled {0:?}")]
+    NoInvoice(String),
+    /// `pay --route`: the route cannot be paid along (empty, too long for the onion).
+    #[error("bad route: {0}")]
+    BadRoute(String),
     /// Something that should not happen (no randomness, an invariant).
     #[error("internal error: {0}")]
     Internal(String),
@@ -187,6 +196,12 @@ pub(crate) mod codes {
     /// The test-only cheat is off.
     #[cfg(feature = "test-hooks")]
     pub const CHEAT_DISABLED: i64 = -111;
+    /// `invoice`: the label is taken.
+    pub const INVOICE_EXISTS: i64 = -114;
+    /// `waitinvoice`: no such invoice.
+    pub const NO_INVOICE: i64 = -115;
+    /// `pay --route`: the route cannot be paid along.
+    pub const BAD_ROUTE: i64 = -116;
 }
 
 impl ControlError {
@@ -215,6 +230,9 @@ impl ControlError {
             ControlError::Exec(crate::manager::ExecError::Channel(_)) => codes::REFUSED,
             #[cfg(feature = "test-hooks")]
             ControlError::CheatDisabled => codes::CHEAT_DISABLED,
+            ControlError::InvoiceExists(_) => codes::INVOICE_EXISTS,
+            ControlError::NoInvoice(_) => codes::NO_INVOICE,
+            ControlError::BadRoute(_) => codes::BAD_ROUTE,
             ControlError::Internal(_) => codes::MISC_ERROR,
         }
     }

@@ -18,6 +18,8 @@ mod attack_tests;
 mod control_error;
 pub mod control_url;
 #[cfg(test)]
+mod forward_tests;
+#[cfg(test)]
 mod functional_tests;
 #[cfg(test)]
 mod harness;
@@ -85,6 +87,14 @@ pub struct NodeConfig {
     /// How long a control call (`open`, `pay`, the HTLC methods, `close`) waits for its
     /// exchange with the peer to complete.
     pub command_timeout: Duration,
+    /// The fixed part of our forwarding fee, in millisatoshi (`--fee-base-msat`).
+    pub fee_base_msat: u64,
+    /// The proportional part of our forwarding fee, in millionths of the amount forwarded
+    /// (`--fee-per-millionth`).
+    pub fee_per_millionth: u64,
+    /// Blocks we keep between the expiry of an HTLC we forward and the one we offer
+    /// (`--expiry-delta`).
+    pub expiry_delta: u32,
     /// TEST ONLY: enables the `dev-broadcast-revoked` control method (a node that cheats).
     #[cfg(feature = "test-hooks")]
     pub dev_allow_cheat: bool,
@@ -114,6 +124,9 @@ impl NodeConfig {
             anchor_wait_blocks: 144,
             update_timeout: Duration::from_secs(60),
             command_timeout: Duration::from_secs(60),
+            fee_base_msat: manager::route::Schedule::ASSUMED.base_msat,
+            fee_per_millionth: manager::route::Schedule::ASSUMED.per_millionth,
+            expiry_delta: manager::route::Schedule::ASSUMED.expiry_delta,
             #[cfg(feature = "test-hooks")]
             dev_allow_cheat: false,
         }
@@ -289,6 +302,11 @@ fn build(
         update_timeout: config.update_timeout,
         command_timeout: config.command_timeout,
         max_pending_openings: config.max_pending_openings,
+        forward: manager::route::Schedule {
+            base_msat: config.fee_base_msat,
+            per_millionth: config.fee_per_millionth,
+            expiry_delta: config.expiry_delta,
+        },
         #[cfg(feature = "test-hooks")]
         cheat_enabled: config.dev_allow_cheat,
     };
@@ -298,6 +316,7 @@ fn build(
         Arc::clone(&chain),
         Arc::clone(&wallet),
         Arc::clone(&peers),
+        identity.key,
     );
     // A fifth of the peer slots (at least one) is kept for our dials and for channel peers.
     let kept = (config.max_peers / 5).max(1).min(config.max_peers);

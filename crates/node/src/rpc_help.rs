@@ -134,7 +134,16 @@ pub const METHODS: &[MethodHelp] = &[
         result: "the channel once the four-packet update completed, with each side's \
                  balance_msat, fee_share_msat and spendable_msat; a payment to a peer that \
                  owns less than its half of the commitment fee first goes to that share \
-                 (docs/node.md, \"Balances and the commitment fee\")",
+                 (docs/node.md, \"Balances and the commitment fee\"). \
+                 Along a route instead: `pay --route NODE,… R_HASH AMOUNT_MSAT` (node ids \
+                 comma-separated, first our channel's peer, last the payee; R_HASH an \
+                 invoice's; AMOUNT_MSAT what the payee receives, in millisatoshi, each hop \
+                 before it offered that plus an assumed fee of 1,000 msat + 10 millionths of \
+                 what it forwards and 40 more blocks of expiry) answers the first hop's \
+                 channel once its HTLC, carrying the route's onion, is offered; the payee \
+                 fulfils it when its invoice matches (forwarding is not implemented yet: a \
+                 route of more than one node is failed back), e.g. `pay --route 02…(66 hex) \
+                 9f86…(64 hex) 2000000`",
         example: "potluck cli --data-dir ./a pay 02…(66 hex) 1000000",
         hidden: false,
     },
@@ -208,6 +217,46 @@ pub const METHODS: &[MethodHelp] = &[
                  (balance before the fee share, outside HTLCs; spendable: the most one pay or \
                  newhtlc from that side moves now)",
         example: "potluck cli --data-dir ./a listchannels",
+        hidden: false,
+    },
+    MethodHelp {
+        name: "invoice",
+        summary: "makes a fresh R for a payment to this node and answers its hash (R_HASH)",
+        params: &[
+            AMOUNT_MSAT,
+            Param {
+                name: "LABEL",
+                meaning: "a name of your choice for the invoice, unique on this node; \
+                          without it, the R_HASH in hex",
+                optional: true,
+            },
+        ],
+        result: "{label, r_hash, amount_msat, created_at, status}; an incoming HTLC with \
+                 this r_hash of at least amount_msat (and, with an onion, the amount and \
+                 expiry it states) is fulfilled automatically and the invoice marked paid \
+                 once; any other HTLC for it is failed back",
+        example: "potluck cli --data-dir ./b invoice 2000000 coffee",
+        hidden: false,
+    },
+    MethodHelp {
+        name: "listinvoices",
+        summary: "every invoice of this node, oldest first, paid or not",
+        params: &[],
+        result: "{invoices: [{label, r_hash, amount_msat, created_at (unix seconds), status \
+                 (unpaid or paid), paid_msat and paid_at once paid}]}",
+        example: "potluck cli --data-dir ./b listinvoices",
+        hidden: false,
+    },
+    MethodHelp {
+        name: "waitinvoice",
+        summary: "waits until an invoice is paid (at most 60 s), then answers it",
+        params: &[param(
+            "LABEL",
+            "the invoice's label, as `invoice` answered it",
+        )],
+        result: "the invoice as listinvoices shows it, once paid; -108 after 60 s unpaid \
+                 (call again), -115 for an unknown label",
+        example: "potluck cli --data-dir ./b waitinvoice coffee",
         hidden: false,
     },
     MethodHelp {

@@ -58,7 +58,10 @@ pub struct CliArgs {
     pub get: Option<String>,
     /// The method, e.g. getinfo, connect, pay, listchannels, help.
     pub method: String,
-    /// Its arguments; integers are sent as numbers, `[…]`/`{…}` as JSON, everything else as strings.
+    /// Its arguments; integers are sent as numbers, `[…]`/`{…}` as JSON, everything else as
+    /// strings. One that starts with `-` and is not a flag of `potluck cli` is an argument
+    /// too (`pay --route NODE,… R_HASH AMOUNT_MSAT`).
+    #[arg(allow_hyphen_values = true)]
     pub args: Vec<String>,
 }
 

@@ -47,7 +47,7 @@ enum Command {
     /// Run the round-based custodial wallet HTTP service.
     Serve(Box<serve_cmd::ServeArgs>),
     /// Run a payment-channel node: peers over the encrypted v3 session, a JSON-RPC control API.
-    Node(node_cmd::NodeArgs),
+    Node(Box<node_cmd::NodeArgs>),
     /// Call a running node's control API (`potluck cli help` lists its methods), or with
     /// --chain the development chain's JSON-RPC (faucet, mining).
     Cli(cli_cmd::CliArgs),
@@ -65,7 +65,7 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Chain(args) => chain_cmd::run(args),
         Command::Serve(args) => serve_cmd::run(*args),
-        Command::Node(args) => node_cmd::run(args),
+        Command::Node(args) => node_cmd::run(*args),
         // The exit status tells scripts what failed (see `potluck cli --help`).
         Command::Cli(args) => std::process::exit(cli_cmd::run(args)),
     }

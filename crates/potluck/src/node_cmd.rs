@@ -93,6 +93,16 @@ pub struct NodeArgs {
     /// Blocks to wait for a peer's anchor to appear on chain before forgetting the opening.
     #[arg(long, env = "POTLUCK_ANCHOR_WAIT_BLOCKS", default_value_t = 144)]
     pub anchor_wait_blocks: u32,
+    /// Forwarding fee, fixed part, in millisatoshi: a hop earns
+    /// fee-base-msat + floor(amount forwarded × fee-per-millionth / 1,000,000) msat.
+    #[arg(long, env = "POTLUCK_FEE_BASE_MSAT", default_value_t = 1_000)]
+    pub fee_base_msat: u64,
+    /// Forwarding fee, proportional part, in millionths of the amount forwarded.
+    #[arg(long, env = "POTLUCK_FEE_PER_MILLIONTH", default_value_t = 10)]
+    pub fee_per_millionth: u64,
+    /// Blocks kept between the expiry of an HTLC we forward and the one we offer for it.
+    #[arg(long, env = "POTLUCK_EXPIRY_DELTA", default_value_t = 40)]
+    pub expiry_delta: u32,
     /// The fee floor, ceiling and fallback of every estimate (the anchors we fund …).
     #[command(flatten)]
     pub fees: crate::fee_flags::FeeFlags,
@@ -161,6 +171,9 @@ pub fn run(args: NodeArgs) -> anyhow::Result<()> {
         config.max_pending_handshakes_per_ip = args.max_pending_handshakes_per_ip;
         config.inbound_handshake_timeout = Duration::from_secs(args.handshake_timeout_secs);
         config.max_pending_openings = args.max_pending_openings;
+        config.fee_base_msat = args.fee_base_msat;
+        config.fee_per_millionth = args.fee_per_millionth;
+        config.expiry_delta = args.expiry_delta;
         // The one setting of the HTLC-expiry close: each new channel keeps it (it is part
         // of the channel's stored config), and the channel judges its refund deadline by it.
         config.channel.force_close_after_expiry_blocks = args.htlc_close_after_blocks;

@@ -54,3 +54,44 @@ impl fmt::Debug for Onion {
         write!(f, "…)")
     }
 }
+
+// Stored in channel snapshots (JSON) as lowercase hex: a byte array would be written as
+// 1366 numbers.
+impl serde::Serialize for Onion {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut hex = String::with_capacity(2 * Onion::LEN);
+        for b in self.0.iter() {
+            hex.push(char::from(DIGITS[usize::from(b >> 4)]));
+            hex.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+        }
+        s.serialize_str(&hex)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Onion {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let hex = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        let hex = hex.as_bytes();
+        if hex.len() != 2 * Onion::LEN {
+            return Err(D::Error::custom(format!(
+                "onion of {} hex digits, expected {}",
+                hex.len(),
+                2 * Onion::LEN
+            )));
+        }
+        let digit = |c: u8| -> Result<u8, D::Error> {
+            match c {
+                b'0'..=b'9' => Ok(c - b'0'),
+                b'a'..=b'f' => Ok(c - b'a' + 10),
+                _ => Err(D::Error::custom("onion: not lowercase hex")),
+            }
+        };
+        let mut bytes = Box::new([0u8; Onion::LEN]);
+        for (out, pair) in bytes.iter_mut().zip(hex.chunks_exact(2)) {
+            *out = (digit(pair[0])? << 4) | digit(pair[1])?;
+        }
+        Ok(Onion(bytes))
+    }
+}

@@ -110,3 +110,29 @@ fn an_onion_of_any_other_size_is_refused() {
         );
     }
 }
+
+/// Channel snapshots keep an incoming HTLC's onion (docs/channel.md): it is written as hex
+/// and only an exact-size lowercase hex string reads back.
+#[test]
+fn an_onion_is_stored_as_hex_and_only_its_exact_size_reads_back() {
+    let onion = Onion::try_from(&onion_bytes(Onion::LEN)[..]).unwrap();
+    let json = serde_json::to_string(&onion).unwrap();
+    assert_eq!(
+        json.len(),
+        2 * Onion::LEN + 2,
+        "a JSON string of hex digits"
+    );
+    assert_eq!(&json[..9], "\"00070e15");
+    assert_eq!(serde_json::from_str::<Onion>(&json).unwrap(), onion);
+    let short = format!("\"{}\"", &json[1..json.len() - 3]);
+    let err = serde_json::from_str::<Onion>(&short)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("2730 hex digits"), "{err}");
+    let upper = json.to_uppercase();
+    let err = serde_json::from_str::<Onion>(&upper)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not lowercase hex"), "{err}");
+    assert!(serde_json::from_str::<Onion>("[0, 1]").is_err());
+}

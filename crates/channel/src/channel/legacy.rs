@@ -191,6 +191,7 @@ impl ChannelV0 {
                     known_r: std::mem::take(&mut self.known_r),
                     unclaimable: Vec::new(),
                     signed_close: None,
+                    onions: Vec::new(),
                     step,
                 }))
             }

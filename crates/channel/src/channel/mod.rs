@@ -42,7 +42,7 @@ pub use update::apply_change;
 use bitcoin::hashes::Hash as _;
 use bitcoin::{Amount, OutPoint, ScriptBuf, Transaction, Txid};
 use secp256k1::{ecdsa::Signature, PublicKey};
-use wire::{Locktime, Packet, Preimage, Sha256, Sha256d};
+use wire::{DeclineReason, Locktime, Onion, Packet, Preimage, Sha256, Sha256d};
 
 use crate::funding::{CState, Who};
 use crate::shachain::{RevocationSecrets, SeedPreimages};
@@ -113,6 +113,15 @@ struct Signed {
     their_prev_rev: Sha256,
 }
 
+/// The route an HTLC carries (`update_add_htlc.onion`), kept beside the HTLC: ours while
+/// we propose it (a deferred proposal is sent again with it), theirs while the HTLC is in
+/// our commitment (the node forwards it, also after a restart).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct HtlcOnion {
+    r_hash: Sha256,
+    onion: Onion,
+}
+
 /// How the channel ended on chain.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 enum Resolution {
@@ -170,6 +179,11 @@ struct Established {
     /// between must not leave a channel that can neither close nor update.
     #[serde(default)]
     signed_close: Option<Transaction>,
+    /// Onions of our HTLC being proposed and of the peer's HTLCs in our commitment. Absent
+    /// when empty, so a channel without onions writes the snapshot it wrote before them,
+    /// and a snapshot from before them reads as empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    onions: Vec<HtlcOnion>,
     step: Step,
 }
 
@@ -459,6 +473,16 @@ impl Channel {
         true
     }
 
+    /// The onion the peer sent with its HTLC `r_hash`, while that HTLC is in our
+    /// commitment; `None` for an HTLC without one (a payment that ends here).
+    pub fn htlc_onion(&self, r_hash: &Sha256) -> Option<&Onion> {
+        let e = self.established()?;
+        if !matches!(e.cstate.find_htlc(r_hash), Some((Who::Them, _))) {
+            return None;
+        }
+        e.onion_of(r_hash)
+    }
+
     /// Slots used by the peer's revocation preimages (O(log n)).
     pub fn revocation_slots(&self) -> usize {
         self.established().map_or(0, |e| e.their_secrets.slots())
@@ -567,10 +591,34 @@ impl Channel {
         // Every handler checks everything that can fail before it changes anything, so a
         // rejected packet leaves no trace without copying the channel per packet
         // (tests/adversarial.rs compares snapshots before and after every rejection).
-        self.on_packet(pkt, now).map_err(|error| Rejected { error })
+        self.on_packet(pkt, now, None)
+            .map_err(|error| Rejected { error })
     }
 
-    fn on_packet(&mut self, pkt: &Packet, now: u64) -> Result<Vec<Action>, ChannelError> {
+    /// As [`Channel::handle_packet`], the owner declining the peer's `update_add_htlc`
+    /// with `veto` where the channel would accept it (the node's forwarding policy: the
+    /// onion names a next hop it cannot reach, or leaves it too small a fee). The decline
+    /// changes nothing, as the channel's own declines; a crossing proposal of ours is
+    /// proposed again as after any decline. Other packets are handled as usual.
+    ///
+    /// # Errors
+    /// As [`Channel::handle_packet`].
+    pub fn handle_packet_declining(
+        &mut self,
+        pkt: &Packet,
+        now: u64,
+        veto: DeclineReason,
+    ) -> Result<Vec<Action>, Rejected> {
+        self.on_packet(pkt, now, Some(veto))
+            .map_err(|error| Rejected { error })
+    }
+
+    fn on_packet(
+        &mut self,
+        pkt: &Packet,
+        now: u64,
+        veto: Option<DeclineReason>,
+    ) -> Result<Vec<Action>, ChannelError> {
         if let Packet::Error(e) = pkt {
             return Ok(vec![Action::Notify(Event::PeerError(
                 e.problem.clone().unwrap_or_default(),
@@ -596,10 +644,10 @@ impl Channel {
                 let sent = *sent;
                 Ok(on_open_complete(e, sent))
             }
-            (Step::Normal, p) if is_proposal(p) => on_proposal(&ctx, e, p, now, None),
+            (Step::Normal, p) if is_proposal(p) => on_proposal(&ctx, e, p, now, None, veto),
             (Step::WaitAccept(mine), p) if is_proposal(p) => {
                 let mine = mine.change;
-                on_crossing_proposal(&ctx, e, p, now, mine)
+                on_crossing_proposal(&ctx, e, p, now, mine, veto)
             }
             (Step::WaitAccept(_), Packet::UpdateAccept(a)) => on_accept(&ctx, e, a),
             (Step::WaitAccept(_), Packet::UpdateDeclineHtlc(d)) => on_decline(e, d),

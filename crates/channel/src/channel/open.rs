@@ -227,6 +227,7 @@ impl Channel {
             known_r: Vec::new(),
             unclaimable: Vec::new(),
             signed_close: None,
+            onions: Vec::new(),
             step: Step::OpenWaitComplete {
                 sent: false,
                 got: false,
@@ -267,6 +268,7 @@ impl Channel {
             known_r: Vec::new(),
             unclaimable: Vec::new(),
             signed_close: None,
+            onions: Vec::new(),
             step: Step::OpenWaitComplete {
                 sent: false,
                 got: false,

@@ -3,7 +3,7 @@
 //! previous commitments.
 
 use wire::{
-    DeclineReason, Funding, Locktime, Packet, Preimage, Sha256, Update, UpdateAccept,
+    DeclineReason, Funding, Locktime, Onion, Packet, Preimage, Sha256, Update, UpdateAccept,
     UpdateAddHtlc, UpdateComplete, UpdateDeclineHtlc, UpdateFulfillHtlc, UpdateRoutefailHtlc,
     UpdateSignature, UpdateTimedoutHtlc,
 };
@@ -13,7 +13,9 @@ use crate::tx::{check_commitment, DUST_LIMIT_SAT};
 
 use super::errors::{ChannelError, CommandError};
 use super::types::{Action, Change, Event, RevokedCommitment, TimeUnit};
-use super::{invariant, Accepted, Channel, Ctx, Established, Proposal, Signed, Stage, Step};
+use super::{
+    invariant, Accepted, Channel, Ctx, Established, HtlcOnion, Proposal, Signed, Stage, Step,
+};
 
 impl Channel {
     /// Pays `amount_msat` directly to the peer (`update`).
@@ -23,7 +25,7 @@ impl Channel {
     pub fn pay(&mut self, amount_msat: u64) -> Result<Vec<Action>, CommandError> {
         let amount_msat =
             u32::try_from(amount_msat).map_err(|_| CommandError::AmountTooLarge(amount_msat))?;
-        self.propose(Change::Pay { amount_msat })
+        self.propose(Change::Pay { amount_msat }, None)
     }
 
     /// Offers an HTLC of `amount_msat` locked to `r_hash` until `expiry` (`update_add_htlc`).
@@ -35,6 +37,24 @@ impl Channel {
         amount_msat: u64,
         r_hash: Sha256,
         expiry: Locktime,
+        now: u64,
+    ) -> Result<Vec<Action>, CommandError> {
+        self.add_htlc_with_onion(amount_msat, r_hash, expiry, None, now)
+    }
+
+    /// As [`Channel::add_htlc`], the packet carrying `onion` (field 5) when there is one:
+    /// the route the peer is to forward the payment along (docs/onion.md). The onion is
+    /// kept until the peer answers, so that a proposal deferred by a crossing one is sent
+    /// again with it.
+    ///
+    /// # Errors
+    /// As [`Channel::add_htlc`].
+    pub fn add_htlc_with_onion(
+        &mut self,
+        amount_msat: u64,
+        r_hash: Sha256,
+        expiry: Locktime,
+        onion: Option<Onion>,
         now: u64,
     ) -> Result<Vec<Action>, CommandError> {
         let amount_msat =
@@ -63,11 +83,18 @@ impl Channel {
         if e.collides_with_revocation(&ctx, &r_hash) {
             return Err(CommandError::RevocationHashCollision);
         }
-        self.propose(Change::AddHtlc(Htlc {
-            amount_msat,
-            r_hash,
-            expiry,
-        }))
+        let actions = self.propose(
+            Change::AddHtlc(Htlc {
+                amount_msat,
+                r_hash,
+                expiry,
+            }),
+            onion.as_ref(),
+        )?;
+        if let (Some(onion), Stage::Established(e)) = (onion, &mut self.stage) {
+            e.keep_onion(r_hash, onion);
+        }
+        Ok(actions)
     }
 
     /// Fulfills an HTLC offered to us with its R (`update_fulfill_htlc`). After a
@@ -98,7 +125,7 @@ impl Channel {
                         unit: TimeUnit::of(h.expiry),
                     });
                 }
-                self.propose(Change::Fulfill(r))
+                self.propose(Change::Fulfill(r), None)
             }
             _ => Err(CommandError::UnknownPreimage),
         }
@@ -110,7 +137,7 @@ impl Channel {
     /// Wrong state or no such HTLC.
     pub fn routefail_htlc(&mut self, r_hash: Sha256) -> Result<Vec<Action>, CommandError> {
         match self.established_or_wrong_state()?.cstate.find_htlc(&r_hash) {
-            Some((Who::Them, _)) => self.propose(Change::Routefail(r_hash)),
+            Some((Who::Them, _)) => self.propose(Change::Routefail(r_hash), None),
             _ => Err(CommandError::Funding(FundingError::NoSuchHtlc)),
         }
     }
@@ -125,7 +152,7 @@ impl Channel {
                 if !self.ctx().expired(&h, now) {
                     return Err(CommandError::NotExpired);
                 }
-                self.propose(Change::Timedout(r_hash))
+                self.propose(Change::Timedout(r_hash), None)
             }
             _ => Err(CommandError::Funding(FundingError::NoSuchHtlc)),
         }
@@ -136,20 +163,27 @@ impl Channel {
             .ok_or(CommandError::WrongState(self.state()))
     }
 
-    fn propose(&mut self, change: Change) -> Result<Vec<Action>, CommandError> {
+    fn propose(
+        &mut self,
+        change: Change,
+        onion: Option<&Onion>,
+    ) -> Result<Vec<Action>, CommandError> {
         let state = self.state();
         let (ctx, stage) = self.split();
         let Stage::Established(e) = stage else {
             return Err(CommandError::WrongState(state));
         };
-        propose(&ctx, e, change)
+        propose(&ctx, e, change, onion)
     }
 }
 
+/// Proposes `change`; an HTLC goes with `onion`, or else the onion kept for its hash
+/// (a deferred proposal sent again).
 pub(super) fn propose(
     ctx: &Ctx,
     e: &mut Established,
     change: Change,
+    onion: Option<&Onion>,
 ) -> Result<Vec<Action>, CommandError> {
     if e.step != Step::Normal {
         return Err(CommandError::WrongState(e.step.kind()));
@@ -172,7 +206,11 @@ pub(super) fn propose(
             });
         }
     }
-    let pkt = proposal_packet(&change, ctx.our_rev_hash(e.num + 1));
+    let onion = match change {
+        Change::AddHtlc(h) => onion.or_else(|| e.onion_of(&h.r_hash)).cloned(),
+        _ => None,
+    };
+    let pkt = proposal_packet(&change, ctx.our_rev_hash(e.num + 1), onion);
     if let Change::Fulfill(r) = change {
         // Their commitments keep the HTLC until they revoke them: R claims it on chain.
         e.remember_r(r);
@@ -230,29 +268,33 @@ pub(super) fn on_crossing_proposal(
     p: &Packet,
     now: u64,
     mine: Change,
+    veto: Option<DeclineReason>,
 ) -> Result<Vec<Action>, ChannelError> {
     if e.high_priority {
         // We win: the peer abandons its proposal and answers ours.
         return Ok(Vec::new());
     }
-    let mut actions = on_proposal(ctx, e, p, now, Some(mine))?;
+    let mut actions = on_proposal(ctx, e, p, now, Some(mine), veto)?;
     actions.insert(0, Action::Notify(Event::ProposalDeferred(mine)));
     if matches!(e.step, Step::WaitAccept(_)) {
         e.step = Step::Normal;
         // We declined their proposal: no update will complete to carry our
         // deferred one, so propose it again now (once), or say why not.
         actions.extend(repropose(ctx, e, mine));
+        e.prune_onions();
     }
     Ok(actions)
 }
 
-/// Their proposal `p` in `Normal`: accept (sign their next commitment), or decline an HTLC.
+/// Their proposal `p` in `Normal`: accept (sign their next commitment), or decline an HTLC
+/// (also with the owner's `veto`, once the HTLC passed our own checks).
 pub(super) fn on_proposal(
     ctx: &Ctx,
     e: &mut Established,
     p: &Packet,
     now: u64,
     deferred: Option<Change>,
+    veto: Option<DeclineReason>,
 ) -> Result<Vec<Action>, ChannelError> {
     let (change, their_next_rev) = match p {
         Packet::Update(u) => {
@@ -264,9 +306,10 @@ pub(super) fn on_proposal(
                 .map_err(|_| ChannelError::AmountTooLarge(-i128::from(u.delta_msat)))?;
             (Change::Pay { amount_msat }, u.revocation_hash)
         }
-        Packet::UpdateAddHtlc(a) => match their_htlc(ctx, e, a, now)? {
-            Ok(htlc) => (Change::AddHtlc(htlc), a.revocation_hash),
-            Err(decline) => return Ok(vec![decline]),
+        Packet::UpdateAddHtlc(a) => match (their_htlc(ctx, e, a, now)?, veto) {
+            (Ok(htlc), None) => (Change::AddHtlc(htlc), a.revocation_hash),
+            (Ok(_), Some(reason)) => return Ok(vec![decline(reason)]),
+            (Err(decline), _) => return Ok(vec![decline]),
         },
         Packet::UpdateFulfillHtlc(f) => {
             match e.cstate.find_htlc(&f.r.hash()) {
@@ -319,6 +362,13 @@ pub(super) fn on_proposal(
     if let Change::Fulfill(r) = change {
         e.remember_r(r);
     }
+    if let (Change::AddHtlc(h), Packet::UpdateAddHtlc(a)) = (change, p) {
+        // Kept with the state that holds the HTLC: persisted before our accept leaves,
+        // so the node can forward it also after a restart.
+        if let Some(onion) = &a.onion {
+            e.keep_onion(h.r_hash, onion.clone());
+        }
+    }
     e.step = Step::WaitSignature(Accepted {
         change,
         next,
@@ -347,6 +397,7 @@ pub(super) fn on_decline(
         return Err(ChannelError::UnexpectedPacket("update_decline_htlc"));
     };
     e.step = Step::Normal;
+    e.prune_onions();
     Ok(vec![Action::Notify(Event::Declined {
         r_hash: h.r_hash,
         reason: d.reason,
@@ -489,6 +540,7 @@ fn finish_update(
     if let Some(change) = deferred {
         actions.extend(repropose(ctx, e, change));
     }
+    e.prune_onions();
     actions
 }
 
@@ -506,7 +558,7 @@ fn archive(n: u64, cs: CState) -> Option<Action> {
 /// Proposes a deferred change again, or drops it with [`Event::ProposalDropped`]: either
 /// way the command that started it gets its answer (`UpdateCompleted`, `Declined` or this).
 pub(super) fn repropose(ctx: &Ctx, e: &mut Established, change: Change) -> Vec<Action> {
-    match propose(ctx, e, change) {
+    match propose(ctx, e, change, None) {
         Ok(a) => a,
         Err(err) => vec![Action::Notify(Event::ProposalDropped {
             change,
@@ -515,11 +567,16 @@ pub(super) fn repropose(ctx: &Ctx, e: &mut Established, change: Change) -> Vec<A
     }
 }
 
+/// `update_decline_htlc` with `reason`.
+fn decline(reason: DeclineReason) -> Action {
+    Action::Send(Packet::UpdateDeclineHtlc(UpdateDeclineHtlc {
+        reason: Some(reason),
+    }))
+}
+
 /// `update_decline_htlc{cannot_route}`: an HTLC the channel cannot carry.
 fn decline_cannot_route() -> Action {
-    Action::Send(Packet::UpdateDeclineHtlc(UpdateDeclineHtlc {
-        reason: Some(DeclineReason::CannotRoute(true)),
-    }))
+    decline(DeclineReason::CannotRoute(true))
 }
 
 /// `update_decline_htlc{insufficient_funds}` with the funding (in satoshis, rounded up) that would be needed.
@@ -544,8 +601,8 @@ pub(super) fn is_proposal(p: &Packet) -> bool {
     )
 }
 
-/// The packet that proposes `change` with our next revocation hash.
-fn proposal_packet(change: &Change, rev: Sha256) -> Packet {
+/// The packet that proposes `change` with our next revocation hash (and an HTLC's onion).
+fn proposal_packet(change: &Change, rev: Sha256, onion: Option<Onion>) -> Packet {
     match *change {
         Change::Pay { amount_msat } => Packet::Update(Update {
             revocation_hash: rev,
@@ -556,8 +613,7 @@ fn proposal_packet(change: &Change, rev: Sha256) -> Packet {
             amount_msat: h.amount_msat,
             r_hash: h.r_hash,
             expiry: h.expiry,
-            // The channel does not route yet: forwarding (issue 30) will set it.
-            onion: None,
+            onion,
         }),
         Change::Fulfill(r) => Packet::UpdateFulfillHtlc(UpdateFulfillHtlc {
             revocation_hash: rev,
@@ -571,6 +627,41 @@ fn proposal_packet(change: &Change, rev: Sha256) -> Packet {
             revocation_hash: rev,
             r_hash,
         }),
+    }
+}
+
+impl Established {
+    /// The onion kept for the HTLC `r_hash`, ours or theirs.
+    pub(super) fn onion_of(&self, r_hash: &Sha256) -> Option<&Onion> {
+        self.onions
+            .iter()
+            .find(|o| o.r_hash == *r_hash)
+            .map(|o| &o.onion)
+    }
+
+    /// Keeps `onion` for the HTLC `r_hash` (replacing any kept under that hash).
+    fn keep_onion(&mut self, r_hash: Sha256, onion: Onion) {
+        self.onions.retain(|o| o.r_hash != r_hash);
+        self.onions.push(HtlcOnion { r_hash, onion });
+    }
+
+    /// Forgets the onions no longer needed: kept are those of the peer's HTLCs in our
+    /// current commitment and of our HTLC being proposed.
+    pub(super) fn prune_onions(&mut self) {
+        if self.onions.is_empty() {
+            return;
+        }
+        let proposing = match &self.step {
+            Step::WaitAccept(p) => match p.change {
+                Change::AddHtlc(h) => Some(h.r_hash),
+                _ => None,
+            },
+            _ => None,
+        };
+        let cs = &self.cstate;
+        self.onions.retain(|o| {
+            Some(o.r_hash) == proposing || matches!(cs.find_htlc(&o.r_hash), Some((Who::Them, _)))
+        });
     }
 }
 

@@ -27,6 +27,13 @@ pub(crate) enum Command {
         r_hash: Sha256,
         expiry: u32,
     },
+    /// Offer an HTLC expiring at a block height, with the onion of its route (field 5).
+    AddRoutedHtlc {
+        amount_msat: u64,
+        r_hash: Sha256,
+        expiry: u32,
+        onion: wire::Onion,
+    },
     /// Take an HTLC offered to us with its R.
     Fulfill(Preimage),
     /// Refuse an HTLC offered to us.
@@ -146,6 +153,18 @@ impl Manager {
                 r_hash,
                 expiry,
             } => ch.add_htlc(*amount_msat, *r_hash, Locktime::Blocks(*expiry), unix_now()),
+            Command::AddRoutedHtlc {
+                amount_msat,
+                r_hash,
+                expiry,
+                onion,
+            } => ch.add_htlc_with_onion(
+                *amount_msat,
+                *r_hash,
+                Locktime::Blocks(*expiry),
+                Some(onion.clone()),
+                unix_now(),
+            ),
             Command::Fulfill(r) => ch.fulfill_htlc(*r, unix_now()),
             Command::Fail(h) => ch.routefail_htlc(*h),
             Command::Close => ch.close(),

@@ -41,7 +41,18 @@ impl Manager {
         // Records of the peer's revoked commitments, written in the same commit as the
         // Persist that drops them from the channel (one fsync, not two).
         let mut archive: Vec<channel::RevokedCommitment> = Vec::new();
-        while let Some(action) = queue.pop_front() {
+        loop {
+            let Some(action) = queue.pop_front() else {
+                // The channel is idle: an incoming HTLC that an invoice or its onion
+                // settles is proposed now (one per update; the next after it completes).
+                match self.next_settlement(slot, inner).await? {
+                    Some(more) => {
+                        queue.extend(more);
+                        continue;
+                    }
+                    None => break,
+                }
+            };
             // A signature we give away lets the peer broadcast (or complete) a transaction:
             // the state that knows about it is on disk before it leaves, whatever the machine
             // asked (a `close_channel` carries no Persist of its own). After a restart or a
@@ -242,6 +253,9 @@ impl Manager {
             Event::Live => tracing::info!(%peer, channel = %id, "channel live"),
             Event::UpdateCompleted { by, change } => {
                 tracing::info!(%peer, channel = %id, ?by, ?change, num = inner.channel.commitment_number(), "update completed");
+                if let (Who::Us, channel::Change::Fulfill(r)) = (by, change) {
+                    self.fulfilled(&r).await?;
+                }
                 if by == Who::Us && matches!(inner.waiter, Some((WaitKind::Update, _))) {
                     inner.complete_waiter(Ok(()));
                 }

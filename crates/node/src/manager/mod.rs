@@ -10,8 +10,11 @@
 mod anchor;
 mod command;
 mod exec;
+mod forward;
+mod invoice;
 mod packet;
 mod registry;
+pub(crate) mod route;
 pub(crate) mod states;
 mod timers;
 
@@ -48,6 +51,8 @@ pub(crate) struct Settings {
     pub(crate) command_timeout: Duration,
     /// At most this many channels opened by peers may wait for their anchor at once.
     pub(crate) max_pending_openings: usize,
+    /// Our forwarding fee and expiry delta.
+    pub(crate) forward: route::Schedule,
     /// TEST ONLY: keep every commitment signed, for `dev-broadcast-revoked`.
     #[cfg(feature = "test-hooks")]
     pub(crate) cheat_enabled: bool,
@@ -61,6 +66,10 @@ pub(crate) struct Manager {
     chain: Arc<dyn Chain>,
     wallet: Arc<NodeWallet>,
     peers: Arc<Peers>,
+    /// Our node key: it peels the onions of incoming HTLCs.
+    node_key: secp256k1::SecretKey,
+    /// The invoices, in memory beside the store.
+    pub(crate) invoices: invoice::Invoices,
     /// Held from the check that a peer has no channel until its new channel is listed, so
     /// that two openings with one peer (two `open` calls, or ours and the peer's) cannot
     /// both pass the check.
@@ -82,6 +91,7 @@ impl Manager {
         chain: Arc<dyn Chain>,
         wallet: Arc<NodeWallet>,
         peers: Arc<Peers>,
+        node_key: secp256k1::SecretKey,
     ) -> Manager {
         Manager {
             channels: registry::Channels::default(),
@@ -90,6 +100,8 @@ impl Manager {
             chain,
             wallet,
             peers,
+            node_key,
+            invoices: invoice::Invoices::default(),
             openings: tokio::sync::Mutex::new(()),
         }
     }
@@ -101,6 +113,9 @@ impl Manager {
     /// A stored channel names a peer that is not a node id (its money would be hidden), or
     /// the database failed.
     pub(crate) async fn load(&self, rows: Vec<ChannelRow>) -> Result<(), NodeError> {
+        // Before the channels: a restart between an invoice's payment and its fulfil
+        // settles the HTLC again when its peer is back.
+        self.load_invoices().await?;
         for row in rows {
             let peer = row
                 .peer_id

@@ -142,6 +142,8 @@ impl Manager {
     ) -> Result<(), Refusal> {
         let peer = slot.peer;
         let tip = self.tip_for_expiry_checks(&pkt).await;
+        // Before our lock: it reads the downstream channel under its own.
+        let veto = self.forward_veto(&peer, &pkt).await;
         let mut inner = slot.lock().await;
         if inner.outbox.is_none() {
             inner.outbox = Some(outbox.clone());
@@ -168,7 +170,13 @@ impl Manager {
                 });
             }
         }
-        match inner.channel.handle_packet(&pkt, unix_now()) {
+        let handled = match veto {
+            Some(veto) => inner
+                .channel
+                .handle_packet_declining(&pkt, unix_now(), veto),
+            None => inner.channel.handle_packet(&pkt, unix_now()),
+        };
+        match handled {
             Ok(actions) => self
                 .run_actions(slot, &mut inner, actions)
                 .await

@@ -11,8 +11,8 @@ use wire::{Preimage, Sha256};
 
 use super::error::{codes, RpcFailure};
 use super::views::{
-    AddressView, ChannelView, ChannelsView, ConnectedView, DoneView, FundsView, InfoView, PeerView,
-    PeersView,
+    AddressView, ChannelView, ChannelsView, ConnectedView, DoneView, FundsView, InfoView,
+    InvoiceView, InvoicesView, PeerView, PeersView,
 };
 use crate::manager::{Command, Slot};
 use crate::node::Node;
@@ -67,6 +67,9 @@ method_names! {
     FailHtlc = "failhtlc",
     Close = "close",
     ListChannels = "listchannels",
+    Invoice = "invoice",
+    ListInvoices = "listinvoices",
+    WaitInvoice = "waitinvoice",
     Help = "help",
     Stop = "stop",
     DevBroadcastRevoked = "dev-broadcast-revoked",
@@ -91,6 +94,19 @@ pub(crate) enum Method {
         command: Command,
     },
     ListChannels,
+    /// `pay --route NODE,… R_HASH AMOUNT_MSAT`.
+    PayRoute {
+        route: Vec<secp256k1::PublicKey>,
+        r_hash: Sha256,
+        amount_msat: u64,
+    },
+    /// `invoice AMOUNT_MSAT [LABEL]`.
+    Invoice {
+        amount_msat: u32,
+        label: Option<String>,
+    },
+    ListInvoices,
+    WaitInvoice(String),
     Help(Vec<Value>),
     Stop,
     #[cfg(feature = "test-hooks")]
@@ -144,6 +160,32 @@ impl Params<'_> {
             })
     }
 
+    /// `invoice`'s AMOUNT_MSAT (the wire's uint32) and optional LABEL.
+    fn invoice(&self) -> Result<(u32, Option<String>), RpcFailure> {
+        let amount = self.amount(0, "AMOUNT_MSAT")?;
+        let amount_msat = u32::try_from(amount).map_err(|_| {
+            RpcFailure::params(format!(
+                "AMOUNT_MSAT must be at most 4294967295 (the wire's uint32), got {amount}"
+            ))
+        })?;
+        let label = match self.0.get(1) {
+            None => None,
+            Some(_) => Some(self.str(1, "LABEL")?.to_owned()),
+        };
+        Ok((amount_msat, label))
+    }
+
+    /// `pay --route`'s node ids (the second parameter, comma-separated).
+    fn route(&self) -> Result<Vec<secp256k1::PublicKey>, RpcFailure> {
+        self.str(1, "NODE,…")?
+            .split(',')
+            .map(|id| {
+                id.parse()
+                    .map_err(|_| RpcFailure::params(format!("not a node id: {id}")))
+            })
+            .collect()
+    }
+
     /// `close`'s optional second argument.
     fn force(&self, index: usize) -> Result<bool, RpcFailure> {
         match self.0.get(index) {
@@ -182,6 +224,16 @@ impl Method {
                 let peer = p.peer(0)?;
                 let amount_sat = p.amount(1, "AMOUNT_SAT")?;
                 Method::Open { peer, amount_sat }
+            }
+            MethodName::Pay if params.first().and_then(Value::as_str) == Some("--route") => {
+                let route = p.route()?;
+                let r_hash = Sha256::from_byte_array(p.bytes32(2, "R_HASH")?);
+                let amount_msat = p.amount(3, "AMOUNT_MSAT")?;
+                Method::PayRoute {
+                    route,
+                    r_hash,
+                    amount_msat,
+                }
             }
             MethodName::Pay => {
                 let peer = p.peer(0)?;
@@ -223,6 +275,12 @@ impl Method {
                 Method::Channel { peer, command }
             }
             MethodName::ListChannels => Method::ListChannels,
+            MethodName::Invoice => {
+                let (amount_msat, label) = p.invoice()?;
+                Method::Invoice { amount_msat, label }
+            }
+            MethodName::ListInvoices => Method::ListInvoices,
+            MethodName::WaitInvoice => Method::WaitInvoice(p.str(0, "LABEL")?.to_owned()),
             MethodName::Help => Method::Help(params.to_vec()),
             MethodName::Stop => Method::Stop,
             #[cfg(feature = "test-hooks")]
@@ -290,6 +348,30 @@ impl Method {
                     channels.push(ChannelView::of(&slot.peer, &*slot.lock().await));
                 }
                 render(ChannelsView { channels })
+            }
+            Method::PayRoute {
+                route,
+                r_hash,
+                amount_msat,
+            } => {
+                let slot = node.manager.pay_route(&route, r_hash, amount_msat).await?;
+                channel_view(&slot).await
+            }
+            Method::Invoice { amount_msat, label } => render(InvoiceView::of(
+                &node.manager.create_invoice(amount_msat, label).await?,
+            )),
+            Method::ListInvoices => {
+                let invoices: Vec<InvoiceView> = node
+                    .manager
+                    .list_invoices()
+                    .await?
+                    .iter()
+                    .map(InvoiceView::of)
+                    .collect();
+                render(InvoicesView { invoices })
+            }
+            Method::WaitInvoice(label) => {
+                render(InvoiceView::of(&node.manager.wait_invoice(&label).await?))
             }
             Method::Help(params) => crate::rpc_help::answer(&params)
                 .map(Value::from)

@@ -10,7 +10,7 @@ use bitcoin::hashes::Hash as _;
 
 use crate::manager::{states, SlotInner};
 use crate::sides::SideView;
-use crate::store::OutputRow;
+use crate::store::{InvoiceRow, OutputRow};
 use crate::wallet::Funds;
 
 /// A channel as `listchannels` and the channel commands show it.
@@ -233,6 +233,44 @@ pub(crate) struct ChannelsView {
 #[derive(Debug, Serialize)]
 pub(crate) struct PeersView {
     pub(crate) peers: Vec<PeerView>,
+}
+
+/// An invoice as `invoice`, `listinvoices` and `waitinvoice` show it.
+#[derive(Debug, Serialize)]
+pub(crate) struct InvoiceView {
+    label: String,
+    r_hash: String,
+    amount_msat: u32,
+    /// Unix seconds.
+    created_at: u64,
+    /// `unpaid` or `paid`.
+    status: &'static str,
+    /// The paying HTLC's amount, once paid.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    paid_msat: Option<u32>,
+    /// Unix seconds, once paid.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    paid_at: Option<u64>,
+}
+
+impl InvoiceView {
+    pub(crate) fn of(inv: &InvoiceRow) -> InvoiceView {
+        InvoiceView {
+            label: inv.label.clone(),
+            r_hash: hex::encode(inv.r.hash().as_byte_array()),
+            amount_msat: inv.amount_msat,
+            created_at: inv.created_at,
+            status: if inv.paid.is_some() { "paid" } else { "unpaid" },
+            paid_msat: inv.paid.map(|p| p.amount_msat),
+            paid_at: inv.paid.map(|p| p.at),
+        }
+    }
+}
+
+/// `listinvoices`.
+#[derive(Debug, Serialize)]
+pub(crate) struct InvoicesView {
+    pub(crate) invoices: Vec<InvoiceView>,
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use std::path::Path;
 use std::str::FromStr as _;
 
 use bitcoin::consensus::encode;
+use bitcoin::hashes::Hash as _;
 use bitcoin::{OutPoint, Transaction, Txid};
 use channel::Channel;
 use secp256k1::PublicKey;
@@ -101,6 +102,9 @@ pub enum StoreError {
     /// The group-commit writer task is gone (the node is stopping).
     #[error("database write: the database writer stopped")]
     WriterStopped,
+    /// A stored invoice does not read (its label, and the column).
+    #[error("stored invoice {0:?} is corrupt: bad {1}")]
+    CorruptInvoice(String, String),
     /// A channel snapshot could not be encoded (nothing was written).
     #[error("channel {0} cannot be encoded: {1}")]
     Encode(ChannelId, String),
@@ -111,6 +115,30 @@ pub(crate) struct ChannelRow {
     pub id: ChannelId,
     pub peer_id: String,
     pub channel: Channel,
+}
+
+/// One invoice: an R this node made for a payment to it (issue 30).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct InvoiceRow {
+    pub label: String,
+    pub r: wire::Preimage,
+    pub amount_msat: u32,
+    /// Unix seconds.
+    pub created_at: u64,
+    pub paid: Option<InvoicePaid>,
+}
+
+/// How an invoice was paid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct InvoicePaid {
+    /// The channel whose incoming HTLC paid it.
+    pub channel: ChannelId,
+    /// That HTLC's amount.
+    pub amount_msat: u32,
+    /// Unix seconds.
+    pub at: u64,
+    /// The fulfil of that HTLC completed (R is the peer's).
+    pub settled: bool,
 }
 
 /// One wallet output.
@@ -256,7 +284,8 @@ impl Store {
     }
 
     /// Closes the database (waiting for a statement that runs), releasing its lock; every
-    /// later call fails. A process ending does the same.
+    /// later call fails. A process ending does the same (the harness's restart calls it).
+    #[cfg(test)]
     pub(crate) async fn close(&self) {
         self.pool.close().await;
     }
@@ -721,6 +750,96 @@ impl Store {
         Ok(())
     }
 
+    /// Stores a new invoice; false (nothing written) when its label or hash exists already.
+    pub(crate) async fn add_invoice(&self, inv: &InvoiceRow) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "INSERT INTO invoices (label, r_hash, r, amount_msat, created_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        )
+        .bind(&inv.label)
+        .bind(hex::encode(inv.r.hash().as_byte_array()))
+        .bind(hex::encode(inv.r.0))
+        .bind(i64::from(inv.amount_msat))
+        .bind(i64::try_from(inv.created_at).unwrap_or(i64::MAX))
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// The fulfil of the HTLC that paid the invoice of `r_hash` completed.
+    pub(crate) async fn mark_invoice_settled(
+        &self,
+        r_hash: &wire::Sha256,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE invoices SET settled = 1 WHERE r_hash = ? AND paid_channel IS NOT NULL",
+        )
+        .bind(hex::encode(r_hash.as_byte_array()))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Every invoice, oldest first.
+    pub(crate) async fn invoices(&self) -> Result<Vec<InvoiceRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT label, r, amount_msat, created_at, paid_channel, paid_msat, paid_at, settled FROM invoices ORDER BY created_at, label",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let label: String = row.get(0);
+                let corrupt =
+                    |what: &str| StoreError::CorruptInvoice(label.clone(), what.to_owned());
+                let r = hex::decode(row.get::<String, _>(1))
+                    .ok()
+                    .and_then(|b| <[u8; 32]>::try_from(b).ok())
+                    .ok_or_else(|| corrupt("r"))?;
+                let amount_msat =
+                    u32::try_from(row.get::<i64, _>(2)).map_err(|_| corrupt("amount_msat"))?;
+                let paid = match (
+                    row.get::<Option<i64>, _>(4),
+                    row.get::<Option<i64>, _>(5),
+                    row.get::<Option<i64>, _>(6),
+                ) {
+                    (Some(channel), Some(msat), Some(at)) => Some(InvoicePaid {
+                        channel: ChannelId(channel),
+                        amount_msat: u32::try_from(msat).map_err(|_| corrupt("paid_msat"))?,
+                        at: u64::try_from(at).unwrap_or(0),
+                        settled: row.get::<i64, _>(7) != 0,
+                    }),
+                    _ => None,
+                };
+                Ok(InvoiceRow {
+                    label: label.clone(),
+                    r: wire::Preimage(r),
+                    amount_msat,
+                    created_at: u64::try_from(row.get::<i64, _>(3)).unwrap_or(0),
+                    paid,
+                })
+            })
+            .collect()
+    }
+
+    /// Marks the invoice of `r_hash` paid by an HTLC on `paid.channel`; false (nothing
+    /// written) when it is unknown or paid already.
+    pub(crate) async fn mark_invoice_paid(
+        &self,
+        r_hash: &wire::Sha256,
+        paid: &InvoicePaid,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE invoices SET paid_channel = ?, paid_msat = ?, paid_at = ? WHERE r_hash = ? AND paid_channel IS NULL",
+        )
+        .bind(paid.channel.0)
+        .bind(i64::from(paid.amount_msat))
+        .bind(i64::try_from(paid.at).unwrap_or(i64::MAX))
+        .bind(hex::encode(r_hash.as_byte_array()))
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     /// Keeps what the penalty needs for the peer's revoked commitment (channel crate's
     /// `Action::Archive`), out of the channel snapshot.
     pub(crate) async fn save_revoked(
@@ -975,7 +1094,58 @@ mod tests {
             .await
             .unwrap()
             .get(0);
-        assert_eq!(applied, 1);
+        assert_eq!(applied, MIGRATOR.migrations.len() as i64);
+        assert!(
+            store.invoices().await.unwrap().is_empty(),
+            "later migrations ran"
+        );
+    }
+
+    /// An invoice is kept across a restart, and marked paid once (issue 30).
+    #[tokio::test]
+    async fn an_invoice_is_kept_and_paid_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).await.unwrap();
+        let inv = InvoiceRow {
+            label: "l".into(),
+            r: wire::Preimage([3; 32]),
+            amount_msat: 7,
+            created_at: 1,
+            paid: None,
+        };
+        assert!(store.add_invoice(&inv).await.unwrap());
+        assert!(!store.add_invoice(&inv).await.unwrap(), "label taken");
+        let paid = InvoicePaid {
+            channel: ChannelId(2),
+            amount_msat: 9,
+            at: 5,
+            settled: false,
+        };
+        let h = inv.r.hash();
+        assert!(store.mark_invoice_paid(&h, &paid).await.unwrap());
+        let again = InvoicePaid {
+            channel: ChannelId(3),
+            ..paid
+        };
+        assert!(
+            !store.mark_invoice_paid(&h, &again).await.unwrap(),
+            "paid once"
+        );
+        drop(store);
+        let store = Store::open(dir.path()).await.unwrap();
+        store.mark_invoice_settled(&h).await.unwrap();
+        let read = store.invoices().await.unwrap();
+        let settled = InvoicePaid {
+            settled: true,
+            ..paid
+        };
+        assert_eq!(
+            read,
+            vec![InvoiceRow {
+                paid: Some(settled),
+                ..inv
+            }]
+        );
     }
 
     /// The store is one connection holding SQLite's lock for its life (issue 33: a

@@ -1,0 +1,367 @@
+//! Issue 30 in process (`harness::create_network`): invoices paid by incoming HTLCs, with
+//! and without an onion, each paid once; onions that do not open, or that name a next hop
+//! this node cannot reach, are failed back without moving money.
+
+use bitcoin::hashes::Hash as _;
+use secp256k1::{PublicKey, Secp256k1, SecretKey};
+use wire::{Locktime, Onion, Sha256};
+
+use crate::control_error::ControlError;
+use crate::harness::{create_network, Network};
+use crate::manager::Command;
+use crate::store::InvoiceRow;
+
+fn regtest(config: &mut crate::NodeConfig) {
+    config.channel.min_depth = 1;
+}
+
+/// Node `i`'s own balance (outside HTLCs, fee share included) and its HTLC count, in its
+/// channel with `peer`.
+async fn side(net: &Network, i: usize, peer: usize) -> (u64, usize) {
+    let slot = net.nodes[i]
+        .manager
+        .channels
+        .latest(&net.id(peer))
+        .expect("a channel");
+    let inner = slot.lock().await;
+    let cs = inner.channel.balances().expect("balances");
+    (
+        cs.ours.pay_msat + cs.ours.fee_msat,
+        cs.ours.htlcs.len() + cs.theirs.htlcs.len(),
+    )
+}
+
+/// Waits (at most 10 s, woken by every input of the channel) until node `i`'s channel with
+/// `peer` holds no HTLC and is idle.
+async fn settled(net: &Network, i: usize, peer: usize) {
+    let slot = net.nodes[i]
+        .manager
+        .channels
+        .latest(&net.id(peer))
+        .expect("a channel");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let changed = slot.changed.notified();
+        {
+            let inner = slot.lock().await;
+            let empty = inner
+                .channel
+                .balances()
+                .is_some_and(|cs| cs.ours.htlcs.is_empty() && cs.theirs.htlcs.is_empty());
+            if empty && inner.channel.state() == channel::State::Normal {
+                return;
+            }
+        }
+        if tokio::time::timeout_at(deadline, changed).await.is_err() {
+            panic!("node {i}'s channel with node {peer} still holds an HTLC");
+        }
+    }
+}
+
+/// Node 0 offers node 1 an HTLC of `msat` for `r_hash`, expiring 100 blocks ahead, with
+/// `onion` if any; returns the expiry.
+async fn offer(net: &Network, msat: u64, r_hash: Sha256, onion: Option<Onion>) -> u32 {
+    let expiry = net.chain.height() + 100;
+    let command = match onion {
+        None => Command::AddHtlc {
+            amount_msat: msat,
+            r_hash,
+            expiry,
+        },
+        Some(onion) => Command::AddRoutedHtlc {
+            amount_msat: msat,
+            r_hash,
+            expiry,
+            onion,
+        },
+    };
+    net.nodes[0]
+        .manager
+        .command(&net.id(1), command)
+        .await
+        .expect("newhtlc");
+    expiry
+}
+
+/// A one-hop onion to node `to` (the final hop) for `amount_msat` until `expiry`.
+fn final_onion(to: PublicKey, amount_msat: u32, expiry: u32, r_hash: &Sha256) -> Onion {
+    let payload = onion::HopPayload {
+        amount_msat,
+        expiry: Locktime::Blocks(expiry),
+        next_node: None,
+    };
+    let payload = payload.encode();
+    onion::build(
+        &Secp256k1::new(),
+        &SecretKey::from_slice(&[0x33; 32]).expect("key"),
+        &[onion::Hop {
+            node_id: to,
+            payload: &payload,
+        }],
+        r_hash.as_byte_array(),
+    )
+    .expect("onion")
+    .packet
+}
+
+async fn invoice(net: &Network, i: usize, msat: u32, label: &str) -> InvoiceRow {
+    net.nodes[i]
+        .manager
+        .create_invoice(msat, Some(label.into()))
+        .await
+        .expect("invoice")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invoice_is_paid_once_by_an_htlc_without_onion_and_a_second_htlc_is_failed() {
+    let net = create_network(2, regtest).await;
+    net.open_channel(0, 1, 500_000).await;
+    let inv = invoice(&net, 1, 5_000_000, "coffee").await;
+    let r_hash = inv.r.hash();
+    let (a0, _) = side(&net, 0, 1).await;
+    let (b0, _) = side(&net, 1, 0).await;
+    offer(&net, 5_000_000, r_hash, None).await;
+    let paid = net.nodes[1]
+        .manager
+        .wait_invoice("coffee")
+        .await
+        .expect("paid");
+    assert_eq!(paid.paid.map(|p| p.amount_msat), Some(5_000_000));
+    settled(&net, 0, 1).await;
+    settled(&net, 1, 0).await;
+    assert_eq!(side(&net, 0, 1).await, (a0 - 5_000_000, 0));
+    assert_eq!(side(&net, 1, 0).await, (b0 + 5_000_000, 0));
+    let listed = net.nodes[1].manager.list_invoices().await.expect("list");
+    let p = listed[0].paid.expect("paid");
+    assert!(p.settled, "the fulfil completed");
+    // A second HTLC for the same hash is failed back: the payer keeps its money.
+    offer(&net, 5_000_000, r_hash, None).await;
+    settled(&net, 0, 1).await;
+    settled(&net, 1, 0).await;
+    assert_eq!(side(&net, 0, 1).await, (a0 - 5_000_000, 0));
+    assert_eq!(side(&net, 1, 0).await, (b0 + 5_000_000, 0));
+    let again = net.nodes[1].manager.list_invoices().await.expect("list");
+    assert_eq!(again[0].paid, Some(p), "paid once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_htlc_below_the_invoice_is_failed_and_an_unknown_hash_without_onion_is_left_to_the_owner(
+) {
+    let net = create_network(2, regtest).await;
+    net.open_channel(0, 1, 500_000).await;
+    let inv = invoice(&net, 1, 5_000_000, "tea").await;
+    let (a0, _) = side(&net, 0, 1).await;
+    offer(&net, 4_999_000, inv.r.hash(), None).await;
+    settled(&net, 0, 1).await;
+    assert_eq!(side(&net, 0, 1).await, (a0, 0), "failed back");
+    let listed = net.nodes[1].manager.list_invoices().await.expect("list");
+    assert_eq!(listed[0].paid, None);
+    // No invoice, no onion: as before invoices, the HTLC waits for fulfillhtlc/failhtlc.
+    let unknown = Sha256::hash(&[4; 32]);
+    offer(&net, 5_000_000, unknown, None).await;
+    for _ in 0..3 {
+        net.step().await;
+    }
+    assert_eq!(side(&net, 1, 0).await.1, 1, "left pending for the owner");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invoice_is_paid_by_an_htlc_whose_onion_ends_here() {
+    let net = create_network(2, regtest).await;
+    net.open_channel(0, 1, 500_000).await;
+    let inv = invoice(&net, 1, 3_000_000, "book").await;
+    let r_hash = inv.r.hash();
+    let (a0, _) = side(&net, 0, 1).await;
+    let expiry = net.chain.height() + 100;
+    let onion = final_onion(net.id(1), 3_000_000, expiry, &r_hash);
+    offer(&net, 3_000_000, r_hash, Some(onion)).await;
+    net.nodes[1]
+        .manager
+        .wait_invoice("book")
+        .await
+        .expect("paid");
+    settled(&net, 0, 1).await;
+    assert_eq!(side(&net, 0, 1).await, (a0 - 3_000_000, 0));
+}
+
+/// The HTLC carries less than its onion says the payer meant: an upstream hop kept more
+/// than its fee. Failed back, the invoice unpaid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_htlc_carrying_less_than_its_onion_states_is_failed() {
+    let net = create_network(2, regtest).await;
+    net.open_channel(0, 1, 500_000).await;
+    let inv = invoice(&net, 1, 3_000_000, "lamp").await;
+    let r_hash = inv.r.hash();
+    let (a0, _) = side(&net, 0, 1).await;
+    let expiry = net.chain.height() + 100;
+    let onion = final_onion(net.id(1), 3_500_000, expiry, &r_hash);
+    offer(&net, 3_000_000, r_hash, Some(onion)).await;
+    settled(&net, 0, 1).await;
+    assert_eq!(side(&net, 0, 1).await, (a0, 0));
+    let listed = net.nodes[1].manager.list_invoices().await.expect("list");
+    assert_eq!(listed[0].paid, None);
+}
+
+/// An onion with one flipped bit (its HMAC no longer matches), or one built for another
+/// node, is failed back: no money moves and the invoice stays unpaid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_onion_that_does_not_open_is_failed_back_without_moving_money() {
+    let net = create_network(2, regtest).await;
+    net.open_channel(0, 1, 500_000).await;
+    let inv = invoice(&net, 1, 3_000_000, "pen").await;
+    let r_hash = inv.r.hash();
+    let (a0, _) = side(&net, 0, 1).await;
+    let (b0, _) = side(&net, 1, 0).await;
+    let expiry = net.chain.height() + 100;
+    let good = final_onion(net.id(1), 3_000_000, expiry, &r_hash);
+    let mut bytes = *good.as_bytes();
+    bytes[100] ^= 1;
+    let flipped = Onion::new(Box::new(bytes));
+    let stranger = PublicKey::from_secret_key(
+        &Secp256k1::new(),
+        &SecretKey::from_slice(&[0x77; 32]).expect("key"),
+    );
+    let not_ours = final_onion(stranger, 3_000_000, expiry, &r_hash);
+    for onion in [flipped, not_ours] {
+        offer(&net, 3_000_000, r_hash, Some(onion)).await;
+        settled(&net, 0, 1).await;
+        settled(&net, 1, 0).await;
+        assert_eq!(side(&net, 0, 1).await, (a0, 0));
+        assert_eq!(side(&net, 1, 0).await, (b0, 0));
+    }
+    let listed = net.nodes[1].manager.list_invoices().await.expect("list");
+    assert_eq!(listed[0].paid, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invoice_labels_are_unique_and_waitinvoice_knows_only_its_own() {
+    let net = create_network(1, regtest).await;
+    let a = invoice(&net, 0, 1_000, "x").await;
+    assert_eq!(a.amount_msat, 1_000);
+    let dup = net.nodes[0]
+        .manager
+        .create_invoice(2_000, Some("x".into()))
+        .await
+        .err();
+    assert!(
+        matches!(dup, Some(ControlError::InvoiceExists(ref l)) if l == "x"),
+        "{dup:?}"
+    );
+    let none = net.nodes[0].manager.wait_invoice("y").await.err();
+    assert!(matches!(none, Some(ControlError::NoInvoice(_))), "{none:?}");
+    // Without a label the hash names it.
+    let b = net.nodes[0]
+        .manager
+        .create_invoice(2_000, None)
+        .await
+        .expect("invoice");
+    assert_eq!(b.label, hex::encode(b.r.hash().as_byte_array()));
+    assert_ne!(a.r, b.r);
+    let listed = net.nodes[0].manager.list_invoices().await.expect("list");
+    assert_eq!(listed.len(), 2);
+}
+
+/// `pay --route B R_HASH AMOUNT`: a route of one node builds an onion that ends at B,
+/// and B's invoice takes the HTLC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paying_along_a_route_of_one_node_pays_its_invoice() {
+    let net = create_network(2, regtest).await;
+    net.open_channel(0, 1, 500_000).await;
+    let inv = invoice(&net, 1, 2_000_000, "route").await;
+    let (a0, _) = side(&net, 0, 1).await;
+    let (b0, _) = side(&net, 1, 0).await;
+    net.nodes[0]
+        .manager
+        .pay_route(&[net.id(1)], inv.r.hash(), 2_000_000)
+        .await
+        .expect("pay --route");
+    let paid = net.nodes[1]
+        .manager
+        .wait_invoice("route")
+        .await
+        .expect("paid");
+    assert_eq!(paid.paid.map(|p| p.amount_msat), Some(2_000_000));
+    settled(&net, 0, 1).await;
+    settled(&net, 1, 0).await;
+    assert_eq!(side(&net, 0, 1).await, (a0 - 2_000_000, 0));
+    assert_eq!(side(&net, 1, 0).await, (b0 + 2_000_000, 0));
+}
+
+/// B (node 1) asks 5,000 msat + 10 millionths; A and C the defaults.
+fn b_charges_more(config: &mut crate::NodeConfig) {
+    regtest(config);
+    if config.data_dir.ends_with("node1") {
+        config.fee_base_msat = 5_000;
+    }
+}
+
+/// A (0) - B (1) - C (2); `c_funds`: the B-C channel is C's (B has no room toward C).
+async fn line(tweak: fn(&mut crate::NodeConfig), c_funds: bool) -> Network {
+    let net = create_network(3, tweak).await;
+    net.open_channel(0, 1, 500_000).await;
+    if c_funds {
+        net.open_channel(2, 1, 500_000).await;
+    } else {
+        net.open_channel(1, 2, 500_000).await;
+    }
+    net
+}
+
+/// A pays along `route` and must hear a decline of `reason` (its debug text); nothing
+/// moved on A's channel.
+async fn declined(net: &Network, route: &[PublicKey], reason: &str) {
+    let (a0, _) = side(net, 0, 1).await;
+    let r_hash = Sha256::hash(&[6; 32]);
+    let answer = net.nodes[0]
+        .manager
+        .pay_route(route, r_hash, 2_000_000)
+        .await
+        .err();
+    match answer {
+        Some(ControlError::Declined(text)) => assert!(text.contains(reason), "{text}"),
+        other => panic!("expected a decline, got {other:?}"),
+    }
+    settled(net, 0, 1).await;
+    assert_eq!(side(net, 0, 1).await, (a0, 0));
+}
+
+/// B asks more than A's assumed fee: B declines before accepting, with
+/// `insufficient_funds` carrying its schedule (5 sat: its 5,000 msat; 10 millionths).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fee_below_the_hops_schedule_is_declined_with_the_schedule() {
+    let net = line(b_charges_more, false).await;
+    let schedule = "InsufficientFunds(Funding { fixed: Some(5), per_micro_unit: Some(10) })";
+    declined(&net, &[net.id(1), net.id(2)], schedule).await;
+}
+
+/// A next node the hop has no channel with, and a channel without room toward it:
+/// `cannot_route`, before the hop accepts anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_channel_or_no_room_toward_the_next_node_is_declined_as_cannot_route() {
+    let net = line(regtest, true).await;
+    let stranger = PublicKey::from_secret_key(
+        &Secp256k1::new(),
+        &SecretKey::from_slice(&[0x66; 32]).expect("key"),
+    );
+    declined(&net, &[net.id(1), stranger], "CannotRoute(true)").await;
+    // C funded the B-C channel: B owns nothing in it to offer C.
+    declined(&net, &[net.id(1), net.id(2)], "CannotRoute(true)").await;
+}
+
+/// A route the hop's policy accepts: until forwarding is implemented, B takes the HTLC and
+/// fails it back; A keeps its money and C sees nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_htlc_the_hop_would_forward_is_failed_back_until_forwarding_lands() {
+    let net = line(regtest, false).await;
+    let inv = invoice(&net, 2, 2_000_000, "far").await;
+    let (a0, _) = side(&net, 0, 1).await;
+    let (c0, _) = side(&net, 2, 1).await;
+    net.nodes[0]
+        .manager
+        .pay_route(&[net.id(1), net.id(2)], inv.r.hash(), 2_000_000)
+        .await
+        .expect("accepted by B");
+    settled(&net, 0, 1).await;
+    assert_eq!(side(&net, 0, 1).await, (a0, 0));
+    assert_eq!(side(&net, 2, 1).await, (c0, 0));
+}
