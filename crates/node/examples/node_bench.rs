@@ -615,7 +615,7 @@ async fn open_all(chain: &DevChain, hub: &Node, peers: &[Node]) {
         hub.call("open", json!([p.running.node_id.to_string(), 250_000]))
             .await;
     }
-    chain.mine(1, &chain.faucet_script().to_owned()).unwrap();
+    chain.mine(1, chain.faucet_script()).unwrap();
     wait_until("channels live", async || {
         let list = hub.call("listchannels", json!([])).await;
         list["channels"]
