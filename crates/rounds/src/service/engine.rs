@@ -128,6 +128,17 @@ impl Broadcast {
     }
 }
 
+/// What one [`Engine::tick`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TickOutcome {
+    /// A round moved a step: another tick may move more.
+    Moved,
+    /// No round could move now (waiting for a time, a block or the node).
+    Idle,
+    /// The service is paused: no round moves until it resumes.
+    Paused,
+}
+
 /// Blocks processed per sync, so one sync stays short after a long outage.
 const MAX_BLOCKS_PER_SYNC: i64 = 500;
 /// Blocks between two re-broadcasts of our unconfirmed transactions.
@@ -337,7 +348,7 @@ impl Engine {
         changed |= self.bump_stuck().await?;
         changed |= self.reverse_vanished_deposits().await?;
         for _ in 0..16 {
-            if !self.tick(unix_now()).await? {
+            if self.tick(unix_now()).await? != TickOutcome::Moved {
                 break;
             }
             changed = true;
@@ -666,18 +677,17 @@ impl Engine {
     }
 
     /// One engine step on the oldest unfinished round that can move.
-    /// Returns whether something moved.
     ///
     /// # Errors
     /// Database, chain or wallet failures.
-    pub async fn tick(&self, now: i64) -> Result<bool, EngineError> {
+    pub async fn tick(&self, now: i64) -> Result<TickOutcome, EngineError> {
         let config = self.store.config().await?;
         if config.paused {
-            return Ok(false);
+            return Ok(TickOutcome::Paused);
         }
         for round in self.store.unfinished_rounds().await? {
             match self.step(&round, now, &config).await {
-                Ok(true) => return Ok(true),
+                Ok(true) => return Ok(TickOutcome::Moved),
                 Ok(false) => {}
                 // One round's failure does not hold up the rounds after it.
                 Err(e) => {
@@ -685,7 +695,7 @@ impl Engine {
                 }
             }
         }
-        Ok(false)
+        Ok(TickOutcome::Idle)
     }
 
     async fn step(

@@ -7,6 +7,7 @@ use sqlx::Row as _;
 
 use super::migrations::CASE_INSENSITIVE_USERNAMES;
 use super::*;
+use crate::domain::audit::AuditActor;
 use crate::domain::round::{OutputOrigin, RoundStatus, TransferKind, TransferStatus};
 use crate::domain::settings::{ConfigPatch, ServiceConfig};
 
@@ -103,6 +104,7 @@ macro_rules! both_backends {
 }
 
 both_backends!(
+    every_state_binds_as_its_stored_name,
     users_are_unique_ignoring_case_and_get_distinct_indexes,
     concurrent_case_variants_give_one_account,
     derivation_index_collision_retries_then_conflicts,
@@ -138,6 +140,37 @@ both_backends!(
 /// it `broadcast`, as the answer said, the database still `signed` (a
 /// crash now is a crash between broadcast and mark); then the mark is
 /// committed with no one waiting for it and the overlay is gone.
+/// Every state a query is given reaches the database as the name the store
+/// reads back: the enums are the one place the names are spelled.
+async fn every_state_binds_as_its_stored_name(b: Backend) {
+    use crate::domain::audit::AuditEvent;
+    use crate::domain::round::BetStatus;
+    let db = TestDb::new(b).await;
+    macro_rules! round_trip {
+        ($($t:ty),+) => {$(
+            for &v in <$t>::ALL {
+                let back: String = sqlx::query_scalar("SELECT CAST($1 AS TEXT)")
+                    .bind(v)
+                    .fetch_one(db.store.pool())
+                    .await
+                    .unwrap();
+                assert_eq!(back, v.as_str());
+                assert_eq!(back.parse::<$t>(), Ok(v));
+            }
+        )+};
+    }
+    round_trip!(
+        RoundStatus,
+        TransferKind,
+        TransferStatus,
+        OutputOrigin,
+        BetStatus,
+        AuditEvent,
+        AuditActor
+    );
+    db.cleanup().await;
+}
+
 async fn a_queued_mark_reads_broadcast_to_its_user_until_it_is_committed(b: Backend) {
     let db = TestDb::new(b).await;
     let s = &db.store;
@@ -452,11 +485,15 @@ async fn password_changes_bump_token_version(b: Backend) {
         Some(("Dora".into(), 1))
     );
     assert_eq!(
-        s.reset_password("dORA", "reset", "admin").await.unwrap(),
+        s.reset_password("dORA", "reset", AuditActor::Admin)
+            .await
+            .unwrap(),
         Some(("Dora".into(), 2))
     );
     assert_eq!(
-        s.reset_password("nobody", "reset", "admin").await.unwrap(),
+        s.reset_password("nobody", "reset", AuditActor::Admin)
+            .await
+            .unwrap(),
         None
     );
     let row = s.user_by_id(u.id).await.unwrap().unwrap();
@@ -491,19 +528,19 @@ async fn config_updates_are_audited_with_diffs(b: Backend) {
         round_duration_seconds: Some(120),
         ..Default::default()
     };
-    let (after, diff) = s.update_config(&patch, "admin").await.unwrap();
+    let (after, diff) = s.update_config(&patch, AuditActor::Admin).await.unwrap();
     assert_eq!(after.fee_rate_sat_vb, 5);
     assert_eq!(
         serde_json::to_value(&diff).unwrap(),
         serde_json::json!({"fee_rate_sat_vb": {"before": 2, "after": 5}})
     );
     // A no-op writes nothing.
-    let (_, diff) = s.update_config(&patch, "admin").await.unwrap();
+    let (_, diff) = s.update_config(&patch, AuditActor::Admin).await.unwrap();
     assert!(diff.is_empty());
-    assert!(s.set_paused(true, "admin").await.unwrap().1);
-    assert!(!s.set_paused(true, "admin").await.unwrap().1);
+    assert!(s.set_paused(true, AuditActor::Admin).await.unwrap().1);
+    assert!(!s.set_paused(true, AuditActor::Admin).await.unwrap().1);
     assert!(s.config().await.unwrap().paused);
-    assert!(s.set_paused(false, "admin").await.unwrap().1);
+    assert!(s.set_paused(false, AuditActor::Admin).await.unwrap().1);
     let all = s.audit_page(10, None).await.unwrap();
     let events: Vec<&str> = all.iter().map(|e| e.event.as_str()).collect();
     assert_eq!(events, ["resumed", "paused", "config_updated"]);
@@ -537,7 +574,7 @@ async fn config_updates_are_audited_with_diffs(b: Backend) {
                     fee_rate_sat_vb: Some(rate),
                     ..Default::default()
                 },
-                "admin",
+                AuditActor::Admin,
             )
             .await
             .unwrap()
@@ -1991,7 +2028,7 @@ async fn no_payment_is_saved_once_the_pause_has_answered(b: Backend) {
         .ensure_round(crate::domain::time::unix_now())
         .await
         .unwrap();
-    store.set_paused(true, "admin").await.unwrap();
+    store.set_paused(true, AuditActor::Admin).await.unwrap();
     let mut bet = money::intent(
         TransferKind::Bet,
         alice,
@@ -2017,7 +2054,7 @@ async fn no_payment_is_saved_once_the_pause_has_answered(b: Backend) {
         "a withdrawal saved while paused: {withdrawal:?}"
     );
     assert_eq!(bet_counts(&store, round.id).await, (0, 0));
-    store.set_paused(false, "admin").await.unwrap();
+    store.set_paused(false, AuditActor::Admin).await.unwrap();
     assert!(store.place_bet(&bet).await.is_ok(), "resumed");
     db.cleanup().await;
 }

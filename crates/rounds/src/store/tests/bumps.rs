@@ -70,7 +70,7 @@ fn replacement_of(old: i64, user: i64, round: Option<i64>, origin: OriginOf) -> 
             origin,
         }],
         sent_height: 10,
-        actor: "engine".into(),
+        actor: crate::domain::audit::AuditActor::Engine,
         fee_rate_sat_vb: 7,
     }
 }
