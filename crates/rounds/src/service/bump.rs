@@ -150,7 +150,9 @@ impl Engine {
                 Err(BumpError::OverCap { .. }) => {
                     tracing::debug!(transfer = w.transfer.id, "at its fee cap; not bumped again");
                 }
-                Err(e) => tracing::warn!(transfer = w.transfer.id, error = %e, "bump failed"),
+                Err(e) => {
+                    tracing::warn!(transfer = w.transfer.id, error = %crate::service::error_chain(&e), "bump failed")
+                }
             }
         }
         Ok(changed)

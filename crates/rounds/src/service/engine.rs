@@ -70,11 +70,24 @@ pub enum EngineError {
     #[error(transparent)]
     Chain(#[from] ChainError),
     /// Building the payout failed.
-    #[error("payout: {0}")]
+    #[error("payout")]
     Spend(#[from] spend::SpendFailure),
     /// Stored data does not make sense.
     #[error("corrupt: {0}")]
     Corrupt(String),
+    /// A stored transaction does not decode.
+    #[error("corrupt: raw tx")]
+    RawTx(#[source] RawTxError),
+    /// A stored txid or block hash does not parse.
+    #[error("corrupt: {what} {text}")]
+    Hash {
+        /// `txid` or `block hash`.
+        what: &'static str,
+        /// The stored text.
+        text: String,
+        /// Why it does not parse.
+        source: bitcoin::hex::HexToArrayError,
+    },
     /// A payout retry could not build the payout (say, the fee rate is
     /// still above what the pot can pay).
     #[error("{0}")]
@@ -83,6 +96,17 @@ pub enum EngineError {
     /// confirm: the node neither has it nor refused it for good.
     #[error("{0}")]
     PotUnsettled(String),
+}
+
+/// Why stored transaction bytes do not decode.
+#[derive(Debug, thiserror::Error)]
+pub enum RawTxError {
+    /// Not hex.
+    #[error(transparent)]
+    Hex(#[from] hex::FromHexError),
+    /// Not a transaction.
+    #[error(transparent)]
+    Decode(#[from] bitcoin::consensus::encode::Error),
 }
 
 /// What a broadcast answer means for the ledger.
@@ -188,9 +212,8 @@ impl std::fmt::Debug for Engine {
 }
 
 pub(crate) fn txid_of(raw: &str) -> Result<Transaction, EngineError> {
-    let bytes = hex::decode(raw).map_err(|e| EngineError::Corrupt(format!("raw tx: {e}")))?;
-    bitcoin::consensus::deserialize(&bytes)
-        .map_err(|e| EngineError::Corrupt(format!("raw tx: {e}")))
+    let bytes = hex::decode(raw).map_err(|e| EngineError::RawTx(e.into()))?;
+    bitcoin::consensus::deserialize(&bytes).map_err(|e| EngineError::RawTx(e.into()))
 }
 
 /// When an accepted broadcast's mark (`signed` → `broadcast`) must be on
@@ -326,7 +349,7 @@ impl Engine {
         let mut tips = self.chain.tips();
         loop {
             if let Err(e) = self.run_once().await {
-                tracing::warn!(error = %e, "engine step failed; retrying");
+                tracing::warn!(error = %crate::service::error_chain(&e), "engine step failed; retrying");
             }
             // A stream that ended disables its branch; the timer goes on.
             tokio::select! {
@@ -665,7 +688,7 @@ impl Engine {
             }
             _ => {}
         }
-        let reason = format!("{e}");
+        let reason = crate::service::error_chain(e);
         if t.kind == TransferKind::Payout && t.status == TransferStatus::Signed {
             if let Some(round_id) = t.round_id {
                 tracing::error!(transfer = t.id, round = round_id, %reason, "payout keeps failing: payout_failed");
@@ -691,7 +714,7 @@ impl Engine {
                 Ok(false) => {}
                 // One round's failure does not hold up the rounds after it.
                 Err(e) => {
-                    tracing::warn!(round = round.id, error = %e, "round step failed; retried")
+                    tracing::warn!(round = round.id, error = %crate::service::error_chain(&e), "round step failed; retried")
                 }
             }
         }
@@ -1229,8 +1252,11 @@ impl Engine {
 }
 
 fn outpoint_of(o: &crate::domain::money::Coin) -> Result<bitcoin::OutPoint, EngineError> {
-    let txid = bitcoin::Txid::from_str(&o.txid)
-        .map_err(|e| EngineError::Corrupt(format!("txid {}: {e}", o.txid)))?;
+    let txid = bitcoin::Txid::from_str(&o.txid).map_err(|source| EngineError::Hash {
+        what: "txid",
+        text: o.txid.clone(),
+        source,
+    })?;
     let vout = u32::try_from(o.vout)
         .map_err(|_| EngineError::Corrupt(format!("vout {} of {}", o.vout, o.txid)))?;
     Ok(bitcoin::OutPoint { txid, vout })
@@ -1271,9 +1297,13 @@ pub fn draw_bets(bets: &[BetRow]) -> Vec<DrawBet> {
 /// Parses a stored block hash.
 ///
 /// # Errors
-/// [`EngineError::Corrupt`].
+/// [`EngineError::Hash`].
 pub fn parse_block_hash(s: &str) -> Result<BlockHash, EngineError> {
-    BlockHash::from_str(s).map_err(|e| EngineError::Corrupt(format!("block hash {s}: {e}")))
+    BlockHash::from_str(s).map_err(|source| EngineError::Hash {
+        what: "block hash",
+        text: s.to_owned(),
+        source,
+    })
 }
 
 // Only without `test-hooks`: with it the hook would kill the test (and the

@@ -169,8 +169,11 @@ pub enum PaymentError {
     #[error("engine step failed")]
     Engine(#[source] EngineError),
     /// The development chain failed (faucet).
-    #[error("development chain: {0}")]
-    DevChain(String),
+    #[error("development chain")]
+    DevChain(#[source] chain::DevChainError),
+    /// The faucet's blocking task died (faucet).
+    #[error("faucet task")]
+    FaucetTask(#[source] tokio::task::JoinError),
     /// The request's deadline passed before the payment was written:
     /// nothing was saved, nothing will be paid.
     #[error("the request took longer than {timeout_secs} s; nothing was paid")]
@@ -979,8 +982,8 @@ impl<'a> Payments<'a> {
             Ok::<_, chain::DevChainError>(txid)
         })
         .await
-        .map_err(|e| PaymentError::DevChain(e.to_string()))?
-        .map_err(|e| PaymentError::DevChain(e.to_string()))?;
+        .map_err(PaymentError::FaucetTask)?
+        .map_err(PaymentError::DevChain)?;
         self.engine.run_once().await.map_err(PaymentError::Engine)?;
         Ok(txid)
     }
