@@ -25,7 +25,7 @@ use crate::service::current::CurrentRound;
 use crate::service::stream::StreamHub;
 use crate::store::chain::Deposit;
 use crate::store::ledger::{LedgerError, TransferRow};
-use crate::store::rounds::{BetRow, DrawColumns, RoundRow};
+use crate::store::rounds::{BetRow, DrawColumns, PayoutReplacement, RoundRow};
 use crate::store::{Store, StoreError};
 
 /// Environment variable of the crash test hook: when it names a step, the
@@ -1007,14 +1007,16 @@ impl Engine {
                 let fee_script = spend::script_of(&config.fee_address, self.wallet.network())?;
                 spend::payout(
                     &self.wallet,
-                    round_id,
-                    pot,
-                    &fee_script,
-                    commission,
-                    &winner_script,
-                    winner_id,
-                    config.fee_rate_sat_vb,
-                    tip_height,
+                    &spend::PayoutRequest {
+                        round_id,
+                        pot,
+                        fee_script: &fee_script,
+                        commission_sats: commission,
+                        winner_script: &winner_script,
+                        winner_user_id: winner_id,
+                        fee_rate_sat_vb: config.fee_rate_sat_vb,
+                        tip_height,
+                    },
                 )
             },
         );
@@ -1172,18 +1174,18 @@ impl Engine {
                 "pot output no longer exists; the payout is rebuilt without it (ledger correction)");
         }
         self.store
-            .replace_failed_payout(
-                payout.id,
+            .replace_failed_payout(&PayoutReplacement {
+                transfer_id: payout.id,
                 round_id,
-                &payout.txid,
-                &signed.intent.txid,
-                &signed.intent.raw_tx,
-                signed.intent.fee_sats,
-                signed.intent.amount_sats,
-                signed.change.map(|c| i64::from(c.0)),
-                signed.intent.commission_sats,
-                &dropped,
-            )
+                old_txid: &payout.txid,
+                txid: &signed.intent.txid,
+                raw_tx: &signed.intent.raw_tx,
+                fee_sats: signed.intent.fee_sats,
+                winner_sats: signed.intent.amount_sats,
+                winner_vout: signed.change.map(|c| i64::from(c.0)),
+                commission_sats: signed.intent.commission_sats,
+                dropped: &dropped,
+            })
             .await?;
         let mut round = detail.round.clone();
         round.status = RoundStatus::PayingOut;

@@ -34,6 +34,31 @@ pub struct RoundRow {
     pub bet_count: i64,
 }
 
+/// A failed payout's replacement, signed, for [`Store::replace_failed_payout`].
+#[derive(Debug, Clone, Copy)]
+pub struct PayoutReplacement<'a> {
+    /// The payout transfer.
+    pub transfer_id: i64,
+    /// Its round.
+    pub round_id: i64,
+    /// The refused transaction.
+    pub old_txid: &'a str,
+    /// The replacement.
+    pub txid: &'a str,
+    /// The replacement, signed, in hex.
+    pub raw_tx: &'a str,
+    /// Its miner fee.
+    pub fee_sats: i64,
+    /// The winner's share.
+    pub winner_sats: i64,
+    /// The winner's output, when the share is paid.
+    pub winner_vout: Option<i64>,
+    /// The commission.
+    pub commission_sats: i64,
+    /// Pot outputs gone from the chain, left out (ledger corrections).
+    pub dropped: &'a [Coin],
+}
+
 impl Store {
     /// The newest round, if any.
     ///
@@ -835,20 +860,22 @@ impl Store {
     ///
     /// # Errors
     /// Database failures; `Ok(false)` when the payout is not in `broadcast_failed`.
-    #[allow(clippy::too_many_arguments)]
     pub async fn replace_failed_payout(
         &self,
-        transfer_id: i64,
-        round_id: i64,
-        old_txid: &str,
-        txid: &str,
-        raw_tx: &str,
-        fee_sats: i64,
-        winner_sats: i64,
-        winner_vout: Option<i64>,
-        commission_sats: i64,
-        dropped: &[Coin],
+        r: &PayoutReplacement<'_>,
     ) -> Result<bool, StoreError> {
+        let PayoutReplacement {
+            transfer_id,
+            round_id,
+            old_txid,
+            txid,
+            raw_tx,
+            fee_sats,
+            winner_sats,
+            winner_vout,
+            commission_sats,
+            dropped,
+        } = *r;
         let mut tx = self.pool().begin().await?;
         let n = sqlx::query(
             "UPDATE transfers SET status = $7, txid = $1, raw_tx = $2, fee_sats = $3, amount_sats = $4, \

@@ -1826,18 +1826,18 @@ async fn a_retried_payout_records_the_winner_output_the_failed_one_lacked(b: Bac
     assert!(s.payout_failed(payout, round.id, "refused").await.unwrap());
     let new_txid = "7".repeat(64);
     assert!(s
-        .replace_failed_payout(
-            payout,
-            round.id,
-            &failed.txid,
-            &new_txid,
-            "00",
-            2_000,
-            5_000,
-            Some(1),
-            3_000,
-            &[],
-        )
+        .replace_failed_payout(&super::rounds::PayoutReplacement {
+            transfer_id: payout,
+            round_id: round.id,
+            old_txid: &failed.txid,
+            txid: &new_txid,
+            raw_tx: "00",
+            fee_sats: 2_000,
+            winner_sats: 5_000,
+            winner_vout: Some(1),
+            commission_sats: 3_000,
+            dropped: &[],
+        })
         .await
         .unwrap());
     let rows = sqlx::query(
