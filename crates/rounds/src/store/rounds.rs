@@ -4,7 +4,7 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::ledger::{
-    insert_intent, output_from_row, transfer_from_row, LedgerError, TransferRow, OUTPUT_COLS,
+    insert_intent, output_from_row, transfer_from_row, LedgerError, TransferRow, Tx, OUTPUT_COLS,
     TRANSFER_COLS,
 };
 use super::settings::insert_audit_entry;
@@ -32,6 +32,97 @@ pub struct RoundRow {
     pub bettors: i64,
     /// Number of placed bets (at most [`MAX_ROUND_BETS`](crate::domain::settings::MAX_ROUND_BETS)).
     pub bet_count: i64,
+}
+
+/// Pot inputs that no longer exist leave the ledger; their value is
+/// recorded as a correction so the conservation check still balances.
+async fn correct_vanished_inputs(
+    tx: &mut Tx<'_>,
+    r: &PayoutReplacement<'_>,
+) -> Result<(), sqlx::Error> {
+    let PayoutReplacement {
+        round_id,
+        transfer_id,
+        dropped,
+        ..
+    } = *r;
+    for o in dropped {
+        sqlx::query("DELETE FROM outputs WHERE id = $1")
+            .bind(o.id)
+            .execute(&mut **tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO ledger_corrections (at, round_id, transfer_id, txid, vout, amount_sats, reason) \
+             VALUES ($1, $2, $3, $4, $5, $6, 'pot input no longer exists')",
+        )
+        .bind(unix_now())
+        .bind(round_id)
+        .bind(transfer_id)
+        .bind(&o.txid)
+        .bind(o.vout)
+        .bind(o.amount_sats)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
+/// The replacement takes over the refused payout's inputs and its outputs
+/// (the winner's, at its new value), or drops them when it pays none.
+async fn move_payout_outputs(
+    tx: &mut Tx<'_>,
+    r: &PayoutReplacement<'_>,
+) -> Result<(), sqlx::Error> {
+    let PayoutReplacement {
+        transfer_id,
+        old_txid,
+        txid,
+        winner_sats,
+        winner_vout,
+        ..
+    } = *r;
+    sqlx::query("UPDATE outputs SET spent_txid = $1 WHERE spent_txid = $2")
+        .bind(txid)
+        .bind(old_txid)
+        .execute(&mut **tx)
+        .await?;
+    match winner_vout {
+        Some(v) => {
+            let moved = sqlx::query(
+                "UPDATE outputs SET txid = $1, vout = $2, amount_sats = $3 WHERE txid = $4",
+            )
+            .bind(txid)
+            .bind(v)
+            .bind(winner_sats)
+            .bind(old_txid)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected();
+            if moved == 0 {
+                // A payout signed before the winner's share became a
+                // payment may have had no winner output; without this
+                // row the watcher would credit the new one as a deposit.
+                sqlx::query(
+                    "INSERT INTO outputs (txid, vout, amount_sats, user_id, round_id, origin) \
+                     SELECT $1, $2, $3, user_id, NULL, $5 FROM transfers WHERE id = $4",
+                )
+                .bind(txid)
+                .bind(v)
+                .bind(winner_sats)
+                .bind(transfer_id)
+                .bind(OutputOrigin::Payout)
+                .execute(&mut **tx)
+                .await?;
+            }
+        }
+        None => {
+            sqlx::query("DELETE FROM outputs WHERE txid = $1")
+                .bind(old_txid)
+                .execute(&mut **tx)
+                .await?;
+        }
+    }
+    Ok(())
 }
 
 /// A failed payout's replacement, signed, for [`Store::replace_failed_payout`].
@@ -872,9 +963,9 @@ impl Store {
             raw_tx,
             fee_sats,
             winner_sats,
-            winner_vout,
             commission_sats,
             dropped,
+            ..
         } = *r;
         let mut tx = self.pool().begin().await?;
         let n = sqlx::query(
@@ -903,67 +994,8 @@ impl Store {
             .bind(RoundStatus::PayoutFailed)
             .execute(&mut *tx)
             .await?;
-        // Inputs that no longer exist leave the ledger; their value is
-        // recorded as a correction so the conservation check still balances.
-        for o in dropped {
-            sqlx::query("DELETE FROM outputs WHERE id = $1")
-                .bind(o.id)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query(
-                "INSERT INTO ledger_corrections (at, round_id, transfer_id, txid, vout, amount_sats, reason) \
-                 VALUES ($1, $2, $3, $4, $5, $6, 'pot input no longer exists')",
-            )
-            .bind(unix_now())
-            .bind(round_id)
-            .bind(transfer_id)
-            .bind(&o.txid)
-            .bind(o.vout)
-            .bind(o.amount_sats)
-            .execute(&mut *tx)
-            .await?;
-        }
-        sqlx::query("UPDATE outputs SET spent_txid = $1 WHERE spent_txid = $2")
-            .bind(txid)
-            .bind(old_txid)
-            .execute(&mut *tx)
-            .await?;
-        match winner_vout {
-            Some(v) => {
-                let moved = sqlx::query(
-                    "UPDATE outputs SET txid = $1, vout = $2, amount_sats = $3 WHERE txid = $4",
-                )
-                .bind(txid)
-                .bind(v)
-                .bind(winner_sats)
-                .bind(old_txid)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-                if moved == 0 {
-                    // A payout signed before the winner's share became a
-                    // payment may have had no winner output; without this
-                    // row the watcher would credit the new one as a deposit.
-                    sqlx::query(
-                        "INSERT INTO outputs (txid, vout, amount_sats, user_id, round_id, origin) \
-                         SELECT $1, $2, $3, user_id, NULL, $5 FROM transfers WHERE id = $4",
-                    )
-                    .bind(txid)
-                    .bind(v)
-                    .bind(winner_sats)
-                    .bind(transfer_id)
-                    .bind(OutputOrigin::Payout)
-                    .execute(&mut *tx)
-                    .await?;
-                }
-            }
-            None => {
-                sqlx::query("DELETE FROM outputs WHERE txid = $1")
-                    .bind(old_txid)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-        }
+        correct_vanished_inputs(&mut tx, r).await?;
+        move_payout_outputs(&mut tx, r).await?;
         insert_audit_entry(
             &mut tx,
             AuditEvent::PayoutRetried,
