@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use clap::Args;
 use potluck_rounds::http::client_ip::Cidr;
 use potluck_rounds::security::password::HashParams;
+use potluck_rounds::server::ServerLimits;
 use potluck_rounds::{Application, ChainSource, Config};
 
 /// Flags of `potluck serve`. Secret values are never shown: not by
@@ -105,18 +106,9 @@ pub struct ServeArgs {
     /// Most bets one user places in one round (its share of the round's 1,400).
     #[arg(long, env = "POTLUCK_MAX_BETS_PER_USER_PER_ROUND", default_value_t = 140, value_parser = clap::value_parser!(i64).range(1..=1400))]
     max_bets_per_user_per_round: i64,
-    /// A client must send a request's complete headers within this many seconds.
-    #[arg(long, env = "POTLUCK_HEADER_READ_TIMEOUT_SECS", default_value_t = 10, value_parser = at_least_one::<u64>())]
-    header_read_timeout_secs: u64,
-    /// A keep-alive connection without a request for this many seconds is closed.
-    #[arg(long, env = "POTLUCK_IDLE_TIMEOUT_SECS", default_value_t = 60, value_parser = at_least_one::<u64>())]
-    idle_timeout_secs: u64,
-    /// Connections served at once; further ones wait in the listen backlog.
-    #[arg(long, env = "POTLUCK_MAX_CONNECTIONS", default_value_t = 2048, value_parser = at_least_one::<usize>())]
-    max_connections: usize,
-    /// On SIGINT/SIGTERM, in-flight requests get this many seconds before connections are dropped.
-    #[arg(long, env = "POTLUCK_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
-    shutdown_grace_secs: u64,
+    /// The HTTP server's limits.
+    #[command(flatten)]
+    server: ServerLimitArgs,
     /// Database connections in the pool.
     #[arg(long, env = "POTLUCK_DB_CONNECTIONS", default_value_t = 16, value_parser = at_least_one_signed::<u32>())]
     db_connections: u32,
@@ -171,6 +163,35 @@ impl std::fmt::Debug for ServeArgs {
     }
 }
 
+/// The HTTP server's limits ([`ServerLimits`]); the defaults are its own.
+#[derive(Debug, Args)]
+pub struct ServerLimitArgs {
+    /// A client must send a request's complete headers within this many seconds.
+    #[arg(long, env = "POTLUCK_HEADER_READ_TIMEOUT_SECS", default_value_t = ServerLimits::default().header_read_timeout.as_secs(), value_parser = at_least_one::<u64>())]
+    header_read_timeout_secs: u64,
+    /// A keep-alive connection without a request for this many seconds is closed.
+    #[arg(long, env = "POTLUCK_IDLE_TIMEOUT_SECS", default_value_t = ServerLimits::default().idle_timeout.as_secs(), value_parser = at_least_one::<u64>())]
+    idle_timeout_secs: u64,
+    /// Connections served at once; further ones wait in the listen backlog.
+    #[arg(long, env = "POTLUCK_MAX_CONNECTIONS", default_value_t = ServerLimits::default().max_connections, value_parser = at_least_one::<usize>())]
+    max_connections: usize,
+    /// On SIGINT/SIGTERM, in-flight requests get this many seconds before connections are dropped.
+    #[arg(long, env = "POTLUCK_SHUTDOWN_GRACE_SECS", default_value_t = ServerLimits::default().shutdown_grace.as_secs())]
+    shutdown_grace_secs: u64,
+}
+
+impl ServerLimitArgs {
+    /// The limits these flags describe.
+    fn limits(&self) -> ServerLimits {
+        ServerLimits {
+            header_read_timeout: Duration::from_secs(self.header_read_timeout_secs),
+            idle_timeout: Duration::from_secs(self.idle_timeout_secs),
+            max_connections: self.max_connections,
+            shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
+        }
+    }
+}
+
 /// A count or a time of at least 1: 0 would turn off what it sizes, so
 /// the parser refuses it (naming the flag) rather than raising it quietly.
 fn at_least_one<T>() -> clap::builder::RangedU64ValueParser<T>
@@ -216,12 +237,7 @@ impl ServeArgs {
         if let Some(n) = self.hashing_concurrency {
             c.hashing_concurrency = n;
         }
-        c.server = potluck_rounds::server::ServerLimits {
-            header_read_timeout: Duration::from_secs(self.header_read_timeout_secs),
-            idle_timeout: Duration::from_secs(self.idle_timeout_secs),
-            max_connections: self.max_connections,
-            shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
-        };
+        c.server = self.server.limits();
         c.throttle.user_free_failures = self.login_user_free_failures;
         c.throttle.ip_free_failures = self.login_ip_free_failures;
         c.throttle.max_lockout = Duration::from_secs(self.login_max_lockout_secs);
@@ -338,6 +354,7 @@ mod tests {
         );
         assert_eq!((c.stream.max_subscribers, c.stream.max_per_ip), (500, 5));
         assert_eq!(c.keep_alive, Duration::from_secs(15));
+        assert_eq!(c.server, ServerLimits::default());
         assert!(c.admin_token.is_none());
         assert_eq!(c.fee_policy, chain::FeePolicy::default());
         assert_eq!(c.bump, potluck_rounds::domain::bump::BumpPolicy::default());
