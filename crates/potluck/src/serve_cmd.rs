@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use clap::Args;
 use potluck_rounds::http::client_ip::Cidr;
 use potluck_rounds::security::password::HashParams;
+use potluck_rounds::server::ServerLimits;
 use potluck_rounds::{Application, ChainSource, Config};
 
 /// Flags of `potluck serve`. Secret values are never shown: not by
@@ -52,7 +53,7 @@ pub struct ServeArgs {
     #[arg(long, env = "POTLUCK_ARGON2_PARALLELISM", default_value_t = HashParams::OWASP.parallelism)]
     argon2_parallelism: u32,
     /// Password hashes that may run at once (default: one per CPU core).
-    #[arg(long, env = "POTLUCK_HASHING_CONCURRENCY")]
+    #[arg(long, env = "POTLUCK_HASHING_CONCURRENCY", value_parser = at_least_one::<usize>())]
     hashing_concurrency: Option<usize>,
     /// Failed logins per username before lockouts start.
     #[arg(long, env = "POTLUCK_LOGIN_USER_FREE_FAILURES", default_value_t = 5)]
@@ -67,8 +68,7 @@ pub struct ServeArgs {
     #[arg(
         long,
         env = "POTLUCK_LOGIN_THROTTLE_MAX_KEYS",
-        default_value_t = 50_000
-    )]
+        default_value_t = 50_000, value_parser = at_least_one::<usize>())]
     login_throttle_max_keys: usize,
     /// Registrations per client IP per window.
     #[arg(long, env = "POTLUCK_REGISTRATION_QUOTA", default_value_t = 5)]
@@ -80,26 +80,25 @@ pub struct ServeArgs {
     #[arg(
         long,
         env = "POTLUCK_REGISTRATION_QUOTA_MAX_KEYS",
-        default_value_t = 50_000
-    )]
+        default_value_t = 50_000, value_parser = at_least_one::<usize>())]
     registration_quota_max_keys: usize,
     /// Concurrent stream subscribers in total.
     #[arg(long, env = "POTLUCK_MAX_STREAM_SUBSCRIBERS", default_value_t = 500)]
     max_stream_subscribers: usize,
     /// Concurrent streams per client IP.
-    #[arg(long, env = "POTLUCK_MAX_STREAMS_PER_IP", default_value_t = 5)]
+    #[arg(long, env = "POTLUCK_MAX_STREAMS_PER_IP", default_value_t = 5, value_parser = at_least_one::<usize>())]
     max_streams_per_ip: usize,
     /// Seconds between keep-alive comments on an idle stream.
-    #[arg(long, env = "POTLUCK_STREAM_KEEPALIVE_SECS", default_value_t = 15)]
+    #[arg(long, env = "POTLUCK_STREAM_KEEPALIVE_SECS", default_value_t = 15, value_parser = at_least_one::<u64>())]
     stream_keepalive_secs: u64,
     /// Time-out of every request except the stream, seconds.
-    #[arg(long, env = "POTLUCK_REQUEST_TIMEOUT_SECS", default_value_t = 30)]
+    #[arg(long, env = "POTLUCK_REQUEST_TIMEOUT_SECS", default_value_t = 30, value_parser = at_least_one::<u64>())]
     request_timeout_secs: u64,
     /// Largest accepted request body, bytes.
     #[arg(long, env = "POTLUCK_BODY_LIMIT_BYTES", default_value_t = 65_536)]
     body_limit_bytes: usize,
     /// Round length of a fresh install (afterwards: PUT /admin/config).
-    #[arg(long, env = "POTLUCK_ROUND_DURATION_SECONDS", default_value_t = 120)]
+    #[arg(long, env = "POTLUCK_ROUND_DURATION_SECONDS", default_value_t = 120, value_parser = at_least_one_signed::<i64>())]
     round_duration_seconds: i64,
     /// Largest share (percent) of a bet that its own pot input may cost in fees at the current fee rate.
     #[arg(long, env = "POTLUCK_MAX_BET_INPUT_FEE_PERCENT", default_value_t = 50)]
@@ -107,20 +106,11 @@ pub struct ServeArgs {
     /// Most bets one user places in one round (its share of the round's 1,400).
     #[arg(long, env = "POTLUCK_MAX_BETS_PER_USER_PER_ROUND", default_value_t = 140, value_parser = clap::value_parser!(i64).range(1..=1400))]
     max_bets_per_user_per_round: i64,
-    /// A client must send a request's complete headers within this many seconds.
-    #[arg(long, env = "POTLUCK_HEADER_READ_TIMEOUT_SECS", default_value_t = 10)]
-    header_read_timeout_secs: u64,
-    /// A keep-alive connection without a request for this many seconds is closed.
-    #[arg(long, env = "POTLUCK_IDLE_TIMEOUT_SECS", default_value_t = 60)]
-    idle_timeout_secs: u64,
-    /// Connections served at once; further ones wait in the listen backlog.
-    #[arg(long, env = "POTLUCK_MAX_CONNECTIONS", default_value_t = 2048)]
-    max_connections: usize,
-    /// On SIGINT/SIGTERM, in-flight requests get this many seconds before connections are dropped.
-    #[arg(long, env = "POTLUCK_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
-    shutdown_grace_secs: u64,
+    /// The HTTP server's limits.
+    #[command(flatten)]
+    server: ServerLimitArgs,
     /// Database connections in the pool.
-    #[arg(long, env = "POTLUCK_DB_CONNECTIONS", default_value_t = 16)]
+    #[arg(long, env = "POTLUCK_DB_CONNECTIONS", default_value_t = 16, value_parser = at_least_one_signed::<u32>())]
     db_connections: u32,
     /// Bitcoin Core JSON-RPC URL; without it the development chain runs in process (regtest only).
     #[arg(long, env = "POTLUCK_BITCOIND_URL")]
@@ -173,6 +163,54 @@ impl std::fmt::Debug for ServeArgs {
     }
 }
 
+/// The HTTP server's limits ([`ServerLimits`]); the defaults are its own.
+#[derive(Debug, Args)]
+pub struct ServerLimitArgs {
+    /// A client must send a request's complete headers within this many seconds.
+    #[arg(long, env = "POTLUCK_HEADER_READ_TIMEOUT_SECS", default_value_t = ServerLimits::default().header_read_timeout.as_secs(), value_parser = at_least_one::<u64>())]
+    header_read_timeout_secs: u64,
+    /// A keep-alive connection without a request for this many seconds is closed.
+    #[arg(long, env = "POTLUCK_IDLE_TIMEOUT_SECS", default_value_t = ServerLimits::default().idle_timeout.as_secs(), value_parser = at_least_one::<u64>())]
+    idle_timeout_secs: u64,
+    /// Connections served at once; further ones wait in the listen backlog.
+    #[arg(long, env = "POTLUCK_MAX_CONNECTIONS", default_value_t = ServerLimits::default().max_connections, value_parser = at_least_one::<usize>())]
+    max_connections: usize,
+    /// On SIGINT/SIGTERM, in-flight requests get this many seconds before connections are dropped.
+    #[arg(long, env = "POTLUCK_SHUTDOWN_GRACE_SECS", default_value_t = ServerLimits::default().shutdown_grace.as_secs())]
+    shutdown_grace_secs: u64,
+}
+
+impl ServerLimitArgs {
+    /// The limits these flags describe.
+    fn limits(&self) -> ServerLimits {
+        ServerLimits {
+            header_read_timeout: Duration::from_secs(self.header_read_timeout_secs),
+            idle_timeout: Duration::from_secs(self.idle_timeout_secs),
+            max_connections: self.max_connections,
+            shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
+        }
+    }
+}
+
+/// A count or a time of at least 1: 0 would turn off what it sizes, so
+/// the parser refuses it (naming the flag) rather than raising it quietly.
+fn at_least_one<T>() -> clap::builder::RangedU64ValueParser<T>
+where
+    T: TryFrom<u64> + Clone + Send + Sync + 'static,
+    <T as TryFrom<u64>>::Error: std::error::Error + Send + Sync + 'static,
+{
+    clap::builder::RangedU64ValueParser::new().range(1..)
+}
+
+/// [`at_least_one`] for the flags stored in a signed or narrower type.
+fn at_least_one_signed<T>() -> clap::builder::RangedI64ValueParser<T>
+where
+    T: TryFrom<i64> + Clone + Send + Sync + 'static,
+    <T as TryFrom<i64>>::Error: std::error::Error + Send + Sync + 'static,
+{
+    clap::builder::RangedI64ValueParser::new().range(1..)
+}
+
 impl ServeArgs {
     /// The service configuration these flags describe.
     pub fn into_config(self) -> anyhow::Result<Config> {
@@ -197,28 +235,23 @@ impl ServeArgs {
             parallelism: self.argon2_parallelism,
         };
         if let Some(n) = self.hashing_concurrency {
-            c.hashing_concurrency = n.max(1);
+            c.hashing_concurrency = n;
         }
-        c.server = potluck_rounds::server::ServerLimits {
-            header_read_timeout: Duration::from_secs(self.header_read_timeout_secs.max(1)),
-            idle_timeout: Duration::from_secs(self.idle_timeout_secs.max(1)),
-            max_connections: self.max_connections.max(1),
-            shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
-        };
+        c.server = self.server.limits();
         c.throttle.user_free_failures = self.login_user_free_failures;
         c.throttle.ip_free_failures = self.login_ip_free_failures;
         c.throttle.max_lockout = Duration::from_secs(self.login_max_lockout_secs);
-        c.throttle.max_keys = self.login_throttle_max_keys.max(1);
+        c.throttle.max_keys = self.login_throttle_max_keys;
         c.quota.limit = self.registration_quota;
         c.quota.window = Duration::from_secs(self.registration_window_secs);
-        c.quota.max_keys = self.registration_quota_max_keys.max(1);
+        c.quota.max_keys = self.registration_quota_max_keys;
         c.stream.max_subscribers = self.max_stream_subscribers;
-        c.stream.max_per_ip = self.max_streams_per_ip.max(1);
-        c.keep_alive = Duration::from_secs(self.stream_keepalive_secs.max(1));
-        c.request_timeout = Duration::from_secs(self.request_timeout_secs.max(1));
+        c.stream.max_per_ip = self.max_streams_per_ip;
+        c.keep_alive = Duration::from_secs(self.stream_keepalive_secs);
+        c.request_timeout = Duration::from_secs(self.request_timeout_secs);
         c.body_limit_bytes = self.body_limit_bytes;
-        c.default_round_duration_seconds = self.round_duration_seconds.max(1);
-        c.max_db_connections = self.db_connections.max(1);
+        c.default_round_duration_seconds = self.round_duration_seconds;
+        c.max_db_connections = self.db_connections;
         c.max_bet_input_fee_percent = self.max_bet_input_fee_percent;
         c.fee_policy = self.fees.policy().context("fee policy flags")?;
         c.max_user_round_bets = self.max_bets_per_user_per_round;
@@ -321,6 +354,7 @@ mod tests {
         );
         assert_eq!((c.stream.max_subscribers, c.stream.max_per_ip), (500, 5));
         assert_eq!(c.keep_alive, Duration::from_secs(15));
+        assert_eq!(c.server, ServerLimits::default());
         assert!(c.admin_token.is_none());
         assert_eq!(c.fee_policy, chain::FeePolicy::default());
         assert_eq!(c.bump, potluck_rounds::domain::bump::BumpPolicy::default());
@@ -369,5 +403,37 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// A count or a time that must be at least 1 is refused by the parser,
+    /// naming the flag, rather than raised to 1 behind the operator's back.
+    #[test]
+    fn zero_where_at_least_one_is_needed_is_refused_by_the_parser() {
+        for flag in [
+            "--hashing-concurrency",
+            "--header-read-timeout-secs",
+            "--idle-timeout-secs",
+            "--max-connections",
+            "--login-throttle-max-keys",
+            "--registration-quota-max-keys",
+            "--max-streams-per-ip",
+            "--stream-keepalive-secs",
+            "--request-timeout-secs",
+            "--round-duration-seconds",
+            "--db-connections",
+        ] {
+            let refused = Wrapper::try_parse_from(["serve", flag, "0"]);
+            let err = refused
+                .err()
+                .unwrap_or_else(|| panic!("{flag} 0 was accepted"));
+            assert_eq!(
+                err.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{flag}"
+            );
+            assert!(err.to_string().contains(flag), "{flag}: {err}");
+            let one = Wrapper::try_parse_from(["serve", flag, "1"]);
+            assert!(one.is_ok_and(|w| w.serve.into_config().is_ok()), "{flag} 1");
+        }
     }
 }

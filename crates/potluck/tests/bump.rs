@@ -2,7 +2,9 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use support::wait_for;
+
+use std::time::Duration;
 
 use bitcoin::{FeeRate, Transaction};
 use potluck_rounds::domain::bump::BumpPolicy;
@@ -17,24 +19,8 @@ const SERVICE_RATE: i64 = 2;
 const MARKET_RATE: u64 = 20;
 const WITHDRAWN: i64 = 50_000;
 const DEPOSIT: i64 = 200_000;
-
-async fn wait_for<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "{what}: not reached within 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+/// How long a step of the bumper may take.
+const WAIT: Duration = Duration::from_secs(30);
 
 async fn post(app: &InProcess, path: &str, headers: &[(&str, &str)], body: Value) -> Resp {
     request(
@@ -152,7 +138,7 @@ async fn stuck_withdrawal(env: &Env, policy: BumpPolicy) -> (InProcess, String, 
         "the service's transactions signal BIP125"
     );
     mine(&app, 1);
-    wait_for("the watcher saw the block", || async {
+    wait_for("the watcher saw the block", WAIT, || async {
         let t = app.store.transfer(first.id).await.unwrap().unwrap();
         let tip = app.store.synced_tip().await.unwrap().unwrap().0;
         (tip == i64::from(dev(&app).height()) && t.status == TransferStatus::Broadcast)
@@ -182,7 +168,7 @@ fn policy() -> BumpPolicy {
 /// Mines until the bumper wrote a replacement of `first`; returns it.
 async fn bumped(app: &InProcess, first: &TransferRow) -> TransferRow {
     mine(app, 2);
-    wait_for("a replacement was broadcast", || async {
+    wait_for("a replacement was broadcast", WAIT, || async {
         withdrawals(app)
             .await
             .into_iter()
@@ -202,7 +188,7 @@ async fn bump_the_replacement_confirms_and_the_user_pays_its_fee_once(db: Db) {
         TransferStatus::Superseded
     );
     mine(&app, 1);
-    let confirmed = wait_for("the replacement confirmed", || async {
+    let confirmed = wait_for("the replacement confirmed", WAIT, || async {
         let t = app.store.transfer(second.id).await.unwrap().unwrap();
         t.block_height.map(|_| t)
     })
@@ -229,7 +215,7 @@ async fn bump_the_old_version_confirming_after_the_bump_is_followed_once(db: Db)
     let d = dev(&app);
     d.generate_block(d.faucet_script(), vec![tx_of(&first)], true)
         .unwrap();
-    let old = wait_for("the old version became live", || async {
+    let old = wait_for("the old version became live", WAIT, || async {
         let t = app.store.transfer(first.id).await.unwrap().unwrap();
         t.block_height.map(|_| t)
     })
@@ -308,7 +294,7 @@ async fn bump_a_stuck_payout_is_replaced_and_the_winner_paid_once(db: Db) {
     let token = funded_user(&app).await;
     let auth = bearer(&token);
     let bet = 60_000;
-    wait_for("a bet was taken", || async {
+    wait_for("a bet was taken", WAIT, || async {
         let r = post(
             &app,
             "/rounds/current/bets",
@@ -324,7 +310,7 @@ async fn bump_a_stuck_payout_is_replaced_and_the_winner_paid_once(db: Db) {
     dev(&app).set_mining_min_fee(Some(FeeRate::from_sat_per_vb(MARKET_RATE).unwrap()));
     tokio::time::sleep(Duration::from_secs(3)).await;
     mine(&app, 1);
-    let first = wait_for("the payout was broadcast", || async {
+    let first = wait_for("the payout was broadcast", WAIT, || async {
         versions(&app, TransferKind::Payout)
             .await
             .into_iter()
@@ -345,7 +331,7 @@ async fn bump_a_stuck_payout_is_replaced_and_the_winner_paid_once(db: Db) {
         "below the market: left in the mempool"
     );
     mine(&app, 2);
-    let second = wait_for("the payout was replaced", || async {
+    let second = wait_for("the payout was replaced", WAIT, || async {
         versions(&app, TransferKind::Payout)
             .await
             .into_iter()
@@ -361,7 +347,7 @@ async fn bump_a_stuck_payout_is_replaced_and_the_winner_paid_once(db: Db) {
     );
     assert_eq!(second.commission_sats, first.commission_sats);
     mine(&app, 1);
-    wait_for("the replacement confirmed", || async {
+    wait_for("the replacement confirmed", WAIT, || async {
         app.store
             .transfer(second.id)
             .await
@@ -486,7 +472,7 @@ async fn bump_by_the_admin_is_audited_and_refused_with_a_reason(db: Db) {
     assert_eq!(entry["details"]["txid"].as_str(), Some(new.txid.as_str()));
     assert_eq!(entry["details"]["fee_rate_sat_vb"].as_i64(), Some(30));
     mine(&app, 1);
-    wait_for("the admin's replacement confirmed", || async {
+    wait_for("the admin's replacement confirmed", WAIT, || async {
         app.store
             .transfer(new_id)
             .await
@@ -525,7 +511,7 @@ async fn bump_a_payout_behind_a_waiting_bet_pays_for_the_package(db: Db) {
     // The market rises before the bet confirms: the bet waits, and the
     // payout spending its pot output is its child.
     dev(&app).set_mining_min_fee(Some(FeeRate::from_sat_per_vb(MARKET_RATE).unwrap()));
-    wait_for("a bet was taken", || async {
+    wait_for("a bet was taken", WAIT, || async {
         let r = post(
             &app,
             "/rounds/current/bets",
@@ -538,7 +524,7 @@ async fn bump_a_payout_behind_a_waiting_bet_pays_for_the_package(db: Db) {
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     mine(&app, 1);
-    let first = wait_for("the payout was broadcast", || async {
+    let first = wait_for("the payout was broadcast", WAIT, || async {
         versions(&app, TransferKind::Payout)
             .await
             .into_iter()
@@ -550,7 +536,7 @@ async fn bump_a_payout_behind_a_waiting_bet_pays_for_the_package(db: Db) {
     mine(&app, 1);
     tokio::time::sleep(Duration::from_millis(500)).await;
     mine(&app, 2);
-    let second = wait_for("the payout was replaced", || async {
+    let second = wait_for("the payout was replaced", WAIT, || async {
         versions(&app, TransferKind::Payout)
             .await
             .into_iter()
@@ -565,7 +551,7 @@ async fn bump_a_payout_behind_a_waiting_bet_pays_for_the_package(db: Db) {
     );
     // One block takes both: the child pulls its parent in.
     mine(&app, 1);
-    wait_for("the bet and the payout confirmed", || async {
+    wait_for("the bet and the payout confirmed", WAIT, || async {
         let b = app
             .store
             .transfer(bet.id)

@@ -5,30 +5,14 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use support::wait_for;
+
+use std::time::Duration;
 
 use chain::{Auth, BitcoindRpc, RpcConfig};
 use serde_json::json;
 use sqlx::Row as _;
 use support::{Db, Env, Server};
-
-async fn wait_for<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "{what}: not reached within 60 s"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 async fn serve(env: &Env, rpc_bind: &str, envs: &[(&str, &str)]) -> Server {
     let args = [
@@ -101,16 +85,20 @@ async fn bump_killed_between_its_intent_and_its_broadcast_is_finished_after_rest
     assert_eq!(r.status, 201, "{}", r.text());
     // Left behind by the market for two blocks: the bumper writes the
     // replacement and the process dies before sending it.
-    wait_for("the bumper saw the withdrawal waiting", || async {
-        let pool = env.pool().await;
-        let stamped: Option<i64> =
-            sqlx::query_scalar("SELECT sent_height FROM transfers WHERE kind = 'withdrawal'")
-                .fetch_one(&pool)
-                .await
-                .unwrap();
-        pool.close().await;
-        stamped.map(|_| ())
-    })
+    wait_for(
+        "the bumper saw the withdrawal waiting",
+        Duration::from_secs(60),
+        || async {
+            let pool = env.pool().await;
+            let stamped: Option<i64> =
+                sqlx::query_scalar("SELECT sent_height FROM transfers WHERE kind = 'withdrawal'")
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+            pool.close().await;
+            stamped.map(|_| ())
+        },
+    )
     .await;
     c.generate_to_address(1, &to).await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -131,16 +119,22 @@ async fn bump_killed_between_its_intent_and_its_broadcast_is_finished_after_rest
     // takes what the mempool holds): the written replacement goes out and
     // replaces the old version, which the chain's saved mempool kept.
     let server = serve(&env, &rpc_bind, &[]).await;
-    wait_for("the replacement was broadcast", || async {
-        let v = versions(&env).await;
-        (v.len() == 2 && v[1].1 == "broadcast").then_some(())
-    })
+    wait_for(
+        "the replacement was broadcast",
+        Duration::from_secs(60),
+        || async {
+            let v = versions(&env).await;
+            (v.len() == 2 && v[1].1 == "broadcast").then_some(())
+        },
+    )
     .await;
     let c = rpc(&env, &rpc_bind).await;
     c.generate_to_address(1, &to).await.unwrap();
-    wait_for("the replacement confirmed", || async {
-        versions(&env).await[1].4.map(|_| ())
-    })
+    wait_for(
+        "the replacement confirmed",
+        Duration::from_secs(60),
+        || async { versions(&env).await[1].4.map(|_| ()) },
+    )
     .await;
     let me = server.me(&token).await;
     assert_eq!(

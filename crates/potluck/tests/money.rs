@@ -2,6 +2,8 @@
 
 mod support;
 
+use support::wait_for;
+
 use std::str::FromStr as _;
 use std::time::{Duration, Instant};
 
@@ -126,7 +128,7 @@ impl Rig {
     /// Waits for a round that opened at most a second ago, so that bets fit in it.
     async fn fresh_round(&self) -> i64 {
         let start = self.current().await["id"].as_i64().unwrap();
-        let id = wait_for(Duration::from_secs(60), || async {
+        let id = wait_for("condition", Duration::from_secs(60), || async {
             let c = self.current().await;
             let id = c["id"].as_i64().unwrap();
             (id > start && c["status"] == "open").then_some(id)
@@ -136,7 +138,7 @@ impl Rig {
     }
 
     async fn wait_status(&self, id: i64, status: &str) -> Value {
-        wait_for(Duration::from_secs(60), || async {
+        wait_for("condition", Duration::from_secs(60), || async {
             let r = self.round(id).await;
             (r["status"] == status).then_some(r)
         })
@@ -150,7 +152,7 @@ impl Rig {
     async fn conservation(&self, tokens: &[&str]) {
         // Let every transaction confirm so balances and chain settle.
         self.mine(1).await;
-        wait_for(Duration::from_secs(30), || async {
+        wait_for("condition", Duration::from_secs(30), || async {
             let height = self.rpc.get_block_count().await.unwrap();
             let mempool = self.rpc.get_raw_mempool().await.unwrap();
             let l = self.s().admin_get("/admin/ledger").await.json();
@@ -161,7 +163,7 @@ impl Rig {
             (l["synced_height"].as_u64() == Some(u64::from(height))).then_some(())
         })
         .await;
-        wait_for(Duration::from_secs(30), || async {
+        wait_for("condition", Duration::from_secs(30), || async {
             let mut all = true;
             for t in tokens {
                 let me = self.me(t).await;
@@ -229,24 +231,6 @@ async fn assert_locked_near_tip(rig: &Rig, tx: &bitcoin::Transaction) {
         lock > 100 && lock <= tip && lock + 2 >= tip,
         "nLockTime {lock} at tip {tip}"
     );
-}
-
-async fn wait_for<T, F, Fut>(limit: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < limit,
-            "condition not reached within {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// Recomputes the draw of `round` from its published proof and the chain's
@@ -369,13 +353,13 @@ async fn three_users_round(db: Db) {
     assert_eq!(payout["winner_sats"], won);
 
     rig.mine(1).await;
-    wait_for(Duration::from_secs(30), || async {
+    wait_for("condition", Duration::from_secs(30), || async {
         (rig.round(id).await["payout"]["status"] == "confirmed").then_some(())
     })
     .await;
     for (i, t) in tokens.iter().enumerate() {
         let expected = deposit - amounts[i] - fees[i] + if i == wi { won } else { 0 };
-        let me = wait_for(Duration::from_secs(30), || async {
+        let me = wait_for("condition", Duration::from_secs(30), || async {
             let me = rig.me(t).await;
             (me["has_pending"] == false).then_some(me)
         })
@@ -519,14 +503,14 @@ async fn refusals_and_withdrawals(db: Db) {
         .unwrap()
         .to_string();
     rig.mine(1).await;
-    wait_for(Duration::from_secs(30), || async {
+    wait_for("condition", Duration::from_secs(30), || async {
         (rig.me(&t).await["has_pending"] == false).then_some(())
     })
     .await;
     let r = rig.withdraw(&t, &other_addr, 20_000).await;
     assert_eq!(r.status, 201, "{}", r.text());
     rig.mine(1).await;
-    wait_for(Duration::from_secs(30), || async {
+    wait_for("condition", Duration::from_secs(30), || async {
         (rig.me(&other).await["balance_sats"] == 20_000).then_some(())
     })
     .await;
@@ -690,7 +674,7 @@ async fn reorged_deposit_is_uncredited_then_recredited() {
     assert_eq!(rig.me(&t).await["balance_sats"], 300_000);
     let tip = rig.rpc.get_best_block_hash().await.unwrap();
     rig.rpc.invalidate_block(&tip).await.unwrap();
-    wait_for(Duration::from_secs(30), || async {
+    wait_for("condition", Duration::from_secs(30), || async {
         (rig.me(&t).await["balance_sats"] == 0).then_some(())
     })
     .await;
@@ -705,7 +689,7 @@ async fn reorged_deposit_is_uncredited_then_recredited() {
     );
     // The faucet transaction went back to the mempool; a new block confirms it.
     rig.mine(2).await;
-    wait_for(Duration::from_secs(30), || async {
+    wait_for("condition", Duration::from_secs(30), || async {
         (rig.me(&t).await["balance_sats"] == 300_000).then_some(())
     })
     .await;
@@ -737,7 +721,7 @@ async fn reorged_draw_block_keeps_the_draw_and_one_payout() {
     rig.mine(1).await;
     let before = rig.wait_status(id, "closed").await;
     rig.mine(1).await;
-    let confirmed = wait_for(Duration::from_secs(30), || async {
+    let confirmed = wait_for("condition", Duration::from_secs(30), || async {
         let r = rig.round(id).await;
         (r["payout"]["status"] == "confirmed").then_some(r)
     })
@@ -745,7 +729,7 @@ async fn reorged_draw_block_keeps_the_draw_and_one_payout() {
     let draw_hash =
         bitcoin::BlockHash::from_str(before["draw"]["block_hash"].as_str().unwrap()).unwrap();
     rig.rpc.invalidate_block(&draw_hash).await.unwrap();
-    wait_for(Duration::from_secs(30), || async {
+    wait_for("condition", Duration::from_secs(30), || async {
         let r = rig.round(id).await;
         (r["payout"]["status"] == "broadcast").then_some(())
     })
@@ -755,12 +739,12 @@ async fn reorged_draw_block_keeps_the_draw_and_one_payout() {
     // wallet), and the worker re-sends it then.
     rig.mine(1).await;
     let payout_txid = Txid::from_str(confirmed["payout"]["txid"].as_str().unwrap()).unwrap();
-    wait_for(Duration::from_secs(60), || async {
+    wait_for("condition", Duration::from_secs(60), || async {
         rig.rpc.in_mempool(payout_txid).await.unwrap().then_some(())
     })
     .await;
     rig.mine(3).await;
-    let after = wait_for(Duration::from_secs(30), || async {
+    let after = wait_for("condition", Duration::from_secs(30), || async {
         let r = rig.round(id).await;
         (r["payout"]["status"] == "confirmed").then_some(r)
     })
@@ -886,7 +870,7 @@ async fn a_draw_block_that_does_not_descend_from_the_close_tip_is_not_drawn_from
 
 /// Waits until the service has processed the chain up to `height`.
 async fn synced_to(rig: &Rig, height: u64) {
-    wait_for(Duration::from_secs(30), || async {
+    wait_for("condition", Duration::from_secs(30), || async {
         let l = rig.s().admin_get("/admin/ledger").await.json();
         (l["synced_height"].as_u64() == Some(height)).then_some(())
     })
@@ -978,7 +962,7 @@ async fn crash_at(step: &str) {
             r.text()
         );
     }
-    let r = wait_for(Duration::from_secs(60), || async {
+    let r = wait_for("condition", Duration::from_secs(60), || async {
         let r = rig.round(id).await;
         (r["status"] != "open" && r["status"] != "closing").then_some(r)
     })
@@ -1069,7 +1053,7 @@ async fn refused_payout_waits_for_the_admin_retry() {
     assert_eq!(r.status, 200, "{}", r.text());
     rig.wait_status(id, "drawing").await;
     rig.mine(1).await;
-    let failed = wait_for(Duration::from_secs(60), || async {
+    let failed = wait_for("condition", Duration::from_secs(60), || async {
         let r = rig.round(id).await;
         (r["payout"]["status"] == "broadcast_failed").then_some(r)
     })
@@ -1367,7 +1351,7 @@ async fn crash_in_withdrawal(step: &str) {
         .unwrap();
     assert!(!status.success());
     rig.start(&[]).await;
-    let w = wait_for(Duration::from_secs(60), || async {
+    let w = wait_for("condition", Duration::from_secs(60), || async {
         let txs = rig.transactions(&t).await;
         let w = txs["transactions"][0].clone();
         (w["kind"] == "withdrawal" && w["status"] == "broadcast").then_some(w)
@@ -1434,7 +1418,7 @@ async fn deposit_status(
     want: &str,
     confirmations: i64,
 ) -> Value {
-    wait_for(Duration::from_secs(30), || async {
+    wait_for("condition", Duration::from_secs(30), || async {
         let txs = rig.transactions(token).await;
         let d = txs["transactions"][0].clone();
         (d["txid"] == txid && d["status"] == want && d["confirmations"] == confirmations)
@@ -1532,7 +1516,7 @@ async fn a_payment_written_while_the_chain_is_down_is_broadcast_later() {
             .unwrap();
     }
     rig.mine(1).await;
-    wait_for(Duration::from_secs(30), || async {
+    wait_for("condition", Duration::from_secs(30), || async {
         let me = second.me(&t).await;
         (me["balance_sats"] == 200_000).then_some(())
     })
@@ -1558,7 +1542,7 @@ async fn a_payment_written_while_the_chain_is_down_is_broadcast_later() {
     // The chain is back: the worker broadcasts both.
     rig.start(&[]).await;
     for txid in [&bet_txid, &wd_txid] {
-        wait_for(Duration::from_secs(60), || async {
+        wait_for("condition", Duration::from_secs(60), || async {
             let entry: Result<Value, _> = rig.rpc.call("getmempoolentry", json!([txid])).await;
             entry.is_ok().then_some(())
         })
@@ -1566,7 +1550,7 @@ async fn a_payment_written_while_the_chain_is_down_is_broadcast_later() {
     }
     // Marked broadcast right after the chain took it.
     for txid in [&bet_txid, &wd_txid] {
-        wait_for(Duration::from_secs(30), || async {
+        wait_for("condition", Duration::from_secs(30), || async {
             let txs = second.transactions(&t).await;
             let row = txs["transactions"]
                 .as_array()?
@@ -1687,7 +1671,7 @@ async fn chaos_kills_keep_the_money_whole() {
     }
     assert!(kills >= 2, "the server was killed {kills} times");
     // Quiet: blocks until no round is left between open and closed.
-    wait_for(Duration::from_secs(120), || async {
+    wait_for("condition", Duration::from_secs(120), || async {
         rig.mine(1).await;
         let pool = rig.env.pool().await;
         // One snapshot: the open round may close between two separate
@@ -1810,7 +1794,7 @@ async fn a_round_takes_no_more_bets_than_its_payout_can_spend() {
     pool.close().await;
     rig.wait_status(id, "drawing").await;
     rig.mine(1).await;
-    let r = wait_for(Duration::from_secs(300), || async {
+    let r = wait_for("condition", Duration::from_secs(300), || async {
         let r = rig.round(id).await;
         assert_ne!(r["status"], "payout_failed", "payout {}", r["payout"]);
         (r["status"] == "closed").then_some(r)
@@ -1818,7 +1802,7 @@ async fn a_round_takes_no_more_bets_than_its_payout_can_spend() {
     .await;
     assert_spends_1400_within_the_standard_weight(&rig, &r["payout"]["txid"]).await;
     rig.mine(1).await;
-    wait_for(Duration::from_secs(60), || async {
+    wait_for("condition", Duration::from_secs(60), || async {
         (rig.round(id).await["payout"]["status"] == "confirmed").then_some(())
     })
     .await;
@@ -1865,7 +1849,7 @@ async fn fund_outputs(rig: &Rig, tokens: &[String], per_user: usize, sats: u64) 
     rig.mine(1).await;
     let expected = (per_user as u64 * sats) as i64;
     for t in tokens {
-        wait_for(Duration::from_secs(120), || async {
+        wait_for("condition", Duration::from_secs(120), || async {
             (rig.me(t).await["balance_sats"].as_i64() == Some(expected)).then_some(())
         })
         .await;
@@ -1946,7 +1930,7 @@ async fn a_withdrawal_needing_more_inputs_than_one_transaction_holds_is_refused_
     // machine can outlast the request time-out: the saved withdrawal is then
     // answered 202 pending (issue 32) and its broadcast finishes behind it.
     assert!(r.status == 201 || r.status == 202, "{}", r.text());
-    wait_for(Duration::from_secs(120), || async {
+    wait_for("condition", Duration::from_secs(120), || async {
         let tx = rig.s().transactions(&t).await;
         (tx["transactions"][0]["status"] == "broadcast").then_some(())
     })
@@ -2063,7 +2047,7 @@ async fn a_payout_that_would_leave_the_winner_nothing_waits_for_the_admin_retry(
     let (id, players) = small_pot_round(&rig, ["pia", "quinn"], 1_400).await;
     rig.wait_status(id, "drawing").await;
     rig.mine(1).await;
-    let failed = wait_for(Duration::from_secs(60), || async {
+    let failed = wait_for("condition", Duration::from_secs(60), || async {
         let r = rig.round(id).await;
         (r["status"] == "payout_failed" || r["status"] == "closed").then_some(r)
     })

@@ -2,6 +2,8 @@
 
 mod support;
 
+use support::wait_for;
+
 use std::str::FromStr as _;
 use std::time::{Duration, Instant};
 
@@ -120,7 +122,7 @@ impl Rig {
     /// A bet, asked again while the answer is only that the round is
     /// between two rounds (short rounds close every few seconds).
     async fn bet_in_an_open_round(&self, token: &str, amount: i64) -> support::Resp {
-        wait_for(Duration::from_secs(60), || async {
+        wait_for("condition", Duration::from_secs(60), || async {
             let r = self.bet(token, amount).await;
             (r.status < 400 || r.code() != "round_not_open").then_some(r)
         })
@@ -140,7 +142,7 @@ impl Rig {
     /// Waits for a round that opened after the current one, so bets fit in it.
     async fn fresh_round(&self) -> i64 {
         let start = self.current().await["id"].as_i64().unwrap();
-        wait_for(Duration::from_secs(60), || async {
+        wait_for("condition", Duration::from_secs(60), || async {
             let c = self.current().await;
             let id = c["id"].as_i64().unwrap();
             (id > start && c["status"] == "open").then_some(id)
@@ -149,7 +151,7 @@ impl Rig {
     }
 
     async fn wait_status(&self, id: i64, status: &str) -> Value {
-        wait_for(Duration::from_secs(60), || async {
+        wait_for("condition", Duration::from_secs(60), || async {
             let r = self.round(id).await;
             (r["status"] == status).then_some(r)
         })
@@ -179,7 +181,7 @@ impl Rig {
     /// processed the tip.
     async fn settle(&self) {
         self.mine(1).await;
-        wait_for(Duration::from_secs(60), || async {
+        wait_for("condition", Duration::from_secs(60), || async {
             let height = self.rpc.get_block_count().await.unwrap();
             if !self.rpc.get_raw_mempool().await.unwrap().is_empty() {
                 self.mine(1).await;
@@ -247,24 +249,6 @@ fn rpc_client(url: &str, env: &Env) -> BitcoindRpc {
     .unwrap()
 }
 
-async fn wait_for<T, F, Fut>(limit: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < limit,
-            "condition not reached within {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 fn auth(token: &str) -> String {
     format!("Bearer {token}")
 }
@@ -305,7 +289,7 @@ async fn unbuildable_payout_fails_the_round_and_the_next_opens(db: Db) {
         failed["draw"]["block_hash"].is_string(),
         "the draw block is fixed: {failed}"
     );
-    let entry = wait_for(Duration::from_secs(30), || async {
+    let entry = wait_for("condition", Duration::from_secs(30), || async {
         rig.audit("payout_failed")
             .await
             .into_iter()
@@ -320,7 +304,7 @@ async fn unbuildable_payout_fails_the_round_and_the_next_opens(db: Db) {
         "{entry}"
     );
     // The pipeline goes on: the next round is open and takes bets.
-    let next = wait_for(Duration::from_secs(30), || async {
+    let next = wait_for("condition", Duration::from_secs(30), || async {
         let c = rig.current().await;
         (c["id"].as_i64().unwrap() > id && c["status"] == "open").then_some(c)
     })
@@ -391,7 +375,7 @@ async fn a_tampered_commitment_pays_nothing_and_the_next_round_opens(db: Db) {
     rig.mine(1).await;
     let failed = rig.wait_status(id, "payout_failed").await;
     assert!(failed["payout"].is_null(), "nothing paid: {failed}");
-    let entry = wait_for(Duration::from_secs(30), || async {
+    let entry = wait_for("condition", Duration::from_secs(30), || async {
         rig.audit("payout_failed")
             .await
             .into_iter()
@@ -406,7 +390,7 @@ async fn a_tampered_commitment_pays_nothing_and_the_next_round_opens(db: Db) {
         "{entry}"
     );
     assert_ne!(stored, "00".repeat(32));
-    wait_for(Duration::from_secs(30), || async {
+    wait_for("condition", Duration::from_secs(30), || async {
         let c = rig.current().await;
         (c["id"].as_i64().unwrap() > id && c["status"] == "open").then_some(())
     })
@@ -444,7 +428,7 @@ async fn a_transfer_that_keeps_failing_is_set_aside(db: Db) {
     .await
     .unwrap();
     pool.close().await;
-    let entry = wait_for(Duration::from_secs(60), || async {
+    let entry = wait_for("condition", Duration::from_secs(60), || async {
         rig.audit("transfer_set_aside")
             .await
             .into_iter()
@@ -508,7 +492,7 @@ async fn evicted_transactions_are_rebroadcast() {
     rig.restart_with_empty_mempool().await;
     // The node no longer knows them (unless the service already re-sent them).
     for txid in [&wd_txid, &bet_txid] {
-        wait_for(Duration::from_secs(60), || async {
+        wait_for("condition", Duration::from_secs(60), || async {
             if confirmations(&rig.rpc, txid).await.unwrap_or(0) > 0 {
                 return Some(());
             }
@@ -582,7 +566,7 @@ async fn vanished_deposit_scenario() -> (Rig, String, String, i64, Vec<Value>, V
     rig.mine(1).await;
     let failed = rig.wait_status(id, "payout_failed").await;
     assert_eq!(failed["payout"]["status"], "broadcast_failed", "{failed}");
-    wait_for(Duration::from_secs(30), || async {
+    wait_for("condition", Duration::from_secs(30), || async {
         let c = rig.current().await;
         (c["id"].as_i64().unwrap() > id && c["status"] == "open").then_some(())
     })
@@ -595,7 +579,7 @@ async fn vanished_deposit_scenario() -> (Rig, String, String, i64, Vec<Value>, V
     // B's bets are re-broadcast and confirm; A's cannot be.
     for bet in [&bets[1], &bets[3]] {
         let txid = bet["txid"].as_str().unwrap();
-        wait_for(Duration::from_secs(60), || async {
+        wait_for("condition", Duration::from_secs(60), || async {
             if confirmations(&rig.rpc, txid).await.unwrap_or(0) > 0 {
                 return Some(());
             }
@@ -615,7 +599,7 @@ async fn vanished_deposit_scenario() -> (Rig, String, String, i64, Vec<Value>, V
 /// Mines until the closed round's payout confirms; the txids of the outputs it spent.
 async fn confirmed_payout_inputs(rig: &Rig, closed: &Value) -> Vec<String> {
     let payout_txid = Txid::from_str(closed["payout"]["txid"].as_str().unwrap()).unwrap();
-    wait_for(Duration::from_secs(60), || async {
+    wait_for("condition", Duration::from_secs(60), || async {
         if confirmations(&rig.rpc, &payout_txid.to_string())
             .await
             .unwrap_or(0)
@@ -652,7 +636,7 @@ async fn retry_pays_from_the_pot_outputs_that_still_exist() {
     // Until the service knows A's bets can never confirm (their deposits
     // reversed after 6 blocks), the retry waits for the chain (409).
     let refused = std::sync::atomic::AtomicU32::new(0);
-    let r = wait_for(Duration::from_secs(120), || async {
+    let r = wait_for("condition", Duration::from_secs(120), || async {
         let r = rig
             .s()
             .admin_post(&format!("/admin/rounds/{id}/retry-payout"), json!({}))
@@ -730,7 +714,7 @@ async fn a_retry_waits_for_pot_outputs_whose_bets_can_still_confirm() {
     }
     for i in [0, 2] {
         let t = txid(i);
-        wait_for(Duration::from_secs(60), || async {
+        wait_for("condition", Duration::from_secs(60), || async {
             if confirmations(&rig.rpc, &t).await.unwrap_or(0) > 0 {
                 return Some(());
             }
@@ -774,7 +758,7 @@ async fn a_retry_waits_for_pot_outputs_whose_bets_can_still_confirm() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reversed_deposit_leaves_a_debt_that_blocks_spending() {
     let (rig, a, _b, id, bets, _) = vanished_deposit_scenario().await;
-    let reversed = wait_for(Duration::from_secs(90), || async {
+    let reversed = wait_for("condition", Duration::from_secs(90), || async {
         let entries = rig.audit("deposit_reversed").await;
         if entries.len() >= 2 {
             return Some(entries);
@@ -968,7 +952,7 @@ async fn chaos_with_the_chain_restarted_keeps_the_money_whole() {
     rpc.generate_to_address(1, &regtest_address(MINER))
         .await
         .unwrap();
-    wait_for(Duration::from_secs(60), || async {
+    wait_for("condition", Duration::from_secs(60), || async {
         let s = server.as_ref().unwrap();
         let mut all = true;
         for t in &tokens {
@@ -1047,7 +1031,7 @@ async fn chaos_with_the_chain_restarted_keeps_the_money_whole() {
     let s = server.take().unwrap();
     let rpc = chain.rpc();
     // Quiet: blocks until no round is left between open and closed.
-    wait_for(Duration::from_secs(120), || async {
+    wait_for("condition", Duration::from_secs(120), || async {
         rpc.generate_to_address(1, &regtest_address(MINER))
             .await
             .unwrap();
@@ -1093,7 +1077,7 @@ async fn chaos_with_the_chain_restarted_keeps_the_money_whole() {
     // signed just before the last kill is broadcast by the restarted
     // service only after RECOVER_AFTER_SECS (3 s): until then its outputs
     // are in the books and nowhere on the chain, so wait for it too.
-    wait_for(Duration::from_secs(60), || async {
+    wait_for("condition", Duration::from_secs(60), || async {
         let pool = env.pool().await;
         let signed: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM transfers WHERE status = 'signed' AND set_aside_at IS NULL",
@@ -1227,7 +1211,7 @@ async fn a_spend_by_an_unknown_transaction_is_audited() {
         wd.text()
     );
     let wd_txid = wd.json()["txid"].as_str().unwrap().to_string();
-    let entry = wait_for(Duration::from_secs(60), || async {
+    let entry = wait_for("condition", Duration::from_secs(60), || async {
         rig.audit("unknown_spend")
             .await
             .into_iter()
@@ -1236,7 +1220,7 @@ async fn a_spend_by_an_unknown_transaction_is_audited() {
     .await;
     assert_eq!(entry["details"]["vout"], vout as i64);
     // Kept failing in 6 blocks: set aside, audited once each.
-    wait_for(Duration::from_secs(90), || async {
+    wait_for("condition", Duration::from_secs(90), || async {
         let aside = rig.audit("transfer_set_aside").await;
         if aside
             .iter()

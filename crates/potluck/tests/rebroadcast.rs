@@ -12,32 +12,16 @@
 
 mod support;
 
+use support::wait_for;
+
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bitcoin::{Amount, FeeRate, Network, OutPoint, Transaction, Txid};
 use chain::{Auth, BitcoindRpc, ChainError, RpcConfig};
 use serde_json::json;
 use support::{Db, Env, Server};
 use wallet::{KeyPath, SpendableOutput, Wallet};
-
-async fn wait_for<T, F, Fut>(limit: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < limit,
-            "condition not reached within {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 async fn serve(env: &Env, rpc_bind: &str, envs: &[(&str, &str)]) -> Server {
     let args = [
@@ -75,7 +59,7 @@ fn chain_process(env: &Env, rpc_bind: &str) -> Child {
 
 async fn rpc_up(env: &Env, rpc_bind: &str) -> BitcoindRpc {
     let cookie = env.data_dir.join("chain").join(".cookie");
-    wait_for(Duration::from_secs(60), || async {
+    wait_for("condition", Duration::from_secs(60), || async {
         if !cookie.exists() {
             return None;
         }
@@ -186,7 +170,7 @@ async fn rebroadcast_of_a_confirmed_fully_spent_withdrawal_credits_nothing_back(
     // transfers has passed) and finishes its signed withdrawal.
     tokio::time::sleep(Duration::from_secs(4)).await;
     let server = serve(&env, &rpc_bind, &[]).await;
-    wait_for(Duration::from_secs(120), || async {
+    wait_for("condition", Duration::from_secs(120), || async {
         let l = server.admin_get("/admin/ledger").await.json();
         (l["synced_height"].as_u64() == Some(u64::from(height))).then_some(())
     })

@@ -2,6 +2,8 @@
 
 mod support;
 
+use support::wait_for;
+
 use std::str::FromStr as _;
 use std::time::{Duration, Instant};
 
@@ -11,21 +13,6 @@ use support::rpc_proxy::{ChainProcess, RpcProxy};
 use support::{bearer, Db, Env, Server};
 
 const MINER: &str = "bcrt1qs758ursh4q9z627kt3pp5yysm78ddny6txaqgw";
-
-async fn wait_for<T, F, Fut>(limit: Duration, what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 fn miner() -> Address {
     Address::from_str(MINER)
@@ -82,7 +69,7 @@ impl Rig {
             .await
             .unwrap();
         self.mine(1).await;
-        wait_for(Duration::from_secs(30), "deposit credited", || async {
+        wait_for("deposit credited", Duration::from_secs(30), || async {
             (self.server.me(&t).await["balance_sats"] == sats).then_some(())
         })
         .await;
@@ -167,7 +154,7 @@ async fn a_payment_slower_than_the_time_out_is_answered_with_the_payment_and_pai
 
     rig.proxy.delay("sendrawtransaction", Duration::ZERO);
     for user in [&t, &bettor] {
-        wait_for(Duration::from_secs(30), "broadcast", || async {
+        wait_for("broadcast", Duration::from_secs(30), || async {
             let tx = s.transactions(user).await;
             let list = tx["transactions"].as_array().unwrap().clone();
             list.iter().all(|t| t["status"] != "pending").then_some(())
@@ -175,7 +162,7 @@ async fn a_payment_slower_than_the_time_out_is_answered_with_the_payment_and_pai
         .await;
     }
     rig.mine(1).await;
-    wait_for(Duration::from_secs(30), "confirmed", || async {
+    wait_for("confirmed", Duration::from_secs(30), || async {
         let tx = s.transactions(&t).await;
         let list = tx["transactions"].as_array().unwrap().clone();
         let withdrawals: Vec<&Value> = list.iter().filter(|t| t["kind"] == "withdrawal").collect();
@@ -307,8 +294,8 @@ async fn a_node_that_is_catching_up_closes_no_round() {
     // Caught up: the overdue round moves on.
     rig.proxy.lag(0, false);
     wait_for(
-        Duration::from_secs(20),
         "the round closes once caught up",
+        Duration::from_secs(20),
         || async {
             let round = s.get(&format!("/rounds/{first}"), &[]).await.json();
             (round["status"] == "closed").then_some(())

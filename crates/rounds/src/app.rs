@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::{redact_url, ChainSource, Config};
-use crate::domain::address::{AddressBook, Bip84AddressBook};
+use crate::domain::address::{AddressBook, AddressError, Bip84AddressBook};
 use crate::domain::settings::ServiceConfig;
 use crate::domain::time::unix_now;
 use crate::http::metrics::Metrics;
 use crate::http::{router, AppState};
 use crate::security::admin_key::AdminKey;
-use crate::security::password::PasswordHasher;
+use crate::security::password::{HashError, PasswordHasher};
 use crate::security::quota::RegistrationQuota;
 use crate::security::throttle::{LoginThrottle, ThrottlePolicy};
 use crate::security::token::TokenKeys;
@@ -49,7 +49,7 @@ const ADMIN_THROTTLE: ThrottlePolicy = ThrottlePolicy {
 #[non_exhaustive]
 pub enum StartupError {
     /// The data directory or a secret file could not be used.
-    #[error("data directory {path}: {source}")]
+    #[error("data directory {path}")]
     DataDir {
         /// The path involved.
         path: String,
@@ -65,21 +65,36 @@ pub enum StartupError {
     /// The database could not be opened or migrated.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// The wallet could not derive addresses.
+    /// The wallet seed file could not be read or created.
+    #[error("wallet seed")]
+    WalletSeed(#[source] wallet::SeedFileError),
+    /// The wallet could not derive an address.
+    #[error("wallet address derivation")]
+    WalletAddress(#[source] AddressError),
+    /// The wallet seed does not derive the addresses the database holds.
     #[error("wallet: {0}")]
-    Wallet(String),
+    WalletMismatch(String),
+    /// The session-token secret is not a usable HMAC key.
+    #[error("the session-token secret is not a usable key")]
+    TokenKey(#[source] hmac::digest::InvalidLength),
     /// This process's wallet seed or session-token secret is not the one
     /// the database was first used with; names which (never its value).
     #[error("{0}")]
     SecretMismatch(String),
     /// Password hashing parameters were refused.
-    #[error("password hashing: {0}")]
-    Hashing(String),
-    /// The chain could not be started or reached.
+    #[error("password hashing")]
+    Hashing(#[source] HashError),
+    /// The development chain could not be started.
+    #[error("development chain")]
+    DevChain(#[source] chain::DevChainError),
+    /// Bitcoin Core could not be reached, or is not a node the service can use.
+    #[error("Bitcoin Core")]
+    Bitcoind(#[source] chain::RpcError),
+    /// The chain is not one the service can run on (a refusal of ours).
     #[error("chain: {0}")]
     Chain(String),
     /// The listener could not be bound.
-    #[error("bind {addr}: {source}")]
+    #[error("bind {addr}")]
     Bind {
         /// The address.
         addr: SocketAddr,
@@ -205,6 +220,17 @@ fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
     (!path.is_empty() && path != ":memory:").then(|| std::path::PathBuf::from(path))
 }
 
+/// Binds the listener.
+async fn bind(addr: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr), StartupError> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartupError::Bind { addr, source })?;
+    let local_addr = listener
+        .local_addr()
+        .map_err(|source| StartupError::Bind { addr, source })?;
+    Ok((listener, local_addr))
+}
+
 /// The service, bound and ready to run.
 pub struct Application {
     listener: tokio::net::TcpListener,
@@ -231,13 +257,16 @@ async fn check_wallet_matches(
 ) -> Result<(), StartupError> {
     for user in store.first_and_last_users().await? {
         let index = u32::try_from(user.derivation_index).map_err(|_| {
-            StartupError::Wallet(format!("user {} has a bad derivation index", user.username))
+            StartupError::WalletMismatch(format!(
+                "user {} has a bad derivation index",
+                user.username
+            ))
         })?;
         let derived = addresses
             .user_address(index)
-            .map_err(|e| StartupError::Wallet(e.to_string()))?;
+            .map_err(StartupError::WalletAddress)?;
         if derived != user.address {
-            return Err(StartupError::Wallet(format!(
+            return Err(StartupError::WalletMismatch(format!(
                 "the seed in {} does not derive the stored address of user {} (index {index}): \
                  restore the wallet.mnemonic that created this database",
                 data_dir.join("wallet.mnemonic").display(),
@@ -267,13 +296,13 @@ async fn check_secret_fingerprints(
     // a fresh install), so nothing of the seed is stored.
     let fee_address = addresses
         .default_fee_address()
-        .map_err(|e| StartupError::Wallet(e.to_string()))?;
+        .map_err(StartupError::WalletAddress)?;
     let seed = hex::encode(sha2::Sha256::digest(
         format!("potluck wallet seed fingerprint v1:{fee_address}").as_bytes(),
     ));
     // The token secret's: an HMAC under the secret, which does not reveal it.
-    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(jwt_secret)
-        .map_err(|e| StartupError::WeakSecret(e.to_string()))?;
+    let mut mac =
+        hmac::Hmac::<sha2::Sha256>::new_from_slice(jwt_secret).map_err(StartupError::TokenKey)?;
     mac.update(b"potluck session-token secret fingerprint v1");
     let token = hex::encode(mac.finalize().into_bytes());
     let now = crate::domain::time::unix_now();
@@ -302,6 +331,261 @@ async fn check_secret_fingerprints(
     Ok(())
 }
 
+/// What the data directory and the secrets give the start.
+struct Secrets {
+    /// The session-token secret.
+    jwt_secret: Vec<u8>,
+    /// The database URL in effect.
+    db_url: String,
+    /// The SQLite file behind it, if any.
+    db_file: Option<std::path::PathBuf>,
+    /// Whether that file is created by this start.
+    db_is_new: bool,
+}
+
+/// The chain the service follows.
+struct ChainParts {
+    /// The chain behind the trait.
+    chain: Arc<dyn chain::Chain>,
+    /// The embedded development chain (faucet, mining), if it is the one.
+    dev_chain: Option<chain::DevChain>,
+    /// Its running server, stopped on shutdown.
+    running_chain: Option<chain::RunningDevChain>,
+    /// Bitcoin Core's lowest stored block, when it is the chain and pruned.
+    pruned_below: Option<u32>,
+}
+
+/// The abuse limits, local to the process or shared through PostgreSQL.
+struct Limits {
+    throttle: Throttle,
+    quota: Quota,
+    admin_throttle: AdminThrottle,
+    streams: Option<SharedStreams>,
+    hub: StreamHub,
+}
+
+/// Checks the admin token, opens the data directory and reads (or creates)
+/// the session-token secret.
+fn secrets(config: &Config) -> Result<Secrets, StartupError> {
+    let data_dir = &config.data_dir;
+    if let Some(token) = config.admin_token.as_deref() {
+        if !token.is_empty() && token.chars().count() < MIN_ADMIN_TOKEN_CHARS {
+            return Err(StartupError::WeakSecret(format!(
+                "the admin token (--admin-token / POTLUCK_ADMIN_TOKEN) must have at least \
+                 {MIN_ADMIN_TOKEN_CHARS} characters"
+            )));
+        }
+    }
+    create_data_dir(data_dir)?;
+    let db_url = config.effective_database_url();
+    let db_file = sqlite_file(&db_url);
+    let db_is_new = db_file.as_ref().is_some_and(|f| !f.exists());
+    report_loose_permissions(
+        &[
+            data_dir.clone(),
+            data_dir.join("jwt-secret"),
+            data_dir.join("wallet.mnemonic"),
+        ]
+        .into_iter()
+        .chain(db_file.iter().filter(|_| !db_is_new).cloned())
+        .collect::<Vec<_>>(),
+    );
+    let jwt_secret = match &config.jwt_secret {
+        Some(s) if !s.is_empty() => {
+            if s.len() < MIN_JWT_SECRET_BYTES {
+                return Err(StartupError::WeakSecret(format!(
+                    "the session-token secret (--jwt-secret / POTLUCK_JWT_SECRET) has {} bytes; \
+                     at least {MIN_JWT_SECRET_BYTES} are required",
+                    s.len()
+                )));
+            }
+            s.as_bytes().to_vec()
+        }
+        _ => {
+            let path = data_dir.join("jwt-secret");
+            let secret = load_or_create_secret(&path, MIN_JWT_SECRET_BYTES)?;
+            if secret.len() < MIN_JWT_SECRET_BYTES {
+                return Err(StartupError::WeakSecret(format!(
+                    "the session-token secret in {} (jwt-secret) decodes to {} bytes; at least \
+                     {MIN_JWT_SECRET_BYTES} are required (delete the file to generate one)",
+                    path.display(),
+                    secret.len()
+                )));
+            }
+            secret
+        }
+    };
+    if !config.bind.ip().is_loopback() && config.trusted_proxies.iter().all(|c| c.is_loopback()) {
+        tracing::warn!(
+            bind = %config.bind,
+            "listening beyond loopback with no trusted proxy configured: X-Forwarded-For is \
+             ignored and every client is keyed by its TCP peer; behind a reverse proxy on \
+             another host, give --trusted-proxies with its network"
+        );
+    }
+    Ok(Secrets {
+        jwt_secret,
+        db_url,
+        db_file,
+        db_is_new,
+    })
+}
+
+/// Starts the development chain or connects to Bitcoin Core (refusing a
+/// node of another network than the service's).
+async fn start_chain(config: &Config) -> Result<ChainParts, StartupError> {
+    Ok(match &config.chain {
+        ChainSource::Dev {
+            block_interval,
+            rpc_bind,
+        } => {
+            if config.network != bitcoin::Network::Regtest {
+                return Err(StartupError::Chain(format!(
+                    "the development chain is regtest only (network {}); give --bitcoind-url",
+                    config.network
+                )));
+            }
+            let running = chain::DevChain::start(chain::DevChainConfig {
+                data_dir: config.data_dir.join("chain"),
+                block_interval: *block_interval,
+                rpc_bind: *rpc_bind,
+                rpc_auth: None,
+            })
+            .await
+            .map_err(StartupError::DevChain)?;
+            running.chain.set_fee_policy(config.fee_policy);
+            if let Some(url) = running.rpc_url() {
+                tracing::info!(%url, "development chain RPC");
+            }
+            let dev = running.chain.clone();
+            ChainParts {
+                chain: Arc::new(dev.clone()),
+                dev_chain: Some(dev),
+                running_chain: Some(running),
+                pruned_below: None,
+            }
+        }
+        ChainSource::Bitcoind { url, auth } => {
+            let mut rpc_config = chain::RpcConfig::new(url.clone(), auth.clone());
+            rpc_config.fee_policy = config.fee_policy;
+            let rpc = chain::BitcoindRpc::new(rpc_config).map_err(StartupError::Bitcoind)?;
+            // A node of another chain than --network is refused at once
+            // (the service needs no -txindex: it follows blocks).
+            let check = rpc
+                .check_node(config.network, None)
+                .await
+                .map_err(StartupError::Bitcoind)?;
+            ChainParts {
+                chain: Arc::new(rpc),
+                dev_chain: None,
+                running_chain: None,
+                pruned_below: check.prune_height,
+            }
+        }
+    })
+}
+
+/// Opens and migrates the database, checks it against this process's
+/// wallet seed, secret and chain, and writes the config row and the first
+/// round when they are missing.
+async fn open_store(
+    config: &Config,
+    secrets: &Secrets,
+    addresses: &dyn AddressBook,
+    pruned_below: Option<u32>,
+) -> Result<Store, StartupError> {
+    let store = Store::connect(&secrets.db_url, config.max_db_connections)
+        .await
+        .map_err(|e| match e {
+            StoreError::UnsupportedUrl(u) => {
+                StartupError::Store(StoreError::UnsupportedUrl(redact_url(&u)))
+            }
+            other => StartupError::Store(other),
+        })?
+        .with_max_user_round_bets(config.max_user_round_bets);
+    store.migrate().await?;
+    if let (Some(file), true) = (&secrets.db_file, secrets.db_is_new) {
+        make_private(file);
+    }
+    if let Some(pruned_below) = pruned_below {
+        // The block scan goes on from the last processed height: a pruned
+        // node must still have the blocks above it.
+        if let Some((synced, _)) = store.synced_tip().await? {
+            if synced + 1 < i64::from(pruned_below) {
+                return Err(StartupError::Chain(format!(
+                    "the Bitcoin Core node is pruned below height {pruned_below}, but the service has processed blocks only up to {synced}; restart the node without -prune (or with a larger one) and let it re-download"
+                )));
+            }
+        }
+    }
+    // The users' addresses first: that refusal names the user.
+    check_wallet_matches(&store, addresses, &config.data_dir).await?;
+    check_secret_fingerprints(&store, addresses, &secrets.jwt_secret, &config.data_dir).await?;
+    store
+        .init_config(&ServiceConfig {
+            fee_address: addresses
+                .default_fee_address()
+                .map_err(StartupError::WalletAddress)?,
+            fee_rate_sat_vb: 2,
+            round_duration_seconds: config.default_round_duration_seconds,
+            min_bet_sats: 1_000,
+            min_withdrawal_sats: 1_000,
+            deposit_confirmations: 1,
+            paused: false,
+        })
+        .await?;
+    let round = store.ensure_round(unix_now()).await?;
+    tracing::info!(round = round.id, status = %round.status, "current round");
+    Ok(store)
+}
+
+/// The login throttle, the registration quota, the admin-token throttle
+/// and the stream caps.
+async fn limits(store: &Store, config: &Config) -> Result<Limits, StartupError> {
+    let now = Instant::now();
+    // Several processes may share PostgreSQL: the limits count in the
+    // database there, so that N processes give nobody N times the quota.
+    let shared = store.backend() == crate::store::Backend::Postgres;
+    let (throttle, quota, admin_throttle) = if shared {
+        (
+            Throttle::shared(store.clone(), config.throttle),
+            Quota::Shared {
+                store: store.clone(),
+                policy: config.quota,
+            },
+            // Wrong admin tokens count across processes too (issue 32).
+            AdminThrottle::shared(store.clone(), ADMIN_THROTTLE, now),
+        )
+    } else {
+        (
+            Throttle::Local(Arc::new(LoginThrottle::new(config.throttle, now))),
+            Quota::Local(RegistrationQuota::new(config.quota, now)),
+            AdminThrottle::local(ADMIN_THROTTLE, now),
+        )
+    };
+    let streams = shared.then(|| SharedStreams::new(store.clone(), config.stream));
+    if let Some(s) = &streams {
+        s.announce().await?;
+    }
+    // With the shared cap the database evicts an IP's oldest stream;
+    // the hub keeps only the per-process global cap.
+    let hub = StreamHub::new(if shared {
+        StreamPolicy {
+            max_per_ip: usize::MAX,
+            ..config.stream
+        }
+    } else {
+        config.stream
+    });
+    Ok(Limits {
+        throttle,
+        quota,
+        admin_throttle,
+        streams,
+        hub,
+    })
+}
+
 impl Application {
     /// Opens the data directory, the database (migrating it), creates the
     /// first round if there is none, and binds the listener.
@@ -309,190 +593,31 @@ impl Application {
     /// # Errors
     /// [`StartupError`] saying what stopped the start.
     pub async fn build(config: Config) -> Result<Self, StartupError> {
-        let data_dir = config.data_dir.clone();
-        if let Some(token) = config.admin_token.as_deref() {
-            if !token.is_empty() && token.chars().count() < MIN_ADMIN_TOKEN_CHARS {
-                return Err(StartupError::WeakSecret(format!(
-                    "the admin token (--admin-token / POTLUCK_ADMIN_TOKEN) must have at least \
-                     {MIN_ADMIN_TOKEN_CHARS} characters"
-                )));
-            }
-        }
-        create_data_dir(&data_dir)?;
-        let db_url = config.effective_database_url();
-        let db_file = sqlite_file(&db_url);
-        let db_is_new = db_file.as_ref().is_some_and(|f| !f.exists());
-        report_loose_permissions(
-            &[
-                data_dir.clone(),
-                data_dir.join("jwt-secret"),
-                data_dir.join("wallet.mnemonic"),
-            ]
-            .into_iter()
-            .chain(db_file.iter().filter(|_| !db_is_new).cloned())
-            .collect::<Vec<_>>(),
-        );
-        let jwt_secret = match &config.jwt_secret {
-            Some(s) if !s.is_empty() => {
-                if s.len() < MIN_JWT_SECRET_BYTES {
-                    return Err(StartupError::WeakSecret(format!(
-                        "the session-token secret (--jwt-secret / POTLUCK_JWT_SECRET) has {} bytes; \
-                         at least {MIN_JWT_SECRET_BYTES} are required",
-                        s.len()
-                    )));
-                }
-                s.as_bytes().to_vec()
-            }
-            _ => {
-                let path = data_dir.join("jwt-secret");
-                let secret = load_or_create_secret(&path, MIN_JWT_SECRET_BYTES)?;
-                if secret.len() < MIN_JWT_SECRET_BYTES {
-                    return Err(StartupError::WeakSecret(format!(
-                        "the session-token secret in {} (jwt-secret) decodes to {} bytes; at least \
-                         {MIN_JWT_SECRET_BYTES} are required (delete the file to generate one)",
-                        path.display(),
-                        secret.len()
-                    )));
-                }
-                secret
-            }
-        };
-        if !config.bind.ip().is_loopback() && config.trusted_proxies.iter().all(|c| c.is_loopback())
-        {
-            tracing::warn!(
-                bind = %config.bind,
-                "listening beyond loopback with no trusted proxy configured: X-Forwarded-For is \
-                 ignored and every client is keyed by its TCP peer; behind a reverse proxy on \
-                 another host, give --trusted-proxies with its network"
-            );
-        }
+        let secrets = secrets(&config)?;
         // The BIP39 mnemonic of the service's HD wallet (mode 0600).
         let wallet = Arc::new(
-            wallet::load_or_create_seed(&data_dir.join("wallet.mnemonic"), config.network)
-                .map_err(|e| StartupError::Wallet(e.to_string()))?,
+            wallet::load_or_create_seed(&config.data_dir.join("wallet.mnemonic"), config.network)
+                .map_err(StartupError::WalletSeed)?,
         );
         let addresses: Arc<dyn AddressBook> = Arc::new(Bip84AddressBook::new(wallet.clone()));
-        let (chain, dev_chain, running_chain, node_check): (Arc<dyn chain::Chain>, _, _, _) =
-            match &config.chain {
-                ChainSource::Dev {
-                    block_interval,
-                    rpc_bind,
-                } => {
-                    if config.network != bitcoin::Network::Regtest {
-                        return Err(StartupError::Chain(format!(
-                        "the development chain is regtest only (network {}); give --bitcoind-url",
-                        config.network
-                    )));
-                    }
-                    let running = chain::DevChain::start(chain::DevChainConfig {
-                        data_dir: data_dir.join("chain"),
-                        block_interval: *block_interval,
-                        rpc_bind: *rpc_bind,
-                        rpc_auth: None,
-                    })
-                    .await
-                    .map_err(|e| StartupError::Chain(e.to_string()))?;
-                    running.chain.set_fee_policy(config.fee_policy);
-                    if let Some(url) = running.rpc_url() {
-                        tracing::info!(%url, "development chain RPC");
-                    }
-                    let dev = running.chain.clone();
-                    (Arc::new(dev.clone()), Some(dev), Some(running), None)
-                }
-                ChainSource::Bitcoind { url, auth } => {
-                    let mut rpc_config = chain::RpcConfig::new(url.clone(), auth.clone());
-                    rpc_config.fee_policy = config.fee_policy;
-                    let rpc = chain::BitcoindRpc::new(rpc_config)
-                        .map_err(|e| StartupError::Chain(e.to_string()))?;
-                    // A node of another chain than --network is refused at once
-                    // (the service needs no -txindex: it follows blocks).
-                    let check = rpc
-                        .check_node(config.network, None)
-                        .await
-                        .map_err(|e| StartupError::Chain(e.to_string()))?;
-                    (Arc::new(rpc), None, None, Some(check))
-                }
-            };
-        let store = Store::connect(&db_url, config.max_db_connections)
-            .await
-            .map_err(|e| match e {
-                StoreError::UnsupportedUrl(u) => {
-                    StartupError::Store(StoreError::UnsupportedUrl(redact_url(&u)))
-                }
-                other => StartupError::Store(other),
-            })?
-            .with_max_user_round_bets(config.max_user_round_bets);
-        store.migrate().await?;
-        let pg_url = (store.backend() == crate::store::Backend::Postgres).then(|| db_url.clone());
-        if let (Some(file), true) = (&db_file, db_is_new) {
-            make_private(file);
-        }
-        if let Some(pruned_below) = node_check.as_ref().and_then(|c| c.prune_height) {
-            // The block scan goes on from the last processed height: a pruned
-            // node must still have the blocks above it.
-            if let Some((synced, _)) = store.synced_tip().await? {
-                if synced + 1 < i64::from(pruned_below) {
-                    return Err(StartupError::Chain(format!(
-                        "the Bitcoin Core node is pruned below height {pruned_below}, but the service has processed blocks only up to {synced}; restart the node without -prune (or with a larger one) and let it re-download"
-                    )));
-                }
-            }
-        }
-        // The users' addresses first: that refusal names the user.
-        check_wallet_matches(&store, addresses.as_ref(), &data_dir).await?;
-        check_secret_fingerprints(&store, addresses.as_ref(), &jwt_secret, &data_dir).await?;
-        store
-            .init_config(&ServiceConfig {
-                fee_address: addresses
-                    .default_fee_address()
-                    .map_err(|e| StartupError::Wallet(e.to_string()))?,
-                fee_rate_sat_vb: 2,
-                round_duration_seconds: config.default_round_duration_seconds,
-                min_bet_sats: 1_000,
-                min_withdrawal_sats: 1_000,
-                deposit_confirmations: 1,
-                paused: false,
-            })
-            .await?;
-        let round = store.ensure_round(unix_now()).await?;
-        tracing::info!(round = round.id, status = %round.status, "current round");
+        let ChainParts {
+            chain,
+            dev_chain,
+            running_chain,
+            pruned_below,
+        } = start_chain(&config).await?;
+        let store = open_store(&config, &secrets, addresses.as_ref(), pruned_below).await?;
+        let pg_url =
+            (store.backend() == crate::store::Backend::Postgres).then(|| secrets.db_url.clone());
         let hasher = PasswordHasher::new(config.hash_params, config.hashing_concurrency)
-            .map_err(|e| StartupError::Hashing(e.to_string()))?;
-        let now = Instant::now();
-        // Several processes may share PostgreSQL: the limits count in the
-        // database there, so that N processes give nobody N times the quota.
-        let shared = store.backend() == crate::store::Backend::Postgres;
-        let (throttle, quota, admin_throttle) = if shared {
-            (
-                Throttle::shared(store.clone(), config.throttle),
-                Quota::Shared {
-                    store: store.clone(),
-                    policy: config.quota,
-                },
-                // Wrong admin tokens count across processes too (issue 32).
-                AdminThrottle::shared(store.clone(), ADMIN_THROTTLE, now),
-            )
-        } else {
-            (
-                Throttle::Local(Arc::new(LoginThrottle::new(config.throttle, now))),
-                Quota::Local(RegistrationQuota::new(config.quota, now)),
-                AdminThrottle::local(ADMIN_THROTTLE, now),
-            )
-        };
-        let streams = shared.then(|| SharedStreams::new(store.clone(), config.stream));
-        if let Some(s) = &streams {
-            s.announce().await?;
-        }
-        // With the shared cap the database evicts an IP's oldest stream;
-        // the hub keeps only the per-process global cap.
-        let hub = StreamHub::new(if shared {
-            StreamPolicy {
-                max_per_ip: usize::MAX,
-                ..config.stream
-            }
-        } else {
-            config.stream
-        });
+            .map_err(StartupError::Hashing)?;
+        let Limits {
+            throttle,
+            quota,
+            admin_throttle,
+            streams,
+            hub,
+        } = limits(&store, &config).await?;
         let rounds = Arc::new(CurrentRound::new(
             CURRENT_ROUND_TTL,
             crate::http::views::anonymous_round_json,
@@ -506,6 +631,7 @@ impl Application {
         if let Err(e) = engine.run_once().await {
             tracing::warn!(error = %e, "first engine step failed; the worker retries");
         }
+        let jwt_secret = secrets.jwt_secret;
         let state = AppState {
             accounts: Accounts::new(
                 store.clone(),
@@ -536,16 +662,7 @@ impl Application {
             dev_chain,
             config: Arc::new(config),
         };
-        let listener = tokio::net::TcpListener::bind(state.config.bind)
-            .await
-            .map_err(|source| StartupError::Bind {
-                addr: state.config.bind,
-                source,
-            })?;
-        let local_addr = listener.local_addr().map_err(|source| StartupError::Bind {
-            addr: state.config.bind,
-            source,
-        })?;
+        let (listener, local_addr) = bind(state.config.bind).await?;
         Ok(Self {
             listener,
             local_addr,

@@ -31,7 +31,7 @@
 //!   `ledger` (outputs and transfers), `chain` (processed blocks, deposits,
 //!   reorganisations), `settings` (config row and audit log), `idempotency` (the
 //!   `Idempotency-Key`s of money requests), `migrations`.
-//!   States are converted to and from their stored names at this edge.
+//!   States are bound as their enums and parsed back at this edge.
 //! - [`service`]: `accounts` (register, login, sessions, password changes
 //!   and the admin reset, applying the throttle and the quota), `admin` (the
 //!   config and its audited changes, pause, the audit log, the payout retry,
@@ -125,5 +125,97 @@ mod layering {
                 );
             }
         }
+    }
+
+    /// Every Rust source under `src`, recursively.
+    fn all_sources(dir: &Path, out: &mut Vec<(String, String)>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                all_sources(&path, out);
+            } else if path.extension().is_some_and(|x| x == "rs") {
+                out.push((
+                    path.display().to_string(),
+                    std::fs::read_to_string(&path).unwrap(),
+                ));
+            }
+        }
+    }
+
+    /// The error variants (`file:line`) whose message prints a field that
+    /// is also their source, so that a logged chain reads `payout: X: X`.
+    fn errors_that_print_their_source(file: &str, text: &str) -> Vec<String> {
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        let mut found = Vec::new();
+        for (i, line) in lines.iter().enumerate() {
+            if !line.starts_with("#[error(") || line.contains("transparent") {
+                continue;
+            }
+            let mut j = i + 1;
+            while j < lines.len() && (lines[j].starts_with("#[") || lines[j].starts_with("///")) {
+                j += 1;
+            }
+            let Some(variant) = lines.get(j) else {
+                continue;
+            };
+            let mut sources = Vec::new();
+            if variant.contains("#[from]") || variant.contains("#[source]") {
+                sources.push("0".to_string());
+            }
+            if variant.ends_with('{') {
+                let mut marked = false;
+                for field in &lines[j + 1..] {
+                    if field.starts_with('}') {
+                        break;
+                    }
+                    if field.starts_with("#[source]") || field.starts_with("#[from]") {
+                        marked = true;
+                        continue;
+                    }
+                    if field.starts_with("///") || field.starts_with("#[") {
+                        continue;
+                    }
+                    if let Some((name, _)) = field.split_once(':') {
+                        let name = name.trim_start_matches("pub ").trim();
+                        if marked || name == "source" {
+                            sources.push(name.to_string());
+                        }
+                        marked = false;
+                    }
+                }
+            }
+            if sources.iter().any(|f| line.contains(&format!("{{{f}}}"))) {
+                found.push(format!("{file}:{}", i + 1));
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn no_error_prints_the_cause_it_chains() {
+        let mut files = Vec::new();
+        all_sources(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut files,
+        );
+        let found: Vec<String> = files
+            .iter()
+            .flat_map(|(file, text)| errors_that_print_their_source(file, text))
+            .collect();
+        assert!(
+            found.is_empty(),
+            "these errors print the cause they also chain (a logged chain says it twice): {found:?}"
+        );
+    }
+
+    #[test]
+    fn the_scan_finds_a_variant_that_prints_its_source() {
+        let text = "#[error(\"payout: {0}\")]\n    Spend(#[from] X),\n\
+                    #[error(\"bind {addr}: {source}\")]\n    Bind {\n        addr: A,\n        source: E,\n    },\n\
+                    #[error(\"payout\")]\n    Ok(#[from] X),";
+        assert_eq!(
+            errors_that_print_their_source("f", text),
+            vec!["f:1".to_string(), "f:3".to_string()]
+        );
     }
 }

@@ -761,3 +761,23 @@ pub fn draw_winner(round: &Value, block_hash: &str) -> String {
     assert_eq!(d["winner"]["username"], winner["username"]);
     winner["username"].as_str().unwrap().to_string()
 }
+
+/// Polls `f` every 100 ms until it gives a value; fails the test, naming
+/// `what`, once `limit` has passed.
+pub async fn wait_for<T, F, Fut>(what: &str, limit: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "{what}: not reached within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -5,6 +5,50 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::domain::round::{stored_enum, UnknownState};
+use std::fmt;
+use std::str::FromStr;
+
+stored_enum! {
+    /// What an audit entry records, as stored in its `event` column.
+    AuditEvent, "audit event" {
+        /// An admin changed the service configuration.
+        ConfigUpdated = "config_updated",
+        /// An admin paused the service.
+        Paused = "paused",
+        /// An admin resumed the service.
+        Resumed = "resumed",
+        /// An admin reset a user's password.
+        PasswordReset = "password_reset",
+        /// A round's draw block was reorganised away; the draw waits for the new one.
+        DrawAnchoredAgain = "draw_anchored_again",
+        /// A round's payout could not be built or the network refused it.
+        PayoutFailed = "payout_failed",
+        /// An admin retried a failed payout.
+        PayoutRetried = "payout_retried",
+        /// A transfer the network keeps refusing was set aside.
+        TransferSetAside = "transfer_set_aside",
+        /// An output of the service was spent by a transaction it did not write.
+        UnknownSpend = "unknown_spend",
+        /// A deposit was reorganised out of the chain for good.
+        DepositReversed = "deposit_reversed",
+        /// A withdrawal or payout was replaced at a higher fee rate.
+        TransferBumped = "transfer_bumped",
+        /// A block confirmed a replaced version of a transfer; the ledger follows it.
+        TransferVersionConfirmed = "transfer_version_confirmed",
+    }
+}
+
+stored_enum! {
+    /// Who did what an audit entry records, as stored in its `actor` column.
+    AuditActor, "audit actor" {
+        /// Whoever holds the admin token.
+        Admin = "admin",
+        /// The service's own background work.
+        Engine = "engine",
+    }
+}
+
 /// What an audit entry records besides its event, actor and diff; only the
 /// fields of its event are present (`{}` for config updates, pause and resume).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -1,7 +1,8 @@
 //! The states of rounds and transfers as types: the only place where their stored names are spelled.
 //!
-//! The store converts at its edge ([`RoundStatus::as_str`] when writing,
-//! `FromStr` when reading), so the engine and the views match on variants
+//! The store binds the enums themselves as query values (written as
+//! [`RoundStatus::as_str`]; no query spells a state) and parses with
+//! `FromStr` when reading, so the engine and the views match on variants
 //! and the compiler points at every place a new state must be handled.
 
 use std::fmt;
@@ -56,6 +57,7 @@ macro_rules! stored_enum {
         }
     };
 }
+pub(crate) use stored_enum;
 
 stored_enum! {
     /// Where a round is in its lifecycle: open → closing → drawing → paying_out → closed
@@ -110,6 +112,16 @@ stored_enum! {
         /// Our withdrawal or payout replaced by a later version (a fee
         /// bump), or a version the chain did not take: it moves no money.
         Superseded = "superseded",
+    }
+}
+
+stored_enum! {
+    /// Where a bet stands, as stored.
+    BetStatus, "bet status" {
+        /// In its round's pot.
+        Placed = "placed",
+        /// Its payment was refused by the node: undone, not in the pot.
+        Failed = "failed",
     }
 }
 

@@ -379,6 +379,27 @@ fn signed_payment(built: wallet::BuiltTransaction, r: PaymentRecord) -> Signed {
     }
 }
 
+/// A round's payout to build and sign.
+#[derive(Debug, Clone, Copy)]
+pub struct PayoutRequest<'a> {
+    /// The round.
+    pub round_id: i64,
+    /// Its pot outputs, all spent.
+    pub pot: &'a [Coin],
+    /// The fee address's script (the commission).
+    pub fee_script: &'a ScriptBuf,
+    /// The commission.
+    pub commission_sats: i64,
+    /// The winner's script.
+    pub winner_script: &'a ScriptBuf,
+    /// The winner.
+    pub winner_user_id: i64,
+    /// The miner fee rate.
+    pub fee_rate_sat_vb: i64,
+    /// As in [`UserPayment`].
+    pub tip_height: Option<u32>,
+}
+
 /// The payout of a round: every pot output in; `commission` to the fee
 /// address (folded into the winner's share when it would be dust); the rest
 /// minus the miner fee to the winner, whatever that rest is as long as it is
@@ -388,18 +409,17 @@ fn signed_payment(built: wallet::BuiltTransaction, r: PaymentRecord) -> Signed {
 /// Wallet failures, or [`SpendFailure::ShareBelowDust`] when the commission
 /// and the miner fee leave the winner less than the dust threshold of their
 /// script.
-#[allow(clippy::too_many_arguments)]
-pub fn payout(
-    wallet: &Wallet,
-    round_id: i64,
-    pot: &[Coin],
-    fee_script: &ScriptBuf,
-    commission_sats: i64,
-    winner_script: &ScriptBuf,
-    winner_user_id: i64,
-    fee_rate_sat_vb: i64,
-    tip_height: Option<u32>,
-) -> Result<Signed, SpendFailure> {
+pub fn payout(wallet: &Wallet, req: &PayoutRequest<'_>) -> Result<Signed, SpendFailure> {
+    let PayoutRequest {
+        round_id,
+        pot,
+        fee_script,
+        commission_sats,
+        winner_script,
+        winner_user_id,
+        fee_rate_sat_vb,
+        tip_height,
+    } = *req;
     if pot.len() > MAX_TX_INPUTS {
         // Only a round that took its bets before rounds were capped at
         // MAX_ROUND_BETS: say why rather than sign what no node relays.
@@ -583,14 +603,16 @@ mod tests {
             .collect();
         let signed = payout(
             &w,
-            9,
-            &pot,
-            &long_script(),
-            420_000,
-            &long_script(),
-            1,
-            2,
-            Some(100),
+            &PayoutRequest {
+                round_id: 9,
+                pot: &pot,
+                fee_script: &long_script(),
+                commission_sats: 420_000,
+                winner_script: &long_script(),
+                winner_user_id: 1,
+                fee_rate_sat_vb: 2,
+                tip_height: Some(100),
+            },
         )
         .unwrap();
         assert_eq!(signed.tx.input.len(), MAX_TX_INPUTS);
@@ -604,14 +626,16 @@ mod tests {
         assert!(matches!(
             payout(
                 &w,
-                9,
-                &too_many,
-                &long_script(),
-                420_000,
-                &long_script(),
-                1,
-                2,
-                None
+                &PayoutRequest {
+                    round_id: 9,
+                    pot: &too_many,
+                    fee_script: &long_script(),
+                    commission_sats: 420_000,
+                    winner_script: &long_script(),
+                    winner_user_id: 1,
+                    fee_rate_sat_vb: 2,
+                    tip_height: None
+                }
             ),
             Err(SpendFailure::Wallet(_))
         ));
@@ -646,14 +670,16 @@ mod tests {
         let rate = FeeRate::from_sat_per_vb(10).unwrap();
         let signed = payout(
             &w,
-            9,
-            &pot_of(&[2_000, 2_000]),
-            &fee_script,
-            1_200,
-            &winner,
-            1,
-            10,
-            Some(100),
+            &PayoutRequest {
+                round_id: 9,
+                pot: &pot_of(&[2_000, 2_000]),
+                fee_script: &fee_script,
+                commission_sats: 1_200,
+                winner_script: &winner,
+                winner_user_id: 1,
+                fee_rate_sat_vb: 10,
+                tip_height: Some(100),
+            },
         )
         .unwrap();
         let (vout, share) = signed.change.unwrap();
@@ -672,14 +698,16 @@ mod tests {
 
         let refused = payout(
             &w,
-            9,
-            &pot_of(&[1_400, 1_400]),
-            &fee_script,
-            840,
-            &winner,
-            1,
-            10,
-            None,
+            &PayoutRequest {
+                round_id: 9,
+                pot: &pot_of(&[1_400, 1_400]),
+                fee_script: &fee_script,
+                commission_sats: 840,
+                winner_script: &winner,
+                winner_user_id: 1,
+                fee_rate_sat_vb: 10,
+                tip_height: None,
+            },
         );
         assert!(
             matches!(
@@ -696,7 +724,20 @@ mod tests {
 
         // A refund (no commission) below the change minimum is paid too.
         let rate = FeeRate::from_sat_per_vb(4).unwrap();
-        let refund = payout(&w, 9, &pot_of(&[800]), &fee_script, 0, &winner, 1, 4, None).unwrap();
+        let refund = payout(
+            &w,
+            &PayoutRequest {
+                round_id: 9,
+                pot: &pot_of(&[800]),
+                fee_script: &fee_script,
+                commission_sats: 0,
+                winner_script: &winner,
+                winner_user_id: 1,
+                fee_rate_sat_vb: 4,
+                tip_height: None,
+            },
+        )
+        .unwrap();
         let (vout, share) = refund.change.unwrap();
         assert_eq!((vout, refund.tx.output.len()), (0, 1));
         assert_eq!(share + refund.intent.fee_sats, 800);

@@ -9,6 +9,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::domain::address::AddressError;
+use crate::domain::audit::AuditActor;
 use crate::domain::round::TransferProgress;
 use crate::domain::settings::{ConfigPatch, ServiceConfig, DUST_LIMIT_SATS};
 use crate::http::error::{AdminError, AdminErrorBody};
@@ -18,7 +19,7 @@ use crate::service::accounts::AccountError;
 use crate::service::admin::{AuditEntry, LedgerTotals};
 
 /// Who admin actions are attributed to in the audit log.
-const ACTOR: &str = "admin";
+const ACTOR: AuditActor = AuditActor::Admin;
 
 /// 21 million bitcoin.
 const MAX_MONEY_SATS: i64 = 21_000_000 * 100_000_000;

@@ -360,224 +360,120 @@ impl From<AccountError> for ApiError {
 
 impl From<PaymentError> for ApiError {
     fn from(e: PaymentError) -> Self {
-        let unprocessable = StatusCode::UNPROCESSABLE_ENTITY;
+        if let PaymentError::OutcomeUnknown { txid, source } = &e {
+            tracing::error!(error = %error_chain(source), %txid, "payment outcome unknown");
+        }
+        if let Some((status, code, params)) = payment_refusal(&e) {
+            let message = match e {
+                PaymentError::RoundNotOpen { .. } => "the round is not open for bets".to_string(),
+                _ => e.to_string(),
+            };
+            return ApiError::domain(status, code, message, params);
+        }
         match e {
-            PaymentError::Paused => ApiError::domain(
-                StatusCode::SERVICE_UNAVAILABLE,
-                ErrorCode::Paused,
-                e.to_string(),
-                ErrorParams::none(),
-            ),
             PaymentError::UnknownUser => ApiError::SessionExpired,
             PaymentError::Session(e) => e.into(),
-            PaymentError::BetBelowMinimum {
-                amount_sats,
-                min_bet_sats,
-            } => ApiError::domain(
-                unprocessable,
-                ErrorCode::BetBelowMinimum,
-                e.to_string(),
-                ErrorParams {
-                    amount_sats: Some(amount_sats),
-                    min_bet_sats: Some(min_bet_sats),
-                    ..ErrorParams::none()
-                },
-            ),
-            PaymentError::BetUneconomic {
-                amount_sats,
-                input_fee_sats,
-                fee_rate_sat_vb,
-                max_percent,
-            } => ApiError::domain(
-                unprocessable,
-                ErrorCode::BetUneconomic,
-                e.to_string(),
-                ErrorParams {
-                    amount_sats: Some(amount_sats),
-                    input_fee_sats: Some(input_fee_sats),
-                    fee_rate_sat_vb: Some(fee_rate_sat_vb),
-                    max_percent: Some(max_percent),
-                    ..ErrorParams::none()
-                },
-            ),
-            PaymentError::RoundNotOpen { round_id, status } => ApiError::domain(
-                StatusCode::CONFLICT,
-                ErrorCode::RoundNotOpen,
-                "the round is not open for bets",
-                ErrorParams {
-                    round_id: Some(round_id),
-                    status: Some(status),
-                    ..ErrorParams::none()
-                },
-            ),
-            PaymentError::TooManyInputs {
-                amount_sats,
-                max_inputs,
-                max_amount_sats,
-            } => ApiError::domain(
-                unprocessable,
-                ErrorCode::TooManyInputs,
-                e.to_string(),
-                ErrorParams {
-                    amount_sats: Some(amount_sats),
-                    max_inputs: Some(max_inputs),
-                    max_amount_sats: Some(max_amount_sats),
-                    ..ErrorParams::none()
-                },
-            ),
-            PaymentError::RoundFull { round_id, max_bets } => ApiError::domain(
-                StatusCode::CONFLICT,
-                ErrorCode::RoundFull,
-                e.to_string(),
-                ErrorParams {
-                    round_id: Some(round_id),
-                    max_bets: Some(max_bets),
-                    ..ErrorParams::none()
-                },
-            ),
-            PaymentError::RoundShareFull { round_id, max_bets } => ApiError::domain(
-                StatusCode::CONFLICT,
-                ErrorCode::RoundShareFull,
-                e.to_string(),
-                ErrorParams {
-                    round_id: Some(round_id),
-                    max_bets: Some(max_bets),
-                    ..ErrorParams::none()
-                },
-            ),
-            PaymentError::InvalidAddress { ref address } => ApiError::domain(
-                unprocessable,
-                ErrorCode::InvalidAddress,
-                e.to_string(),
-                ErrorParams {
-                    address: Some(address.clone()),
-                    ..ErrorParams::none()
-                },
-            ),
-            PaymentError::WrongNetwork {
-                ref address,
-                expected,
-            } => ApiError::domain(
-                unprocessable,
-                ErrorCode::AddressWrongNetwork,
-                e.to_string(),
-                ErrorParams {
-                    address: Some(address.clone()),
-                    network: Some(expected.to_string()),
-                    ..ErrorParams::none()
-                },
-            ),
-            PaymentError::WithdrawalBelowMinimum {
-                amount_sats,
-                min_withdrawal_sats,
-            } => ApiError::domain(
-                unprocessable,
-                ErrorCode::WithdrawalBelowMinimum,
-                e.to_string(),
-                ErrorParams {
-                    amount_sats: Some(amount_sats),
-                    min_withdrawal_sats: Some(min_withdrawal_sats),
-                    ..ErrorParams::none()
-                },
-            ),
-            PaymentError::InsufficientFunds {
-                amount_sats,
-                needed_sats,
-                balance_sats,
-            } => ApiError::domain(
-                unprocessable,
-                ErrorCode::InsufficientFunds,
-                e.to_string(),
-                ErrorParams {
-                    amount_sats: Some(amount_sats),
-                    needed_sats: Some(needed_sats),
-                    balance_sats: Some(balance_sats),
-                    ..ErrorParams::none()
-                },
-            ),
-            PaymentError::Dust {
-                amount_sats,
-                threshold_sats,
-            } => ApiError::domain(
-                unprocessable,
-                ErrorCode::AmountBelowDust,
-                e.to_string(),
-                ErrorParams {
-                    amount_sats: Some(amount_sats),
-                    dust_sats: Some(threshold_sats),
-                    ..ErrorParams::none()
-                },
-            ),
-            PaymentError::BroadcastRejected => ApiError::domain(
-                StatusCode::BAD_GATEWAY,
-                ErrorCode::BroadcastRejected,
-                e.to_string(),
-                ErrorParams::none(),
-            ),
-            PaymentError::DebtOutstanding {
-                debt_sats,
-                balance_sats,
-            } => ApiError::domain(
-                StatusCode::CONFLICT,
-                ErrorCode::DebtOutstanding,
-                e.to_string(),
-                ErrorParams {
-                    debt_sats: Some(debt_sats),
-                    balance_sats: Some(balance_sats),
-                    ..ErrorParams::none()
-                },
-            ),
-            PaymentError::FundsBusy => ApiError::domain(
-                StatusCode::CONFLICT,
-                ErrorCode::FundsBusy,
-                e.to_string(),
-                ErrorParams::none(),
-            ),
             PaymentError::TimedOut { timeout_secs } => ApiError::RequestTimeout { timeout_secs },
-            PaymentError::IdempotencyKeyReused => ApiError::domain(
-                unprocessable,
-                ErrorCode::IdempotencyKeyReused,
-                e.to_string(),
-                ErrorParams::none(),
-            ),
-            PaymentError::IdempotencyKeyInProgress => ApiError::domain(
-                StatusCode::CONFLICT,
-                ErrorCode::IdempotencyKeyInProgress,
-                e.to_string(),
-                ErrorParams::none(),
-            ),
-            PaymentError::OutcomeUnknown {
-                ref txid,
-                ref source,
-            } => {
-                tracing::error!(error = %error_chain(source), %txid, "payment outcome unknown");
-                ApiError::domain(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    ErrorCode::PaymentOutcomeUnknown,
-                    e.to_string(),
-                    ErrorParams {
-                        txid: Some(txid.clone()),
-                        ..ErrorParams::none()
-                    },
-                )
-            }
             PaymentError::Store(e) => e.into(),
             other => ApiError::internal(other),
         }
     }
 }
 
-/// `error: cause: cause …`, for internal errors that are logged.
-pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
+/// `ErrorParams` with the named fields set (`field` from a binding of the
+/// same name, or `field = value`), the others absent.
+macro_rules! params {
+    ($($field:ident $(= $value:expr)?),* $(,)?) => {
+        ErrorParams { $($field: Some(params!(@value $field $(, $value)?)),)* ..ErrorParams::none() }
+    };
+    (@value $field:ident) => { $field };
+    (@value $field:ident, $value:expr) => { $value };
 }
+
+/// The status and code of a payment the service refused (the message is
+/// the error's own text); `None` for the errors that are not refusals (a
+/// dead session, a time-out, an internal failure).
+fn payment_refusal(e: &PaymentError) -> Option<(StatusCode, ErrorCode, ErrorParams)> {
+    use PaymentError as P;
+    const UNPROCESSABLE: StatusCode = StatusCode::UNPROCESSABLE_ENTITY;
+    const CONFLICT: StatusCode = StatusCode::CONFLICT;
+    let (status, code) = match e {
+        P::Paused => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Paused),
+        P::BetBelowMinimum { .. } => (UNPROCESSABLE, ErrorCode::BetBelowMinimum),
+        P::BetUneconomic { .. } => (UNPROCESSABLE, ErrorCode::BetUneconomic),
+        P::RoundNotOpen { .. } => (CONFLICT, ErrorCode::RoundNotOpen),
+        P::TooManyInputs { .. } => (UNPROCESSABLE, ErrorCode::TooManyInputs),
+        P::RoundFull { .. } => (CONFLICT, ErrorCode::RoundFull),
+        P::RoundShareFull { .. } => (CONFLICT, ErrorCode::RoundShareFull),
+        P::InvalidAddress { .. } => (UNPROCESSABLE, ErrorCode::InvalidAddress),
+        P::WrongNetwork { .. } => (UNPROCESSABLE, ErrorCode::AddressWrongNetwork),
+        P::WithdrawalBelowMinimum { .. } => (UNPROCESSABLE, ErrorCode::WithdrawalBelowMinimum),
+        P::InsufficientFunds { .. } => (UNPROCESSABLE, ErrorCode::InsufficientFunds),
+        P::Dust { .. } => (UNPROCESSABLE, ErrorCode::AmountBelowDust),
+        P::BroadcastRejected => (StatusCode::BAD_GATEWAY, ErrorCode::BroadcastRejected),
+        P::DebtOutstanding { .. } => (CONFLICT, ErrorCode::DebtOutstanding),
+        P::FundsBusy => (CONFLICT, ErrorCode::FundsBusy),
+        P::IdempotencyKeyReused => (UNPROCESSABLE, ErrorCode::IdempotencyKeyReused),
+        P::IdempotencyKeyInProgress => (CONFLICT, ErrorCode::IdempotencyKeyInProgress),
+        P::OutcomeUnknown { .. } => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::PaymentOutcomeUnknown,
+        ),
+        _ => return None,
+    };
+    Some((status, code, payment_params(e)))
+}
+
+/// The values a refused payment's message interpolates.
+fn payment_params(e: &PaymentError) -> ErrorParams {
+    use PaymentError as P;
+    match *e {
+        P::BetBelowMinimum {
+            amount_sats,
+            min_bet_sats,
+        } => params!(amount_sats, min_bet_sats),
+        P::BetUneconomic {
+            amount_sats,
+            input_fee_sats,
+            fee_rate_sat_vb,
+            max_percent,
+        } => params!(amount_sats, input_fee_sats, fee_rate_sat_vb, max_percent),
+        P::RoundNotOpen { round_id, status } => params!(round_id, status),
+        P::TooManyInputs {
+            amount_sats,
+            max_inputs,
+            max_amount_sats,
+        } => params!(amount_sats, max_inputs, max_amount_sats),
+        P::RoundFull { round_id, max_bets } => params!(round_id, max_bets),
+        P::RoundShareFull { round_id, max_bets } => params!(round_id, max_bets),
+        P::InvalidAddress { ref address } => params!(address = address.clone()),
+        P::WrongNetwork {
+            ref address,
+            expected,
+        } => params!(address = address.clone(), network = expected.to_string()),
+        P::WithdrawalBelowMinimum {
+            amount_sats,
+            min_withdrawal_sats,
+        } => params!(amount_sats, min_withdrawal_sats),
+        P::InsufficientFunds {
+            amount_sats,
+            needed_sats,
+            balance_sats,
+        } => params!(amount_sats, needed_sats, balance_sats),
+        P::Dust {
+            amount_sats,
+            threshold_sats,
+        } => params!(amount_sats, dust_sats = threshold_sats),
+        P::DebtOutstanding {
+            debt_sats,
+            balance_sats,
+        } => params!(debt_sats, balance_sats),
+        P::OutcomeUnknown { ref txid, .. } => params!(txid = txid.clone()),
+        _ => ErrorParams::none(),
+    }
+}
+
+pub use crate::service::error_chain;
 
 /// The JSON body of a structured error.
 #[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::domain::address::AddressBook;
+use crate::domain::audit::AuditActor;
 use crate::domain::time::unix_now;
 use crate::security::password::{
     password_length, HashError, PasswordHasher, Verdict, MAX_PASSWORD_LENGTH, MIN_PASSWORD_LENGTH,
@@ -526,7 +527,7 @@ impl Accounts {
         &self,
         username: &str,
         new_password: String,
-        actor: &str,
+        actor: AuditActor,
     ) -> Result<(String, i64), AccountError> {
         validate_password("new_password", &new_password)?;
         // Checked before the costly hash.

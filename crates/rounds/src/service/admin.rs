@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::domain::audit::AuditActor;
 use crate::domain::settings::{ConfigDiff, ConfigPatch, ServiceConfig};
 use crate::service::bump::{BumpError, Bumped};
 use crate::service::current::CurrentRound;
@@ -80,7 +81,7 @@ impl Administration {
     pub async fn update_config(
         &self,
         patch: &ConfigPatch,
-        actor: &str,
+        actor: AuditActor,
     ) -> Result<(ServiceConfig, ConfigDiff), AdminOpError> {
         Ok(self.store.update_config(patch, actor).await?)
     }
@@ -93,7 +94,7 @@ impl Administration {
     pub async fn set_paused(
         &self,
         paused: bool,
-        actor: &str,
+        actor: AuditActor,
     ) -> Result<ServiceConfig, AdminOpError> {
         let (config, changed) = self.store.set_paused(paused, actor).await?;
         if changed {

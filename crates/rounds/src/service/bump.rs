@@ -9,6 +9,7 @@ use chain::bump::{replacement_fee, Replacement};
 use chain::ChainError;
 use wallet::SpendableOutput;
 
+use crate::domain::audit::AuditActor;
 use crate::domain::bump::{replacement, BumpBuildError};
 use crate::domain::money::{Coin, NewOutput};
 use crate::domain::round::{OutputOrigin, TransferKind, TransferStatus};
@@ -140,7 +141,7 @@ impl Engine {
             }
         };
         for w in stuck {
-            match self.bump(&w.transfer, target, "engine").await {
+            match self.bump(&w.transfer, target, AuditActor::Engine).await {
                 Ok(b) => {
                     tracing::info!(transfer = w.transfer.id, new = b.transfer.id, txid = %b.transfer.txid,
                         fee_sats = b.transfer.fee_sats, broadcast = b.broadcast, "stuck transfer bumped");
@@ -149,7 +150,9 @@ impl Engine {
                 Err(BumpError::OverCap { .. }) => {
                     tracing::debug!(transfer = w.transfer.id, "at its fee cap; not bumped again");
                 }
-                Err(e) => tracing::warn!(transfer = w.transfer.id, error = %e, "bump failed"),
+                Err(e) => {
+                    tracing::warn!(transfer = w.transfer.id, error = %crate::service::error_chain(&e), "bump failed")
+                }
             }
         }
         Ok(changed)
@@ -167,7 +170,7 @@ impl Engine {
             .transfer(id)
             .await?
             .ok_or(BumpError::NotFound(id))?;
-        self.bump(&t, rate, "admin").await
+        self.bump(&t, rate, AuditActor::Admin).await
     }
 
     /// Writes and sends the replacement of `t` at `target`.
@@ -175,7 +178,7 @@ impl Engine {
         &self,
         t: &TransferRow,
         target: FeeRate,
-        actor: &str,
+        actor: AuditActor,
     ) -> Result<Bumped, BumpError> {
         let waiting = matches!(t.kind, TransferKind::Withdrawal | TransferKind::Payout)
             && t.status == TransferStatus::Broadcast
@@ -192,7 +195,7 @@ impl Engine {
             amount_sats: amount,
             outputs,
             sent_height: height,
-            actor: actor.to_owned(),
+            actor,
             fee_rate_sat_vb: i64::try_from(target.to_sat_per_vb_ceil()).unwrap_or(i64::MAX),
         };
         let new_id = self

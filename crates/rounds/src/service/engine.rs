@@ -25,7 +25,7 @@ use crate::service::current::CurrentRound;
 use crate::service::stream::StreamHub;
 use crate::store::chain::Deposit;
 use crate::store::ledger::{LedgerError, TransferRow};
-use crate::store::rounds::{BetRow, DrawColumns, RoundRow};
+use crate::store::rounds::{BetRow, DrawColumns, PayoutReplacement, RoundRow};
 use crate::store::{Store, StoreError};
 
 /// Environment variable of the crash test hook: when it names a step, the
@@ -70,11 +70,24 @@ pub enum EngineError {
     #[error(transparent)]
     Chain(#[from] ChainError),
     /// Building the payout failed.
-    #[error("payout: {0}")]
+    #[error("payout")]
     Spend(#[from] spend::SpendFailure),
     /// Stored data does not make sense.
     #[error("corrupt: {0}")]
     Corrupt(String),
+    /// A stored transaction does not decode.
+    #[error("corrupt: raw tx")]
+    RawTx(#[source] RawTxError),
+    /// A stored txid or block hash does not parse.
+    #[error("corrupt: {what} {text}")]
+    Hash {
+        /// `txid` or `block hash`.
+        what: &'static str,
+        /// The stored text.
+        text: String,
+        /// Why it does not parse.
+        source: bitcoin::hex::HexToArrayError,
+    },
     /// A payout retry could not build the payout (say, the fee rate is
     /// still above what the pot can pay).
     #[error("{0}")]
@@ -83,6 +96,17 @@ pub enum EngineError {
     /// confirm: the node neither has it nor refused it for good.
     #[error("{0}")]
     PotUnsettled(String),
+}
+
+/// Why stored transaction bytes do not decode.
+#[derive(Debug, thiserror::Error)]
+pub enum RawTxError {
+    /// Not hex.
+    #[error(transparent)]
+    Hex(#[from] hex::FromHexError),
+    /// Not a transaction.
+    #[error(transparent)]
+    Decode(#[from] bitcoin::consensus::encode::Error),
 }
 
 /// What a broadcast answer means for the ledger.
@@ -126,6 +150,17 @@ impl Broadcast {
             ))),
         }
     }
+}
+
+/// What one [`Engine::tick`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TickOutcome {
+    /// A round moved a step: another tick may move more.
+    Moved,
+    /// No round could move now (waiting for a time, a block or the node).
+    Idle,
+    /// The service is paused: no round moves until it resumes.
+    Paused,
 }
 
 /// Blocks processed per sync, so one sync stays short after a long outage.
@@ -177,9 +212,8 @@ impl std::fmt::Debug for Engine {
 }
 
 pub(crate) fn txid_of(raw: &str) -> Result<Transaction, EngineError> {
-    let bytes = hex::decode(raw).map_err(|e| EngineError::Corrupt(format!("raw tx: {e}")))?;
-    bitcoin::consensus::deserialize(&bytes)
-        .map_err(|e| EngineError::Corrupt(format!("raw tx: {e}")))
+    let bytes = hex::decode(raw).map_err(|e| EngineError::RawTx(e.into()))?;
+    bitcoin::consensus::deserialize(&bytes).map_err(|e| EngineError::RawTx(e.into()))
 }
 
 /// When an accepted broadcast's mark (`signed` → `broadcast`) must be on
@@ -315,7 +349,7 @@ impl Engine {
         let mut tips = self.chain.tips();
         loop {
             if let Err(e) = self.run_once().await {
-                tracing::warn!(error = %e, "engine step failed; retrying");
+                tracing::warn!(error = %crate::service::error_chain(&e), "engine step failed; retrying");
             }
             // A stream that ended disables its branch; the timer goes on.
             tokio::select! {
@@ -337,7 +371,7 @@ impl Engine {
         changed |= self.bump_stuck().await?;
         changed |= self.reverse_vanished_deposits().await?;
         for _ in 0..16 {
-            if !self.tick(unix_now()).await? {
+            if self.tick(unix_now()).await? != TickOutcome::Moved {
                 break;
             }
             changed = true;
@@ -654,7 +688,7 @@ impl Engine {
             }
             _ => {}
         }
-        let reason = format!("{e}");
+        let reason = crate::service::error_chain(e);
         if t.kind == TransferKind::Payout && t.status == TransferStatus::Signed {
             if let Some(round_id) = t.round_id {
                 tracing::error!(transfer = t.id, round = round_id, %reason, "payout keeps failing: payout_failed");
@@ -666,26 +700,25 @@ impl Engine {
     }
 
     /// One engine step on the oldest unfinished round that can move.
-    /// Returns whether something moved.
     ///
     /// # Errors
     /// Database, chain or wallet failures.
-    pub async fn tick(&self, now: i64) -> Result<bool, EngineError> {
+    pub async fn tick(&self, now: i64) -> Result<TickOutcome, EngineError> {
         let config = self.store.config().await?;
         if config.paused {
-            return Ok(false);
+            return Ok(TickOutcome::Paused);
         }
         for round in self.store.unfinished_rounds().await? {
             match self.step(&round, now, &config).await {
-                Ok(true) => return Ok(true),
+                Ok(true) => return Ok(TickOutcome::Moved),
                 Ok(false) => {}
                 // One round's failure does not hold up the rounds after it.
                 Err(e) => {
-                    tracing::warn!(round = round.id, error = %e, "round step failed; retried")
+                    tracing::warn!(round = round.id, error = %crate::service::error_chain(&e), "round step failed; retried")
                 }
             }
         }
-        Ok(false)
+        Ok(TickOutcome::Idle)
     }
 
     async fn step(
@@ -974,14 +1007,16 @@ impl Engine {
                 let fee_script = spend::script_of(&config.fee_address, self.wallet.network())?;
                 spend::payout(
                     &self.wallet,
-                    round_id,
-                    pot,
-                    &fee_script,
-                    commission,
-                    &winner_script,
-                    winner_id,
-                    config.fee_rate_sat_vb,
-                    tip_height,
+                    &spend::PayoutRequest {
+                        round_id,
+                        pot,
+                        fee_script: &fee_script,
+                        commission_sats: commission,
+                        winner_script: &winner_script,
+                        winner_user_id: winner_id,
+                        fee_rate_sat_vb: config.fee_rate_sat_vb,
+                        tip_height,
+                    },
                 )
             },
         );
@@ -1139,18 +1174,18 @@ impl Engine {
                 "pot output no longer exists; the payout is rebuilt without it (ledger correction)");
         }
         self.store
-            .replace_failed_payout(
-                payout.id,
+            .replace_failed_payout(&PayoutReplacement {
+                transfer_id: payout.id,
                 round_id,
-                &payout.txid,
-                &signed.intent.txid,
-                &signed.intent.raw_tx,
-                signed.intent.fee_sats,
-                signed.intent.amount_sats,
-                signed.change.map(|c| i64::from(c.0)),
-                signed.intent.commission_sats,
-                &dropped,
-            )
+                old_txid: &payout.txid,
+                txid: &signed.intent.txid,
+                raw_tx: &signed.intent.raw_tx,
+                fee_sats: signed.intent.fee_sats,
+                winner_sats: signed.intent.amount_sats,
+                winner_vout: signed.change.map(|c| i64::from(c.0)),
+                commission_sats: signed.intent.commission_sats,
+                dropped: &dropped,
+            })
             .await?;
         let mut round = detail.round.clone();
         round.status = RoundStatus::PayingOut;
@@ -1219,8 +1254,11 @@ impl Engine {
 }
 
 fn outpoint_of(o: &crate::domain::money::Coin) -> Result<bitcoin::OutPoint, EngineError> {
-    let txid = bitcoin::Txid::from_str(&o.txid)
-        .map_err(|e| EngineError::Corrupt(format!("txid {}: {e}", o.txid)))?;
+    let txid = bitcoin::Txid::from_str(&o.txid).map_err(|source| EngineError::Hash {
+        what: "txid",
+        text: o.txid.clone(),
+        source,
+    })?;
     let vout = u32::try_from(o.vout)
         .map_err(|_| EngineError::Corrupt(format!("vout {} of {}", o.vout, o.txid)))?;
     Ok(bitcoin::OutPoint { txid, vout })
@@ -1261,9 +1299,13 @@ pub fn draw_bets(bets: &[BetRow]) -> Vec<DrawBet> {
 /// Parses a stored block hash.
 ///
 /// # Errors
-/// [`EngineError::Corrupt`].
+/// [`EngineError::Hash`].
 pub fn parse_block_hash(s: &str) -> Result<BlockHash, EngineError> {
-    BlockHash::from_str(s).map_err(|e| EngineError::Corrupt(format!("block hash {s}: {e}")))
+    BlockHash::from_str(s).map_err(|source| EngineError::Hash {
+        what: "block hash",
+        text: s.to_owned(),
+        source,
+    })
 }
 
 // Only without `test-hooks`: with it the hook would kill the test (and the

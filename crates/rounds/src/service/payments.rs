@@ -169,8 +169,11 @@ pub enum PaymentError {
     #[error("engine step failed")]
     Engine(#[source] EngineError),
     /// The development chain failed (faucet).
-    #[error("development chain: {0}")]
-    DevChain(String),
+    #[error("development chain")]
+    DevChain(#[source] chain::DevChainError),
+    /// The faucet's blocking task died (faucet).
+    #[error("faucet task")]
+    FaucetTask(#[source] tokio::task::JoinError),
     /// The request's deadline passed before the payment was written:
     /// nothing was saved, nothing will be paid.
     #[error("the request took longer than {timeout_secs} s; nothing was paid")]
@@ -340,6 +343,73 @@ pub struct Paid {
     pub broadcast: bool,
 }
 
+/// A payment to sign and write: who pays, to what, under which options.
+#[derive(Debug)]
+struct PaymentRequest<'a> {
+    /// The payer.
+    me: &'a Payer,
+    /// The service configuration read with the payer.
+    config: &'a ServiceConfig,
+    /// The script paid.
+    to: &'a ScriptBuf,
+    /// The amount paid to it.
+    amount_sats: i64,
+    /// A round's pot or an outside address.
+    dest: Destination<'a>,
+    /// The request's key and deadline.
+    opts: &'a PayOptions,
+    /// The idempotency key's claim, when it has one.
+    claim: Option<&'a KeyClaim>,
+}
+
+/// Refuses a payment that would spend coins covering the user's debt:
+/// `coins_sats` less the amount and the fee (`0` before the fee is known)
+/// must still cover `debt_sats`.
+fn refuse_debt(
+    debt_sats: i64,
+    coins_sats: i64,
+    amount_sats: i64,
+    fee_sats: i64,
+) -> Result<(), PaymentError> {
+    if debt_sats > 0 && coins_sats - amount_sats - fee_sats < debt_sats {
+        return Err(PaymentError::DebtOutstanding {
+            debt_sats,
+            balance_sats: coins_sats - debt_sats,
+        });
+    }
+    Ok(())
+}
+
+/// A spend that could not be built, as the payer's refusal.
+fn spend_refusal(e: SpendFailure, amount_sats: i64) -> PaymentError {
+    match e {
+        SpendFailure::Insufficient {
+            balance_sats,
+            needed_sats,
+        } => PaymentError::InsufficientFunds {
+            amount_sats,
+            needed_sats,
+            balance_sats,
+        },
+        SpendFailure::Dust {
+            amount_sats,
+            threshold_sats,
+        } => PaymentError::Dust {
+            amount_sats,
+            threshold_sats,
+        },
+        SpendFailure::TooManyInputs {
+            max_inputs,
+            max_amount_sats,
+        } => PaymentError::TooManyInputs {
+            amount_sats,
+            max_inputs,
+            max_amount_sats,
+        },
+        other => PaymentError::Spend(other),
+    }
+}
+
 /// The paying user as a payment needs it.
 #[derive(Debug, Clone)]
 struct Payer {
@@ -481,17 +551,16 @@ impl<'a> Payments<'a> {
             .pot_script(round_id)
             .map_err(PaymentError::Spend)?;
         let coins = std::mem::take(&mut ctx.coins);
-        self.pay_from_user(
-            &payer,
-            &ctx.config,
-            coins,
-            &pot_script,
+        let request = PaymentRequest {
+            me: &payer,
+            config: &ctx.config,
+            to: &pot_script,
             amount_sats,
-            Destination::Pot { round_id },
+            dest: Destination::Pot { round_id },
             opts,
             claim,
-        )
-        .await
+        };
+        self.pay_from_user(&request, coins).await
     }
 
     /// Withdraws `amount_sats` of user `user_id` to `address` (trimmed first).
@@ -572,17 +641,16 @@ impl<'a> Payments<'a> {
         let to = spend::script_of(address, self.engine.wallet().network())
             .map_err(PaymentError::Spend)?;
         let coins = std::mem::take(&mut ctx.coins);
-        self.pay_from_user(
-            &payer,
-            &ctx.config,
-            coins,
-            &to,
+        let request = PaymentRequest {
+            me: &payer,
+            config: &ctx.config,
+            to: &to,
             amount_sats,
-            Destination::Address(address),
+            dest: Destination::Address(address),
             opts,
             claim,
-        )
-        .await
+        };
+        self.pay_from_user(&request, coins).await
     }
 
     /// Claims the request's idempotency key (when it has one) for the
@@ -707,19 +775,13 @@ impl<'a> Payments<'a> {
     /// first attempt's selection).
     /// An output taken by a concurrent request between selection and write makes
     /// it select again, a few times, then answer `funds_busy`.
-    #[allow(clippy::too_many_arguments)]
     async fn pay_from_user(
         &self,
-        me: &Payer,
-        config: &ServiceConfig,
+        req: &PaymentRequest<'_>,
         coins: Vec<Coin>,
-        to: &ScriptBuf,
-        amount_sats: i64,
-        dest: Destination<'_>,
-        opts: &PayOptions,
-        claim: Option<&KeyClaim>,
     ) -> Result<Paid, PaymentError> {
-        let (kind, round_id, address) = match dest {
+        let (me, config, amount_sats) = (req.me, req.config, req.amount_sats);
+        let (kind, round_id, address) = match req.dest {
             Destination::Pot { round_id } => (TransferKind::Bet, Some(round_id), None),
             Destination::Address(a) => (TransferKind::Withdrawal, None, Some(a.to_string())),
         };
@@ -751,15 +813,8 @@ impl<'a> Payments<'a> {
             } else {
                 self.store.user_debt(me.id).await?
             };
-            if debt_sats > 0 {
-                let coins: i64 = outputs.iter().map(|o| o.amount_sats).sum::<i64>() + unread_sats;
-                if coins - debt_sats < amount_sats {
-                    return Err(PaymentError::DebtOutstanding {
-                        debt_sats,
-                        balance_sats: coins - debt_sats,
-                    });
-                }
-            }
+            let coins_sats = outputs.iter().map(|o| o.amount_sats).sum::<i64>() + unread_sats;
+            refuse_debt(debt_sats, coins_sats, amount_sats, 0)?;
             let signed = spend::user_payment(
                 &wallet,
                 spend::UserPayment {
@@ -767,7 +822,7 @@ impl<'a> Payments<'a> {
                     path: me.key_path,
                     script: &me.script,
                     outputs: &outputs,
-                    to,
+                    to: req.to,
                     amount_sats,
                     fee_rate_sat_vb: config.fee_rate_sat_vb,
                     kind,
@@ -777,161 +832,135 @@ impl<'a> Payments<'a> {
                     unread_sats,
                 },
             )
-            .map_err(|e| match e {
-                SpendFailure::Insufficient {
-                    balance_sats,
-                    needed_sats,
-                } => PaymentError::InsufficientFunds {
-                    amount_sats,
-                    needed_sats,
-                    balance_sats,
-                },
-                SpendFailure::Dust {
-                    amount_sats,
-                    threshold_sats,
-                } => PaymentError::Dust {
-                    amount_sats,
-                    threshold_sats,
-                },
-                SpendFailure::TooManyInputs {
-                    max_inputs,
-                    max_amount_sats,
-                } => PaymentError::TooManyInputs {
-                    amount_sats,
-                    max_inputs,
-                    max_amount_sats,
-                },
-                other => PaymentError::Spend(other),
-            })?;
-            if debt_sats > 0 {
-                let coins: i64 = outputs.iter().map(|o| o.amount_sats).sum::<i64>() + unread_sats;
-                let left = coins - amount_sats - signed.intent.fee_sats;
-                if left < debt_sats {
-                    return Err(PaymentError::DebtOutstanding {
-                        debt_sats,
-                        balance_sats: coins - debt_sats,
-                    });
-                }
-            }
+            .map_err(|e| spend_refusal(e, amount_sats))?;
+            refuse_debt(debt_sats, coins_sats, amount_sats, signed.intent.fee_sats)?;
             // The deadline and the write race here, once: a request whose
             // deadline passed first writes nothing.
-            if !opts.gate.begin_write() {
-                return Err(opts.gate.timed_out());
+            if !req.opts.gate.begin_write() {
+                return Err(req.opts.gate.timed_out());
             }
-            let written = match (dest, claim) {
-                // A keyed bet is written alone, binding its key in the same
-                // transaction; the group's statement knows no keys.
-                (Destination::Pot { .. }, Some(claim)) => self
-                    .store
-                    .place_bet_keyed(&signed.intent, Some(claim))
-                    .await
-                    .map(|(bet, transfer)| (Some(bet), transfer)),
-                (Destination::Pot { .. }, None) => self
-                    .store
-                    .place_bet(&signed.intent)
-                    .await
-                    .map(|(bet, transfer)| (Some(bet), transfer)),
-                (Destination::Address(_), claim) => self
-                    .store
-                    .record_withdrawal_keyed(&signed.intent, claim)
-                    .await
-                    .map(|transfer| (None, transfer)),
+            let Some((bet_id, transfer_id)) =
+                self.write_payment(req, &signed.intent, round_id).await?
+            else {
+                continue;
             };
-            let written = match written {
-                // A failure that is no refusal may be a commit whose
-                // acknowledgement was lost: the payment may be saved, and
-                // the worker would broadcast it. Read it back before
-                // answering.
-                Err(e @ LedgerError::Store(_)) => {
-                    match self.written_anyway(&signed.intent.txid).await {
-                        Ok(Some(ids)) => {
-                            tracing::warn!(transfer = ids.1, txid = %signed.intent.txid, error = %e,
-                            "the payment's write failed but it was saved");
-                            Ok(ids)
-                        }
-                        Ok(None) => Err(e),
-                        Err(read) => {
-                            tracing::error!(txid = %signed.intent.txid, error = %read,
-                            "the payment's write failed and cannot be read back");
-                            return Err(PaymentError::OutcomeUnknown {
-                                txid: signed.intent.txid,
-                                source: e,
-                            });
-                        }
-                    }
-                }
-                other => other,
-            };
-            let (bet_id, transfer_id) = match written {
-                Ok(ids) => ids,
-                Err(LedgerError::IdempotencyClaimLost) => {
-                    return Err(PaymentError::IdempotencyKeyInProgress)
-                }
-                Err(LedgerError::Paused) => return Err(PaymentError::Paused),
-                Err(LedgerError::OutputTaken(_)) => continue,
-                Err(LedgerError::RoundFull { round_id, max_bets }) => {
-                    return Err(PaymentError::RoundFull { round_id, max_bets })
-                }
-                Err(LedgerError::UserShareFull {
-                    round_id, max_bets, ..
-                }) => return Err(PaymentError::RoundShareFull { round_id, max_bets }),
-                Err(LedgerError::WrongStatus { .. }) => {
-                    return Err(PaymentError::RoundNotOpen {
-                        round_id: round_id.unwrap_or_default(),
-                        status: RoundStatus::Closing,
-                    })
-                }
-                Err(e) => return Err(PaymentError::Ledger(e)),
-            };
-            opts.gate.saved(&Paid {
+            let paid = Paid {
                 transfer_id,
                 bet_id,
                 round_id,
                 fee_sats: signed.intent.fee_sats,
                 txid: signed.intent.txid.clone(),
                 broadcast: false,
-            });
-            crash_point(match kind {
-                TransferKind::Bet => "bet_signed",
-                _ => "withdrawal_signed",
-            });
-            // The intent is durable from here on: a chain that cannot be reached
-            // leaves it signed and the worker broadcasts it later, so the answer
-            // is "accepted, pending" rather than an error the client would retry
-            // (and pay twice). The transaction just signed is sent as it is,
-            // not read back from the row just written.
-            let broadcast = match self
-                .engine
-                .broadcast_signed(
-                    transfer_id,
-                    kind,
-                    &signed.intent.txid,
-                    signed.tx.clone(),
-                    Mark::Soon,
-                )
-                .await
-            {
-                Ok(true) => true,
-                Ok(false) => {
-                    self.engine.notify().await;
-                    return Err(PaymentError::BroadcastRejected);
-                }
-                Err(e) => {
-                    tracing::warn!(transfer = transfer_id, error = %e, "broadcast deferred; the worker retries");
-                    false
-                }
             };
-            self.engine.notify().await;
-            return Ok(Paid {
-                transfer_id,
-                bet_id,
-                round_id,
-                fee_sats: signed.intent.fee_sats,
-                txid: signed.intent.txid,
-                broadcast,
-            });
+            return self.send_written(req.opts, kind, paid, signed.tx).await;
         }
         Err(PaymentError::FundsBusy)
+    }
+
+    /// Writes a signed payment: its `(bet id, transfer id)`, or `None` when
+    /// a coin it spends was taken meanwhile (select again). A write whose
+    /// acknowledgement was lost is read back before it is answered.
+    async fn write_payment(
+        &self,
+        req: &PaymentRequest<'_>,
+        intent: &crate::domain::money::Intent,
+        round_id: Option<i64>,
+    ) -> Result<Option<(Option<i64>, i64)>, PaymentError> {
+        let written = match (req.dest, req.claim) {
+            // A keyed bet is written alone, binding its key in the same
+            // transaction; the group's statement knows no keys.
+            (Destination::Pot { .. }, Some(claim)) => self
+                .store
+                .place_bet_keyed(intent, Some(claim))
+                .await
+                .map(|(bet, transfer)| (Some(bet), transfer)),
+            (Destination::Pot { .. }, None) => self
+                .store
+                .place_bet(intent)
+                .await
+                .map(|(bet, transfer)| (Some(bet), transfer)),
+            (Destination::Address(_), claim) => self
+                .store
+                .record_withdrawal_keyed(intent, claim)
+                .await
+                .map(|transfer| (None, transfer)),
+        };
+        let written = match written {
+            // A failure that is no refusal may be a commit whose
+            // acknowledgement was lost: the payment may be saved, and
+            // the worker would broadcast it. Read it back before
+            // answering.
+            Err(e @ LedgerError::Store(_)) => match self.written_anyway(&intent.txid).await {
+                Ok(Some(ids)) => {
+                    tracing::warn!(transfer = ids.1, txid = %intent.txid, error = %e,
+                        "the payment's write failed but it was saved");
+                    Ok(ids)
+                }
+                Ok(None) => Err(e),
+                Err(read) => {
+                    tracing::error!(txid = %intent.txid, error = %read,
+                        "the payment's write failed and cannot be read back");
+                    return Err(PaymentError::OutcomeUnknown {
+                        txid: intent.txid.clone(),
+                        source: e,
+                    });
+                }
+            },
+            other => other,
+        };
+        match written {
+            Ok(ids) => Ok(Some(ids)),
+            Err(LedgerError::IdempotencyClaimLost) => Err(PaymentError::IdempotencyKeyInProgress),
+            Err(LedgerError::Paused) => Err(PaymentError::Paused),
+            Err(LedgerError::OutputTaken(_)) => Ok(None),
+            Err(LedgerError::RoundFull { round_id, max_bets }) => {
+                Err(PaymentError::RoundFull { round_id, max_bets })
+            }
+            Err(LedgerError::UserShareFull {
+                round_id, max_bets, ..
+            }) => Err(PaymentError::RoundShareFull { round_id, max_bets }),
+            Err(LedgerError::WrongStatus { .. }) => Err(PaymentError::RoundNotOpen {
+                round_id: round_id.unwrap_or_default(),
+                status: RoundStatus::Closing,
+            }),
+            Err(e) => Err(PaymentError::Ledger(e)),
+        }
+    }
+
+    /// Broadcasts a payment that is written (durable): a chain that cannot
+    /// be reached leaves it signed and the worker broadcasts it later, so
+    /// the answer is "accepted, pending" rather than an error the client
+    /// would retry (and pay twice). The transaction just signed is sent as
+    /// it is, not read back from the row just written.
+    async fn send_written(
+        &self,
+        opts: &PayOptions,
+        kind: TransferKind,
+        mut paid: Paid,
+        tx: bitcoin::Transaction,
+    ) -> Result<Paid, PaymentError> {
+        opts.gate.saved(&paid);
+        crash_point(match kind {
+            TransferKind::Bet => "bet_signed",
+            _ => "withdrawal_signed",
+        });
+        paid.broadcast = match self
+            .engine
+            .broadcast_signed(paid.transfer_id, kind, &paid.txid, tx, Mark::Soon)
+            .await
+        {
+            Ok(true) => true,
+            Ok(false) => {
+                self.engine.notify().await;
+                return Err(PaymentError::BroadcastRejected);
+            }
+            Err(e) => {
+                tracing::warn!(transfer = paid.transfer_id, error = %e, "broadcast deferred; the worker retries");
+                false
+            }
+        };
+        self.engine.notify().await;
+        Ok(paid)
     }
 
     /// After a write that failed without a refusal: the payment's `(bet
@@ -979,8 +1008,8 @@ impl<'a> Payments<'a> {
             Ok::<_, chain::DevChainError>(txid)
         })
         .await
-        .map_err(|e| PaymentError::DevChain(e.to_string()))?
-        .map_err(|e| PaymentError::DevChain(e.to_string()))?;
+        .map_err(PaymentError::FaucetTask)?
+        .map_err(PaymentError::DevChain)?;
         self.engine.run_once().await.map_err(PaymentError::Engine)?;
         Ok(txid)
     }

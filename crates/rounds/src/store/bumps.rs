@@ -16,8 +16,9 @@ use super::ledger::{
 };
 use super::settings::insert_audit_entry;
 use super::{Store, StoreError};
-use crate::domain::audit::AuditDetails;
+use crate::domain::audit::{AuditActor, AuditDetails, AuditEvent};
 use crate::domain::money::{Coin, NewOutput};
+use crate::domain::round::{TransferKind, TransferStatus};
 use crate::domain::settings::ConfigDiff;
 use crate::domain::time::unix_now;
 use crate::store::ledger::TransferRow;
@@ -42,8 +43,8 @@ pub struct BumpIntent {
     pub outputs: Vec<NewOutput>,
     /// The synced tip when it was written: its own wait counts from here.
     pub sent_height: i64,
-    /// `engine`, or `admin` for a bump by hand.
-    pub actor: String,
+    /// The engine, or the admin for a bump by hand.
+    pub actor: AuditActor,
     /// The fee rate asked for (sat/vB), for the audit log.
     pub fee_rate_sat_vb: i64,
 }
@@ -70,8 +71,11 @@ impl Store {
         // that matches nothing) takes SQLite's write lock from the payments.
         let unstamped: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM transfers WHERE sent_height IS NULL \
-             AND kind IN ('withdrawal', 'payout') AND status = 'broadcast' AND block_height IS NULL",
+             AND kind IN ($1, $2) AND status = $3 AND block_height IS NULL",
         )
+        .bind(TransferKind::Withdrawal)
+        .bind(TransferKind::Payout)
+        .bind(TransferStatus::Broadcast)
         .fetch_one(self.pool())
         .await?;
         if unstamped == 0 {
@@ -79,9 +83,12 @@ impl Store {
         }
         sqlx::query(
             "UPDATE transfers SET sent_height = $1 WHERE sent_height IS NULL \
-             AND kind IN ('withdrawal', 'payout') AND status = 'broadcast' AND block_height IS NULL",
+             AND kind IN ($2, $3) AND status = $4 AND block_height IS NULL",
         )
         .bind(height)
+        .bind(TransferKind::Withdrawal)
+        .bind(TransferKind::Payout)
+        .bind(TransferStatus::Broadcast)
         .execute(self.pool())
         .await?;
         Ok(())
@@ -97,9 +104,12 @@ impl Store {
             "SELECT {TRANSFER_COLS}, sent_height, \
              (SELECT COUNT(*) FROM transfers v WHERE v.id = t.id OR v.bump_of = COALESCE(t.bump_of, t.id) \
               OR v.id = t.bump_of) AS versions \
-             FROM transfers t WHERE kind IN ('withdrawal', 'payout') AND status = 'broadcast' \
+             FROM transfers t WHERE kind IN ($1, $2) AND status = $3 \
              AND block_height IS NULL AND set_aside_at IS NULL ORDER BY id"
         ))
+        .bind(TransferKind::Withdrawal)
+        .bind(TransferKind::Payout)
+        .bind(TransferStatus::Broadcast)
         .fetch_all(self.pool())
         .await?;
         rows.iter()
@@ -136,9 +146,10 @@ impl Store {
     /// Database failures.
     pub async fn signed_bumps(&self) -> Result<Vec<TransferRow>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT {TRANSFER_COLS} FROM transfers WHERE status = 'signed' AND bump_of IS NOT NULL \
+            "SELECT {TRANSFER_COLS} FROM transfers WHERE status = $1 AND bump_of IS NOT NULL \
              AND set_aside_at IS NULL ORDER BY id"
         ))
+        .bind(TransferStatus::Signed)
         .fetch_all(self.pool())
         .await?;
         Ok(rows
@@ -161,10 +172,14 @@ impl Store {
         let _turn = self.write_turn().await;
         let mut tx = self.pool().begin().await?;
         let old = sqlx::query(&format!(
-            "UPDATE transfers SET status = 'superseded' WHERE id = $1 AND status = 'broadcast' \
-             AND block_height IS NULL AND kind IN ('withdrawal', 'payout') RETURNING {TRANSFER_COLS}"
+            "UPDATE transfers SET status = $2 WHERE id = $1 AND status = $3 \
+             AND block_height IS NULL AND kind IN ($4, $5) RETURNING {TRANSFER_COLS}"
         ))
         .bind(b.replaces)
+        .bind(TransferStatus::Superseded)
+        .bind(TransferStatus::Broadcast)
+        .bind(TransferKind::Withdrawal)
+        .bind(TransferKind::Payout)
         .fetch_optional(&mut *tx)
         .await?;
         let Some(old) = old else {
@@ -180,9 +195,9 @@ impl Store {
         let id: i64 = sqlx::query_scalar(
             "INSERT INTO transfers (kind, user_id, round_id, txid, vout, raw_tx, amount_sats, fee_sats, \
              commission_sats, address, status, created_at, bump_of, sent_height, replaces) \
-             VALUES ($1, $2, $3, $4, -1, $5, $6, $7, $8, $9, 'signed', $10, $11, $12, $13) RETURNING id",
+             VALUES ($1, $2, $3, $4, -1, $5, $6, $7, $8, $9, $14, $10, $11, $12, $13) RETURNING id",
         )
-        .bind(old.kind.as_str())
+        .bind(old.kind)
         .bind(old.user_id)
         .bind(old.round_id)
         .bind(&b.txid)
@@ -195,6 +210,7 @@ impl Store {
         .bind(root.unwrap_or(old.id))
         .bind(b.sent_height)
         .bind(old.id)
+        .bind(TransferStatus::Signed)
         .fetch_one(&mut *tx)
         .await?;
         let moved = sqlx::query("UPDATE outputs SET spent_txid = $1 WHERE spent_txid = $2")
@@ -217,14 +233,14 @@ impl Store {
             .bind(o.amount_sats)
             .bind(o.user_id)
             .bind(o.round_id)
-            .bind(o.origin.as_str())
+            .bind(o.origin)
             .execute(&mut *tx)
             .await?;
         }
         insert_audit_entry(
             &mut tx,
-            "transfer_bumped",
-            &b.actor,
+            AuditEvent::TransferBumped,
+            b.actor,
             &ConfigDiff::new(),
             &AuditDetails {
                 transfer_id: Some(id),
@@ -255,9 +271,10 @@ impl Store {
         let mut tx = self.pool().begin().await?;
         let row = sqlx::query(&format!(
             "SELECT {TRANSFER_COLS}, bump_of, replaces FROM transfers WHERE id = $1 \
-             AND status = 'signed' AND bump_of IS NOT NULL"
+             AND status = $2 AND bump_of IS NOT NULL"
         ))
         .bind(id)
+        .bind(TransferStatus::Signed)
         .fetch_optional(&mut *tx)
         .await?;
         let Some(row) = row else {
@@ -267,9 +284,10 @@ impl Store {
         let root: i64 = row.try_get("bump_of")?;
         let replaced: Option<i64> = row.try_get("replaces")?;
         let previous = sqlx::query(&format!(
-            "SELECT {TRANSFER_COLS} FROM transfers WHERE id = $1 AND status = 'superseded'"
+            "SELECT {TRANSFER_COLS} FROM transfers WHERE id = $1 AND status = $2"
         ))
         .bind(replaced)
+        .bind(TransferStatus::Superseded)
         .fetch_optional(&mut *tx)
         .await?;
         let Some(previous) = previous else {
@@ -301,17 +319,20 @@ async fn retire_outputs(tx: &mut Tx<'_>, txid: &str) -> Result<(), sqlx::Error> 
 async fn make_live(tx: &mut Tx<'_>, root: i64, winner: &TransferRow) -> Result<(), StoreError> {
     let losers = sqlx::query(&format!(
         "SELECT {TRANSFER_COLS} FROM transfers WHERE (id = $1 OR bump_of = $1) AND id <> $2 \
-         AND status IN ('signed', 'broadcast')"
+         AND status IN ($3, $4)"
     ))
     .bind(root)
     .bind(winner.id)
+    .bind(TransferStatus::Signed)
+    .bind(TransferStatus::Broadcast)
     .fetch_all(&mut **tx)
     .await?;
     for row in &losers {
         let loser = transfer_from_row(row)?;
         // The loser first: the payout's unique index allows one live version.
-        sqlx::query("UPDATE transfers SET status = 'superseded' WHERE id = $1")
+        sqlx::query("UPDATE transfers SET status = $2 WHERE id = $1")
             .bind(loser.id)
+            .bind(TransferStatus::Superseded)
             .execute(&mut **tx)
             .await?;
         sqlx::query("UPDATE outputs SET spent_txid = $1 WHERE spent_txid = $2")
@@ -321,8 +342,9 @@ async fn make_live(tx: &mut Tx<'_>, root: i64, winner: &TransferRow) -> Result<(
             .await?;
         retire_outputs(tx, &loser.txid).await?;
     }
-    sqlx::query("UPDATE transfers SET status = 'broadcast' WHERE id = $1")
+    sqlx::query("UPDATE transfers SET status = $2 WHERE id = $1")
         .bind(winner.id)
+        .bind(TransferStatus::Broadcast)
         .execute(&mut **tx)
         .await?;
     sqlx::query("UPDATE outputs SET spent_txid = NULL WHERE txid = $1 AND spent_txid = $2")
@@ -342,9 +364,10 @@ async fn make_live(tx: &mut Tx<'_>, root: i64, winner: &TransferRow) -> Result<(
 pub(super) async fn make_confirmed_live(tx: &mut Tx<'_>, height: i64) -> Result<u64, StoreError> {
     let rows = sqlx::query(&format!(
         "SELECT {TRANSFER_COLS}, COALESCE(bump_of, id) AS root FROM transfers \
-         WHERE status = 'superseded' AND block_height = $1"
+         WHERE status = $2 AND block_height = $1"
     ))
     .bind(height)
+    .bind(TransferStatus::Superseded)
     .fetch_all(&mut **tx)
     .await?;
     for row in &rows {
@@ -355,8 +378,8 @@ pub(super) async fn make_confirmed_live(tx: &mut Tx<'_>, height: i64) -> Result<
         make_live(tx, root, &winner).await?;
         insert_audit_entry(
             tx,
-            "transfer_version_confirmed",
-            "engine",
+            AuditEvent::TransferVersionConfirmed,
+            AuditActor::Engine,
             &ConfigDiff::new(),
             &AuditDetails {
                 transfer_id: Some(winner.id),

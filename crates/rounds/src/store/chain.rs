@@ -4,6 +4,7 @@ use super::ledger::{placeholders, BATCH};
 use sqlx::Row;
 
 use super::{Store, StoreError};
+use crate::domain::round::{OutputOrigin, RoundStatus, TransferKind, TransferStatus};
 use crate::domain::time::unix_now;
 
 /// Confirmations a coinbase output needs before consensus lets it be spent.
@@ -97,9 +98,13 @@ impl Store {
     pub async fn unconfirmed_txids(&self) -> Result<Vec<String>, StoreError> {
         Ok(sqlx::query_scalar(
             "SELECT txid FROM outputs WHERE block_height IS NULL \
-             UNION SELECT txid FROM transfers WHERE block_height IS NULL AND kind <> 'deposit' \
-             AND status IN ('signed', 'broadcast', 'superseded')",
+             UNION SELECT txid FROM transfers WHERE block_height IS NULL AND kind <> $1 \
+             AND status IN ($2, $3, $4)",
         )
+        .bind(TransferKind::Deposit)
+        .bind(TransferStatus::Signed)
+        .bind(TransferStatus::Broadcast)
+        .bind(TransferStatus::Superseded)
         .fetch_all(self.pool())
         .await?)
     }
@@ -155,13 +160,15 @@ impl Store {
         sqlx::query(
             "UPDATE rounds SET block_height = $1, block_hash = $2 \
              WHERE tip_height_at_close = $3 AND block_hash IS NULL AND bet_count > 0 \
-             AND status IN ('closing', 'drawing') \
+             AND status IN ($4, $5) \
              AND (tip_hash_at_close IS NULL \
              OR tip_hash_at_close = (SELECT hash FROM blocks WHERE height = $3))",
         )
         .bind(height)
         .bind(hash)
         .bind(height - 1)
+        .bind(RoundStatus::Closing)
+        .bind(RoundStatus::Drawing)
         .execute(&mut *tx)
         .await?;
         let mut confirmed = 0;
@@ -175,10 +182,16 @@ impl Store {
             q.execute(&mut *tx).await?;
             let sql = format!(
                 "UPDATE transfers SET block_height = $1, \
-                 status = CASE WHEN status IN ('signed', 'broadcast_failed') THEN 'broadcast' ELSE status END \
-                 WHERE kind <> 'deposit' AND txid IN ({list})"
+                 status = CASE WHEN status IN ($2, $3) THEN $4 ELSE status END \
+                 WHERE kind <> $5 AND txid IN ({})",
+                placeholders(6, chunk.len())
             );
-            let mut q = sqlx::query(&sql).bind(height);
+            let mut q = sqlx::query(&sql)
+                .bind(height)
+                .bind(TransferStatus::Signed)
+                .bind(TransferStatus::BroadcastFailed)
+                .bind(TransferStatus::Broadcast)
+                .bind(TransferKind::Deposit);
             for t in chunk {
                 q = q.bind(t);
             }
@@ -199,10 +212,10 @@ impl Store {
         };
         for chunk in txids.chunks(BATCH) {
             let sql = format!(
-                "SELECT txid, vout FROM outputs WHERE origin <> 'deposit' AND txid IN ({})",
-                placeholders(1, chunk.len())
+                "SELECT txid, vout FROM outputs WHERE origin <> $1 AND txid IN ({})",
+                placeholders(2, chunk.len())
             );
-            let mut q = sqlx::query(&sql);
+            let mut q = sqlx::query(&sql).bind(OutputOrigin::Deposit);
             for t in chunk {
                 q = q.bind(*t);
             }
@@ -222,7 +235,7 @@ impl Store {
             }
             sqlx::query(
                 "INSERT INTO outputs (txid, vout, amount_sats, user_id, origin, block_height, min_confirmations) \
-                 VALUES ($1, $2, $3, $4, 'deposit', $5, $6) \
+                 VALUES ($1, $2, $3, $4, $7, $5, $6) \
                  ON CONFLICT (txid, vout) DO UPDATE SET block_height = $5",
             )
             .bind(txid)
@@ -231,13 +244,15 @@ impl Store {
             .bind(user_id)
             .bind(height)
             .bind(min_confirmations)
+            .bind(OutputOrigin::Deposit)
             .execute(&mut *tx)
             .await?;
             let existing: Option<i64> = sqlx::query_scalar(
-                "SELECT id FROM transfers WHERE kind = 'deposit' AND txid = $1 AND vout = $2",
+                "SELECT id FROM transfers WHERE kind = $3 AND txid = $1 AND vout = $2",
             )
             .bind(txid)
             .bind(vout)
+            .bind(TransferKind::Deposit)
             .fetch_optional(&mut *tx)
             .await?;
             match existing {
@@ -247,17 +262,19 @@ impl Store {
                     // debt it left stays for the operator.
                     sqlx::query(
                         "UPDATE transfers SET block_height = $1, \
-                         status = CASE WHEN status = 'reversed' THEN 'seen' ELSE status END WHERE id = $2",
+                         status = CASE WHEN status = $3 THEN $4 ELSE status END WHERE id = $2",
                     )
-                        .bind(height)
-                        .bind(id)
-                        .execute(&mut *tx)
-                        .await?;
+                    .bind(height)
+                    .bind(id)
+                    .bind(TransferStatus::Reversed)
+                    .bind(TransferStatus::Seen)
+                    .execute(&mut *tx)
+                    .await?;
                 }
                 None => {
                     sqlx::query(
                         "INSERT INTO transfers (kind, user_id, txid, vout, amount_sats, status, block_height, created_at, min_confirmations) \
-                         VALUES ('deposit', $1, $2, $3, $4, 'seen', $5, $6, $7)",
+                         VALUES ($8, $1, $2, $3, $4, $9, $5, $6, $7)",
                     )
                     .bind(user_id)
                     .bind(txid)
@@ -266,6 +283,8 @@ impl Store {
                     .bind(height)
                     .bind(unix_now())
                     .bind(min_confirmations)
+                    .bind(TransferKind::Deposit)
+                    .bind(TransferStatus::Seen)
                     .execute(&mut *tx)
                     .await?;
                     new_deposits += 1;

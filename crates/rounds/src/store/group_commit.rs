@@ -32,6 +32,7 @@ use super::ledger::{
 };
 use super::{Backend, Store, StoreError};
 use crate::domain::money::{Intent, NewOutput};
+use crate::domain::round::{BetStatus, RoundStatus, TransferStatus};
 use crate::domain::time::unix_now;
 
 /// Most bets in one group. Bounds the bound values of the group's
@@ -322,15 +323,16 @@ impl Store {
     async fn mark_broadcast_all(&self, ids: &[i64]) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
         for chunk in ids.chunks(BATCH) {
-            let mut sql = marks_sql(&mut 0, chunk.len());
+            let mut sql = marks_sql(&mut 2, chunk.len());
             if self.backend() == Backend::Postgres {
                 // Evaluated for each row it writes, so a statement that
                 // writes nothing leaves the setting alone (and has no WAL).
                 sql.push_str(" AND set_config('synchronous_commit', 'off', true) <> ''");
             }
-            bind_all(sqlx::query(&sql), chunk)
-                .execute(self.pool())
-                .await?;
+            let q = sqlx::query(&sql)
+                .bind(TransferStatus::Broadcast)
+                .bind(TransferStatus::Signed);
+            bind_all(q, chunk).execute(self.pool()).await?;
         }
         Ok(())
     }
@@ -435,6 +437,7 @@ impl Store {
                 .bind(growth.pot_sats)
                 .bind(growth.bets)
                 .bind(self.max_round_bets())
+                .bind(RoundStatus::Open)
                 .execute(&mut *tx)
                 .await?;
             if open.rows_affected() != 1 {
@@ -490,6 +493,12 @@ impl Store {
                 .collect::<Vec<_>>(),
             "transfers": group_transfers(intents),
             "outputs": group_outputs_json(intents),
+            "states": {
+                "open": RoundStatus::Open.as_str(),
+                "signed": TransferStatus::Signed.as_str(),
+                "broadcast": TransferStatus::Broadcast.as_str(),
+                "placed": BetStatus::Placed.as_str(),
+            },
         });
         let mut conn = self.pool().acquire().await?;
         let written = sqlx::query("INSERT INTO bet_groups (doc, now) VALUES ($1, $2)")
@@ -552,6 +561,9 @@ impl Store {
             .bind(serde_json::Value::from(outputs).to_string())
             .bind(serde_json::Value::from(marks).to_string())
             .bind(now)
+            .bind(TransferStatus::Broadcast)
+            .bind(TransferStatus::Signed)
+            .bind(BetStatus::Placed)
             .fetch_all(&mut **tx)
             .await?;
         let taken = rows
@@ -570,7 +582,8 @@ impl Store {
 /// A group's writes after its rounds, on PostgreSQL: `$1` the transfers
 /// (one per bet), `$2` the inputs `{id, txid}`, `$3` the new outputs, `$4`
 /// the transfer ids to mark broadcast (JSON arrays), `$5` the time. Returns
-/// `(what, id, txid)` rows: `t` per transfer, `b` per bet, and one `n` whose
+/// `(what, id, txid)` rows (`$6`, `$7`, `$8`: the states broadcast,
+/// signed and placed): `t` per transfer, `b` per bet, and one `n` whose
 /// id is the number of inputs taken. The row sets are unknown to the planner
 /// (it guesses 100 rows for a JSON array), so the updates find their rows
 /// through `= ANY (ARRAY(…))`, an index lookup, instead of hash-joining a scan
@@ -585,7 +598,7 @@ const GROUP_STATEMENT_PG: &str = "WITH \
      gi AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS x(id BIGINT, txid TEXT)), \
      go AS (SELECT * FROM jsonb_to_recordset($3::jsonb) AS x(txid TEXT, vout BIGINT, amount_sats BIGINT, \
          user_id BIGINT, round_id BIGINT, origin TEXT)), \
-     marked AS (UPDATE transfers SET status = 'broadcast' WHERE status = 'signed' \
+     marked AS (UPDATE transfers SET status = $6 WHERE status = $7 \
          AND id = ANY (ARRAY(SELECT CAST(m AS BIGINT) FROM jsonb_array_elements_text($4::jsonb) AS m))), \
      taken AS (UPDATE outputs o SET spent_txid = gi.txid FROM gi \
          WHERE o.id = gi.id AND o.id = ANY (ARRAY(SELECT id FROM gi)) AND COALESCE(o.spent_txid, '') = '' \
@@ -593,15 +606,15 @@ const GROUP_STATEMENT_PG: &str = "WITH \
      t AS (INSERT INTO transfers (kind, user_id, round_id, txid, vout, raw_tx, amount_sats, fee_sats, \
          commission_sats, address, status, created_at) \
          SELECT kind, user_id, round_id, txid, -1, raw_tx, amount_sats, fee_sats, commission_sats, address, \
-         'signed', $5 FROM g RETURNING id, txid), \
+         $7, $5 FROM g RETURNING id, txid), \
      o AS (INSERT INTO outputs (txid, vout, amount_sats, user_id, round_id, origin) \
          SELECT txid, vout, amount_sats, user_id, round_id, origin FROM go), \
      b AS (INSERT INTO bets (round_id, user_id, amount_sats, txid, created_at, status, fee_sats) \
-         SELECT round_id, user_id, amount_sats, txid, $5, 'placed', fee_sats FROM g \
+         SELECT round_id, user_id, amount_sats, txid, $5, $8, fee_sats FROM g \
          RETURNING id, txid, user_id, round_id), \
      n AS (UPDATE rounds r SET bettors = r.bettors + (SELECT COUNT(DISTINCT b.user_id) FROM b \
          WHERE b.round_id = r.id AND NOT EXISTS (SELECT 1 FROM bets p WHERE p.round_id = r.id \
-         AND p.user_id = b.user_id AND p.status = 'placed')) \
+         AND p.user_id = b.user_id AND p.status = $8)) \
          WHERE r.id IN (SELECT round_id FROM g)) \
      SELECT 't' AS what, id, txid FROM t UNION ALL SELECT 'b', id, txid FROM b \
      UNION ALL SELECT 'n', COUNT(*), '' FROM taken";
@@ -707,7 +720,9 @@ const OUTPUT_TAKEN: &str = output_taken!();
 
 /// Run on every SQLite connection: the TEMP (per connection, never on disk)
 /// view whose `INSTEAD OF` trigger writes a whole group of bets, given as
-/// one JSON document `{rounds, max_bets, marks, inputs, transfers, outputs}`,
+/// one JSON document `{rounds, max_bets, marks, inputs, transfers, outputs,
+/// states}` (`states`: the stored names it compares and writes, from their
+/// enums, since a trigger's text takes no bound values),
 /// with the guards of a bet alone, in the order a bet alone takes them: every
 /// round still open and not filled past `max_bets` (its pot and bet count grow
 /// by the group's bets), every input still
@@ -729,7 +744,7 @@ CREATE TEMP TRIGGER IF NOT EXISTS bet_groups_insert INSTEAD OF INSERT ON bet_gro
     round_not_open!(),
     "') WHERE EXISTS (
         SELECT 1 FROM json_each(NEW.doc, '$.rounds') r WHERE NOT EXISTS (
-            SELECT 1 FROM rounds WHERE id = r.value ->> 'id' AND status = 'open' AND closes_at > NEW.now));
+            SELECT 1 FROM rounds WHERE id = r.value ->> 'id' AND status = NEW.doc ->> '$.states.open' AND closes_at > NEW.now));
     SELECT RAISE(ABORT, '",
     round_full!(),
     "') WHERE EXISTS (
@@ -741,8 +756,8 @@ CREATE TEMP TRIGGER IF NOT EXISTS bet_groups_insert INSTEAD OF INSERT ON bet_gro
         bet_count = bet_count + (
             SELECT r.value ->> 'bets' FROM json_each(NEW.doc, '$.rounds') r WHERE r.value ->> 'id' = rounds.id)
         WHERE id IN (SELECT value ->> 'id' FROM json_each(NEW.doc, '$.rounds'));
-    UPDATE transfers SET status = 'broadcast'
-        WHERE status = 'signed' AND id IN (SELECT value FROM json_each(NEW.doc, '$.marks'));
+    UPDATE transfers SET status = NEW.doc ->> '$.states.broadcast'
+        WHERE status = NEW.doc ->> '$.states.signed' AND id IN (SELECT value FROM json_each(NEW.doc, '$.marks'));
     SELECT RAISE(ABORT, '",
     output_taken!(),
     "')
@@ -755,7 +770,7 @@ CREATE TEMP TRIGGER IF NOT EXISTS bet_groups_insert INSTEAD OF INSERT ON bet_gro
             SELECT COUNT(DISTINCT t.value ->> 'user_id') FROM json_each(NEW.doc, '$.transfers') t
             WHERE t.value ->> 'round_id' = rounds.id AND NOT EXISTS (
                 SELECT 1 FROM bets p WHERE p.round_id = rounds.id
-                AND p.user_id = t.value ->> 'user_id' AND p.status = 'placed'))
+                AND p.user_id = t.value ->> 'user_id' AND p.status = NEW.doc ->> '$.states.placed'))
         WHERE id IN (SELECT value ->> 'id' FROM json_each(NEW.doc, '$.rounds'));
     INSERT INTO bet_group_from (transfers, bets)
         VALUES (COALESCE((SELECT MAX(id) FROM transfers), 0), COALESCE((SELECT MAX(id) FROM bets), 0));
@@ -763,7 +778,7 @@ CREATE TEMP TRIGGER IF NOT EXISTS bet_groups_insert INSTEAD OF INSERT ON bet_gro
             commission_sats, address, status, created_at)
         SELECT value ->> 'kind', value ->> 'user_id', value ->> 'round_id', value ->> 'txid', -1,
             value ->> 'raw_tx', value ->> 'amount_sats', value ->> 'fee_sats',
-            value ->> 'commission_sats', value ->> 'address', 'signed', NEW.now
+            value ->> 'commission_sats', value ->> 'address', NEW.doc ->> '$.states.signed', NEW.now
         FROM json_each(NEW.doc, '$.transfers');
     INSERT INTO outputs (txid, vout, amount_sats, user_id, round_id, origin)
         SELECT value ->> 'txid', value ->> 'vout', value ->> 'amount_sats', value ->> 'user_id',
@@ -771,7 +786,7 @@ CREATE TEMP TRIGGER IF NOT EXISTS bet_groups_insert INSTEAD OF INSERT ON bet_gro
         FROM json_each(NEW.doc, '$.outputs');
     INSERT INTO bets (round_id, user_id, amount_sats, txid, created_at, status, fee_sats)
         SELECT value ->> 'round_id', value ->> 'user_id', value ->> 'amount_sats', value ->> 'txid',
-            NEW.now, 'placed', value ->> 'fee_sats'
+            NEW.now, NEW.doc ->> '$.states.placed', value ->> 'fee_sats'
         FROM json_each(NEW.doc, '$.transfers');
     INSERT INTO bet_group_ids (what, id, txid)
         SELECT 't', id, txid FROM transfers WHERE id > (SELECT transfers FROM bet_group_from);
@@ -781,11 +796,12 @@ END;
 "
 );
 
-/// Marks `count` transfers broadcast, those still `signed` (a transfer
-/// undone or confirmed meanwhile keeps its status).
+/// Marks `count` transfers broadcast (`$1`), those still signed (`$2`; a
+/// transfer undone or confirmed meanwhile keeps its status); the ids
+/// follow `$n`.
 fn marks_sql(n: &mut usize, count: usize) -> String {
     format!(
-        "UPDATE transfers SET status = 'broadcast' WHERE status = 'signed' AND id IN ({})",
+        "UPDATE transfers SET status = $1 WHERE status = $2 AND id IN ({})",
         next_placeholders(n, count)
     )
 }

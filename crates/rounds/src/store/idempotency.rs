@@ -146,9 +146,10 @@ impl Store {
     pub async fn bet_of_transfer(&self, transfer_id: i64) -> Result<Option<i64>, StoreError> {
         Ok(sqlx::query_scalar(
             "SELECT b.id FROM bets b JOIN transfers t ON t.txid = b.txid \
-             WHERE t.id = $1 AND t.kind = 'bet' ORDER BY b.id LIMIT 1",
+             WHERE t.id = $1 AND t.kind = $2 ORDER BY b.id LIMIT 1",
         )
         .bind(transfer_id)
+        .bind(crate::domain::round::TransferKind::Bet)
         .fetch_optional(self.pool())
         .await?)
     }

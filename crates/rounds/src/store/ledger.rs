@@ -13,9 +13,9 @@ use sqlx::{Any, Row, Transaction};
 use super::idempotency::{bind_key, KeyClaim};
 use super::settings::config_from_row;
 use super::{state_column, Backend, Store, StoreError};
-use crate::domain::audit::AuditDetails;
+use crate::domain::audit::{AuditActor, AuditDetails, AuditEvent};
 use crate::domain::money::{Coin, Intent};
-use crate::domain::round::{RoundStatus, TransferKind, TransferStatus};
+use crate::domain::round::{BetStatus, OutputOrigin, RoundStatus, TransferKind, TransferStatus};
 use crate::domain::settings::{ConfigDiff, ServiceConfig, DUST_COIN_MAX_SATS, PAYMENT_COINS_READ};
 use crate::domain::time::unix_now;
 
@@ -213,10 +213,10 @@ pub struct UnspentView {
 pub(super) const OUTPUT_COLS: &str =
     "id, txid, vout, amount_sats, user_id, round_id, origin, block_height";
 /// The coins a user may spend (binds: `$1` user, `$2` tip height, `$3`
-/// deposit confirmations, `$4` the dust bound): unspent, confirmed, deposits
+/// deposit confirmations, `$4` the dust bound, `$5` [`OutputOrigin::Deposit`]): unspent, confirmed, deposits
 /// deep enough (coinbase: 100), and worth more than dust.
 const SPENDABLE: &str = "user_id = $1 AND spent_txid IS NULL AND amount_sats > $4 \
-     AND block_height IS NOT NULL AND (origin <> 'deposit' OR \
+     AND block_height IS NOT NULL AND (origin <> $5 OR \
      ($2 - block_height + 1 >= $3 AND $2 - block_height + 1 >= min_confirmations))";
 
 pub(super) const TRANSFER_COLS: &str =
@@ -302,9 +302,9 @@ pub(super) async fn insert_intent(tx: &mut Tx<'_>, intent: &Intent) -> Result<i6
     let id: i64 = sqlx::query_scalar(
         "INSERT INTO transfers (kind, user_id, round_id, txid, vout, raw_tx, amount_sats, fee_sats, \
          commission_sats, address, status, created_at) \
-         VALUES ($1, $2, $3, $4, -1, $5, $6, $7, $8, $9, 'signed', $10) RETURNING id",
+         VALUES ($1, $2, $3, $4, -1, $5, $6, $7, $8, $9, $11, $10) RETURNING id",
     )
-    .bind(intent.kind.as_str())
+    .bind(intent.kind)
     .bind(intent.user_id)
     .bind(intent.round_id)
     .bind(&intent.txid)
@@ -314,6 +314,7 @@ pub(super) async fn insert_intent(tx: &mut Tx<'_>, intent: &Intent) -> Result<i6
     .bind(intent.commission_sats)
     .bind(intent.address.as_deref())
     .bind(unix_now())
+    .bind(TransferStatus::Signed)
     .fetch_one(&mut **tx)
     .await
     .map_err(|e| match &e {
@@ -339,19 +340,19 @@ pub(super) async fn insert_intent(tx: &mut Tx<'_>, intent: &Intent) -> Result<i6
                 .bind(o.amount_sats)
                 .bind(o.user_id)
                 .bind(o.round_id)
-                .bind(o.origin.as_str());
+                .bind(o.origin);
         }
         q.execute(&mut **tx).await?;
     }
     Ok(id)
 }
 
-/// Grows round `$1` by `$4` bets worth `$3` while it is open at `$2` and
-/// holds at most `$5` bets after them; otherwise changes nothing (the row
+/// Grows round `$1` by `$4` bets worth `$3` while it is open (`$6`, bound
+/// to [`RoundStatus::Open`]) at `$2` and holds at most `$5` bets after them; otherwise changes nothing (the row
 /// count says so). The one guard of every path that writes bets.
 pub(super) const GROW_OPEN_ROUND: &str =
     "UPDATE rounds SET pot_sats = pot_sats + $3, bet_count = bet_count + $4 \
-     WHERE id = $1 AND status = 'open' AND closes_at > $2 AND bet_count + $4 <= $5";
+     WHERE id = $1 AND status = $6 AND closes_at > $2 AND bet_count + $4 <= $5";
 
 /// The per-user share of a round: the first of `bettors` (user → bets
 /// being added) whose placed bets in round `round_id` and the new ones would
@@ -369,11 +370,11 @@ where
 {
     if bettors.values().all(|&n| n <= max) && bettors.len() <= BATCH {
         let sql = format!(
-            "SELECT user_id, COUNT(*) AS n FROM bets WHERE round_id = $1 AND status = 'placed' \
+            "SELECT user_id, COUNT(*) AS n FROM bets WHERE round_id = $1 AND status = $2 \
              AND user_id IN ({}) GROUP BY user_id",
-            placeholders(2, bettors.len())
+            placeholders(3, bettors.len())
         );
-        let mut q = sqlx::query(&sql).bind(round_id);
+        let mut q = sqlx::query(&sql).bind(round_id).bind(BetStatus::Placed);
         for user in bettors.keys() {
             q = q.bind(*user);
         }
@@ -418,15 +419,41 @@ pub(super) async fn refuse_if_paused(tx: &mut Tx<'_>, backend: Backend) -> Resul
     Ok(())
 }
 
+/// Undoes payment `t` (a bet or withdrawal the chain will not hold) once
+/// its status says so: its inputs are released, its outputs dropped, and a
+/// bet leaves its round's pot. The one place a payment is taken back.
+pub(super) async fn undo_payment(tx: &mut Tx<'_>, t: &TransferRow) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE outputs SET spent_txid = NULL WHERE spent_txid = $1")
+        .bind(&t.txid)
+        .execute(&mut **tx)
+        .await?;
+    sqlx::query("DELETE FROM outputs WHERE txid = $1")
+        .bind(&t.txid)
+        .execute(&mut **tx)
+        .await?;
+    if t.kind == TransferKind::Bet {
+        sqlx::query("UPDATE bets SET status = $2 WHERE txid = $1")
+            .bind(&t.txid)
+            .bind(BetStatus::Failed)
+            .execute(&mut **tx)
+            .await?;
+        if let Some(r) = t.round_id {
+            recount_round(tx, r).await?;
+        }
+    }
+    Ok(())
+}
+
 pub(super) async fn recount_round(tx: &mut Tx<'_>, round_id: i64) -> Result<(), sqlx::Error> {
     sqlx::query(&format!(
-        "UPDATE rounds SET pot_sats = (SELECT {} FROM bets WHERE round_id = $1 AND status = 'placed'), \
-         bettors = (SELECT COUNT(DISTINCT user_id) FROM bets WHERE round_id = $1 AND status = 'placed'), \
-         bet_count = (SELECT COUNT(*) FROM bets WHERE round_id = $1 AND status = 'placed') \
+        "UPDATE rounds SET pot_sats = (SELECT {} FROM bets WHERE round_id = $1 AND status = $2), \
+         bettors = (SELECT COUNT(DISTINCT user_id) FROM bets WHERE round_id = $1 AND status = $2), \
+         bet_count = (SELECT COUNT(*) FROM bets WHERE round_id = $1 AND status = $2) \
          WHERE id = $1",
         sum("amount_sats")
     ))
     .bind(round_id)
+    .bind(BetStatus::Placed)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -445,13 +472,15 @@ impl Store {
         let tip = self.synced_tip().await?.map_or(0, |t| t.0);
         let row = sqlx::query(&format!(
             "SELECT {} AS balance, {} AS change_sats FROM outputs WHERE user_id = $1 AND spent_txid IS NULL",
-            sum("CASE WHEN block_height IS NOT NULL AND amount_sats > $4 AND (origin <> 'deposit' OR ($2 - block_height + 1 >= $3 AND $2 - block_height + 1 >= min_confirmations)) THEN amount_sats ELSE 0 END"),
-            sum("CASE WHEN block_height IS NULL AND amount_sats > $4 AND origin = 'change' THEN amount_sats ELSE 0 END"),
+            sum("CASE WHEN block_height IS NOT NULL AND amount_sats > $4 AND (origin <> $5 OR ($2 - block_height + 1 >= $3 AND $2 - block_height + 1 >= min_confirmations)) THEN amount_sats ELSE 0 END"),
+            sum("CASE WHEN block_height IS NULL AND amount_sats > $4 AND origin = $6 THEN amount_sats ELSE 0 END"),
         ))
         .bind(user_id)
         .bind(tip)
         .bind(confirmations)
         .bind(DUST_COIN_MAX_SATS)
+        .bind(OutputOrigin::Deposit)
+        .bind(OutputOrigin::Change)
         .fetch_one(self.pool())
         .await?;
         // A debt left by a reversed deposit shows as a negative balance.
@@ -459,10 +488,14 @@ impl Store {
         let balance: i64 = row.try_get::<i64, _>("balance")? - debt;
         let change: i64 = row.try_get("change_sats")?;
         let pending: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM transfers WHERE user_id = $1 AND kind IN ('bet', 'withdrawal') \
-             AND status IN ('signed', 'broadcast') AND block_height IS NULL",
+            "SELECT COUNT(*) FROM transfers WHERE user_id = $1 AND kind IN ($2, $3) \
+             AND status IN ($4, $5) AND block_height IS NULL",
         )
         .bind(user_id)
+        .bind(TransferKind::Bet)
+        .bind(TransferKind::Withdrawal)
+        .bind(TransferStatus::Signed)
+        .bind(TransferStatus::Broadcast)
         .fetch_one(self.pool())
         .await?;
         Ok((balance, balance + change, pending > 0))
@@ -508,7 +541,7 @@ impl Store {
              LEFT JOIN users u ON u.id = $1 \
              LEFT JOIN outputs o ON o.user_id = $1 AND u.id IS NOT NULL AND o.spent_txid IS NULL \
              AND o.amount_sats > $2 \
-             AND o.block_height IS NOT NULL AND (o.origin <> 'deposit' OR \
+             AND o.block_height IS NOT NULL AND (o.origin <> $4 OR \
              (COALESCE(t.h, 0) - o.block_height + 1 >= c.deposit_confirmations \
              AND COALESCE(t.h, 0) - o.block_height + 1 >= o.min_confirmations)) \
              WHERE c.id = 1 \
@@ -517,6 +550,7 @@ impl Store {
         .bind(user_id)
         .bind(DUST_COIN_MAX_SATS)
         .bind(PAYMENT_COINS_READ)
+        .bind(OutputOrigin::Deposit)
         .fetch_all(self.pool())
         .await?;
         let row = rows
@@ -570,12 +604,13 @@ impl Store {
     ) -> Result<Vec<Coin>, StoreError> {
         let rows = sqlx::query(&format!(
             "SELECT {OUTPUT_COLS} FROM outputs WHERE {SPENDABLE} \
-             ORDER BY amount_sats DESC, id LIMIT $5"
+             ORDER BY amount_sats DESC, id LIMIT $6"
         ))
         .bind(user_id)
         .bind(tip_height)
         .bind(confirmations)
         .bind(DUST_COIN_MAX_SATS)
+        .bind(OutputOrigin::Deposit)
         .bind(PAYMENT_COINS_READ)
         .fetch_all(self.pool())
         .await?;
@@ -602,6 +637,7 @@ impl Store {
         .bind(tip_height)
         .bind(confirmations)
         .bind(DUST_COIN_MAX_SATS)
+        .bind(OutputOrigin::Deposit)
         .fetch_one(self.pool())
         .await?)
     }
@@ -660,6 +696,7 @@ impl Store {
             .bind(intent.amount_sats)
             .bind(1_i64)
             .bind(self.max_round_bets())
+            .bind(RoundStatus::Open)
             .execute(&mut *tx)
             .await?;
         if open.rows_affected() != 1 {
@@ -675,7 +712,7 @@ impl Store {
         let transfer_id = insert_intent(&mut tx, intent).await?;
         let bet_id: i64 = sqlx::query_scalar(
             "INSERT INTO bets (round_id, user_id, amount_sats, txid, created_at, status, fee_sats) \
-             VALUES ($1, $2, $3, $4, $5, 'placed', $6) RETURNING id",
+             VALUES ($1, $2, $3, $4, $5, $7, $6) RETURNING id",
         )
         .bind(round_id)
         .bind(intent.user_id)
@@ -683,6 +720,7 @@ impl Store {
         .bind(&intent.txid)
         .bind(unix_now())
         .bind(intent.fee_sats)
+        .bind(BetStatus::Placed)
         .fetch_one(&mut *tx)
         .await?;
         // A new bettor unless this user already has a placed bet in the
@@ -691,11 +729,12 @@ impl Store {
         // before this one), by the (round_id, user_id) index.
         sqlx::query(
             "UPDATE rounds SET bettors = bettors + 1 WHERE id = $1 AND NOT EXISTS \
-             (SELECT 1 FROM bets WHERE round_id = $1 AND user_id = $2 AND status = 'placed' AND id <> $3)",
+             (SELECT 1 FROM bets WHERE round_id = $1 AND user_id = $2 AND status = $4 AND id <> $3)",
         )
         .bind(round_id)
         .bind(intent.user_id)
         .bind(bet_id)
+        .bind(BetStatus::Placed)
         .execute(&mut *tx)
         .await?;
         if let Some(claim) = claim {
@@ -713,10 +752,11 @@ impl Store {
         now: i64,
     ) -> Result<LedgerError, sqlx::Error> {
         let open_count: Option<i64> = sqlx::query_scalar(
-            "SELECT bet_count FROM rounds WHERE id = $1 AND status = 'open' AND closes_at > $2",
+            "SELECT bet_count FROM rounds WHERE id = $1 AND status = $3 AND closes_at > $2",
         )
         .bind(round_id)
         .bind(now)
+        .bind(RoundStatus::Open)
         .fetch_optional(&mut **tx)
         .await?;
         Ok(if open_count.is_some_and(|n| n >= self.max_round_bets()) {
@@ -783,10 +823,12 @@ impl Store {
     ) -> Result<(), StoreError> {
         let mut tx = self.pool().begin().await?;
         let row = sqlx::query(&format!(
-            "UPDATE transfers SET status = 'failed' WHERE id = $1 AND status = 'signed' \
+            "UPDATE transfers SET status = $2 WHERE id = $1 AND status = $3 \
              AND bump_of IS NULL RETURNING {TRANSFER_COLS}"
         ))
         .bind(transfer_id)
+        .bind(TransferStatus::Failed)
+        .bind(TransferStatus::Signed)
         .fetch_optional(&mut *tx)
         .await?;
         let Some(row) = row else {
@@ -812,23 +854,7 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         }
-        sqlx::query("UPDATE outputs SET spent_txid = NULL WHERE spent_txid = $1")
-            .bind(&t.txid)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("DELETE FROM outputs WHERE txid = $1")
-            .bind(&t.txid)
-            .execute(&mut *tx)
-            .await?;
-        if t.kind == TransferKind::Bet {
-            sqlx::query("UPDATE bets SET status = 'failed' WHERE txid = $1")
-                .bind(&t.txid)
-                .execute(&mut *tx)
-                .await?;
-            if let Some(r) = t.round_id {
-                recount_round(&mut tx, r).await?;
-            }
-        }
+        undo_payment(&mut tx, &t).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -842,9 +868,10 @@ impl Store {
     /// Database failures.
     pub async fn signed_transfers(&self) -> Result<Vec<TransferRow>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT {TRANSFER_COLS} FROM transfers WHERE status = 'signed' AND set_aside_at IS NULL \
+            "SELECT {TRANSFER_COLS} FROM transfers WHERE status = $1 AND set_aside_at IS NULL \
              AND bump_of IS NULL ORDER BY id"
         ))
+        .bind(TransferStatus::Signed)
         .fetch_all(self.pool())
         .await?;
         Ok(rows
@@ -860,9 +887,11 @@ impl Store {
     /// Database failures.
     pub async fn unconfirmed_broadcasts(&self) -> Result<Vec<TransferRow>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT {TRANSFER_COLS} FROM transfers WHERE status = 'broadcast' AND kind <> 'deposit' \
+            "SELECT {TRANSFER_COLS} FROM transfers WHERE status = $1 AND kind <> $2 \
              AND block_height IS NULL AND set_aside_at IS NULL ORDER BY id"
         ))
+        .bind(TransferStatus::Broadcast)
+        .bind(TransferKind::Deposit)
         .fetch_all(self.pool())
         .await?;
         Ok(rows
@@ -899,11 +928,12 @@ impl Store {
     ) -> Result<Vec<TransferRow>, StoreError> {
         let rows = sqlx::query(&format!(
             "SELECT {TRANSFER_COLS} FROM transfers WHERE user_id = $1 AND id < $2 \
-             AND status <> 'superseded' ORDER BY id DESC LIMIT $3"
+             AND status <> $4 ORDER BY id DESC LIMIT $3"
         ))
         .bind(user_id)
         .bind(before_id.unwrap_or(i64::MAX))
         .bind(limit)
+        .bind(TransferStatus::Superseded)
         .fetch_all(self.pool())
         .await?;
         let mut transfers: Vec<TransferRow> = rows
@@ -929,7 +959,7 @@ impl Store {
                 "deposits_sats",
                 "transfers",
                 "amount_sats",
-                "kind = 'deposit' AND status <> 'reversed'",
+                "kind = $1 AND status <> $2",
             ),
             (
                 "users_unspent_sats",
@@ -947,19 +977,19 @@ impl Store {
                 "commission_paid_sats",
                 "transfers",
                 "commission_sats",
-                "kind = 'payout' AND status NOT IN ('failed', 'superseded')",
+                "kind = $3 AND status NOT IN ($5, $6)",
             ),
             (
                 "withdrawn_sats",
                 "transfers",
                 "amount_sats",
-                "kind = 'withdrawal' AND status NOT IN ('failed', 'superseded')",
+                "kind = $4 AND status NOT IN ($5, $6)",
             ),
             (
                 "miner_fees_sats",
                 "transfers",
                 "fee_sats",
-                "kind <> 'deposit' AND status NOT IN ('failed', 'superseded')",
+                "kind <> $1 AND status NOT IN ($5, $6)",
             ),
             (
                 "corrections_sats",
@@ -979,6 +1009,12 @@ impl Store {
         .collect::<Vec<_>>()
         .join(", ");
         let row = sqlx::query(&format!("SELECT {totals}"))
+            .bind(TransferKind::Deposit)
+            .bind(TransferStatus::Reversed)
+            .bind(TransferKind::Payout)
+            .bind(TransferKind::Withdrawal)
+            .bind(TransferStatus::Failed)
+            .bind(TransferStatus::Superseded)
             .fetch_one(self.pool())
             .await?;
         let deposits_sats: i64 = row.try_get("deposits_sats")?;
@@ -1043,9 +1079,10 @@ impl Store {
     /// Database failures.
     pub async fn transfer_by_txid(&self, txid: &str) -> Result<Option<TransferRow>, StoreError> {
         let row = sqlx::query(&format!(
-            "SELECT {TRANSFER_COLS} FROM transfers WHERE txid = $1 AND kind <> 'deposit' ORDER BY id LIMIT 1"
+            "SELECT {TRANSFER_COLS} FROM transfers WHERE txid = $1 AND kind <> $2 ORDER BY id LIMIT 1"
         ))
         .bind(txid)
+        .bind(TransferKind::Deposit)
         .fetch_optional(self.pool())
         .await?;
         Ok(row.map(|r| transfer_from_row(&r)).transpose()?)
@@ -1124,8 +1161,8 @@ impl Store {
         let t = transfer_from_row(&row)?;
         super::settings::insert_audit_entry(
             &mut tx,
-            "transfer_set_aside",
-            "engine",
+            AuditEvent::TransferSetAside,
+            AuditActor::Engine,
             &ConfigDiff::new(),
             &AuditDetails {
                 transfer_id: Some(t.id),
@@ -1175,8 +1212,8 @@ impl Store {
         if first {
             super::settings::insert_audit_entry(
                 &mut tx,
-                "unknown_spend",
-                "engine",
+                AuditEvent::UnknownSpend,
+                AuditActor::Engine,
                 &ConfigDiff::new(),
                 &details,
             )
@@ -1207,9 +1244,11 @@ impl Store {
     /// Database failures.
     pub async fn unconfirmed_deposits(&self) -> Result<Vec<TransferRow>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT {TRANSFER_COLS} FROM transfers WHERE kind = 'deposit' AND status = 'seen' \
+            "SELECT {TRANSFER_COLS} FROM transfers WHERE kind = $1 AND status = $2 \
              AND block_height IS NULL ORDER BY id"
         ))
+        .bind(TransferKind::Deposit)
+        .bind(TransferStatus::Seen)
         .fetch_all(self.pool())
         .await?;
         Ok(rows
@@ -1232,10 +1271,13 @@ impl Store {
     pub async fn reverse_deposit(&self, transfer_id: i64) -> Result<Option<i64>, StoreError> {
         let mut tx = self.pool().begin().await?;
         let row = sqlx::query(&format!(
-            "UPDATE transfers SET status = 'reversed' WHERE id = $1 AND kind = 'deposit' \
-             AND status = 'seen' AND block_height IS NULL RETURNING {TRANSFER_COLS}"
+            "UPDATE transfers SET status = $2 WHERE id = $1 AND kind = $3 \
+             AND status = $4 AND block_height IS NULL RETURNING {TRANSFER_COLS}"
         ))
         .bind(transfer_id)
+        .bind(TransferStatus::Reversed)
+        .bind(TransferKind::Deposit)
+        .bind(TransferStatus::Seen)
         .fetch_optional(&mut *tx)
         .await?;
         let Some(row) = row else {
@@ -1244,17 +1286,19 @@ impl Store {
         };
         let deposit = transfer_from_row(&row)?;
         let spent_by: Option<Option<String>> = sqlx::query_scalar(
-            "SELECT spent_txid FROM outputs WHERE txid = $1 AND vout = $2 AND origin = 'deposit'",
+            "SELECT spent_txid FROM outputs WHERE txid = $1 AND vout = $2 AND origin = $3",
         )
         .bind(&deposit.txid)
         .bind(deposit.vout)
+        .bind(OutputOrigin::Deposit)
         .fetch_optional(&mut *tx)
         .await?;
         let spender = match spent_by.flatten() {
             Some(txid) => sqlx::query(&format!(
-                "SELECT {TRANSFER_COLS} FROM transfers WHERE txid = $1 AND kind <> 'deposit'"
+                "SELECT {TRANSFER_COLS} FROM transfers WHERE txid = $1 AND kind <> $2"
             ))
             .bind(&txid)
+            .bind(TransferKind::Deposit)
             .fetch_optional(&mut *tx)
             .await?
             .map(|r| transfer_from_row(&r))
@@ -1270,7 +1314,7 @@ impl Store {
                         .fetch_optional(&mut *tx)
                         .await?
                         .as_deref()
-                        == Some("open")
+                        == Some(RoundStatus::Open.as_str())
                 }
                 None => false,
             };
@@ -1279,39 +1323,26 @@ impl Store {
                 && (s.kind == TransferKind::Withdrawal
                     || (s.kind == TransferKind::Bet && round_open));
             if undo {
-                sqlx::query("UPDATE transfers SET status = 'failed' WHERE id = $1")
+                sqlx::query("UPDATE transfers SET status = $2 WHERE id = $1")
                     .bind(s.id)
+                    .bind(TransferStatus::Failed)
                     .execute(&mut *tx)
                     .await?;
-                sqlx::query("UPDATE outputs SET spent_txid = NULL WHERE spent_txid = $1")
-                    .bind(&s.txid)
-                    .execute(&mut *tx)
-                    .await?;
-                sqlx::query("DELETE FROM outputs WHERE txid = $1")
-                    .bind(&s.txid)
-                    .execute(&mut *tx)
-                    .await?;
-                if s.kind == TransferKind::Bet {
-                    sqlx::query("UPDATE bets SET status = 'failed' WHERE txid = $1")
-                        .bind(&s.txid)
-                        .execute(&mut *tx)
-                        .await?;
-                    if let Some(r) = s.round_id {
-                        recount_round(&mut tx, r).await?;
-                    }
-                }
+                undo_payment(&mut tx, s).await?;
             } else {
                 let change: i64 = sqlx::query_scalar(&format!(
-                    "SELECT {} FROM outputs WHERE txid = $1 AND origin = 'change' AND spent_txid IS NULL",
+                    "SELECT {} FROM outputs WHERE txid = $1 AND origin = $2 AND spent_txid IS NULL",
                     sum("amount_sats")
                 ))
                 .bind(&s.txid)
+                .bind(OutputOrigin::Change)
                 .fetch_one(&mut *tx)
                 .await?;
                 sqlx::query(
-                    "DELETE FROM outputs WHERE txid = $1 AND origin = 'change' AND spent_txid IS NULL",
+                    "DELETE FROM outputs WHERE txid = $1 AND origin = $2 AND spent_txid IS NULL",
                 )
                 .bind(&s.txid)
+                .bind(OutputOrigin::Change)
                 .execute(&mut *tx)
                 .await?;
                 sqlx::query(
@@ -1329,15 +1360,16 @@ impl Store {
                     .await?;
             }
         }
-        sqlx::query("DELETE FROM outputs WHERE txid = $1 AND vout = $2 AND origin = 'deposit'")
+        sqlx::query("DELETE FROM outputs WHERE txid = $1 AND vout = $2 AND origin = $3")
             .bind(&deposit.txid)
             .bind(deposit.vout)
+            .bind(OutputOrigin::Deposit)
             .execute(&mut *tx)
             .await?;
         super::settings::insert_audit_entry(
             &mut tx,
-            "deposit_reversed",
-            "engine",
+            AuditEvent::DepositReversed,
+            AuditActor::Engine,
             &ConfigDiff::new(),
             &AuditDetails {
                 user_id: deposit.user_id,

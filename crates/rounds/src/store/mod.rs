@@ -259,6 +259,37 @@ enum Unique {
     DerivationIndex,
 }
 
+/// Binds a stored state as its name: the enum is the value a query is
+/// given, so no query spells a state's name itself.
+macro_rules! bind_as_stored_name {
+    ($($name:ty),+ $(,)?) => {$(
+        impl sqlx::Type<sqlx::Any> for $name {
+            fn type_info() -> sqlx::any::AnyTypeInfo {
+                <&str as sqlx::Type<sqlx::Any>>::type_info()
+            }
+        }
+
+        impl<'q> sqlx::Encode<'q, sqlx::Any> for $name {
+            fn encode_by_ref(
+                &self,
+                buf: &mut <sqlx::Any as sqlx::Database>::ArgumentBuffer<'q>,
+            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+                <&'q str as sqlx::Encode<'q, sqlx::Any>>::encode(self.as_str(), buf)
+            }
+        }
+    )+};
+}
+
+bind_as_stored_name!(
+    crate::domain::round::RoundStatus,
+    crate::domain::round::TransferKind,
+    crate::domain::round::TransferStatus,
+    crate::domain::round::OutputOrigin,
+    crate::domain::round::BetStatus,
+    crate::domain::audit::AuditEvent,
+    crate::domain::audit::AuditActor,
+);
+
 /// Reads a state column (`status`, `kind`, `origin`) into its enum: the
 /// store's edge, where stored names become types.
 pub(crate) fn state_column<T>(r: &AnyRow, column: &str) -> Result<T, sqlx::Error>

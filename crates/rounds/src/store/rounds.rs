@@ -4,14 +4,14 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::ledger::{
-    insert_intent, output_from_row, transfer_from_row, LedgerError, TransferRow, OUTPUT_COLS,
+    insert_intent, output_from_row, transfer_from_row, LedgerError, TransferRow, Tx, OUTPUT_COLS,
     TRANSFER_COLS,
 };
 use super::settings::insert_audit_entry;
 use super::{state_column, Store, StoreError};
-use crate::domain::audit::{AuditDetails, AuditOutput};
+use crate::domain::audit::{AuditActor, AuditDetails, AuditEvent, AuditOutput};
 use crate::domain::money::{Coin, Intent};
-use crate::domain::round::RoundStatus;
+use crate::domain::round::{BetStatus, OutputOrigin, RoundStatus, TransferKind, TransferStatus};
 use crate::domain::settings::ConfigDiff;
 use crate::domain::time::unix_now;
 
@@ -32,6 +32,122 @@ pub struct RoundRow {
     pub bettors: i64,
     /// Number of placed bets (at most [`MAX_ROUND_BETS`](crate::domain::settings::MAX_ROUND_BETS)).
     pub bet_count: i64,
+}
+
+/// Pot inputs that no longer exist leave the ledger; their value is
+/// recorded as a correction so the conservation check still balances.
+async fn correct_vanished_inputs(
+    tx: &mut Tx<'_>,
+    r: &PayoutReplacement<'_>,
+) -> Result<(), sqlx::Error> {
+    let PayoutReplacement {
+        round_id,
+        transfer_id,
+        dropped,
+        ..
+    } = *r;
+    for o in dropped {
+        sqlx::query("DELETE FROM outputs WHERE id = $1")
+            .bind(o.id)
+            .execute(&mut **tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO ledger_corrections (at, round_id, transfer_id, txid, vout, amount_sats, reason) \
+             VALUES ($1, $2, $3, $4, $5, $6, 'pot input no longer exists')",
+        )
+        .bind(unix_now())
+        .bind(round_id)
+        .bind(transfer_id)
+        .bind(&o.txid)
+        .bind(o.vout)
+        .bind(o.amount_sats)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
+/// The replacement takes over the refused payout's inputs and its outputs
+/// (the winner's, at its new value), or drops them when it pays none.
+async fn move_payout_outputs(
+    tx: &mut Tx<'_>,
+    r: &PayoutReplacement<'_>,
+) -> Result<(), sqlx::Error> {
+    let PayoutReplacement {
+        transfer_id,
+        old_txid,
+        txid,
+        winner_sats,
+        winner_vout,
+        ..
+    } = *r;
+    sqlx::query("UPDATE outputs SET spent_txid = $1 WHERE spent_txid = $2")
+        .bind(txid)
+        .bind(old_txid)
+        .execute(&mut **tx)
+        .await?;
+    match winner_vout {
+        Some(v) => {
+            let moved = sqlx::query(
+                "UPDATE outputs SET txid = $1, vout = $2, amount_sats = $3 WHERE txid = $4",
+            )
+            .bind(txid)
+            .bind(v)
+            .bind(winner_sats)
+            .bind(old_txid)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected();
+            if moved == 0 {
+                // A payout signed before the winner's share became a
+                // payment may have had no winner output; without this
+                // row the watcher would credit the new one as a deposit.
+                sqlx::query(
+                    "INSERT INTO outputs (txid, vout, amount_sats, user_id, round_id, origin) \
+                     SELECT $1, $2, $3, user_id, NULL, $5 FROM transfers WHERE id = $4",
+                )
+                .bind(txid)
+                .bind(v)
+                .bind(winner_sats)
+                .bind(transfer_id)
+                .bind(OutputOrigin::Payout)
+                .execute(&mut **tx)
+                .await?;
+            }
+        }
+        None => {
+            sqlx::query("DELETE FROM outputs WHERE txid = $1")
+                .bind(old_txid)
+                .execute(&mut **tx)
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// A failed payout's replacement, signed, for [`Store::replace_failed_payout`].
+#[derive(Debug, Clone, Copy)]
+pub struct PayoutReplacement<'a> {
+    /// The payout transfer.
+    pub transfer_id: i64,
+    /// Its round.
+    pub round_id: i64,
+    /// The refused transaction.
+    pub old_txid: &'a str,
+    /// The replacement.
+    pub txid: &'a str,
+    /// The replacement, signed, in hex.
+    pub raw_tx: &'a str,
+    /// Its miner fee.
+    pub fee_sats: i64,
+    /// The winner's share.
+    pub winner_sats: i64,
+    /// The winner's output, when the share is paid.
+    pub winner_vout: Option<i64>,
+    /// The commission.
+    pub commission_sats: i64,
+    /// Pot outputs gone from the chain, left out (ledger corrections).
+    pub dropped: &'a [Coin],
 }
 
 impl Store {
@@ -75,11 +191,12 @@ impl Store {
             None => {
                 let row = sqlx::query(
                     "INSERT INTO rounds (status, opened_at, closes_at, pot_sats, bettors) \
-                     VALUES ('open', $1, $2, 0, 0) \
+                     VALUES ($3, $1, $2, 0, 0) \
                      RETURNING id, status, opened_at, closes_at, pot_sats, bettors, bet_count",
                 )
                 .bind(now)
                 .bind(now + duration)
+                .bind(RoundStatus::Open)
                 .fetch_one(&mut *tx)
                 .await?;
                 round_from_row(&row)?
@@ -95,10 +212,11 @@ impl Store {
     /// Database failures.
     pub async fn user_played(&self, round_id: i64, user_id: i64) -> Result<bool, StoreError> {
         let n: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM bets WHERE round_id = $1 AND user_id = $2 AND status = 'placed'",
+            "SELECT COUNT(*) FROM bets WHERE round_id = $1 AND user_id = $2 AND status = $3",
         )
         .bind(round_id)
         .bind(user_id)
+        .bind(BetStatus::Placed)
         .fetch_one(&self.pool)
         .await?;
         Ok(n > 0)
@@ -134,10 +252,11 @@ async fn open_next_if_newest(
                 .fetch_one(&mut **tx)
                 .await?;
         sqlx::query(
-            "INSERT INTO rounds (status, opened_at, closes_at, pot_sats, bettors) VALUES ('open', $1, $2, 0, 0)",
+            "INSERT INTO rounds (status, opened_at, closes_at, pot_sats, bettors) VALUES ($3, $1, $2, 0, 0)",
         )
         .bind(now)
         .bind(now + duration)
+        .bind(RoundStatus::Open)
         .execute(&mut **tx)
         .await?;
     }
@@ -288,9 +407,14 @@ impl Store {
         let Some(row) = row else { return Ok(None) };
         let (round, draw) = round_and_draw(&row)?;
         let bets = self.round_bets(round_id).await?;
+        // Spliced from the enums, not bound: the planner takes the partial
+        // index `transfers_one_payout` only for a query that repeats its
+        // predicate (`kind = 'payout' AND status <> 'superseded'`) as literals.
         let payout = sqlx::query(&format!(
-            "SELECT {TRANSFER_COLS} FROM transfers WHERE kind = 'payout' AND round_id = $1 \
-             AND status <> 'superseded'"
+            "SELECT {TRANSFER_COLS} FROM transfers WHERE kind = '{}' AND round_id = $1 \
+             AND status <> '{}'",
+            TransferKind::Payout,
+            TransferStatus::Superseded,
         ))
         .bind(round_id)
         .fetch_optional(self.pool())
@@ -312,9 +436,10 @@ impl Store {
     pub async fn round_bets(&self, round_id: i64) -> Result<Vec<BetRow>, StoreError> {
         let rows = sqlx::query(
             "SELECT b.id, b.user_id, u.username, b.amount_sats, b.txid FROM bets b \
-             JOIN users u ON u.id = b.user_id WHERE b.round_id = $1 AND b.status = 'placed' ORDER BY b.id",
+             JOIN users u ON u.id = b.user_id WHERE b.round_id = $1 AND b.status = $2 ORDER BY b.id",
         )
         .bind(round_id)
+        .bind(BetStatus::Placed)
         .fetch_all(self.pool())
         .await?;
         Ok(rows
@@ -352,11 +477,11 @@ impl Store {
              p.commission_sats AS payout_commission_sats, p.fee_sats AS payout_fee_sats, \
              p.status AS payout_status, p.block_height AS payout_block_height, \
              CAST(CASE WHEN EXISTS (SELECT 1 FROM bets ub WHERE ub.round_id = r.id \
-             AND ub.user_id = $3 AND ub.status = 'placed') THEN 1 ELSE 0 END AS BIGINT) AS user_played \
+             AND ub.user_id = $3 AND ub.status = $4) THEN 1 ELSE 0 END AS BIGINT) AS user_played \
              FROM rounds r \
              LEFT JOIN bets wb ON wb.id = r.winner_bet_id \
              LEFT JOIN users wu ON wu.id = wb.user_id \
-             LEFT JOIN transfers p ON p.kind = 'payout' AND p.round_id = r.id \
+             LEFT JOIN transfers p ON p.kind = $5 AND p.round_id = r.id \
              WHERE r.id < $1 ORDER BY r.id DESC LIMIT $2",
             ROUND_COLS
                 .split(", ")
@@ -368,6 +493,8 @@ impl Store {
         .bind(limit)
         // No user has id 0: an anonymous caller played nothing.
         .bind(user_id.unwrap_or(0))
+        .bind(BetStatus::Placed)
+        .bind(TransferKind::Payout)
         .fetch_all(self.pool())
         .await?;
         Ok(rows
@@ -400,11 +527,15 @@ impl Store {
     /// Database failures.
     pub async fn last_played_round(&self, user_id: i64) -> Result<Option<i64>, StoreError> {
         Ok(sqlx::query_scalar(
-            "SELECT r.id FROM rounds r WHERE r.status IN ('paying_out', 'closed', 'payout_failed') AND EXISTS \
-             (SELECT 1 FROM bets b WHERE b.round_id = r.id AND b.user_id = $1 AND b.status = 'placed') \
+            "SELECT r.id FROM rounds r WHERE r.status IN ($2, $3, $4) AND EXISTS \
+             (SELECT 1 FROM bets b WHERE b.round_id = r.id AND b.user_id = $1 AND b.status = $5) \
              ORDER BY r.id DESC LIMIT 1",
         )
         .bind(user_id)
+        .bind(RoundStatus::PayingOut)
+        .bind(RoundStatus::Closed)
+        .bind(RoundStatus::PayoutFailed)
+        .bind(BetStatus::Placed)
         .fetch_optional(self.pool())
         .await?)
     }
@@ -416,8 +547,10 @@ impl Store {
     /// Database failures.
     pub async fn unfinished_rounds(&self) -> Result<Vec<RoundRow>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT {ROUND_COLS} FROM rounds WHERE status NOT IN ('closed', 'payout_failed') ORDER BY id"
+            "SELECT {ROUND_COLS} FROM rounds WHERE status NOT IN ($1, $2) ORDER BY id"
         ))
+        .bind(RoundStatus::Closed)
+        .bind(RoundStatus::PayoutFailed)
         .fetch_all(self.pool())
         .await?;
         Ok(rows
@@ -444,20 +577,23 @@ impl Store {
         commitment_of: impl FnOnce(&[BetRow]) -> String,
     ) -> Result<bool, StoreError> {
         let mut tx = self.pool().begin().await?;
-        let moved =
-            sqlx::query("UPDATE rounds SET status = 'closing' WHERE id = $1 AND status = 'open'")
-                .bind(round_id)
-                .execute(&mut *tx)
-                .await?;
+        let moved = sqlx::query("UPDATE rounds SET status = $2 WHERE id = $1 AND status = $3")
+            .bind(round_id)
+            .bind(RoundStatus::Closing)
+            .bind(RoundStatus::Open)
+            .execute(&mut *tx)
+            .await?;
         if moved.rows_affected() != 1 {
             tx.rollback().await?;
             return Ok(false);
         }
         let in_flight: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM transfers WHERE round_id = $1 AND kind = 'bet' AND status = 'signed' \
+            "SELECT COUNT(*) FROM transfers WHERE round_id = $1 AND kind = $2 AND status = $3 \
              AND set_aside_at IS NULL",
         )
         .bind(round_id)
+        .bind(TransferKind::Bet)
+        .bind(TransferStatus::Signed)
         .fetch_one(&mut *tx)
         .await?;
         if in_flight > 0 {
@@ -466,9 +602,10 @@ impl Store {
         }
         let rows = sqlx::query(
             "SELECT b.id, b.user_id, u.username, b.amount_sats, b.txid FROM bets b \
-             JOIN users u ON u.id = b.user_id WHERE b.round_id = $1 AND b.status = 'placed' ORDER BY b.id",
+             JOIN users u ON u.id = b.user_id WHERE b.round_id = $1 AND b.status = $2 ORDER BY b.id",
         )
         .bind(round_id)
+        .bind(BetStatus::Placed)
         .fetch_all(&mut *tx)
         .await?;
         let bets = rows
@@ -517,12 +654,13 @@ impl Store {
         let moved = sqlx::query(
             "UPDATE rounds SET tip_height_at_close = $1, tip_hash_at_close = $2, \
              block_height = NULL, block_hash = NULL \
-             WHERE id = $3 AND status = 'drawing' AND tip_hash_at_close = $4",
+             WHERE id = $3 AND status = $5 AND tip_hash_at_close = $4",
         )
         .bind(tip.0)
         .bind(tip.1)
         .bind(round_id)
         .bind(old_hash)
+        .bind(RoundStatus::Drawing)
         .execute(&mut *tx)
         .await?;
         if moved.rows_affected() != 1 {
@@ -531,8 +669,8 @@ impl Store {
         }
         insert_audit_entry(
             &mut tx,
-            "draw_anchored_again",
-            "engine",
+            AuditEvent::DrawAnchoredAgain,
+            AuditActor::Engine,
             &ConfigDiff::new(),
             &AuditDetails {
                 round_id: Some(round_id),
@@ -557,9 +695,9 @@ impl Store {
     ) -> Result<bool, StoreError> {
         Ok(
             sqlx::query("UPDATE rounds SET status = $1 WHERE id = $2 AND status = $3")
-                .bind(to.as_str())
+                .bind(to)
                 .bind(round_id)
-                .bind(from.as_str())
+                .bind(from)
                 .execute(self.pool())
                 .await?
                 .rows_affected()
@@ -579,19 +717,24 @@ impl Store {
         now: i64,
     ) -> Result<bool, StoreError> {
         let mut tx = self.pool().begin().await?;
-        let moved =
-            sqlx::query("UPDATE rounds SET status = 'closed' WHERE id = $1 AND status = $2")
-                .bind(round_id)
-                .bind(from.as_str())
-                .execute(&mut *tx)
-                .await?;
+        let moved = sqlx::query("UPDATE rounds SET status = $3 WHERE id = $1 AND status = $2")
+            .bind(round_id)
+            .bind(from)
+            .bind(RoundStatus::Closed)
+            .execute(&mut *tx)
+            .await?;
         if moved.rows_affected() != 1 {
             tx.rollback().await?;
             return Ok(false);
         }
         if from == RoundStatus::PayingOut {
-            sqlx::query("UPDATE transfers SET status = 'broadcast' WHERE kind = 'payout' AND round_id = $1 AND status = 'signed'")
-                .bind(round_id)
+            sqlx::query(
+                "UPDATE transfers SET status = $2 WHERE kind = $3 AND round_id = $1 AND status = $4",
+            )
+            .bind(round_id)
+            .bind(TransferStatus::Broadcast)
+            .bind(TransferKind::Payout)
+            .bind(TransferStatus::Signed)
                 .execute(&mut *tx)
                 .await?;
         }
@@ -614,8 +757,8 @@ impl Store {
     ) -> Result<i64, LedgerError> {
         let mut tx = self.pool().begin().await?;
         let moved = sqlx::query(
-            "UPDATE rounds SET status = 'paying_out', block_height = $1, block_hash = $2, seed = $3, \
-             ticket = $4, winner_bet_id = $5 WHERE id = $6 AND status = 'drawing'",
+            "UPDATE rounds SET status = $7, block_height = $1, block_hash = $2, seed = $3, \
+             ticket = $4, winner_bet_id = $5 WHERE id = $6 AND status = $8",
         )
         .bind(draw.block_height)
         .bind(draw.block_hash.as_deref())
@@ -623,6 +766,8 @@ impl Store {
         .bind(draw.ticket)
         .bind(draw.winner_bet_id)
         .bind(round_id)
+        .bind(RoundStatus::PayingOut)
+        .bind(RoundStatus::Drawing)
         .execute(&mut *tx)
         .await?;
         if moved.rows_affected() != 1 {
@@ -642,9 +787,10 @@ impl Store {
     /// Database failures.
     pub async fn pot_outputs(&self, round_id: i64) -> Result<Vec<Coin>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT {OUTPUT_COLS} FROM outputs WHERE round_id = $1 AND origin = 'pot' AND spent_txid IS NULL ORDER BY id"
+            "SELECT {OUTPUT_COLS} FROM outputs WHERE round_id = $1 AND origin = $2 AND spent_txid IS NULL ORDER BY id"
         ))
         .bind(round_id)
+        .bind(OutputOrigin::Pot)
         .fetch_all(self.pool())
         .await?;
         Ok(rows.iter().map(output_from_row).collect::<Result<_, _>>()?)
@@ -656,9 +802,10 @@ impl Store {
     /// Database failures.
     pub async fn pot_outputs_spent_by(&self, txid: &str) -> Result<Vec<Coin>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT {OUTPUT_COLS} FROM outputs WHERE origin = 'pot' AND spent_txid = $1 ORDER BY id"
+            "SELECT {OUTPUT_COLS} FROM outputs WHERE origin = $2 AND spent_txid = $1 ORDER BY id"
         ))
         .bind(txid)
+        .bind(OutputOrigin::Pot)
         .fetch_all(self.pool())
         .await?;
         Ok(rows.iter().map(output_from_row).collect::<Result<_, _>>()?)
@@ -676,28 +823,28 @@ impl Store {
         reason: &str,
     ) -> Result<bool, StoreError> {
         let mut tx = self.pool().begin().await?;
-        let n = sqlx::query(
-            "UPDATE transfers SET status = 'broadcast_failed' WHERE id = $1 AND status = 'signed'",
-        )
-        .bind(transfer_id)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+        let n = sqlx::query("UPDATE transfers SET status = $2 WHERE id = $1 AND status = $3")
+            .bind(transfer_id)
+            .bind(TransferStatus::BroadcastFailed)
+            .bind(TransferStatus::Signed)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
         if n != 1 {
             tx.rollback().await?;
             return Ok(false);
         }
-        sqlx::query(
-            "UPDATE rounds SET status = 'payout_failed' WHERE id = $1 AND status = 'paying_out'",
-        )
-        .bind(round_id)
-        .execute(&mut *tx)
-        .await?;
+        sqlx::query("UPDATE rounds SET status = $2 WHERE id = $1 AND status = $3")
+            .bind(round_id)
+            .bind(RoundStatus::PayoutFailed)
+            .bind(RoundStatus::PayingOut)
+            .execute(&mut *tx)
+            .await?;
         open_next_if_newest(&mut tx, round_id, unix_now()).await?;
         insert_audit_entry(
             &mut tx,
-            "payout_failed",
-            "engine",
+            AuditEvent::PayoutFailed,
+            AuditActor::Engine,
             &ConfigDiff::new(),
             &AuditDetails {
                 round_id: Some(round_id),
@@ -726,9 +873,9 @@ impl Store {
     ) -> Result<bool, StoreError> {
         let mut tx = self.pool().begin().await?;
         let moved = sqlx::query(
-            "UPDATE rounds SET status = 'payout_failed', block_height = COALESCE($1, block_height), \
+            "UPDATE rounds SET status = $7, block_height = COALESCE($1, block_height), \
              block_hash = COALESCE($2, block_hash), seed = COALESCE($3, seed), ticket = COALESCE($4, ticket), \
-             winner_bet_id = COALESCE($5, winner_bet_id) WHERE id = $6 AND status = 'drawing'",
+             winner_bet_id = COALESCE($5, winner_bet_id) WHERE id = $6 AND status = $8",
         )
         .bind(draw.block_height)
         .bind(draw.block_hash.as_deref())
@@ -736,6 +883,8 @@ impl Store {
         .bind(draw.ticket)
         .bind(draw.winner_bet_id)
         .bind(round_id)
+        .bind(RoundStatus::PayoutFailed)
+        .bind(RoundStatus::Drawing)
         .execute(&mut *tx)
         .await?;
         if moved.rows_affected() != 1 {
@@ -745,8 +894,8 @@ impl Store {
         open_next_if_newest(&mut tx, round_id, unix_now()).await?;
         insert_audit_entry(
             &mut tx,
-            "payout_failed",
-            "engine",
+            AuditEvent::PayoutFailed,
+            AuditActor::Engine,
             &ConfigDiff::new(),
             &AuditDetails {
                 round_id: Some(round_id),
@@ -768,10 +917,13 @@ impl Store {
     pub async fn redraw_failed_round(&self, round_id: i64) -> Result<bool, StoreError> {
         let mut tx = self.pool().begin().await?;
         let moved = sqlx::query(
-            "UPDATE rounds SET status = 'drawing' WHERE id = $1 AND status = 'payout_failed' \
-             AND NOT EXISTS (SELECT 1 FROM transfers WHERE kind = 'payout' AND round_id = $1)",
+            "UPDATE rounds SET status = $2 WHERE id = $1 AND status = $3 \
+             AND NOT EXISTS (SELECT 1 FROM transfers WHERE kind = $4 AND round_id = $1)",
         )
         .bind(round_id)
+        .bind(RoundStatus::Drawing)
+        .bind(RoundStatus::PayoutFailed)
+        .bind(TransferKind::Payout)
         .execute(&mut *tx)
         .await?;
         if moved.rows_affected() != 1 {
@@ -780,8 +932,8 @@ impl Store {
         }
         insert_audit_entry(
             &mut tx,
-            "payout_retried",
-            "admin",
+            AuditEvent::PayoutRetried,
+            AuditActor::Admin,
             &ConfigDiff::new(),
             &AuditDetails {
                 round_id: Some(round_id),
@@ -799,25 +951,27 @@ impl Store {
     ///
     /// # Errors
     /// Database failures; `Ok(false)` when the payout is not in `broadcast_failed`.
-    #[allow(clippy::too_many_arguments)]
     pub async fn replace_failed_payout(
         &self,
-        transfer_id: i64,
-        round_id: i64,
-        old_txid: &str,
-        txid: &str,
-        raw_tx: &str,
-        fee_sats: i64,
-        winner_sats: i64,
-        winner_vout: Option<i64>,
-        commission_sats: i64,
-        dropped: &[Coin],
+        r: &PayoutReplacement<'_>,
     ) -> Result<bool, StoreError> {
+        let PayoutReplacement {
+            transfer_id,
+            round_id,
+            old_txid,
+            txid,
+            raw_tx,
+            fee_sats,
+            winner_sats,
+            commission_sats,
+            dropped,
+            ..
+        } = *r;
         let mut tx = self.pool().begin().await?;
         let n = sqlx::query(
-            "UPDATE transfers SET status = 'signed', txid = $1, raw_tx = $2, fee_sats = $3, amount_sats = $4, \
+            "UPDATE transfers SET status = $7, txid = $1, raw_tx = $2, fee_sats = $3, amount_sats = $4, \
              commission_sats = $6, broadcast_attempts = 0, set_aside_at = NULL \
-             WHERE id = $5 AND status = 'broadcast_failed'",
+             WHERE id = $5 AND status = $8",
         )
         .bind(txid)
         .bind(raw_tx)
@@ -825,6 +979,8 @@ impl Store {
         .bind(winner_sats)
         .bind(transfer_id)
         .bind(commission_sats)
+        .bind(TransferStatus::Signed)
+        .bind(TransferStatus::BroadcastFailed)
         .execute(&mut *tx)
         .await?
         .rows_affected();
@@ -832,76 +988,18 @@ impl Store {
             tx.rollback().await?;
             return Ok(false);
         }
-        sqlx::query(
-            "UPDATE rounds SET status = 'paying_out' WHERE id = $1 AND status = 'payout_failed'",
-        )
-        .bind(round_id)
-        .execute(&mut *tx)
-        .await?;
-        // Inputs that no longer exist leave the ledger; their value is
-        // recorded as a correction so the conservation check still balances.
-        for o in dropped {
-            sqlx::query("DELETE FROM outputs WHERE id = $1")
-                .bind(o.id)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query(
-                "INSERT INTO ledger_corrections (at, round_id, transfer_id, txid, vout, amount_sats, reason) \
-                 VALUES ($1, $2, $3, $4, $5, $6, 'pot input no longer exists')",
-            )
-            .bind(unix_now())
+        sqlx::query("UPDATE rounds SET status = $2 WHERE id = $1 AND status = $3")
             .bind(round_id)
-            .bind(transfer_id)
-            .bind(&o.txid)
-            .bind(o.vout)
-            .bind(o.amount_sats)
+            .bind(RoundStatus::PayingOut)
+            .bind(RoundStatus::PayoutFailed)
             .execute(&mut *tx)
             .await?;
-        }
-        sqlx::query("UPDATE outputs SET spent_txid = $1 WHERE spent_txid = $2")
-            .bind(txid)
-            .bind(old_txid)
-            .execute(&mut *tx)
-            .await?;
-        match winner_vout {
-            Some(v) => {
-                let moved = sqlx::query(
-                    "UPDATE outputs SET txid = $1, vout = $2, amount_sats = $3 WHERE txid = $4",
-                )
-                .bind(txid)
-                .bind(v)
-                .bind(winner_sats)
-                .bind(old_txid)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-                if moved == 0 {
-                    // A payout signed before the winner's share became a
-                    // payment may have had no winner output; without this
-                    // row the watcher would credit the new one as a deposit.
-                    sqlx::query(
-                        "INSERT INTO outputs (txid, vout, amount_sats, user_id, round_id, origin) \
-                         SELECT $1, $2, $3, user_id, NULL, 'payout' FROM transfers WHERE id = $4",
-                    )
-                    .bind(txid)
-                    .bind(v)
-                    .bind(winner_sats)
-                    .bind(transfer_id)
-                    .execute(&mut *tx)
-                    .await?;
-                }
-            }
-            None => {
-                sqlx::query("DELETE FROM outputs WHERE txid = $1")
-                    .bind(old_txid)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-        }
+        correct_vanished_inputs(&mut tx, r).await?;
+        move_payout_outputs(&mut tx, r).await?;
         insert_audit_entry(
             &mut tx,
-            "payout_retried",
-            "admin",
+            AuditEvent::PayoutRetried,
+            AuditActor::Admin,
             &ConfigDiff::new(),
             &AuditDetails {
                 round_id: Some(round_id),
@@ -932,12 +1030,12 @@ impl Store {
     /// Database failures.
     pub async fn park_failed_payout(&self, round_id: i64, now: i64) -> Result<bool, StoreError> {
         let mut tx = self.pool().begin().await?;
-        let moved = sqlx::query(
-            "UPDATE rounds SET status = 'payout_failed' WHERE id = $1 AND status = 'paying_out'",
-        )
-        .bind(round_id)
-        .execute(&mut *tx)
-        .await?;
+        let moved = sqlx::query("UPDATE rounds SET status = $2 WHERE id = $1 AND status = $3")
+            .bind(round_id)
+            .bind(RoundStatus::PayoutFailed)
+            .bind(RoundStatus::PayingOut)
+            .execute(&mut *tx)
+            .await?;
         if moved.rows_affected() != 1 {
             tx.rollback().await?;
             return Ok(false);

@@ -4,7 +4,7 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::{Store, StoreError};
-use crate::domain::audit::AuditDetails;
+use crate::domain::audit::{AuditActor, AuditDetails, AuditEvent};
 use crate::domain::settings::{
     config_diff, ConfigDiff, ConfigPatch, FieldChange, ServiceConfig, SettingValue,
 };
@@ -74,7 +74,7 @@ impl Store {
     pub async fn update_config(
         &self,
         patch: &ConfigPatch,
-        actor: &str,
+        actor: AuditActor,
     ) -> Result<(ServiceConfig, ConfigDiff), StoreError> {
         let mut tx = self.pool.begin().await?;
         lock_config(&mut tx).await?;
@@ -102,7 +102,7 @@ impl Store {
         .await?;
         insert_audit(
             &mut tx,
-            "config_updated",
+            AuditEvent::ConfigUpdated,
             actor,
             &diff,
             &AuditDetails::none(),
@@ -120,7 +120,7 @@ impl Store {
     pub async fn set_paused(
         &self,
         paused: bool,
-        actor: &str,
+        actor: AuditActor,
     ) -> Result<(ServiceConfig, bool), StoreError> {
         // On SQLite the payments' writes check the flag under the write
         // turn: taking it here makes the pause a barrier for them.
@@ -146,7 +146,11 @@ impl Store {
                 after: SettingValue::Bool(paused),
             },
         )]);
-        let event = if paused { "paused" } else { "resumed" };
+        let event = if paused {
+            AuditEvent::Paused
+        } else {
+            AuditEvent::Resumed
+        };
         insert_audit(&mut tx, event, actor, &diff, &AuditDetails::none()).await?;
         tx.commit().await?;
         config.paused = paused;
@@ -206,8 +210,8 @@ async fn lock_config(tx: &mut sqlx::Transaction<'_, sqlx::Any>) -> Result<(), St
 /// Writes one audit entry inside the caller's transaction.
 pub(crate) async fn insert_audit_entry(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
-    event: &str,
-    actor: &str,
+    event: AuditEvent,
+    actor: AuditActor,
     diff: &ConfigDiff,
     details: &AuditDetails,
 ) -> Result<(), StoreError> {
@@ -216,8 +220,8 @@ pub(crate) async fn insert_audit_entry(
 
 pub(super) async fn insert_audit(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
-    event: &str,
-    actor: &str,
+    event: AuditEvent,
+    actor: AuditActor,
     diff: &ConfigDiff,
     details: &AuditDetails,
 ) -> Result<(), StoreError> {

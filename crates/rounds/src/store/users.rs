@@ -5,7 +5,7 @@ use sqlx::Row;
 
 use super::settings::insert_audit;
 use super::{unique_violation, Store, StoreError, Unique, DERIVATION_INDEX_ATTEMPTS};
-use crate::domain::audit::AuditDetails;
+use crate::domain::audit::{AuditActor, AuditDetails, AuditEvent};
 use crate::domain::settings::ConfigDiff;
 use crate::domain::time::unix_now;
 
@@ -221,7 +221,7 @@ impl Store {
         &self,
         username: &str,
         password_hash: &str,
-        actor: &str,
+        actor: AuditActor,
     ) -> Result<Option<(String, i64)>, StoreError> {
         let mut tx = self.pool.begin().await?;
         let row = sqlx::query(
@@ -239,7 +239,7 @@ impl Store {
         let tv: i64 = row.try_get("token_version")?;
         insert_audit(
             &mut tx,
-            "password_reset",
+            AuditEvent::PasswordReset,
             actor,
             &ConfigDiff::new(),
             &AuditDetails {

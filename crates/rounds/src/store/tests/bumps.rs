@@ -70,7 +70,7 @@ fn replacement_of(old: i64, user: i64, round: Option<i64>, origin: OriginOf) -> 
             origin,
         }],
         sent_height: 10,
-        actor: "engine".into(),
+        actor: crate::domain::audit::AuditActor::Engine,
         fee_rate_sat_vb: 7,
     }
 }
@@ -118,7 +118,6 @@ async fn bump_a_confirmed_replacement_debits_the_user_once(b: Backend) {
             && e.details.fee_sats == Some(1_000)),
         "{audit:?}"
     );
-    db.cleanup().await;
 }
 
 async fn bump_the_old_version_confirming_after_the_bump_wins_once(b: Backend) {
@@ -152,7 +151,6 @@ async fn bump_the_old_version_confirming_after_the_bump_wins_once(b: Backend) {
     assert_eq!(s.balances(user, 1).await.unwrap(), (89_000, 89_000, false));
     let t = assert_balanced(s).await;
     assert_eq!((t.withdrawn_sats, t.miner_fees_sats), (10_000, 1_000));
-    db.cleanup().await;
 }
 
 async fn bump_a_refused_replacement_gives_the_inputs_back_to_the_old_version(b: Backend) {
@@ -169,7 +167,6 @@ async fn bump_a_refused_replacement_gives_the_inputs_back_to_the_old_version(b: 
     assert_eq!(t.miner_fees_sats, 200);
     // Not released to the user: the old version still spends the deposit.
     assert!(s.spendable_outputs(user, 1).await.unwrap().is_empty());
-    db.cleanup().await;
 }
 
 async fn bump_a_payout_replacement_keeps_one_live_payout_per_round(b: Backend) {
@@ -217,5 +214,4 @@ async fn bump_a_payout_replacement_keeps_one_live_payout_per_round(b: Backend) {
     let t = assert_balanced(s).await;
     assert_eq!(t.miner_fees_sats, 200);
     assert_eq!(s.balances(user, 1).await.unwrap().0, 89_800);
-    db.cleanup().await;
 }
