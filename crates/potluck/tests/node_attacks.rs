@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use support::channels::{wait_for, DevChainProc, NodeProc};
 use support::peer::ScriptedPeer;
+#[cfg(feature = "test-hooks")]
 use wire::Packet;
 
 const ANCHOR_SAT: u64 = 1_000_000;
