@@ -481,7 +481,7 @@ impl Store {
              FROM rounds r \
              LEFT JOIN bets wb ON wb.id = r.winner_bet_id \
              LEFT JOIN users wu ON wu.id = wb.user_id \
-             LEFT JOIN transfers p ON p.kind = $5 AND p.round_id = r.id \
+             LEFT JOIN transfers p ON p.kind = $5 AND p.round_id = r.id AND p.status <> $6 \
              WHERE r.id < $1 ORDER BY r.id DESC LIMIT $2",
             ROUND_COLS
                 .split(", ")
@@ -495,6 +495,8 @@ impl Store {
         .bind(user_id.unwrap_or(0))
         .bind(BetStatus::Placed)
         .bind(TransferKind::Payout)
+        // A bumped payout's superseded versions stay beside its live one.
+        .bind(TransferStatus::Superseded)
         .fetch_all(self.pool())
         .await?;
         Ok(rows

@@ -156,6 +156,7 @@ both_backends!(
     a_user_takes_no_more_than_its_share_of_a_round_alone_or_grouped,
     no_payment_is_saved_once_the_pause_has_answered,
     a_page_of_rounds_costs_the_same_however_many_rounds_and_bets,
+    a_bumped_payout_shows_its_round_once_with_the_live_version,
     a_payment_reads_a_bounded_number_of_coins_and_no_dust,
     only_a_child_of_the_close_tip_becomes_the_draw_block,
 );
@@ -2162,6 +2163,45 @@ async fn closed_round_with_bets(s: &Store, user: i64, bets: usize) -> i64 {
         .await
         .unwrap();
     id
+}
+
+/// A payout replaced by a fee bump (issue 31) leaves its superseded version
+/// beside the live one: the page of rounds joined every payout row of a
+/// round, so that round was listed twice (and took two places of the
+/// page's limit). It is listed once, with the live version's transaction.
+async fn a_bumped_payout_shows_its_round_once_with_the_live_version(b: Backend) {
+    let db = TestDb::new(b).await;
+    let s = &db.store;
+    let (alice, _) = funded(s).await;
+    let round = closed_round_with_bets(s, alice, 2).await;
+    let now = crate::domain::time::unix_now();
+    for (txid, status) in [("aa", "superseded"), ("bb", "broadcast")] {
+        sqlx::query(
+            "INSERT INTO transfers (kind, round_id, txid, amount_sats, status, created_at) \
+             VALUES ('payout', $1, $2, 19000, $3, $4)",
+        )
+        .bind(round)
+        .bind(txid.repeat(32))
+        .bind(status)
+        .bind(now)
+        .execute(s.pool())
+        .await
+        .unwrap();
+    }
+    let page = crate::service::history::rounds_page(s, 100, None, Some(alice))
+        .await
+        .unwrap();
+    let listed: Vec<_> = page.rounds.iter().filter(|r| r.round.id == round).collect();
+    assert_eq!(listed.len(), 1, "round {round} listed {} times", listed.len());
+    let view = serde_json::to_value(crate::http::rounds::page_view(&page)).unwrap();
+    let payout = view["rounds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == round)
+        .unwrap()["payout"]
+        .clone();
+    assert_eq!(payout["txid"], "bb".repeat(32), "{payout}");
 }
 
 /// `GET /rounds?limit=100` (issue 32): a page read a round's row, its bets
