@@ -112,8 +112,8 @@ async fn a_stored_channel_whose_peer_id_does_not_parse_stops_the_start() {
     config.rpc_bind = "127.0.0.1:0".parse().unwrap();
     let started = crate::start(config, std::sync::Arc::new(chain)).await;
     match started {
-        Err(crate::NodeError::BadPeerId { channel, peer_id }) => {
-            assert_eq!((channel, peer_id.as_str()), (5, "not-a-node-id"));
+        Err(crate::NodeError::Store(crate::store::StoreError::BadPeerId { channel, peer_id })) => {
+            assert_eq!((channel.0, peer_id.as_str()), (5, "not-a-node-id"));
         }
         Err(e) => panic!("another error: {e}"),
         Ok(node) => {

@@ -155,15 +155,6 @@ pub enum NodeError {
     /// The wallet seed file could not be used.
     #[error(transparent)]
     Seed(#[from] ::wallet::SeedFileError),
-    /// A stored channel names a peer that is not a node id: refused rather than hiding the
-    /// channel's money by skipping it.
-    #[error("stored channel {channel} has peer id {peer_id:?}, which is not a node id")]
-    BadPeerId {
-        /// The channel.
-        channel: i64,
-        /// What is stored as its peer.
-        peer_id: String,
-    },
     /// The stored state could not be loaded.
     #[error("loading state: {0}")]
     Load(#[source] Box<dyn std::error::Error + Send + Sync>),

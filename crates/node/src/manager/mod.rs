@@ -117,14 +117,7 @@ impl Manager {
         // settles the HTLC again when its peer is back.
         self.load_invoices().await?;
         for row in rows {
-            let peer = row
-                .peer_id
-                .parse::<PublicKey>()
-                .map_err(|_| NodeError::BadPeerId {
-                    channel: row.id.0,
-                    peer_id: row.peer_id.clone(),
-                })?;
-            let slot = Slot::new(row.id, peer, row.channel);
+            let slot = Slot::new(row.id, row.peer, row.channel);
             self.channels.add(Arc::clone(&slot));
             let mut inner = slot.lock().await;
             self.settle_after_session(&slot, &mut inner).await;

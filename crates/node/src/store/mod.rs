@@ -108,12 +108,21 @@ pub enum StoreError {
     /// A channel snapshot could not be encoded (nothing was written).
     #[error("channel {0} cannot be encoded: {1}")]
     Encode(ChannelId, String),
+    /// A stored channel names a peer that is not a node id: refused rather than hiding the
+    /// channel's money by skipping it.
+    #[error("stored channel {channel} has peer id {peer_id:?}, which is not a node id")]
+    BadPeerId {
+        /// The channel.
+        channel: ChannelId,
+        /// What is stored as its peer.
+        peer_id: String,
+    },
 }
 
 /// One row of `channels`.
 pub(crate) struct ChannelRow {
     pub id: ChannelId,
-    pub peer_id: String,
+    pub peer: PublicKey,
     pub channel: Channel,
 }
 
@@ -231,6 +240,13 @@ impl Emptiness {
     fn added(&self) {
         self.epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
+}
+
+/// The node id a channel row names.
+fn peer_of(channel: ChannelId, peer_id: String) -> Result<PublicKey, StoreError> {
+    peer_id
+        .parse()
+        .map_err(|_| StoreError::BadPeerId { channel, peer_id })
 }
 
 impl Store {
@@ -506,7 +522,7 @@ impl Store {
             }
             out.push(ChannelRow {
                 id,
-                peer_id: r.get(1),
+                peer: peer_of(id, r.get(1))?,
                 channel: decoded.channel,
             });
         }
@@ -1083,7 +1099,7 @@ mod tests {
         let rows = store.channels().await.unwrap();
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0].id, ChannelId(3));
-        assert_eq!(rows[0].peer_id, test_peer().to_string());
+        assert_eq!(rows[0].peer, test_peer());
         assert_eq!(store.meta(MetaKey::NextChannel).await.unwrap(), 3);
         // Recorded as applied: opening again runs nothing and keeps it all.
         drop(store);

@@ -2192,7 +2192,12 @@ async fn a_bumped_payout_shows_its_round_once_with_the_live_version(b: Backend) 
         .await
         .unwrap();
     let listed: Vec<_> = page.rounds.iter().filter(|r| r.round.id == round).collect();
-    assert_eq!(listed.len(), 1, "round {round} listed {} times", listed.len());
+    assert_eq!(
+        listed.len(),
+        1,
+        "round {round} listed {} times",
+        listed.len()
+    );
     let view = serde_json::to_value(crate::http::rounds::page_view(&page)).unwrap();
     let payout = view["rounds"]
         .as_array()
