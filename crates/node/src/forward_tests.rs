@@ -1,13 +1,14 @@
 //! Issue 30 in process (`harness::create_network`): invoices paid by incoming HTLCs, with
 //! and without an onion, each paid once; onions that do not open, or that name a next hop
-//! this node cannot reach, are failed back without moving money.
+//! this node cannot reach, are declined without moving money; a hop forwards, earns its
+//! fee, and routefails upstream what fails downstream.
 
 use bitcoin::hashes::Hash as _;
 use secp256k1::{PublicKey, Secp256k1, SecretKey};
 use wire::{Locktime, Onion, Sha256};
 
 use crate::control_error::ControlError;
-use crate::harness::{create_network, Network};
+use crate::harness::{create_network, eventually, Network};
 use crate::manager::Command;
 use crate::store::InvoiceRow;
 
@@ -348,20 +349,79 @@ async fn no_channel_or_no_room_toward_the_next_node_is_declined_as_cannot_route(
     declined(&net, &[net.id(1), net.id(2)], "CannotRoute(true)").await;
 }
 
-/// A route the hop's policy accepts: until forwarding is implemented, B takes the HTLC and
-/// fails it back; A keeps its money and C sees nothing.
+/// B's fee for forwarding 2,000,000 msat by the default schedule (A assumes it):
+/// 1,000 + floor(2,000,000 × 10 / 1,000,000).
+const FEE: u64 = 1_020;
+
+/// A pays C's invoice through B: C gets the amount, B keeps its fee, on all four channel
+/// ends; B's `listforwards` shows the forward fulfilled with that fee.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_htlc_the_hop_would_forward_is_failed_back_until_forwarding_lands() {
+async fn a_payment_through_one_hop_moves_exact_balances_and_pays_the_hop_its_fee() {
     let net = line(regtest, false).await;
     let inv = invoice(&net, 2, 2_000_000, "far").await;
     let (a0, _) = side(&net, 0, 1).await;
+    let (ba0, _) = side(&net, 1, 0).await;
+    let (bc0, _) = side(&net, 1, 2).await;
     let (c0, _) = side(&net, 2, 1).await;
     net.nodes[0]
         .manager
         .pay_route(&[net.id(1), net.id(2)], inv.r.hash(), 2_000_000)
         .await
         .expect("accepted by B");
-    settled(&net, 0, 1).await;
+    let paid = net.nodes[2]
+        .manager
+        .wait_invoice("far")
+        .await
+        .expect("paid");
+    assert_eq!(paid.paid.map(|p| p.amount_msat), Some(2_000_000));
+    for (i, peer) in [(0, 1), (1, 0), (1, 2), (2, 1)] {
+        settled(&net, i, peer).await;
+    }
+    assert_eq!(side(&net, 0, 1).await, (a0 - 2_000_000 - FEE, 0));
+    assert_eq!(side(&net, 1, 0).await, (ba0 + 2_000_000 + FEE, 0));
+    assert_eq!(side(&net, 1, 2).await, (bc0 - 2_000_000, 0));
+    assert_eq!(side(&net, 2, 1).await, (c0 + 2_000_000, 0));
+    let listed = net
+        .rpc(1, "listforwards", serde_json::json!([]))
+        .await
+        .expect("listforwards");
+    let f = &listed["forwards"][0];
+    assert_eq!(f["in_peer_id"], net.id(0).to_string().as_str(), "{listed}");
+    assert_eq!(f["out_peer_id"], net.id(2).to_string().as_str(), "{listed}");
+    assert_eq!(f["in_msat"], 2_000_000 + FEE, "{listed}");
+    assert_eq!(f["out_msat"], 2_000_000, "{listed}");
+    assert_eq!(f["fee_msat"], FEE, "{listed}");
+    assert_eq!(f["state"], "fulfilled", "{listed}");
+}
+
+/// C has no invoice for the hash: it fails B's HTLC, and B routefails A's. Nothing moves
+/// on either channel; B's forward shows failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downstream_failure_is_routefailed_upstream_without_moving_money() {
+    let net = line(regtest, false).await;
+    let (a0, _) = side(&net, 0, 1).await;
+    let (ba0, _) = side(&net, 1, 0).await;
+    let (bc0, _) = side(&net, 1, 2).await;
+    let (c0, _) = side(&net, 2, 1).await;
+    let unknown = Sha256::hash(&[9; 32]);
+    net.nodes[0]
+        .manager
+        .pay_route(&[net.id(1), net.id(2)], unknown, 2_000_000)
+        .await
+        .expect("accepted by B");
+    eventually!(
+        net,
+        "B's forward failed",
+        net.rpc(1, "listforwards", serde_json::json!([]))
+            .await
+            .expect("listforwards")["forwards"][0]["state"]
+            == "failed"
+    );
+    for (i, peer) in [(0, 1), (1, 0), (1, 2), (2, 1)] {
+        settled(&net, i, peer).await;
+    }
     assert_eq!(side(&net, 0, 1).await, (a0, 0));
+    assert_eq!(side(&net, 1, 0).await, (ba0, 0));
+    assert_eq!(side(&net, 1, 2).await, (bc0, 0));
     assert_eq!(side(&net, 2, 1).await, (c0, 0));
 }

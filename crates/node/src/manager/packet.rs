@@ -78,7 +78,10 @@ impl Manager {
                 other => return Err(Refusal::Unexpected(other.name())),
             },
         };
-        self.feed(&slot, outbox, pkt).await
+        let fed = self.feed(&slot, outbox, pkt).await;
+        // What the packet queued for other channels, now that its lock is released.
+        self.run_forwards().await;
+        fed
     }
 
     /// The funder opens again: it abandoned our half-open channel before broadcasting its
