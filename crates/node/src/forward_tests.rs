@@ -425,3 +425,118 @@ async fn a_downstream_failure_is_routefailed_upstream_without_moving_money() {
     assert_eq!(side(&net, 1, 2).await, (bc0, 0));
     assert_eq!(side(&net, 2, 1).await, (c0, 0));
 }
+
+/// B's forwards survive its restart (`listforwards` the same), and B forwards again
+/// after it: the second forward is listed beside the first, the fees add up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwards_survive_the_hops_restart_and_it_forwards_again() {
+    let mut net = line(regtest, false).await;
+    let first = invoice(&net, 2, 2_000_000, "one").await;
+    let (a0, _) = side(&net, 0, 1).await;
+    net.nodes[0]
+        .manager
+        .pay_route(&[net.id(1), net.id(2)], first.r.hash(), 2_000_000)
+        .await
+        .expect("accepted by B");
+    net.nodes[2]
+        .manager
+        .wait_invoice("one")
+        .await
+        .expect("paid");
+    for (i, peer) in [(0, 1), (1, 0), (1, 2), (2, 1)] {
+        settled(&net, i, peer).await;
+    }
+    let before = net
+        .rpc(1, "listforwards", serde_json::json!([]))
+        .await
+        .expect("listforwards");
+    net.restart(1).await;
+    let after = net
+        .rpc(1, "listforwards", serde_json::json!([]))
+        .await
+        .expect("listforwards");
+    assert_eq!(after, before);
+    net.connect(0, 1).await;
+    net.connect(1, 2).await;
+    let second = invoice(&net, 2, 2_000_000, "two").await;
+    eventually!(net, "channels live again", {
+        net.state(0, 1).await == channel::State::Normal
+            && net.state(1, 2).await == channel::State::Normal
+    });
+    net.nodes[0]
+        .manager
+        .pay_route(&[net.id(1), net.id(2)], second.r.hash(), 2_000_000)
+        .await
+        .expect("accepted by B");
+    net.nodes[2]
+        .manager
+        .wait_invoice("two")
+        .await
+        .expect("paid");
+    for (i, peer) in [(0, 1), (1, 0), (1, 2), (2, 1)] {
+        settled(&net, i, peer).await;
+    }
+    assert_eq!(side(&net, 0, 1).await, (a0 - 2 * (2_000_000 + FEE), 0));
+    let listed = net
+        .rpc(1, "listforwards", serde_json::json!([]))
+        .await
+        .expect("listforwards");
+    let states: Vec<_> = listed["forwards"]
+        .as_array()
+        .expect("forwards")
+        .iter()
+        .map(|f| (f["state"].clone(), f["fee_msat"].clone()))
+        .collect();
+    assert_eq!(
+        states,
+        vec![
+            (serde_json::json!("fulfilled"), serde_json::json!(FEE)),
+            (serde_json::json!("fulfilled"), serde_json::json!(FEE))
+        ]
+    );
+}
+
+/// B is restarted between offering the downstream HTLC and C's fulfil (C is played by
+/// hand, so that it holds the HTLC across the restart): R arriving after the restart
+/// still fulfils A's HTLC, and B keeps exactly its fee.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fulfil_after_the_hops_restart_still_settles_upstream() {
+    let mut net = create_network(2, regtest).await;
+    net.open_channel(0, 1, 500_000).await;
+    let mut c = net.scripted_peer(1, 0x51).await;
+    c.open_live(&net, 1_000_000).await;
+    // B owns nothing in the channel C funded: C pays B so that B can forward.
+    c.pay(10_000_000).await.expect("C pays B");
+    let r = wire::Preimage([8; 32]);
+    let (a0, _) = side(&net, 0, 1).await;
+    let (ba0, _) = side(&net, 1, 0).await;
+    net.nodes[0]
+        .manager
+        .pay_route(&[net.id(1), c.node_id], r.hash(), 2_000_000)
+        .await
+        .expect("accepted by B");
+    let add = c.expect(&net, "update_add_htlc").await;
+    c.handle(&add).await;
+    c.until_normal().await.expect("C holds the HTLC");
+    // C's last packet of the update reached B: B's channel is idle with the HTLC.
+    eventually!(net, "B's channel with C idle, holding the HTLC", {
+        let ch = net.channel_json(1, &c.node_id).await;
+        ch["state"] == "normal" && ch["htlcs"].as_array().is_some_and(|h| h.len() == 1)
+    });
+    net.restart(1).await;
+    c.reconnect(&net).await;
+    net.connect(0, 1).await;
+    let actions = c.channel.fulfill_htlc(r, 0).expect("C fulfils");
+    c.run(actions).await;
+    c.until_normal().await.expect("B takes R");
+    for (i, peer) in [(0, 1), (1, 0)] {
+        settled(&net, i, peer).await;
+    }
+    assert_eq!(side(&net, 0, 1).await, (a0 - 2_000_000 - FEE, 0));
+    assert_eq!(side(&net, 1, 0).await, (ba0 + 2_000_000 + FEE, 0));
+    let listed = net
+        .rpc(1, "listforwards", serde_json::json!([]))
+        .await
+        .expect("listforwards");
+    assert_eq!(listed["forwards"][0]["state"], "fulfilled", "{listed}");
+}

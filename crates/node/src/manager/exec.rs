@@ -261,7 +261,7 @@ impl Manager {
                             .await?;
                     }
                     (Who::Them, channel::Change::Routefail(h))
-                    | (_, channel::Change::Timedout(h)) => {
+                    | (Who::Us, channel::Change::Timedout(h)) => {
                         self.forward_ended(id, h, ForwardState::Failed).await?;
                     }
                     _ => {}

@@ -139,6 +139,7 @@ impl Manager {
                 self.store.queue_broadcast(row.id, close, 0, 0).await?;
             }
         }
+        self.reconcile_forwards().await?;
         Ok(())
     }
 
@@ -195,6 +196,9 @@ impl Manager {
         };
         let mut inner = slot.lock().await;
         inner.outbox = Some(outbox);
+        // A forward that ended while the peer was away (or before a restart) settles
+        // its HTLC with the peer once this call releases the lock.
+        let settle = self.has_ended_forwards(slot.id);
         tracing::info!(%peer, channel = %slot.id, state = inner.channel.state().as_str(), "channel resumes");
         if inner.channel.state() == State::OpenWaitComplete {
             let height = self.store.meta(MetaKey::ScannedHeight).await.unwrap_or(0);
@@ -214,6 +218,11 @@ impl Manager {
             Err(e) => {
                 tracing::error!(%peer, channel = %slot.id, error = %e, "cannot resume the channel")
             }
+        }
+        drop(inner);
+        if settle {
+            self.settle_later(slot.id);
+            self.run_forwards().await;
         }
     }
 

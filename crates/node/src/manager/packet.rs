@@ -147,6 +147,15 @@ impl Manager {
         let tip = self.tip_for_expiry_checks(&pkt).await;
         // Before our lock: it reads the downstream channel under its own.
         let veto = self.forward_veto(&peer, &pkt).await;
+        // R of an HTLC we forwarded is ours to use upstream as soon as the peer shows it,
+        // whatever becomes of its update: stored before the channel takes the fulfil, so
+        // no crash leaves the downstream HTLC paid and R forgotten.
+        if let Packet::UpdateFulfillHtlc(f) = &pkt {
+            let state = crate::store::ForwardState::Fulfilled(f.r);
+            if let Err(e) = self.forward_ended(slot.id, f.r.hash(), state).await {
+                return Err(Refusal::Failed(e.to_string()));
+            }
+        }
         let mut inner = slot.lock().await;
         if inner.outbox.is_none() {
             inner.outbox = Some(outbox.clone());

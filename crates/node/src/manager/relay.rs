@@ -65,6 +65,67 @@ impl Manager {
         Ok(())
     }
 
+    /// After the channels are loaded: a forward still `offered` whose outgoing channel
+    /// holds no HTLC of ours for it failed downstream, or its offer never left, before a
+    /// restart (R, had it come, would be stored: it is written before the channel takes
+    /// the fulfil). It fails, and its incoming HTLC is failed back when its peer is back.
+    pub(super) async fn reconcile_forwards(&self) -> Result<(), crate::store::StoreError> {
+        let offered: Vec<ForwardRow> = lock(&self.forwards.by_key)
+            .values()
+            .filter(|f| f.state == ForwardState::Offered)
+            .cloned()
+            .collect();
+        for f in offered {
+            let out = match self.channels.by_id(f.out_channel) {
+                Some(slot) => {
+                    let inner = slot.lock().await;
+                    inner
+                        .channel
+                        .balances()
+                        .is_some_and(|cs| cs.ours.htlcs.iter().any(|h| h.r_hash == f.r_hash))
+                }
+                None => false,
+            };
+            if !out {
+                tracing::info!(channel = %f.out_channel, upstream = %f.in_channel, "forward never completed downstream before the restart; failing it upstream");
+                self.store
+                    .set_forward_state(f.in_channel, &f.r_hash, ForwardState::Failed)
+                    .await?;
+                self.forwards.insert(ForwardRow {
+                    state: ForwardState::Failed,
+                    ..f
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether an HTLC that came in on channel `id` was forwarded and ended downstream.
+    pub(super) fn has_ended_forwards(&self, id: ChannelId) -> bool {
+        lock(&self.forwards.by_key)
+            .values()
+            .any(|f| f.in_channel == id && f.state != ForwardState::Offered)
+    }
+
+    /// How many forwards were fulfilled and failed (for the log).
+    fn forward_counts(&self) -> (usize, usize) {
+        let map = lock(&self.forwards.by_key);
+        let fulfilled = map
+            .values()
+            .filter(|f| matches!(f.state, ForwardState::Fulfilled(_)))
+            .count();
+        let failed = map
+            .values()
+            .filter(|f| f.state == ForwardState::Failed)
+            .count();
+        (fulfilled, failed)
+    }
+
+    /// Queues channel `id` to settle its incoming HTLCs at the next [`Self::run_forwards`].
+    pub(super) fn settle_later(&self, id: ChannelId) {
+        self.forwards.push(Work::Settle(id));
+    }
+
     /// `listforwards`: every forward, oldest first.
     pub(crate) async fn list_forwards(
         &self,
@@ -144,10 +205,12 @@ impl Manager {
         self.store
             .set_forward_state(f.in_channel, &r_hash, state)
             .await?;
-        tracing::info!(channel = %out, upstream = %f.in_channel, state = state.as_str(), "forwarded HTLC ended downstream");
         f.state = state;
         let upstream = f.in_channel;
         self.forwards.insert(f);
+        // The node's forward counts, in its log.
+        let (fulfilled, failed) = self.forward_counts();
+        tracing::info!(channel = %out, %upstream, state = state.as_str(), fulfilled, failed, "forwarded HTLC ended downstream");
         self.forwards.push(Work::Settle(upstream));
         Ok(())
     }

@@ -1291,6 +1291,45 @@ mod tests {
         );
     }
 
+    /// A forward is kept across a restart, once per incoming HTLC, and its end with it
+    /// (issue 30).
+    #[tokio::test]
+    async fn a_forward_is_kept_with_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).await.unwrap();
+        let key = secp256k1::SecretKey::from_slice(&[5; 32]).unwrap();
+        let f = ForwardRow {
+            in_channel: ChannelId(2),
+            r_hash: wire::Preimage([4; 32]).hash(),
+            in_msat: 2_001_020,
+            out_channel: ChannelId(3),
+            out_peer: PublicKey::from_secret_key(&secp256k1::Secp256k1::new(), &key),
+            out_msat: 2_000_000,
+            out_expiry: 640,
+            onion: wire::Onion::new(Box::new([7; wire::Onion::LEN])),
+            state: ForwardState::Offered,
+            created_at: 9,
+        };
+        assert!(store.add_forward(&f).await.unwrap());
+        let again = ForwardRow {
+            out_msat: 1,
+            ..f.clone()
+        };
+        assert!(!store.add_forward(&again).await.unwrap(), "one per HTLC");
+        assert_eq!(store.forwards().await.unwrap(), vec![f.clone()]);
+        let done = ForwardState::Fulfilled(wire::Preimage([4; 32]));
+        store
+            .set_forward_state(f.in_channel, &f.r_hash, done)
+            .await
+            .unwrap();
+        drop(store);
+        let store = Store::open(dir.path()).await.unwrap();
+        assert_eq!(
+            store.forwards().await.unwrap(),
+            vec![ForwardRow { state: done, ..f }]
+        );
+    }
+
     /// The store is one connection holding SQLite's lock for its life (issue 33: a
     /// transaction then takes no lock, no `fcntl`): another opener of the database, such
     /// as a second node started on the same data directory, is refused while it runs, and
