@@ -540,3 +540,91 @@ async fn a_fulfil_after_the_hops_restart_still_settles_upstream() {
         .expect("listforwards");
     assert_eq!(listed["forwards"][0]["state"], "fulfilled", "{listed}");
 }
+
+/// C cannot route what B forwards (its onion names a node C has no channel with): C
+/// declines B's offer with `cannot_route`, and B routefails A's HTLC. Nothing moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decline_downstream_is_routefailed_upstream() {
+    let net = line(regtest, false).await;
+    let stranger = PublicKey::from_secret_key(
+        &Secp256k1::new(),
+        &SecretKey::from_slice(&[0x66; 32]).expect("key"),
+    );
+    let (a0, _) = side(&net, 0, 1).await;
+    let (bc0, _) = side(&net, 1, 2).await;
+    net.nodes[0]
+        .manager
+        .pay_route(
+            &[net.id(1), net.id(2), stranger],
+            Sha256::hash(&[5; 32]),
+            2_000_000,
+        )
+        .await
+        .expect("accepted by B");
+    eventually!(
+        net,
+        "B's forward failed",
+        net.rpc(1, "listforwards", serde_json::json!([]))
+            .await
+            .expect("listforwards")["forwards"][0]["state"]
+            == "failed"
+    );
+    for (i, peer) in [(0, 1), (1, 0), (1, 2), (2, 1)] {
+        settled(&net, i, peer).await;
+    }
+    assert_eq!(side(&net, 0, 1).await, (a0, 0));
+    assert_eq!(side(&net, 1, 2).await, (bc0, 0));
+}
+
+/// A pays D through B and C: each hop keeps its fee on what it forwards, exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_through_two_hops_pays_each_hop_its_fee() {
+    let net = create_network(4, regtest).await;
+    net.open_channel(0, 1, 500_000).await;
+    net.open_channel(1, 2, 500_000).await;
+    net.open_channel(2, 3, 500_000).await;
+    let inv = invoice(&net, 3, 2_000_000, "far far").await;
+    let ends = [(0, 1), (1, 0), (1, 2), (2, 1), (2, 3), (3, 2)];
+    let mut before = Vec::new();
+    for (i, peer) in ends {
+        before.push(side(&net, i, peer).await.0);
+    }
+    net.nodes[0]
+        .manager
+        .pay_route(&[net.id(1), net.id(2), net.id(3)], inv.r.hash(), 2_000_000)
+        .await
+        .expect("accepted by B");
+    net.nodes[3]
+        .manager
+        .wait_invoice("far far")
+        .await
+        .expect("paid");
+    for (i, peer) in ends {
+        settled(&net, i, peer).await;
+    }
+    // C forwards 2,000,000 for 1,020; B forwards 2,001,020 for 1,000 + floor(20.0102).
+    let (to_c, to_b) = (2_000_000 + FEE, 2_000_000 + 2 * FEE);
+    let want = [
+        before[0] - to_b,
+        before[1] + to_b,
+        before[2] - to_c,
+        before[3] + to_c,
+        before[4] - 2_000_000,
+        before[5] + 2_000_000,
+    ];
+    for (k, (i, peer)) in ends.into_iter().enumerate() {
+        assert_eq!(
+            side(&net, i, peer).await,
+            (want[k], 0),
+            "node {i} with {peer}"
+        );
+    }
+    for (hop, fee) in [(1, FEE), (2, FEE)] {
+        let listed = net
+            .rpc(hop, "listforwards", serde_json::json!([]))
+            .await
+            .expect("listforwards");
+        assert_eq!(listed["forwards"][0]["fee_msat"], fee, "{listed}");
+        assert_eq!(listed["forwards"][0]["state"], "fulfilled", "{listed}");
+    }
+}
