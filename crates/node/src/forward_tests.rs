@@ -628,3 +628,48 @@ async fn a_payment_through_two_hops_pays_each_hop_its_fee() {
         assert_eq!(listed["forwards"][0]["state"], "fulfilled", "{listed}");
     }
 }
+
+/// C (played by hand) holds B's HTLC until it expires: B times it out downstream and
+/// routefails A's HTLC, whose expiry is B's delta later. Nothing moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_time_out_downstream_is_routefailed_upstream() {
+    let net = create_network(2, regtest).await;
+    net.open_channel(0, 1, 500_000).await;
+    let mut c = net.scripted_peer(1, 0x52).await;
+    c.open_live(&net, 1_000_000).await;
+    c.pay(10_000_000).await.expect("C pays B");
+    let (a0, _) = side(&net, 0, 1).await;
+    let (ba0, _) = side(&net, 1, 0).await;
+    let r = wire::Preimage([9; 32]);
+    net.nodes[0]
+        .manager
+        .pay_route(&[net.id(1), c.node_id], r.hash(), 2_000_000)
+        .await
+        .expect("accepted by B");
+    let add = c.expect(&net, "update_add_htlc").await;
+    c.handle(&add).await;
+    c.until_normal().await.expect("C holds the HTLC");
+    let listed = net
+        .rpc(1, "listforwards", serde_json::json!([]))
+        .await
+        .expect("listforwards");
+    let out_expiry = listed["forwards"][0]["out_expiry"]
+        .as_u64()
+        .and_then(|e| u32::try_from(e).ok())
+        .expect("out_expiry");
+    net.mine(out_expiry - net.chain.height()).await;
+    c.channel.block_height(out_expiry);
+    let timedout = c.expect(&net, "update_timedout_htlc").await;
+    c.handle(&timedout).await;
+    c.until_normal().await.expect("C lets it go");
+    for (i, peer) in [(0, 1), (1, 0)] {
+        settled(&net, i, peer).await;
+    }
+    assert_eq!(side(&net, 0, 1).await, (a0, 0));
+    assert_eq!(side(&net, 1, 0).await, (ba0, 0));
+    let listed = net
+        .rpc(1, "listforwards", serde_json::json!([]))
+        .await
+        .expect("listforwards");
+    assert_eq!(listed["forwards"][0]["state"], "failed", "{listed}");
+}
