@@ -1,13 +1,14 @@
 //! Issue 30 in process (`harness::create_network`): invoices paid by incoming HTLCs, with
 //! and without an onion, each paid once; onions that do not open, or that name a next hop
-//! this node cannot reach, are failed back without moving money.
+//! this node cannot reach, are declined without moving money; a hop forwards, earns its
+//! fee, and routefails upstream what fails downstream.
 
 use bitcoin::hashes::Hash as _;
 use secp256k1::{PublicKey, Secp256k1, SecretKey};
 use wire::{Locktime, Onion, Sha256};
 
 use crate::control_error::ControlError;
-use crate::harness::{create_network, Network};
+use crate::harness::{create_network, eventually, Network};
 use crate::manager::Command;
 use crate::store::InvoiceRow;
 
@@ -348,20 +349,327 @@ async fn no_channel_or_no_room_toward_the_next_node_is_declined_as_cannot_route(
     declined(&net, &[net.id(1), net.id(2)], "CannotRoute(true)").await;
 }
 
-/// A route the hop's policy accepts: until forwarding is implemented, B takes the HTLC and
-/// fails it back; A keeps its money and C sees nothing.
+/// B's fee for forwarding 2,000,000 msat by the default schedule (A assumes it):
+/// 1,000 + floor(2,000,000 × 10 / 1,000,000).
+const FEE: u64 = 1_020;
+
+/// A pays C's invoice through B: C gets the amount, B keeps its fee, on all four channel
+/// ends; B's `listforwards` shows the forward fulfilled with that fee.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_htlc_the_hop_would_forward_is_failed_back_until_forwarding_lands() {
+async fn a_payment_through_one_hop_moves_exact_balances_and_pays_the_hop_its_fee() {
     let net = line(regtest, false).await;
     let inv = invoice(&net, 2, 2_000_000, "far").await;
     let (a0, _) = side(&net, 0, 1).await;
+    let (ba0, _) = side(&net, 1, 0).await;
+    let (bc0, _) = side(&net, 1, 2).await;
     let (c0, _) = side(&net, 2, 1).await;
     net.nodes[0]
         .manager
         .pay_route(&[net.id(1), net.id(2)], inv.r.hash(), 2_000_000)
         .await
         .expect("accepted by B");
-    settled(&net, 0, 1).await;
+    let paid = net.nodes[2]
+        .manager
+        .wait_invoice("far")
+        .await
+        .expect("paid");
+    assert_eq!(paid.paid.map(|p| p.amount_msat), Some(2_000_000));
+    for (i, peer) in [(0, 1), (1, 0), (1, 2), (2, 1)] {
+        settled(&net, i, peer).await;
+    }
+    assert_eq!(side(&net, 0, 1).await, (a0 - 2_000_000 - FEE, 0));
+    assert_eq!(side(&net, 1, 0).await, (ba0 + 2_000_000 + FEE, 0));
+    assert_eq!(side(&net, 1, 2).await, (bc0 - 2_000_000, 0));
+    assert_eq!(side(&net, 2, 1).await, (c0 + 2_000_000, 0));
+    let listed = net
+        .rpc(1, "listforwards", serde_json::json!([]))
+        .await
+        .expect("listforwards");
+    let f = &listed["forwards"][0];
+    assert_eq!(f["in_peer_id"], net.id(0).to_string().as_str(), "{listed}");
+    assert_eq!(f["out_peer_id"], net.id(2).to_string().as_str(), "{listed}");
+    assert_eq!(f["in_msat"], 2_000_000 + FEE, "{listed}");
+    assert_eq!(f["out_msat"], 2_000_000, "{listed}");
+    assert_eq!(f["fee_msat"], FEE, "{listed}");
+    assert_eq!(f["state"], "fulfilled", "{listed}");
+}
+
+/// C has no invoice for the hash: it fails B's HTLC, and B routefails A's. Nothing moves
+/// on either channel; B's forward shows failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downstream_failure_is_routefailed_upstream_without_moving_money() {
+    let net = line(regtest, false).await;
+    let (a0, _) = side(&net, 0, 1).await;
+    let (ba0, _) = side(&net, 1, 0).await;
+    let (bc0, _) = side(&net, 1, 2).await;
+    let (c0, _) = side(&net, 2, 1).await;
+    let unknown = Sha256::hash(&[9; 32]);
+    net.nodes[0]
+        .manager
+        .pay_route(&[net.id(1), net.id(2)], unknown, 2_000_000)
+        .await
+        .expect("accepted by B");
+    eventually!(
+        net,
+        "B's forward failed",
+        net.rpc(1, "listforwards", serde_json::json!([]))
+            .await
+            .expect("listforwards")["forwards"][0]["state"]
+            == "failed"
+    );
+    for (i, peer) in [(0, 1), (1, 0), (1, 2), (2, 1)] {
+        settled(&net, i, peer).await;
+    }
     assert_eq!(side(&net, 0, 1).await, (a0, 0));
+    assert_eq!(side(&net, 1, 0).await, (ba0, 0));
+    assert_eq!(side(&net, 1, 2).await, (bc0, 0));
     assert_eq!(side(&net, 2, 1).await, (c0, 0));
+}
+
+/// B's forwards survive its restart (`listforwards` the same), and B forwards again
+/// after it: the second forward is listed beside the first, the fees add up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwards_survive_the_hops_restart_and_it_forwards_again() {
+    let mut net = line(regtest, false).await;
+    let first = invoice(&net, 2, 2_000_000, "one").await;
+    let (a0, _) = side(&net, 0, 1).await;
+    net.nodes[0]
+        .manager
+        .pay_route(&[net.id(1), net.id(2)], first.r.hash(), 2_000_000)
+        .await
+        .expect("accepted by B");
+    net.nodes[2]
+        .manager
+        .wait_invoice("one")
+        .await
+        .expect("paid");
+    for (i, peer) in [(0, 1), (1, 0), (1, 2), (2, 1)] {
+        settled(&net, i, peer).await;
+    }
+    let before = net
+        .rpc(1, "listforwards", serde_json::json!([]))
+        .await
+        .expect("listforwards");
+    net.restart(1).await;
+    let after = net
+        .rpc(1, "listforwards", serde_json::json!([]))
+        .await
+        .expect("listforwards");
+    assert_eq!(after, before);
+    net.connect(0, 1).await;
+    net.connect(1, 2).await;
+    let second = invoice(&net, 2, 2_000_000, "two").await;
+    eventually!(net, "channels live again", {
+        net.state(0, 1).await == channel::State::Normal
+            && net.state(1, 2).await == channel::State::Normal
+    });
+    net.nodes[0]
+        .manager
+        .pay_route(&[net.id(1), net.id(2)], second.r.hash(), 2_000_000)
+        .await
+        .expect("accepted by B");
+    net.nodes[2]
+        .manager
+        .wait_invoice("two")
+        .await
+        .expect("paid");
+    for (i, peer) in [(0, 1), (1, 0), (1, 2), (2, 1)] {
+        settled(&net, i, peer).await;
+    }
+    assert_eq!(side(&net, 0, 1).await, (a0 - 2 * (2_000_000 + FEE), 0));
+    let listed = net
+        .rpc(1, "listforwards", serde_json::json!([]))
+        .await
+        .expect("listforwards");
+    let states: Vec<_> = listed["forwards"]
+        .as_array()
+        .expect("forwards")
+        .iter()
+        .map(|f| (f["state"].clone(), f["fee_msat"].clone()))
+        .collect();
+    assert_eq!(
+        states,
+        vec![
+            (serde_json::json!("fulfilled"), serde_json::json!(FEE)),
+            (serde_json::json!("fulfilled"), serde_json::json!(FEE))
+        ]
+    );
+}
+
+/// B is restarted between offering the downstream HTLC and C's fulfil (C is played by
+/// hand, so that it holds the HTLC across the restart): R arriving after the restart
+/// still fulfils A's HTLC, and B keeps exactly its fee.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fulfil_after_the_hops_restart_still_settles_upstream() {
+    let mut net = create_network(2, regtest).await;
+    net.open_channel(0, 1, 500_000).await;
+    let mut c = net.scripted_peer(1, 0x51).await;
+    c.open_live(&net, 1_000_000).await;
+    // B owns nothing in the channel C funded: C pays B so that B can forward.
+    c.pay(10_000_000).await.expect("C pays B");
+    let r = wire::Preimage([8; 32]);
+    let (a0, _) = side(&net, 0, 1).await;
+    let (ba0, _) = side(&net, 1, 0).await;
+    net.nodes[0]
+        .manager
+        .pay_route(&[net.id(1), c.node_id], r.hash(), 2_000_000)
+        .await
+        .expect("accepted by B");
+    let add = c.expect(&net, "update_add_htlc").await;
+    c.handle(&add).await;
+    c.until_normal().await.expect("C holds the HTLC");
+    // C's last packet of the update reached B: B's channel is idle with the HTLC.
+    eventually!(net, "B's channel with C idle, holding the HTLC", {
+        let ch = net.channel_json(1, &c.node_id).await;
+        ch["state"] == "normal" && ch["htlcs"].as_array().is_some_and(|h| h.len() == 1)
+    });
+    net.restart(1).await;
+    c.reconnect(&net).await;
+    net.connect(0, 1).await;
+    let actions = c.channel.fulfill_htlc(r, 0).expect("C fulfils");
+    c.run(actions).await;
+    c.until_normal().await.expect("B takes R");
+    for (i, peer) in [(0, 1), (1, 0)] {
+        settled(&net, i, peer).await;
+    }
+    assert_eq!(side(&net, 0, 1).await, (a0 - 2_000_000 - FEE, 0));
+    assert_eq!(side(&net, 1, 0).await, (ba0 + 2_000_000 + FEE, 0));
+    let listed = net
+        .rpc(1, "listforwards", serde_json::json!([]))
+        .await
+        .expect("listforwards");
+    assert_eq!(listed["forwards"][0]["state"], "fulfilled", "{listed}");
+}
+
+/// C cannot route what B forwards (its onion names a node C has no channel with): C
+/// declines B's offer with `cannot_route`, and B routefails A's HTLC. Nothing moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decline_downstream_is_routefailed_upstream() {
+    let net = line(regtest, false).await;
+    let stranger = PublicKey::from_secret_key(
+        &Secp256k1::new(),
+        &SecretKey::from_slice(&[0x66; 32]).expect("key"),
+    );
+    let (a0, _) = side(&net, 0, 1).await;
+    let (bc0, _) = side(&net, 1, 2).await;
+    net.nodes[0]
+        .manager
+        .pay_route(
+            &[net.id(1), net.id(2), stranger],
+            Sha256::hash(&[5; 32]),
+            2_000_000,
+        )
+        .await
+        .expect("accepted by B");
+    eventually!(
+        net,
+        "B's forward failed",
+        net.rpc(1, "listforwards", serde_json::json!([]))
+            .await
+            .expect("listforwards")["forwards"][0]["state"]
+            == "failed"
+    );
+    for (i, peer) in [(0, 1), (1, 0), (1, 2), (2, 1)] {
+        settled(&net, i, peer).await;
+    }
+    assert_eq!(side(&net, 0, 1).await, (a0, 0));
+    assert_eq!(side(&net, 1, 2).await, (bc0, 0));
+}
+
+/// A pays D through B and C: each hop keeps its fee on what it forwards, exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_through_two_hops_pays_each_hop_its_fee() {
+    let net = create_network(4, regtest).await;
+    net.open_channel(0, 1, 500_000).await;
+    net.open_channel(1, 2, 500_000).await;
+    net.open_channel(2, 3, 500_000).await;
+    let inv = invoice(&net, 3, 2_000_000, "far far").await;
+    let ends = [(0, 1), (1, 0), (1, 2), (2, 1), (2, 3), (3, 2)];
+    let mut before = Vec::new();
+    for (i, peer) in ends {
+        before.push(side(&net, i, peer).await.0);
+    }
+    net.nodes[0]
+        .manager
+        .pay_route(&[net.id(1), net.id(2), net.id(3)], inv.r.hash(), 2_000_000)
+        .await
+        .expect("accepted by B");
+    net.nodes[3]
+        .manager
+        .wait_invoice("far far")
+        .await
+        .expect("paid");
+    for (i, peer) in ends {
+        settled(&net, i, peer).await;
+    }
+    // C forwards 2,000,000 for 1,020; B forwards 2,001,020 for 1,000 + floor(20.0102).
+    let (to_c, to_b) = (2_000_000 + FEE, 2_000_000 + 2 * FEE);
+    let want = [
+        before[0] - to_b,
+        before[1] + to_b,
+        before[2] - to_c,
+        before[3] + to_c,
+        before[4] - 2_000_000,
+        before[5] + 2_000_000,
+    ];
+    for (k, (i, peer)) in ends.into_iter().enumerate() {
+        assert_eq!(
+            side(&net, i, peer).await,
+            (want[k], 0),
+            "node {i} with {peer}"
+        );
+    }
+    for (hop, fee) in [(1, FEE), (2, FEE)] {
+        let listed = net
+            .rpc(hop, "listforwards", serde_json::json!([]))
+            .await
+            .expect("listforwards");
+        assert_eq!(listed["forwards"][0]["fee_msat"], fee, "{listed}");
+        assert_eq!(listed["forwards"][0]["state"], "fulfilled", "{listed}");
+    }
+}
+
+/// C (played by hand) holds B's HTLC until it expires: B times it out downstream and
+/// routefails A's HTLC, whose expiry is B's delta later. Nothing moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_time_out_downstream_is_routefailed_upstream() {
+    let net = create_network(2, regtest).await;
+    net.open_channel(0, 1, 500_000).await;
+    let mut c = net.scripted_peer(1, 0x52).await;
+    c.open_live(&net, 1_000_000).await;
+    c.pay(10_000_000).await.expect("C pays B");
+    let (a0, _) = side(&net, 0, 1).await;
+    let (ba0, _) = side(&net, 1, 0).await;
+    let r = wire::Preimage([9; 32]);
+    net.nodes[0]
+        .manager
+        .pay_route(&[net.id(1), c.node_id], r.hash(), 2_000_000)
+        .await
+        .expect("accepted by B");
+    let add = c.expect(&net, "update_add_htlc").await;
+    c.handle(&add).await;
+    c.until_normal().await.expect("C holds the HTLC");
+    let listed = net
+        .rpc(1, "listforwards", serde_json::json!([]))
+        .await
+        .expect("listforwards");
+    let out_expiry = listed["forwards"][0]["out_expiry"]
+        .as_u64()
+        .and_then(|e| u32::try_from(e).ok())
+        .expect("out_expiry");
+    net.mine(out_expiry - net.chain.height()).await;
+    c.channel.block_height(out_expiry);
+    let timedout = c.expect(&net, "update_timedout_htlc").await;
+    c.handle(&timedout).await;
+    c.until_normal().await.expect("C lets it go");
+    for (i, peer) in [(0, 1), (1, 0)] {
+        settled(&net, i, peer).await;
+    }
+    assert_eq!(side(&net, 0, 1).await, (a0, 0));
+    assert_eq!(side(&net, 1, 0).await, (ba0, 0));
+    let listed = net
+        .rpc(1, "listforwards", serde_json::json!([]))
+        .await
+        .expect("listforwards");
+    assert_eq!(listed["forwards"][0]["state"], "failed", "{listed}");
 }

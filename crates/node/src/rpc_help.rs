@@ -260,6 +260,19 @@ pub const METHODS: &[MethodHelp] = &[
         hidden: false,
     },
     MethodHelp {
+        name: "listforwards",
+        summary: "every HTLC this node forwarded (took from one peer and offered the next), \
+                  oldest first",
+        params: &[],
+        result: "{forwards: [{in_peer_id, in_channel, in_msat, out_peer_id, out_channel, \
+                 out_msat, out_expiry (block height), fee_msat (in_msat - out_msat, earned \
+                 once fulfilled), r_hash, state (offered: waiting on the next hop; \
+                 fulfilled: R came back and was passed upstream; failed: routefailed \
+                 upstream), created_at (unix seconds)}]}",
+        example: "potluck cli --data-dir ./b listforwards",
+        hidden: false,
+    },
+    MethodHelp {
         name: "dev-broadcast-revoked",
         summary: "TEST ONLY (node started with --dev-allow-cheat): broadcasts a revoked commitment",
         params: &[PEER_ID],

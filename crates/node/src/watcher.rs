@@ -176,6 +176,8 @@ async fn timers_and_broadcasts(node: &Node, height: u32) {
     for slot in node.manager.channels.all() {
         node.manager.tick(&slot, height, now).await;
     }
+    // Forwarding work a tick queued, or an offer that waited for a busy channel.
+    node.manager.run_forwards().await;
     send_due_broadcasts(node, height).await;
 }
 

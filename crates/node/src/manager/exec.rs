@@ -14,7 +14,7 @@ use bitcoin::hashes::Hash as _;
 use super::registry::{Slot, SlotInner, WaitKind};
 use super::Manager;
 use crate::control_error::ControlError;
-use crate::store::{ChannelId, StoreError};
+use crate::store::{ChannelId, ForwardState, StoreError};
 
 /// Why a channel's actions stopped (nothing after the failed one was performed).
 #[derive(Debug, thiserror::Error)]
@@ -253,8 +253,18 @@ impl Manager {
             Event::Live => tracing::info!(%peer, channel = %id, "channel live"),
             Event::UpdateCompleted { by, change } => {
                 tracing::info!(%peer, channel = %id, ?by, ?change, num = inner.channel.commitment_number(), "update completed");
-                if let (Who::Us, channel::Change::Fulfill(r)) = (by, change) {
-                    self.fulfilled(&r).await?;
+                match (by, change) {
+                    (Who::Us, channel::Change::Fulfill(r)) => self.fulfilled(&r).await?,
+                    // A forward of ours ended downstream: its upstream HTLC follows.
+                    (Who::Them, channel::Change::Fulfill(r)) => {
+                        self.forward_ended(id, r.hash(), ForwardState::Fulfilled(r))
+                            .await?;
+                    }
+                    (Who::Them, channel::Change::Routefail(h))
+                    | (Who::Us, channel::Change::Timedout(h)) => {
+                        self.forward_ended(id, h, ForwardState::Failed).await?;
+                    }
+                    _ => {}
                 }
                 if by == Who::Us && matches!(inner.waiter, Some((WaitKind::Update, _))) {
                     inner.complete_waiter(Ok(()));
@@ -262,6 +272,7 @@ impl Manager {
             }
             Event::Declined { r_hash, reason } => {
                 tracing::info!(%peer, ?reason, "HTLC declined");
+                self.forward_ended(id, r_hash, ForwardState::Failed).await?;
                 inner.complete_waiter(Err(ControlError::Declined(format!(
                     "peer declined HTLC {}: {reason:?}",
                     hex::encode(r_hash.as_byte_array())

@@ -46,7 +46,7 @@ pub(crate) enum Route {
 pub(crate) enum FailReason {
     /// Its onion does not open.
     BadOnion,
-    /// Its onion names a next hop, and this node does not forward yet.
+    /// Its onion names a next hop this node cannot reach, or the forward failed downstream.
     CannotRoute,
     /// Its onion says it ends here, and no invoice has its hash.
     UnknownHash,
@@ -234,7 +234,16 @@ impl Manager {
                 Some(onion) => self.route_of(onion, &htlc.r_hash),
             };
             let invoice = self.invoices.get(&htlc.r_hash);
-            let verdict = settle(&htlc, &route, invoice.as_ref(), slot.id);
+            let verdict = match (&route, onion) {
+                (Route::Forward, Some(onion)) => {
+                    let onion = onion.clone();
+                    match self.forward_verdict(slot, &htlc, &onion).await? {
+                        Some(verdict) => verdict,
+                        None => continue,
+                    }
+                }
+                _ => settle(&htlc, &route, invoice.as_ref(), slot.id),
+            };
             if let Some(actions) = self
                 .settle_htlc(slot, inner, &htlc, invoice, verdict)
                 .await?

@@ -14,6 +14,7 @@ mod forward;
 mod invoice;
 mod packet;
 mod registry;
+mod relay;
 pub(crate) mod route;
 pub(crate) mod states;
 mod timers;
@@ -70,6 +71,8 @@ pub(crate) struct Manager {
     node_key: secp256k1::SecretKey,
     /// The invoices, in memory beside the store.
     pub(crate) invoices: invoice::Invoices,
+    /// The forwards, in memory beside the store, and the work they queue.
+    forwards: relay::Forwards,
     /// Held from the check that a peer has no channel until its new channel is listed, so
     /// that two openings with one peer (two `open` calls, or ours and the peer's) cannot
     /// both pass the check.
@@ -102,6 +105,7 @@ impl Manager {
             peers,
             node_key,
             invoices: invoice::Invoices::default(),
+            forwards: relay::Forwards::default(),
             openings: tokio::sync::Mutex::new(()),
         }
     }
@@ -116,6 +120,7 @@ impl Manager {
         // Before the channels: a restart between an invoice's payment and its fulfil
         // settles the HTLC again when its peer is back.
         self.load_invoices().await?;
+        self.load_forwards().await?;
         for row in rows {
             let slot = Slot::new(row.id, row.peer, row.channel);
             self.channels.add(Arc::clone(&slot));
@@ -127,6 +132,7 @@ impl Manager {
                 self.store.queue_broadcast(row.id, close, 0, 0).await?;
             }
         }
+        self.reconcile_forwards().await?;
         Ok(())
     }
 
@@ -183,6 +189,9 @@ impl Manager {
         };
         let mut inner = slot.lock().await;
         inner.outbox = Some(outbox);
+        // A forward that ended while the peer was away (or before a restart) settles
+        // its HTLC with the peer once this call releases the lock.
+        let settle = self.has_ended_forwards(slot.id);
         tracing::info!(%peer, channel = %slot.id, state = inner.channel.state().as_str(), "channel resumes");
         if inner.channel.state() == State::OpenWaitComplete {
             let height = self.store.meta(MetaKey::ScannedHeight).await.unwrap_or(0);
@@ -202,6 +211,11 @@ impl Manager {
             Err(e) => {
                 tracing::error!(%peer, channel = %slot.id, error = %e, "cannot resume the channel")
             }
+        }
+        drop(inner);
+        if settle {
+            self.settle_later(slot.id);
+            self.run_forwards().await;
         }
     }
 

@@ -78,7 +78,10 @@ impl Manager {
                 other => return Err(Refusal::Unexpected(other.name())),
             },
         };
-        self.feed(&slot, outbox, pkt).await
+        let fed = self.feed(&slot, outbox, pkt).await;
+        // What the packet queued for other channels, now that its lock is released.
+        self.run_forwards().await;
+        fed
     }
 
     /// The funder opens again: it abandoned our half-open channel before broadcasting its
@@ -144,6 +147,15 @@ impl Manager {
         let tip = self.tip_for_expiry_checks(&pkt).await;
         // Before our lock: it reads the downstream channel under its own.
         let veto = self.forward_veto(&peer, &pkt).await;
+        // R of an HTLC we forwarded is ours to use upstream as soon as the peer shows it,
+        // whatever becomes of its update: stored before the channel takes the fulfil, so
+        // no crash leaves the downstream HTLC paid and R forgotten.
+        if let Packet::UpdateFulfillHtlc(f) = &pkt {
+            let state = crate::store::ForwardState::Fulfilled(f.r);
+            if let Err(e) = self.forward_ended(slot.id, f.r.hash(), state).await {
+                return Err(Refusal::Failed(e.to_string()));
+            }
+        }
         let mut inner = slot.lock().await;
         if inner.outbox.is_none() {
             inner.outbox = Some(outbox.clone());

@@ -11,8 +11,8 @@ use wire::{Preimage, Sha256};
 
 use super::error::{codes, RpcFailure};
 use super::views::{
-    AddressView, ChannelView, ChannelsView, ConnectedView, DoneView, FundsView, InfoView,
-    InvoiceView, InvoicesView, PeerView, PeersView,
+    AddressView, ChannelView, ChannelsView, ConnectedView, DoneView, ForwardView, ForwardsView,
+    FundsView, InfoView, InvoiceView, InvoicesView, PeerView, PeersView,
 };
 use crate::manager::{Command, Slot};
 use crate::node::Node;
@@ -70,6 +70,7 @@ method_names! {
     Invoice = "invoice",
     ListInvoices = "listinvoices",
     WaitInvoice = "waitinvoice",
+    ListForwards = "listforwards",
     Help = "help",
     Stop = "stop",
     DevBroadcastRevoked = "dev-broadcast-revoked",
@@ -107,6 +108,7 @@ pub(crate) enum Method {
     },
     ListInvoices,
     WaitInvoice(String),
+    ListForwards,
     Help(Vec<Value>),
     Stop,
     #[cfg(feature = "test-hooks")]
@@ -281,6 +283,7 @@ impl Method {
             }
             MethodName::ListInvoices => Method::ListInvoices,
             MethodName::WaitInvoice => Method::WaitInvoice(p.str(0, "LABEL")?.to_owned()),
+            MethodName::ListForwards => Method::ListForwards,
             MethodName::Help => Method::Help(params.to_vec()),
             MethodName::Stop => Method::Stop,
             #[cfg(feature = "test-hooks")]
@@ -373,6 +376,7 @@ impl Method {
             Method::WaitInvoice(label) => {
                 render(InvoiceView::of(&node.manager.wait_invoice(&label).await?))
             }
+            Method::ListForwards => render(forwards(node).await?),
             Method::Help(params) => crate::rpc_help::answer(&params)
                 .map(Value::from)
                 .map_err(|e| RpcFailure::params(e.to_string())),
@@ -395,6 +399,18 @@ impl Method {
 fn render(view: impl Serialize) -> Result<Value, RpcFailure> {
     serde_json::to_value(view)
         .map_err(|e| RpcFailure::new(crate::control_error::codes::MISC_ERROR, e.to_string()))
+}
+
+/// `listforwards`.
+async fn forwards(node: &Node) -> Result<ForwardsView, RpcFailure> {
+    let forwards = node
+        .manager
+        .list_forwards()
+        .await?
+        .iter()
+        .map(|f| ForwardView::of(f, node.manager.peer_of(f.in_channel)))
+        .collect();
+    Ok(ForwardsView { forwards })
 }
 
 async fn channel_view(slot: &Slot) -> Result<Value, RpcFailure> {

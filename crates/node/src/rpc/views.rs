@@ -10,7 +10,7 @@ use bitcoin::hashes::Hash as _;
 
 use crate::manager::{states, SlotInner};
 use crate::sides::SideView;
-use crate::store::{InvoiceRow, OutputRow};
+use crate::store::{ForwardRow, InvoiceRow, OutputRow};
 use crate::wallet::Funds;
 
 /// A channel as `listchannels` and the channel commands show it.
@@ -271,6 +271,52 @@ impl InvoiceView {
 #[derive(Debug, Serialize)]
 pub(crate) struct InvoicesView {
     pub(crate) invoices: Vec<InvoiceView>,
+}
+
+/// A forward as `listforwards` shows it.
+#[derive(Debug, Serialize)]
+pub(crate) struct ForwardView {
+    /// The upstream peer (absent once its channel is forgotten).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    in_peer_id: Option<String>,
+    in_channel: i64,
+    in_msat: u32,
+    out_peer_id: String,
+    out_channel: i64,
+    out_msat: u32,
+    /// Blocks.
+    out_expiry: u32,
+    /// `in_msat − out_msat`: what this node keeps once the forward is fulfilled.
+    fee_msat: u32,
+    r_hash: String,
+    /// `offered`, `fulfilled` or `failed`.
+    state: &'static str,
+    /// Unix seconds.
+    created_at: u64,
+}
+
+impl ForwardView {
+    pub(crate) fn of(f: &ForwardRow, in_peer: Option<PublicKey>) -> ForwardView {
+        ForwardView {
+            in_peer_id: in_peer.map(|p| p.to_string()),
+            in_channel: f.in_channel.0,
+            in_msat: f.in_msat,
+            out_peer_id: f.out_peer.to_string(),
+            out_channel: f.out_channel.0,
+            out_msat: f.out_msat,
+            out_expiry: f.out_expiry,
+            fee_msat: f.in_msat.saturating_sub(f.out_msat),
+            r_hash: hex::encode(f.r_hash.as_byte_array()),
+            state: f.state.as_str(),
+            created_at: f.created_at,
+        }
+    }
+}
+
+/// `listforwards`.
+#[derive(Debug, Serialize)]
+pub(crate) struct ForwardsView {
+    pub(crate) forwards: Vec<ForwardView>,
 }
 
 #[cfg(test)]

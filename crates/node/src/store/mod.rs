@@ -105,6 +105,9 @@ pub enum StoreError {
     /// A stored invoice does not read (its label, and the column).
     #[error("stored invoice {0:?} is corrupt: bad {1}")]
     CorruptInvoice(String, String),
+    /// A stored forward does not read (its hash, and the column).
+    #[error("stored forward {0} is corrupt: bad {1}")]
+    CorruptForward(String, String),
     /// A channel snapshot could not be encoded (nothing was written).
     #[error("channel {0} cannot be encoded: {1}")]
     Encode(ChannelId, String),
@@ -148,6 +151,49 @@ pub(crate) struct InvoicePaid {
     pub at: u64,
     /// The fulfil of that HTLC completed (R is the peer's).
     pub settled: bool,
+}
+
+/// One forward: an incoming HTLC this node offered on to the next hop (issue 30).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ForwardRow {
+    /// The channel the HTLC came in on.
+    pub in_channel: ChannelId,
+    pub r_hash: wire::Sha256,
+    /// The incoming HTLC's amount.
+    pub in_msat: u32,
+    /// The channel it goes out on, and that channel's peer.
+    pub out_channel: ChannelId,
+    pub out_peer: secp256k1::PublicKey,
+    /// The downstream HTLC's amount and expiry (blocks).
+    pub out_msat: u32,
+    pub out_expiry: u32,
+    /// The onion for the next hop.
+    pub onion: wire::Onion,
+    pub state: ForwardState,
+    /// Unix seconds.
+    pub created_at: u64,
+}
+
+/// Where a forward stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ForwardState {
+    /// The downstream HTLC is offered (or about to be): the upstream one waits.
+    Offered,
+    /// The downstream HTLC was fulfilled with this R: the upstream one is fulfilled with it.
+    Fulfilled(wire::Preimage),
+    /// The downstream HTLC failed: the upstream one is routefailed.
+    Failed,
+}
+
+impl ForwardState {
+    /// Its name in the store and in `listforwards`.
+    pub(crate) fn as_str(&self) -> &'static str {
+        match self {
+            ForwardState::Offered => "offered",
+            ForwardState::Fulfilled(_) => "fulfilled",
+            ForwardState::Failed => "failed",
+        }
+    }
 }
 
 /// One wallet output.
@@ -856,6 +902,57 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
+    /// Stores a new forward; false (nothing written) when the incoming HTLC has one.
+    pub(crate) async fn add_forward(&self, f: &ForwardRow) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "INSERT INTO forwards (in_channel, r_hash, in_msat, out_channel, out_peer, out_msat, out_expiry, onion, state, r, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?) ON CONFLICT DO NOTHING",
+        )
+        .bind(f.in_channel.0)
+        .bind(hex::encode(f.r_hash.as_byte_array()))
+        .bind(i64::from(f.in_msat))
+        .bind(f.out_channel.0)
+        .bind(f.out_peer.to_string())
+        .bind(i64::from(f.out_msat))
+        .bind(i64::from(f.out_expiry))
+        .bind(&f.onion.as_bytes()[..])
+        .bind(f.state.as_str())
+        .bind(i64::try_from(f.created_at).unwrap_or(i64::MAX))
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Records how the forward of `r_hash` from `in_channel` ended downstream.
+    pub(crate) async fn set_forward_state(
+        &self,
+        in_channel: ChannelId,
+        r_hash: &wire::Sha256,
+        state: ForwardState,
+    ) -> Result<(), StoreError> {
+        let r = match state {
+            ForwardState::Fulfilled(r) => Some(hex::encode(r.0)),
+            _ => None,
+        };
+        sqlx::query("UPDATE forwards SET state = ?, r = ? WHERE in_channel = ? AND r_hash = ?")
+            .bind(state.as_str())
+            .bind(r)
+            .bind(in_channel.0)
+            .bind(hex::encode(r_hash.as_byte_array()))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Every forward, oldest first.
+    pub(crate) async fn forwards(&self) -> Result<Vec<ForwardRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT in_channel, r_hash, in_msat, out_channel, out_peer, out_msat, out_expiry, onion, state, r, created_at FROM forwards ORDER BY created_at, in_channel, r_hash",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(forward_row).collect()
+    }
+
     /// Keeps what the penalty needs for the peer's revoked commitment (channel crate's
     /// `Action::Archive`), out of the channel snapshot.
     pub(crate) async fn save_revoked(
@@ -934,6 +1031,52 @@ impl Store {
             .await?;
         Ok(row.and_then(|r| encode::deserialize_hex(&r.get::<String, _>(0)).ok()))
     }
+}
+
+/// A `forwards` row read back.
+fn forward_row(row: &sqlx::sqlite::SqliteRow) -> Result<ForwardRow, StoreError> {
+    let r_hash_hex: String = row.get(1);
+    let corrupt = |what: &str| StoreError::CorruptForward(r_hash_hex.clone(), what.to_owned());
+    let bytes32 = |hex_text: &str| {
+        hex::decode(hex_text)
+            .ok()
+            .and_then(|b| <[u8; 32]>::try_from(b).ok())
+    };
+    let r_hash = bytes32(&r_hash_hex)
+        .map(wire::Sha256::from_byte_array)
+        .ok_or_else(|| corrupt("r_hash"))?;
+    let msat =
+        |i: usize, what: &str| u32::try_from(row.get::<i64, _>(i)).map_err(|_| corrupt(what));
+    let onion: Vec<u8> = row.get(7);
+    let onion = <Box<[u8; wire::Onion::LEN]>>::try_from(onion.into_boxed_slice())
+        .map(wire::Onion::new)
+        .map_err(|_| corrupt("onion"))?;
+    let state = match (
+        row.get::<String, _>(8).as_str(),
+        row.get::<Option<String>, _>(9),
+    ) {
+        ("offered", _) => ForwardState::Offered,
+        ("failed", _) => ForwardState::Failed,
+        ("fulfilled", Some(r)) => {
+            ForwardState::Fulfilled(wire::Preimage(bytes32(&r).ok_or_else(|| corrupt("r"))?))
+        }
+        _ => return Err(corrupt("state")),
+    };
+    Ok(ForwardRow {
+        in_channel: ChannelId(row.get(0)),
+        r_hash,
+        in_msat: msat(2, "in_msat")?,
+        out_channel: ChannelId(row.get(3)),
+        out_peer: row
+            .get::<String, _>(4)
+            .parse()
+            .map_err(|_| corrupt("out_peer"))?,
+        out_msat: msat(5, "out_msat")?,
+        out_expiry: u32::try_from(row.get::<i64, _>(6)).map_err(|_| corrupt("out_expiry"))?,
+        onion,
+        state,
+        created_at: u64::try_from(row.get::<i64, _>(10)).unwrap_or(0),
+    })
 }
 
 #[cfg(test)]
@@ -1161,6 +1304,45 @@ mod tests {
                 paid: Some(settled),
                 ..inv
             }]
+        );
+    }
+
+    /// A forward is kept across a restart, once per incoming HTLC, and its end with it
+    /// (issue 30).
+    #[tokio::test]
+    async fn a_forward_is_kept_with_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).await.unwrap();
+        let key = secp256k1::SecretKey::from_slice(&[5; 32]).unwrap();
+        let f = ForwardRow {
+            in_channel: ChannelId(2),
+            r_hash: wire::Preimage([4; 32]).hash(),
+            in_msat: 2_001_020,
+            out_channel: ChannelId(3),
+            out_peer: PublicKey::from_secret_key(&secp256k1::Secp256k1::new(), &key),
+            out_msat: 2_000_000,
+            out_expiry: 640,
+            onion: wire::Onion::new(Box::new([7; wire::Onion::LEN])),
+            state: ForwardState::Offered,
+            created_at: 9,
+        };
+        assert!(store.add_forward(&f).await.unwrap());
+        let again = ForwardRow {
+            out_msat: 1,
+            ..f.clone()
+        };
+        assert!(!store.add_forward(&again).await.unwrap(), "one per HTLC");
+        assert_eq!(store.forwards().await.unwrap(), vec![f.clone()]);
+        let done = ForwardState::Fulfilled(wire::Preimage([4; 32]));
+        store
+            .set_forward_state(f.in_channel, &f.r_hash, done)
+            .await
+            .unwrap();
+        drop(store);
+        let store = Store::open(dir.path()).await.unwrap();
+        assert_eq!(
+            store.forwards().await.unwrap(),
+            vec![ForwardRow { state: done, ..f }]
         );
     }
 
