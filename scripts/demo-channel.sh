@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's walk-through "A payment-channel node", run and checked: a
-# development chain, two nodes, fund, connect, open, pay, HTLC, close. The
+# development chain, three nodes, fund, connect, open, pay, HTLC, a payment
+# through a hop to an invoice, close. The
 # lines between the README markers below are the README's commands, the same
 # text line for line (checked first), plus `check`, `wait_until` and
 # `remember` lines that verify every balance on the way.
@@ -9,7 +10,7 @@
 #   POTLUCK=target/debug/potluck bash scripts/demo-channel.sh   # any built binary (CI: the tests' debug build)
 #
 # It works in a fresh temporary directory and needs the README's ports
-# (127.0.0.1:18443, 9735, 9736, 9745, 9746) free.
+# (127.0.0.1:18443, 9735, 9736, 9745, 9746, 9755, 9756) free.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SELF="$ROOT/scripts/demo-channel.sh"
@@ -40,7 +41,7 @@ if ! diff <(readme_commands) <(script_commands) >&2; then
   fail "the commands differ from README.md's walk-through (diff above: < README, > script)"
 fi
 
-for port in 18443 9735 9736 9745 9746; do
+for port in 18443 9735 9736 9745 9746 9755 9756; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
     fail "port $port is in use; the walk-through needs it"
   fi
@@ -97,7 +98,7 @@ remember() {
 }
 
 # >>> README
-potluck chain --block-interval 0 &                           # one development chain for both nodes, JSON-RPC on 127.0.0.1:18443
+potluck chain --block-interval 0 &                           # one development chain for all nodes, JSON-RPC on 127.0.0.1:18443
 potluck cli --chain --wait getblockcount                     # waits until it answers; its files are in ./potluck-data/chain
 CHAIN="--bitcoind-url http://127.0.0.1:18443/ --bitcoind-cookie ./potluck-data/chain/.cookie"
 potluck node --data-dir ./a --listen 127.0.0.1:9735 --rpc-bind 127.0.0.1:9736 $CHAIN &
@@ -145,13 +146,34 @@ check 429000000 potluck cli --data-dir ./a --get channels.0.ours.balance_msat li
 potluck cli --data-dir ./b fulfillhtlc $A $R                 # B shows R: the 50,000 sat are B's (71,000 sat in all)
 check 71000000 potluck cli --data-dir ./b --get channels.0.ours.balance_msat listchannels
 check 0 potluck cli --data-dir ./a --get channels.0.ours.htlc_msat listchannels
+potluck node --data-dir ./c --listen 127.0.0.1:9755 --rpc-bind 127.0.0.1:9756 $CHAIN &  # a third node: A pays C through B
+C=$(potluck cli --data-dir ./c --wait --get node_id getinfo)
+potluck cli --chain sendtoaddress $(potluck cli --data-dir ./b --get address newaddr) 0.01  # 1,000,000 sat to B for a channel to C
+potluck cli --chain generatetoaddress 1 $BURN
+wait_until 1000000 potluck cli --data-dir ./b --get total_sat listfunds
+potluck cli --data-dir ./b connect 127.0.0.1:9755
+potluck cli --data-dir ./b open $C 500000
+potluck cli --chain generatetoaddress 1 $BURN
+wait_until normal potluck cli --data-dir ./b --get channels.1.state listchannels
+wait_until normal potluck cli --data-dir ./c --get channels.0.state listchannels
+wait_until 1 eval 'potluck cli --data-dir ./b --get outputs listfunds | grep -c "\"amount_sat\""'
+remember B_CHANGE potluck cli --data-dir ./b --get total_sat listfunds
+RH=$(potluck cli --data-dir ./c --get r_hash invoice 100000000 coffee)  # C asks 100,000 sat: its invoice's R stays with C
+potluck cli --data-dir ./a pay --route $B,$C $RH 100000000   # A offers B 100,002 sat: C's 100,000 plus B's fee (1,000 msat + 10 millionths)
+potluck cli --data-dir ./c --get status waitinvoice coffee   # paid: C fulfilled, B took R back to A
+wait_until fulfilled potluck cli --data-dir ./b --get forwards.0.state listforwards
+check 2000 potluck cli --data-dir ./b --get forwards.0.fee_msat listforwards
+check 100000000 potluck cli --data-dir ./c --get channels.0.ours.balance_msat listchannels
+check 171002000 potluck cli --data-dir ./b --get channels.0.ours.balance_msat listchannels
+check 328998000 potluck cli --data-dir ./a --get channels.0.ours.balance_msat listchannels
+potluck cli --data-dir ./b listforwards                      # in_msat 100002000, out_msat 100000000, fee_msat 2000: B earned 2 sat
 potluck cli --data-dir ./a close $B                          # cooperative close (or: close $B force, unilateral)
 potluck cli --chain generatetoaddress 1 $BURN                # the close confirms
-wait_until 70914 potluck cli --data-dir ./b --get total_sat listfunds
-wait_until $((A_CHANGE + 428914)) potluck cli --data-dir ./a --get total_sat listfunds
+wait_until $((B_CHANGE + 170916)) potluck cli --data-dir ./b --get total_sat listfunds
+wait_until $((A_CHANGE + 328912)) potluck cli --data-dir ./a --get total_sat listfunds
 wait_until closed potluck cli --data-dir ./a --get channels.0.state listchannels
-potluck cli --data-dir ./b listfunds                         # total_sat 70914: 71,000 less B's half of the 172-sat close fee
-potluck cli --data-dir ./a stop; potluck cli --data-dir ./b stop; potluck cli --chain stop
+potluck cli --data-dir ./b listfunds                         # B's change, plus 171,002 sat less its half of the 172-sat close fee
+potluck cli --data-dir ./a stop; potluck cli --data-dir ./b stop; potluck cli --data-dir ./c stop; potluck cli --chain stop
 # <<< README
 
 # Every process stopped by itself and took its control URL with it.
@@ -160,7 +182,7 @@ for i in $(seq 100); do
   sleep 0.1
 done
 [[ -z "$(jobs -pr)" ]] || fail "a process did not stop"
-for dir in ./a ./b ./potluck-data/chain; do
+for dir in ./a ./b ./c ./potluck-data/chain; do
   [[ ! -e "$dir/control_url" ]] || fail "$dir/control_url is still there after stop"
 done
-echo "demo-channel: ok (A kept $A_CHANGE + 428914 sat, B 70914 sat)"
+echo "demo-channel: ok (A kept $A_CHANGE + 328912 sat, B $B_CHANGE + 170916 sat, C 100,000 sat in its channel)"
