@@ -141,8 +141,8 @@ pub const METHODS: &[MethodHelp] = &[
                  before it offered that plus an assumed fee of 1,000 msat + 10 millionths of \
                  what it forwards and 40 more blocks of expiry) answers the first hop's \
                  channel once its HTLC, carrying the route's onion, is offered; the payee \
-                 fulfils it when its invoice matches (forwarding is not implemented yet: a \
-                 route of more than one node is failed back), e.g. `pay --route 02…(66 hex) \
+                 fulfils it when its invoice matches, each hop forwards it and passes R \
+                 back (`listforwards` on a hop shows its fee), e.g. `pay --route 02…(66 hex) \
                  9f86…(64 hex) 2000000`",
         example: "potluck cli --data-dir ./a pay 02…(66 hex) 1000000",
         hidden: false,
