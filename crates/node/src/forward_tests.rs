@@ -349,6 +349,32 @@ async fn no_channel_or_no_room_toward_the_next_node_is_declined_as_cannot_route(
     declined(&net, &[net.id(1), net.id(2)], "CannotRoute(true)").await;
 }
 
+/// B (node 1) accepts no incoming HTLC to forward that expires more than 40 blocks above
+/// the tip: its own expiry delta, so no forward fits.
+fn b_bounds_expiry(config: &mut crate::NodeConfig) {
+    regtest(config);
+    if config.data_dir.ends_with("node1") {
+        config.max_expiry_blocks = 40;
+    }
+}
+
+/// A griefing bound (`--max-expiry-blocks`) refuses the forward before B accepts it:
+/// `cannot_route`, nothing moves on either of B's channels and B records no forward.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expiry_beyond_the_hops_bound_is_declined_without_moving_money() {
+    let net = line(b_bounds_expiry, false).await;
+    let (b_c0, _) = side(&net, 1, 2).await;
+    declined(&net, &[net.id(1), net.id(2)], "CannotRoute(true)").await;
+    settled(&net, 1, 2).await;
+    assert_eq!(side(&net, 1, 2).await, (b_c0, 0));
+    let forwards = net.nodes[1]
+        .manager
+        .list_forwards()
+        .await
+        .expect("listforwards");
+    assert!(forwards.is_empty(), "{forwards:?}");
+}
+
 /// B's fee for forwarding 2,000,000 msat by the default schedule (A assumes it):
 /// 1,000 + floor(2,000,000 × 10 / 1,000,000).
 const FEE: u64 = 1_020;

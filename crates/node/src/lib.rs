@@ -95,6 +95,17 @@ pub struct NodeConfig {
     /// Blocks we keep between the expiry of an HTLC we forward and the one we offer
     /// (`--expiry-delta`).
     pub expiry_delta: u32,
+    /// The furthest above the tip, in blocks, an incoming HTLC to forward may expire
+    /// (`--max-expiry-blocks`).
+    pub max_expiry_blocks: u32,
+    /// At most this many forwards in flight on one outgoing channel
+    /// (`--max-forwarded-htlcs-per-channel`).
+    pub max_forwarded_htlcs_per_channel: usize,
+    /// At most this many forwards in flight in all (`--max-forwarded-htlcs`).
+    pub max_forwarded_htlcs: usize,
+    /// The percentage of an outgoing channel's capacity forwards in flight on it may lock
+    /// (`--max-forward-share-percent`).
+    pub max_forward_share_percent: u8,
     /// TEST ONLY: enables the `dev-broadcast-revoked` control method (a node that cheats).
     #[cfg(feature = "test-hooks")]
     pub dev_allow_cheat: bool,
@@ -127,6 +138,10 @@ impl NodeConfig {
             fee_base_msat: manager::route::Schedule::ASSUMED.base_msat,
             fee_per_millionth: manager::route::Schedule::ASSUMED.per_millionth,
             expiry_delta: manager::route::Schedule::ASSUMED.expiry_delta,
+            max_expiry_blocks: manager::forward::Limits::DEFAULT.max_expiry_blocks,
+            max_forwarded_htlcs_per_channel: manager::forward::Limits::DEFAULT.max_per_channel,
+            max_forwarded_htlcs: manager::forward::Limits::DEFAULT.max_total,
+            max_forward_share_percent: manager::forward::Limits::DEFAULT.max_share_percent,
             #[cfg(feature = "test-hooks")]
             dev_allow_cheat: false,
         }
@@ -297,6 +312,12 @@ fn build(
             base_msat: config.fee_base_msat,
             per_millionth: config.fee_per_millionth,
             expiry_delta: config.expiry_delta,
+        },
+        forward_limits: manager::forward::Limits {
+            max_expiry_blocks: config.max_expiry_blocks,
+            max_per_channel: config.max_forwarded_htlcs_per_channel,
+            max_total: config.max_forwarded_htlcs,
+            max_share_percent: config.max_forward_share_percent,
         },
         #[cfg(feature = "test-hooks")]
         cheat_enabled: config.dev_allow_cheat,

@@ -103,6 +103,25 @@ pub struct NodeArgs {
     /// Blocks kept between the expiry of an HTLC we forward and the one we offer for it.
     #[arg(long, env = "POTLUCK_EXPIRY_DELTA", default_value_t = 40)]
     pub expiry_delta: u32,
+    /// The furthest above the chain's tip, in blocks, an incoming HTLC we are to forward
+    /// may expire; a later one is declined (cannot_route): a peer could lock our money that long.
+    #[arg(long, env = "POTLUCK_MAX_EXPIRY_BLOCKS", default_value_t = 2016)]
+    pub max_expiry_blocks: u32,
+    /// At most this many forwarded HTLCs in flight on one outgoing channel.
+    #[arg(
+        long,
+        env = "POTLUCK_MAX_FORWARDED_HTLCS_PER_CHANNEL",
+        default_value_t = 30
+    )]
+    pub max_forwarded_htlcs_per_channel: usize,
+    /// At most this many forwarded HTLCs in flight in all.
+    #[arg(long, env = "POTLUCK_MAX_FORWARDED_HTLCS", default_value_t = 483)]
+    pub max_forwarded_htlcs: usize,
+    /// The percentage (0-100) of an outgoing channel's capacity that forwarded HTLCs in
+    /// flight on it may lock.
+    #[arg(long, env = "POTLUCK_MAX_FORWARD_SHARE_PERCENT", default_value_t = 50,
+          value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub max_forward_share_percent: u8,
     /// The fee floor, ceiling and fallback of every estimate (the anchors we fund …).
     #[command(flatten)]
     pub fees: crate::fee_flags::FeeFlags,
@@ -111,6 +130,17 @@ pub struct NodeArgs {
     #[cfg(feature = "test-hooks")]
     #[arg(long, env = "POTLUCK_DEV_ALLOW_CHEAT", hide = true)]
     pub dev_allow_cheat: bool,
+}
+
+/// The forwarding flags: our fee schedule and the bounds against griefing.
+fn set_forwarding(config: &mut node::NodeConfig, args: &NodeArgs) {
+    config.fee_base_msat = args.fee_base_msat;
+    config.fee_per_millionth = args.fee_per_millionth;
+    config.expiry_delta = args.expiry_delta;
+    config.max_expiry_blocks = args.max_expiry_blocks;
+    config.max_forwarded_htlcs_per_channel = args.max_forwarded_htlcs_per_channel;
+    config.max_forwarded_htlcs = args.max_forwarded_htlcs;
+    config.max_forward_share_percent = args.max_forward_share_percent;
 }
 
 /// Runs the node until Ctrl-C, SIGTERM or the `stop` method.
@@ -171,9 +201,7 @@ pub fn run(args: NodeArgs) -> anyhow::Result<()> {
         config.max_pending_handshakes_per_ip = args.max_pending_handshakes_per_ip;
         config.inbound_handshake_timeout = Duration::from_secs(args.handshake_timeout_secs);
         config.max_pending_openings = args.max_pending_openings;
-        config.fee_base_msat = args.fee_base_msat;
-        config.fee_per_millionth = args.fee_per_millionth;
-        config.expiry_delta = args.expiry_delta;
+        set_forwarding(&mut config, &args);
         // The one setting of the HTLC-expiry close: each new channel keeps it (it is part
         // of the channel's stored config), and the channel judges its refund deadline by it.
         config.channel.force_close_after_expiry_blocks = args.htlc_close_after_blocks;

@@ -19,6 +19,47 @@ pub(crate) struct Downstream {
     pub(crate) live: bool,
     /// The most one new HTLC of ours can carry now (`sides::spendable_msat`).
     pub(crate) spendable_msat: u64,
+    /// The channel's capacity (its anchor).
+    pub(crate) capacity_msat: u64,
+    /// Forwards still `offered` on it, and the sum of their outgoing amounts.
+    pub(crate) forwards: usize,
+    /// The sum of those forwards' outgoing amounts.
+    pub(crate) forwards_msat: u64,
+}
+
+/// Bounds against a peer that holds forwarded HTLCs until their expiry (docs/node.md,
+/// "Forwarding policy"): each caps what such a peer can lock of ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Limits {
+    /// The furthest an incoming HTLC to forward may expire above the tip, in blocks
+    /// (`--max-expiry-blocks`).
+    pub(crate) max_expiry_blocks: u32,
+    /// Forwards in flight on one outgoing channel (`--max-forwarded-htlcs-per-channel`).
+    pub(crate) max_per_channel: usize,
+    /// Forwards in flight in all (`--max-forwarded-htlcs`).
+    pub(crate) max_total: usize,
+    /// The percentage of an outgoing channel's capacity that forwards in flight on it may
+    /// lock (`--max-forward-share-percent`).
+    pub(crate) max_share_percent: u8,
+}
+
+impl Limits {
+    /// The defaults (docs/node.md gives the reason for each).
+    pub(crate) const DEFAULT: Limits = Limits {
+        max_expiry_blocks: 2016,
+        max_per_channel: 30,
+        max_total: 483,
+        max_share_percent: 50,
+    };
+}
+
+/// What the node holds now, beside the downstream channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Load {
+    /// The chain's height.
+    pub(crate) tip: u32,
+    /// Forwards still `offered`, on every channel.
+    pub(crate) forwards: usize,
 }
 
 /// Why an HTLC to forward is refused.
@@ -35,6 +76,15 @@ pub(crate) enum Refusal {
     },
     /// The incoming expiry is not our delta beyond the outgoing one.
     ExpiryTooClose,
+    /// The incoming HTLC expires further above the tip than `--max-expiry-blocks`.
+    ExpiryTooFar,
+    /// The outgoing channel carries `--max-forwarded-htlcs-per-channel` forwards already.
+    TooManyOnChannel,
+    /// The node carries `--max-forwarded-htlcs` forwards already.
+    TooManyForwards,
+    /// The forward would lock more of the outgoing channel than
+    /// `--max-forward-share-percent`.
+    ShareExceeded,
 }
 
 impl Refusal {
@@ -53,17 +103,28 @@ impl Refusal {
 }
 
 /// Whether `incoming` may be forwarded as `payload` says, over `downstream` (none: no
-/// channel to the next node), by our `schedule`.
+/// channel to the next node), by our `schedule` and `limits`, with `load` in flight.
 pub(crate) fn check(
     incoming: &Htlc,
     payload: &onion::HopPayload,
-    schedule: &Schedule,
+    (schedule, limits): (&Schedule, &Limits),
+    load: Load,
     downstream: Option<Downstream>,
 ) -> Result<(), Refusal> {
     let out = u64::from(payload.amount_msat);
     let Some(down) = downstream.filter(|d| d.live) else {
         return Err(Refusal::NoChannel);
     };
+    if load.forwards >= limits.max_total {
+        return Err(Refusal::TooManyForwards);
+    }
+    if down.forwards >= limits.max_per_channel {
+        return Err(Refusal::TooManyOnChannel);
+    }
+    let share = u128::from(down.capacity_msat) * u128::from(limits.max_share_percent) / 100;
+    if u128::from(down.forwards_msat) + u128::from(out) > share {
+        return Err(Refusal::ShareExceeded);
+    }
     if down.spendable_msat < out {
         return Err(Refusal::NoRoom);
     }
@@ -80,6 +141,13 @@ pub(crate) fn check(
     if room.is_none_or(|r| r < schedule.expiry_delta) {
         return Err(Refusal::ExpiryTooClose);
     }
+    // An expiry in seconds is never forwarded (the outgoing one must be in blocks), so
+    // only blocks are bounded here.
+    if let Locktime::Blocks(i) = incoming.expiry {
+        if i.saturating_sub(load.tip) > limits.max_expiry_blocks {
+            return Err(Refusal::ExpiryTooFar);
+        }
+    }
     Ok(())
 }
 
@@ -93,42 +161,55 @@ impl Manager {
         &self,
         peer: &PublicKey,
         pkt: &Packet,
+        tip: Option<u32>,
     ) -> Option<DeclineReason> {
         let Packet::UpdateAddHtlc(add) = pkt else {
             return None;
         };
         let onion = add.onion.as_ref()?;
         let (payload, next) = self.forward_payload(onion, &add.r_hash)?;
+        let mut tip = tip.unwrap_or(0);
         let downstream = match self.channels.active(&next).await {
             Some(slot) if next != *peer => {
                 let inner = slot.lock().await;
+                // The chain did not answer in time: the height the watcher last gave.
+                tip = tip.max(inner.channel.height());
                 let live = matches!(
                     inner.channel.state(),
                     State::Normal | State::WaitAccept | State::WaitSignature | State::WaitComplete
                 ) && inner.outbox.is_some()
                     && inner.anchor.suspended.is_none();
-                let spendable_msat = inner
-                    .channel
-                    .balances()
-                    .map_or(0, |cs| crate::sides::spendable_msat(cs, Who::Us));
+                let balances = inner.channel.balances();
+                let spendable_msat =
+                    balances.map_or(0, |cs| crate::sides::spendable_msat(cs, Who::Us));
+                let capacity_msat = balances.map_or(0, |cs| cs.anchor_sat.saturating_mul(1000));
+                drop(inner);
+                let (forwards, forwards_msat) = self.forwards_in_flight(Some(slot.id));
                 Some(Downstream {
                     live,
                     spendable_msat,
+                    capacity_msat,
+                    forwards,
+                    forwards_msat,
                 })
             }
             _ => None,
+        };
+        let load = Load {
+            tip,
+            forwards: self.forwards_in_flight(None).0,
         };
         let incoming = Htlc {
             amount_msat: add.amount_msat,
             r_hash: add.r_hash,
             expiry: add.expiry,
         };
-        let schedule = &self.settings.forward;
-        match check(&incoming, &payload, schedule, downstream) {
+        let policy = (&self.settings.forward, &self.settings.forward_limits);
+        match check(&incoming, &payload, policy, load, downstream) {
             Ok(()) => None,
             Err(refusal) => {
                 tracing::info!(%peer, next = %next, ?refusal, "declining an HTLC to forward");
-                Some(refusal.decline(schedule))
+                Some(refusal.decline(policy.0))
             }
         }
     }
@@ -168,6 +249,16 @@ mod tests {
         expiry_delta: 40,
     };
 
+    const L: Limits = Limits {
+        max_expiry_blocks: 100,
+        max_per_channel: 3,
+        max_total: 5,
+        max_share_percent: 50,
+    };
+
+    /// The tip of the table's chain.
+    const TIP: u32 = 500;
+
     /// (case, incoming msat, incoming expiry, outgoing msat, outgoing expiry, downstream, verdict).
     type Row = (
         &'static str,
@@ -182,17 +273,41 @@ mod tests {
     #[test]
     fn the_forwarding_policy() {
         use Refusal::*;
-        let room = Some(Downstream {
+        let open = Downstream {
             live: true,
             spendable_msat: 10_000_000,
-        });
+            capacity_msat: 20_000_000,
+            forwards: 0,
+            forwards_msat: 0,
+        };
+        let room = Some(open);
         let dead = Some(Downstream {
             live: false,
-            spendable_msat: 10_000_000,
+            ..open
         });
         let small = Some(Downstream {
-            live: true,
             spendable_msat: 4_999_999,
+            ..open
+        });
+        // Two forwards of 2,500,000 in flight: one more of 5,000,000 locks 10,000,000,
+        // half of 20,000,000 exactly.
+        let half = Some(Downstream {
+            forwards: 2,
+            forwards_msat: 5_000_000,
+            ..open
+        });
+        let over_half = Some(Downstream {
+            forwards: 2,
+            forwards_msat: 5_000_001,
+            ..open
+        });
+        let two_on_it = Some(Downstream {
+            forwards: 2,
+            ..open
+        });
+        let three_on_it = Some(Downstream {
+            forwards: 3,
+            ..open
         });
         // Fee for 5,000,000 msat: 1,000 + floor(5,000,000 × 100 / 1,000,000) = 1,500.
         #[rustfmt::skip]
@@ -205,6 +320,12 @@ mod tests {
             ("no channel to the next node", 5_001_500, 540, 5_000_000, 500, None, Err(NoChannel)),
             ("a channel that is not live", 5_001_500, 540, 5_000_000, 500, dead, Err(NoChannel)),
             ("no room for the amount", 5_001_500, 540, 5_000_000, 500, small, Err(NoRoom)),
+            ("expiry at the furthest we accept", 5_001_500, 600, 5_000_000, 500, room, Ok(())),
+            ("expiry one block beyond it", 5_001_500, 601, 5_000_000, 500, room, Err(ExpiryTooFar)),
+            ("one below the channel's bound", 5_001_500, 540, 5_000_000, 500, two_on_it, Ok(())),
+            ("at the channel's bound", 5_001_500, 540, 5_000_000, 500, three_on_it, Err(TooManyOnChannel)),
+            ("half the channel locked exactly", 5_001_500, 540, 5_000_000, 500, half, Ok(())),
+            ("one msat over half", 5_001_500, 540, 5_000_000, 500, over_half, Err(ShareExceeded)),
         ];
         for (case, in_msat, in_exp, out_msat, out_exp, down, want) in table {
             let incoming = Htlc {
@@ -217,8 +338,48 @@ mod tests {
                 expiry: Locktime::Blocks(*out_exp),
                 next_node: None,
             };
-            assert_eq!(&check(&incoming, &payload, &S, *down), want, "{case}");
+            let load = Load {
+                tip: TIP,
+                forwards: 4,
+            };
+            assert_eq!(
+                &check(&incoming, &payload, (&S, &L), load, *down),
+                want,
+                "{case}"
+            );
         }
+    }
+
+    #[test]
+    fn the_bound_on_forwards_in_all() {
+        let incoming = Htlc {
+            amount_msat: 5_001_500,
+            r_hash: Sha256::from_byte_array([1; 32]),
+            expiry: Locktime::Blocks(540),
+        };
+        let payload = onion::HopPayload {
+            amount_msat: 5_000_000,
+            expiry: Locktime::Blocks(500),
+            next_node: None,
+        };
+        let down = Some(Downstream {
+            live: true,
+            spendable_msat: 10_000_000,
+            capacity_msat: 20_000_000,
+            forwards: 0,
+            forwards_msat: 0,
+        });
+        let at = |forwards| {
+            check(
+                &incoming,
+                &payload,
+                (&S, &L),
+                Load { tip: TIP, forwards },
+                down,
+            )
+        };
+        assert_eq!(at(4), Ok(()), "one below the bound");
+        assert_eq!(at(5), Err(Refusal::TooManyForwards), "at the bound");
     }
 
     #[test]
@@ -235,7 +396,15 @@ mod tests {
                 per_micro_unit: Some(7)
             })
         );
-        for r in [Refusal::NoChannel, Refusal::NoRoom, Refusal::ExpiryTooClose] {
+        for r in [
+            Refusal::NoChannel,
+            Refusal::NoRoom,
+            Refusal::ExpiryTooClose,
+            Refusal::ExpiryTooFar,
+            Refusal::TooManyOnChannel,
+            Refusal::TooManyForwards,
+            Refusal::ShareExceeded,
+        ] {
             assert_eq!(r.decline(&s), DeclineReason::CannotRoute(true));
         }
     }

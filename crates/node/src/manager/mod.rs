@@ -10,7 +10,7 @@
 mod anchor;
 mod command;
 mod exec;
-mod forward;
+pub(crate) mod forward;
 mod invoice;
 mod packet;
 mod registry;
@@ -54,6 +54,8 @@ pub(crate) struct Settings {
     pub(crate) max_pending_openings: usize,
     /// Our forwarding fee and expiry delta.
     pub(crate) forward: route::Schedule,
+    /// Our bounds on forwards in flight.
+    pub(crate) forward_limits: forward::Limits,
     /// TEST ONLY: keep every commitment signed, for `dev-broadcast-revoked`.
     #[cfg(feature = "test-hooks")]
     pub(crate) cheat_enabled: bool,

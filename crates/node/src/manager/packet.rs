@@ -146,7 +146,7 @@ impl Manager {
         let peer = slot.peer;
         let tip = self.tip_for_expiry_checks(&pkt).await;
         // Before our lock: it reads the downstream channel under its own.
-        let veto = self.forward_veto(&peer, &pkt).await;
+        let veto = self.forward_veto(&peer, &pkt, tip).await;
         // R of an HTLC we forwarded is ours to use upstream as soon as the peer shows it,
         // whatever becomes of its update: stored before the channel takes the fulfil, so
         // no crash leaves the downstream HTLC paid and R forgotten.

@@ -107,6 +107,15 @@ impl Manager {
             .any(|f| f.in_channel == id && f.state != ForwardState::Offered)
     }
 
+    /// Forwards still `offered` (on channel `out`, or on every channel) and the sum of
+    /// their outgoing amounts.
+    pub(super) fn forwards_in_flight(&self, out: Option<ChannelId>) -> (usize, u64) {
+        lock(&self.forwards.by_key)
+            .values()
+            .filter(|f| f.state == ForwardState::Offered && out.is_none_or(|c| f.out_channel == c))
+            .fold((0, 0), |(n, msat), f| (n + 1, msat + u64::from(f.out_msat)))
+    }
+
     /// How many forwards were fulfilled and failed (for the log).
     fn forward_counts(&self) -> (usize, usize) {
         let map = lock(&self.forwards.by_key);
