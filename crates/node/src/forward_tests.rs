@@ -32,6 +32,21 @@ async fn side(net: &Network, i: usize, peer: usize) -> (u64, usize) {
     )
 }
 
+/// Both ends of A–B and B–C with no HTLC in flight (see [`settled`]).
+async fn settled_along(net: &Network) {
+    for (i, peer) in [(0, 1), (1, 0), (1, 2), (2, 1)] {
+        settled(net, i, peer).await;
+    }
+}
+
+/// The state of B's first forward, as `listforwards` shows it.
+async fn first_forward_state(net: &Network) -> serde_json::Value {
+    net.rpc(1, "listforwards", serde_json::json!([]))
+        .await
+        .expect("listforwards")["forwards"][0]["state"]
+        .clone()
+}
+
 /// Waits (at most 10 s, woken by every input of the channel) until node `i`'s channel with
 /// `peer` holds no HTLC and is idle.
 async fn settled(net: &Network, i: usize, peer: usize) {
@@ -400,9 +415,7 @@ async fn a_payment_through_one_hop_moves_exact_balances_and_pays_the_hop_its_fee
         .await
         .expect("paid");
     assert_eq!(paid.paid.map(|p| p.amount_msat), Some(2_000_000));
-    for (i, peer) in [(0, 1), (1, 0), (1, 2), (2, 1)] {
-        settled(&net, i, peer).await;
-    }
+    settled_along(&net).await;
     assert_eq!(side(&net, 0, 1).await, (a0 - 2_000_000 - FEE, 0));
     assert_eq!(side(&net, 1, 0).await, (ba0 + 2_000_000 + FEE, 0));
     assert_eq!(side(&net, 1, 2).await, (bc0 - 2_000_000, 0));
@@ -438,14 +451,9 @@ async fn a_downstream_failure_is_routefailed_upstream_without_moving_money() {
     eventually!(
         net,
         "B's forward failed",
-        net.rpc(1, "listforwards", serde_json::json!([]))
-            .await
-            .expect("listforwards")["forwards"][0]["state"]
-            == "failed"
+        first_forward_state(&net).await == "failed"
     );
-    for (i, peer) in [(0, 1), (1, 0), (1, 2), (2, 1)] {
-        settled(&net, i, peer).await;
-    }
+    settled_along(&net).await;
     assert_eq!(side(&net, 0, 1).await, (a0, 0));
     assert_eq!(side(&net, 1, 0).await, (ba0, 0));
     assert_eq!(side(&net, 1, 2).await, (bc0, 0));
@@ -469,9 +477,7 @@ async fn forwards_survive_the_hops_restart_and_it_forwards_again() {
         .wait_invoice("one")
         .await
         .expect("paid");
-    for (i, peer) in [(0, 1), (1, 0), (1, 2), (2, 1)] {
-        settled(&net, i, peer).await;
-    }
+    settled_along(&net).await;
     let before = net
         .rpc(1, "listforwards", serde_json::json!([]))
         .await
@@ -499,9 +505,7 @@ async fn forwards_survive_the_hops_restart_and_it_forwards_again() {
         .wait_invoice("two")
         .await
         .expect("paid");
-    for (i, peer) in [(0, 1), (1, 0), (1, 2), (2, 1)] {
-        settled(&net, i, peer).await;
-    }
+    settled_along(&net).await;
     assert_eq!(side(&net, 0, 1).await, (a0 - 2 * (2_000_000 + FEE), 0));
     let listed = net
         .rpc(1, "listforwards", serde_json::json!([]))
@@ -590,14 +594,9 @@ async fn a_decline_downstream_is_routefailed_upstream() {
     eventually!(
         net,
         "B's forward failed",
-        net.rpc(1, "listforwards", serde_json::json!([]))
-            .await
-            .expect("listforwards")["forwards"][0]["state"]
-            == "failed"
+        first_forward_state(&net).await == "failed"
     );
-    for (i, peer) in [(0, 1), (1, 0), (1, 2), (2, 1)] {
-        settled(&net, i, peer).await;
-    }
+    settled_along(&net).await;
     assert_eq!(side(&net, 0, 1).await, (a0, 0));
     assert_eq!(side(&net, 1, 2).await, (bc0, 0));
 }

@@ -167,7 +167,7 @@ impl Manager {
             return None;
         };
         let onion = add.onion.as_ref()?;
-        let (payload, next) = self.forward_payload(onion, &add.r_hash)?;
+        let (payload, next, _) = self.forward_plan(onion, &add.r_hash)?;
         let mut tip = tip.unwrap_or(0);
         let downstream = match self.channels.active(&next).await {
             Some(slot) if next != *peer => {
@@ -212,28 +212,6 @@ impl Manager {
                 Some(refusal.decline(policy.0))
             }
         }
-    }
-
-    /// Our payload and the next node of an onion that names one.
-    fn forward_payload(
-        &self,
-        onion: &wire::Onion,
-        r_hash: &Sha256,
-    ) -> Option<(onion::HopPayload, PublicKey)> {
-        use bitcoin::hashes::Hash as _;
-        let peeled = onion::peel(
-            &super::invoice::SECP,
-            &self.node_key,
-            onion,
-            r_hash.as_byte_array(),
-        )
-        .ok()?;
-        let onion::Next::Forward(_) = peeled.next else {
-            return None;
-        };
-        let payload = onion::HopPayload::decode(&peeled.payload).ok()?;
-        let next = payload.next_node?;
-        Some((payload, next))
     }
 }
 

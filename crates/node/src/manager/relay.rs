@@ -316,8 +316,9 @@ impl Manager {
         true
     }
 
-    /// Our payload, the next node and the onion for it, of an onion that names one.
-    fn forward_plan(
+    /// Our payload, the next node and the onion for it, of an onion that names one (the
+    /// policy check before acceptance and the offer after it peel the same way).
+    pub(super) fn forward_plan(
         &self,
         onion: &wire::Onion,
         r_hash: &Sha256,
