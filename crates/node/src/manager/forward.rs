@@ -7,7 +7,7 @@
 
 use channel::{Htlc, State, Who};
 use secp256k1::PublicKey;
-use wire::{DeclineReason, Funding, Locktime, Packet, Sha256};
+use wire::{DeclineReason, Funding, Locktime, Packet};
 
 use super::route::Schedule;
 use super::Manager;
