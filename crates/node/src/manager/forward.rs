@@ -218,6 +218,7 @@ impl Manager {
 #[cfg(test)]
 mod tests {
     use bitcoin::hashes::Hash as _;
+    use wire::Sha256;
 
     use super::*;
 
