@@ -89,3 +89,30 @@ pub async fn run(args: ChainArgs, mut signals: crate::StopSignals) -> anyhow::Re
     let _ = std::fs::remove_file(&control_url);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        chain: ChainArgs,
+    }
+
+    #[test]
+    fn debug_never_shows_the_rpc_password() {
+        let w = Wrapper::try_parse_from([
+            "chain",
+            "--rpc-user",
+            "u",
+            "--rpc-password",
+            "rpc-pass-secret",
+        ])
+        .unwrap();
+        let text = format!("{:?}", w.chain);
+        assert!(!text.contains("rpc-pass-secret"), "{text}");
+    }
+}

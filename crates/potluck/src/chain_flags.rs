@@ -92,3 +92,116 @@ impl ChainFlags {
 pub fn secret(value: &str) -> Result<SecretString, std::convert::Infallible> {
     Ok(SecretString::from(value))
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use secrecy::ExposeSecret as _;
+
+    use super::*;
+
+    /// `serve` and `node` as the user types them, each parsed by its own command.
+    #[derive(Parser)]
+    struct Potluck {
+        #[command(subcommand)]
+        command: Command,
+    }
+
+    #[derive(clap::Subcommand)]
+    enum Command {
+        Serve(Box<crate::serve_cmd::ServeArgs>),
+        Node(Box<crate::node_cmd::NodeArgs>),
+    }
+
+    /// The chain `potluck <command> <flags>` chooses, as text (`Auth` has no `PartialEq`:
+    /// its password is a secret), exposing the password to compare it.
+    fn chosen(command: &str, flags: &[&str]) -> anyhow::Result<String> {
+        let parsed = Potluck::try_parse_from(["potluck", command].iter().chain(flags))?;
+        let chain = match &parsed.command {
+            Command::Serve(args) => args.chain_flags(),
+            Command::Node(args) => &args.chain,
+        };
+        Ok(match chain.choice()? {
+            ChainChoice::Dev {
+                block_interval,
+                rpc_bind,
+            } => format!("dev {block_interval:?} {rpc_bind:?} {}", chain.network),
+            ChainChoice::Bitcoind { url, auth } => {
+                let auth = match auth {
+                    chain::Auth::Cookie(path) => format!("cookie {}", path.display()),
+                    chain::Auth::UserPass(user, password) => {
+                        format!("user {user} password {}", password.expose_secret())
+                    }
+                };
+                format!("core {url} {auth} {}", chain.network)
+            }
+        })
+    }
+
+    const CORE: [&str; 2] = ["--bitcoind-url", "http://127.0.0.1:8332/"];
+
+    /// One rule for both commands, Bitcoin Core's: an explicit user and password win over
+    /// the cookie file, which is used otherwise.
+    #[test]
+    fn serve_and_node_choose_the_same_chain_from_the_same_flags() {
+        let both = [
+            "--bitcoind-cookie",
+            "/var/lib/bitcoind/.cookie",
+            "--bitcoind-user",
+            "potluck",
+            "--bitcoind-password",
+            "pw",
+        ];
+        let cases: Vec<(Vec<&str>, &str)> = vec![
+            (vec![], "dev Some(15s) None regtest"),
+            (
+                vec![
+                    "--dev-block-interval",
+                    "0",
+                    "--dev-chain-rpc-bind",
+                    "127.0.0.1:18443",
+                ],
+                "dev None Some(127.0.0.1:18443) regtest",
+            ),
+            (
+                [
+                    &CORE[..],
+                    &["--bitcoind-cookie", "/c", "--network", "signet"],
+                ]
+                .concat(),
+                "core http://127.0.0.1:8332/ cookie /c signet",
+            ),
+            (
+                [
+                    &CORE[..],
+                    &["--bitcoind-user", "potluck", "--bitcoind-password", "pw"],
+                ]
+                .concat(),
+                "core http://127.0.0.1:8332/ user potluck password pw regtest",
+            ),
+            (
+                [&CORE[..], &both[..]].concat(),
+                "core http://127.0.0.1:8332/ user potluck password pw regtest",
+            ),
+        ];
+        for (flags, expected) in cases {
+            for command in ["serve", "node"] {
+                let got =
+                    chosen(command, &flags).unwrap_or_else(|e| panic!("{command} {flags:?}: {e}"));
+                assert_eq!(got, expected, "{command} {flags:?}");
+            }
+        }
+        for command in ["serve", "node"] {
+            let none = chosen(command, &CORE).unwrap_err().to_string();
+            assert!(none.contains("--bitcoind-cookie"), "{command}: {none}");
+            // A password without its user (or the other way round) is refused by the parser.
+            for half in [["--bitcoind-user", "u"], ["--bitcoind-password", "p"]] {
+                let err = chosen(command, &[&CORE[..], &half[..]].concat()).unwrap_err();
+                assert!(
+                    err.to_string().contains("--bitcoind-"),
+                    "{command} {half:?}: {err}"
+                );
+            }
+        }
+    }
+}

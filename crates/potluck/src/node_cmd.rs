@@ -218,3 +218,85 @@ pub async fn run(args: NodeArgs, mut signals: crate::StopSignals) -> anyhow::Res
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory as _, Parser};
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        node: NodeArgs,
+    }
+
+    /// The flags and their environment variables, as before the chain flags were shared
+    /// with `serve` (docs/node.md and the black-box tests use them).
+    #[test]
+    fn every_flag_and_variable_is_still_there() {
+        let mut flags: Vec<String> = Wrapper::command()
+            .get_arguments()
+            .filter(|a| a.get_long() != Some("dev-allow-cheat"))
+            .filter_map(|a| {
+                Some(format!(
+                    "--{} {}",
+                    a.get_long()?,
+                    a.get_env()?.to_string_lossy()
+                ))
+            })
+            .collect();
+        flags.sort();
+        let before = [
+            "--anchor-wait-blocks POTLUCK_ANCHOR_WAIT_BLOCKS",
+            "--bitcoind-cookie POTLUCK_BITCOIND_COOKIE",
+            "--bitcoind-password POTLUCK_BITCOIND_PASSWORD",
+            "--bitcoind-url POTLUCK_BITCOIND_URL",
+            "--bitcoind-user POTLUCK_BITCOIND_USER",
+            "--data-dir POTLUCK_DATA_DIR",
+            "--delay POTLUCK_DELAY",
+            "--dev-block-interval POTLUCK_DEV_BLOCK_INTERVAL",
+            "--dev-chain-rpc-bind POTLUCK_DEV_CHAIN_RPC_BIND",
+            "--expiry-delta POTLUCK_EXPIRY_DELTA",
+            "--fee-base-msat POTLUCK_FEE_BASE_MSAT",
+            "--fee-ceiling-sat-vb POTLUCK_FEE_CEILING_SAT_VB",
+            "--fee-fallback-sat-vb POTLUCK_FEE_FALLBACK_SAT_VB",
+            "--fee-floor-sat-vb POTLUCK_FEE_FLOOR_SAT_VB",
+            "--fee-per-millionth POTLUCK_FEE_PER_MILLIONTH",
+            "--handshake-timeout-secs POTLUCK_HANDSHAKE_TIMEOUT_SECS",
+            "--htlc-close-after-blocks POTLUCK_HTLC_CLOSE_AFTER_BLOCKS",
+            "--listen POTLUCK_LISTEN",
+            "--max-expiry-blocks POTLUCK_MAX_EXPIRY_BLOCKS",
+            "--max-forward-share-percent POTLUCK_MAX_FORWARD_SHARE_PERCENT",
+            "--max-forwarded-htlcs POTLUCK_MAX_FORWARDED_HTLCS",
+            "--max-forwarded-htlcs-per-channel POTLUCK_MAX_FORWARDED_HTLCS_PER_CHANNEL",
+            "--max-peers POTLUCK_MAX_PEERS",
+            "--max-pending-handshakes POTLUCK_MAX_PENDING_HANDSHAKES",
+            "--max-pending-handshakes-per-ip POTLUCK_MAX_PENDING_HANDSHAKES_PER_IP",
+            "--max-pending-openings POTLUCK_MAX_PENDING_OPENINGS",
+            "--max-their-delay POTLUCK_MAX_THEIR_DELAY",
+            "--min-depth POTLUCK_MIN_DEPTH",
+            "--network POTLUCK_NETWORK",
+            "--rpc-bind POTLUCK_RPC_BIND",
+            "--update-timeout-secs POTLUCK_UPDATE_TIMEOUT_SECS",
+        ];
+        assert_eq!(flags, before);
+    }
+
+    #[test]
+    fn debug_never_shows_the_rpc_password() {
+        let w = Wrapper::try_parse_from([
+            "node",
+            "--bitcoind-url",
+            "http://127.0.0.1:8332/",
+            "--bitcoind-user",
+            "potluck",
+            "--bitcoind-password",
+            "rpc-pass-secret",
+        ])
+        .unwrap();
+        let text = format!("{:?} {:?}", w.node, w.node.chain.choice().unwrap());
+        assert!(!text.contains("rpc-pass-secret"), "{text}");
+        assert!(text.contains("potluck"), "{text}");
+    }
+}

@@ -234,6 +234,12 @@ where
 }
 
 impl ServeArgs {
+    /// The chain flags (for the test that `node` reads them alike).
+    #[cfg(test)]
+    pub(crate) fn chain_flags(&self) -> &ChainFlags {
+        &self.chain
+    }
+
     /// The service configuration these flags describe.
     pub fn into_config(self) -> anyhow::Result<Config> {
         let mut c = Config::new(self.store.data_dir);
@@ -450,35 +456,253 @@ mod tests {
         ));
     }
 
-    /// A count or a time that must be at least 1 is refused by the parser,
-    /// naming the flag, rather than raised to 1 behind the operator's back.
+    /// `serve` without flags runs the service's own defaults, every one of them.
     #[test]
-    fn zero_where_at_least_one_is_needed_is_refused_by_the_parser() {
-        for flag in [
-            "--hashing-concurrency",
-            "--header-read-timeout-secs",
-            "--idle-timeout-secs",
-            "--max-connections",
-            "--login-throttle-max-keys",
-            "--registration-quota-max-keys",
-            "--max-streams-per-ip",
-            "--stream-keepalive-secs",
-            "--request-timeout-secs",
-            "--round-duration-seconds",
-            "--db-connections",
-        ] {
-            let refused = Wrapper::try_parse_from(["serve", flag, "0"]);
-            let err = refused
+    fn no_flags_give_the_configs_own_defaults() {
+        let parsed = Wrapper::try_parse_from(["serve"])
+            .unwrap()
+            .serve
+            .into_config()
+            .unwrap();
+        let own = Config::new(PathBuf::from("./potluck-data"));
+        assert_eq!(format!("{parsed:?}"), format!("{own:?}"));
+    }
+
+    /// Each value is refused by the parser, with an error naming its flag, and the
+    /// smallest accepted one passes into a config.
+    fn refused_naming_the_flag(group: &str, cases: &[(&str, &str, &str)]) {
+        for (flag, refused, accepted) in cases {
+            // `--flag=value`, so that a negative number is read as the flag's value.
+            let err = Wrapper::try_parse_from(["serve", &format!("{flag}={refused}")])
                 .err()
-                .unwrap_or_else(|| panic!("{flag} 0 was accepted"));
+                .unwrap_or_else(|| panic!("{group}: {flag} {refused} was accepted"));
             assert_eq!(
                 err.kind(),
                 clap::error::ErrorKind::ValueValidation,
-                "{flag}"
+                "{group}: {flag}"
             );
-            assert!(err.to_string().contains(flag), "{flag}: {err}");
-            let one = Wrapper::try_parse_from(["serve", flag, "1"]);
-            assert!(one.is_ok_and(|w| w.serve.into_config().is_ok()), "{flag} 1");
+            assert!(err.to_string().contains(flag), "{group}: {flag}: {err}");
+            let ok = Wrapper::try_parse_from(["serve", &format!("{flag}={accepted}")]);
+            assert!(
+                ok.is_ok_and(|w| w.serve.into_config().is_ok()),
+                "{group}: {flag} {accepted}"
+            );
+        }
+    }
+
+    /// A count or a time that must be at least 1 is refused by the parser,
+    /// naming the flag, rather than raised to 1 behind the operator's back.
+    #[test]
+    fn store_flags_out_of_range_are_refused() {
+        refused_naming_the_flag(
+            "store",
+            &[
+                ("--db-connections", "0", "1"),
+                ("--db-connections", "-1", "16"),
+            ],
+        );
+    }
+
+    #[test]
+    fn http_flags_out_of_range_are_refused() {
+        refused_naming_the_flag(
+            "http",
+            &[
+                ("--bind", "localhost", "127.0.0.1:0"),
+                ("--trusted-proxy-hops", "-1", "0"),
+                ("--max-streams-per-ip", "0", "1"),
+                ("--stream-keepalive-secs", "0", "1"),
+                ("--request-timeout-secs", "0", "1"),
+                ("--body-limit-bytes", "-1", "0"),
+                ("--header-read-timeout-secs", "0", "1"),
+                ("--idle-timeout-secs", "0", "1"),
+                ("--max-connections", "0", "1"),
+            ],
+        );
+    }
+
+    #[test]
+    fn account_flags_out_of_range_are_refused() {
+        refused_naming_the_flag(
+            "accounts",
+            &[
+                ("--hashing-concurrency", "0", "1"),
+                ("--login-throttle-max-keys", "0", "1"),
+                ("--registration-quota-max-keys", "0", "1"),
+                ("--argon2-iterations", "-1", "1"),
+                ("--login-max-lockout-secs", "-5", "0"),
+            ],
+        );
+    }
+
+    #[test]
+    fn game_flags_out_of_range_are_refused() {
+        refused_naming_the_flag(
+            "game",
+            &[
+                ("--round-duration-seconds", "0", "1"),
+                ("--max-bets-per-user-per-round", "0", "1"),
+                ("--max-bets-per-user-per-round", "1401", "1400"),
+                ("--max-bet-input-fee-percent", "-1", "0"),
+            ],
+        );
+    }
+
+    #[test]
+    fn chain_fee_and_bump_flags_out_of_range_are_refused() {
+        refused_naming_the_flag(
+            "chain, fees, bump",
+            &[
+                ("--network", "mainnet-ish", "signet"),
+                ("--dev-block-interval", "-1", "0"),
+                ("--dev-chain-rpc-bind", "nowhere", "127.0.0.1:0"),
+                ("--fee-floor-sat-vb", "-1", "0.5"),
+                ("--bump-max-fee-sat-vb", "1.0001", "12.5"),
+                ("--bump-max-fee-percent", "0", "1"),
+                ("--bump-max-fee-percent", "101", "100"),
+            ],
+        );
+    }
+
+    /// The flags and their environment variables, as before the flags were grouped
+    /// (the black-box tests, the README and docs/deploy.md use them).
+    #[test]
+    fn every_flag_and_variable_is_still_there() {
+        use clap::CommandFactory as _;
+        let cmd = Wrapper::command();
+        let mut flags: Vec<(String, String)> = cmd
+            .get_arguments()
+            .filter_map(|a| {
+                Some((
+                    format!("--{}", a.get_long()?),
+                    a.get_env()?.to_string_lossy().into_owned(),
+                ))
+            })
+            .collect();
+        flags.sort();
+        let before = [
+            ("--admin-token", "POTLUCK_ADMIN_TOKEN"),
+            ("--argon2-iterations", "POTLUCK_ARGON2_ITERATIONS"),
+            ("--argon2-memory-kib", "POTLUCK_ARGON2_MEMORY_KIB"),
+            ("--argon2-parallelism", "POTLUCK_ARGON2_PARALLELISM"),
+            ("--bind", "POTLUCK_BIND"),
+            ("--bitcoind-cookie", "POTLUCK_BITCOIND_COOKIE"),
+            ("--bitcoind-password", "POTLUCK_BITCOIND_PASSWORD"),
+            ("--bitcoind-url", "POTLUCK_BITCOIND_URL"),
+            ("--bitcoind-user", "POTLUCK_BITCOIND_USER"),
+            ("--body-limit-bytes", "POTLUCK_BODY_LIMIT_BYTES"),
+            ("--bump-after-blocks", "POTLUCK_BUMP_AFTER_BLOCKS"),
+            ("--bump-max-fee-percent", "POTLUCK_BUMP_MAX_FEE_PERCENT"),
+            ("--bump-max-fee-sat-vb", "POTLUCK_BUMP_MAX_FEE_SAT_VB"),
+            ("--data-dir", "POTLUCK_DATA_DIR"),
+            ("--database-url", "POTLUCK_DATABASE_URL"),
+            ("--db-connections", "POTLUCK_DB_CONNECTIONS"),
+            ("--dev-block-interval", "POTLUCK_DEV_BLOCK_INTERVAL"),
+            ("--dev-chain-rpc-bind", "POTLUCK_DEV_CHAIN_RPC_BIND"),
+            ("--fee-ceiling-sat-vb", "POTLUCK_FEE_CEILING_SAT_VB"),
+            ("--fee-fallback-sat-vb", "POTLUCK_FEE_FALLBACK_SAT_VB"),
+            ("--fee-floor-sat-vb", "POTLUCK_FEE_FLOOR_SAT_VB"),
+            ("--hashing-concurrency", "POTLUCK_HASHING_CONCURRENCY"),
+            (
+                "--header-read-timeout-secs",
+                "POTLUCK_HEADER_READ_TIMEOUT_SECS",
+            ),
+            ("--idle-timeout-secs", "POTLUCK_IDLE_TIMEOUT_SECS"),
+            ("--jwt-secret", "POTLUCK_JWT_SECRET"),
+            ("--login-ip-free-failures", "POTLUCK_LOGIN_IP_FREE_FAILURES"),
+            ("--login-max-lockout-secs", "POTLUCK_LOGIN_MAX_LOCKOUT_SECS"),
+            (
+                "--login-throttle-max-keys",
+                "POTLUCK_LOGIN_THROTTLE_MAX_KEYS",
+            ),
+            (
+                "--login-user-free-failures",
+                "POTLUCK_LOGIN_USER_FREE_FAILURES",
+            ),
+            (
+                "--max-bet-input-fee-percent",
+                "POTLUCK_MAX_BET_INPUT_FEE_PERCENT",
+            ),
+            (
+                "--max-bets-per-user-per-round",
+                "POTLUCK_MAX_BETS_PER_USER_PER_ROUND",
+            ),
+            ("--max-connections", "POTLUCK_MAX_CONNECTIONS"),
+            ("--max-stream-subscribers", "POTLUCK_MAX_STREAM_SUBSCRIBERS"),
+            ("--max-streams-per-ip", "POTLUCK_MAX_STREAMS_PER_IP"),
+            ("--network", "POTLUCK_NETWORK"),
+            ("--registration-quota", "POTLUCK_REGISTRATION_QUOTA"),
+            (
+                "--registration-quota-max-keys",
+                "POTLUCK_REGISTRATION_QUOTA_MAX_KEYS",
+            ),
+            (
+                "--registration-window-secs",
+                "POTLUCK_REGISTRATION_WINDOW_SECS",
+            ),
+            ("--request-timeout-secs", "POTLUCK_REQUEST_TIMEOUT_SECS"),
+            ("--round-duration-seconds", "POTLUCK_ROUND_DURATION_SECONDS"),
+            ("--shutdown-grace-secs", "POTLUCK_SHUTDOWN_GRACE_SECS"),
+            ("--stream-keepalive-secs", "POTLUCK_STREAM_KEEPALIVE_SECS"),
+            ("--trusted-proxies", "POTLUCK_TRUSTED_PROXIES"),
+            ("--trusted-proxy-hops", "POTLUCK_TRUSTED_PROXY_HOPS"),
+        ]
+        .map(|(f, e)| (f.to_string(), e.to_string()));
+        assert_eq!(flags, before);
+        // Secret values stay out of --help.
+        for secret in [
+            "admin-token",
+            "jwt-secret",
+            "database-url",
+            "bitcoind-password",
+        ] {
+            let arg = cmd.get_arguments().find(|a| a.get_long() == Some(secret));
+            assert!(arg.is_some_and(|a| a.is_hide_env_values_set()), "{secret}");
+        }
+    }
+
+    /// No secret given by flag shows in the `Debug` of the flags or of the config.
+    #[test]
+    fn debug_never_shows_a_secret() {
+        let w = Wrapper::try_parse_from([
+            "serve",
+            "--admin-token",
+            "admin-token-secret-1",
+            "--jwt-secret",
+            "jwt-secret-value-0123456789abcdef",
+            "--database-url",
+            "postgres://alice:db-pass-secret@db/potluck",
+            "--bitcoind-url",
+            "http://127.0.0.1:8332/",
+            "--bitcoind-user",
+            "potluck",
+            "--bitcoind-password",
+            "rpc-pass-secret",
+        ])
+        .unwrap();
+        let args = format!("{:?}", w.serve);
+        let config = format!("{:?}", w.serve.into_config().unwrap());
+        for text in [args, config] {
+            for secret in [
+                "admin-token-secret",
+                "jwt-secret-value",
+                "db-pass-secret",
+                "rpc-pass-secret",
+            ] {
+                assert!(!text.contains(secret), "{secret} in {text}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_bump_cap_default_reads_back_as_the_policys() {
+        assert_eq!(BUMP_MAX_FEE_TEXT.as_str(), "100");
+        for kwu in [25_000, 125, 813, 3_125] {
+            let rate = bitcoin::FeeRate::from_sat_per_kwu(kwu);
+            assert_eq!(
+                chain::fees::parse_sat_per_vb(&sat_per_vb_text(rate)).unwrap(),
+                rate
+            );
         }
     }
 }
