@@ -9,6 +9,7 @@ use secrecy::SecretString;
 
 /// Which chain a service runs on (each flag also `POTLUCK_<FLAG>`).
 #[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Chain")]
 pub struct ChainFlags {
     /// bitcoin, testnet, testnet4, signet or regtest.
     #[arg(long, env = "POTLUCK_NETWORK", default_value = "regtest")]

@@ -22,9 +22,6 @@ pub struct NodeArgs {
     /// Node key, cookie, and the embedded chain (under `chain/`).
     #[arg(long, env = "POTLUCK_DATA_DIR", default_value = "./potluck-data/node")]
     pub data_dir: PathBuf,
-    /// The network and the chain (development chain or Bitcoin Core), as `serve` reads them.
-    #[command(flatten)]
-    pub chain: ChainFlags,
     /// Seconds an update may take before the peer's session is dropped (and, unless the peer
     /// resumes it, the channel closes on chain).
     #[arg(long, env = "POTLUCK_UPDATE_TIMEOUT_SECS", default_value_t = 60)]
@@ -102,6 +99,10 @@ pub struct NodeArgs {
     #[arg(long, env = "POTLUCK_MAX_FORWARD_SHARE_PERCENT", default_value_t = 50,
           value_parser = clap::value_parser!(u8).range(0..=100))]
     pub max_forward_share_percent: u8,
+    // The groups last: each flattened group titles the flags that follow it in --help.
+    /// The network and the chain (development chain or Bitcoin Core), as `serve` reads them.
+    #[command(flatten)]
+    pub chain: ChainFlags,
     /// The fee floor, ceiling and fallback of every estimate (the anchors we fund …).
     #[command(flatten)]
     pub fees: crate::fee_flags::FeeFlags,

@@ -64,6 +64,7 @@ pub struct ServeArgs {
 
 /// The data directory and the database.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Store")]
 struct StoreArgs {
     /// Holds the SQLite database, the token secret and the wallet seed.
     #[arg(long, env = "POTLUCK_DATA_DIR", default_value = DEFAULT_DATA_DIR)]
@@ -78,6 +79,7 @@ struct StoreArgs {
 
 /// The service's secrets.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Secrets")]
 struct SecretArgs {
     /// Token for the X-Admin-Token header (at least 16 characters); unset or empty disables admin access.
     #[arg(long, env = "POTLUCK_ADMIN_TOKEN", hide_env_values = true, value_parser = secret)]
@@ -89,6 +91,7 @@ struct SecretArgs {
 
 /// The HTTP side of the service.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "HTTP")]
 struct HttpArgs {
     /// Address to listen on (port 0 picks a free port; the bound address is printed).
     #[arg(long, env = "POTLUCK_BIND", default_value_t = DEFAULTS.bind)]
@@ -121,6 +124,7 @@ struct HttpArgs {
 
 /// Password hashing and the limits on logins and registrations.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Accounts")]
 struct AccountArgs {
     /// Argon2id memory in KiB (OWASP: 19456).
     #[arg(long, env = "POTLUCK_ARGON2_MEMORY_KIB", default_value_t = DEFAULTS.hash_params.memory_kib)]
@@ -159,6 +163,7 @@ struct AccountArgs {
 
 /// The game's settings of a fresh install (afterwards: PUT /admin/config).
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Game")]
 struct GameArgs {
     /// Round length of a fresh install (afterwards: PUT /admin/config).
     #[arg(long, env = "POTLUCK_ROUND_DURATION_SECONDS", default_value_t = DEFAULTS.default_round_duration_seconds, value_parser = at_least_one_signed::<i64>())]
@@ -173,6 +178,7 @@ struct GameArgs {
 
 /// Fee bumping of stuck withdrawals and payouts (BIP125).
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Fee bumping")]
 struct BumpArgs {
     /// A withdrawal or payout unconfirmed for this many blocks is replaced at the current estimate (BIP125); 0 = never.
     #[arg(long, env = "POTLUCK_BUMP_AFTER_BLOCKS", default_value_t = BumpPolicy::default().after_blocks)]
