@@ -336,7 +336,7 @@ async fn check_secret_fingerprints(
 /// What the data directory and the secrets give the start.
 struct Secrets {
     /// The session-token secret.
-    jwt_secret: Vec<u8>,
+    jwt_secret: secrecy::SecretSlice<u8>,
     /// The database URL in effect.
     db_url: String,
     /// The SQLite file behind it, if any.
@@ -426,7 +426,7 @@ fn secrets(config: &Config) -> Result<Secrets, StartupError> {
         );
     }
     Ok(Secrets {
-        jwt_secret,
+        jwt_secret: jwt_secret.into(),
         db_url,
         db_file,
         db_is_new,
@@ -522,7 +522,13 @@ async fn open_store(
     }
     // The users' addresses first: that refusal names the user.
     check_wallet_matches(&store, addresses, &config.data_dir).await?;
-    check_secret_fingerprints(&store, addresses, &secrets.jwt_secret, &config.data_dir).await?;
+    check_secret_fingerprints(
+        &store,
+        addresses,
+        secrets.jwt_secret.expose_secret(),
+        &config.data_dir,
+    )
+    .await?;
     store
         .init_config(&ServiceConfig {
             fee_address: addresses
@@ -638,7 +644,7 @@ impl Application {
             accounts: Accounts::new(
                 store.clone(),
                 hasher,
-                TokenKeys::new(&jwt_secret),
+                TokenKeys::new(jwt_secret.expose_secret()),
                 throttle,
                 quota,
                 addresses.clone(),
