@@ -77,10 +77,10 @@ pub(crate) enum ControlError {
         min_depth: u32,
     },
     /// The anchor could not be built or signed by the wallet.
-    #[error("cannot fund the anchor: {0}")]
+    #[error("cannot fund the anchor")]
     Funding(#[from] wallet::SpendError),
     /// The chain backend failed.
-    #[error("chain: {0}")]
+    #[error("chain")]
     Chain(#[from] chain::ChainError),
     /// `close PEER force`: the chain did not take our commitment. The channel is on chain
     /// all the same: the commitment stays queued and is re-sent at every block.
@@ -98,7 +98,7 @@ pub(crate) enum ControlError {
     #[error(transparent)]
     Exec(#[from] crate::manager::ExecError),
     /// A key could not be derived from the wallet seed.
-    #[error("wallet: {0}")]
+    #[error("wallet")]
     Wallet(#[from] wallet::WalletError),
     /// The test-only cheat is not enabled on this node.
     #[cfg(feature = "test-hooks")]

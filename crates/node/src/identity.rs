@@ -17,7 +17,7 @@ pub const COOKIE_USER: &str = "__cookie__";
 
 fn random_32() -> Result<[u8; 32], NodeError> {
     let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).map_err(|e| NodeError::Random(e.to_string()))?;
+    getrandom::fill(&mut bytes).map_err(NodeError::Random)?;
     Ok(bytes)
 }
 

@@ -17,6 +17,9 @@ mod admission;
 mod attack_tests;
 mod control_error;
 pub mod control_url;
+mod error_report;
+#[cfg(test)]
+mod error_scan_tests;
 #[cfg(test)]
 mod forward_tests;
 #[cfg(test)]
@@ -153,16 +156,16 @@ impl NodeConfig {
 #[non_exhaustive]
 pub enum NodeError {
     /// A file in the data directory could not be used.
-    #[error("{0}: {1}")]
+    #[error("{0}")]
     Io(PathBuf, #[source] std::io::Error),
     /// The node key file is not a valid key.
     #[error("{0} does not hold a valid node key")]
     BadNodeKey(PathBuf),
     /// The operating system gave no randomness.
-    #[error("no randomness: {0}")]
-    Random(String),
+    #[error("no randomness")]
+    Random(#[source] getrandom::Error),
     /// An address could not be bound.
-    #[error("cannot bind {0}: {1}")]
+    #[error("cannot bind {0}")]
     Bind(SocketAddr, #[source] std::io::Error),
     /// The database could not be opened or read.
     #[error(transparent)]
@@ -171,7 +174,7 @@ pub enum NodeError {
     #[error(transparent)]
     Seed(#[from] ::wallet::SeedFileError),
     /// The stored state could not be loaded.
-    #[error("loading state: {0}")]
+    #[error("loading state")]
     Load(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
@@ -209,14 +212,14 @@ impl RunningNode {
         self.node.request_shutdown();
         for task in self.tasks {
             if let Err(e) = task.await {
-                tracing::warn!(error = %e, "a node task ended abnormally");
+                tracing::warn!(error = %crate::error_report::Causes(&e), "a node task ended abnormally");
             }
         }
         // Give peer tasks a moment to say goodbye.
         tokio::time::sleep(Duration::from_millis(50)).await;
         for file in [&self.cookie_path, &self.control_url_path] {
             if let Err(e) = std::fs::remove_file(file) {
-                tracing::warn!(file = %file.display(), error = %e, "cannot remove");
+                tracing::warn!(file = %file.display(), error = %crate::error_report::Causes(&e), "cannot remove");
             }
         }
     }

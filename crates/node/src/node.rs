@@ -97,7 +97,7 @@ impl Node {
         )
         .await;
         if let Err(e) = self.store.save_peer(&node_id, addr).await {
-            tracing::warn!(error = %e, "cannot remember the peer's address");
+            tracing::warn!(error = %crate::error_report::Causes(&e), "cannot remember the peer's address");
         }
         Ok(node_id)
     }
@@ -152,7 +152,7 @@ impl Node {
 /// Says why to a peer we refuse after its handshake, and hangs up.
 async fn close_refused(session: session::Session, address: SocketAddr, problem: &str) {
     if let Err(e) = session.close(problem).await {
-        tracing::debug!(%address, error = %e, "the refused peer did not take our goodbye");
+        tracing::debug!(%address, error = %crate::error_report::Causes(&e), "the refused peer did not take our goodbye");
     }
 }
 
@@ -173,7 +173,7 @@ pub(crate) async fn accept_loop(node: Arc<Node>, listener: TcpListener) {
             }
             Err(e) => {
                 // Out of file descriptors and the like: wait instead of spinning.
-                tracing::warn!(error = %e, ?backoff, "accept failed");
+                tracing::warn!(error = %crate::error_report::Causes(&e), ?backoff, "accept failed");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(1));
                 continue;
@@ -197,7 +197,9 @@ pub(crate) async fn accept_loop(node: Arc<Node>, listener: TcpListener) {
             drop(pending);
             match handshake {
                 Ok(session) => node.attach_inbound(session, address).await,
-                Err(e) => tracing::info!(%address, error = %e, "handshake failed"),
+                Err(e) => {
+                    tracing::info!(%address, error = %crate::error_report::Causes(&e), "handshake failed")
+                }
             }
         });
     }
@@ -218,7 +220,7 @@ pub(crate) async fn reconnect_loop(node: Arc<Node>) {
             match node.store.peers().await {
                 Ok(stored) => known = Some((epoch, stored)),
                 Err(e) => {
-                    tracing::debug!(error = %e, "cannot read the stored peers");
+                    tracing::debug!(error = %crate::error_report::Causes(&e), "cannot read the stored peers");
                     continue;
                 }
             }
@@ -232,7 +234,9 @@ pub(crate) async fn reconnect_loop(node: Arc<Node>) {
             }
             match node.connect(addr).await {
                 Ok(_) => tracing::info!(peer = %node_id, %addr, "reconnected"),
-                Err(e) => tracing::debug!(peer = %node_id, %addr, error = %e, "reconnect failed"),
+                Err(e) => {
+                    tracing::debug!(peer = %node_id, %addr, error = %crate::error_report::Causes(&e), "reconnect failed")
+                }
             }
         }
     }

@@ -184,7 +184,7 @@ impl Peers {
                     };
                     if forgotten {
                         if let Err(e) = state.store.forget_peer(&node_id).await {
-                            tracing::warn!(peer = %node_id, error = %e, "cannot forget the peer's address");
+                            tracing::warn!(peer = %node_id, error = %crate::error_report::Causes(&e), "cannot forget the peer's address");
                         }
                     }
                 }

@@ -188,7 +188,7 @@ impl NodeWallet {
             Ok(rate) => rate,
             Err(e) => {
                 let fallback = self.chain.fee_policy().fallback();
-                tracing::warn!(error = %e, ?fallback, "no fee estimate from the chain; using the fallback");
+                tracing::warn!(error = %crate::error_report::Causes(&e), ?fallback, "no fee estimate from the chain; using the fallback");
                 fallback
             }
         }

@@ -19,7 +19,7 @@ use crate::store::{BroadcastRow, MetaKey, OutputRow, Store, StoreError};
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum WatchError {
     /// The chain backend failed.
-    #[error("chain: {0}")]
+    #[error("chain")]
     Chain(#[from] chain::ChainError),
     /// The database failed.
     #[error(transparent)]
@@ -33,7 +33,7 @@ pub(crate) enum WatchError {
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum LookupError {
     /// The chain backend failed.
-    #[error("chain: {0}")]
+    #[error("chain")]
     Chain(#[from] chain::ChainError),
     /// The record of its block could not be read.
     #[error(transparent)]
@@ -78,7 +78,7 @@ pub(crate) async fn followed_transaction(
             // A pruned block, or Core unreachable: the mempool (and `gettxout` for an
             // anchor) may still answer; if Core is down the next call says so.
             Err(e) => {
-                tracing::debug!(%txid, block = %hash, error = %e, "recorded block unavailable")
+                tracing::debug!(%txid, block = %hash, error = %crate::error_report::Causes(&e), "recorded block unavailable")
             }
         }
     }
@@ -97,7 +97,7 @@ pub(crate) async fn run(node: Arc<Node>) {
     let mut shutdown = node.shutdown.subscribe();
     loop {
         if let Err(e) = step(&node).await {
-            tracing::warn!(error = %e, "chain watcher");
+            tracing::warn!(error = %crate::error_report::Causes(&e), "chain watcher");
         }
         tokio::select! {
             _ = tokio::time::sleep(POLL) => {}
@@ -220,7 +220,9 @@ async fn find_fork(node: &Node, scanned: i64) -> Result<Option<u32>, WatchError>
                     }
                 }
             }
-            Err(e) => tracing::warn!(block = %hash, error = %e, "replaced block unavailable"),
+            Err(e) => {
+                tracing::warn!(block = %hash, error = %crate::error_report::Causes(&e), "replaced block unavailable")
+            }
         }
     }
     tracing::warn!(
@@ -412,7 +414,7 @@ async fn anchor_spent(
     // A revoked commitment's HTLCs live in the store, keyed by its number.
     let revoked = match channel::tx::commitment_number(tx) {
         Some(n) => node.store.revoked(slot.id, n).await.unwrap_or_else(|e| {
-            tracing::error!(channel = %slot.id, error = %e, "cannot read the revoked commitment");
+            tracing::error!(channel = %slot.id, error = %crate::error_report::Causes(&e), "cannot read the revoked commitment");
             None
         }),
         None => None,
@@ -420,7 +422,7 @@ async fn anchor_spent(
     match inner.channel.spend_seen(tx, revoked.as_ref()) {
         Ok(actions) => node.manager.run_actions(slot, &mut inner, actions).await?,
         Err(e) => {
-            tracing::error!(peer = %slot.peer, channel = %slot.id, %txid, error = %e, "cannot handle the anchor spend")
+            tracing::error!(peer = %slot.peer, channel = %slot.id, %txid, error = %crate::error_report::Causes(&e), "cannot handle the anchor spend")
         }
     }
     Ok(())
@@ -450,7 +452,7 @@ async fn send_due_broadcasts(state: &Node, height: u32) {
         match state.chain.median_time_past().await {
             Ok(t) => Some(t),
             Err(e) => {
-                tracing::debug!(error = %e, "no median time past; time-locked claims wait");
+                tracing::debug!(error = %crate::error_report::Causes(&e), "no median time past; time-locked claims wait");
                 None
             }
         }
@@ -481,7 +483,7 @@ async fn send_due_broadcasts(state: &Node, height: u32) {
             Ok(_) => tracing::debug!(txid = %b.txid, "queued transaction broadcast"),
             Err(e) if e.is_already_known() => {}
             Err(e) => {
-                tracing::debug!(txid = %b.txid, error = %e, "queued transaction not accepted yet");
+                tracing::debug!(txid = %b.txid, error = %crate::error_report::Causes(&e), "queued transaction not accepted yet");
                 continue;
             }
         }
@@ -555,11 +557,11 @@ async fn bump_stuck_sweeps(state: &Node, height: u32) {
             .queue_broadcast(b.channel_id, &bumped, b.csv_blocks, b.lock_time)
             .await
         {
-            tracing::error!(channel = %b.channel_id, error = %e, "cannot queue a fee bump");
+            tracing::error!(channel = %b.channel_id, error = %crate::error_report::Causes(&e), "cannot queue a fee bump");
             continue;
         }
         if let Err(e) = state.store.broadcast_superseded(&b.txid).await {
-            tracing::error!(channel = %b.channel_id, error = %e, "cannot retire a replaced claim");
+            tracing::error!(channel = %b.channel_id, error = %crate::error_report::Causes(&e), "cannot retire a replaced claim");
         }
         tracing::info!(channel = %b.channel_id, old = %b.txid, new = %txid, old_fee_sat = old_fee.to_sat(), fee_sat = fee.to_sat(), "claim re-signed at a higher fee");
         match state.chain.broadcast(bumped).await {
@@ -567,7 +569,7 @@ async fn bump_stuck_sweeps(state: &Node, height: u32) {
                 lock(&state.watcher.sent_at).insert(txid, height);
             }
             Err(e) => {
-                tracing::warn!(channel = %b.channel_id, %txid, error = %e, "fee bump refused")
+                tracing::warn!(channel = %b.channel_id, %txid, error = %crate::error_report::Causes(&e), "fee bump refused")
             }
         }
     }

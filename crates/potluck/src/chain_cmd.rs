@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use chain::{DevChain, DevChainConfig};
+use secrecy::ExposeSecret as _;
 
 /// Flags of `potluck chain` (each also `POTLUCK_<FLAG>`).
 #[derive(Debug, clap::Args)]
@@ -25,9 +26,10 @@ pub struct ChainArgs {
         long,
         env = "POTLUCK_RPC_PASSWORD",
         requires = "rpc_user",
-        hide_env_values = true
+        hide_env_values = true,
+        value_parser = crate::chain_flags::secret
     )]
-    pub rpc_password: Option<String>,
+    pub rpc_password: Option<secrecy::SecretString>,
     /// Seconds between blocks mined to the faucet; 0 = blocks only on demand.
     #[arg(long, env = "POTLUCK_BLOCK_INTERVAL", default_value_t = 15)]
     pub block_interval: u64,
@@ -47,50 +49,70 @@ pub struct ChainArgs {
 ///
 /// # Errors
 /// The data directory cannot be opened or the address cannot be bound.
-pub fn run(args: ChainArgs) -> anyhow::Result<()> {
-    crate::init_logging();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    runtime.block_on(async move {
-        let mut signals = crate::StopSignals::register()?;
-        let config = DevChainConfig {
-            data_dir: args.data_dir.clone(),
-            block_interval: (args.block_interval > 0)
-                .then(|| Duration::from_secs(args.block_interval)),
-            rpc_bind: Some(args.rpc_bind),
-            rpc_auth: args.rpc_user.zip(args.rpc_password),
-        };
-        let running = DevChain::start(config).await.with_context(|| {
-            format!(
-                "starting the development chain in {}",
-                args.data_dir.display()
-            )
-        })?;
-        running.chain.set_mining_min_fee(
-            args.mining_min_fee_sat_vb
-                .filter(|r| *r > bitcoin::FeeRate::ZERO),
-        );
-        // Before the address is printed: clients that wait for it never see the other mode.
-        running.chain.set_txindex(args.txindex);
-        let addr = running.rpc_addr.context("rpc server did not start")?;
-        println!(
-            "potluck chain: regtest at height {}, JSON-RPC on http://{addr}/",
-            running.chain.height()
-        );
-        if let Some(cookie) = &running.cookie {
-            println!("cookie: {}", cookie.display());
-        }
-        // So that `potluck cli --chain --data-dir DIR` finds this chain, as it finds a node.
-        let control_url = node::control_url::write(&args.data_dir, addr)
-            .with_context(|| format!("writing the control URL into {}", args.data_dir.display()))?;
-        tokio::select! {
-            _ = running.stopped() => {}
-            () = signals.recv() => {}
-        }
-        running.shutdown().await;
-        let _ = std::fs::remove_file(&control_url);
-        Ok(())
-    })
+pub async fn run(args: ChainArgs, mut signals: crate::StopSignals) -> anyhow::Result<()> {
+    let config = DevChainConfig {
+        data_dir: args.data_dir.clone(),
+        block_interval: (args.block_interval > 0).then(|| Duration::from_secs(args.block_interval)),
+        rpc_bind: Some(args.rpc_bind),
+        rpc_auth: args
+            .rpc_user
+            .zip(args.rpc_password.map(|p| p.expose_secret().to_owned())),
+    };
+    let running = DevChain::start(config).await.with_context(|| {
+        format!(
+            "starting the development chain in {}",
+            args.data_dir.display()
+        )
+    })?;
+    running.chain.set_mining_min_fee(
+        args.mining_min_fee_sat_vb
+            .filter(|r| *r > bitcoin::FeeRate::ZERO),
+    );
+    // Before the address is printed: clients that wait for it never see the other mode.
+    running.chain.set_txindex(args.txindex);
+    let addr = running.rpc_addr.context("rpc server did not start")?;
+    println!(
+        "potluck chain: regtest at height {}, JSON-RPC on http://{addr}/",
+        running.chain.height()
+    );
+    if let Some(cookie) = &running.cookie {
+        println!("cookie: {}", cookie.display());
+    }
+    // So that `potluck cli --chain --data-dir DIR` finds this chain, as it finds a node.
+    let control_url = node::control_url::write(&args.data_dir, addr)
+        .with_context(|| format!("writing the control URL into {}", args.data_dir.display()))?;
+    tokio::select! {
+        _ = running.stopped() => {}
+        () = signals.recv() => {}
+    }
+    running.shutdown().await;
+    let _ = std::fs::remove_file(&control_url);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        chain: ChainArgs,
+    }
+
+    #[test]
+    fn debug_never_shows_the_rpc_password() {
+        let w = Wrapper::try_parse_from([
+            "chain",
+            "--rpc-user",
+            "u",
+            "--rpc-password",
+            "rpc-pass-secret",
+        ])
+        .unwrap();
+        let text = format!("{:?}", w.chain);
+        assert!(!text.contains("rpc-pass-secret"), "{text}");
+    }
 }

@@ -76,7 +76,7 @@ enum Failure {
 }
 
 /// Runs the call and prints its result; returns the process exit status.
-pub fn run(args: CliArgs) -> i32 {
+pub async fn run(args: CliArgs) -> i32 {
     let data_dir = args.data_dir.clone().unwrap_or_else(|| {
         PathBuf::from(if args.chain {
             CHAIN_DATA_DIR
@@ -85,15 +85,7 @@ pub fn run(args: CliArgs) -> i32 {
         })
     });
     let params: Vec<Value> = args.args.iter().map(|a| param(a)).collect();
-    let outcome = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime.block_on(call(&args, &data_dir, params)),
-        Err(e) => Err(Failure::Unreachable(format!(
-            "cannot start the async runtime: {e}"
-        ))),
-    };
+    let outcome = call(&args, &data_dir, params).await;
     match outcome.and_then(|value| select(value, args.get.as_deref())) {
         Ok(value) => {
             print!("{}", render(&value));

@@ -7,6 +7,7 @@ use chain::FeePolicy;
 
 /// Fee policy flags (each also `POTLUCK_<FLAG>`); rates in sat/vB with at most 3 decimals.
 #[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Fee policy")]
 pub struct FeeFlags {
     /// Least fee rate of every transaction built, sat/vB: an estimate (or the node's
     /// mempoolminfee) below it is raised to it. Bitcoin Core 30 relays from 0.1 sat/vB, but

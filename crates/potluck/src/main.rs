@@ -3,14 +3,16 @@
 #![warn(clippy::unwrap_used)]
 
 mod chain_cmd;
+mod chain_flags;
 mod cli_cmd;
 mod fee_flags;
 mod node_cmd;
+mod serve_cmd;
+
+use std::future::Future;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-
-mod serve_cmd;
 
 /// potluck: a payment-channel node and a round-based custodial wallet.
 #[derive(Debug, Parser)]
@@ -32,9 +34,6 @@ enum LogFormat {
     Json,
 }
 
-/// Chosen once in `main`, read by `init_logging` (which subcommands call).
-static LOG_FORMAT: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new();
-
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Decode a peer-protocol packet given as hex and print it.
@@ -55,7 +54,7 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let _ = LOG_FORMAT.set(cli.log_format);
+    let log = cli.log_format;
     match cli.command {
         Command::DecodePacket { hex } => {
             let bytes = hex::decode(hex.trim()).context("the packet is not valid hex")?;
@@ -63,18 +62,40 @@ fn main() -> anyhow::Result<()> {
             println!("{} ({}): {packet:#?}", packet.name(), packet.case());
             Ok(())
         }
-        Command::Chain(args) => chain_cmd::run(args),
-        Command::Serve(args) => serve_cmd::run(*args),
-        Command::Node(args) => node_cmd::run(*args),
+        Command::Chain(args) => run_until_stopped(log, |stop| chain_cmd::run(args, stop)),
+        Command::Serve(args) => run_until_stopped(log, |stop| serve_cmd::run(*args, stop)),
+        Command::Node(args) => run_until_stopped(log, |stop| node_cmd::run(*args, stop)),
         // The exit status tells scripts what failed (see `potluck cli --help`).
-        Command::Cli(args) => std::process::exit(cli_cmd::run(args)),
+        Command::Cli(args) => std::process::exit(runtime()?.block_on(cli_cmd::run(args))),
     }
+}
+
+/// The async runtime of every subcommand.
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+/// A long-running subcommand: logging, the runtime and the stop signals are set up here,
+/// once for all of them, and the signals registered before `service` prints anything.
+fn run_until_stopped<F, Fut>(log: LogFormat, service: F) -> anyhow::Result<()>
+where
+    F: FnOnce(StopSignals) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    init_logging(log);
+    runtime()?.block_on(async move {
+        let signals = StopSignals::register()?;
+        service(signals).await
+    })
 }
 
 /// Logs go to stderr, filtered by `POTLUCK_LOG`, else `RUST_LOG` (default info),
 /// as text (ANSI colours only when stderr is a terminal) or JSON
 /// (`--log-format json`); an installed subscriber is kept.
-fn init_logging() {
+fn init_logging(format: LogFormat) {
     use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_env("POTLUCK_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
@@ -82,7 +103,8 @@ fn init_logging() {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
-    let _ = match LOG_FORMAT.get().copied().unwrap_or(LogFormat::Text) {
+    // Only one subscriber per process; a second call keeps the first (tests).
+    let _ = match format {
         LogFormat::Text => builder
             .with_ansi(std::io::stderr().is_terminal())
             .try_init(),

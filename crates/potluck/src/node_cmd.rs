@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use chain::{Auth, BitcoindRpc, Chain, DevChain, DevChainConfig, RpcConfig};
+use chain::{BitcoindRpc, Chain, DevChain, DevChainConfig, RpcConfig};
+
+use crate::chain_flags::{ChainChoice, ChainFlags};
 
 /// Flags of `potluck node` (each also `POTLUCK_<FLAG>`).
 #[derive(Debug, clap::Args)]
@@ -20,31 +22,6 @@ pub struct NodeArgs {
     /// Node key, cookie, and the embedded chain (under `chain/`).
     #[arg(long, env = "POTLUCK_DATA_DIR", default_value = "./potluck-data/node")]
     pub data_dir: PathBuf,
-    /// bitcoin, testnet, signet or regtest.
-    #[arg(long, env = "POTLUCK_NETWORK", default_value = "regtest")]
-    pub network: bitcoin::Network,
-    /// Bitcoin Core's JSON-RPC URL; without it the development chain runs in process.
-    #[arg(long, env = "POTLUCK_BITCOIND_URL")]
-    pub bitcoind_url: Option<String>,
-    /// Bitcoin Core's cookie file.
-    #[arg(
-        long,
-        env = "POTLUCK_BITCOIND_COOKIE",
-        conflicts_with = "bitcoind_user"
-    )]
-    pub bitcoind_cookie: Option<PathBuf>,
-    /// Bitcoin Core RPC user.
-    #[arg(long, env = "POTLUCK_BITCOIND_USER", requires = "bitcoind_password")]
-    pub bitcoind_user: Option<String>,
-    /// Bitcoin Core RPC password.
-    #[arg(long, env = "POTLUCK_BITCOIND_PASSWORD", hide_env_values = true)]
-    pub bitcoind_password: Option<String>,
-    /// Development chain: seconds between blocks; 0 = only on demand.
-    #[arg(long, env = "POTLUCK_DEV_BLOCK_INTERVAL", default_value_t = 15)]
-    pub dev_block_interval: u64,
-    /// Development chain: also serve its JSON-RPC here (cookie in `<data-dir>/chain/.cookie`).
-    #[arg(long, env = "POTLUCK_DEV_CHAIN_RPC_BIND")]
-    pub dev_chain_rpc_bind: Option<SocketAddr>,
     /// Seconds an update may take before the peer's session is dropped (and, unless the peer
     /// resumes it, the channel closes on chain).
     #[arg(long, env = "POTLUCK_UPDATE_TIMEOUT_SECS", default_value_t = 60)]
@@ -122,6 +99,10 @@ pub struct NodeArgs {
     #[arg(long, env = "POTLUCK_MAX_FORWARD_SHARE_PERCENT", default_value_t = 50,
           value_parser = clap::value_parser!(u8).range(0..=100))]
     pub max_forward_share_percent: u8,
+    // The groups last: each flattened group titles the flags that follow it in --help.
+    /// The network and the chain (development chain or Bitcoin Core), as `serve` reads them.
+    #[command(flatten)]
+    pub chain: ChainFlags,
     /// The fee floor, ceiling and fallback of every estimate (the anchors we fund …).
     #[command(flatten)]
     pub fees: crate::fee_flags::FeeFlags,
@@ -147,101 +128,176 @@ fn set_forwarding(config: &mut node::NodeConfig, args: &NodeArgs) {
 ///
 /// # Errors
 /// Bad flags, an unusable data directory, or an address that cannot be bound.
-pub fn run(args: NodeArgs) -> anyhow::Result<()> {
-    crate::init_logging();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    runtime.block_on(async move {
-        let mut signals = crate::StopSignals::register()?;
-        let fee_policy = args.fees.policy().context("fee policy flags")?;
-        let (chain, dev): (Arc<dyn Chain>, _) = match &args.bitcoind_url {
-            Some(url) => {
-                let auth = match (&args.bitcoind_cookie, &args.bitcoind_user, &args.bitcoind_password) {
-                    (Some(cookie), _, _) => Auth::Cookie(cookie.clone()),
-                    (None, Some(user), Some(password)) => Auth::UserPass(user.clone(), password.clone()),
-                    _ => bail!("--bitcoind-url needs --bitcoind-cookie or --bitcoind-user and --bitcoind-password"),
-                };
-                let mut rpc_config = RpcConfig::new(url.clone(), auth);
-                rpc_config.fee_policy = fee_policy;
-                let rpc = BitcoindRpc::new(rpc_config)
-                    .context("configuring the Bitcoin Core client")?;
-                // Refuse a node on another chain. No -txindex needed: the watcher keeps the
-                // block of every channel transaction it scans (docs/node.md, "The chain").
-                rpc.check_node(args.network, None)
-                    .await
-                    .context("checking the Bitcoin Core node")?;
-                (Arc::new(rpc), None)
-            }
-            None => {
-                if args.network != bitcoin::Network::Regtest {
-                    bail!("the development chain runs regtest only; give --bitcoind-url for {}", args.network);
-                }
-                let running = DevChain::start(DevChainConfig {
-                    data_dir: args.data_dir.join("chain"),
-                    block_interval: (args.dev_block_interval > 0)
-                        .then(|| Duration::from_secs(args.dev_block_interval)),
-                    rpc_bind: args.dev_chain_rpc_bind,
-                    rpc_auth: None,
-                })
+pub async fn run(args: NodeArgs, mut signals: crate::StopSignals) -> anyhow::Result<()> {
+    let fee_policy = args.fees.policy().context("fee policy flags")?;
+    let network = args.chain.network;
+    let (chain, dev): (Arc<dyn Chain>, _) = match args.chain.choice()? {
+        ChainChoice::Bitcoind { url, auth } => {
+            let mut rpc_config = RpcConfig::new(url, auth);
+            rpc_config.fee_policy = fee_policy;
+            let rpc =
+                BitcoindRpc::new(rpc_config).context("configuring the Bitcoin Core client")?;
+            // Refuse a node on another chain. No -txindex needed: the watcher keeps the
+            // block of every channel transaction it scans (docs/node.md, "The chain").
+            rpc.check_node(network, None)
                 .await
-                .context("starting the development chain")?;
-                running.chain.set_fee_policy(fee_policy);
-                (Arc::new(running.chain.clone()), Some(running))
+                .context("checking the Bitcoin Core node")?;
+            (Arc::new(rpc), None)
+        }
+        ChainChoice::Dev {
+            block_interval,
+            rpc_bind,
+        } => {
+            if network != bitcoin::Network::Regtest {
+                bail!("the development chain runs regtest only; give --bitcoind-url for {network}");
             }
-        };
-        let mut config = node::NodeConfig::new(&args.data_dir);
-        config.listen = args.listen;
-        config.rpc_bind = args.rpc_bind;
-        config.network = args.network;
-        config.anchor_wait_blocks = args.anchor_wait_blocks;
-        config.max_peers = args.max_peers;
-        config.max_pending_handshakes = args.max_pending_handshakes;
-        config.max_pending_handshakes_per_ip = args.max_pending_handshakes_per_ip;
-        config.inbound_handshake_timeout = Duration::from_secs(args.handshake_timeout_secs);
-        config.max_pending_openings = args.max_pending_openings;
-        set_forwarding(&mut config, &args);
-        // The one setting of the HTLC-expiry close: each new channel keeps it (it is part
-        // of the channel's stored config), and the channel judges its refund deadline by it.
-        config.channel.force_close_after_expiry_blocks = args.htlc_close_after_blocks;
-        let regtest = args.network == bitcoin::Network::Regtest;
-        config.channel.min_depth = args.min_depth.unwrap_or(if regtest { 1 } else { 3 });
-        config.channel.delay =
-            wire::Locktime::Blocks(args.delay.unwrap_or(if regtest { 6 } else { 144 }));
-        config.channel.max_delay_blocks = args.max_their_delay;
-        config.update_timeout = Duration::from_secs(args.update_timeout_secs);
-        #[cfg(feature = "test-hooks")]
-        {
-            config.dev_allow_cheat = args.dev_allow_cheat;
+            let running = DevChain::start(DevChainConfig {
+                data_dir: args.data_dir.join("chain"),
+                block_interval,
+                rpc_bind,
+                rpc_auth: None,
+            })
+            .await
+            .context("starting the development chain")?;
+            running.chain.set_fee_policy(fee_policy);
+            (Arc::new(running.chain.clone()), Some(running))
         }
-        let running = node::start(config, chain).await.context("starting the node")?;
-        println!(
-            "potluck node {} peers on {} control on http://{}/",
-            running.node_id, running.p2p_addr, running.rpc_addr
-        );
-        if let Some(url) = dev.as_ref().and_then(|d| d.rpc_url()) {
-            println!("development chain JSON-RPC on {url}");
-        }
-        // `potluck cli --chain --data-dir <data-dir>/chain` finds the embedded chain too.
-        let chain_dir = args.data_dir.join("chain");
-        let chain_url_file = match dev.as_ref().and_then(|d| d.rpc_addr) {
-            Some(addr) => Some(node::control_url::write(&chain_dir, addr).with_context(|| {
-                format!("writing the control URL into {}", chain_dir.display())
-            })?),
-            None => None,
-        };
-        tokio::select! {
-            _ = running.stopped() => {}
-            () = signals.recv() => {}
-        }
-        running.shutdown().await;
-        if let Some(dev) = dev {
-            dev.shutdown().await;
-        }
-        if let Some(file) = chain_url_file {
-            let _ = std::fs::remove_file(file);
-        }
-        Ok(())
-    })
+    };
+    let mut config = node::NodeConfig::new(&args.data_dir);
+    config.listen = args.listen;
+    config.rpc_bind = args.rpc_bind;
+    config.network = network;
+    config.anchor_wait_blocks = args.anchor_wait_blocks;
+    config.max_peers = args.max_peers;
+    config.max_pending_handshakes = args.max_pending_handshakes;
+    config.max_pending_handshakes_per_ip = args.max_pending_handshakes_per_ip;
+    config.inbound_handshake_timeout = Duration::from_secs(args.handshake_timeout_secs);
+    config.max_pending_openings = args.max_pending_openings;
+    set_forwarding(&mut config, &args);
+    // The one setting of the HTLC-expiry close: each new channel keeps it (it is part
+    // of the channel's stored config), and the channel judges its refund deadline by it.
+    config.channel.force_close_after_expiry_blocks = args.htlc_close_after_blocks;
+    let regtest = network == bitcoin::Network::Regtest;
+    config.channel.min_depth = args.min_depth.unwrap_or(if regtest { 1 } else { 3 });
+    config.channel.delay =
+        wire::Locktime::Blocks(args.delay.unwrap_or(if regtest { 6 } else { 144 }));
+    config.channel.max_delay_blocks = args.max_their_delay;
+    config.update_timeout = Duration::from_secs(args.update_timeout_secs);
+    #[cfg(feature = "test-hooks")]
+    {
+        config.dev_allow_cheat = args.dev_allow_cheat;
+    }
+    let running = node::start(config, chain)
+        .await
+        .context("starting the node")?;
+    println!(
+        "potluck node {} peers on {} control on http://{}/",
+        running.node_id, running.p2p_addr, running.rpc_addr
+    );
+    if let Some(url) = dev.as_ref().and_then(|d| d.rpc_url()) {
+        println!("development chain JSON-RPC on {url}");
+    }
+    // `potluck cli --chain --data-dir <data-dir>/chain` finds the embedded chain too.
+    let chain_dir = args.data_dir.join("chain");
+    let chain_url_file = match dev.as_ref().and_then(|d| d.rpc_addr) {
+        Some(addr) => Some(
+            node::control_url::write(&chain_dir, addr)
+                .with_context(|| format!("writing the control URL into {}", chain_dir.display()))?,
+        ),
+        None => None,
+    };
+    tokio::select! {
+        _ = running.stopped() => {}
+        () = signals.recv() => {}
+    }
+    running.shutdown().await;
+    if let Some(dev) = dev {
+        dev.shutdown().await;
+    }
+    if let Some(file) = chain_url_file {
+        let _ = std::fs::remove_file(file);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory as _, Parser};
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        node: NodeArgs,
+    }
+
+    /// The flags and their environment variables, as before the chain flags were shared
+    /// with `serve` (docs/node.md and the black-box tests use them).
+    #[test]
+    fn every_flag_and_variable_is_still_there() {
+        let mut flags: Vec<String> = Wrapper::command()
+            .get_arguments()
+            .filter(|a| a.get_long() != Some("dev-allow-cheat"))
+            .filter_map(|a| {
+                Some(format!(
+                    "--{} {}",
+                    a.get_long()?,
+                    a.get_env()?.to_string_lossy()
+                ))
+            })
+            .collect();
+        flags.sort();
+        let before = [
+            "--anchor-wait-blocks POTLUCK_ANCHOR_WAIT_BLOCKS",
+            "--bitcoind-cookie POTLUCK_BITCOIND_COOKIE",
+            "--bitcoind-password POTLUCK_BITCOIND_PASSWORD",
+            "--bitcoind-url POTLUCK_BITCOIND_URL",
+            "--bitcoind-user POTLUCK_BITCOIND_USER",
+            "--data-dir POTLUCK_DATA_DIR",
+            "--delay POTLUCK_DELAY",
+            "--dev-block-interval POTLUCK_DEV_BLOCK_INTERVAL",
+            "--dev-chain-rpc-bind POTLUCK_DEV_CHAIN_RPC_BIND",
+            "--expiry-delta POTLUCK_EXPIRY_DELTA",
+            "--fee-base-msat POTLUCK_FEE_BASE_MSAT",
+            "--fee-ceiling-sat-vb POTLUCK_FEE_CEILING_SAT_VB",
+            "--fee-fallback-sat-vb POTLUCK_FEE_FALLBACK_SAT_VB",
+            "--fee-floor-sat-vb POTLUCK_FEE_FLOOR_SAT_VB",
+            "--fee-per-millionth POTLUCK_FEE_PER_MILLIONTH",
+            "--handshake-timeout-secs POTLUCK_HANDSHAKE_TIMEOUT_SECS",
+            "--htlc-close-after-blocks POTLUCK_HTLC_CLOSE_AFTER_BLOCKS",
+            "--listen POTLUCK_LISTEN",
+            "--max-expiry-blocks POTLUCK_MAX_EXPIRY_BLOCKS",
+            "--max-forward-share-percent POTLUCK_MAX_FORWARD_SHARE_PERCENT",
+            "--max-forwarded-htlcs POTLUCK_MAX_FORWARDED_HTLCS",
+            "--max-forwarded-htlcs-per-channel POTLUCK_MAX_FORWARDED_HTLCS_PER_CHANNEL",
+            "--max-peers POTLUCK_MAX_PEERS",
+            "--max-pending-handshakes POTLUCK_MAX_PENDING_HANDSHAKES",
+            "--max-pending-handshakes-per-ip POTLUCK_MAX_PENDING_HANDSHAKES_PER_IP",
+            "--max-pending-openings POTLUCK_MAX_PENDING_OPENINGS",
+            "--max-their-delay POTLUCK_MAX_THEIR_DELAY",
+            "--min-depth POTLUCK_MIN_DEPTH",
+            "--network POTLUCK_NETWORK",
+            "--rpc-bind POTLUCK_RPC_BIND",
+            "--update-timeout-secs POTLUCK_UPDATE_TIMEOUT_SECS",
+        ];
+        assert_eq!(flags, before);
+    }
+
+    #[test]
+    fn debug_never_shows_the_rpc_password() {
+        let w = Wrapper::try_parse_from([
+            "node",
+            "--bitcoind-url",
+            "http://127.0.0.1:8332/",
+            "--bitcoind-user",
+            "potluck",
+            "--bitcoind-password",
+            "rpc-pass-secret",
+        ])
+        .unwrap();
+        let text = format!("{:?} {:?}", w.node, w.node.chain.choice().unwrap());
+        assert!(!text.contains("rpc-pass-secret"), "{text}");
+        assert!(text.contains("potluck"), "{text}");
+    }
 }

@@ -185,7 +185,7 @@ async fn main() {
     let dir = std::env::temp_dir().join(format!("potluck-money-bench-{}", std::process::id()));
     let mut config = Config::new(dir.clone());
     config.bind = "127.0.0.1:0".parse().expect("addr");
-    config.database_url = db.clone();
+    config.database_url = db.clone().map(Into::into);
     config.admin_token = Some("bench-admin-token-16".into());
     config.hash_params = HashParams {
         memory_kib: 64,

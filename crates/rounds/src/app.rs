@@ -6,6 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use secrecy::ExposeSecret as _;
+
 use crate::config::{redact_url, ChainSource, Config};
 use crate::domain::address::{AddressBook, AddressError, Bip84AddressBook};
 use crate::domain::settings::ServiceConfig;
@@ -334,7 +336,7 @@ async fn check_secret_fingerprints(
 /// What the data directory and the secrets give the start.
 struct Secrets {
     /// The session-token secret.
-    jwt_secret: Vec<u8>,
+    jwt_secret: secrecy::SecretSlice<u8>,
     /// The database URL in effect.
     db_url: String,
     /// The SQLite file behind it, if any.
@@ -368,7 +370,7 @@ struct Limits {
 /// the session-token secret.
 fn secrets(config: &Config) -> Result<Secrets, StartupError> {
     let data_dir = &config.data_dir;
-    if let Some(token) = config.admin_token.as_deref() {
+    if let Some(token) = config.admin_token.as_ref().map(|t| t.expose_secret()) {
         if !token.is_empty() && token.chars().count() < MIN_ADMIN_TOKEN_CHARS {
             return Err(StartupError::WeakSecret(format!(
                 "the admin token (--admin-token / POTLUCK_ADMIN_TOKEN) must have at least \
@@ -390,7 +392,7 @@ fn secrets(config: &Config) -> Result<Secrets, StartupError> {
         .chain(db_file.iter().filter(|_| !db_is_new).cloned())
         .collect::<Vec<_>>(),
     );
-    let jwt_secret = match &config.jwt_secret {
+    let jwt_secret = match config.jwt_secret.as_ref().map(|s| s.expose_secret()) {
         Some(s) if !s.is_empty() => {
             if s.len() < MIN_JWT_SECRET_BYTES {
                 return Err(StartupError::WeakSecret(format!(
@@ -424,7 +426,7 @@ fn secrets(config: &Config) -> Result<Secrets, StartupError> {
         );
     }
     Ok(Secrets {
-        jwt_secret,
+        jwt_secret: jwt_secret.into(),
         db_url,
         db_file,
         db_is_new,
@@ -520,7 +522,13 @@ async fn open_store(
     }
     // The users' addresses first: that refusal names the user.
     check_wallet_matches(&store, addresses, &config.data_dir).await?;
-    check_secret_fingerprints(&store, addresses, &secrets.jwt_secret, &config.data_dir).await?;
+    check_secret_fingerprints(
+        &store,
+        addresses,
+        secrets.jwt_secret.expose_secret(),
+        &config.data_dir,
+    )
+    .await?;
     store
         .init_config(&ServiceConfig {
             fee_address: addresses
@@ -636,7 +644,7 @@ impl Application {
             accounts: Accounts::new(
                 store.clone(),
                 hasher,
-                TokenKeys::new(&jwt_secret),
+                TokenKeys::new(jwt_secret.expose_secret()),
                 throttle,
                 quota,
                 addresses.clone(),
@@ -655,7 +663,7 @@ impl Application {
             hub,
             streams,
             addresses,
-            admin_key: AdminKey::new(config.admin_token.as_deref()),
+            admin_key: AdminKey::new(config.admin_token.as_ref().map(|t| t.expose_secret())),
             admin_throttle,
             metrics: Arc::new(Metrics::default()),
             engine,

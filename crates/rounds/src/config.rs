@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bitcoin::Network;
+use secrecy::{ExposeSecret as _, SecretString};
 
 use crate::http::client_ip::Cidr;
 use crate::security::password::HashParams;
@@ -13,7 +14,7 @@ use crate::security::throttle::ThrottlePolicy;
 use crate::server::ServerLimits;
 use crate::service::stream::StreamPolicy;
 
-/// Where the service's chain comes from (`Debug` hides the RPC password).
+/// Where the service's chain comes from (`Debug` hides the RPC password, also one in the URL).
 #[derive(Clone)]
 pub enum ChainSource {
     /// The embedded development chain in `<data_dir>/chain` (regtest only).
@@ -32,26 +33,26 @@ pub enum ChainSource {
     },
 }
 
-/// Everything `Application::build` needs. Its `Debug` output hides the
-/// secrets and the database password.
-#[derive(Clone)]
+/// Everything `Application::build` needs. The secrets, and the database URL
+/// (which may hold a password), are [`SecretString`]s: no `Debug` shows them.
+#[derive(Debug, Clone)]
 pub struct Config {
     /// Address to listen on (port 0 picks a free one).
     pub bind: SocketAddr,
     /// Holds the SQLite file, the token secret and the wallet seed.
     pub data_dir: PathBuf,
     /// `sqlite://…` or `postgres://…`; default: a SQLite file in `data_dir`.
-    pub database_url: Option<String>,
+    pub database_url: Option<SecretString>,
     /// The chain the service's addresses belong to.
     pub network: Network,
     /// The admin token; `None` or empty disables admin access.
-    pub admin_token: Option<String>,
+    pub admin_token: Option<SecretString>,
     /// Proxies in front of the service that append to X-Forwarded-For.
     pub trusted_proxy_hops: usize,
     /// Networks whose connections may set X-Forwarded-For (default loopback).
     pub trusted_proxies: Vec<Cidr>,
     /// Token signing secret; generated once into the data directory if unset.
-    pub jwt_secret: Option<String>,
+    pub jwt_secret: Option<SecretString>,
     /// Argon2id parameters (OWASP by default).
     pub hash_params: HashParams,
     /// Password hashes that may run at once.
@@ -125,8 +126,8 @@ impl Config {
 
     /// The database URL in force.
     pub fn effective_database_url(&self) -> String {
-        match &self.database_url {
-            Some(url) if !url.is_empty() => url.clone(),
+        match self.database_url.as_ref().map(|u| u.expose_secret()) {
+            Some(url) if !url.is_empty() => url.to_owned(),
             _ => format!("sqlite://{}", self.data_dir.join("potluck.db").display()),
         }
     }
@@ -143,59 +144,12 @@ impl std::fmt::Debug for ChainSource {
                 .field("block_interval", block_interval)
                 .field("rpc_bind", rpc_bind)
                 .finish(),
-            ChainSource::Bitcoind { url, auth } => {
-                let auth = match auth {
-                    chain::Auth::Cookie(path) => format!("cookie {}", path.display()),
-                    chain::Auth::UserPass(user, _) => format!("user {user}, password <redacted>"),
-                };
-                f.debug_struct("Bitcoind")
-                    .field("url", &redact_url(url))
-                    .field("auth", &auth)
-                    .finish()
-            }
+            ChainSource::Bitcoind { url, auth } => f
+                .debug_struct("Bitcoind")
+                .field("url", &redact_url(url))
+                .field("auth", auth)
+                .finish(),
         }
-    }
-}
-
-impl std::fmt::Debug for Config {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let set = |o: &Option<String>| match o {
-            Some(s) if !s.is_empty() => "<redacted>",
-            _ => "<unset>",
-        };
-        f.debug_struct("Config")
-            .field("bind", &self.bind)
-            .field("data_dir", &self.data_dir)
-            .field(
-                "database_url",
-                &self.database_url.as_deref().map(redact_url),
-            )
-            .field("network", &self.network)
-            .field("admin_token", &set(&self.admin_token))
-            .field("trusted_proxy_hops", &self.trusted_proxy_hops)
-            .field("trusted_proxies", &self.trusted_proxies)
-            .field("jwt_secret", &set(&self.jwt_secret))
-            .field("hash_params", &self.hash_params)
-            .field("hashing_concurrency", &self.hashing_concurrency)
-            .field("throttle", &self.throttle)
-            .field("quota", &self.quota)
-            .field("stream", &self.stream)
-            .field("keep_alive", &self.keep_alive)
-            .field("request_timeout", &self.request_timeout)
-            .field("body_limit_bytes", &self.body_limit_bytes)
-            .field(
-                "default_round_duration_seconds",
-                &self.default_round_duration_seconds,
-            )
-            .field("max_bet_input_fee_percent", &self.max_bet_input_fee_percent)
-            .field("max_user_round_bets", &self.max_user_round_bets)
-            .field("max_db_connections", &self.max_db_connections)
-            .field("chain", &self.chain)
-            .field("fee_policy", &self.fee_policy)
-            .field("engine_interval", &self.engine_interval)
-            .field("bump", &self.bump)
-            .field("server", &self.server)
-            .finish()
     }
 }
 
@@ -233,13 +187,24 @@ mod tests {
         c.jwt_secret = Some("jwt-secret-value-0123456789abcdef".into());
         c.admin_token = Some("admin-token-value".into());
         c.database_url = Some("postgres://alice:pa55word@db:5432/potluck".into());
+        c.chain = ChainSource::Bitcoind {
+            url: "http://core:rpc-url-pass@core:8332/".into(),
+            auth: chain::Auth::UserPass("potluck".into(), "rpc-pass-value".into()),
+        };
         let text = format!("{c:?}");
-        assert!(!text.contains("jwt-secret-value"), "{text}");
-        assert!(!text.contains("admin-token-value"), "{text}");
-        assert!(!text.contains("pa55word"), "{text}");
-        assert!(
-            text.contains("postgres://alice:***@db:5432/potluck"),
-            "{text}"
+        for secret in [
+            "jwt-secret-value",
+            "admin-token-value",
+            "pa55word",
+            "rpc-url-pass",
+            "rpc-pass-value",
+        ] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        assert!(text.contains("http://core:***@core:8332/"), "{text}");
+        assert_eq!(
+            c.effective_database_url(),
+            "postgres://alice:pa55word@db:5432/potluck"
         );
         assert_eq!(redact_url("sqlite:///tmp/a.db"), "sqlite:///tmp/a.db");
         assert_eq!(redact_url("postgres://bob@h/d"), "postgres://bob@h/d");

@@ -23,6 +23,7 @@ use hyper::header;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use secrecy::ExposeSecret as _;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -32,14 +33,14 @@ use crate::api::{Chain, ChainError, ChainFuture, Tip, TxStatus, UnspentOutput};
 use crate::fees::FeePolicy;
 use crate::tips::TipStream;
 
-/// How the client authenticates.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How the client authenticates (`Debug` never shows the password).
+#[derive(Debug, Clone)]
 pub enum Auth {
     /// Read `user:password` from Core's cookie file (re-read after a 401,
     /// since the cookie changes whenever the node restarts).
     Cookie(PathBuf),
     /// Fixed `rpcuser`/`rpcpassword`.
-    UserPass(String, String),
+    UserPass(String, secrecy::SecretString),
 }
 
 /// Client settings.
@@ -376,7 +377,7 @@ impl BitcoindRpc {
             return Ok(h.clone());
         }
         let pair = match &self.inner.config.auth {
-            Auth::UserPass(u, p) => format!("{u}:{p}"),
+            Auth::UserPass(u, p) => format!("{u}:{}", p.expose_secret()),
             Auth::Cookie(path) => std::fs::read_to_string(path)
                 .map_err(|e| RpcError::Config(format!("cookie {}: {e}", path.display())))?
                 .trim()

@@ -261,7 +261,7 @@ impl Manager {
         let seen = match self.check_anchor(&inner.channel).await {
             Ok(c) => c,
             Err(e) => {
-                tracing::warn!(peer = %slot.peer, channel = %slot.id, error = %e, "cannot check the anchor yet");
+                tracing::warn!(peer = %slot.peer, channel = %slot.id, error = %crate::error_report::Causes(&e), "cannot check the anchor yet");
                 return;
             }
         };
@@ -290,7 +290,7 @@ impl Manager {
                 let actions = inner.channel.anchor_depth(depth);
                 if !actions.is_empty() {
                     if let Err(e) = self.run_actions(slot, inner, actions).await {
-                        tracing::error!(channel = %id, error = %e, "cannot go live");
+                        tracing::error!(channel = %id, error = %crate::error_report::Causes(&e), "cannot go live");
                     }
                 }
             }
@@ -363,7 +363,7 @@ impl Manager {
         kind: Abandoned,
     ) {
         if let Err(e) = self.store.abandon_channel(slot.id, anchor, kind).await {
-            tracing::error!(channel = %slot.id, error = %e, "cannot abandon channel");
+            tracing::error!(channel = %slot.id, error = %crate::error_report::Causes(&e), "cannot abandon channel");
         }
         self.channels.remove(slot);
         if kind == Abandoned::Opening {

@@ -89,7 +89,7 @@ impl Manager {
                         .queue_broadcast(slot.id, &tx, csv_blocks, lock_time)
                         .await
                         .inspect_err(|e| {
-                            tracing::error!(peer = %slot.peer, channel = %slot.id, error = %e, "cannot queue a claim");
+                            tracing::error!(peer = %slot.peer, channel = %slot.id, error = %crate::error_report::Causes(e), "cannot queue a claim");
                         })?;
                     tracing::info!(peer = %slot.peer, txid = %tx.compute_txid(), csv_blocks, lock_time, "claim queued");
                 }
@@ -133,7 +133,7 @@ impl Manager {
             .save_channel(slot.id, &inner.channel, archive)
             .await
             .inspect_err(|e| {
-                tracing::error!(peer = %slot.peer, channel = %slot.id, error = %e, "persist failed");
+                tracing::error!(peer = %slot.peer, channel = %slot.id, error = %crate::error_report::Causes(e), "persist failed");
             })?;
         inner.persisted = inner.channel.clone();
         #[cfg(feature = "test-hooks")]
@@ -142,7 +142,7 @@ impl Manager {
                 let num = inner.channel.commitment_number();
                 // Only the test-only cheat reads it: a failure costs that test, not money.
                 if let Err(e) = self.store.save_revoked_for_tests(slot.id, num, &tx).await {
-                    tracing::warn!(channel = %slot.id, error = %e, "cannot keep a commitment for the cheat");
+                    tracing::warn!(channel = %slot.id, error = %crate::error_report::Causes(&e), "cannot keep a commitment for the cheat");
                 }
             }
         }
@@ -171,7 +171,7 @@ impl Manager {
     /// now; a refusal is logged, the queue re-sends it at every block whatever the answer.
     pub(crate) async fn broadcast(&self, channel_id: ChannelId, tx: &Transaction) {
         if let Err(e) = self.broadcast_checked(channel_id, tx).await {
-            tracing::debug!(channel = %channel_id, error = %e, "broadcast to be retried");
+            tracing::debug!(channel = %channel_id, error = %crate::error_report::Causes(&e), "broadcast to be retried");
         }
     }
 
@@ -184,7 +184,7 @@ impl Manager {
     ) -> Result<(), chain::ChainError> {
         let txid = tx.compute_txid();
         if let Err(e) = self.store.queue_broadcast(channel_id, tx, 0, 0).await {
-            tracing::error!(%txid, error = %e, "cannot queue a broadcast");
+            tracing::error!(%txid, error = %crate::error_report::Causes(&e), "cannot queue a broadcast");
         }
         // Whatever the refusal, the queue keeps the transaction and re-sends
         // it at every block until it confirms or a conflict confirms
@@ -195,11 +195,11 @@ impl Manager {
                 tracing::info!(channel = %channel_id, %txid, "broadcast: already in the mempool or a block")
             }
             Err(e) if e.is_transient() || e.is_inputs_spent() || e.is_conflict() => {
-                tracing::info!(channel = %channel_id, %txid, error = %e, "broadcast refused for now; retried at every block");
+                tracing::info!(channel = %channel_id, %txid, error = %crate::error_report::Causes(&e), "broadcast refused for now; retried at every block");
                 return Err(e);
             }
             Err(e) => {
-                tracing::warn!(channel = %channel_id, %txid, error = %e, "broadcast refused");
+                tracing::warn!(channel = %channel_id, %txid, error = %crate::error_report::Causes(&e), "broadcast refused");
                 return Err(e);
             }
         }
@@ -245,7 +245,7 @@ impl Manager {
             } => match self.wallet.fund_anchor(id, script_pubkey, amount).await {
                 Ok((tx, vout)) => return Ok(inner.channel.anchor_created(tx, vout)?),
                 Err(e) => {
-                    tracing::warn!(%peer, error = %e, "cannot fund the anchor");
+                    tracing::warn!(%peer, error = %crate::error_report::Causes(&e), "cannot fund the anchor");
                     inner.complete_waiter(Err(e.into()));
                     self.deliver(slot, inner, Packet::error("Cannot fund the anchor"));
                 }

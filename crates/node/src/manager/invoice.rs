@@ -274,7 +274,7 @@ impl Manager {
         let peeled = match onion::peel(&SECP, &self.node_key, onion, r_hash.as_byte_array()) {
             Ok(p) => p,
             Err(e) => {
-                tracing::info!(error = %e, "incoming onion does not open");
+                tracing::info!(error = %crate::error_report::Causes(&e), "incoming onion does not open");
                 return Route::Unreadable;
             }
         };
@@ -327,7 +327,7 @@ impl Manager {
         match result {
             Ok(actions) => Ok(Some(actions)),
             Err(e) => {
-                tracing::warn!(peer = %slot.peer, r_hash = %hash_hex, error = %e, "cannot settle incoming HTLC now");
+                tracing::warn!(peer = %slot.peer, r_hash = %hash_hex, error = %crate::error_report::Causes(&e), "cannot settle incoming HTLC now");
                 Ok(None)
             }
         }

@@ -207,11 +207,11 @@ impl Manager {
             Ok(actions) => {
                 tracing::info!(%peer, channel = %slot.id, "saying the interrupted close again");
                 if let Err(e) = self.run_actions(&slot, &mut inner, actions).await {
-                    tracing::error!(%peer, channel = %slot.id, error = %e, "cannot resume the close");
+                    tracing::error!(%peer, channel = %slot.id, error = %crate::error_report::Causes(&e), "cannot resume the close");
                 }
             }
             Err(e) => {
-                tracing::error!(%peer, channel = %slot.id, error = %e, "cannot resume the channel")
+                tracing::error!(%peer, channel = %slot.id, error = %crate::error_report::Causes(&e), "cannot resume the channel")
             }
         }
         drop(inner);
@@ -231,7 +231,7 @@ impl Manager {
         if inner.fall_back_keeping_preimages() {
             // The fallback state plus R: also after a restart the node claims in time.
             if let Err(e) = self.persist(&slot, &mut inner, &[]).await {
-                tracing::error!(%peer, channel = %slot.id, error = %e, "cannot persist a revealed R");
+                tracing::error!(%peer, channel = %slot.id, error = %crate::error_report::Causes(&e), "cannot persist a revealed R");
             }
         }
         let why = if matches!(

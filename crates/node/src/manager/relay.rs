@@ -259,7 +259,7 @@ impl Manager {
             return true;
         }
         if let Err(e) = self.run_actions(&slot, &mut inner, Vec::new()).await {
-            tracing::error!(peer = %slot.peer, channel = %id, error = %e, "cannot settle a forwarded HTLC upstream");
+            tracing::error!(peer = %slot.peer, channel = %id, error = %crate::error_report::Causes(&e), "cannot settle a forwarded HTLC upstream");
             inner.fall_back();
         }
         true
@@ -310,7 +310,7 @@ impl Manager {
                 .forward_ended(f.out_channel, f.r_hash, ForwardState::Failed)
                 .await
             {
-                tracing::error!(error = %e, "cannot record a failed forward");
+                tracing::error!(error = %crate::error_report::Causes(&e), "cannot record a failed forward");
             }
         }
         true

@@ -154,10 +154,12 @@ impl Manager {
                 Ok(actions) => {
                     tracing::info!(%peer, r_hash = %hex::encode(r_hash.as_byte_array()), "timing out expired HTLC");
                     if let Err(e) = self.run_actions(slot, inner, actions).await {
-                        tracing::error!(%peer, channel = %id, error = %e, "timing out an HTLC failed");
+                        tracing::error!(%peer, channel = %id, error = %crate::error_report::Causes(&e), "timing out an HTLC failed");
                     }
                 }
-                Err(e) => tracing::debug!(error = %e, "cannot time out yet"),
+                Err(e) => {
+                    tracing::debug!(error = %crate::error_report::Causes(&e), "cannot time out yet")
+                }
             },
         }
         false
@@ -169,11 +171,11 @@ impl Manager {
         match inner.channel.force_close() {
             Ok(actions) => {
                 if let Err(e) = self.run_actions(slot, inner, actions).await {
-                    tracing::error!(peer = %slot.peer, channel = %slot.id, error = %e, "closing on chain failed");
+                    tracing::error!(peer = %slot.peer, channel = %slot.id, error = %crate::error_report::Causes(&e), "closing on chain failed");
                 }
             }
             Err(e) => {
-                tracing::error!(peer = %slot.peer, channel = %slot.id, error = %e, state = inner.channel.state().as_str(), "cannot close on chain")
+                tracing::error!(peer = %slot.peer, channel = %slot.id, error = %crate::error_report::Causes(&e), state = inner.channel.state().as_str(), "cannot close on chain")
             }
         }
     }

@@ -2,6 +2,7 @@
 //! failure kind of a call ([`crate::control_error::codes`]); all listed in docs/node.md.
 
 use crate::control_error::ControlError;
+use crate::error_report::Causes;
 
 /// The request itself was wrong (JSON-RPC 2.0's reserved codes).
 pub(crate) mod codes {
@@ -37,14 +38,92 @@ impl RpcFailure {
     }
 }
 
+/// The message tells the caller the whole story: the error and its causes.
 impl From<ControlError> for RpcFailure {
     fn from(e: ControlError) -> Self {
-        RpcFailure::new(e.code(), e.to_string())
+        RpcFailure::new(e.code(), Causes(&e).to_string())
     }
 }
 
 impl From<crate::store::StoreError> for RpcFailure {
     fn from(e: crate::store::StoreError) -> Self {
-        RpcFailure::new(codes::DATABASE_ERROR, e.to_string())
+        RpcFailure::new(codes::DATABASE_ERROR, Causes(&e).to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::manager::ExecError;
+    use crate::store::{ChannelId, StoreError};
+
+    fn bad_json() -> serde_json::Error {
+        serde_json::from_str::<u8>("x").unwrap_err()
+    }
+
+    /// What a control client reads did not change when the errors stopped printing the
+    /// cause they chain: each message is the one the API sent before.
+    #[test]
+    fn client_messages_keep_their_text() {
+        let row = "no rows returned by a query that expected to return at least one row";
+        let cases: Vec<(ControlError, String)> = vec![
+            (
+                ControlError::Chain(chain::ChainError::Unavailable("refused".into())),
+                "chain: chain unavailable: refused".into(),
+            ),
+            (
+                ControlError::Wallet(wallet::WalletError::SeedLength(3)),
+                "wallet: invalid seed length 3 bytes (BIP32 wants 16 to 64)".into(),
+            ),
+            (
+                ControlError::Funding(wallet::SpendError::Build(wallet::BuildError::NoInputs)),
+                "cannot fund the anchor: no inputs to spend".into(),
+            ),
+            (
+                ControlError::Store(StoreError::Sql(sqlx::Error::RowNotFound)),
+                format!("database: {row}"),
+            ),
+            (
+                ControlError::Exec(ExecError::Store(StoreError::Sql(sqlx::Error::RowNotFound))),
+                format!("database: {row}"),
+            ),
+            (
+                ControlError::Store(StoreError::Write(Arc::new(sqlx::Error::PoolClosed))),
+                "database write: attempted to acquire a connection on a closed pool".into(),
+            ),
+            (
+                ControlError::Store(StoreError::Migrate(
+                    sqlx::migrate::MigrateError::VersionMissing(3),
+                )),
+                "database schema: migration 3 was previously applied but is missing in the resolved migrations".into(),
+            ),
+            (
+                ControlError::Store(crate::store::decode_snapshot(ChannelId(4), "x").err().unwrap()),
+                format!("stored channel 4 is corrupt: {}", bad_json()),
+            ),
+            (
+                ControlError::Store(
+                    crate::store::decode_snapshot(ChannelId(4), r#"{"state":"Normal","config":{}}"#)
+                        .err()
+                        .unwrap(),
+                ),
+                "stored channel 4 is corrupt: snapshot version 0: missing field `delay`".into(),
+            ),
+            (
+                ControlError::Timeout("the peer's answer"),
+                "timed out waiting for the peer's answer".into(),
+            ),
+        ];
+        for (error, expected) in cases {
+            let failure = RpcFailure::from(error);
+            assert_eq!(failure.message, expected);
+        }
+        let failure = RpcFailure::from(StoreError::Sql(sqlx::Error::RowNotFound));
+        assert_eq!(
+            (failure.code, failure.message),
+            (codes::DATABASE_ERROR, format!("database: {row}"))
+        );
     }
 }

@@ -36,7 +36,7 @@ pub(crate) async fn serve(node: Arc<Node>, listener: TcpListener) {
     // Answers are small and each call waits for its answer: no Nagle delay on them.
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "control connection keeps Nagle");
+            tracing::debug!(error = %crate::error_report::Causes(&e), "control connection keeps Nagle");
         }
     });
     let served = axum::serve(listener, app)
@@ -46,7 +46,7 @@ pub(crate) async fn serve(node: Arc<Node>, listener: TcpListener) {
         })
         .await;
     if let Err(e) = served {
-        tracing::error!(error = %e, "control API stopped");
+        tracing::error!(error = %crate::error_report::Causes(&e), "control API stopped");
     }
 }
 

@@ -80,14 +80,32 @@ impl MetaKey {
 #[non_exhaustive]
 pub enum StoreError {
     /// SQLite failed.
-    #[error("database: {0}")]
+    #[error("database")]
     Sql(#[from] sqlx::Error),
     /// The schema could not be brought up to date.
-    #[error("database schema: {0}")]
+    #[error("database schema")]
     Migrate(#[from] sqlx::migrate::MigrateError),
-    /// A stored channel snapshot does not decode.
+    /// A stored channel snapshot is not what its layout needs (not an object, a bad version).
     #[error("stored channel {0} is corrupt: {1}")]
     Corrupt(ChannelId, String),
+    /// A stored channel snapshot, or a stored record of it, does not parse.
+    #[error("stored channel {id} is corrupt")]
+    Undecodable {
+        /// The channel.
+        id: ChannelId,
+        /// Why it does not parse.
+        source: serde_json::Error,
+    },
+    /// A stored channel snapshot does not parse as the version it names, or does not migrate.
+    #[error("stored channel {id} is corrupt: snapshot version {version}")]
+    UndecodableVersion {
+        /// The channel.
+        id: ChannelId,
+        /// The snapshot's version.
+        version: u64,
+        /// Why it does not parse or migrate.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A channel snapshot written by a newer release: refused, never dropped.
     #[error("stored channel {id} has snapshot version {version}; this release reads versions 0 to {SNAPSHOT_VERSION}: run the release that wrote it")]
     SnapshotTooNew {
@@ -97,7 +115,7 @@ pub enum StoreError {
         version: u64,
     },
     /// A group commit failed (nothing of it was written).
-    #[error("database write: {0}")]
+    #[error("database write")]
     Write(#[source] std::sync::Arc<sqlx::Error>),
     /// The group-commit writer task is gone (the node is stopping).
     #[error("database write: the database writer stopped")]
@@ -108,9 +126,17 @@ pub enum StoreError {
     /// A stored forward does not read (its hash, and the column).
     #[error("stored forward {0} is corrupt: bad {1}")]
     CorruptForward(String, String),
-    /// A channel snapshot could not be encoded (nothing was written).
-    #[error("channel {0} cannot be encoded: {1}")]
-    Encode(ChannelId, String),
+    /// A channel snapshot or record could not be encoded (nothing was written).
+    #[error("channel {id} cannot be encoded")]
+    Encode {
+        /// The channel.
+        id: ChannelId,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// A channel snapshot was encoded as something else than a JSON object (nothing was written).
+    #[error("channel {0} cannot be encoded: not a JSON object")]
+    NotAnObject(ChannelId),
     /// A stored channel names a peer that is not a node id: refused rather than hiding the
     /// channel's money by skipping it.
     #[error("stored channel {channel} has peer id {peer_id:?}, which is not a node id")]
@@ -469,7 +495,7 @@ impl Store {
             .map(|r| {
                 serde_json::to_string(r)
                     .map(|json| (i64::try_from(r.commitment_number).unwrap_or(i64::MAX), json))
-                    .map_err(|e| StoreError::Encode(id, e.to_string()))
+                    .map_err(|source| StoreError::Encode { id, source })
             })
             .collect::<Result<Vec<_>, _>>()?;
         let (done, answer) = tokio::sync::oneshot::channel();
@@ -549,7 +575,7 @@ impl Store {
                     sqlx::query("INSERT INTO revoked_commitments (channel_id, num, record) VALUES (?, ?, ?) ON CONFLICT(channel_id, num) DO UPDATE SET record = excluded.record")
                         .bind(id.0)
                         .bind(LEGACY_HISTORY_NUM)
-                        .bind(serde_json::to_string(history).map_err(|e| StoreError::Encode(id, e.to_string()))?)
+                        .bind(serde_json::to_string(history).map_err(|source| StoreError::Encode { id, source })?)
                         .execute(&mut *tx)
                         .await?;
                 }
@@ -962,8 +988,10 @@ impl Store {
     ) -> Result<(), StoreError> {
         // A record that cannot be written is an error, never an empty one: the penalty
         // for that revoked commitment would miss its HTLCs.
-        let json = serde_json::to_string(record)
-            .map_err(|e| StoreError::Encode(channel_id, e.to_string()))?;
+        let json = serde_json::to_string(record).map_err(|source| StoreError::Encode {
+            id: channel_id,
+            source,
+        })?;
         sqlx::query("INSERT INTO revoked_commitments (channel_id, num, record) VALUES (?, ?, ?) ON CONFLICT DO NOTHING")
             .bind(channel_id.0)
             .bind(i64::try_from(record.commitment_number).unwrap_or(i64::MAX))
@@ -996,7 +1024,10 @@ impl Store {
                     record.commitment_number = num;
                     record
                 })
-                .map_err(|e| StoreError::Corrupt(channel_id, e.to_string()))
+                .map_err(|source| StoreError::Undecodable {
+                    id: channel_id,
+                    source,
+                })
         })
         .transpose()
     }

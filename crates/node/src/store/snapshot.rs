@@ -37,9 +37,9 @@ pub(crate) fn encode_snapshot(id: ChannelId, channel: &Channel) -> Result<String
         channel,
         snapshot_version: SNAPSHOT_VERSION,
     })
-    .map_err(|e| StoreError::Encode(id, e.to_string()))?;
+    .map_err(|source| StoreError::Encode { id, source })?;
     if !json.starts_with('{') {
-        return Err(StoreError::Encode(id, "not a JSON object".into()));
+        return Err(StoreError::NotAnObject(id));
     }
     Ok(json)
 }
@@ -48,14 +48,18 @@ pub(crate) fn encode_snapshot(id: ChannelId, channel: &Channel) -> Result<String
 ///
 /// # Errors
 /// A newer version ([`StoreError::SnapshotTooNew`]) or a snapshot that does not parse
-/// as its version ([`StoreError::Corrupt`], naming the version): the node refuses to start
+/// as its version ([`StoreError::UndecodableVersion`], naming the version): the node refuses to start
 /// rather than lose the channel.
 pub(crate) fn decode_snapshot(id: ChannelId, json: &str) -> Result<Decoded, StoreError> {
-    let corrupt = |version: u64, e: &dyn std::fmt::Display| {
-        StoreError::Corrupt(id, format!("snapshot version {version}: {e}"))
+    let corrupt = |version: u64, e: Box<dyn std::error::Error + Send + Sync>| {
+        StoreError::UndecodableVersion {
+            id,
+            version,
+            source: e,
+        }
     };
     let mut value: serde_json::Value =
-        serde_json::from_str(json).map_err(|e| StoreError::Corrupt(id, e.to_string()))?;
+        serde_json::from_str(json).map_err(|source| StoreError::Undecodable { id, source })?;
     let serde_json::Value::Object(map) = &mut value else {
         return Err(StoreError::Corrupt(id, "not a JSON object".into()));
     };
@@ -70,8 +74,8 @@ pub(crate) fn decode_snapshot(id: ChannelId, json: &str) -> Result<Decoded, Stor
     match version {
         0 => {
             let old: channel::ChannelV0 =
-                serde_json::from_value(value).map_err(|e| corrupt(0, &e))?;
-            let migrated = old.migrate().map_err(|e| corrupt(0, &e))?;
+                serde_json::from_value(value).map_err(|e| corrupt(0, e.into()))?;
+            let migrated = old.migrate().map_err(|e| corrupt(0, e.into()))?;
             Ok(Decoded {
                 channel: migrated.channel,
                 version,
@@ -79,7 +83,7 @@ pub(crate) fn decode_snapshot(id: ChannelId, json: &str) -> Result<Decoded, Stor
             })
         }
         1 | 2 => Ok(Decoded {
-            channel: serde_json::from_value(value).map_err(|e| corrupt(version, &e))?,
+            channel: serde_json::from_value(value).map_err(|e| corrupt(version, e.into()))?,
             version,
             legacy_history: None,
         }),

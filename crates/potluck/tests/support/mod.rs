@@ -252,8 +252,8 @@ pub async fn spawn_app_with(
 ) -> InProcess {
     let mut config = potluck_rounds::Config::new(env.data_dir.clone());
     config.bind = "127.0.0.1:0".parse().unwrap();
-    config.database_url = Some(env.database_url());
-    config.admin_token = Some(ADMIN.to_string());
+    config.database_url = Some(env.database_url().into());
+    config.admin_token = Some(ADMIN.into());
     config.hash_params = potluck_rounds::security::password::HashParams {
         memory_kib: 64,
         iterations: 1,

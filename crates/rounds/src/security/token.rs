@@ -8,6 +8,7 @@
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
+use secrecy::{ExposeSecret as _, SecretSlice};
 use sha2::Sha256;
 
 /// Lifetime of a session token.
@@ -49,16 +50,10 @@ struct Header {
     alg: String,
 }
 
-/// Issues and verifies tokens with one HMAC secret.
-#[derive(Clone)]
+/// Issues and verifies tokens with one HMAC secret (no `Debug` shows it).
+#[derive(Clone, Debug)]
 pub struct TokenKeys {
-    secret: std::sync::Arc<[u8]>,
-}
-
-impl std::fmt::Debug for TokenKeys {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TokenKeys(..)")
-    }
+    secret: std::sync::Arc<SecretSlice<u8>>,
 }
 
 const HEADER_B64: &str = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9"; // {"alg":"HS256","typ":"JWT"}
@@ -67,13 +62,14 @@ impl TokenKeys {
     /// Keys from a secret (at least 32 bytes recommended).
     pub fn new(secret: &[u8]) -> Self {
         Self {
-            secret: secret.into(),
+            secret: std::sync::Arc::new(secret.to_vec().into()),
         }
     }
 
     fn mac(&self) -> Hmac<Sha256> {
         // HMAC accepts keys of every length; this cannot fail.
-        <Hmac<Sha256> as Mac>::new_from_slice(&self.secret).expect("HMAC takes any key length")
+        <Hmac<Sha256> as Mac>::new_from_slice(self.secret.expose_secret())
+            .expect("HMAC takes any key length")
     }
 
     /// A token for user `user_id` at token version `tv`, valid 24 h from `now`.
@@ -137,6 +133,14 @@ impl TokenKeys {
 mod tests {
     use super::*;
     use hmac::Mac;
+
+    #[test]
+    fn debug_never_shows_the_secret() {
+        let keys = TokenKeys::new(b"session-secret-bytes-0123456789ab");
+        let text = format!("{keys:?}");
+        assert!(!text.contains("session-secret"), "{text}");
+        assert!(!text.contains("115, 101, 115"), "{text}");
+    }
 
     fn forge(header: &str, claims: &Claims, key: &[u8], algo512: bool) -> String {
         let input = format!(
