@@ -119,6 +119,13 @@ async fn start_hub(bin: &Path, chain_url: &str, chain_cookie: &Path) -> Hub {
         // Every peer opens at once: the hub takes them all before the anchors confirm.
         .args(["--max-pending-openings", "100000"])
         .env("POTLUCK_LOG", "warn")
+        .envs(
+            // The hub's runtime threads (tokio reads the variable): `HUB_WORKER_THREADS=1`
+            // measures a single-threaded hub against the default of one per core.
+            std::env::var("HUB_WORKER_THREADS")
+                .ok()
+                .map(|n| ("TOKIO_WORKER_THREADS", n)),
+        )
         .stdout(Stdio::null())
         .spawn()
         .unwrap_or_else(|e| {
