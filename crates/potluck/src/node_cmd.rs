@@ -214,6 +214,10 @@ pub fn run(args: NodeArgs) -> anyhow::Result<()> {
         #[cfg(feature = "test-hooks")]
         {
             config.dev_allow_cheat = args.dev_allow_cheat;
+            // The SIGKILL tests' crash point (docs/node.md, "Crash safety of a forward").
+            config.crash_at = std::env::var("POTLUCK_TEST_CRASH_AT")
+                .ok()
+                .filter(|s| !s.is_empty());
         }
         let running = node::start(config, chain).await.context("starting the node")?;
         println!(

@@ -253,6 +253,8 @@ impl Manager {
             Event::Live => tracing::info!(%peer, channel = %id, "channel live"),
             Event::UpdateCompleted { by, change } => {
                 tracing::info!(%peer, channel = %id, ?by, ?change, num = inner.channel.commitment_number(), "update completed");
+                #[cfg(any(test, feature = "test-hooks"))]
+                self.crash_after_update(id, by, &change).await;
                 match (by, change) {
                     (Who::Us, channel::Change::Fulfill(r)) => self.fulfilled(&r).await?,
                     // A forward of ours ended downstream: its upstream HTLC follows.

@@ -9,6 +9,7 @@
 
 mod anchor;
 mod command;
+mod crash;
 mod exec;
 pub(crate) mod forward;
 mod invoice;
@@ -29,6 +30,7 @@ use tokio::sync::mpsc;
 use wire::Packet;
 
 pub(crate) use command::Command;
+pub(crate) use crash::CrashStep;
 pub(crate) use exec::ExecError;
 pub(crate) use packet::Refusal;
 pub(crate) use registry::{lock, Abandoned, Slot, SlotInner};
@@ -59,6 +61,9 @@ pub(crate) struct Settings {
     /// TEST ONLY: keep every commitment signed, for `dev-broadcast-revoked`.
     #[cfg(feature = "test-hooks")]
     pub(crate) cheat_enabled: bool,
+    /// TEST ONLY: the forward step at which the node dies ([`CrashStep`]).
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub(crate) crash_at: Option<String>,
 }
 
 /// The registry of channels and what feeding them needs.
@@ -79,6 +84,9 @@ pub(crate) struct Manager {
     /// that two openings with one peer (two `open` calls, or ours and the peer's) cannot
     /// both pass the check.
     openings: tokio::sync::Mutex<()>,
+    /// Set when the node died at a crash point (in-process tests).
+    #[cfg(test)]
+    crashed: tokio::sync::watch::Sender<bool>,
 }
 
 /// Seconds since the Unix epoch (0 if the clock is before it), for the machine's expiries.
@@ -109,6 +117,8 @@ impl Manager {
             invoices: invoice::Invoices::default(),
             forwards: relay::Forwards::default(),
             openings: tokio::sync::Mutex::new(()),
+            #[cfg(test)]
+            crashed: tokio::sync::watch::Sender::new(false),
         }
     }
 

@@ -11,11 +11,14 @@
 use std::collections::HashMap;
 
 use channel::{Htlc, State};
+#[cfg(any(test, feature = "test-hooks"))]
+use channel::{Change, Who};
 use wire::{Locktime, Sha256};
 
 use super::exec::ExecError;
 use super::invoice::{FailReason, Verdict};
 use super::registry::{lock, Slot};
+use super::CrashStep;
 use super::{unix_now, Manager};
 use crate::store::{ChannelId, ForwardRow, ForwardState};
 
@@ -187,6 +190,7 @@ impl Manager {
         // Durable before the downstream offer leaves: after a restart the downstream
         // HTLC's end still finds the upstream one.
         self.store.add_forward(&f).await?;
+        self.crash_point(CrashStep::ForwardStored).await;
         tracing::info!(peer = %slot.peer, next = %next, in_msat = f.in_msat, out_msat = f.out_msat, "forwarding an HTLC");
         self.forwards.insert(f);
         self.forwards.push(Work::Offer(key));
@@ -214,6 +218,7 @@ impl Manager {
         self.store
             .set_forward_state(f.in_channel, &r_hash, state)
             .await?;
+        self.crash_point(CrashStep::OutcomeStored).await;
         f.state = state;
         let upstream = f.in_channel;
         self.forwards.insert(f);
@@ -222,6 +227,28 @@ impl Manager {
         tracing::info!(channel = %out, %upstream, state = state.as_str(), fulfilled, failed, "forwarded HTLC ended downstream");
         self.forwards.push(Work::Settle(upstream));
         Ok(())
+    }
+
+    /// The crash points at the end of a forward's updates: our offer downstream, and our
+    /// fulfil or routefail upstream, committed.
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub(super) async fn crash_after_update(&self, id: ChannelId, by: Who, change: &Change) {
+        let has = |pick: &dyn Fn(&ForwardRow) -> bool| lock(&self.forwards.by_key).values().any(pick);
+        let step = match (by, change) {
+            (Who::Us, Change::AddHtlc(h))
+                if has(&|f| f.out_channel == id && f.r_hash == h.r_hash) =>
+            {
+                CrashStep::DownstreamCommitted
+            }
+            (Who::Us, Change::Fulfill(r)) if has(&|f| f.in_channel == id && f.r_hash == r.hash()) => {
+                CrashStep::UpstreamCommitted
+            }
+            (Who::Us, Change::Routefail(h)) if has(&|f| f.in_channel == id && f.r_hash == *h) => {
+                CrashStep::UpstreamCommitted
+            }
+            _ => return,
+        };
+        self.crash_point(step).await;
     }
 
     /// Does the queued forwarding work, each channel under its own lock (none held by the
