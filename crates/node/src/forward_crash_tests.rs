@@ -96,7 +96,12 @@ async fn crash_and_recover(step: CrashStep, payee: Payee) -> bool {
     let moved = if paid.is_some() {
         assert_eq!(paid, Some(2_000_000), "{step:?}");
         let to_b = 2_000_000 + FEE;
-        [to_b.wrapping_neg(), to_b, 2_000_000u64.wrapping_neg(), 2_000_000]
+        [
+            to_b.wrapping_neg(),
+            to_b,
+            2_000_000u64.wrapping_neg(),
+            2_000_000,
+        ]
     } else {
         [0; 4]
     };
@@ -113,9 +118,25 @@ async fn crash_and_recover(step: CrashStep, payee: Payee) -> bool {
         .expect("listforwards");
     let forwards = listed["forwards"].as_array().expect("forwards");
     assert_eq!(forwards.len(), 1, "{listed}");
-    let want = if paid.is_some() { "fulfilled" } else { "failed" };
+    let want = if paid.is_some() {
+        "fulfilled"
+    } else {
+        "failed"
+    };
     assert_eq!(forwards[0]["state"], want, "{step:?} ({payee:?}): {listed}");
     assert_eq!(forwards[0]["fee_msat"], FEE, "{listed}");
+    // The counts the node's log gives.
+    let counts = (
+        listed["fulfilled"].as_u64(),
+        listed["failed"].as_u64(),
+        listed["in_flight"].as_u64(),
+        listed["fees_earned_msat"].as_u64(),
+    );
+    let want = match paid {
+        Some(_) => (Some(1), Some(0), Some(0), Some(FEE)),
+        None => (Some(0), Some(1), Some(0), Some(0)),
+    };
+    assert_eq!(counts, want, "{listed}");
     paid.is_some()
 }
 

@@ -326,7 +326,11 @@ async fn an_onion_with_a_truncated_payload_is_failed_back_without_moving_money()
         let listed = net.nodes[i].manager.list_invoices().await.expect("list");
         assert_eq!(listed[0].paid, None, "node {i}");
     }
-    let forwards = net.nodes[1].manager.list_forwards().await.expect("forwards");
+    let forwards = net.nodes[1]
+        .manager
+        .list_forwards()
+        .await
+        .expect("forwards");
     assert!(forwards.is_empty(), "{forwards:?}");
 }
 
@@ -455,16 +459,25 @@ async fn a_hops_higher_fee_is_learnt_from_its_decline_and_the_one_retry_pays() {
         before[3] + 2_000_000,
     ];
     for (k, (i, peer)) in ends.into_iter().enumerate() {
-        assert_eq!(side(&net, i, peer).await, (want[k], 0), "node {i} with {peer}");
+        assert_eq!(
+            side(&net, i, peer).await,
+            (want[k], 0),
+            "node {i} with {peer}"
+        );
     }
     let listed = net
         .rpc(1, "listforwards", serde_json::json!([]))
         .await
         .expect("listforwards");
     let forwards = listed["forwards"].as_array().expect("forwards");
-    assert_eq!(forwards.len(), 1, "the declined attempt left no forward: {listed}");
+    assert_eq!(
+        forwards.len(),
+        1,
+        "the declined attempt left no forward: {listed}"
+    );
     assert_eq!(forwards[0]["fee_msat"], B_FEE, "{listed}");
     assert_eq!(forwards[0]["state"], "fulfilled", "{listed}");
+    assert_eq!(listed["fees_earned_msat"], B_FEE, "{listed}");
 }
 
 /// A first hop (played by hand) that declines with `insufficient_funds` again after the
@@ -509,13 +522,14 @@ async fn a_hop_that_declines_the_retry_too_fails_the_payment_without_moving_mone
     assert_eq!(offered, vec![2_000_000 + 1_020, 2_000_000 + 7_200]);
     let answer = paying.await.expect("pay task");
     match answer {
-        Err(e) => assert!(
-            e.to_string().contains("7000 msat + 100 millionths"),
-            "{e}"
-        ),
+        Err(e) => assert!(e.to_string().contains("7000 msat + 100 millionths"), "{e}"),
         Ok(()) => panic!("paid through a hop that declined"),
     }
-    assert_eq!(side_with(&net, 0, &b.node_id).await, before, "nothing moved");
+    assert_eq!(
+        side_with(&net, 0, &b.node_id).await,
+        before,
+        "nothing moved"
+    );
     // No third offer.
     let third = b.recv(std::time::Duration::from_millis(200)).await;
     assert!(matches!(third, Ok(None)), "{third:?}");

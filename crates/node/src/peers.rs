@@ -221,6 +221,27 @@ impl Peers {
         node_id
     }
 
+    /// Waits (at most a second) until every session's queue of packets is empty and the
+    /// last one had time to reach the socket: the binary's crash points SIGKILL the
+    /// process after it, so that the packets queued before the point leave as an
+    /// in-process crash lets them ([`Peers::vanish`]); what a kill loses from a queue is
+    /// the lost-session rule's to handle, tested with the channel.
+    #[cfg(all(feature = "test-hooks", not(test)))]
+    pub(crate) async fn queued_sent(&self) {
+        for _ in 0..1000 {
+            let queued = self.lock().values().any(|e| {
+                e.session
+                    .as_ref()
+                    .is_some_and(|(_, _, out)| out.capacity() < out.max_capacity())
+            });
+            if !queued {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+
     /// A test crash point: every session ends at once, without a goodbye. Their readers
     /// stop (the task that reached the point among them), their writers flush what was
     /// queued before and end, and no session counts as up any more.
@@ -278,7 +299,7 @@ async fn write_loop(
                 Some(pkt) => pkt,
                 None => break,
             },
-            _ = vanished.wait_for(|v| *v) => {
+            _ = async { vanished.wait_for(|v| *v).await.map(|_| ()) } => {
                 while let Ok(pkt) = out.try_recv() {
                     if writer.send(&pkt).await.is_err() {
                         break;

@@ -6,13 +6,17 @@
 //! In the crate's tests the node stops dead in process: its sessions are dropped without a
 //! goodbye (what it queued before the point still leaves, as a killed process's socket
 //! flushes), no further packet is read, and the task that reached the point never goes
-//! on. The binary (`test-hooks`) kills itself with SIGKILL instead.
+//! on. The binary (`test-hooks`, `POTLUCK_TEST_CRASH_AT`) kills itself with SIGKILL
+//! instead, once the packets queued before the point had time to leave (the kernel sends
+//! what a killed process wrote to its sockets; a packet still in the node's own queue is
+//! the lost-session rule's case).
 
 use super::Manager;
 
 /// A step of a forward after which the node can be made to die (docs/node.md, "Crash
 /// safety of a forward").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(any(test, feature = "test-hooks")), allow(dead_code))]
 pub(crate) enum CrashStep {
     /// The forward link is stored; the downstream offer has not left.
     ForwardStored,
@@ -36,7 +40,8 @@ impl CrashStep {
         CrashStep::UpstreamCommitted,
     ];
 
-    /// The name `POTLUCK_TEST_CRASH_AT` (and [`crate::NodeConfig::crash_at`]) gives it.
+    /// The name `POTLUCK_TEST_CRASH_AT` (and `NodeConfig::crash_at`) gives it.
+    #[cfg_attr(not(any(test, feature = "test-hooks")), allow(dead_code))]
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             CrashStep::ForwardStored => "forward_stored",
@@ -65,6 +70,7 @@ impl Manager {
         }
         #[cfg(not(test))]
         {
+            self.peers.queued_sent().await;
             let pid = std::process::id().to_string();
             if let Err(e) = std::process::Command::new("kill")
                 .args(["-9", &pid])

@@ -357,8 +357,29 @@ impl Method {
                 r_hash,
                 amount_msat,
             } => {
-                let slot = node.manager.pay_route(&route, r_hash, amount_msat).await?;
-                channel_view(&slot).await
+                let payment = node.manager.pay_route(&route, r_hash, amount_msat).await?;
+                let crate::manager::route::RoutedPayment {
+                    slot,
+                    amount_msat,
+                    fee_msat,
+                    attempts,
+                    end,
+                } = payment;
+                // The answer says what happened to the money: paid, failed back, or still
+                // in flight when the command's time runs out (it ends by its expiry).
+                let timeout = node.manager.settings.command_timeout;
+                let end = tokio::time::timeout(timeout, end)
+                    .await
+                    .ok()
+                    .and_then(Result::ok);
+                let mut answer = channel_view(&slot).await?;
+                answer["payment"] = render(super::views::PaymentView::of(
+                    amount_msat,
+                    fee_msat,
+                    attempts,
+                    end,
+                ))?;
+                Ok(answer)
             }
             Method::Invoice { amount_msat, label } => render(InvoiceView::of(
                 &node.manager.create_invoice(amount_msat, label).await?,
@@ -403,14 +424,12 @@ fn render(view: impl Serialize) -> Result<Value, RpcFailure> {
 
 /// `listforwards`.
 async fn forwards(node: &Node) -> Result<ForwardsView, RpcFailure> {
-    let forwards = node
-        .manager
-        .list_forwards()
-        .await?
+    let rows = node.manager.list_forwards().await?;
+    let forwards = rows
         .iter()
         .map(|f| ForwardView::of(f, node.manager.peer_of(f.in_channel)))
         .collect();
-    Ok(ForwardsView { forwards })
+    Ok(ForwardsView::of(forwards, rows.iter()))
 }
 
 async fn channel_view(slot: &Slot) -> Result<Value, RpcFailure> {
