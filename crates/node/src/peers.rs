@@ -211,11 +211,7 @@ impl Peers {
             }
         });
         #[cfg(test)]
-        if let Some(entry) = reader_peers.lock().get_mut(&node_id) {
-            if matches!(&entry.session, Some((current, _, _)) if *current == id) {
-                entry.reader = Some(reader.abort_handle());
-            }
-        }
+        reader_peers.keep_reader(&node_id, id, reader.abort_handle());
         // The task runs on its own; only the crash points of the tests stop it.
         drop(reader);
         node_id
@@ -240,6 +236,16 @@ impl Peers {
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+
+    /// Keeps the reader task of session `id` with `node_id`, for [`Peers::vanish`].
+    #[cfg(test)]
+    fn keep_reader(&self, node_id: &PublicKey, id: u64, reader: tokio::task::AbortHandle) {
+        if let Some(entry) = self.lock().get_mut(node_id) {
+            if matches!(&entry.session, Some((current, _, _)) if *current == id) {
+                entry.reader = Some(reader);
+            }
+        }
     }
 
     /// A test crash point: every session ends at once, without a goodbye. Their readers
