@@ -159,7 +159,7 @@ wait_until normal potluck cli --data-dir ./c --get channels.0.state listchannels
 wait_until 1 eval 'potluck cli --data-dir ./b --get outputs listfunds | grep -c "\"amount_sat\""'
 remember B_CHANGE potluck cli --data-dir ./b --get total_sat listfunds
 RH=$(potluck cli --data-dir ./c --get r_hash invoice 100000000 coffee)  # C asks 100,000 sat: its invoice's R stays with C
-potluck cli --data-dir ./a pay --route $B,$C $RH 100000000   # A offers B 100,002 sat: C's 100,000 plus B's fee (1,000 msat + 10 millionths)
+potluck cli --data-dir ./a pay --route $B,$C $RH 100000000   # A offers B 100,002 sat: C's 100,000 plus B's fee (1,000 msat + 10 millionths); answers payment.status paid once B passed R back (help pay: a fee retry)
 potluck cli --data-dir ./c --get status waitinvoice coffee   # paid: C fulfilled, B took R back to A
 wait_until fulfilled potluck cli --data-dir ./b --get forwards.0.state listforwards
 check 2000 potluck cli --data-dir ./b --get forwards.0.fee_msat listforwards

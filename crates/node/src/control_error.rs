@@ -58,6 +58,28 @@ pub(crate) enum ControlError {
     /// The peer declined our proposal.
     #[error("{0}")]
     Declined(String),
+    /// The peer declined our HTLC with `insufficient_funds`: the fee it leaves is below
+    /// the peer's schedule (which it named). Nothing moved.
+    #[error("not paid, nothing moved: {peer} declined the HTLC for a fee below its schedule of {base_msat} msat + {per_millionth} millionths")]
+    FeeTooLow {
+        /// The peer.
+        peer: PublicKey,
+        /// Its fixed fee, in msat (it names satoshi).
+        base_msat: u64,
+        /// Its proportional fee, in millionths of what it forwards.
+        per_millionth: u64,
+    },
+    /// `pay --route`: the first hop's schedule, learnt from its decline, asks more in fees
+    /// than the payer pays. Nothing moved.
+    #[error("not paid, nothing moved: the route's fees by {peer}'s schedule would be {fee_msat} msat, above the most a payment pays in fees ({max_fee_msat} msat: 0.5% of the amount, at least 5,000 msat)")]
+    FeeAboveMax {
+        /// The hop that asked.
+        peer: PublicKey,
+        /// The route's fees with its schedule.
+        fee_msat: u64,
+        /// The most the payer pays.
+        max_fee_msat: u64,
+    },
     /// The session dropped before the exchange completed.
     #[error("{0}")]
     PeerGone(String),
@@ -217,7 +239,9 @@ impl ControlError {
             ControlError::ChannelTooSmall { .. } => codes::CHANNEL_TOO_SMALL,
             ControlError::InsufficientFunds { .. } => codes::INSUFFICIENT_FUNDS,
             ControlError::Refused(_) => codes::REFUSED,
-            ControlError::Declined(_) => codes::DECLINED,
+            ControlError::Declined(_)
+            | ControlError::FeeTooLow { .. }
+            | ControlError::FeeAboveMax { .. } => codes::DECLINED,
             ControlError::PeerGone(_) => codes::PEER_GONE,
             ControlError::Timeout(_) => codes::TIMEOUT,
             ControlError::ClosedOnChain => codes::CLOSED_ON_CHAIN,

@@ -12,17 +12,22 @@ use crate::harness::{create_network, eventually, Network};
 use crate::manager::Command;
 use crate::store::InvoiceRow;
 
-fn regtest(config: &mut crate::NodeConfig) {
+pub(crate) fn regtest(config: &mut crate::NodeConfig) {
     config.channel.min_depth = 1;
 }
 
 /// Node `i`'s own balance (outside HTLCs, fee share included) and its HTLC count, in its
 /// channel with `peer`.
-async fn side(net: &Network, i: usize, peer: usize) -> (u64, usize) {
+pub(crate) async fn side(net: &Network, i: usize, peer: usize) -> (u64, usize) {
+    side_with(net, i, &net.id(peer)).await
+}
+
+/// [`side`] with a peer known by its id (one played by hand).
+async fn side_with(net: &Network, i: usize, peer: &PublicKey) -> (u64, usize) {
     let slot = net.nodes[i]
         .manager
         .channels
-        .latest(&net.id(peer))
+        .latest(peer)
         .expect("a channel");
     let inner = slot.lock().await;
     let cs = inner.channel.balances().expect("balances");
@@ -33,14 +38,14 @@ async fn side(net: &Network, i: usize, peer: usize) -> (u64, usize) {
 }
 
 /// Both ends of A–B and B–C with no HTLC in flight (see [`settled`]).
-async fn settled_along(net: &Network) {
+pub(crate) async fn settled_along(net: &Network) {
     for (i, peer) in [(0, 1), (1, 0), (1, 2), (2, 1)] {
         settled(net, i, peer).await;
     }
 }
 
 /// The state of B's first forward, as `listforwards` shows it.
-async fn first_forward_state(net: &Network) -> serde_json::Value {
+pub(crate) async fn first_forward_state(net: &Network) -> serde_json::Value {
     net.rpc(1, "listforwards", serde_json::json!([]))
         .await
         .expect("listforwards")["forwards"][0]["state"]
@@ -49,7 +54,7 @@ async fn first_forward_state(net: &Network) -> serde_json::Value {
 
 /// Waits (at most 10 s, woken by every input of the channel) until node `i`'s channel with
 /// `peer` holds no HTLC and is idle.
-async fn settled(net: &Network, i: usize, peer: usize) {
+pub(crate) async fn settled(net: &Network, i: usize, peer: usize) {
     let slot = net.nodes[i]
         .manager
         .channels
@@ -120,7 +125,7 @@ fn final_onion(to: PublicKey, amount_msat: u32, expiry: u32, r_hash: &Sha256) ->
     .packet
 }
 
-async fn invoice(net: &Network, i: usize, msat: u32, label: &str) -> InvoiceRow {
+pub(crate) async fn invoice(net: &Network, i: usize, msat: u32, label: &str) -> InvoiceRow {
     net.nodes[i]
         .manager
         .create_invoice(msat, Some(label.into()))
@@ -249,6 +254,86 @@ async fn an_onion_that_does_not_open_is_failed_back_without_moving_money() {
     assert_eq!(listed[0].paid, None);
 }
 
+/// An onion whose HMACs hold but whose payload for us is cut short (its last record 3
+/// bytes short): as the payee (B's invoice) and as a hop (B would forward to C), the HTLC
+/// is failed back, nothing moves on any channel, no invoice is paid and no forward is
+/// stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_onion_with_a_truncated_payload_is_failed_back_without_moving_money() {
+    let net = line(regtest, false).await;
+    let inv = invoice(&net, 1, 3_000_000, "cup").await;
+    let far = invoice(&net, 2, 3_000_000, "saucer").await;
+    let ends = [(0, 1), (1, 0), (1, 2), (2, 1)];
+    let mut before = Vec::new();
+    for (i, peer) in ends {
+        before.push(side(&net, i, peer).await);
+    }
+    let expiry = net.chain.height() + 100;
+    let payload = |amount_msat: u32, expiry: u32, next_node: Option<PublicKey>| {
+        onion::HopPayload {
+            amount_msat,
+            expiry: Locktime::Blocks(expiry),
+            next_node,
+        }
+        .encode()
+    };
+    let cut = |mut p: Vec<u8>| {
+        p.truncate(p.len() - 3);
+        p
+    };
+    let session = SecretKey::from_slice(&[0x34; 32]).expect("key");
+    // B is the payee.
+    let ends_here = cut(payload(3_000_000, expiry, None));
+    let to_b = onion::build(
+        &Secp256k1::new(),
+        &session,
+        &[onion::Hop {
+            node_id: net.id(1),
+            payload: &ends_here,
+        }],
+        inv.r.hash().as_byte_array(),
+    )
+    .expect("onion")
+    .packet;
+    // B is a hop toward C.
+    let hop = cut(payload(3_000_000, expiry - 40, Some(net.id(2))));
+    let last = payload(3_000_000, expiry - 40, None);
+    let through_b = onion::build(
+        &Secp256k1::new(),
+        &session,
+        &[
+            onion::Hop {
+                node_id: net.id(1),
+                payload: &hop,
+            },
+            onion::Hop {
+                node_id: net.id(2),
+                payload: &last,
+            },
+        ],
+        far.r.hash().as_byte_array(),
+    )
+    .expect("onion")
+    .packet;
+    for (onion, r_hash) in [(to_b, inv.r.hash()), (through_b, far.r.hash())] {
+        offer(&net, 3_010_000, r_hash, Some(onion)).await;
+        settled_along(&net).await;
+        for (k, (i, peer)) in ends.into_iter().enumerate() {
+            assert_eq!(side(&net, i, peer).await, before[k], "node {i} with {peer}");
+        }
+    }
+    for i in [1, 2] {
+        let listed = net.nodes[i].manager.list_invoices().await.expect("list");
+        assert_eq!(listed[0].paid, None, "node {i}");
+    }
+    let forwards = net.nodes[1]
+        .manager
+        .list_forwards()
+        .await
+        .expect("forwards");
+    assert!(forwards.is_empty(), "{forwards:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invoice_labels_are_unique_and_waitinvoice_knows_only_its_own() {
     let net = create_network(1, regtest).await;
@@ -341,13 +426,113 @@ async fn declined(net: &Network, route: &[PublicKey], reason: &str) {
     assert_eq!(side(net, 0, 1).await, (a0, 0));
 }
 
-/// B asks more than A's assumed fee: B declines before accepting, with
-/// `insufficient_funds` carrying its schedule (5 sat: its 5,000 msat; 10 millionths).
+/// B asks more than A assumes (5,000 msat + 10 millionths against 1,000 + 10): B declines
+/// A's first HTLC before accepting it, with `insufficient_funds` carrying its schedule (5
+/// sat; 10 millionths). A learns it and retries once with B's fee for 2,000,000 msat,
+/// 5,020: C is paid, B keeps exactly that fee, A pays it once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fee_below_the_hops_schedule_is_declined_with_the_schedule() {
+async fn a_hops_higher_fee_is_learnt_from_its_decline_and_the_one_retry_pays() {
+    const B_FEE: u64 = 5_020;
     let net = line(b_charges_more, false).await;
-    let schedule = "InsufficientFunds(Funding { fixed: Some(5), per_micro_unit: Some(10) })";
-    declined(&net, &[net.id(1), net.id(2)], schedule).await;
+    let inv = invoice(&net, 2, 2_000_000, "dearer").await;
+    let ends = [(0, 1), (1, 0), (1, 2), (2, 1)];
+    let mut before = Vec::new();
+    for (i, peer) in ends {
+        before.push(side(&net, i, peer).await.0);
+    }
+    net.nodes[0]
+        .manager
+        .pay_route(&[net.id(1), net.id(2)], inv.r.hash(), 2_000_000)
+        .await
+        .expect("accepted by B at the retry");
+    let paid = net.nodes[2]
+        .manager
+        .wait_invoice("dearer")
+        .await
+        .expect("paid");
+    assert_eq!(paid.paid.map(|p| p.amount_msat), Some(2_000_000));
+    settled_along(&net).await;
+    let want = [
+        before[0] - 2_000_000 - B_FEE,
+        before[1] + 2_000_000 + B_FEE,
+        before[2] - 2_000_000,
+        before[3] + 2_000_000,
+    ];
+    for (k, (i, peer)) in ends.into_iter().enumerate() {
+        assert_eq!(
+            side(&net, i, peer).await,
+            (want[k], 0),
+            "node {i} with {peer}"
+        );
+    }
+    let listed = net
+        .rpc(1, "listforwards", serde_json::json!([]))
+        .await
+        .expect("listforwards");
+    let forwards = listed["forwards"].as_array().expect("forwards");
+    assert_eq!(
+        forwards.len(),
+        1,
+        "the declined attempt left no forward: {listed}"
+    );
+    assert_eq!(forwards[0]["fee_msat"], B_FEE, "{listed}");
+    assert_eq!(forwards[0]["state"], "fulfilled", "{listed}");
+    assert_eq!(listed["fees_earned_msat"], B_FEE, "{listed}");
+}
+
+/// A first hop (played by hand) that declines with `insufficient_funds` again after the
+/// retry: the second decline is the payment's answer. B saw exactly two offers, the
+/// second carrying the fee of the schedule it named (7 sat + 100 millionths of 2,000,000:
+/// 7,200 msat); A's channel is as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hop_that_declines_the_retry_too_fails_the_payment_without_moving_money() {
+    let net = create_network(1, regtest).await;
+    let mut b = net.scripted_peer(0, 0x53).await;
+    b.open_live(&net, 1_000_000).await;
+    // A owns nothing in the channel B funded: B pays A so that A can pay along it.
+    b.pay(10_000_000).await.expect("B pays A");
+    let before = side_with(&net, 0, &b.node_id).await;
+    assert_eq!(before.1, 0);
+    let stranger = PublicKey::from_secret_key(
+        &Secp256k1::new(),
+        &SecretKey::from_slice(&[0x66; 32]).expect("key"),
+    );
+    let route = [b.node_id, stranger];
+    let node = std::sync::Arc::clone(&net.nodes[0]);
+    let paying = tokio::spawn(async move {
+        node.manager
+            .pay_route(&route, Sha256::hash(&[3; 32]), 2_000_000)
+            .await
+            .map(|_| ())
+    });
+    let decline = wire::Packet::UpdateDeclineHtlc(wire::UpdateDeclineHtlc {
+        reason: Some(wire::DeclineReason::InsufficientFunds(wire::Funding {
+            fixed: Some(7),
+            per_micro_unit: Some(100),
+        })),
+    });
+    let mut offered = Vec::new();
+    for _ in 0..2 {
+        let wire::Packet::UpdateAddHtlc(add) = b.expect(&net, "update_add_htlc").await else {
+            unreachable!("expect returns the packet named");
+        };
+        offered.push(add.amount_msat);
+        b.send(&decline).await;
+    }
+    assert_eq!(offered, vec![2_000_000 + 1_020, 2_000_000 + 7_200]);
+    let answer = paying.await.expect("pay task");
+    match answer {
+        Err(e) => assert!(e.to_string().contains("7000 msat + 100 millionths"), "{e}"),
+        Ok(()) => panic!("paid through a hop that declined"),
+    }
+    assert_eq!(
+        side_with(&net, 0, &b.node_id).await,
+        before,
+        "nothing moved"
+    );
+    // No third offer.
+    let third = b.recv(std::time::Duration::from_millis(200)).await;
+    assert!(matches!(third, Ok(None)), "{third:?}");
 }
 
 /// A next node the hop has no channel with, and a channel without room toward it:
@@ -392,7 +577,7 @@ async fn an_expiry_beyond_the_hops_bound_is_declined_without_moving_money() {
 
 /// B's fee for forwarding 2,000,000 msat by the default schedule (A assumes it):
 /// 1,000 + floor(2,000,000 × 10 / 1,000,000).
-const FEE: u64 = 1_020;
+pub(crate) const FEE: u64 = 1_020;
 
 /// A pays C's invoice through B: C gets the amount, B keeps its fee, on all four channel
 /// ends; B's `listforwards` shows the forward fulfilled with that fee.

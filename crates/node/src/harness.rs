@@ -165,11 +165,35 @@ impl Network {
         self.nodes[i] = start_node(Arc::clone(&self.backends[i]), &self.configs[i], i).await;
     }
 
-    /// One watcher pass on every node.
+    /// One watcher pass on every node. A node that dies at a crash point (during the pass
+    /// or before it) is left alone: its pass never ends.
     pub(crate) async fn step(&self) {
         for node in &self.nodes {
-            watcher::step(node).await.expect("watcher pass");
+            let mut crashed = node.manager.crashed();
+            if *crashed.borrow() {
+                continue;
+            }
+            let pass = tokio::spawn({
+                let node = Arc::clone(node);
+                async move { watcher::step(&node).await.map_err(|e| e.to_string()) }
+            });
+            tokio::select! {
+                done = pass => done.expect("watcher task").expect("watcher pass"),
+                _ = crashed.wait_for(|c| *c) => {}
+            }
         }
+    }
+
+    /// Node `i` died at its crash point ([`crate::manager::CrashStep`]): it starts again
+    /// from what it wrote, without the crash point. Its sessions ended without a goodbye
+    /// when it died; the test connects its peers again.
+    pub(crate) async fn restart_after_crash(&mut self, i: usize) {
+        assert!(
+            *self.nodes[i].manager.crashed().borrow(),
+            "node {i} did not crash"
+        );
+        self.configs[i].crash_at = None;
+        self.restart(i).await;
     }
 
     /// Mines `n` blocks, then a watcher pass on every node.

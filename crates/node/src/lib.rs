@@ -21,6 +21,8 @@ mod error_report;
 #[cfg(test)]
 mod error_scan_tests;
 #[cfg(test)]
+mod forward_crash_tests;
+#[cfg(test)]
 mod forward_tests;
 #[cfg(test)]
 mod functional_tests;
@@ -112,6 +114,10 @@ pub struct NodeConfig {
     /// TEST ONLY: enables the `dev-broadcast-revoked` control method (a node that cheats).
     #[cfg(feature = "test-hooks")]
     pub dev_allow_cheat: bool,
+    /// TEST ONLY: the step of a forward at which the node dies (`forward_stored`,
+    /// `downstream_committed`, `outcome_stored`, `upstream_committed`; docs/node.md).
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub crash_at: Option<String>,
 }
 
 impl NodeConfig {
@@ -147,6 +153,8 @@ impl NodeConfig {
             max_forward_share_percent: manager::forward::Limits::DEFAULT.max_share_percent,
             #[cfg(feature = "test-hooks")]
             dev_allow_cheat: false,
+            #[cfg(any(test, feature = "test-hooks"))]
+            crash_at: None,
         }
     }
 }
@@ -324,6 +332,8 @@ fn build(
         },
         #[cfg(feature = "test-hooks")]
         cheat_enabled: config.dev_allow_cheat,
+        #[cfg(any(test, feature = "test-hooks"))]
+        crash_at: config.crash_at.clone(),
     };
     let manager = manager::Manager::new(
         settings,

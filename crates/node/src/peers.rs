@@ -42,6 +42,9 @@ struct Entry {
     address: SocketAddr,
     /// Set while a session is up; bumped per session so a late exit of an old task changes nothing.
     session: Option<(u64, mpsc::Sender<PeerCommand>, mpsc::Sender<Packet>)>,
+    /// The task that reads the session: a crash point aborts it.
+    #[cfg(test)]
+    reader: Option<tokio::task::AbortHandle>,
 }
 
 /// Every peer this node has talked to since start.
@@ -52,6 +55,9 @@ pub(crate) struct Peers {
     /// The last `error` a peer ended its session with, and who: why we were dropped, for
     /// the log's readers and the tests. One, so that strangers cannot grow it.
     last_peer_error: Mutex<Option<(PublicKey, String)>>,
+    /// Set when the node dies at a test crash point: every writer flushes what is queued
+    /// and ends without a goodbye.
+    vanished: watch::Sender<bool>,
 }
 
 impl Peers {
@@ -132,6 +138,8 @@ impl Peers {
             let entry = entries.entry(node_id).or_insert(Entry {
                 address,
                 session: None,
+                #[cfg(test)]
+                reader: None,
             });
             entry.address = address;
             entry.session.replace((id, tx, out_tx.clone()))
@@ -144,9 +152,11 @@ impl Peers {
         }
         tracing::info!(peer = %node_id, %address, "peer connected");
         let (reader, writer) = session.into_split();
-        let writer_task = tokio::spawn(write_loop(writer, out_rx));
+        let writer_task = tokio::spawn(write_loop(writer, out_rx, peers.vanished.subscribe()));
         state.manager.session_up(&node_id, out_tx.clone()).await;
-        tokio::spawn(async move {
+        #[cfg(test)]
+        let reader_peers = Arc::clone(&peers);
+        let reader = tokio::spawn(async move {
             // The slot counts against the node's peer cap for the session's whole life.
             let _slot = slot;
             let reason = run_peer(&state, node_id, reader, &out_tx, rx, shutdown).await;
@@ -200,7 +210,56 @@ impl Peers {
                 writer_task.abort();
             }
         });
+        #[cfg(test)]
+        reader_peers.keep_reader(&node_id, id, reader.abort_handle());
+        // The task runs on its own; only the crash points of the tests stop it.
+        drop(reader);
         node_id
+    }
+
+    /// Waits (at most a second) until every session's queue of packets is empty and the
+    /// last one had time to reach the socket: the binary's crash points SIGKILL the
+    /// process after it, so that the packets queued before the point leave as an
+    /// in-process crash lets them ([`Peers::vanish`]); what a kill loses from a queue is
+    /// the lost-session rule's to handle, tested with the channel.
+    #[cfg(all(feature = "test-hooks", not(test)))]
+    pub(crate) async fn queued_sent(&self) {
+        for _ in 0..1000 {
+            let queued = self.lock().values().any(|e| {
+                e.session
+                    .as_ref()
+                    .is_some_and(|(_, _, out)| out.capacity() < out.max_capacity())
+            });
+            if !queued {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+
+    /// Keeps the reader task of session `id` with `node_id`, for [`Peers::vanish`].
+    #[cfg(test)]
+    fn keep_reader(&self, node_id: &PublicKey, id: u64, reader: tokio::task::AbortHandle) {
+        if let Some(entry) = self.lock().get_mut(node_id) {
+            if matches!(&entry.session, Some((current, _, _)) if *current == id) {
+                entry.reader = Some(reader);
+            }
+        }
+    }
+
+    /// A test crash point: every session ends at once, without a goodbye. Their readers
+    /// stop (the task that reached the point among them), their writers flush what was
+    /// queued before and end, and no session counts as up any more.
+    #[cfg(test)]
+    pub(crate) fn vanish(&self) {
+        self.vanished.send_replace(true);
+        for entry in self.lock().values_mut() {
+            entry.session = None;
+            if let Some(reader) = entry.reader.take() {
+                reader.abort();
+            }
+        }
     }
 
     /// Like [`Peers::disconnect`] but never waits (for callers holding a channel lock).
@@ -232,9 +291,29 @@ impl Peers {
     }
 }
 
-/// Writes queued packets in order; an `error` packet is the last one.
-async fn write_loop(mut writer: SessionWriter, mut out: mpsc::Receiver<Packet>) {
-    while let Some(pkt) = out.recv().await {
+/// Writes queued packets in order; an `error` packet is the last one. Once the node
+/// `vanished` (a test crash point) it writes what is queued already and ends.
+async fn write_loop(
+    mut writer: SessionWriter,
+    mut out: mpsc::Receiver<Packet>,
+    mut vanished: watch::Receiver<bool>,
+) {
+    loop {
+        let pkt = tokio::select! {
+            biased;
+            pkt = out.recv() => match pkt {
+                Some(pkt) => pkt,
+                None => break,
+            },
+            _ = async { vanished.wait_for(|v| *v).await.map(|_| ()) } => {
+                while let Ok(pkt) = out.try_recv() {
+                    if writer.send(&pkt).await.is_err() {
+                        break;
+                    }
+                }
+                break;
+            }
+        };
         let last = matches!(pkt, Packet::Error(_));
         if writer.send(&pkt).await.is_err() || last {
             break;

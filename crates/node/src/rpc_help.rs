@@ -139,11 +139,16 @@ pub const METHODS: &[MethodHelp] = &[
                  comma-separated, first our channel's peer, last the payee; R_HASH an \
                  invoice's; AMOUNT_MSAT what the payee receives, in millisatoshi, each hop \
                  before it offered that plus an assumed fee of 1,000 msat + 10 millionths of \
-                 what it forwards and 40 more blocks of expiry) answers the first hop's \
-                 channel once its HTLC, carrying the route's onion, is offered; the payee \
-                 fulfils it when its invoice matches, each hop forwards it and passes R \
-                 back (`listforwards` on a hop shows its fee), e.g. `pay --route 02…(66 hex) \
-                 9f86…(64 hex) 2000000`",
+                 what it forwards and 40 more blocks of expiry; there is no gossip). If the \
+                 first hop declines with insufficient_funds it names its fee schedule (fixed \
+                 sat + millionths): the payment is made once more with that schedule, if \
+                 the fees stay within 0.5% of the amount (at least 5,000 msat); a second \
+                 decline is the answer, and nothing moved. The answer is the first hop's \
+                 channel with `payment`: status paid (the payee has amount_msat, the hops \
+                 fee_msat), failed (the HTLC came back; nothing moved) or in_flight (no end \
+                 within the command time-out; it ends by its expiry), and attempts (1 or \
+                 2); each hop's `listforwards` shows its fee, e.g. `pay --route \
+                 02…(66 hex),03…(66 hex) 9f86…(64 hex) 2000000`",
         example: "potluck cli --data-dir ./a pay 02…(66 hex) 1000000",
         hidden: false,
     },
@@ -564,6 +569,25 @@ mod tests {
         assert_eq!(listed, visible);
         assert!(!listed.contains(&"dev-broadcast-revoked"));
         assert_eq!(answer(&[]), Ok(text));
+    }
+
+    #[test]
+    fn help_pay_explains_paying_along_a_route_and_the_fee_retry() {
+        let Ok(text) = answer(&[serde_json::json!("pay")]) else {
+            panic!("help pay");
+        };
+        for needle in [
+            "--route NODE,… R_HASH AMOUNT_MSAT",
+            "millisatoshi",
+            "insufficient_funds",
+            "made once more with that schedule",
+            "a second decline is the answer",
+            "status paid",
+            "attempts (1 or 2)",
+            "Example:",
+        ] {
+            assert!(text.contains(needle), "{needle:?} missing: {text}");
+        }
     }
 
     #[test]

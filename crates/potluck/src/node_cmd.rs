@@ -186,6 +186,10 @@ pub async fn run(args: NodeArgs, mut signals: crate::StopSignals) -> anyhow::Res
     #[cfg(feature = "test-hooks")]
     {
         config.dev_allow_cheat = args.dev_allow_cheat;
+        // The SIGKILL tests' crash point (docs/node.md, "Crash safety of a forward").
+        config.crash_at = std::env::var("POTLUCK_TEST_CRASH_AT")
+            .ok()
+            .filter(|s| !s.is_empty());
     }
     let running = node::start(config, chain)
         .await

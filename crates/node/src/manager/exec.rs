@@ -12,6 +12,7 @@ use wire::Packet;
 use bitcoin::hashes::Hash as _;
 
 use super::registry::{Slot, SlotInner, WaitKind};
+use super::route::PaymentEnd;
 use super::Manager;
 use crate::control_error::ControlError;
 use crate::store::{ChannelId, ForwardState, StoreError};
@@ -253,15 +254,20 @@ impl Manager {
             Event::Live => tracing::info!(%peer, channel = %id, "channel live"),
             Event::UpdateCompleted { by, change } => {
                 tracing::info!(%peer, channel = %id, ?by, ?change, num = inner.channel.commitment_number(), "update completed");
+                #[cfg(any(test, feature = "test-hooks"))]
+                self.crash_after_update(id, by, &change).await;
                 match (by, change) {
                     (Who::Us, channel::Change::Fulfill(r)) => self.fulfilled(&r).await?,
-                    // A forward of ours ended downstream: its upstream HTLC follows.
+                    // A forward of ours ended downstream: its upstream HTLC follows; or a
+                    // payment of ours along a route ended.
                     (Who::Them, channel::Change::Fulfill(r)) => {
+                        self.payment_ended(&r.hash(), PaymentEnd::Paid);
                         self.forward_ended(id, r.hash(), ForwardState::Fulfilled(r))
                             .await?;
                     }
                     (Who::Them, channel::Change::Routefail(h))
                     | (Who::Us, channel::Change::Timedout(h)) => {
+                        self.payment_ended(&h, PaymentEnd::Failed);
                         self.forward_ended(id, h, ForwardState::Failed).await?;
                     }
                     _ => {}
@@ -273,10 +279,22 @@ impl Manager {
             Event::Declined { r_hash, reason } => {
                 tracing::info!(%peer, ?reason, "HTLC declined");
                 self.forward_ended(id, r_hash, ForwardState::Failed).await?;
-                inner.complete_waiter(Err(ControlError::Declined(format!(
-                    "peer declined HTLC {}: {reason:?}",
-                    hex::encode(r_hash.as_byte_array())
-                ))));
+                let answer = match reason {
+                    // The schedule it named: `pay --route` retries once with it.
+                    Some(wire::DeclineReason::InsufficientFunds(funding)) => {
+                        let learnt = super::route::Schedule::learnt(&funding);
+                        ControlError::FeeTooLow {
+                            peer,
+                            base_msat: learnt.base_msat,
+                            per_millionth: learnt.per_millionth,
+                        }
+                    }
+                    _ => ControlError::Declined(format!(
+                        "peer declined HTLC {}: {reason:?}",
+                        hex::encode(r_hash.as_byte_array())
+                    )),
+                };
+                inner.complete_waiter(Err(answer));
             }
             Event::ProposalDeferred(change) => {
                 tracing::info!(%peer, ?change, "our proposal deferred to the peer's");

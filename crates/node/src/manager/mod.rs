@@ -9,6 +9,7 @@
 
 mod anchor;
 mod command;
+mod crash;
 mod exec;
 pub(crate) mod forward;
 mod invoice;
@@ -29,9 +30,11 @@ use tokio::sync::mpsc;
 use wire::Packet;
 
 pub(crate) use command::Command;
+pub(crate) use crash::CrashStep;
 pub(crate) use exec::ExecError;
 pub(crate) use packet::Refusal;
 pub(crate) use registry::{lock, Abandoned, Slot, SlotInner};
+pub(crate) use relay::ForwardCounts;
 
 use crate::control_error::ControlError;
 use crate::peers::Peers;
@@ -59,6 +62,9 @@ pub(crate) struct Settings {
     /// TEST ONLY: keep every commitment signed, for `dev-broadcast-revoked`.
     #[cfg(feature = "test-hooks")]
     pub(crate) cheat_enabled: bool,
+    /// TEST ONLY: the forward step at which the node dies ([`CrashStep`]).
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub(crate) crash_at: Option<String>,
 }
 
 /// The registry of channels and what feeding them needs.
@@ -75,10 +81,15 @@ pub(crate) struct Manager {
     pub(crate) invoices: invoice::Invoices,
     /// The forwards, in memory beside the store, and the work they queue.
     forwards: relay::Forwards,
+    /// Our payments along a route, until their first HTLC ends.
+    payment_ends: route::PaymentEnds,
     /// Held from the check that a peer has no channel until its new channel is listed, so
     /// that two openings with one peer (two `open` calls, or ours and the peer's) cannot
     /// both pass the check.
     openings: tokio::sync::Mutex<()>,
+    /// Set when the node died at a crash point (in-process tests).
+    #[cfg(test)]
+    crashed: tokio::sync::watch::Sender<bool>,
 }
 
 /// Seconds since the Unix epoch (0 if the clock is before it), for the machine's expiries.
@@ -108,7 +119,10 @@ impl Manager {
             node_key,
             invoices: invoice::Invoices::default(),
             forwards: relay::Forwards::default(),
+            payment_ends: route::PaymentEnds::default(),
             openings: tokio::sync::Mutex::new(()),
+            #[cfg(test)]
+            crashed: tokio::sync::watch::Sender::new(false),
         }
     }
 
@@ -192,8 +206,14 @@ impl Manager {
         let mut inner = slot.lock().await;
         inner.outbox = Some(outbox);
         // A forward that ended while the peer was away (or before a restart) settles
-        // its HTLC with the peer once this call releases the lock.
-        let settle = self.has_ended_forwards(slot.id);
+        // its HTLC with the peer once this call releases the lock; so does any HTLC the
+        // peer offered us whose settlement (an invoice's fulfil, a failure) the lost
+        // session undid: no other input may come to run the settlement pass.
+        let settle = self.has_ended_forwards(slot.id)
+            || inner
+                .channel
+                .balances()
+                .is_some_and(|cs| !cs.theirs.htlcs.is_empty());
         tracing::info!(%peer, channel = %slot.id, state = inner.channel.state().as_str(), "channel resumes");
         if inner.channel.state() == State::OpenWaitComplete {
             let height = self.store.meta(MetaKey::ScannedHeight).await.unwrap_or(0);

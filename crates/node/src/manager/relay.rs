@@ -10,14 +10,49 @@
 
 use std::collections::HashMap;
 
+#[cfg(any(test, feature = "test-hooks"))]
+use channel::{Change, Who};
 use channel::{Htlc, State};
 use wire::{Locktime, Sha256};
 
 use super::exec::ExecError;
 use super::invoice::{FailReason, Verdict};
 use super::registry::{lock, Slot};
+use super::CrashStep;
 use super::{unix_now, Manager};
 use crate::store::{ChannelId, ForwardRow, ForwardState};
+
+/// How many forwards ended each way, and what the fulfilled ones earned (the node's log
+/// and `listforwards`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ForwardCounts {
+    /// Fulfilled: R came back and went upstream.
+    pub(crate) fulfilled: usize,
+    /// Failed: routefailed upstream.
+    pub(crate) failed: usize,
+    /// Still offered downstream.
+    pub(crate) in_flight: usize,
+    /// The fees of the fulfilled ones, in msat.
+    pub(crate) fees_earned_msat: u64,
+}
+
+impl ForwardCounts {
+    /// The counts of `forwards`.
+    pub(crate) fn of<'a>(forwards: impl Iterator<Item = &'a ForwardRow>) -> ForwardCounts {
+        let mut c = ForwardCounts::default();
+        for f in forwards {
+            match f.state {
+                ForwardState::Fulfilled(_) => {
+                    c.fulfilled += 1;
+                    c.fees_earned_msat += u64::from(f.in_msat.saturating_sub(f.out_msat));
+                }
+                ForwardState::Failed => c.failed += 1,
+                ForwardState::Offered => c.in_flight += 1,
+            }
+        }
+        c
+    }
+}
 
 /// A forward's key: the incoming channel and the HTLC's hash.
 type Key = (ChannelId, Sha256);
@@ -116,18 +151,9 @@ impl Manager {
             .fold((0, 0), |(n, msat), f| (n + 1, msat + u64::from(f.out_msat)))
     }
 
-    /// How many forwards were fulfilled and failed (for the log).
-    fn forward_counts(&self) -> (usize, usize) {
-        let map = lock(&self.forwards.by_key);
-        let fulfilled = map
-            .values()
-            .filter(|f| matches!(f.state, ForwardState::Fulfilled(_)))
-            .count();
-        let failed = map
-            .values()
-            .filter(|f| f.state == ForwardState::Failed)
-            .count();
-        (fulfilled, failed)
+    /// The node's forward counts (for the log).
+    fn forward_counts(&self) -> ForwardCounts {
+        ForwardCounts::of(lock(&self.forwards.by_key).values())
     }
 
     /// Queues channel `id` to settle its incoming HTLCs at the next [`Self::run_forwards`].
@@ -187,6 +213,7 @@ impl Manager {
         // Durable before the downstream offer leaves: after a restart the downstream
         // HTLC's end still finds the upstream one.
         self.store.add_forward(&f).await?;
+        self.crash_point(CrashStep::ForwardStored).await;
         tracing::info!(peer = %slot.peer, next = %next, in_msat = f.in_msat, out_msat = f.out_msat, "forwarding an HTLC");
         self.forwards.insert(f);
         self.forwards.push(Work::Offer(key));
@@ -214,14 +241,51 @@ impl Manager {
         self.store
             .set_forward_state(f.in_channel, &r_hash, state)
             .await?;
+        self.crash_point(CrashStep::OutcomeStored).await;
         f.state = state;
         let upstream = f.in_channel;
         self.forwards.insert(f);
         // The node's forward counts, in its log.
-        let (fulfilled, failed) = self.forward_counts();
-        tracing::info!(channel = %out, %upstream, state = state.as_str(), fulfilled, failed, "forwarded HTLC ended downstream");
+        let counts = self.forward_counts();
+        tracing::info!(
+            channel = %out,
+            %upstream,
+            state = state.as_str(),
+            fulfilled = counts.fulfilled,
+            failed = counts.failed,
+            in_flight = counts.in_flight,
+            fees_earned_msat = counts.fees_earned_msat,
+            "forwarded HTLC ended downstream"
+        );
         self.forwards.push(Work::Settle(upstream));
         Ok(())
+    }
+
+    /// The crash points at the end of a forward's updates: our offer downstream, and our
+    /// fulfil or routefail upstream, committed.
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub(super) async fn crash_after_update(&self, id: ChannelId, by: Who, change: &Change) {
+        let step = {
+            let forwards = lock(&self.forwards.by_key);
+            // Whether a forward of `r_hash` goes out (or comes in) on this channel.
+            let has = |out: bool, r_hash: Sha256| {
+                forwards.values().any(|f| {
+                    let channel = if out { f.out_channel } else { f.in_channel };
+                    f.r_hash == r_hash && channel == id
+                })
+            };
+            match (by, change) {
+                (Who::Us, Change::AddHtlc(h)) if has(true, h.r_hash) => {
+                    CrashStep::DownstreamCommitted
+                }
+                (Who::Us, Change::Fulfill(r)) if has(false, r.hash()) => {
+                    CrashStep::UpstreamCommitted
+                }
+                (Who::Us, Change::Routefail(h)) if has(false, *h) => CrashStep::UpstreamCommitted,
+                _ => return,
+            }
+        };
+        self.crash_point(step).await;
     }
 
     /// Does the queued forwarding work, each channel under its own lock (none held by the

@@ -2,13 +2,16 @@
 //! onion that tells each hop what to forward, and offers the first hop its HTLC. The
 //! amounts and expiries come from the pure [`plan`], tested by the table below it.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use bitcoin::hashes::Hash as _;
 use secp256k1::{PublicKey, SecretKey};
 use wire::{Locktime, Sha256};
 
-use super::registry::Slot;
+use tokio::sync::oneshot;
+
+use super::registry::{lock, Slot};
 use super::Manager;
 use crate::control_error::ControlError;
 
@@ -42,17 +45,17 @@ impl Schedule {
     }
 }
 
-/// The HTLC each hop of a route of `hops` nodes is offered, first hop first: the last
-/// receives `amount_msat` until `final_expiry`; each earlier one that plus the fee and
-/// the expiry delta of the hop after it, by `schedule`.
+/// The HTLC each node of a route is offered, first hop first: the last receives
+/// `amount_msat` until `final_expiry`; each earlier one that plus the fee and the expiry
+/// delta of its own schedule, `forwarders[i]` being the schedule of the route's `i`-th
+/// node (every node but the last forwards).
 pub(crate) fn plan(
-    hops: usize,
     amount_msat: u64,
     final_expiry: u32,
-    schedule: &Schedule,
+    forwarders: &[Schedule],
 ) -> Vec<(u64, u32)> {
     let mut out = vec![(amount_msat, final_expiry)];
-    for _ in 1..hops {
+    for schedule in forwarders.iter().rev() {
         let (amount, expiry) = out[out.len() - 1];
         out.push((
             amount.saturating_add(schedule.fee(amount)),
@@ -63,19 +66,79 @@ pub(crate) fn plan(
     out
 }
 
+/// The most a payment pays in fees: 0.5% of `amount_msat`, at least 5,000 msat (Core
+/// Lightning's `maxfeepercent` and `exemptfee` defaults). A hop that names a dearer
+/// schedule in its decline is not paid it.
+pub(crate) fn max_fee_msat(amount_msat: u64) -> u64 {
+    (amount_msat / 200).max(5_000)
+}
+
+impl Schedule {
+    /// The schedule a hop named in its `insufficient_funds` decline: its fixed part in
+    /// satoshi (the seed's smallest unit, rounded up by the hop), its proportional part in
+    /// millionths; a part not sent, or negative, counts as none. The expiry delta is not
+    /// carried: the assumed one stays.
+    pub(crate) fn learnt(funding: &wire::Funding) -> Schedule {
+        let fixed_sat = funding
+            .fixed
+            .and_then(|f| u64::try_from(f).ok())
+            .unwrap_or(0);
+        let per_millionth = funding
+            .per_micro_unit
+            .and_then(|p| u64::try_from(p).ok())
+            .unwrap_or(0);
+        Schedule {
+            base_msat: fixed_sat.saturating_mul(1000),
+            per_millionth,
+            expiry_delta: Schedule::ASSUMED.expiry_delta,
+        }
+    }
+}
+
+/// How a payment along a route ended, as far as its payer can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PaymentEnd {
+    /// The first hop fulfilled our HTLC: the payee has the money, the hops their fees.
+    Paid,
+    /// Our HTLC came back (routefailed, or timed out): nothing moved.
+    Failed,
+}
+
+/// A payment along a route, its first HTLC offered.
+pub(crate) struct RoutedPayment {
+    /// The first hop's channel.
+    pub(crate) slot: Arc<Slot>,
+    /// What the payee receives, in msat.
+    pub(crate) amount_msat: u64,
+    /// The fees the first HTLC carries for the hops, in msat.
+    pub(crate) fee_msat: u64,
+    /// 1, or 2 when the first hop declined the first with its schedule.
+    pub(crate) attempts: u32,
+    /// Told when the first HTLC ends (dropped if the node forgets it: a restart).
+    pub(crate) end: oneshot::Receiver<PaymentEnd>,
+}
+
+/// The payments along a route waiting for their first HTLC to end, by its hash.
+#[derive(Default)]
+pub(crate) struct PaymentEnds {
+    waiting: std::sync::Mutex<HashMap<Sha256, oneshot::Sender<PaymentEnd>>>,
+}
+
 impl Manager {
     /// `pay --route NODE,… R_HASH AMOUNT_MSAT`: the first node must be a peer with a
-    /// channel; the last receives `amount_msat`. Returns the first hop's channel once the
-    /// HTLC is offered (the payment then completes when the route fulfils it).
+    /// channel; the last receives `amount_msat`. Returns once the first HTLC is offered
+    /// (the payment then completes when the route fulfils it). When the first hop
+    /// declines with `insufficient_funds`, its schedule is learnt and the payment tried
+    /// once more with it (fee discovery without gossip); a second decline is the answer.
     pub(crate) async fn pay_route(
         &self,
         route: &[PublicKey],
         r_hash: Sha256,
         amount_msat: u64,
-    ) -> Result<Arc<Slot>, ControlError> {
-        let first = *route
-            .first()
-            .ok_or_else(|| ControlError::BadRoute("an empty route".into()))?;
+    ) -> Result<RoutedPayment, ControlError> {
+        if route.is_empty() {
+            return Err(ControlError::BadRoute("an empty route".into()));
+        }
         let height = self.chain.tip().await.map_err(ControlError::Chain)?.height;
         // The final hop must be able to claim with R on chain before the expiry: a peer
         // configured like us demands our delay plus the claim margin (docs/channel.md);
@@ -86,7 +149,64 @@ impl Manager {
             Locktime::Seconds(s) => s.div_ceil(600),
         };
         let final_expiry = height + delay + 2 * config.htlc_claim_margin_blocks;
-        let amounts = plan(route.len(), amount_msat, final_expiry, &Schedule::ASSUMED);
+        let mut forwarders = vec![Schedule::ASSUMED; route.len() - 1];
+        let mut attempts = 1;
+        loop {
+            let amounts = plan(amount_msat, final_expiry, &forwarders);
+            let (end_tx, end) = oneshot::channel();
+            lock(&self.payment_ends.waiting).insert(r_hash, end_tx);
+            let offered = self.offer_route(route, r_hash, &amounts).await;
+            let fee_msat = amounts[0].0 - amount_msat;
+            let declined = match offered {
+                Ok(slot) => {
+                    return Ok(RoutedPayment {
+                        slot,
+                        amount_msat,
+                        fee_msat,
+                        attempts,
+                        end,
+                    })
+                }
+                Err(e) => {
+                    lock(&self.payment_ends.waiting).remove(&r_hash);
+                    e
+                }
+            };
+            // Only the first hop's decline names a schedule, and it is learnt once.
+            let (peer, base_msat, per_millionth) = match declined {
+                ControlError::FeeTooLow {
+                    peer,
+                    base_msat,
+                    per_millionth,
+                } if attempts == 1 && !forwarders.is_empty() => (peer, base_msat, per_millionth),
+                other => return Err(other),
+            };
+            forwarders[0] = Schedule {
+                base_msat,
+                per_millionth,
+                ..forwarders[0]
+            };
+            let retry_fee_msat = plan(amount_msat, final_expiry, &forwarders)[0].0 - amount_msat;
+            let max = max_fee_msat(amount_msat);
+            if retry_fee_msat > max {
+                return Err(ControlError::FeeAboveMax {
+                    peer,
+                    fee_msat: retry_fee_msat,
+                    max_fee_msat: max,
+                });
+            }
+            tracing::info!(%peer, base_msat, per_millionth, fee_msat, retry_fee_msat, "the first hop declined our fee with its schedule; paying once more with it");
+            attempts += 1;
+        }
+    }
+
+    /// Builds the onion for `amounts` along `route` and offers the first hop its HTLC.
+    async fn offer_route(
+        &self,
+        route: &[PublicKey],
+        r_hash: Sha256,
+        amounts: &[(u64, u32)],
+    ) -> Result<Arc<Slot>, ControlError> {
         let payloads: Vec<Vec<u8>> = (0..route.len())
             .map(|i| {
                 let (amount, expiry) = amounts.get(i + 1).copied().unwrap_or(amounts[i]);
@@ -127,12 +247,20 @@ impl Manager {
         };
         tracing::info!(
             hops = route.len(),
-            amount_msat,
             first_htlc_msat = amount,
             expiry,
             "paying along a route"
         );
-        self.command(&first, command).await
+        self.command(&route[0], command).await
+    }
+
+    /// Our payment's first HTLC, with hash `r_hash`, ended: its `pay --route` hears it.
+    pub(super) fn payment_ended(&self, r_hash: &Sha256, end: PaymentEnd) {
+        if let Some(tx) = lock(&self.payment_ends.waiting).remove(r_hash) {
+            if tx.send(end).is_err() {
+                tracing::debug!("the payer stopped waiting for the payment's end");
+            }
+        }
     }
 }
 
@@ -165,13 +293,50 @@ mod tests {
             ),
         ];
         for (hops, amount, want) in table {
-            assert_eq!(&plan(*hops, *amount, 500, &s), want, "{hops} hops");
+            let forwarders = vec![s; hops - 1];
+            assert_eq!(&plan(*amount, 500, &forwarders), want, "{hops} hops");
         }
+        // Each forwarder's own schedule: the first hop's fee is on what it forwards.
+        let dear = Schedule {
+            base_msat: 5_000,
+            ..s
+        };
+        assert_eq!(
+            plan(5_000_000, 500, &[dear, s]),
+            vec![(5_007_000, 580), (5_001_500, 540), (5_000_000, 500)]
+        );
         let huge = Schedule {
             base_msat: u64::MAX,
             per_millionth: u64::MAX,
             expiry_delta: u32::MAX,
         };
         assert_eq!(huge.fee(u64::MAX), u64::MAX, "saturates, never wraps");
+    }
+
+    #[test]
+    fn a_declines_schedule_is_learnt_and_fees_are_capped() {
+        let learnt = |fixed, per_micro_unit| {
+            Schedule::learnt(&wire::Funding {
+                fixed,
+                per_micro_unit,
+            })
+        };
+        let s = |base_msat, per_millionth| Schedule {
+            base_msat,
+            per_millionth,
+            expiry_delta: 40,
+        };
+        assert_eq!(learnt(Some(5), Some(10)), s(5_000, 10));
+        assert_eq!(learnt(None, None), s(0, 0), "parts not sent are none");
+        assert_eq!(
+            learnt(Some(-5), Some(-10)),
+            s(0, 0),
+            "negative parts are none"
+        );
+        assert_eq!(learnt(Some(i64::MAX), Some(i32::MAX)).base_msat, u64::MAX);
+        // 0.5% of the amount, at least 5,000 msat.
+        assert_eq!(max_fee_msat(0), 5_000);
+        assert_eq!(max_fee_msat(2_000_000), 10_000);
+        assert_eq!(max_fee_msat(1_000_000_000), 5_000_000);
     }
 }

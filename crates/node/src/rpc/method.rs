@@ -356,10 +356,7 @@ impl Method {
                 route,
                 r_hash,
                 amount_msat,
-            } => {
-                let slot = node.manager.pay_route(&route, r_hash, amount_msat).await?;
-                channel_view(&slot).await
-            }
+            } => pay_route(node, &route, r_hash, amount_msat).await,
             Method::Invoice { amount_msat, label } => render(InvoiceView::of(
                 &node.manager.create_invoice(amount_msat, label).await?,
             )),
@@ -401,16 +398,44 @@ fn render(view: impl Serialize) -> Result<Value, RpcFailure> {
         .map_err(|e| RpcFailure::new(crate::control_error::codes::MISC_ERROR, e.to_string()))
 }
 
+/// `pay --route`: the first hop's channel, with how the payment ended: paid, failed
+/// back, or still in flight when the command's time runs out (it ends by its expiry).
+async fn pay_route(
+    node: &Node,
+    route: &[secp256k1::PublicKey],
+    r_hash: wire::Sha256,
+    amount_msat: u64,
+) -> Result<Value, RpcFailure> {
+    let crate::manager::route::RoutedPayment {
+        slot,
+        amount_msat,
+        fee_msat,
+        attempts,
+        end,
+    } = node.manager.pay_route(route, r_hash, amount_msat).await?;
+    let timeout = node.manager.settings.command_timeout;
+    let end = tokio::time::timeout(timeout, end)
+        .await
+        .ok()
+        .and_then(Result::ok);
+    let mut answer = channel_view(&slot).await?;
+    answer["payment"] = render(super::views::PaymentView::of(
+        amount_msat,
+        fee_msat,
+        attempts,
+        end,
+    ))?;
+    Ok(answer)
+}
+
 /// `listforwards`.
 async fn forwards(node: &Node) -> Result<ForwardsView, RpcFailure> {
-    let forwards = node
-        .manager
-        .list_forwards()
-        .await?
+    let rows = node.manager.list_forwards().await?;
+    let forwards = rows
         .iter()
         .map(|f| ForwardView::of(f, node.manager.peer_of(f.in_channel)))
         .collect();
-    Ok(ForwardsView { forwards })
+    Ok(ForwardsView::of(forwards, rows.iter()))
 }
 
 async fn channel_view(slot: &Slot) -> Result<Value, RpcFailure> {

@@ -273,6 +273,43 @@ pub(crate) struct InvoicesView {
     pub(crate) invoices: Vec<InvoiceView>,
 }
 
+/// How `pay --route` ended, beside the first hop's channel in its answer.
+#[derive(Debug, Serialize)]
+pub(crate) struct PaymentView {
+    /// `paid` (the route fulfilled our HTLC: the payee has `amount_msat`, the hops
+    /// `fee_msat`), `failed` (our HTLC came back: nothing moved) or `in_flight` (no end
+    /// within the command's time-out; it ends, fulfilled or failed back, by its expiry).
+    status: &'static str,
+    /// What the payee receives.
+    amount_msat: u64,
+    /// The hops' fees our HTLC carries: paid only when `status` is `paid`.
+    fee_msat: u64,
+    /// 1, or 2 when the first hop declined the first with its fee schedule and the
+    /// payment was made again with it.
+    attempts: u32,
+}
+
+impl PaymentView {
+    pub(crate) fn of(
+        amount_msat: u64,
+        fee_msat: u64,
+        attempts: u32,
+        end: Option<crate::manager::route::PaymentEnd>,
+    ) -> PaymentView {
+        use crate::manager::route::PaymentEnd;
+        PaymentView {
+            status: match end {
+                Some(PaymentEnd::Paid) => "paid",
+                Some(PaymentEnd::Failed) => "failed",
+                None => "in_flight",
+            },
+            amount_msat,
+            fee_msat,
+            attempts,
+        }
+    }
+}
+
 /// A forward as `listforwards` shows it.
 #[derive(Debug, Serialize)]
 pub(crate) struct ForwardView {
@@ -313,10 +350,34 @@ impl ForwardView {
     }
 }
 
-/// `listforwards`.
+/// `listforwards`: every forward, and the counts the node's log gives.
 #[derive(Debug, Serialize)]
 pub(crate) struct ForwardsView {
     pub(crate) forwards: Vec<ForwardView>,
+    /// Forwards fulfilled.
+    fulfilled: usize,
+    /// Forwards failed (routefailed upstream).
+    failed: usize,
+    /// Forwards still offered downstream.
+    in_flight: usize,
+    /// The fees of the fulfilled forwards.
+    fees_earned_msat: u64,
+}
+
+impl ForwardsView {
+    pub(crate) fn of<'a>(
+        forwards: Vec<ForwardView>,
+        rows: impl Iterator<Item = &'a ForwardRow>,
+    ) -> ForwardsView {
+        let c = crate::manager::ForwardCounts::of(rows);
+        ForwardsView {
+            forwards,
+            fulfilled: c.fulfilled,
+            failed: c.failed,
+            in_flight: c.in_flight,
+            fees_earned_msat: c.fees_earned_msat,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -246,6 +246,8 @@ pub struct NodeProc {
     starts: u32,
     /// More flags for every start.
     extra: Vec<String>,
+    /// Environment variables for the next starts (a crash point).
+    env: Vec<(String, String)>,
 }
 
 impl Drop for NodeProc {
@@ -296,6 +298,7 @@ impl NodeProc {
             cheat,
             starts: 0,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            env: Vec::new(),
         };
         assert!(node.try_start(), "node did not start: {}", node.log_tail());
         node
@@ -331,6 +334,7 @@ impl NodeProc {
             cmd.arg("--dev-allow-cheat");
         }
         cmd.args(&self.extra);
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         let mut child = cmd.spawn().unwrap();
         // "potluck node <id> peers on <addr> control on http://<addr>/"
         let lines = StdoutLines::of(&mut child);
@@ -348,6 +352,26 @@ impl NodeProc {
             .to_owned();
         self.child = Some(child);
         true
+    }
+
+    /// Sets (or, with `None`, removes) an environment variable for the next starts.
+    pub fn set_env(&mut self, key: &str, value: Option<&str>) {
+        self.env.retain(|(k, _)| k != key);
+        if let Some(v) = value {
+            self.env.push((key.to_owned(), v.to_owned()));
+        }
+    }
+
+    /// Whether the process ended on its own (a crash point killed it); it is reaped.
+    pub fn exited(&mut self) -> bool {
+        let ended = self
+            .child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_some());
+        if ended {
+            self.child = None;
+        }
+        ended
     }
 
     /// SIGKILL: no chance to clean up.
