@@ -12,13 +12,13 @@ use crate::harness::{create_network, eventually, Network};
 use crate::manager::Command;
 use crate::store::InvoiceRow;
 
-fn regtest(config: &mut crate::NodeConfig) {
+pub(crate) fn regtest(config: &mut crate::NodeConfig) {
     config.channel.min_depth = 1;
 }
 
 /// Node `i`'s own balance (outside HTLCs, fee share included) and its HTLC count, in its
 /// channel with `peer`.
-async fn side(net: &Network, i: usize, peer: usize) -> (u64, usize) {
+pub(crate) async fn side(net: &Network, i: usize, peer: usize) -> (u64, usize) {
     let slot = net.nodes[i]
         .manager
         .channels
@@ -40,7 +40,7 @@ async fn settled_along(net: &Network) {
 }
 
 /// The state of B's first forward, as `listforwards` shows it.
-async fn first_forward_state(net: &Network) -> serde_json::Value {
+pub(crate) async fn first_forward_state(net: &Network) -> serde_json::Value {
     net.rpc(1, "listforwards", serde_json::json!([]))
         .await
         .expect("listforwards")["forwards"][0]["state"]
@@ -49,7 +49,7 @@ async fn first_forward_state(net: &Network) -> serde_json::Value {
 
 /// Waits (at most 10 s, woken by every input of the channel) until node `i`'s channel with
 /// `peer` holds no HTLC and is idle.
-async fn settled(net: &Network, i: usize, peer: usize) {
+pub(crate) async fn settled(net: &Network, i: usize, peer: usize) {
     let slot = net.nodes[i]
         .manager
         .channels
@@ -392,7 +392,7 @@ async fn an_expiry_beyond_the_hops_bound_is_declined_without_moving_money() {
 
 /// B's fee for forwarding 2,000,000 msat by the default schedule (A assumes it):
 /// 1,000 + floor(2,000,000 × 10 / 1,000,000).
-const FEE: u64 = 1_020;
+pub(crate) const FEE: u64 = 1_020;
 
 /// A pays C's invoice through B: C gets the amount, B keeps its fee, on all four channel
 /// ends; B's `listforwards` shows the forward fulfilled with that fee.

@@ -12,6 +12,7 @@ mod command;
 mod exec;
 pub(crate) mod forward;
 mod invoice;
+mod onchain_forward;
 mod packet;
 mod registry;
 mod relay;
@@ -135,6 +136,9 @@ impl Manager {
             }
         }
         self.reconcile_forwards().await?;
+        self.reconcile_onchain_forwards()
+            .await
+            .map_err(|e| NodeError::Load(Box::new(e)))?;
         Ok(())
     }
 
