@@ -316,6 +316,53 @@ async fn an_upstream_gone_silent_after_the_hop_paid_downstream_is_claimed_on_cha
     assert!(got > Amount::ZERO && got < Amount::from_sat(2_001), "{got}");
 }
 
+/// A closes its channel with B on chain while C holds the HTLC; C then claims it with R
+/// on chain. B, whose incoming channel is already on chain, claims A's HTLC output from
+/// A's commitment with that R (the claim waits for nothing) before the upstream expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_read_on_chain_claims_the_incoming_htlc_when_that_channel_is_on_chain_too() {
+    let (net, mut c) = line_to_scripted(0x6d, regtest).await;
+    let r = Preimage([0x6d; 32]);
+    let (_, in_expiry) = c_holds(&net, &mut c, r).await;
+    let start = net.chain.height();
+    net.nodes[0]
+        .manager
+        .command(&net.id(1), Command::ForceClose)
+        .await
+        .expect("A closes on chain");
+    net.mine(1).await;
+    let a = net.id(0);
+    eventually!(net, "B sees A's commitment", on_chain(&net, &a).await);
+    assert!(c.channel.remember_preimage(r));
+    let actions = c.channel.force_close().expect("C closes");
+    let Some(Action::Broadcast(commitment)) = actions.first().cloned() else {
+        panic!("the commitment first: {actions:?}")
+    };
+    let (claim, csv) = claim_with(&actions, r);
+    net.chain
+        .send_raw(&commitment, None)
+        .expect("C's commitment");
+    net.mine(csv).await;
+    net.chain.send_raw(&claim, None).expect("C's claim with R");
+    net.mine(1).await;
+    eventually!(
+        net,
+        "B's forward fulfilled with R read on chain",
+        first_forward_state(&net).await == "fulfilled"
+    );
+    let claimed = b_claims(&net, r, start, in_expiry + 3).await;
+    let (height, claim) = claimed.expect("B claimed A's HTLC on chain with R");
+    assert!(
+        height < in_expiry,
+        "claimed at {height}, expiry {in_expiry}"
+    );
+    let htlc = claim.input[0].previous_output;
+    assert_eq!(
+        value_of(&net, htlc).await,
+        Amount::from_sat((2_000_000 + FEE) / 1000)
+    );
+}
+
 /// B (node 1) runs at the smallest `--expiry-delta` the node accepts.
 fn b_at_the_least_delta(config: &mut crate::NodeConfig) {
     regtest(config);
