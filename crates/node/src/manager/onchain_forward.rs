@@ -68,17 +68,20 @@ pub(crate) fn end(seen: OnChain) -> Option<ForwardState> {
 
 /// What `block` shows of the output `outpoint` of an HTLC with `r_hash`.
 pub(crate) fn seen_in(block: &Block, outpoint: OutPoint, r_hash: Sha256) -> OnChain {
-    for tx in &block.txdata {
-        for input in tx.input.iter().filter(|i| i.previous_output == outpoint) {
-            let r = input
-                .witness
-                .iter()
-                .filter_map(|e| <[u8; 32]>::try_from(e).ok().map(Preimage))
-                .find(|r| r.hash() == r_hash);
-            return r.map_or(OnChain::SpentWithoutR, OnChain::SpentWithR);
-        }
-    }
-    OnChain::Unspent
+    let spend = block
+        .txdata
+        .iter()
+        .flat_map(|tx| &tx.input)
+        .find(|i| i.previous_output == outpoint);
+    let Some(input) = spend else {
+        return OnChain::Unspent;
+    };
+    let r = input
+        .witness
+        .iter()
+        .filter_map(|e| <[u8; 32]>::try_from(e).ok().map(Preimage))
+        .find(|r| r.hash() == r_hash);
+    r.map_or(OnChain::SpentWithoutR, OnChain::SpentWithR)
 }
 
 /// Whether the channel still holds the HTLC the peer offered us for `r` (a forward settled
@@ -255,12 +258,15 @@ mod tests {
 
     const R: Preimage = Preimage([7; 32]);
 
+    /// (case, a claim's witness, the Rs it reveals).
+    type Row<'a> = (&'a str, Vec<&'a [u8]>, Vec<Preimage>);
+
     #[test]
     fn r_is_read_from_any_witness_element_whose_hash_is_wanted() {
         let wanted: HashSet<Sha256> = [R.hash()].into();
         let (sig, script, r, other): (&[u8], &[u8], &[u8], &[u8]) =
             (&[0x30; 71], &[0x51; 80], &R.0, &[8; 32]);
-        let table: &[(&str, Vec<&[u8]>, Vec<Preimage>)] = &[
+        let table: &[Row] = &[
             ("claim with R", vec![sig, r, script], vec![R]),
             ("R last", vec![sig, script, r], vec![R]),
             ("refund: empty secret", vec![sig, &[], script], vec![]),
