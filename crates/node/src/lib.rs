@@ -23,6 +23,8 @@ mod error_scan_tests;
 #[cfg(test)]
 mod forward_crash_tests;
 #[cfg(test)]
+mod forward_onchain_tests;
+#[cfg(test)]
 mod forward_tests;
 #[cfg(test)]
 mod functional_tests;
@@ -56,6 +58,13 @@ use crate::node::Node;
 use tokio::task::JoinHandle;
 
 pub use peers::PeerInfo;
+
+/// The least `--expiry-delta`, in blocks, with the default channel settings: a forward
+/// whose downstream channel goes on chain needs our refund deadline after the outgoing
+/// expiry (6), a block for our commitment, and our claim deadline's lead before the
+/// incoming expiry (3), beside both channels' delays, which each forward's check adds
+/// (docs/node.md, "Forwarding on chain").
+pub const MIN_EXPIRY_DELTA: u32 = 10;
 
 /// Settings of a node.
 #[derive(Debug, Clone)]
@@ -163,6 +172,15 @@ impl NodeConfig {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum NodeError {
+    /// `--expiry-delta` is below what a forward needs to resolve on chain in time with the
+    /// channel settings (their refund deadline and claim margin).
+    #[error("--expiry-delta {delta} is below {least} blocks, the least a forward needs to resolve on chain in time")]
+    ExpiryDeltaTooSmall {
+        /// The delta configured.
+        delta: u32,
+        /// The least it may be.
+        least: u32,
+    },
     /// A file in the data directory could not be used.
     #[error("{0}")]
     Io(PathBuf, #[source] std::io::Error),
@@ -236,8 +254,16 @@ impl RunningNode {
 /// Starts a node on `chain`.
 ///
 /// # Errors
-/// The data directory cannot be used or an address cannot be bound.
+/// The data directory cannot be used, an address cannot be bound, or `--expiry-delta` is
+/// too small for the channel settings.
 pub async fn start(config: NodeConfig, chain: Arc<dyn Chain>) -> Result<RunningNode, NodeError> {
+    let least = manager::forward::onchain_blocks(&config.channel);
+    if config.expiry_delta < least {
+        return Err(NodeError::ExpiryDeltaTooSmall {
+            delta: config.expiry_delta,
+            least,
+        });
+    }
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| NodeError::Io(config.data_dir.clone(), e))?;
     let node_key = identity::load_or_create_node_key(&config.data_dir)?;
@@ -329,6 +355,7 @@ fn build(
             max_per_channel: config.max_forwarded_htlcs_per_channel,
             max_total: config.max_forwarded_htlcs,
             max_share_percent: config.max_forward_share_percent,
+            onchain_blocks: manager::forward::onchain_blocks(&config.channel),
         },
         #[cfg(feature = "test-hooks")]
         cheat_enabled: config.dev_allow_cheat,

@@ -397,6 +397,8 @@ async fn scan_block(node: &Node, height: u32, block: &Block) -> Result<(), Watch
             Found::BroadcastDone(txid) => node.store.broadcast_done(&txid, height).await?,
         }
     }
+    // After the channels took the block: a commitment it holds is theirs to know.
+    node.manager.forwards_in_block(block).await?;
     Ok(())
 }
 

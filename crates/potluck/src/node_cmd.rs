@@ -77,8 +77,11 @@ pub struct NodeArgs {
     /// Forwarding fee, proportional part, in millionths of the amount forwarded.
     #[arg(long, env = "POTLUCK_FEE_PER_MILLIONTH", default_value_t = 10)]
     pub fee_per_millionth: u64,
-    /// Blocks kept between the expiry of an HTLC we forward and the one we offer for it.
-    #[arg(long, env = "POTLUCK_EXPIRY_DELTA", default_value_t = 40)]
+    /// Blocks kept between the expiry of an HTLC we forward and the one we offer for it; at
+    /// least 10 (the refund deadline, a block and the claim lead; each forward also needs
+    /// both channels' delays on top).
+    #[arg(long, env = "POTLUCK_EXPIRY_DELTA", default_value_t = 40,
+          value_parser = clap::value_parser!(u32).range(i64::from(node::MIN_EXPIRY_DELTA)..))]
     pub expiry_delta: u32,
     /// The furthest above the chain's tip, in blocks, an incoming HTLC we are to forward
     /// may expire; a later one is declined (cannot_route): a peer could lock our money that long.
@@ -303,5 +306,33 @@ mod tests {
         let text = format!("{:?} {:?}", w.node, w.node.chain.choice().unwrap());
         assert!(!text.contains("rpc-pass-secret"), "{text}");
         assert!(text.contains("potluck"), "{text}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        node: NodeArgs,
+    }
+
+    /// A delta below what a forward needs to resolve on chain in time is refused by the
+    /// parser (docs/node.md, "Forwarding on chain").
+    #[test]
+    fn the_expiry_delta_is_at_least_the_on_chain_floor() {
+        let parse = |delta: &str| Wrapper::try_parse_from(["x", "--expiry-delta", delta]);
+        let least = node::MIN_EXPIRY_DELTA;
+        assert_eq!(parse(&least.to_string()).unwrap().node.expiry_delta, least);
+        let below = parse(&(least - 1).to_string()).err().expect("refused");
+        assert!(below.to_string().contains("--expiry-delta"), "{below}");
+        assert_eq!(
+            Wrapper::try_parse_from(["x"]).unwrap().node.expiry_delta,
+            40
+        );
     }
 }

@@ -44,7 +44,7 @@ use bitcoin::{Amount, OutPoint, ScriptBuf, Transaction, Txid};
 use secp256k1::{ecdsa::Signature, PublicKey};
 use wire::{DeclineReason, Locktime, Onion, Packet, Preimage, Sha256, Sha256d};
 
-use crate::funding::{CState, Who};
+use crate::funding::{CState, Htlc, Who};
 use crate::shachain::{RevocationSecrets, SeedPreimages};
 use crate::tx::{p2wpkh, secp, Commitment, TxError, DUST_LIMIT_SAT};
 
@@ -450,6 +450,40 @@ impl Channel {
     /// Our outputs on chain left unclaimed because their claim would cost more than they hold.
     pub fn unclaimable(&self) -> &[Unclaimable] {
         self.established().map_or(&[], |e| &e.unclaimable[..])
+    }
+
+    /// Once a valid commitment (ours or theirs) is on chain: the outputs of the HTLCs we
+    /// offered in it, with each HTLC. `None` before that, and after a close, a penalty or
+    /// an unrecognised spend of the anchor. An HTLC we offered that has no output here
+    /// (not in that commitment, or left out as dust) can never be claimed with R on chain.
+    pub fn offered_htlc_outputs_on_chain(&self) -> Option<Vec<(OutPoint, Htlc)>> {
+        let e = self.established()?;
+        let Step::OnChain(Resolution::Commitment { owner, commitment }) = &e.step else {
+            return None;
+        };
+        let txid = commitment.tx.compute_txid();
+        let ours = commitment
+            .outputs
+            .iter()
+            .enumerate()
+            .filter_map(|(vout, o)| {
+                let h = match (owner, o.kind) {
+                    (Who::Us, crate::tx::OutputKind::HtlcOffered(h))
+                    | (Who::Them, crate::tx::OutputKind::HtlcReceived(h)) => h,
+                    _ => return None,
+                };
+                let vout = u32::try_from(vout).ok()?;
+                Some((OutPoint { txid, vout }, h))
+            });
+        Some(ours.collect())
+    }
+
+    /// The delay the peer imposes on our outputs (our claims on our own commitment wait for
+    /// it), in blocks (a delay in time counted ten minutes a block); `None` before the
+    /// terms are agreed.
+    pub fn claim_delay_blocks(&self) -> Option<u32> {
+        self.established()
+            .map(|e| delay_blocks_equivalent(e.terms.their_delay_csv))
     }
 
     /// The Rs this channel claims HTLCs offered to us with, should a commitment reach the chain.

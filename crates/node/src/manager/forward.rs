@@ -25,6 +25,9 @@ pub(crate) struct Downstream {
     pub(crate) forwards: usize,
     /// The sum of those forwards' outgoing amounts.
     pub(crate) forwards_msat: u64,
+    /// The delay the next hop imposes on our outputs, in blocks: once the channel is on
+    /// chain, it may claim our HTLC with R until our refund, which waits for it, confirms.
+    pub(crate) claim_delay_blocks: u32,
 }
 
 /// Bounds against a peer that holds forwarded HTLCs until their expiry (docs/node.md,
@@ -41,6 +44,22 @@ pub(crate) struct Limits {
     /// The percentage of an outgoing channel's capacity that forwards in flight on it may
     /// lock (`--max-forward-share-percent`).
     pub(crate) max_share_percent: u8,
+    /// The blocks a forward needs between its two expiries to resolve on chain in time,
+    /// beside both channels' delays ([`onchain_blocks`]).
+    pub(crate) onchain_blocks: u32,
+}
+
+/// The blocks a forward needs between its incoming and outgoing expiries to resolve on
+/// chain in time, beside the delays both peers impose on our outputs (docs/node.md,
+/// "Forwarding on chain"): our refund deadline after the outgoing expiry
+/// (`force_close_after_expiry_blocks`), one block for our commitment to confirm, and the
+/// lead our claim deadline keeps before the incoming expiry (half the claim margin). The
+/// least `--expiry-delta` the node accepts.
+pub(crate) fn onchain_blocks(config: &channel::ChannelConfig) -> u32 {
+    config
+        .force_close_after_expiry_blocks
+        .saturating_add(1)
+        .saturating_add(config.htlc_claim_margin_blocks.div_ceil(2))
 }
 
 impl Limits {
@@ -50,6 +69,7 @@ impl Limits {
         max_per_channel: 30,
         max_total: 483,
         max_share_percent: 50,
+        onchain_blocks: 10,
     };
 }
 
@@ -60,6 +80,9 @@ pub(crate) struct Load {
     pub(crate) tip: u32,
     /// Forwards still `offered`, on every channel.
     pub(crate) forwards: usize,
+    /// The delay the peer offering the HTLC imposes on our outputs, in blocks: our claim
+    /// with R on our own commitment waits for it.
+    pub(crate) upstream_claim_delay_blocks: u32,
 }
 
 /// Why an HTLC to forward is refused.
@@ -74,7 +97,8 @@ pub(crate) enum Refusal {
         /// Our fee for it.
         fee_msat: u64,
     },
-    /// The incoming expiry is not our delta beyond the outgoing one.
+    /// The incoming expiry is not our delta beyond the outgoing one, or too close to it to
+    /// resolve on chain in time with both channels' delays.
     ExpiryTooClose,
     /// The incoming HTLC expires further above the tip than `--max-expiry-blocks`.
     ExpiryTooFar,
@@ -138,7 +162,14 @@ pub(crate) fn check(
         (Locktime::Seconds(i), Locktime::Seconds(o)) => i.checked_sub(o).map(|s| s / 600),
         _ => None,
     };
-    if room.is_none_or(|r| r < schedule.expiry_delta) {
+    // The next hop may claim with R until our refund confirms, and we must then claim
+    // upstream before its expiry: both channels' delays count on top of our margins.
+    let needed = limits
+        .onchain_blocks
+        .saturating_add(down.claim_delay_blocks)
+        .saturating_add(load.upstream_claim_delay_blocks)
+        .max(schedule.expiry_delta);
+    if room.is_none_or(|r| r < needed) {
         return Err(Refusal::ExpiryTooClose);
     }
     // An expiry in seconds is never forwarded (the outgoing one must be in blocks), so
@@ -183,6 +214,7 @@ impl Manager {
                 let spendable_msat =
                     balances.map_or(0, |cs| crate::sides::spendable_msat(cs, Who::Us));
                 let capacity_msat = balances.map_or(0, |cs| cs.anchor_sat.saturating_mul(1000));
+                let claim_delay_blocks = inner.channel.claim_delay_blocks().unwrap_or(0);
                 drop(inner);
                 let (forwards, forwards_msat) = self.forwards_in_flight(Some(slot.id));
                 Some(Downstream {
@@ -191,13 +223,20 @@ impl Manager {
                     capacity_msat,
                     forwards,
                     forwards_msat,
+                    claim_delay_blocks,
                 })
             }
             _ => None,
         };
+        // The channel the HTLC comes in on (its lock is not held yet).
+        let upstream_claim_delay_blocks = match self.channels.active(peer).await {
+            Some(slot) => slot.lock().await.channel.claim_delay_blocks().unwrap_or(0),
+            None => 0,
+        };
         let load = Load {
             tip,
             forwards: self.forwards_in_flight(None).0,
+            upstream_claim_delay_blocks,
         };
         let incoming = Htlc {
             amount_msat: add.amount_msat,
@@ -233,6 +272,7 @@ mod tests {
         max_per_channel: 3,
         max_total: 5,
         max_share_percent: 50,
+        onchain_blocks: 10,
     };
 
     /// The tip of the table's chain.
@@ -258,6 +298,7 @@ mod tests {
             capacity_msat: 20_000_000,
             forwards: 0,
             forwards_msat: 0,
+            claim_delay_blocks: 6,
         };
         let room = Some(open);
         let dead = Some(Downstream {
@@ -288,6 +329,11 @@ mod tests {
             forwards: 3,
             ..open
         });
+        // The next hop's delay of 30 and ours upstream of 6, beside 10 blocks: 46 > 40.
+        let slow = Some(Downstream {
+            claim_delay_blocks: 30,
+            ..open
+        });
         // Fee for 5,000,000 msat: 1,000 + floor(5,000,000 × 100 / 1,000,000) = 1,500.
         #[rustfmt::skip]
         let table: &[Row] = &[
@@ -305,6 +351,8 @@ mod tests {
             ("at the channel's bound", 5_001_500, 540, 5_000_000, 500, three_on_it, Err(TooManyOnChannel)),
             ("half the channel locked exactly", 5_001_500, 540, 5_000_000, 500, half, Ok(())),
             ("one msat over half", 5_001_500, 540, 5_000_000, 500, over_half, Err(ShareExceeded)),
+            ("delays above the delta: the delta is not enough", 5_001_500, 545, 5_000_000, 500, slow, Err(ExpiryTooClose)),
+            ("delays above the delta met exactly", 5_001_500, 546, 5_000_000, 500, slow, Ok(())),
         ];
         for (case, in_msat, in_exp, out_msat, out_exp, down, want) in table {
             let incoming = Htlc {
@@ -320,6 +368,7 @@ mod tests {
             let load = Load {
                 tip: TIP,
                 forwards: 4,
+                upstream_claim_delay_blocks: 6,
             };
             assert_eq!(
                 &check(&incoming, &payload, (&S, &L), load, *down),
@@ -347,18 +396,31 @@ mod tests {
             capacity_msat: 20_000_000,
             forwards: 0,
             forwards_msat: 0,
+            claim_delay_blocks: 6,
         });
         let at = |forwards| {
             check(
                 &incoming,
                 &payload,
                 (&S, &L),
-                Load { tip: TIP, forwards },
+                Load {
+                    tip: TIP,
+                    forwards,
+                    upstream_claim_delay_blocks: 6,
+                },
                 down,
             )
         };
         assert_eq!(at(4), Ok(()), "one below the bound");
         assert_eq!(at(5), Err(Refusal::TooManyForwards), "at the bound");
+    }
+
+    #[test]
+    fn the_onchain_floor_is_the_refund_deadline_a_block_and_half_the_claim_margin() {
+        let config = channel::ChannelConfig::default();
+        assert_eq!(onchain_blocks(&config), 6 + 1 + 3);
+        assert_eq!(onchain_blocks(&config), Limits::DEFAULT.onchain_blocks);
+        assert_eq!(onchain_blocks(&config), crate::MIN_EXPIRY_DELTA);
     }
 
     #[test]

@@ -317,6 +317,17 @@ impl Manager {
                     }
                     Ok(actions)
                 }
+                Err(CommandError::TooLateToFulfill { .. } | CommandError::HtlcExpired(_))
+                    if invoice.is_none() =>
+                {
+                    // A forward's R: the next hop was paid with it, so failing back would
+                    // lose the amount. Kept, the channel's deadline claims it on chain.
+                    if inner.channel.remember_preimage(r) {
+                        self.persist(slot, inner, &[]).await?;
+                    }
+                    tracing::warn!(peer = %slot.peer, r_hash = %hash_hex, "a forward's R came too close to the incoming HTLC's expiry to fulfil; claiming it on chain");
+                    return Ok(None);
+                }
                 Err(CommandError::TooLateToFulfill { .. } | CommandError::HtlcExpired(_)) => {
                     tracing::warn!(peer = %slot.peer, r_hash = %hash_hex, "invoice HTLC too close to its expiry to fulfil; failing it");
                     inner.channel.routefail_htlc(r_hash)

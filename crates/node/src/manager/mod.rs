@@ -13,6 +13,7 @@ mod crash;
 mod exec;
 pub(crate) mod forward;
 mod invoice;
+mod onchain_forward;
 mod packet;
 mod registry;
 mod relay;
@@ -149,6 +150,9 @@ impl Manager {
             }
         }
         self.reconcile_forwards().await?;
+        self.reconcile_onchain_forwards()
+            .await
+            .map_err(|e| NodeError::Load(Box::new(e)))?;
         Ok(())
     }
 

@@ -135,6 +135,15 @@ impl Manager {
         Ok(())
     }
 
+    /// Copies of the forwards `keep` selects.
+    pub(super) fn forwards_matching(&self, keep: impl Fn(&ForwardRow) -> bool) -> Vec<ForwardRow> {
+        lock(&self.forwards.by_key)
+            .values()
+            .filter(|f| keep(f))
+            .cloned()
+            .collect()
+    }
+
     /// Whether an HTLC that came in on channel `id` was forwarded and ended downstream.
     pub(super) fn has_ended_forwards(&self, id: ChannelId) -> bool {
         lock(&self.forwards.by_key)
@@ -318,6 +327,16 @@ impl Manager {
             return true;
         };
         let mut inner = slot.lock().await;
+        // R first: kept in the channel, its deadline claims on chain if the peer never
+        // takes the fulfil (and a channel on chain claims at once).
+        match self.keep_upstream_r(&slot, &mut inner).await {
+            Ok(true) => {}
+            Ok(false) => return false,
+            Err(e) => {
+                tracing::error!(peer = %slot.peer, channel = %id, error = %e, "cannot keep a forward's R upstream");
+                return false;
+            }
+        }
         if inner.channel.state().is_updating() {
             // The settlement pass runs when the update in flight completes.
             return true;
