@@ -317,7 +317,20 @@ pub async fn spawn_app_with(
         rpc_bind: None,
     };
     configure(&mut config);
-    let app = potluck_rounds::Application::build(config).await.unwrap();
+    // A service stopped in this process just before (a restart on the same
+    // data directory) lets go of its chain's lock only when its last aborted
+    // task is dropped, which the runtime does a moment later.
+    let app = wait_for("the chain's lock", Duration::from_secs(10), || {
+        let config = config.clone();
+        async move {
+            match potluck_rounds::Application::build(config).await {
+                Ok(app) => Some(app),
+                Err(e) if format!("{e:?}").contains("Locked") => None,
+                Err(e) => panic!("the service does not start: {e:?}"),
+            }
+        }
+    })
+    .await;
     let addr = app.local_addr();
     let dev_chain = app.state().dev_chain.clone();
     let rpc_addr = app.dev_chain_rpc_addr();
