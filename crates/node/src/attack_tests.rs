@@ -1,4 +1,4 @@
-//! The attacks of `crates/potluck/tests/node_attacks.rs` that are about the node's
+//! The attacks of `crates/potluck/tests/node/attacks.rs` that are about the node's
 //! policies, in process: a scripted peer (`harness::ScriptedPeer`) lies, stalls or hangs
 //! up over an in-memory pipe, the chain is the in-process development chain and the watcher
 //! is stepped by hand. Each test names the process test it replaces.

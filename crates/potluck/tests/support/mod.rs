@@ -4,6 +4,7 @@
 
 pub mod channels;
 pub mod peer;
+pub mod rig;
 pub mod rpc_proxy;
 
 use std::net::SocketAddr;
@@ -94,7 +95,6 @@ impl Env {
 
     fn base_args(&self) -> Vec<String> {
         vec![
-            "serve".into(),
             "--bind".into(),
             "127.0.0.1:0".into(),
             "--data-dir".into(),
@@ -109,6 +109,7 @@ impl Env {
         let out = tokio::time::timeout(
             Duration::from_secs(30),
             Command::new(env!("CARGO_BIN_EXE_potluck"))
+                .arg("serve")
                 .args(self.base_args())
                 .args(extra)
                 .env_remove("RUST_LOG")
@@ -127,6 +128,11 @@ impl Env {
     /// Starts the server with cheap Argon2 parameters (tests only; production
     /// defaults are OWASP, proven by `defaults_hash_with_owasp_parameters`).
     pub async fn start(&self, extra: &[&str]) -> Server {
+        self.start_with(extra, &[]).await
+    }
+
+    /// [`Env::start`] with extra environment variables.
+    pub async fn start_with(&self, extra: &[&str], envs: &[(&str, &str)]) -> Server {
         let mut args = vec![
             "--argon2-memory-kib",
             "64",
@@ -136,7 +142,26 @@ impl Env {
             ADMIN,
         ];
         args.extend_from_slice(extra);
-        self.start_raw(&args).await
+        self.start_env(&args, envs).await
+    }
+
+    /// [`Env::start_with`] on the embedded development chain without timed
+    /// blocks, its RPC bound to `rpc_bind` (port 0: the OS's choice, in
+    /// [`Server::rpc_addr`]).
+    pub async fn start_dev_chain(
+        &self,
+        rpc_bind: &str,
+        extra: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Server {
+        let mut args = vec![
+            "--dev-block-interval",
+            "0",
+            "--dev-chain-rpc-bind",
+            rpc_bind,
+        ];
+        args.extend_from_slice(extra);
+        self.start_with(&args, envs).await
     }
 
     /// Starts the server with exactly `extra` beyond bind/data-dir/database.
@@ -149,58 +174,10 @@ impl Env {
         let log = self
             .data_dir
             .join(format!("server-{:08x}.log", rand::random::<u32>()));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_potluck"))
-            .args(self.base_args())
-            .args(extra)
-            .env("POTLUCK_LOG", "info")
-            .envs(envs.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(stdout).lines();
-        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-            .await
-            .expect("server printed its address")
-            .unwrap()
-            .unwrap_or_else(|| {
-                panic!(
-                    "server exited: {}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                )
-            });
-        let addr: SocketAddr = line
-            .rsplit("http://")
-            .next()
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        // With the development chain's RPC enabled, its bound address (port 0
-        // is the OS's choice) is the second line.
-        let rpc_addr = if extra.contains(&"--dev-chain-rpc-bind") {
-            let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-                .await
-                .expect("server printed its chain RPC address")
-                .unwrap()
-                .unwrap_or_default();
-            line.rsplit("http://")
-                .next()
-                .and_then(|a| a.trim().parse().ok())
-        } else {
-            None
-        };
-        // Keep draining stdout so the child never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Server {
-            child,
-            addr,
-            rpc_addr,
-            log,
-        }
+        let base = self.base_args();
+        let mut args: Vec<&str> = base.iter().map(String::as_str).collect();
+        args.extend_from_slice(extra);
+        serve(&args, envs, &log).await
     }
 
     pub async fn cleanup(self) {
@@ -211,24 +188,85 @@ impl Env {
     }
 }
 
-/// The service running inside the test process (no binary), on port 0.
+/// Starts `potluck serve` with exactly `args` and `envs`, its log (stderr)
+/// in `log`; returns once it printed its address (and, with
+/// `--dev-chain-rpc-bind`, its chain's RPC address).
+pub async fn serve(args: &[&str], envs: &[(&str, &str)], log: &std::path::Path) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_potluck"))
+        .arg("serve")
+        .args(args)
+        .env("POTLUCK_LOG", "info")
+        .envs(envs.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("server printed its address")
+        .unwrap()
+        .unwrap_or_else(|| {
+            panic!(
+                "server exited: {}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            )
+        });
+    let addr: SocketAddr = line
+        .rsplit("http://")
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // With the development chain's RPC enabled, its bound address (port 0
+    // is the OS's choice) is the second line.
+    let rpc_addr = if args.contains(&"--dev-chain-rpc-bind") {
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("server printed its chain RPC address")
+            .unwrap()
+            .unwrap_or_default();
+        line.rsplit("http://")
+            .next()
+            .and_then(|a| a.trim().parse().ok())
+    } else {
+        None
+    };
+    // Keep draining stdout so the child never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Server {
+        child,
+        api: Api { addr },
+        rpc_addr,
+        log: log.to_path_buf(),
+    }
+}
+
+/// The service running inside the test process (no binary), on port 0; its
+/// HTTP helpers are those of [`Api`].
 pub struct InProcess {
-    /// The bound address.
-    pub addr: SocketAddr,
+    api: Api,
     /// Its development chain.
     pub dev_chain: Option<chain::DevChain>,
+    /// The development chain's RPC address, when configured with `rpc_bind`.
+    pub rpc_addr: Option<SocketAddr>,
     /// Its store, for reaching around the API.
     pub store: potluck_rounds::store::Store,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
-impl InProcess {
-    /// GET `path` with `headers`.
-    pub async fn get(&self, path: &str, headers: &[(&str, &str)]) -> Resp {
-        request(self.addr, "GET", path, headers, None).await
+impl std::ops::Deref for InProcess {
+    type Target = Api;
+    fn deref(&self) -> &Api {
+        &self.api
     }
+}
 
+impl InProcess {
     /// Shuts the service down gracefully and waits for it.
     pub async fn stop(mut self) {
         if let Some(stop) = self.stop.take() {
@@ -236,6 +274,25 @@ impl InProcess {
         }
         let _ = (&mut self.task).await;
     }
+}
+
+/// Argon2id parameters with `memory_kib` and `iterations` on one lane (the
+/// flags' default parallelism).
+pub fn argon2(memory_kib: u32, iterations: u32) -> potluck_rounds::security::password::HashParams {
+    potluck_rounds::security::password::HashParams {
+        memory_kib,
+        iterations,
+        parallelism: 1,
+    }
+}
+
+/// Sets `config`'s chain to the development chain without timed blocks, its
+/// RPC on port 0 (the address it got is [`InProcess::rpc_addr`]).
+pub fn with_chain_rpc(config: &mut potluck_rounds::Config) {
+    config.chain = potluck_rounds::ChainSource::Dev {
+        block_interval: None,
+        rpc_bind: Some("127.0.0.1:0".parse().unwrap()),
+    };
 }
 
 /// Builds the service in this process with `env`'s data directory and
@@ -254,40 +311,58 @@ pub async fn spawn_app_with(
     config.bind = "127.0.0.1:0".parse().unwrap();
     config.database_url = Some(env.database_url().into());
     config.admin_token = Some(ADMIN.into());
-    config.hash_params = potluck_rounds::security::password::HashParams {
-        memory_kib: 64,
-        iterations: 1,
-        parallelism: 1,
-    };
+    config.hash_params = argon2(64, 1);
     config.chain = potluck_rounds::ChainSource::Dev {
         block_interval: None,
         rpc_bind: None,
     };
     configure(&mut config);
-    let app = potluck_rounds::Application::build(config).await.unwrap();
+    // A service stopped in this process just before (a restart on the same
+    // data directory) lets go of its chain's lock only when its last aborted
+    // task is dropped, which the runtime does a moment later.
+    let app = wait_for("the chain's lock", Duration::from_secs(10), || {
+        let config = config.clone();
+        async move {
+            match potluck_rounds::Application::build(config).await {
+                Ok(app) => Some(app),
+                Err(e) if format!("{e:?}").contains("Locked") => None,
+                Err(e) => panic!("the service does not start: {e:?}"),
+            }
+        }
+    })
+    .await;
     let addr = app.local_addr();
     let dev_chain = app.state().dev_chain.clone();
+    let rpc_addr = app.dev_chain_rpc_addr();
     let store = app.store().clone();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(app.run_until_stopped(async move {
         let _ = stopped.await;
     }));
     InProcess {
-        addr,
+        api: Api { addr },
         dev_chain,
+        rpc_addr,
         store,
         stop: Some(stop),
         task,
     }
 }
 
-/// A running server process.
+/// A running server process; its HTTP helpers are those of [`Api`].
 pub struct Server {
     pub child: Child,
-    pub addr: SocketAddr,
+    api: Api,
     pub log: PathBuf,
     /// The development chain's RPC address, when started with `--dev-chain-rpc-bind`.
     pub rpc_addr: Option<SocketAddr>,
+}
+
+impl std::ops::Deref for Server {
+    type Target = Api;
+    fn deref(&self) -> &Api {
+        &self.api
+    }
 }
 
 impl Server {
@@ -298,7 +373,19 @@ impl Server {
     pub async fn stop(mut self) {
         let _ = self.child.kill().await;
     }
+}
 
+/// The service's HTTP API at an address: the one set of request helpers of
+/// both the started binary ([`Server`]) and the in-process service
+/// ([`InProcess`]), which deref to it, so a test helper taking `&Api` serves
+/// either.
+#[derive(Debug, Clone, Copy)]
+pub struct Api {
+    /// The bound address.
+    pub addr: SocketAddr,
+}
+
+impl Api {
     pub async fn get(&self, path: &str, headers: &[(&str, &str)]) -> Resp {
         request(self.addr, "GET", path, headers, None).await
     }
@@ -420,6 +507,28 @@ impl Server {
 
     pub async fn admin_put(&self, path: &str, body: Value) -> Resp {
         self.put(path, &[("x-admin-token", ADMIN)], body).await
+    }
+
+    /// GET /admin/ledger (must answer 200), checked against the books'
+    /// identity: deposits = users' unspent + pots in flight + commission +
+    /// withdrawals + miner fees + corrections − debts. The ledger.
+    pub async fn balanced_ledger(&self) -> Value {
+        let r = self.admin_get("/admin/ledger").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let l = r.json();
+        let n = |k: &str| l[k].as_i64().unwrap_or_else(|| panic!("{k} in {l}"));
+        assert_eq!(
+            n("deposits_sats"),
+            n("users_unspent_sats")
+                + n("pots_in_flight_sats")
+                + n("commission_paid_sats")
+                + n("withdrawn_sats")
+                + n("miner_fees_sats")
+                + n("corrections_sats")
+                - n("debts_sats"),
+            "the ledger does not balance: {l}"
+        );
+        l
     }
 
     pub async fn metric(&self, name: &str) -> f64 {
@@ -700,10 +809,10 @@ impl EventStream {
 macro_rules! both_databases {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::support::Db::Sqlite).await })*
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name($crate::support::Db::Sqlite).await })*
         }
         mod postgres {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::support::Db::Postgres).await })*
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name($crate::support::Db::Postgres).await })*
         }
     };
 }

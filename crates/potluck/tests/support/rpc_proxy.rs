@@ -137,21 +137,27 @@ async fn serve_connection(conn: TcpStream, upstream: SocketAddr, rules: Arc<Mute
     }
 }
 
-/// `potluck chain` as its own process (blocks on demand only).
+/// `potluck chain` as its own process (blocks on demand only), restartable
+/// on the same data and port.
 pub struct ChainProcess {
     /// Its data directory (the RPC cookie is `.cookie` there).
     pub dir: PathBuf,
     /// Its RPC address.
     pub addr: SocketAddr,
-    _child: tokio::process::Child,
+    child: Option<tokio::process::Child>,
 }
 
 impl ChainProcess {
     /// Starts it on an ephemeral port under `dir`.
     pub async fn start(dir: PathBuf) -> Self {
+        Self::start_on(dir, 0).await
+    }
+
+    /// Starts it on `port` (0: the OS's choice) under `dir`.
+    pub async fn start_on(dir: PathBuf, port: u16) -> Self {
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
             .arg("chain")
-            .args(["--rpc-bind", "127.0.0.1:0"])
+            .args(["--rpc-bind", &format!("127.0.0.1:{port}")])
             .arg("--data-dir")
             .arg(&dir)
             .args(["--block-interval", "0"])
@@ -179,8 +185,23 @@ impl ChainProcess {
         Self {
             dir,
             addr,
-            _child: child,
+            child: Some(child),
         }
+    }
+
+    /// SIGKILL, and waits until it is gone.
+    pub async fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().await.unwrap();
+        }
+    }
+
+    /// SIGKILL, then a start on the same data directory and port.
+    pub async fn restart(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill().await;
+        }
+        *self = Self::start_on(self.dir.clone(), self.addr.port()).await;
     }
 
     /// An RPC client of the chain (not through the proxy).

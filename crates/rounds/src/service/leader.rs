@@ -71,6 +71,15 @@ async fn watch(conn: &mut PgConnection) {
     }
 }
 
+/// A task that is aborted when its handle is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Runs `engine` whenever this process holds the engine lock on the
 /// PostgreSQL database at `url`; never returns (abort it to stop).
 pub async fn run_when_leader(url: String, engine: Arc<Engine>, interval: Duration) {
@@ -90,12 +99,14 @@ pub async fn run_when_leader(url: String, engine: Arc<Engine>, interval: Duratio
             continue;
         }
         tracing::info!("engine leader: this process runs the engine and chain watcher");
-        let worker = tokio::spawn(engine.clone().run(interval));
+        // Aborted with this task too (dropping a JoinHandle would detach
+        // it): a service stopped in process must not keep an engine running.
+        let mut worker = AbortOnDrop(tokio::spawn(engine.clone().run(interval)));
         watch(&mut conn).await;
         // Stopping mid-step is a crash as far as the engine goes: every
         // step is durable and repeatable.
-        worker.abort();
-        let _ = worker.await;
+        worker.0.abort();
+        let _ = (&mut worker.0).await;
         drop(conn);
         tracing::warn!("engine leader: stepped down (lock connection lost)");
     }

@@ -6,7 +6,7 @@
 //! transaction index (Bitcoin Core's default), which the node must not need, run in
 //! process (`crates/node/src/txindex_tests.rs`).
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use support::channels::{btc_to_sat, r_hash, wait_for, DevChainProc, NodeProc, TxIndex};
@@ -542,7 +542,7 @@ fn a_snapshot_from_the_previous_release_is_migrated_at_start() {
     let mut node = NodeProc::start(&chain, false);
     node.kill9();
     let fixture: Value = serde_json::from_str(include_str!(
-        "../../channel/tests/fixtures/snapshot_v0.json"
+        "../../../channel/tests/fixtures/snapshot_v0.json"
     ))
     .unwrap();
     let peer = {

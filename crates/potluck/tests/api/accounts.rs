@@ -1,6 +1,6 @@
-//! Black-box: registration, login, sessions and tokens, change-password, over HTTP against the real binary (SQLite and PostgreSQL).
+//! Black-box: registration, login, sessions and tokens, change-password, over HTTP against the service in this process (SQLite and PostgreSQL); the one test that reads the log starts the binary.
 
-mod support;
+use crate::support;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
@@ -39,7 +39,7 @@ fn sign(secret: &[u8], header: &str, claims: serde_json::Value) -> String {
 
 async fn registration_rules_and_login(db: Db) {
     let env = Env::new(db).await;
-    let s = env.start(&[]).await;
+    let s = support::spawn_app(&env).await;
     let r = s.register("Bob.Smith-1", "password123", "10.0.0.1").await;
     assert_eq!(r.status, 201, "{}", r.text());
     let body = r.json();
@@ -123,7 +123,7 @@ async fn registration_rules_and_login(db: Db) {
 
 async fn concurrent_case_variants_register_once(db: Db) {
     let env = Env::new(db).await;
-    let s = env.start(&[]).await;
+    let s = support::spawn_app(&env).await;
     for i in 0..5 {
         let (upper, lower) = (format!("Twin{i}"), format!("twin{i}"));
         let (a, b) = tokio::join!(
@@ -167,7 +167,7 @@ async fn concurrent_case_variants_register_once(db: Db) {
 
 async fn tokens_are_checked_strictly(db: Db) {
     let env = Env::new(db).await;
-    let s = env.start(&[]).await;
+    let s = support::spawn_app(&env).await;
     let token = s.user("tess", "10.3.0.1").await;
     let secret = hex::decode(
         std::fs::read_to_string(env.data_dir.join("jwt-secret"))
@@ -281,7 +281,7 @@ async fn tokens_are_checked_strictly(db: Db) {
 
 async fn change_password_rotates_sessions(db: Db) {
     let env = Env::new(db).await;
-    let s = env.start(&[]).await;
+    let s = support::spawn_app(&env).await;
     let old = s.user("Carol", "10.4.0.1").await;
     let auth = |t: &str| vec![("authorization".to_string(), format!("Bearer {t}"))];
     let hdr = |v: &Vec<(String, String)>| {

@@ -3,7 +3,7 @@
 // The crash point is compiled in only with `--features potluck/test-hooks`.
 #![cfg(feature = "test-hooks")]
 
-mod support;
+use crate::support;
 
 use support::wait_for;
 
@@ -15,21 +15,8 @@ use sqlx::Row as _;
 use support::{Db, Env, Server};
 
 async fn serve(env: &Env, rpc_bind: &str, envs: &[(&str, &str)]) -> Server {
-    let args = [
-        "--argon2-memory-kib",
-        "64",
-        "--argon2-iterations",
-        "1",
-        "--admin-token",
-        support::ADMIN,
-        "--dev-block-interval",
-        "0",
-        "--dev-chain-rpc-bind",
-        rpc_bind,
-        "--bump-after-blocks",
-        "2",
-    ];
-    env.start_env(&args, envs).await
+    env.start_dev_chain(rpc_bind, &["--bump-after-blocks", "2"], envs)
+        .await
 }
 
 async fn rpc(env: &Env, rpc_bind: &str) -> BitcoindRpc {
@@ -142,20 +129,8 @@ async fn bump_killed_between_its_intent_and_its_broadcast_is_finished_after_rest
         Some(200_000 - 50_000 - new_fee),
         "{me}"
     );
-    let l = server.admin_get("/admin/ledger").await.json();
-    let n = |k: &str| l[k].as_i64().unwrap();
-    assert_eq!(
-        n("deposits_sats"),
-        n("users_unspent_sats")
-            + n("pots_in_flight_sats")
-            + n("commission_paid_sats")
-            + n("withdrawn_sats")
-            + n("miner_fees_sats")
-            + n("corrections_sats")
-            - n("debts_sats"),
-        "{l}"
-    );
-    assert_eq!(n("withdrawn_sats"), 50_000);
+    let l = server.balanced_ledger().await;
+    assert_eq!(l["withdrawn_sats"].as_i64(), Some(50_000), "{l}");
     let v = versions(&env).await;
     assert_eq!(
         (v[0].1.as_str(), v[1].1.as_str()),

@@ -1,6 +1,6 @@
 //! Fee bumping of stuck withdrawals on the development chain's fee-market mode (blocks take only transactions paying at least a threshold): the replacement confirms; the old version confirms after the bump went out and the ledger follows it once; the cap holds. The service runs in this process.
 
-mod support;
+use crate::support;
 
 use support::wait_for;
 
@@ -10,8 +10,8 @@ use bitcoin::{FeeRate, Transaction};
 use potluck_rounds::domain::bump::BumpPolicy;
 use potluck_rounds::domain::round::{TransferKind, TransferStatus};
 use potluck_rounds::store::ledger::TransferRow;
-use serde_json::{json, Value};
-use support::{bearer, request, Db, Env, InProcess, Resp};
+use serde_json::json;
+use support::{bearer, Db, Env, InProcess};
 
 /// The service's fee rate: below the market below.
 const SERVICE_RATE: i64 = 2;
@@ -22,44 +22,11 @@ const DEPOSIT: i64 = 200_000;
 /// How long a step of the bumper may take.
 const WAIT: Duration = Duration::from_secs(30);
 
-async fn post(app: &InProcess, path: &str, headers: &[(&str, &str)], body: Value) -> Resp {
-    request(
-        app.addr,
-        "POST",
-        path,
-        headers,
-        Some(body.to_string().into_bytes()),
-    )
-    .await
-}
-
 /// A user with `DEPOSIT` sats credited; its token.
 async fn funded_user(app: &InProcess) -> String {
-    let ip = [("x-forwarded-for", "10.0.0.1")];
-    let creds = json!({"username": "saver", "password": "password123"});
-    let r = post(app, "/auth/register", &ip, creds.clone()).await;
-    assert_eq!(r.status, 201, "{}", r.text());
-    let r = post(app, "/auth/login", &ip, creds).await;
-    assert_eq!(r.status, 200, "{}", r.text());
-    let token = r.json()["access_token"].as_str().unwrap().to_string();
-    let auth = bearer(&token);
-    let r = post(
-        app,
-        "/dev/faucet",
-        &[("authorization", &auth)],
-        json!({"amount_sats": DEPOSIT}),
-    )
-    .await;
-    assert_eq!(r.status, 200, "{}", r.text());
+    let token = app.user("saver", "10.0.0.1").await;
+    app.deposit(&token, DEPOSIT).await;
     token
-}
-
-async fn me(app: &InProcess, token: &str) -> Value {
-    let r = app
-        .get("/users/me", &[("authorization", &bearer(token))])
-        .await;
-    assert_eq!(r.status, 200, "{}", r.text());
-    r.json()
 }
 
 fn dev(app: &InProcess) -> &chain::DevChain {
@@ -93,28 +60,6 @@ fn tx_of(t: &TransferRow) -> Transaction {
     bitcoin::consensus::encode::deserialize_hex(t.raw_tx.as_deref().unwrap()).unwrap()
 }
 
-/// deposits = users' unspent + pots + commission + withdrawals + fees + corrections − debts.
-async fn assert_ledger_balanced(app: &InProcess) -> Value {
-    let r = app
-        .get("/admin/ledger", &[("x-admin-token", support::ADMIN)])
-        .await;
-    assert_eq!(r.status, 200, "{}", r.text());
-    let t = r.json();
-    let n = |k: &str| t[k].as_i64().unwrap();
-    assert_eq!(
-        n("deposits_sats"),
-        n("users_unspent_sats")
-            + n("pots_in_flight_sats")
-            + n("commission_paid_sats")
-            + n("withdrawn_sats")
-            + n("miner_fees_sats")
-            + n("corrections_sats")
-            - n("debts_sats"),
-        "{t}"
-    );
-    t
-}
-
 /// A service bumping after 2 blocks with `policy`'s cap, a funded user, the
 /// fee market on, and a withdrawal at the service's (lower) rate broadcast
 /// and left behind by a block. Returns the app, the user and the withdrawal.
@@ -123,13 +68,13 @@ async fn stuck_withdrawal(env: &Env, policy: BumpPolicy) -> (InProcess, String, 
     let token = funded_user(&app).await;
     dev(&app).set_mining_min_fee(Some(FeeRate::from_sat_per_vb(MARKET_RATE).unwrap()));
     let to = chain::dev::regtest_address(dev(&app).faucet_script()).unwrap();
-    let r = post(
-        &app,
-        "/users/me/withdrawals",
-        &[("authorization", &bearer(&token))],
-        json!({"address": to.to_string(), "amount_sats": WITHDRAWN}),
-    )
-    .await;
+    let r = app
+        .post(
+            "/users/me/withdrawals",
+            &[("authorization", &bearer(&token))],
+            json!({"address": to.to_string(), "amount_sats": WITHDRAWN}),
+        )
+        .await;
     assert_eq!(r.status, 201, "{}", r.text());
     let first = withdrawals(&app).await.remove(0);
     assert_eq!(first.fee_sats, SERVICE_RATE * tx_of(&first).vsize() as i64);
@@ -194,13 +139,13 @@ async fn bump_the_replacement_confirms_and_the_user_pays_its_fee_once(db: Db) {
     })
     .await;
     assert_eq!(confirmed.status, TransferStatus::Broadcast);
-    let me = me(&app, &token).await;
+    let me = app.me(&token).await;
     assert_eq!(
         me["balance_sats"].as_i64().unwrap(),
         DEPOSIT - WITHDRAWN - second.fee_sats,
         "{me}"
     );
-    let ledger = assert_ledger_balanced(&app).await;
+    let ledger = app.balanced_ledger().await;
     assert_eq!(ledger["miner_fees_sats"].as_i64().unwrap(), second.fee_sats);
     assert_eq!(ledger["withdrawn_sats"].as_i64().unwrap(), WITHDRAWN);
     app.stop().await;
@@ -229,7 +174,7 @@ async fn bump_the_old_version_confirming_after_the_bump_is_followed_once(db: Db)
     // transaction and is never sent or bumped again.
     mine(&app, 3);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let me = me(&app, &token).await;
+    let me = app.me(&token).await;
     assert_eq!(
         me["balance_sats"].as_i64().unwrap(),
         DEPOSIT - WITHDRAWN - first.fee_sats,
@@ -240,7 +185,7 @@ async fn bump_the_old_version_confirming_after_the_bump_is_followed_once(db: Db)
         me["balance_sats"].as_i64(),
         "{me}"
     );
-    let ledger = assert_ledger_balanced(&app).await;
+    let ledger = app.balanced_ledger().await;
     assert_eq!(ledger["miner_fees_sats"].as_i64().unwrap(), first.fee_sats);
     assert_eq!(withdrawals(&app).await.len(), 2, "no further version");
     let listed = app
@@ -279,7 +224,7 @@ async fn bump_never_pays_more_than_the_share_of_the_amount(db: Db) {
     let all = withdrawals(&app).await;
     assert_eq!(all.len(), 2, "{all:?}");
     assert!(all.iter().all(|t| t.fee_sats <= share));
-    assert_ledger_balanced(&app).await;
+    app.balanced_ledger().await;
     app.stop().await;
     env.cleanup().await;
 }
@@ -295,13 +240,13 @@ async fn bump_a_stuck_payout_is_replaced_and_the_winner_paid_once(db: Db) {
     let auth = bearer(&token);
     let bet = 60_000;
     wait_for("a bet was taken", WAIT, || async {
-        let r = post(
-            &app,
-            "/rounds/current/bets",
-            &[("authorization", &auth)],
-            json!({"amount_sats": bet}),
-        )
-        .await;
+        let r = app
+            .post(
+                "/rounds/current/bets",
+                &[("authorization", &auth)],
+                json!({"amount_sats": bet}),
+            )
+            .await;
         (r.status == 201).then_some(())
     })
     .await;
@@ -356,12 +301,12 @@ async fn bump_a_stuck_payout_is_replaced_and_the_winner_paid_once(db: Db) {
             .block_height
     })
     .await;
-    let ledger = assert_ledger_balanced(&app).await;
+    let ledger = app.balanced_ledger().await;
     assert_eq!(
         ledger["commission_paid_sats"].as_i64().unwrap(),
         first.commission_sats
     );
-    let me = me(&app, &token).await;
+    let me = app.me(&token).await;
     let bet_fee: i64 = versions(&app, TransferKind::Bet)
         .await
         .iter()
@@ -374,10 +319,6 @@ async fn bump_a_stuck_payout_is_replaced_and_the_winner_paid_once(db: Db) {
     );
     app.stop().await;
     env.cleanup().await;
-}
-
-async fn admin(app: &InProcess, path: &str, body: Value) -> Resp {
-    post(app, path, &[("x-admin-token", support::ADMIN)], body).await
 }
 
 async fn bump_by_the_admin_is_audited_and_refused_with_a_reason(db: Db) {
@@ -422,22 +363,19 @@ async fn bump_by_the_admin_is_audited_and_refused_with_a_reason(db: Db) {
     assert!(script.contains("/admin/transfers/waiting"));
     let path = format!("/admin/transfers/{}/bump", first.id);
     // Refusals in the admin error format.
-    let r = admin(&app, &path, json!({"fee_rate_sat_vb": 0})).await;
+    let r = app.admin_post(&path, json!({"fee_rate_sat_vb": 0})).await;
     assert_eq!(r.status, 422, "{}", r.text());
     assert!(r.json()["detail"]
         .as_str()
         .unwrap()
         .contains("fee_rate_sat_vb"));
-    let r = admin(
-        &app,
-        "/admin/transfers/9999/bump",
-        json!({"fee_rate_sat_vb": 30}),
-    )
-    .await;
+    let r = app
+        .admin_post("/admin/transfers/9999/bump", json!({"fee_rate_sat_vb": 30}))
+        .await;
     assert_eq!(r.status, 404, "{}", r.text());
-    let r = post(&app, &path, &[], json!({"fee_rate_sat_vb": 30})).await;
+    let r = app.post(&path, &[], json!({"fee_rate_sat_vb": 30})).await;
     assert_eq!(r.status, 403, "{}", r.text());
-    let r = admin(&app, &path, json!({"fee_rate_sat_vb": 30})).await;
+    let r = app.admin_post(&path, json!({"fee_rate_sat_vb": 30})).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let done = r.json();
     assert_eq!(
@@ -451,7 +389,7 @@ async fn bump_by_the_admin_is_audited_and_refused_with_a_reason(db: Db) {
     assert!(new.fee_sats >= 30 * tx_of(&new).vsize() as i64, "{done}");
     assert_eq!(done["fee_sats"].as_i64(), Some(new.fee_sats));
     // The old version is no longer the one to bump.
-    let r = admin(&app, &path, json!({"fee_rate_sat_vb": 40})).await;
+    let r = app.admin_post(&path, json!({"fee_rate_sat_vb": 40})).await;
     assert_eq!(r.status, 409, "{}", r.text());
     let audit = app
         .get("/admin/audit", &[("x-admin-token", support::ADMIN)])
@@ -481,19 +419,19 @@ async fn bump_by_the_admin_is_audited_and_refused_with_a_reason(db: Db) {
             .block_height
     })
     .await;
-    let me = me(&app, &token).await;
+    let me = app.me(&token).await;
     assert_eq!(
         me["balance_sats"].as_i64().unwrap(),
         DEPOSIT - WITHDRAWN - new.fee_sats
     );
-    assert_ledger_balanced(&app).await;
+    app.balanced_ledger().await;
     // Confirmed: nothing left to bump.
-    let r = admin(
-        &app,
-        &format!("/admin/transfers/{new_id}/bump"),
-        json!({"fee_rate_sat_vb": 40}),
-    )
-    .await;
+    let r = app
+        .admin_post(
+            &format!("/admin/transfers/{new_id}/bump"),
+            json!({"fee_rate_sat_vb": 40}),
+        )
+        .await;
     assert_eq!(r.status, 409, "{}", r.text());
     app.stop().await;
     env.cleanup().await;
@@ -512,13 +450,13 @@ async fn bump_a_payout_behind_a_waiting_bet_pays_for_the_package(db: Db) {
     // payout spending its pot output is its child.
     dev(&app).set_mining_min_fee(Some(FeeRate::from_sat_per_vb(MARKET_RATE).unwrap()));
     wait_for("a bet was taken", WAIT, || async {
-        let r = post(
-            &app,
-            "/rounds/current/bets",
-            &[("authorization", &auth)],
-            json!({"amount_sats": 60_000}),
-        )
-        .await;
+        let r = app
+            .post(
+                "/rounds/current/bets",
+                &[("authorization", &auth)],
+                json!({"amount_sats": 60_000}),
+            )
+            .await;
         (r.status == 201).then_some(())
     })
     .await;
@@ -569,7 +507,7 @@ async fn bump_a_payout_behind_a_waiting_bet_pays_for_the_package(db: Db) {
         (b.is_some() && b == p).then_some(())
     })
     .await;
-    assert_ledger_balanced(&app).await;
+    app.balanced_ledger().await;
     app.stop().await;
     env.cleanup().await;
 }

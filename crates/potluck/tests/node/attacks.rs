@@ -6,7 +6,7 @@
 //! accept path (slots, pending handshakes), a flood over a real socket. The attacks on
 //! the node's policies run in process, in `crates/node/src/attack_tests.rs`.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

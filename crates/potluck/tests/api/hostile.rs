@@ -1,10 +1,11 @@
-//! Black-box attack tests of issue 16 (hostile clients, network and configuration) against the real `potluck serve` binary, on SQLite and PostgreSQL.
+//! Black-box attack tests of issue 16 (hostile clients, network and configuration) on SQLite and PostgreSQL: the service in this process where only its HTTP behaviour is tested, the `potluck serve` binary where its flags, exit codes, files, log, CPU or SIGTERM are.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
 use serde_json::json;
+use support::rpc_proxy::ChainProcess;
 use support::{Db, Env};
 use tokio::io::AsyncWriteExt;
 
@@ -27,45 +28,6 @@ fn cpu_seconds(pid: u32) -> f64 {
     let f: Vec<&str> = rest.split(' ').collect();
     let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
     ticks / 100.0
-}
-
-/// Starts `potluck serve` with exactly `args` (stderr into `log`); returns
-/// the child and its address once it printed it.
-async fn serve_with(
-    args: &[&str],
-    log: &std::path::Path,
-) -> (tokio::process::Child, std::net::SocketAddr) {
-    use tokio::io::AsyncBufReadExt;
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
-        .arg("serve")
-        .args(args)
-        .env("POTLUCK_LOG", "info")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::fs::File::create(log).unwrap())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-        .await
-        .expect("server printed its address")
-        .unwrap()
-        .unwrap_or_else(|| {
-            panic!(
-                "server exited: {}",
-                std::fs::read_to_string(log).unwrap_or_default()
-            )
-        });
-    let addr = line
-        .rsplit("http://")
-        .next()
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    (child, addr)
 }
 
 fn mode(path: &std::path::Path) -> u32 {
@@ -108,7 +70,7 @@ async fn short_jwt_secret_is_refused_and_files_are_private(db: Db) {
         "--argon2-iterations",
         "1",
     ];
-    let (mut child, _) = serve_with(&args, &log).await;
+    let mut child = support::serve(&args, &[], &log).await.child;
     assert_eq!(mode(&fresh), 0o700, "data directory");
     assert_eq!(mode(&fresh.join("jwt-secret")) & 0o077, 0, "jwt-secret");
     assert_eq!(mode(&fresh.join("wallet.mnemonic")) & 0o077, 0, "seed");
@@ -124,7 +86,7 @@ async fn short_jwt_secret_is_refused_and_files_are_private(db: Db) {
         std::fs::Permissions::from_mode(0o644),
     )
     .unwrap();
-    let (mut child, _) = serve_with(&args, &log).await;
+    let mut child = support::serve(&args, &[], &log).await.child;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(
@@ -194,18 +156,11 @@ async fn login_storm(
 async fn concurrent_wrong_passwords_cannot_outrun_the_throttle(db: Db) {
     let env = Env::new(db).await;
     // Hashes slow enough that all 60 requests arrive before the first fails.
-    let s = env
-        .start_raw(&[
-            "--admin-token",
-            support::ADMIN,
-            "--argon2-memory-kib",
-            "8192",
-            "--argon2-iterations",
-            "2",
-            "--hashing-concurrency",
-            "2",
-        ])
-        .await;
+    let s = support::spawn_app_with(&env, |c| {
+        c.hash_params = support::argon2(8192, 2);
+        c.hashing_concurrency = 2;
+    })
+    .await;
     s.register("target", "correct-password", "192.0.2.1").await;
     let per_user = login_storm(
         s.addr,
@@ -333,7 +288,7 @@ async fn forwarded_for_only_from_trusted_proxies_and_ipv6_by_64(db: Db) {
     let dir = env.data_dir.display().to_string();
     let url = env.database_url();
     let log = env.data_dir.join("public.log");
-    let (mut child, _) = serve_with(
+    let mut child = support::serve(
         &[
             "--bind",
             "0.0.0.0:0",
@@ -344,9 +299,11 @@ async fn forwarded_for_only_from_trusted_proxies_and_ipv6_by_64(db: Db) {
             "--trusted-proxies",
             "",
         ],
+        &[],
         &log,
     )
-    .await;
+    .await
+    .child;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("no trusted proxy"), "{text}");
@@ -356,7 +313,7 @@ async fn forwarded_for_only_from_trusted_proxies_and_ipv6_by_64(db: Db) {
 
 async fn non_object_bodies_and_registration_quota_order(db: Db) {
     let env = Env::new(db).await;
-    let s = env.start(&[]).await;
+    let s = support::spawn_app(&env).await;
     for body in [
         r#"["arrayname","password123"]"#,
         r#""string""#,
@@ -407,7 +364,7 @@ async fn non_object_bodies_and_registration_quota_order(db: Db) {
     );
     s.stop().await;
     // Quota 0 closes registration cleanly.
-    let s = env.start(&["--registration-quota", "0"]).await;
+    let s = support::spawn_app_with(&env, |c| c.quota.limit = 0).await;
     let r = s.register("closed", "password123", "192.0.2.11").await;
     assert_eq!(r.status, 403, "{}", r.text());
     assert_eq!(r.code(), "registration_closed");
@@ -422,7 +379,7 @@ async fn admin_token_guessing_is_throttled_and_short_tokens_refused(db: Db) {
     assert!(!status.success(), "an 11-character admin token is refused");
     assert!(stderr.contains("admin-token"), "{stderr}");
     assert!(!stderr.contains("short-token"), "{stderr}");
-    let s = env.start(&[]).await;
+    let s = support::spawn_app(&env).await;
     let mut statuses = Vec::new();
     for i in 0..30 {
         let r = s
@@ -468,7 +425,7 @@ async fn admin_token_guessing_is_throttled_and_short_tokens_refused(db: Db) {
 
 async fn livez_and_healthz_name_what_failed(db: Db) {
     let env = Env::new(db).await;
-    let s = env.start(&[]).await;
+    let s = support::spawn_app(&env).await;
     assert_eq!(s.get("/livez", &[]).await.status, 200);
     let r = s.get("/healthz", &[]).await;
     assert_eq!(r.status, 200, "{}", r.text());
@@ -477,48 +434,18 @@ async fn livez_and_healthz_name_what_failed(db: Db) {
     s.stop().await;
     // A separate chain process that goes away: the chain check fails,
     // liveness holds.
-    // Port 0: the chain reports the address it got in its control_url file.
-    let chain_dir = env.data_dir.join("node");
-    let mut node = tokio::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
-        .args([
-            "chain",
-            "--block-interval",
-            "0",
-            "--rpc-bind",
-            "127.0.0.1:0",
-        ])
-        .arg("--data-dir")
-        .arg(&chain_dir)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let cookie = chain_dir.join(".cookie");
-    let control_url = chain_dir.join("control_url");
-    let mut url = String::new();
-    for _ in 0..100 {
-        if cookie.exists() {
-            if let Ok(text) = std::fs::read_to_string(&control_url) {
-                url = text.trim().to_owned();
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(
-        url.starts_with("http://127.0.0.1:"),
-        "no control_url from the chain: {url:?}"
-    );
-    let cookie_arg = cookie.display().to_string();
-    let s = env
-        .start(&["--bitcoind-url", &url, "--bitcoind-cookie", &cookie_arg])
-        .await;
+    let mut node = ChainProcess::start(env.data_dir.join("node")).await;
+    let (url, cookie) = (format!("http://{}/", node.addr), node.cookie());
+    let s = support::spawn_app_with(&env, |c| {
+        c.chain = potluck_rounds::ChainSource::Bitcoind {
+            url,
+            auth: chain::Auth::Cookie(cookie.into()),
+        };
+    })
+    .await;
     let r = s.get("/healthz", &[]).await;
     assert_eq!(r.status, 200, "{}", r.text());
-    node.kill().await.unwrap();
-    let _ = node.wait().await;
+    node.kill().await;
     assert_eq!(s.get("/livez", &[]).await.status, 200);
     let r = s.get("/healthz", &[]).await;
     assert_eq!(r.status, 503, "{}", r.text());

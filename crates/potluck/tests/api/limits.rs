@@ -1,6 +1,6 @@
 //! Black-box: the registration quota and the login throttle over HTTP (SQLite and PostgreSQL).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -17,7 +17,7 @@ both_databases!(
 
 async fn registration_quota_per_ip(db: Db) {
     let env = Env::new(db).await;
-    let s = env.start(&[]).await;
+    let s = support::spawn_app(&env).await;
     for i in 0..5 {
         let r = s
             .register(&format!("quota{i}"), "password123", "203.0.113.7")
@@ -68,7 +68,7 @@ async fn registration_quota_per_ip(db: Db) {
 
 async fn taken_names_and_invalid_input_use_no_quota(db: Db) {
     let env = Env::new(db).await;
-    let s = env.start(&[]).await;
+    let s = support::spawn_app(&env).await;
     let ip = "198.51.100.20";
     assert_eq!(s.register("taken", "password123", ip).await.status, 201);
     for _ in 0..6 {
@@ -92,7 +92,7 @@ async fn taken_names_and_invalid_input_use_no_quota(db: Db) {
 
 async fn rotating_ips_cannot_brute_force_one_username(db: Db) {
     let env = Env::new(db).await;
-    let s = env.start(&[]).await;
+    let s = support::spawn_app(&env).await;
     s.register("victim", "correct-password", "192.0.2.1").await;
     let mut statuses = std::collections::BTreeMap::<u16, u32>::new();
     let addr = s.addr;
@@ -143,7 +143,7 @@ async fn rotating_ips_cannot_brute_force_one_username(db: Db) {
 
 async fn per_ip_throttle_and_lockout_refuses_correct_password(db: Db) {
     let env = Env::new(db).await;
-    let s = env.start(&[]).await;
+    let s = support::spawn_app(&env).await;
     s.register("iris", "correct-password", "192.0.2.2").await;
     // One IP, 20 different usernames: the 21st failure locks the IP.
     for i in 0..21 {
@@ -186,7 +186,7 @@ async fn per_ip_throttle_and_lockout_refuses_correct_password(db: Db) {
 
 async fn throttle_key_table_stays_under_cap(db: Db) {
     let env = Env::new(db).await;
-    let s = env.start(&["--login-throttle-max-keys", "100"]).await;
+    let s = support::spawn_app_with(&env, |c| c.throttle.max_keys = 100).await;
     let addr = s.addr;
     let mut max_seen = 0.0f64;
     for batch in 0..10u32 {

@@ -1,6 +1,6 @@
 //! Black-box tests of `potluck chain`: the real binary, driven over JSON-RPC.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Child, Stdio};

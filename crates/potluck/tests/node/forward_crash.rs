@@ -7,7 +7,7 @@
 // The crash point is compiled in only with `--features potluck/test-hooks`.
 #![cfg(feature = "test-hooks")]
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use support::channels::{wait_for, DevChainProc, NodeProc};

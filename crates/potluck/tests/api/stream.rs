@@ -1,6 +1,6 @@
 //! Black-box: GET /rounds/stream caps, eviction, notifications, keep-alive and shutdown (SQLite and PostgreSQL).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ both_databases!(
 
 async fn global_cap_and_per_ip_eviction(db: Db) {
     let env = Env::new(db).await;
-    let s = env.start(&[]).await;
+    let s = support::spawn_app(&env).await;
     let mut streams = Vec::new();
     for i in 0..500u32 {
         let ip = format!("100.64.{}.{}", (i / 5) / 256, (i / 5) % 256);
@@ -60,22 +60,13 @@ async fn notifications_keepalive_and_coalescing(db: Db) {
     let env = Env::new(db).await;
     // A 1 s request time-out that the stream must be exempt from, and an
     // Argon2 cost that makes registration exceed it.
-    let s = env
-        .start_raw(&[
-            "--stream-keepalive-secs",
-            "1",
-            "--request-timeout-secs",
-            "1",
-            "--argon2-memory-kib",
-            "32768",
-            "--argon2-iterations",
-            "2",
-            "--hashing-concurrency",
-            "1",
-            "--admin-token",
-            support::ADMIN,
-        ])
-        .await;
+    let s = support::spawn_app_with(&env, |c| {
+        c.keep_alive = Duration::from_secs(1);
+        c.request_timeout = Duration::from_secs(1);
+        c.hash_params = support::argon2(32768, 2);
+        c.hashing_concurrency = 1;
+    })
+    .await;
     let mut st = EventStream::open(s.addr, "100.70.0.1").await;
     assert_eq!(st.status, 200);
     let h = |k: &str| {

@@ -10,7 +10,7 @@
 // `--features potluck/test-hooks` (as `scripts/test.sh` builds).
 #![cfg(feature = "test-hooks")]
 
-mod support;
+use crate::support;
 
 use support::wait_for;
 
@@ -24,19 +24,7 @@ use support::{Db, Env, Server};
 use wallet::{KeyPath, SpendableOutput, Wallet};
 
 async fn serve(env: &Env, rpc_bind: &str, envs: &[(&str, &str)]) -> Server {
-    let args = [
-        "--argon2-memory-kib",
-        "64",
-        "--argon2-iterations",
-        "1",
-        "--admin-token",
-        support::ADMIN,
-        "--dev-block-interval",
-        "0",
-        "--dev-chain-rpc-bind",
-        rpc_bind,
-    ];
-    env.start_env(&args, envs).await
+    env.start_dev_chain(rpc_bind, &[], envs).await
 }
 
 /// `potluck chain` on the service's own chain directory, while the service is down.

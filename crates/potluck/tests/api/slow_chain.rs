@@ -1,6 +1,6 @@
-//! Black-box attacks of issue 32 with a slow or lagging chain: `potluck serve` reaches `potluck chain` through a JSON-RPC proxy that delays chosen calls or plays a node that is catching up.
+//! Black-box attacks of issue 32 with a slow or lagging chain: the service (in this process) reaches `potluck chain` through a JSON-RPC proxy that delays chosen calls or plays a node that is catching up.
 
-mod support;
+use crate::support;
 
 use support::wait_for;
 
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bitcoin::{Address, Network};
 use serde_json::{json, Value};
 use support::rpc_proxy::{ChainProcess, RpcProxy};
-use support::{bearer, Db, Env, Server};
+use support::{bearer, Db, Env, InProcess};
 
 const MINER: &str = "bcrt1qs758ursh4q9z627kt3pp5yysm78ddny6txaqgw";
 
@@ -26,24 +26,29 @@ struct Rig {
     env: Env,
     chain: ChainProcess,
     proxy: RpcProxy,
-    server: Server,
+    /// The service, in this process.
+    app: InProcess,
 }
 
 impl Rig {
-    async fn start(db: Db, extra: &[&str]) -> Self {
+    async fn start(db: Db, configure: impl FnOnce(&mut potluck_rounds::Config)) -> Self {
         let env = Env::new(db).await;
         let chain = ChainProcess::start(env.data_dir.join("chain-process")).await;
         let proxy = RpcProxy::start(chain.addr).await;
-        let url = proxy.url();
-        let cookie = chain.cookie();
-        let mut args = vec!["--bitcoind-url", &url, "--bitcoind-cookie", &cookie];
-        args.extend_from_slice(extra);
-        let server = env.start(&args).await;
+        let (url, cookie) = (proxy.url(), chain.cookie());
+        let app = support::spawn_app_with(&env, |c| {
+            c.chain = potluck_rounds::ChainSource::Bitcoind {
+                url,
+                auth: chain::Auth::Cookie(cookie.into()),
+            };
+            configure(c);
+        })
+        .await;
         Self {
             env,
             chain,
             proxy,
-            server,
+            app,
         }
     }
 
@@ -57,8 +62,8 @@ impl Rig {
 
     /// A user with `sats` credited.
     async fn funded_user(&self, name: &str, ip: &str, sats: u64) -> String {
-        let t = self.server.user(name, ip).await;
-        let me = self.server.me(&t).await;
+        let t = self.app.user(name, ip).await;
+        let me = self.app.me(&t).await;
         let _: Value = self
             .chain
             .rpc()
@@ -70,14 +75,14 @@ impl Rig {
             .unwrap();
         self.mine(1).await;
         wait_for("deposit credited", Duration::from_secs(30), || async {
-            (self.server.me(&t).await["balance_sats"] == sats).then_some(())
+            (self.app.me(&t).await["balance_sats"] == sats).then_some(())
         })
         .await;
         t
     }
 
     async fn finish(self) {
-        self.server.stop().await;
+        self.app.stop().await;
         self.env.cleanup().await;
     }
 }
@@ -90,8 +95,8 @@ impl Rig {
 /// body is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_payment_slower_than_the_time_out_is_answered_with_the_payment_and_paid_once() {
-    let rig = Rig::start(Db::Sqlite, &["--request-timeout-secs", "3"]).await;
-    let s = &rig.server;
+    let rig = Rig::start(Db::Sqlite, |c| c.request_timeout = Duration::from_secs(3)).await;
+    let s = &rig.app;
     let t = rig.funded_user("slowpay", "10.0.90.1", 1_000_000).await;
     let bettor = rig.funded_user("slowbet", "10.0.90.2", 1_000_000).await;
     rig.proxy
@@ -185,9 +190,9 @@ async fn a_payment_slower_than_the_time_out_is_answered_with_the_payment_and_pai
 /// structured body, time-outs included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_time_out_has_the_structured_error_body() {
-    let rig = Rig::start(Db::Sqlite, &["--request-timeout-secs", "1"]).await;
+    let rig = Rig::start(Db::Sqlite, |c| c.request_timeout = Duration::from_secs(1)).await;
     rig.proxy.delay("getblockchaininfo", Duration::from_secs(3));
-    let r = rig.server.get("/healthz", &[]).await;
+    let r = rig.app.get("/healthz", &[]).await;
     assert_eq!(r.status, 408, "{}", r.text());
     assert_eq!(
         r.header("content-type"),
@@ -212,8 +217,8 @@ async fn a_time_out_has_the_structured_error_body() {
 /// after 10 s. Now the tip is read before the close's transaction begins.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_chain_at_the_close_holds_up_no_write() {
-    let rig = Rig::start(Db::Sqlite, &["--round-duration-seconds", "1"]).await;
-    let s = &rig.server;
+    let rig = Rig::start(Db::Sqlite, |c| c.default_round_duration_seconds = 1).await;
+    let s = &rig.app;
     rig.proxy.delay("getblockchaininfo", Duration::from_secs(8));
     let started = Instant::now();
     let mut i = 0;
@@ -258,8 +263,8 @@ async fn a_slow_chain_at_the_close_holds_up_no_write() {
 /// (and nothing is drawn) while the node is behind, and `/healthz` says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_is_catching_up_closes_no_round() {
-    let rig = Rig::start(Db::Sqlite, &["--round-duration-seconds", "2"]).await;
-    let s = &rig.server;
+    let rig = Rig::start(Db::Sqlite, |c| c.default_round_duration_seconds = 2).await;
+    let s = &rig.app;
     rig.proxy.lag(1, false);
     let first = s.get("/rounds/current", &[]).await.json()["id"].clone();
     tokio::time::sleep(Duration::from_secs(5)).await;

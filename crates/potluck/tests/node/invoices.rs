@@ -3,7 +3,7 @@
 //! sees it paid once, a second payment for it goes back to A, and the invoice survives a
 //! `kill -9` of B.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use support::channels::{wait_for, DevChainProc, NodeProc};

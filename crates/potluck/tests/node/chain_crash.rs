@@ -2,7 +2,7 @@
 //! an intact chain, and a node pointed at a chain of another network refuses
 //! to start.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

@@ -1,11 +1,11 @@
-//! The dashboard in a real browser: headless Chromium driven over WebDriver (chromedriver) against the real `potluck serve` binary; plus the page's HTTP contract.
+//! The dashboard in a real browser: headless Chromium driven over WebDriver (chromedriver) against the service in this process (port 0); plus the page's HTTP contract.
 //!
 //! Needs Debian's `chromium`, `chromium-driver` and `zbar-tools` (the QR code
 //! on the page is decoded by `zbarimg`); `.ci/run` installs them. The tests
 //! take screenshots of each main screen; `POTLUCK_UPDATE_SCREENSHOTS=1`
 //! writes them to `docs/screenshots/`.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{json, Value};
-use support::{Db, Env, Server, ADMIN};
+use support::{Api, Db, Env, ADMIN};
 use tokio::process::{Child, Command};
 
 /// Every `detail.code` the service answers (crates/rounds error types).
@@ -119,7 +119,7 @@ impl Driver {
         Driver { child, url }
     }
 
-    async fn browser(&self, server: &Server) -> Browser {
+    async fn browser(&self, server: &Api) -> Browser {
         let mut caps = serde_json::Map::new();
         let mut options = json!({
             "args": [
@@ -320,7 +320,7 @@ fn every_error_code_of_the_service_is_translated() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn page_and_assets_are_served_with_their_headers() {
     let env = Env::new(Db::Sqlite).await;
-    let s = env.start(&[]).await;
+    let s = support::spawn_app(&env).await;
     let page = s.get("/", &[]).await;
     assert_eq!(page.status, 200);
     assert_eq!(
@@ -379,7 +379,7 @@ async fn page_and_assets_are_served_with_their_headers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn accounts_errors_and_translations_in_the_browser() {
     let env = Env::new(Db::Sqlite).await;
-    let s = env.start(&[]).await;
+    let s = support::spawn_app(&env).await;
     let driver = Driver::start().await;
     let b = driver.browser(&s).await;
     b.open("").await;
@@ -581,7 +581,7 @@ async fn admin_journey_in_the_browser_with_polling_fallback() {
     let env = Env::new(Db::Sqlite).await;
     // No stream slots at all: every stream attempt gets 503, so the page
     // must fall back to polling.
-    let s = env.start(&["--max-stream-subscribers", "0"]).await;
+    let s = support::spawn_app_with(&env, |c| c.stream.max_subscribers = 0).await;
     let driver = Driver::start().await;
     let b = driver.browser(&s).await;
     b.open("#/admin").await;
@@ -709,7 +709,7 @@ async fn admin_journey_in_the_browser_with_polling_fallback() {
 async fn draw_verification_in_the_browser_matches_the_rule() {
     use sha2::{Digest, Sha256};
     let env = Env::new(Db::Sqlite).await;
-    let s = env.start(&[]).await;
+    let s = support::spawn_app(&env).await;
     let driver = Driver::start().await;
     let b = driver.browser(&s).await;
     b.open("").await;
@@ -813,7 +813,7 @@ async fn draw_verification_in_the_browser_matches_the_rule() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn qr_codes_of_every_size_decode() {
     let env = Env::new(Db::Sqlite).await;
-    let s = env.start(&[]).await;
+    let s = support::spawn_app(&env).await;
     let driver = Driver::start().await;
     let b = driver.browser(&s).await;
     b.open("").await;
@@ -901,7 +901,7 @@ fn regtest_address(s: &str) -> chain::bitcoin::Address {
 
 /// Polls the API until `f` holds for the JSON at `path` (with `token`).
 async fn wait_api(
-    s: &Server,
+    s: &Api,
     path: &str,
     token: &str,
     what: &str,
@@ -937,17 +937,11 @@ async fn wait_api(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn player_journey_on_the_development_chain() {
     let env = Env::new(Db::Sqlite).await;
-    let rpc_bind = "127.0.0.1:0".to_string();
-    let s = env
-        .start(&[
-            "--dev-block-interval",
-            "0",
-            "--dev-chain-rpc-bind",
-            &rpc_bind,
-            "--round-duration-seconds",
-            "40",
-        ])
-        .await;
+    let s = support::spawn_app_with(&env, |c| {
+        support::with_chain_rpc(c);
+        c.default_round_duration_seconds = 40;
+    })
+    .await;
     let rpc_port = s
         .rpc_addr
         .expect("the chain RPC address is reported")
@@ -1263,17 +1257,11 @@ async fn player_journey_on_the_development_chain() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_retries_a_refused_payout_in_the_browser() {
     let env = Env::new(Db::Sqlite).await;
-    let rpc_bind = "127.0.0.1:0".to_string();
-    let s = env
-        .start(&[
-            "--dev-block-interval",
-            "0",
-            "--dev-chain-rpc-bind",
-            &rpc_bind,
-            "--round-duration-seconds",
-            "30",
-        ])
-        .await;
+    let s = support::spawn_app_with(&env, |c| {
+        support::with_chain_rpc(c);
+        c.default_round_duration_seconds = 30;
+    })
+    .await;
     let rpc_port = s
         .rpc_addr
         .expect("the chain RPC address is reported")

@@ -1,6 +1,6 @@
-//! Black-box money tests of `potluck serve` on its embedded development chain: deposits by faucet, bets, the round engine with the draw recomputed from the published proof, payouts to the satoshi, withdrawals, reorgs, crashes by SIGKILL at every money-moving step, and the conservation check after each test.
+//! Black-box money tests of the service on its embedded development chain (in this process; the `potluck serve` binary for the SIGKILL and restart tests): deposits by faucet, bets, the round engine with the draw recomputed from the published proof, payouts to the satoshi, withdrawals, reorgs, crashes by SIGKILL at every money-moving step, and the conservation check after each test.
 
-mod support;
+use crate::support;
 
 use support::wait_for;
 
@@ -8,143 +8,14 @@ use std::str::FromStr as _;
 use std::time::{Duration, Instant};
 
 use bitcoin::{Address, Network, Txid};
-use chain::{Auth, BitcoindRpc, Chain as _, RpcConfig};
+use chain::Chain as _;
 use serde_json::{json, Value};
-use support::{bearer as auth, Db, Env, Server};
+use support::rig::Rig;
+use support::{bearer as auth, Db, Env};
 
 const ROUND_SECS: &str = "6";
 
-/// A service with its chain's RPC.
-struct Rig {
-    env: Env,
-    round_secs: &'static str,
-    rpc_port: u16,
-    server: Option<Server>,
-    rpc: BitcoindRpc,
-}
-
 impl Rig {
-    async fn new(db: Db) -> Self {
-        Self::with_rounds(db, ROUND_SECS).await
-    }
-
-    async fn with_rounds(db: Db, round_secs: &'static str) -> Self {
-        let env = Env::new(db).await;
-        // Replaced by `start`, which learns the chain's RPC port.
-        let rpc = BitcoindRpc::new(RpcConfig::new(
-            "http://127.0.0.1:1/".to_string(),
-            Auth::Cookie(env.data_dir.join("chain").join(".cookie")),
-        ))
-        .unwrap();
-        let mut rig = Self {
-            env,
-            round_secs,
-            rpc_port: 0,
-            server: None,
-            rpc,
-        };
-        rig.start(&[]).await;
-        rig
-    }
-
-    /// Starts the service; the first start binds the chain's RPC on port 0
-    /// (no races with other tests) and learns the port it got; restarts bind
-    /// that port again, so clients configured with it (a second service)
-    /// reach the chain once it is back.
-    async fn start(&mut self, envs: &[(&str, &str)]) {
-        let bind = format!("127.0.0.1:{}", self.rpc_port);
-        let args = [
-            "--argon2-memory-kib",
-            "64",
-            "--argon2-iterations",
-            "1",
-            "--admin-token",
-            support::ADMIN,
-            "--dev-block-interval",
-            "0",
-            "--dev-chain-rpc-bind",
-            &bind,
-            "--round-duration-seconds",
-            self.round_secs,
-        ];
-        let server = self.env.start_env(&args, envs).await;
-        let rpc_addr = server.rpc_addr.expect("the chain RPC address is reported");
-        self.rpc_port = rpc_addr.port();
-        self.rpc = BitcoindRpc::new(RpcConfig::new(
-            format!("http://{rpc_addr}/"),
-            Auth::Cookie(self.env.data_dir.join("chain").join(".cookie")),
-        ))
-        .unwrap();
-        self.server = Some(server);
-    }
-
-    fn s(&self) -> &Server {
-        self.server.as_ref().expect("server running")
-    }
-
-    async fn mine(&self, n: u32) {
-        let a = Address::from_str("bcrt1qs758ursh4q9z627kt3pp5yysm78ddny6txaqgw")
-            .unwrap()
-            .require_network(Network::Regtest)
-            .unwrap();
-        self.rpc.generate_to_address(n, &a).await.unwrap();
-    }
-
-    /// `user`'s account with its balances.
-    async fn me(&self, user: &str) -> Value {
-        self.s().me(user).await
-    }
-
-    /// Deposits `sats` to `user` through the faucet, credited when this returns.
-    async fn deposit(&self, user: &str, sats: i64) -> Value {
-        self.s().deposit(user, sats).await
-    }
-
-    /// `user` bets `sats` in the current round; the answer, accepted or refused.
-    async fn bet(&self, user: &str, sats: i64) -> support::Resp {
-        self.s().bet(user, sats).await
-    }
-
-    /// `user` withdraws `sats` to `address`; the answer, accepted or refused.
-    async fn withdraw(&self, user: &str, address: &str, sats: i64) -> support::Resp {
-        self.s().withdraw(user, address, sats).await
-    }
-
-    /// `user`'s transaction history (newest first).
-    async fn transactions(&self, user: &str) -> Value {
-        self.s().transactions(user).await
-    }
-
-    async fn round(&self, id: i64) -> Value {
-        let r = self.s().get(&format!("/rounds/{id}"), &[]).await;
-        assert_eq!(r.status, 200, "{}", r.text());
-        r.json()
-    }
-
-    async fn current(&self) -> Value {
-        self.s().get("/rounds/current", &[]).await.json()
-    }
-
-    /// Waits for a round that opened at most a second ago, so that bets fit in it.
-    async fn fresh_round(&self) -> i64 {
-        let start = self.current().await["id"].as_i64().unwrap();
-        let id = wait_for("condition", Duration::from_secs(60), || async {
-            let c = self.current().await;
-            let id = c["id"].as_i64().unwrap();
-            (id > start && c["status"] == "open").then_some(id)
-        })
-        .await;
-        id
-    }
-
-    async fn wait_status(&self, id: i64, status: &str) -> Value {
-        wait_for("condition", Duration::from_secs(60), || async {
-            let r = self.round(id).await;
-            (r["status"] == status).then_some(r)
-        })
-        .await
-    }
-
     /// The conservation check: deposits = users' outputs + pots in flight +
     /// commission + withdrawals + miner fees, every output the ledger holds
     /// is unspent on the chain with the same value, and the users' balances
@@ -212,13 +83,6 @@ impl Rig {
             "users' balances vs their outputs"
         );
     }
-
-    async fn finish(mut self) {
-        if let Some(s) = self.server.take() {
-            s.stop().await;
-        }
-        self.env.cleanup().await;
-    }
 }
 
 /// Anti-fee-sniping, as Core's wallet: the service's own transactions carry
@@ -242,7 +106,7 @@ async fn verify_draw(rig: &Rig, round: &Value) -> String {
 }
 
 async fn three_users_round(db: Db) {
-    let rig = Rig::new(db).await;
+    let rig = Rig::new(db, ROUND_SECS).await;
     let names = ["alice", "Bob", "carol"];
     let mut tokens = Vec::new();
     for (i, n) in names.iter().enumerate() {
@@ -416,7 +280,7 @@ async fn three_users_round(db: Db) {
 }
 
 async fn refusals_and_withdrawals(db: Db) {
-    let rig = Rig::new(db).await;
+    let rig = Rig::new(db, ROUND_SECS).await;
     let t = rig.s().user("dave", "10.0.1.1").await;
     let h = [("authorization", auth(&t))];
     let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -556,7 +420,7 @@ async fn refusals_and_withdrawals(db: Db) {
 /// Two users bet at once, each twice concurrently: every bet either lands or
 /// is refused cleanly, and no output is spent twice.
 async fn concurrent_bets_never_share_an_output(db: Db) {
-    let rig = Rig::new(db).await;
+    let rig = Rig::new(db, ROUND_SECS).await;
     let a = rig.s().user("erin", "10.0.2.1").await;
     rig.deposit(&a, 100_000).await;
     rig.deposit(&a, 100_000).await;
@@ -623,7 +487,7 @@ both_databases!(
 /// would cost more than the allowed share of it in fees is refused with
 /// `bet_uneconomic`.
 async fn late_and_uneconomic_bets_are_refused(db: Db) {
-    let rig = Rig::with_rounds(db, "3600").await;
+    let rig = Rig::new(db, "3600").await;
     let t = rig.s().user("latecomer", "10.0.9.1").await;
     rig.deposit(&t, 500_000).await;
     let r = rig
@@ -668,7 +532,7 @@ async fn late_and_uneconomic_bets_are_refused(db: Db) {
 /// credited again when it confirms on the new branch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reorged_deposit_is_uncredited_then_recredited() {
-    let rig = Rig::new(Db::Sqlite).await;
+    let rig = Rig::new(Db::Sqlite, ROUND_SECS).await;
     let t = rig.s().user("frank", "10.0.3.1").await;
     let f = rig.deposit(&t, 300_000).await;
     assert_eq!(rig.me(&t).await["balance_sats"], 300_000);
@@ -715,7 +579,7 @@ async fn two_bets_round(rig: &Rig, names: [&str; 2], ips: [&str; 2]) -> (String,
 /// goes back to pending and confirms again on the new branch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reorged_draw_block_keeps_the_draw_and_one_payout() {
-    let rig = Rig::new(Db::Sqlite).await;
+    let rig = Rig::new(Db::Sqlite, ROUND_SECS).await;
     let (a, b, id) = two_bets_round(&rig, ["gina", "hank"], ["10.0.4.1", "10.0.4.2"]).await;
     rig.wait_status(id, "drawing").await;
     rig.mine(1).await;
@@ -767,7 +631,7 @@ async fn reorged_draw_block_keeps_the_draw_and_one_payout() {
 /// height when the engine got to it: B, a second roll.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_draw_block_replaced_while_paused_keeps_the_first_draw() {
-    let rig = Rig::new(Db::Sqlite).await;
+    let rig = Rig::new(Db::Sqlite, ROUND_SECS).await;
     let (a, b, id) = two_bets_round(&rig, ["paula", "quinn"], ["10.0.4.11", "10.0.4.12"]).await;
     let drawing = rig.wait_status(id, "drawing").await;
     let close_tip = drawing["draw"]["tip_height_at_close"].as_u64().unwrap();
@@ -813,7 +677,7 @@ async fn a_draw_block_replaced_while_paused_keeps_the_first_draw() {
 /// next one mined on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_draw_block_that_does_not_descend_from_the_close_tip_is_not_drawn_from() {
-    let rig = Rig::new(Db::Sqlite).await;
+    let rig = Rig::new(Db::Sqlite, ROUND_SECS).await;
     let (a, b, id) = two_bets_round(&rig, ["rita", "saul"], ["10.0.4.21", "10.0.4.22"]).await;
     // The bets' block is the tip the close reads.
     rig.mine(1).await;
@@ -912,7 +776,7 @@ async fn spenders(
 /// Kills the service with SIGKILL at `step` of a round and restarts it;
 /// the round ends with exactly one payout on the chain and the books balance.
 async fn crash_at(step: &str) {
-    let mut rig = Rig::new(Db::Sqlite).await;
+    let mut rig = Rig::binary(Db::Sqlite, ROUND_SECS).await;
     let a = rig.s().user("ivan", "10.0.5.1").await;
     let b = rig.s().user("judy", "10.0.5.2").await;
     rig.deposit(&a, 100_000).await;
@@ -1030,7 +894,7 @@ async fn crash_after_payout_broadcast() {
 /// round opens; the admin retry at a sane fee rate pays it, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_payout_waits_for_the_admin_retry() {
-    let rig = Rig::new(Db::Sqlite).await;
+    let rig = Rig::new(Db::Sqlite, ROUND_SECS).await;
     let a = rig.s().user("kate", "10.0.6.1").await;
     let b = rig.s().user("liam", "10.0.6.2").await;
     for t in [&a, &b] {
@@ -1123,7 +987,7 @@ async fn refused_payout_waits_for_the_admin_retry() {
 /// its confirmation, and stays quiet otherwise.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stream_notifies_money_events() {
-    let rig = Rig::with_rounds(Db::Sqlite, "600").await;
+    let rig = Rig::new(Db::Sqlite, "600").await;
     let t = rig.s().user("mona", "10.0.7.1").await;
     let mut st = support::EventStream::open(rig.s().addr, "10.0.7.9").await;
     assert_eq!(st.status, 200);
@@ -1156,7 +1020,7 @@ async fn stream_notifies_money_events() {
 /// the round is paid once (one engine runs it, chosen by the engine lock).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_on_postgres_spend_once_and_pay_once() {
-    let rig = Rig::new(Db::Postgres).await;
+    let rig = Rig::binary(Db::Postgres, ROUND_SECS).await;
     let b_env = Env {
         db: Db::Postgres,
         data_dir: rig.env.data_dir.join("second"),
@@ -1263,7 +1127,7 @@ async fn two_processes_on_postgres_spend_once_and_pay_once() {
 /// Pause holds an overdue round where it stands; resume moves it on at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_holds_the_round_and_resume_moves_it_on() {
-    let rig = Rig::new(Db::Sqlite).await;
+    let rig = Rig::new(Db::Sqlite, ROUND_SECS).await;
     let t = rig.s().user("pia", "10.0.9.1").await;
     rig.deposit(&t, 100_000).await;
     let id = rig.fresh_round().await;
@@ -1301,7 +1165,7 @@ async fn pause_holds_the_round_and_resume_moves_it_on() {
 /// broadcasting and marking it): after the restart it is broadcast exactly
 /// once and the books balance.
 async fn crash_in_withdrawal(step: &str) {
-    let mut rig = Rig::new(Db::Sqlite).await;
+    let mut rig = Rig::binary(Db::Sqlite, ROUND_SECS).await;
     let t = rig.s().user("quinn", "10.0.10.1").await;
     rig.deposit(&t, 100_000).await;
     let start_height = rig.rpc.get_block_count().await.unwrap();
@@ -1383,7 +1247,7 @@ async fn crash_after_withdrawal_broadcast() {
 /// number of confirmations, not before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deposits_count_at_the_configured_confirmations() {
-    let rig = Rig::new(Db::Sqlite).await;
+    let rig = Rig::new(Db::Sqlite, ROUND_SECS).await;
     let r = rig
         .s()
         .admin_put("/admin/config", json!({"deposit_confirmations": 3}))
@@ -1433,7 +1297,7 @@ async fn deposit_status(
 /// the chain.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_coinbase_deposit_is_credited_once_mature() {
-    let rig = Rig::new(Db::Sqlite).await;
+    let rig = Rig::new(Db::Sqlite, ROUND_SECS).await;
     let t = rig.s().user("miner", "10.0.12.1").await;
     let address = rig.me(&t).await["address"].as_str().unwrap().to_string();
     let a = Address::from_str(&address)
@@ -1479,7 +1343,7 @@ async fn a_coinbase_deposit_is_credited_once_mature() {
 /// worker broadcasts it once the chain is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_payment_written_while_the_chain_is_down_is_broadcast_later() {
-    let mut rig = Rig::new(Db::Sqlite).await;
+    let mut rig = Rig::binary(Db::Sqlite, ROUND_SECS).await;
     let b_env = Env {
         db: Db::Sqlite,
         data_dir: rig.env.data_dir.join("second"),
@@ -1608,7 +1472,7 @@ async fn chaos_kills_keep_the_money_whole() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(20);
-    let mut rig = Rig::with_rounds(Db::Sqlite, "2").await;
+    let mut rig = Rig::binary(Db::Sqlite, "2").await;
     let mut tokens = Vec::new();
     for i in 0..3 {
         let t = rig
@@ -1736,7 +1600,7 @@ async fn a_round_takes_no_more_bets_than_its_payout_can_spend() {
     const USERS: usize = 11;
     const BETS_PER_USER: usize = 135;
     const OUTPUT_SATS: u64 = 3_000;
-    let rig = Rig::with_rounds(Db::Sqlite, "3600").await;
+    let rig = Rig::new(Db::Sqlite, "3600").await;
     let mut tokens = Vec::new();
     for u in 0..USERS {
         tokens.push(
@@ -1865,7 +1729,7 @@ async fn fund_outputs(rig: &Rig, tokens: &[String], per_user: usize, sats: u64) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_user_cannot_fill_a_round_alone() {
     const SHARE: usize = 140;
-    let rig = Rig::with_rounds(Db::Sqlite, "3600").await;
+    let rig = Rig::new(Db::Sqlite, "3600").await;
     let greedy = rig.s().user("greedy", "10.0.14.1").await;
     let other = rig.s().user("other", "10.0.14.2").await;
     fund_outputs(&rig, std::slice::from_ref(&greedy), SHARE + 1, 3_000).await;
@@ -1902,7 +1766,7 @@ async fn one_user_cannot_fill_a_round_alone() {
 async fn a_withdrawal_needing_more_inputs_than_one_transaction_holds_is_refused_clearly() {
     const OUTPUTS: usize = 1_480;
     const OUTPUT_SATS: u64 = 3_000;
-    let rig = Rig::with_rounds(Db::Sqlite, "3600").await;
+    let rig = Rig::new(Db::Sqlite, "3600").await;
     let t = rig.s().user("hoarder", "10.0.13.1").await;
     fund_outputs(&rig, std::slice::from_ref(&t), OUTPUTS, OUTPUT_SATS).await;
     let to = "bcrt1qs758ursh4q9z627kt3pp5yysm78ddny6txaqgw";
@@ -2024,7 +1888,7 @@ async fn assert_winner_paid(
 /// paid to them, not left to the miner while the commission is paid in full.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_winning_share_goes_to_the_winner_not_the_miner() {
-    let rig = Rig::new(Db::Sqlite).await;
+    let rig = Rig::new(Db::Sqlite, ROUND_SECS).await;
     let (id, players) = small_pot_round(&rig, ["nina", "omar"], 2_000).await;
     rig.wait_status(id, "drawing").await;
     rig.mine(1).await;
@@ -2043,7 +1907,7 @@ async fn a_small_winning_share_goes_to_the_winner_not_the_miner() {
 /// the admin retry at a lower fee rate pays the winner.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_payout_that_would_leave_the_winner_nothing_waits_for_the_admin_retry() {
-    let rig = Rig::new(Db::Sqlite).await;
+    let rig = Rig::new(Db::Sqlite, ROUND_SECS).await;
     let (id, players) = small_pot_round(&rig, ["pia", "quinn"], 1_400).await;
     rig.wait_status(id, "drawing").await;
     rig.mine(1).await;
@@ -2088,7 +1952,7 @@ async fn a_payout_that_would_leave_the_winner_nothing_waits_for_the_admin_retry(
 /// refused with the structured 422 `invalid_body`, and no coins move.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_amounts_are_refused_in_the_error_format_and_move_nothing() {
-    let rig = Rig::with_rounds(Db::Sqlite, "3600").await;
+    let rig = Rig::new(Db::Sqlite, "3600").await;
     let t = rig.s().user("rhea", "10.0.13.1").await;
     rig.deposit(&t, 200_000).await;
     let dest = "bcrt1qs758ursh4q9z627kt3pp5yysm78ddny6txaqgw";
@@ -2164,7 +2028,7 @@ fn assert_refused(r: &support::Resp, code: &str, what: &str) {
 /// refusal, rather than a plain-text answer the dashboard cannot read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_page_queries_are_refused_in_the_error_format() {
-    let rig = Rig::with_rounds(Db::Sqlite, "3600").await;
+    let rig = Rig::new(Db::Sqlite, "3600").await;
     let t = rig.s().user("sven", "10.0.14.1").await;
     let bearer = auth(&t);
     for path in ["/rounds", "/users/me/transactions"] {

@@ -1,66 +1,20 @@
-//! Issue 16, points 9 and 10, against the real `potluck serve` binary and its development chain over JSON-RPC: a pipeline that never halts (a payout that cannot be built or is refused becomes `payout_failed` and the next round opens, a transfer that keeps failing is set aside, evicted transactions are re-broadcast, the payout retry drops pot inputs that no longer exist as a ledger correction) and a chaos run with the chain as a separate process restarted once.
+//! Issue 16, points 9 and 10, against the service and its development chain over JSON-RPC (in this process; the binary where the chain restarts from disk): a pipeline that never halts (a payout that cannot be built or is refused becomes `payout_failed` and the next round opens, a transfer that keeps failing is set aside, evicted transactions are re-broadcast, the payout retry drops pot inputs that no longer exist as a ledger correction) and a chaos run with the chain as a separate process restarted once.
 
-mod support;
+use crate::support;
 
 use support::wait_for;
 
 use std::str::FromStr as _;
 use std::time::{Duration, Instant};
 
-use bitcoin::{Address, Network, Txid};
-use chain::{Auth, BitcoindRpc, RpcConfig};
+use bitcoin::{Network, Txid};
+use chain::BitcoindRpc;
 use serde_json::{json, Value};
-use support::{Db, Env, Server};
-
-const MINER: &str = "bcrt1qs758ursh4q9z627kt3pp5yysm78ddny6txaqgw";
-
-/// A service on its embedded chain, with the chain's RPC.
-struct Rig {
-    env: Env,
-    round_secs: &'static str,
-    rpc_port: u16,
-    server: Option<Server>,
-    rpc: BitcoindRpc,
-}
+use support::rig::{regtest_address, Rig, MINER};
+use support::rpc_proxy::ChainProcess;
+use support::{bearer as auth, Db, Env};
 
 impl Rig {
-    async fn new(db: Db, round_secs: &'static str) -> Self {
-        let env = Env::new(db).await;
-        let rpc = rpc_client("http://127.0.0.1:1/", &env);
-        let mut rig = Self {
-            env,
-            round_secs,
-            rpc_port: 0,
-            server: None,
-            rpc,
-        };
-        rig.start().await;
-        rig
-    }
-
-    async fn start(&mut self) {
-        let bind = format!("127.0.0.1:{}", self.rpc_port);
-        let args = [
-            "--argon2-memory-kib",
-            "64",
-            "--argon2-iterations",
-            "1",
-            "--admin-token",
-            support::ADMIN,
-            "--dev-block-interval",
-            "0",
-            "--dev-chain-rpc-bind",
-            &bind,
-            "--round-duration-seconds",
-            self.round_secs,
-        ];
-        let server = self.env.start_env(&args, &[]).await;
-        let rpc_addr = server.rpc_addr.expect("the chain RPC address is reported");
-        self.rpc_port = rpc_addr.port();
-        self.rpc = rpc_client(&format!("http://{rpc_addr}/"), &self.env);
-        self.server = Some(server);
-    }
-
     /// SIGKILLs the service (and its embedded chain), deletes the chain's
     /// saved mempool, and starts again: every unconfirmed transaction is
     /// gone from the node, as after an eviction or a node restarted with
@@ -68,55 +22,12 @@ impl Rig {
     async fn restart_with_empty_mempool(&mut self) {
         self.server.take().unwrap().stop().await;
         let _ = std::fs::remove_file(self.env.data_dir.join("chain").join("mempool.dat"));
-        self.start().await;
+        self.start(&[]).await;
         let mempool = self.rpc.get_raw_mempool().await.unwrap();
         assert!(
             mempool.is_empty() || mempool.len() < 100,
             "the node restarted: {mempool:?}"
         );
-    }
-
-    fn s(&self) -> &Server {
-        self.server.as_ref().expect("server running")
-    }
-
-    async fn mine(&self, n: u32) {
-        self.rpc
-            .generate_to_address(n, &regtest_address(MINER))
-            .await
-            .unwrap();
-    }
-
-    async fn me(&self, token: &str) -> Value {
-        let r = self
-            .s()
-            .get("/users/me", &[("authorization", &auth(token))])
-            .await;
-        assert_eq!(r.status, 200, "{}", r.text());
-        r.json()
-    }
-
-    async fn faucet(&self, token: &str, amount: i64) -> Value {
-        let r = self
-            .s()
-            .post(
-                "/dev/faucet",
-                &[("authorization", &auth(token))],
-                json!({"amount_sats": amount}),
-            )
-            .await;
-        assert_eq!(r.status, 200, "{}", r.text());
-        r.json()
-    }
-
-    async fn bet(&self, token: &str, amount: i64) -> support::Resp {
-        self.s()
-            .post(
-                "/rounds/current/bets",
-                &[("authorization", &auth(token))],
-                json!({"amount_sats": amount}),
-            )
-            .await
     }
 
     /// A bet, asked again while the answer is only that the round is
@@ -125,35 +36,6 @@ impl Rig {
         wait_for("condition", Duration::from_secs(60), || async {
             let r = self.bet(token, amount).await;
             (r.status < 400 || r.code() != "round_not_open").then_some(r)
-        })
-        .await
-    }
-
-    async fn round(&self, id: i64) -> Value {
-        let r = self.s().get(&format!("/rounds/{id}"), &[]).await;
-        assert_eq!(r.status, 200, "{}", r.text());
-        r.json()
-    }
-
-    async fn current(&self) -> Value {
-        self.s().get("/rounds/current", &[]).await.json()
-    }
-
-    /// Waits for a round that opened after the current one, so bets fit in it.
-    async fn fresh_round(&self) -> i64 {
-        let start = self.current().await["id"].as_i64().unwrap();
-        wait_for("condition", Duration::from_secs(60), || async {
-            let c = self.current().await;
-            let id = c["id"].as_i64().unwrap();
-            (id > start && c["status"] == "open").then_some(id)
-        })
-        .await
-    }
-
-    async fn wait_status(&self, id: i64, status: &str) -> Value {
-        wait_for("condition", Duration::from_secs(60), || async {
-            let r = self.round(id).await;
-            (r["status"] == status).then_some(r)
         })
         .await
     }
@@ -198,23 +80,9 @@ impl Rig {
     /// corrections − debts,
     /// and (when `outputs_exist`) every output the ledger holds is unspent on
     /// the chain with its value.
-    async fn conservation(&self, outputs_exist: bool) -> Value {
+    async fn conservation_with_debts(&self, outputs_exist: bool) -> Value {
         self.settle().await;
-        let l = self.s().admin_get("/admin/ledger").await;
-        assert_eq!(l.status, 200, "{}", l.text());
-        let l = l.json();
-        let n = |k: &str| l[k].as_i64().unwrap_or_else(|| panic!("{k} in {l}"));
-        assert_eq!(
-            n("deposits_sats"),
-            n("users_unspent_sats")
-                + n("pots_in_flight_sats")
-                + n("commission_paid_sats")
-                + n("withdrawn_sats")
-                + n("miner_fees_sats")
-                + n("corrections_sats")
-                - n("debts_sats"),
-            "ledger does not balance: {l}"
-        );
+        let l = self.balanced_ledger().await;
         if outputs_exist {
             for o in l["unspent"].as_array().unwrap() {
                 let v: Value = self
@@ -232,32 +100,6 @@ impl Rig {
         }
         l
     }
-
-    async fn finish(mut self) {
-        if let Some(s) = self.server.take() {
-            s.stop().await;
-        }
-        self.env.cleanup().await;
-    }
-}
-
-fn rpc_client(url: &str, env: &Env) -> BitcoindRpc {
-    BitcoindRpc::new(RpcConfig::new(
-        url.to_string(),
-        Auth::Cookie(env.data_dir.join("chain").join(".cookie")),
-    ))
-    .unwrap()
-}
-
-fn auth(token: &str) -> String {
-    format!("Bearer {token}")
-}
-
-fn regtest_address(a: &str) -> Address {
-    Address::from_str(a)
-        .unwrap()
-        .require_network(Network::Regtest)
-        .unwrap()
 }
 
 /// Confirmations of `txid` on the chain (`None`: unknown to the node).
@@ -274,8 +116,8 @@ async fn unbuildable_payout_fails_the_round_and_the_next_opens(db: Db) {
     let rig = Rig::new(db, "4").await;
     let a = rig.s().user("adam", "10.0.90.1").await;
     let b = rig.s().user("boris", "10.0.90.2").await;
-    rig.faucet(&a, 100_000).await;
-    rig.faucet(&b, 100_000).await;
+    rig.deposit(&a, 100_000).await;
+    rig.deposit(&b, 100_000).await;
     let id = rig.fresh_round().await;
     assert_eq!(rig.bet(&a, 5_000).await.status, 201);
     assert_eq!(rig.bet(&b, 7_000).await.status, 201);
@@ -335,7 +177,7 @@ async fn unbuildable_payout_fails_the_round_and_the_next_opens(db: Db) {
         .await;
     assert_eq!(r.status, 409, "a second retry is refused: {}", r.text());
     assert!(!rig.audit("payout_retried").await.is_empty());
-    let l = rig.conservation(true).await;
+    let l = rig.conservation_with_debts(true).await;
     assert_eq!(l["corrections_sats"], 0);
     rig.finish().await;
 }
@@ -356,7 +198,7 @@ async fn unbuildable_payout_fails_the_round_and_the_next_opens_postgres() {
 async fn a_tampered_commitment_pays_nothing_and_the_next_round_opens(db: Db) {
     let rig = Rig::new(db, "3").await;
     let a = rig.s().user("cyril", "10.0.91.1").await;
-    rig.faucet(&a, 100_000).await;
+    rig.deposit(&a, 100_000).await;
     let id = rig.fresh_round().await;
     assert_eq!(rig.bet(&a, 5_000).await.status, 201);
     let closing = rig.wait_status(id, "drawing").await;
@@ -415,8 +257,8 @@ async fn a_transfer_that_keeps_failing_is_set_aside(db: Db) {
     let rig = Rig::new(db, "3").await;
     let a = rig.s().user("deena", "10.0.92.1").await;
     let b = rig.s().user("elias", "10.0.92.2").await;
-    rig.faucet(&a, 100_000).await;
-    rig.faucet(&b, 100_000).await;
+    rig.deposit(&a, 100_000).await;
+    rig.deposit(&b, 100_000).await;
     let pool = rig.env.pool().await;
     let bad: i64 = sqlx::query_scalar(
         "INSERT INTO transfers (kind, user_id, round_id, txid, vout, raw_tx, amount_sats, fee_sats, \
@@ -453,7 +295,7 @@ async fn a_transfer_that_keeps_failing_is_set_aside(db: Db) {
             .count(),
         1
     );
-    rig.conservation(true).await;
+    rig.conservation_with_debts(true).await;
     rig.finish().await;
 }
 
@@ -472,10 +314,10 @@ async fn a_transfer_that_keeps_failing_is_set_aside_postgres() {
 /// few blocks and confirm.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn evicted_transactions_are_rebroadcast() {
-    let mut rig = Rig::new(Db::Sqlite, "600").await;
+    let mut rig = Rig::binary(Db::Sqlite, "600").await;
     let a = rig.s().user("faye", "10.0.93.1").await;
-    rig.faucet(&a, 100_000).await;
-    rig.faucet(&a, 100_000).await;
+    rig.deposit(&a, 100_000).await;
+    rig.deposit(&a, 100_000).await;
     let wd = rig
         .s()
         .post(
@@ -517,7 +359,7 @@ async fn evicted_transactions_are_rebroadcast() {
             .unwrap();
         assert_ne!(row["status"], "failed", "{row}");
     }
-    rig.conservation(true).await;
+    rig.conservation_with_debts(true).await;
     rig.finish().await;
 }
 
@@ -529,14 +371,14 @@ async fn evicted_transactions_are_rebroadcast() {
 /// B, the round, the bets and A's deposit transactions (raw hex, in order),
 /// which A's sender could broadcast again.
 async fn vanished_deposit_scenario() -> (Rig, String, String, i64, Vec<Value>, Vec<String>) {
-    let mut rig = Rig::new(Db::Sqlite, "5").await;
+    let mut rig = Rig::binary(Db::Sqlite, "5").await;
     let a = rig.s().user("gustav", "10.0.94.1").await;
     let b = rig.s().user("halvar", "10.0.94.2").await;
     // B's deposits first, then A's: invalidating A's deposit block keeps B's.
-    rig.faucet(&b, 50_000_000).await;
-    rig.faucet(&b, 50_000_000).await;
-    let a_dep = rig.faucet(&a, 50_000_000).await;
-    let a_dep2 = rig.faucet(&a, 50_000_000).await;
+    rig.deposit(&b, 50_000_000).await;
+    rig.deposit(&b, 50_000_000).await;
+    let a_dep = rig.deposit(&a, 50_000_000).await;
+    let a_dep2 = rig.deposit(&a, 50_000_000).await;
     let mut a_raw = Vec::new();
     for d in [&a_dep, &a_dep2] {
         let raw: String = rig
@@ -745,7 +587,7 @@ async fn a_retry_waits_for_pot_outputs_whose_bets_can_still_confirm() {
         early.text(),
         late.text()
     );
-    let l = rig.conservation(true).await;
+    let l = rig.conservation_with_debts(true).await;
     assert_eq!(l["corrections_sats"], 0, "{l}");
     rig.finish().await;
 }
@@ -818,7 +660,7 @@ async fn a_reversed_deposit_leaves_a_debt_that_blocks_spending() {
         .count();
     assert_eq!(reversed_rows, 2, "{txs}");
     // A new deposit covers the debt: spending beyond it is refused, within it allowed.
-    rig.faucet(&a, 70_000_000).await;
+    rig.deposit(&a, 70_000_000).await;
     let me = rig.me(&a).await;
     assert_eq!(me["balance_sats"], 70_000_000 - spent, "{me}");
     let r = rig.bet_in_an_open_round(&a, 20_000_000).await;
@@ -833,71 +675,9 @@ async fn a_reversed_deposit_leaves_a_debt_that_blocks_spending() {
         .await;
     assert_eq!(r.status, 200, "{}", r.text());
     rig.wait_status(id, "closed").await;
-    let l = rig.conservation(true).await;
+    let l = rig.conservation_with_debts(true).await;
     assert_eq!(l["debts_sats"], spent, "{l}");
     rig.finish().await;
-}
-
-/// `potluck chain` as its own process, restartable on the same data and port.
-struct ChainProcess {
-    dir: std::path::PathBuf,
-    addr: std::net::SocketAddr,
-    child: Option<tokio::process::Child>,
-}
-
-impl ChainProcess {
-    async fn start(dir: std::path::PathBuf, port: u16) -> Self {
-        use tokio::io::AsyncBufReadExt as _;
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
-            .arg("chain")
-            .args(["--rpc-bind", &format!("127.0.0.1:{port}")])
-            .arg("--data-dir")
-            .arg(&dir)
-            .args(["--block-interval", "0"])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-            .await
-            .expect("potluck chain printed its address")
-            .unwrap()
-            .expect("potluck chain exited");
-        let addr = line
-            .rsplit("http://")
-            .next()
-            .unwrap()
-            .trim()
-            .trim_end_matches('/')
-            .parse()
-            .unwrap();
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Self {
-            dir,
-            addr,
-            child: Some(child),
-        }
-    }
-
-    fn rpc(&self) -> BitcoindRpc {
-        BitcoindRpc::new(RpcConfig::new(
-            format!("http://{}/", self.addr),
-            Auth::Cookie(self.dir.join(".cookie")),
-        ))
-        .unwrap()
-    }
-
-    /// SIGKILL, then a start on the same data directory and port.
-    async fn restart(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill().await;
-        }
-        let port = self.addr.port();
-        *self = Self::start(self.dir.clone(), port).await;
-    }
 }
 
 /// The chaos test with the chain as a separate process (issue 16): clients
@@ -914,9 +694,9 @@ async fn chaos_with_the_chain_restarted_keeps_the_money_whole() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(20);
     let env = Env::new(Db::Sqlite).await;
-    let mut chain = ChainProcess::start(env.data_dir.join("chain-process"), 0).await;
+    let mut chain = ChainProcess::start(env.data_dir.join("chain-process")).await;
     let url = format!("http://{}/", chain.addr);
-    let cookie = chain.dir.join(".cookie").display().to_string();
+    let cookie = chain.cookie();
     let args = [
         "--argon2-memory-kib",
         "64",
@@ -1142,7 +922,7 @@ async fn chaos_with_the_chain_restarted_keeps_the_money_whole() {
 async fn a_spend_by_an_unknown_transaction_is_audited() {
     let rig = Rig::new(Db::Sqlite, "600").await;
     let a = rig.s().user("ingrid", "10.0.95.1").await;
-    let dep = rig.faucet(&a, 200_000).await;
+    let dep = rig.deposit(&a, 200_000).await;
     let dep_txid = Txid::from_str(dep["txid"].as_str().unwrap()).unwrap();
     let dep_tx = rig
         .rpc

@@ -1,6 +1,6 @@
 //! Black-box (issue 32, finding 5): two processes on one database must share one wallet seed and one session-token secret, whatever the order they start in.
 
-mod support;
+use crate::support;
 
 use support::{Db, Env};
 

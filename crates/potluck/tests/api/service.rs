@@ -1,6 +1,6 @@
 //! Black-box: start-up rules (schema upgrade refusal, OWASP defaults), the OpenAPI document, and operational endpoints.
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::{Db, Env};
@@ -77,7 +77,7 @@ const ROUTES: &[(&str, &str)] = &[
 
 async fn openapi_documents_every_route(db: Db) {
     let env = Env::new(db).await;
-    let s = env.start(&[]).await;
+    let s = support::spawn_app(&env).await;
     let doc = s.get("/openapi.json", &[]).await.json();
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
     let paths = doc["paths"].as_object().unwrap();
@@ -124,7 +124,7 @@ async fn openapi_documents_every_route(db: Db) {
 
 async fn operational_endpoints(db: Db) {
     let env = Env::new(db).await;
-    let s = env.start(&["--body-limit-bytes", "1024"]).await;
+    let s = support::spawn_app_with(&env, |c| c.body_limit_bytes = 1024).await;
     let r = s.get("/healthz", &[]).await;
     assert_eq!(
         (r.status, r.json()),
@@ -210,18 +210,11 @@ async fn defaults_hash_with_owasp_parameters() {
 
 async fn hashing_does_not_stall_other_requests(db: Db) {
     let env = Env::new(db).await;
-    let s = env
-        .start_raw(&[
-            "--argon2-memory-kib",
-            "8192",
-            "--argon2-iterations",
-            "2",
-            "--hashing-concurrency",
-            "1",
-            "--admin-token",
-            support::ADMIN,
-        ])
-        .await;
+    let s = support::spawn_app_with(&env, |c| {
+        c.hash_params = support::argon2(8192, 2);
+        c.hashing_concurrency = 1;
+    })
+    .await;
     assert_eq!(
         s.register("hasher", "password123", "10.0.0.1").await.status,
         201

@@ -1,77 +1,30 @@
 //! Black-box: several `serve` processes on one PostgreSQL database behave as one service: the stream fans out across processes (LISTEN/NOTIFY, reconnect and refetch), and one engine runs at a time (advisory lock) with a stand-by that takes over when the leader is killed with SIGKILL.
 
-mod support;
+use crate::support;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use support::rpc_proxy::ChainProcess;
 use support::{Db, Env, EventStream, Server};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
-
-/// A standalone development chain (`potluck chain`, no automatic blocks),
-/// so that every `serve` process is a plain Bitcoin Core client and any of
-/// them can be killed.
-struct Chain {
-    _child: Child,
-    url: String,
-    cookie: String,
-}
-
-async fn start_chain(dir: &std::path::Path) -> Chain {
-    let data = dir.join("chain");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_potluck"))
-        .args([
-            "chain",
-            "--rpc-bind",
-            "127.0.0.1:0",
-            "--block-interval",
-            "0",
-        ])
-        .arg("--data-dir")
-        .arg(&data)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-        .await
-        .expect("chain printed its address")
-        .unwrap()
-        .expect("chain running");
-    let url = line
-        .rsplit("JSON-RPC on ")
-        .next()
-        .unwrap()
-        .trim()
-        .to_string();
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Chain {
-        _child: child,
-        url,
-        cookie: data.join(".cookie").display().to_string(),
-    }
-}
 
 /// Two processes on one fresh PostgreSQL database and one chain.
 struct Pair {
     env: Env,
-    _chain: Chain,
+    _chain: ChainProcess,
     a: Server,
     b: Server,
 }
 
-async fn start_on(env: &Env, chain: &Chain, round_secs: &str) -> Server {
+async fn start_on(env: &Env, chain: &ChainProcess, round_secs: &str) -> Server {
+    let url = format!("http://{}/", chain.addr);
     env.start(&[
         "--bitcoind-url",
-        &chain.url,
+        &url,
         "--bitcoind-cookie",
-        &chain.cookie,
+        &chain.cookie(),
         "--round-duration-seconds",
         round_secs,
     ])
@@ -80,7 +33,7 @@ async fn start_on(env: &Env, chain: &Chain, round_secs: &str) -> Server {
 
 async fn pair(round_secs: &str) -> Pair {
     let env = Env::new(Db::Postgres).await;
-    let chain = start_chain(&env.data_dir).await;
+    let chain = ChainProcess::start(env.data_dir.join("chain")).await;
     let a = start_on(&env, &chain, round_secs).await;
     let b_env = Env {
         db: Db::Postgres,

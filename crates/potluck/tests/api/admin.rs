@@ -1,6 +1,6 @@
 //! Black-box: admin access, config validation and audit, pause/resume, password reset, and GET /rounds/current (SQLite and PostgreSQL).
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::{Db, Env, ADMIN};
@@ -43,7 +43,7 @@ async fn admin_token_unset_or_empty_never_grants(db: Db) {
         assert_eq!(s.get("/rounds/current", &[]).await.json()["paused"], false);
         s.stop().await;
     }
-    let s = env.start(&[]).await;
+    let s = support::spawn_app(&env).await;
     assert_eq!(s.get("/admin/config", &[]).await.status, 403);
     assert_eq!(
         s.get("/admin/config", &[("x-admin-token", "wrong")])
@@ -70,7 +70,7 @@ async fn admin_token_unset_or_empty_never_grants(db: Db) {
 
 async fn config_validation_and_audit_diff(db: Db) {
     let env = Env::new(db).await;
-    let s = env.start(&[]).await;
+    let s = support::spawn_app(&env).await;
     let initial = s.admin_get("/admin/config").await.json();
     assert!(
         initial["fee_address"]
@@ -172,7 +172,7 @@ async fn config_validation_and_audit_diff(db: Db) {
 
 async fn pause_resume_are_idempotent_and_audited(db: Db) {
     let env = Env::new(db).await;
-    let s = env.start(&[]).await;
+    let s = support::spawn_app(&env).await;
     let mut stream = support::EventStream::open(s.addr, "10.8.0.1").await;
     assert_eq!(stream.status, 200);
     let r = s.admin_post("/admin/pause", json!({})).await;
@@ -228,7 +228,7 @@ async fn pause_resume_are_idempotent_and_audited(db: Db) {
 
 async fn admin_reset_revokes_sessions_without_a_token(db: Db) {
     let env = Env::new(db).await;
-    let s = env.start(&[]).await;
+    let s = support::spawn_app(&env).await;
     let token = s.user("Erin", "10.7.0.1").await;
     let r = s
         .admin_post(
@@ -287,7 +287,7 @@ async fn admin_reset_revokes_sessions_without_a_token(db: Db) {
 
 async fn current_round_with_optional_token(db: Db) {
     let env = Env::new(db).await;
-    let s = env.start(&["--round-duration-seconds", "300"]).await;
+    let s = support::spawn_app_with(&env, |c| c.default_round_duration_seconds = 300).await;
     let anon = s.get("/rounds/current", &[]).await;
     assert_eq!(anon.status, 200);
     let round = anon.json();
@@ -356,7 +356,7 @@ async fn current_round_with_optional_token(db: Db) {
     );
     // Restarting keeps the same round (created once).
     s.stop().await;
-    let s = env.start(&[]).await;
+    let s = support::spawn_app(&env).await;
     assert_eq!(s.get("/rounds/current", &[]).await.json()["id"], id);
     s.stop().await;
     env.cleanup().await;
