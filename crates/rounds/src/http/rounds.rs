@@ -57,7 +57,10 @@ async fn current_round(
         // The hot anonymous path serves the body rendered once per snapshot.
         return Ok((
             [(header::CONTENT_TYPE, "application/json")],
-            state.anonymous_round.body(&snapshot)?,
+            state
+                .anonymous_round
+                .body(&snapshot)
+                .map_err(ApiError::internal)?,
         )
             .into_response());
     };

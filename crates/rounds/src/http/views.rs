@@ -10,7 +10,6 @@ use crate::domain::phase::{Payout, Round, RoundPhase, RoundProof, RoundSummary};
 use crate::domain::round::{RoundStatus, TransferKind, TransferProgress, TransferStatus};
 use crate::domain::time::rfc3339;
 use crate::domain::transfer::Transfer;
-use crate::http::error::ApiError;
 use crate::service::current::RoundSnapshot;
 
 /// A round as clients see it.
@@ -227,8 +226,8 @@ impl AnonymousRoundCache {
     /// The rendered anonymous view of `snap`.
     ///
     /// # Errors
-    /// [`ApiError::Internal`] when the view does not serialise.
-    pub fn body(&self, snap: &RoundSnapshot) -> Result<Bytes, ApiError> {
+    /// The serialiser's, when the view does not serialise.
+    pub fn body(&self, snap: &RoundSnapshot) -> Result<Bytes, serde_json::Error> {
         if let Some((generation, body)) = self.0.lock().unwrap_or_else(|p| p.into_inner()).as_ref()
         {
             if *generation == snap.generation {
@@ -237,9 +236,8 @@ impl AnonymousRoundCache {
         }
         // Rendered outside the lock: a round with many bets takes a while,
         // and concurrent callers may render the same snapshot twice.
-        let body: Bytes = serde_json::to_vec(&RoundView::of(&snap.detail, false, snap.paused))
-            .map_err(ApiError::internal)?
-            .into();
+        let body: Bytes =
+            serde_json::to_vec(&RoundView::of(&snap.detail, false, snap.paused))?.into();
         let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if slot.as_ref().is_none_or(|(g, _)| *g < snap.generation) {
             *slot = Some((snap.generation, body.clone()));
