@@ -307,19 +307,6 @@ mod tests {
         assert!(!text.contains("rpc-pass-secret"), "{text}");
         assert!(text.contains("potluck"), "{text}");
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use clap::Parser;
-
-    use super::*;
-
-    #[derive(Parser)]
-    struct Wrapper {
-        #[command(flatten)]
-        node: NodeArgs,
-    }
 
     /// A delta below what a forward needs to resolve on chain in time is refused by the
     /// parser (docs/node.md, "Forwarding on chain").

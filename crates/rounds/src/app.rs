@@ -626,10 +626,7 @@ impl Application {
             streams,
             hub,
         } = limits(&store, &config).await?;
-        let rounds = Arc::new(CurrentRound::new(
-            CURRENT_ROUND_TTL,
-            crate::http::views::anonymous_round_json,
-        ));
+        let rounds = Arc::new(CurrentRound::new(CURRENT_ROUND_TTL));
         let engine = Arc::new(
             Engine::new(store.clone(), chain, wallet, hub.clone(), rounds.clone())
                 .with_bump_policy(config.bump),
@@ -659,6 +656,7 @@ impl Application {
                 config.request_timeout,
             ),
             history: History::new(store.clone(), rounds.clone()),
+            anonymous_round: Arc::default(),
             health: Health::new(store.clone(), engine.chain().clone()),
             hub,
             streams,

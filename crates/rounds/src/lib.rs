@@ -8,11 +8,15 @@
 //! [`domain`]}, with [`security`] beside the services (used by them and by
 //! the HTTP extractors, never using either). A module never imports from a
 //! layer above it, and `http` never reaches past the services: no handler or
-//! extractor touches the store (its state holds services, not a database);
-//! the plain records a service returns (store rows such as
-//! [`service::history::RoundDetail`]) and [`service::StoreError`] are
-//! re-exported by the service. The domain knows nothing of axum, sqlx or
-//! tokio; the store knows nothing of HTTP; the services return their own
+//! extractor touches the store (its state holds services, not a database),
+//! and no view is built from a store row: the store decodes its rows at its
+//! edge into domain records (a round's [`domain::phase::RoundPhase`] with
+//! typed hashes, a [`domain::transfer::Transfer`]), which the services
+//! return and `http/views.rs` renders; only [`service::StoreError`] is
+//! re-exported by the service. No service holds bytes rendered for HTTP.
+//! The domain knows nothing of axum, sqlx or tokio; the store knows nothing
+//! of HTTP nor of `security` (the throttle's shared record and clock are
+//! domain types); the services return their own
 //! typed errors ([`service::accounts::AccountError`],
 //! [`service::payments::PaymentError`], …) that `http/error.rs` maps to
 //! status codes and error codes. [`app`] wires the layers together and is
@@ -20,7 +24,10 @@
 //! checks the rule on the sources.
 //!
 //! # A short tour
-//! - [`domain`]: `round` (the [`domain::round::RoundStatus`],
+//! - [`domain`]: `phase` (a round's phase with the draw data that exists
+//!   in it, its bets and payout, as the views read them), `transfer`,
+//!   `ledger` (the conservation totals), `lockout` (the throttle's shared
+//!   failure record), `round` (the [`domain::round::RoundStatus`],
 //!   [`domain::round::TransferKind`] and [`domain::round::TransferStatus`]
 //!   states), `draw` (the provably fair draw as pure functions), `spend`
 //!   (building and signing bets, withdrawals and payouts), `money` (the
@@ -125,6 +132,228 @@ mod layering {
                 );
             }
         }
+    }
+
+    /// The `pub` types the store defines (its rows and records), errors aside.
+    fn store_types() -> Vec<String> {
+        let mut names = Vec::new();
+        for (file, text) in sources("store") {
+            if file.ends_with("tests.rs") {
+                continue;
+            }
+            for line in text.lines().map(str::trim) {
+                for kw in ["pub struct ", "pub enum ", "pub type "] {
+                    if let Some(rest) = line.strip_prefix(kw) {
+                        let name: String = rest
+                            .chars()
+                            .take_while(|c| c.is_alphanumeric() || *c == '_')
+                            .collect();
+                        if !name.ends_with("Error") && name != "Store" && name != "Backend" {
+                            names.push(name);
+                        }
+                    }
+                }
+            }
+        }
+        names
+    }
+
+    /// Whether `text` names `ty` as a type: a whole word, not a variant or
+    /// an associated item of another type (`TransferKind::Deposit`).
+    fn names_type(text: &str, ty: &str) -> bool {
+        let word = |c: char| c.is_alphanumeric() || c == '_';
+        text.match_indices(ty).any(|(i, _)| {
+            let before = &text[..i];
+            let after = &text[i + ty.len()..];
+            if before.chars().next_back().is_some_and(word)
+                || after.chars().next().is_some_and(word)
+            {
+                return false;
+            }
+            match before.strip_suffix("::") {
+                Some(path) => {
+                    let segment: String = path
+                        .chars()
+                        .rev()
+                        .take_while(|c| word(*c))
+                        .collect::<Vec<_>>()
+                        .into_iter()
+                        .rev()
+                        .collect();
+                    !segment.starts_with(char::is_uppercase)
+                }
+                None => true,
+            }
+        })
+    }
+
+    #[test]
+    fn http_views_are_built_from_domain_and_service_types_not_store_rows() {
+        let rows = store_types();
+        assert!(
+            rows.iter().any(|r| r == "UserRow"),
+            "the scan finds the store's rows: {rows:?}"
+        );
+        let mut leaks = Vec::new();
+        for (file, text) in sources("http") {
+            // What the code names, not what its comments say.
+            let text: String = text
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("//"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            for row in &rows {
+                if names_type(&text, row) {
+                    leaks.push(format!("{file}: {row}"));
+                }
+            }
+        }
+        for (file, text) in sources("service") {
+            for line in text
+                .lines()
+                .filter(|l| l.trim_start().starts_with("pub use crate::store"))
+            {
+                if line.trim() != "pub use crate::store::StoreError;" {
+                    leaks.push(format!("{file} re-exports a store type: {}", line.trim()));
+                }
+            }
+        }
+        assert!(
+            leaks.is_empty(),
+            "HTTP sees store rows (build the view from a domain or service type): {leaks:?}"
+        );
+    }
+
+    #[test]
+    fn the_store_knows_no_security() {
+        for (file, text) in sources("store") {
+            if file.ends_with("tests.rs") {
+                continue;
+            }
+            assert!(
+                !text.contains("crate::security"),
+                "{file} imports `crate::security`: the store keeps domain records, the policy stays above it"
+            );
+        }
+    }
+
+    #[test]
+    fn services_keep_typed_values_not_rendered_bytes() {
+        for (file, text) in sources("service") {
+            for needle in ["crate::http", "bytes::Bytes", "axum::body::Bytes", "Render"] {
+                assert!(
+                    !text.contains(needle),
+                    "{file} holds `{needle}`: a service returns typed values, HTTP renders them"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn http_repeats_no_config_bound() {
+        let text = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("src/http/admin.rs"),
+        )
+        .unwrap();
+        // The unit tests may name the values the rule refuses.
+        let text = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for needle in [
+            "10_000",
+            "604_800",
+            "DUST_LIMIT_SATS",
+            "MAX_MONEY_SATS",
+            "1, 100",
+        ] {
+            assert!(
+                !text.contains(needle),
+                "http/admin.rs spells the config bound `{needle}`: the bounds live in the domain's ConfigPatch"
+            );
+        }
+    }
+
+    /// Fields on the way from the store to the views that hold a txid,
+    /// hash, seed or commitment as text (`file:line`).
+    fn hashes_as_text(file: &str, text: &str) -> Vec<String> {
+        let hashy = |name: &str| {
+            name == "txid"
+                || name.ends_with("_txid")
+                || name == "seed"
+                || name.ends_with("commitment")
+                || (name.contains("hash") && name != "password_hash")
+        };
+        text.lines()
+            .enumerate()
+            .filter_map(|(i, line)| {
+                let (name, ty) = line.trim().trim_start_matches("pub ").split_once(':')?;
+                let ty = ty.trim().trim_end_matches(',');
+                let textual = ["String", "Option<String>", "&str", "Option<&str>"];
+                (hashy(name.trim()) && (textual.contains(&ty) || ty.starts_with("&'")))
+                    .then(|| format!("{file}:{}", i + 1))
+            })
+            .collect()
+    }
+
+    /// The source files of the modules `text` imports from the crate
+    /// (`use crate::a::b::…` → `a/b.rs`), the HTTP layer's own aside.
+    fn imported_files(text: &str) -> Vec<String> {
+        text.lines()
+            .filter_map(|l| {
+                l.trim()
+                    .strip_prefix("use crate::")
+                    .or_else(|| l.trim().strip_prefix("pub use crate::"))
+            })
+            .filter(|path| !path.starts_with("http::"))
+            .filter_map(|path| {
+                let segments: Vec<&str> = path.split("::").collect();
+                (segments.len() >= 3).then(|| format!("{}/{}.rs", segments[0], segments[1]))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn round_and_transfer_views_are_built_from_typed_txids_and_hashes() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let views = std::fs::read_to_string(root.join("http/views.rs")).unwrap();
+        // What the views are built from, and what those modules re-export.
+        let mut files = imported_files(&views);
+        for file in files.clone() {
+            let text = std::fs::read_to_string(root.join(&file)).unwrap();
+            files.extend(
+                text.lines()
+                    .filter(|l| l.trim().starts_with("pub use crate::"))
+                    .flat_map(imported_files),
+            );
+        }
+        files.sort();
+        files.dedup();
+        let found: Vec<String> = files
+            .iter()
+            .flat_map(|file| {
+                let text = std::fs::read_to_string(root.join(file)).unwrap();
+                hashes_as_text(file, &text)
+            })
+            .collect();
+        assert!(
+            found.is_empty(),
+            "the views are built from txids and hashes held as text (decode them at the store's edge): {found:?}"
+        );
+    }
+
+    #[test]
+    fn the_scan_finds_a_txid_held_as_text() {
+        let text = "pub struct A {\n    pub txid: String,\n    pub block_hash: Option<String>,\n    \
+                    pub password_hash: String,\n    pub seed: [u8; 32],\n    pub old_txid: &'a str,\n}";
+        assert_eq!(
+            hashes_as_text("f", text),
+            vec!["f:2".to_string(), "f:3".to_string(), "f:6".to_string()]
+        );
+        assert!(names_type("use x::RoundDetail;", "RoundDetail"));
+        assert_eq!(
+            imported_files("use crate::domain::phase::{Bet, Round};\nuse crate::http::error::ApiError;\npub use crate::store::ledger::TransferRow;\nuse std::fmt;"),
+            vec!["domain/phase.rs".to_string(), "store/ledger.rs".to_string()]
+        );
+        assert!(!names_type("TransferKind::Deposit", "Deposit"));
+        assert!(!names_type("RoundDetails", "RoundDetail"));
     }
 
     // That no error prints the cause it chains is checked for this crate and the node's

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::domain::round::{stored_enum, UnknownState};
+use crate::domain::settings::ConfigDiff;
 use std::fmt;
 use std::str::FromStr;
 
@@ -141,6 +142,23 @@ impl AuditDetails {
     pub fn none() -> Self {
         Self::default()
     }
+}
+
+/// One audit-log entry.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct AuditEntry {
+    /// Increasing id; pages go by `before_id`.
+    pub id: i64,
+    /// RFC 3339 UTC time of the entry.
+    pub at: String,
+    /// `config_updated`, `paused`, `resumed`, `password_reset`, …
+    pub event: String,
+    /// Who did it (`admin` for the admin token).
+    pub actor: String,
+    /// `{field: {before, after}}` for config changes and pause/resume, else empty.
+    pub diff: ConfigDiff,
+    /// Event-specific details.
+    pub details: AuditDetails,
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The service settings an admin can change, and the per-field diff the audit log records.
 
 use std::collections::BTreeMap;
+use std::ops::RangeInclusive;
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -87,24 +88,118 @@ impl ServiceConfig {
     }
 }
 
+/// 21 million bitcoin: the largest minimum an admin may set.
+pub const MAX_MONEY_SATS: i64 = 21_000_000 * 100_000_000;
+
 /// A change to the settable config fields; `None` leaves a field as it is.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// It is also the schema of the `PUT /admin/config` body, so the bounds its
+/// schema shows are those [`ConfigPatch::set_integer`] applies (a test ties
+/// the two).
+#[derive(Debug, Clone, Default, PartialEq, Eq, ToSchema)]
+#[schema(as = ConfigUpdate)]
 pub struct ConfigPatch {
-    /// New fee address (already validated).
+    /// An address of the service's own network.
     pub fee_address: Option<String>,
-    /// New fee rate.
+    /// 1–10,000.
+    #[schema(minimum = 1, maximum = 10000)]
     pub fee_rate_sat_vb: Option<i64>,
-    /// New round duration.
+    /// 1–604,800; applies from the next round.
+    #[schema(minimum = 1, maximum = 604800)]
     pub round_duration_seconds: Option<i64>,
-    /// New minimum bet.
+    /// At least the dust limit (294).
+    #[schema(minimum = 294, maximum = 2100000000000000_i64)]
     pub min_bet_sats: Option<i64>,
-    /// New minimum withdrawal.
+    /// At least the dust limit (294).
+    #[schema(minimum = 294, maximum = 2100000000000000_i64)]
     pub min_withdrawal_sats: Option<i64>,
-    /// New deposit confirmations.
+    /// 1–100.
+    #[schema(minimum = 1, maximum = 100)]
     pub deposit_confirmations: Option<i64>,
 }
 
+/// Why an admin's value for a setting is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SettingError {
+    /// Below the setting's range.
+    #[error("{field} must be at least {min}")]
+    TooSmall {
+        /// The setting.
+        field: String,
+        /// Its smallest value.
+        min: i64,
+    },
+    /// Above the setting's range.
+    #[error("{field} must be at most {max}")]
+    TooLarge {
+        /// The setting.
+        field: String,
+        /// Its largest value.
+        max: i64,
+    },
+    /// No integer setting has this name.
+    #[error("{field} is not a config field")]
+    Unknown {
+        /// The name given.
+        field: String,
+    },
+}
+
 impl ConfigPatch {
+    /// The fee rate's range, in sat/vB.
+    pub const FEE_RATE_SAT_VB: RangeInclusive<i64> = 1..=10_000;
+    /// The round duration's range, in seconds (up to a week).
+    pub const ROUND_DURATION_SECONDS: RangeInclusive<i64> = 1..=604_800;
+    /// The minimum bet's range: never below dust.
+    pub const MIN_BET_SATS: RangeInclusive<i64> = DUST_LIMIT_SATS..=MAX_MONEY_SATS;
+    /// The minimum withdrawal's range: never below dust.
+    pub const MIN_WITHDRAWAL_SATS: RangeInclusive<i64> = DUST_LIMIT_SATS..=MAX_MONEY_SATS;
+    /// The deposit confirmations' range.
+    pub const DEPOSIT_CONFIRMATIONS: RangeInclusive<i64> = 1..=100;
+
+    /// The range of the integer setting `field`; `None` when no integer setting has that name.
+    pub fn range_of(field: &str) -> Option<RangeInclusive<i64>> {
+        match field {
+            "fee_rate_sat_vb" => Some(Self::FEE_RATE_SAT_VB),
+            "round_duration_seconds" => Some(Self::ROUND_DURATION_SECONDS),
+            "min_bet_sats" => Some(Self::MIN_BET_SATS),
+            "min_withdrawal_sats" => Some(Self::MIN_WITHDRAWAL_SATS),
+            "deposit_confirmations" => Some(Self::DEPOSIT_CONFIRMATIONS),
+            _ => None,
+        }
+    }
+
+    /// Sets the integer setting `field` to `value`, within its range.
+    ///
+    /// # Errors
+    /// [`SettingError`] naming the field and the rule.
+    pub fn set_integer(&mut self, field: &str, value: i64) -> Result<(), SettingError> {
+        let range = Self::range_of(field).ok_or_else(|| SettingError::Unknown {
+            field: field.to_string(),
+        })?;
+        if value < *range.start() {
+            return Err(SettingError::TooSmall {
+                field: field.to_string(),
+                min: *range.start(),
+            });
+        }
+        if value > *range.end() {
+            return Err(SettingError::TooLarge {
+                field: field.to_string(),
+                max: *range.end(),
+            });
+        }
+        let slot = match field {
+            "fee_rate_sat_vb" => &mut self.fee_rate_sat_vb,
+            "round_duration_seconds" => &mut self.round_duration_seconds,
+            "min_bet_sats" => &mut self.min_bet_sats,
+            "min_withdrawal_sats" => &mut self.min_withdrawal_sats,
+            _ => &mut self.deposit_confirmations,
+        };
+        *slot = Some(value);
+        Ok(())
+    }
+
     /// `base` with this patch applied.
     pub fn apply(&self, base: &ServiceConfig) -> ServiceConfig {
         let mut next = base.clone();
@@ -173,4 +268,62 @@ pub fn config_diff(before: &ServiceConfig, after: &ServiceConfig) -> ConfigDiff 
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `PUT /admin/config` schema shows the bounds the rule applies.
+    #[test]
+    fn the_schema_shows_the_bounds_the_rule_applies() {
+        let schema = serde_json::to_value(<ConfigPatch as utoipa::PartialSchema>::schema())
+            .expect("a schema serialises");
+        let fields = [
+            "fee_rate_sat_vb",
+            "round_duration_seconds",
+            "min_bet_sats",
+            "min_withdrawal_sats",
+            "deposit_confirmations",
+        ];
+        for field in fields {
+            let range = ConfigPatch::range_of(field).expect("an integer setting");
+            let property = &schema["properties"][field];
+            assert_eq!(
+                property["minimum"].as_f64(),
+                Some(*range.start() as f64),
+                "{field}: {property}"
+            );
+            assert_eq!(
+                property["maximum"].as_f64(),
+                Some(*range.end() as f64),
+                "{field}: {property}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_integer_setting_is_set_only_within_its_range() {
+        let mut patch = ConfigPatch::default();
+        assert_eq!(
+            patch.set_integer("deposit_confirmations", 101),
+            Err(SettingError::TooLarge {
+                field: "deposit_confirmations".into(),
+                max: 100
+            })
+        );
+        assert_eq!(
+            patch
+                .set_integer("min_withdrawal_sats", DUST_LIMIT_SATS - 1)
+                .map_err(|e| e.to_string()),
+            Err("min_withdrawal_sats must be at least 294".to_string())
+        );
+        assert_eq!(patch, ConfigPatch::default());
+        patch.set_integer("deposit_confirmations", 100).unwrap();
+        assert_eq!(patch.deposit_confirmations, Some(100));
+        assert!(matches!(
+            patch.set_integer("fee_address", 1),
+            Err(SettingError::Unknown { .. })
+        ));
+    }
 }

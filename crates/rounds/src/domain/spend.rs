@@ -206,35 +206,38 @@ pub struct UserPayment<'a> {
 /// [`SpendFailure::Insufficient`], [`SpendFailure::Dust`],
 /// [`SpendFailure::TooManyInputs`], wallet failures.
 pub fn user_payment(wallet: &Wallet, p: UserPayment<'_>) -> Result<Signed, SpendFailure> {
-    let UserPayment {
-        user_id,
-        path,
-        script,
-        outputs,
-        to,
-        amount_sats,
-        fee_rate_sat_vb,
-        kind,
-        round_id,
-        address,
-        tip_height,
-        unread_sats,
-    } = p;
-    let amount = Amount::from_sat(u64::try_from(amount_sats).unwrap_or(0));
+    let amount = Amount::from_sat(u64::try_from(p.amount_sats).unwrap_or(0));
     let payment = TxOut {
         value: amount,
-        script_pubkey: to.clone(),
+        script_pubkey: p.to.clone(),
     };
-    let balance: i64 = outputs
+    let balance: i64 = p
+        .outputs
         .iter()
         .map(|o| o.amount_sats)
         .sum::<i64>()
-        .saturating_add(unread_sats);
-    let rate = fee_rate(fee_rate_sat_vb);
-    let refused = |e: SpendError| match e {
+        .saturating_add(p.unread_sats);
+    if p.outputs.is_empty() {
+        return Err(SpendFailure::Insufficient {
+            balance_sats: balance,
+            needed_sats: p.amount_sats,
+        });
+    }
+    // One transaction spends at most MAX_TX_INPUTS coins, the largest first.
+    let usable = &p.outputs[..p.outputs.len().min(MAX_TX_INPUTS)];
+    let inputs = match pay_from_fewest_coins(wallet, &p, usable, &payment, balance)? {
+        Ok(signed) => return Ok(signed),
+        Err(inputs) => inputs,
+    };
+    Err(why_unpayable(&p, &inputs, &payment, balance))
+}
+
+/// What a failed build of a user payment tells the user.
+fn refusal(e: SpendError, balance_sats: i64, amount_sats: i64) -> SpendFailure {
+    match e {
         SpendError::Build(BuildError::InsufficientFunds { needed, .. }) => {
             SpendFailure::Insufficient {
-                balance_sats: balance,
+                balance_sats,
                 needed_sats: sats(needed).max(amount_sats),
             }
         }
@@ -245,85 +248,101 @@ pub fn user_payment(wallet: &Wallet, p: UserPayment<'_>) -> Result<Signed, Spend
             threshold_sats: sats(threshold),
         },
         e => SpendFailure::Wallet(e.to_string()),
-    };
-    if outputs.is_empty() {
-        return Err(SpendFailure::Insufficient {
-            balance_sats: balance,
-            needed_sats: amount_sats,
-        });
     }
-    // One transaction spends at most MAX_TX_INPUTS coins, the largest first.
-    let usable = &outputs[..outputs.len().min(MAX_TX_INPUTS)];
-    let input_fee = P2WPKH_INPUT_VBYTES.saturating_mul(fee_rate_sat_vb.max(1));
+}
+
+/// The payment signed over the fewest of `usable` (largest first) that pay
+/// it (`Ok(Ok(signed))`), or every input of `usable` when none does
+/// (`Ok(Err(inputs))`).
+fn pay_from_fewest_coins(
+    wallet: &Wallet,
+    p: &UserPayment<'_>,
+    usable: &[Coin],
+    payment: &TxOut,
+    balance: i64,
+) -> Result<Result<Signed, Vec<SpendableOutput>>, SpendFailure> {
+    let rate = fee_rate(p.fee_rate_sat_vb);
+    let input_fee = P2WPKH_INPUT_VBYTES.saturating_mul(p.fee_rate_sat_vb.max(1));
     let mut inputs = Vec::with_capacity(usable.len());
-    let mut used = Vec::with_capacity(usable.len());
     let mut covered: i64 = 0;
     for o in usable {
-        inputs.push(spendable(o, path, script)?);
-        used.push(o.id);
+        inputs.push(spendable(o, p.path, p.script)?);
         covered = covered.saturating_add(o.amount_sats);
         // Each input adds at least its own 68 vB of fee: coins that do not
         // cover the amount plus that cannot pay, and building (the whole
         // transaction, every time) would only say so. Trying every prefix
         // made a payment from many small coins cost quadratic time.
         let inputs_fee = input_fee.saturating_mul(i64::try_from(inputs.len()).unwrap_or(i64::MAX));
-        if covered < amount_sats.saturating_add(inputs_fee) {
+        if covered < p.amount_sats.saturating_add(inputs_fee) {
             continue;
         }
         match build_signed(
             wallet,
             &inputs,
-            std::slice::from_ref(&payment),
-            script,
+            std::slice::from_ref(payment),
+            p.script,
             rate,
-            tip_height,
+            p.tip_height,
         ) {
             Ok(built) => {
-                return Ok(signed_payment(
+                return Ok(Ok(signed_payment(
                     built,
                     PaymentRecord {
-                        user_id,
-                        amount_sats,
-                        kind,
-                        round_id,
-                        address,
-                        inputs: used,
+                        user_id: p.user_id,
+                        amount_sats: p.amount_sats,
+                        kind: p.kind,
+                        round_id: p.round_id,
+                        address: p.address.clone(),
+                        inputs: usable[..inputs.len()].iter().map(|o| o.id).collect(),
                     },
-                ))
+                )))
             }
             Err(SpendError::Build(BuildError::InsufficientFunds { .. })) => {}
-            Err(e) => return Err(refused(e)),
+            Err(e) => return Err(refusal(e, balance, p.amount_sats)),
         }
     }
-    // Not payable from `usable`: say what it lacks, as a build of all the
-    // coins says it (unsigned; nothing above was built when the sum never
-    // covered the amount).
-    let mut all = inputs.clone();
-    for o in &outputs[usable.len()..] {
-        all.push(spendable(o, path, script)?);
+    Ok(Err(inputs))
+}
+
+/// Why a payment that `inputs` (every usable coin) could not pay is refused.
+fn why_unpayable(
+    p: &UserPayment<'_>,
+    inputs: &[SpendableOutput],
+    payment: &TxOut,
+    balance: i64,
+) -> SpendFailure {
+    let rate = fee_rate(p.fee_rate_sat_vb);
+    // Say what it lacks, as a build of all the coins says it (unsigned;
+    // nothing was built when the sum never covered the amount).
+    let mut all = inputs.to_vec();
+    for o in &p.outputs[inputs.len()..] {
+        match spendable(o, p.path, p.script) {
+            Ok(s) => all.push(s),
+            Err(e) => return e,
+        }
     }
     if let Err(e) =
-        wallet::build_transaction(&all, std::slice::from_ref(&payment), Some(script), rate)
+        wallet::build_transaction(&all, std::slice::from_ref(payment), Some(p.script), rate)
     {
         // Coins that were not read may cover what the read ones lack: then
         // it is again a matter of one transaction's size.
         let unread_cover = matches!(&e, BuildError::InsufficientFunds { needed, .. }
-            if unread_sats > 0 && balance >= sats(*needed));
+            if p.unread_sats > 0 && balance >= sats(*needed));
         if !unread_cover {
-            return Err(refused(SpendError::Build(e)));
+            return refusal(SpendError::Build(e), balance, p.amount_sats);
         }
     }
     // The whole balance would pay it, but not in one transaction: the most
     // one payment can take is what the largest coins leave after their fee,
     // paid without change.
-    let max = wallet::build_transaction(&inputs, &[], Some(to), rate)
+    let max = wallet::build_transaction(inputs, &[], Some(p.to), rate)
         .ok()
         .and_then(|b| b.change)
         .map_or(0, |(_, v)| sats(v));
-    Err(SpendFailure::TooManyInputs {
+    SpendFailure::TooManyInputs {
         max_inputs: MAX_TX_INPUTS,
         max_amount_sats: max,
-    })
+    }
 }
 
 /// What a user payment records beside its transaction.
@@ -416,9 +435,9 @@ pub fn payout(wallet: &Wallet, req: &PayoutRequest<'_>) -> Result<Signed, SpendF
         fee_script,
         commission_sats,
         winner_script,
-        winner_user_id,
         fee_rate_sat_vb,
         tip_height,
+        ..
     } = *req;
     if pot.len() > MAX_TX_INPUTS {
         // Only a round that took its bets before rounds were capped at
@@ -443,28 +462,43 @@ pub fn payout(wallet: &Wallet, req: &PayoutRequest<'_>) -> Result<Signed, SpendF
         });
         commission_paid = commission_sats;
     }
-    let commission_out = if commission_paid > 0 {
-        commission
-    } else {
-        Amount::ZERO
-    };
     let rate = fee_rate(fee_rate_sat_vb);
-    // The winner's share is a payment, not change: the wallet drops change
-    // worth less than it costs to spend later (`min_change`) to the miner,
-    // which here handed the winner's money to the miner while the
-    // commission was paid in full. The share is sized with the winner's
-    // output at its dust threshold (an output's size does not depend on its
-    // value) and then paid exactly.
-    let threshold = wallet::dust_threshold(winner_script);
+    let share = winner_share(round_id, &inputs, &payments, winner_script, rate)?;
     let winner_vout = payments.len();
-    let mut sized = payments.clone();
+    payments.push(TxOut {
+        value: share,
+        script_pubkey: winner_script.clone(),
+    });
+    let built = build_signed_exact(wallet, &inputs, &payments, rate, tip_height)
+        .map_err(|e| SpendFailure::Wallet(e.to_string()))?;
+    signed_payout(req, built, winner_vout, sats(share), commission_paid)
+}
+
+/// The winner's share of the pot `inputs` after `payments` (the commission,
+/// if paid) and the miner fee.
+///
+/// The share is a payment, not change: the wallet drops change worth less
+/// than it costs to spend later (`min_change`) to the miner, which here
+/// handed the winner's money to the miner while the commission was paid in
+/// full. It is sized with the winner's output at its dust threshold (an
+/// output's size does not depend on its value) and then paid exactly.
+fn winner_share(
+    round_id: i64,
+    inputs: &[SpendableOutput],
+    payments: &[TxOut],
+    winner_script: &ScriptBuf,
+    rate: FeeRate,
+) -> Result<Amount, SpendFailure> {
+    let commission_out = payments.iter().map(|p| p.value).sum::<Amount>();
+    let threshold = wallet::dust_threshold(winner_script);
+    let mut sized = payments.to_vec();
     sized.push(TxOut {
         value: threshold,
         script_pubkey: winner_script.clone(),
     });
     let too_small = |pot_sats: Amount, fee: Amount| SpendFailure::ShareBelowDust {
         pot_sats: sats(pot_sats),
-        commission_sats: commission_paid,
+        commission_sats: sats(commission_out),
         fee_sats: sats(fee),
         threshold_sats: sats(threshold),
     };
@@ -472,7 +506,7 @@ pub fn payout(wallet: &Wallet, req: &PayoutRequest<'_>) -> Result<Signed, SpendF
         .iter()
         .try_fold(Amount::ZERO, |acc, i| acc.checked_add(i.txout.value))
         .ok_or_else(|| SpendFailure::Corrupt(format!("round {round_id}: the pot overflows")))?;
-    let fee = match wallet::build_transaction(&inputs, &sized, None, rate) {
+    let fee = match wallet::build_transaction(inputs, &sized, None, rate) {
         // A fee beyond all money leaves no share: refused below.
         Ok(b) => rate.fee_vb(b.vsize).unwrap_or(Amount::MAX_MONEY),
         Err(BuildError::InsufficientFunds { needed, .. }) => {
@@ -483,39 +517,43 @@ pub fn payout(wallet: &Wallet, req: &PayoutRequest<'_>) -> Result<Signed, SpendF
         }
         Err(e) => return Err(SpendFailure::Wallet(e.to_string())),
     };
-    let share = available
+    available
         .checked_sub(commission_out)
         .and_then(|a| a.checked_sub(fee))
         .filter(|share| *share >= threshold)
-        .ok_or_else(|| too_small(available, fee))?;
-    payments.push(TxOut {
-        value: share,
-        script_pubkey: winner_script.clone(),
-    });
-    let built = build_signed_exact(wallet, &inputs, &payments, rate, tip_height)
-        .map_err(|e| SpendFailure::Wallet(e.to_string()))?;
+        .ok_or_else(|| too_small(available, fee))
+}
+
+/// The signed payout of `req` with the intent the store writes before it is
+/// broadcast: the winner's output at `winner_vout` is the service's own.
+fn signed_payout(
+    req: &PayoutRequest<'_>,
+    built: wallet::BuiltTransaction,
+    winner_vout: usize,
+    share_sats: i64,
+    commission_paid: i64,
+) -> Result<Signed, SpendFailure> {
     let txid = built.tx.compute_txid().to_string();
     let vout = u32::try_from(winner_vout)
         .map_err(|_| SpendFailure::Corrupt(format!("winner vout {winner_vout}")))?;
-    let share_sats = sats(share);
     let outputs = vec![NewOutput {
         vout: i64::from(vout),
         amount_sats: share_sats,
-        user_id: Some(winner_user_id),
+        user_id: Some(req.winner_user_id),
         round_id: None,
         origin: OutputOrigin::Payout,
     }];
     let intent = Intent {
         kind: TransferKind::Payout,
-        user_id: Some(winner_user_id),
-        round_id: Some(round_id),
+        user_id: Some(req.winner_user_id),
+        round_id: Some(req.round_id),
         txid,
         raw_tx: bitcoin::consensus::encode::serialize_hex(&built.tx),
         amount_sats: share_sats,
         fee_sats: sats(built.fee),
         commission_sats: commission_paid,
         address: None,
-        inputs: pot.iter().map(|o| o.id).collect(),
+        inputs: req.pot.iter().map(|o| o.id).collect(),
         outputs,
     };
     Ok(Signed {

@@ -1,4 +1,4 @@
-//! RFC 3339 rendering of the unix-second timestamps the store keeps.
+//! Time as the store keeps it: unix seconds (with their RFC 3339 rendering) and the unix milliseconds of state shared between processes.
 
 /// Formats unix seconds as an RFC 3339 UTC string, e.g. `2026-11-21T16:40:11Z`.
 pub fn rfc3339(unix_secs: i64) -> String {
@@ -26,6 +26,20 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// Unix time in milliseconds: the clock of state shared in the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct UnixMillis(pub i64);
+
+impl UnixMillis {
+    /// The wall clock now.
+    pub fn now() -> Self {
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        Self(ms)
+    }
 }
 
 /// Current unix time in seconds (the one clock read of the service's bookkeeping).

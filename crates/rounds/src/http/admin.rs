@@ -11,7 +11,7 @@ use utoipa_axum::routes;
 use crate::domain::address::AddressError;
 use crate::domain::audit::AuditActor;
 use crate::domain::round::TransferProgress;
-use crate::domain::settings::{ConfigPatch, ServiceConfig, DUST_LIMIT_SATS};
+use crate::domain::settings::{ConfigPatch, ServiceConfig};
 use crate::http::error::{AdminError, AdminErrorBody};
 use crate::http::extract::{Admin, AdminJson};
 use crate::http::state::AppState;
@@ -20,9 +20,6 @@ use crate::service::admin::{AuditEntry, LedgerTotals};
 
 /// Who admin actions are attributed to in the audit log.
 const ACTOR: AuditActor = AuditActor::Admin;
-
-/// 21 million bitcoin.
-const MAX_MONEY_SATS: i64 = 21_000_000 * 100_000_000;
 
 /// Routes of this module.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -34,40 +31,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(audit))
         .routes(routes!(retry_payout))
         .routes(routes!(ledger))
-}
-
-/// PUT /admin/config body; every field optional.
-#[derive(Debug, Deserialize, ToSchema)]
-pub struct ConfigUpdate {
-    /// An address of the service's own network.
-    pub fee_address: Option<String>,
-    /// 1–10,000.
-    pub fee_rate_sat_vb: Option<i64>,
-    /// 1–604,800; applies from the next round.
-    pub round_duration_seconds: Option<i64>,
-    /// At least the dust limit (294).
-    pub min_bet_sats: Option<i64>,
-    /// At least the dust limit (294).
-    pub min_withdrawal_sats: Option<i64>,
-    /// 1–100.
-    pub deposit_confirmations: Option<i64>,
-}
-
-fn int_field(name: &str, v: &Value, min: i64, max: i64) -> Result<i64, AdminError> {
-    let n = v
-        .as_i64()
-        .ok_or_else(|| AdminError::Validation(format!("{name} must be an integer")))?;
-    if n < min {
-        return Err(AdminError::Validation(format!(
-            "{name} must be at least {min}"
-        )));
-    }
-    if n > max {
-        return Err(AdminError::Validation(format!(
-            "{name} must be at most {max}"
-        )));
-    }
-    Ok(n)
 }
 
 /// Turns a PUT body into a checked patch. Every error names the field and the rule.
@@ -96,29 +59,25 @@ pub fn parse_patch(
                 })?;
                 patch.fee_address = Some(s.to_string());
             }
-            "fee_rate_sat_vb" => patch.fee_rate_sat_vb = Some(int_field(key, v, 1, 10_000)?),
-            "round_duration_seconds" => {
-                patch.round_duration_seconds = Some(int_field(key, v, 1, 604_800)?)
-            }
-            "min_bet_sats" => {
-                patch.min_bet_sats = Some(int_field(key, v, DUST_LIMIT_SATS, MAX_MONEY_SATS)?)
-            }
-            "min_withdrawal_sats" => {
-                patch.min_withdrawal_sats =
-                    Some(int_field(key, v, DUST_LIMIT_SATS, MAX_MONEY_SATS)?)
-            }
-            "deposit_confirmations" => {
-                patch.deposit_confirmations = Some(int_field(key, v, 1, 100)?)
-            }
             "paused" => {
                 return Err(AdminError::Validation(
                     "paused is read-only here; use POST /admin/pause or POST /admin/resume".into(),
                 ))
             }
             other => {
-                return Err(AdminError::Validation(format!(
-                    "{other} is not a config field"
-                )))
+                // An integer setting's range is the domain's (ConfigPatch).
+                if ConfigPatch::range_of(other).is_some() {
+                    let n = v.as_i64().ok_or_else(|| {
+                        AdminError::Validation(format!("{other} must be an integer"))
+                    })?;
+                    patch
+                        .set_integer(other, n)
+                        .map_err(|e| AdminError::Validation(e.to_string()))?;
+                } else {
+                    return Err(AdminError::Validation(format!(
+                        "{other} is not a config field"
+                    )));
+                }
             }
         }
     }
@@ -137,7 +96,7 @@ async fn get_config(
 
 /// Update any of the settable config fields; audit-logged with a before/after diff when something changed.
 #[utoipa::path(put, path = "/admin/config", tag = "admin", security(("admin_token" = [])),
-    request_body = ConfigUpdate,
+    request_body = ConfigPatch,
     responses((status = 200, body = ServiceConfig), (status = 403, body = AdminErrorBody), (status = 422, body = AdminErrorBody)))]
 async fn put_config(
     State(state): State<AppState>,
@@ -302,7 +261,7 @@ async fn retry_payout(
     let t = state.admin.retry_payout(id).await?;
     Ok(Json(RetryDone {
         round_id: id,
-        txid: t.txid.clone(),
+        txid: t.txid.to_string(),
         status: TransferProgress::of_own(t.status, false),
     }))
 }

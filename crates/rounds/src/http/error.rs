@@ -115,18 +115,11 @@ pub enum ApiError {
     /// No bearer token was sent.
     #[error("not authenticated")]
     NotAuthenticated,
-    /// The token is malformed, badly signed or uses another algorithm.
-    #[error("invalid token")]
-    InvalidToken,
-    /// The token expired or its `tv` no longer matches.
-    #[error("session expired")]
-    SessionExpired,
-    /// Unknown user or wrong password (deliberately the same).
-    #[error("invalid username or password")]
-    InvalidCredentials,
-    /// Change-password with a wrong current password.
-    #[error("current password is incorrect")]
-    CurrentPasswordIncorrect,
+    /// A refused registration, login, session or password change: the
+    /// service's own error, its status, code and params given by
+    /// [`account_refusal`] (never one of its internal causes).
+    #[error(transparent)]
+    Account(AccountError),
     /// A request field breaks a rule; `code` names the rule.
     #[error("{message}")]
     Validation {
@@ -136,27 +129,6 @@ pub enum ApiError {
         message: String,
         /// Values interpolated into the message.
         params: ErrorParams,
-    },
-    /// The name is in use (ignoring case).
-    #[error("username is taken")]
-    UsernameTaken {
-        /// The name that was asked for.
-        username: String,
-    },
-    /// Derivation-index collisions persisted after the retries.
-    #[error("could not allocate a wallet derivation index, try again")]
-    DerivationIndexConflict,
-    /// Login throttled.
-    #[error("too many failed login attempts, retry later")]
-    TooManyAttempts {
-        /// Whole seconds, rounded up.
-        retry_after_secs: u64,
-    },
-    /// Registration quota of the client IP used up.
-    #[error("too many registrations from this address, retry later")]
-    RegistrationQuotaExceeded {
-        /// Whole seconds, rounded up.
-        retry_after_secs: u64,
     },
     /// The stream is at its global subscriber cap.
     #[error("too many stream subscribers, poll instead")]
@@ -226,18 +198,9 @@ impl ApiError {
     /// HTTP status of this error.
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::NotAuthenticated
-            | ApiError::InvalidToken
-            | ApiError::SessionExpired
-            | ApiError::InvalidCredentials => StatusCode::UNAUTHORIZED,
-            ApiError::CurrentPasswordIncorrect => StatusCode::BAD_REQUEST,
+            ApiError::NotAuthenticated => StatusCode::UNAUTHORIZED,
+            ApiError::Account(e) => account_refusal(e).0,
             ApiError::Validation { .. } => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::UsernameTaken { .. } | ApiError::DerivationIndexConflict => {
-                StatusCode::CONFLICT
-            }
-            ApiError::TooManyAttempts { .. } | ApiError::RegistrationQuotaExceeded { .. } => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
             ApiError::StreamCapacity => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::Domain { status, .. } => *status,
@@ -250,15 +213,8 @@ impl ApiError {
     pub fn code(&self) -> ErrorCode {
         match self {
             ApiError::NotAuthenticated => ErrorCode::NotAuthenticated,
-            ApiError::InvalidToken => ErrorCode::InvalidToken,
-            ApiError::SessionExpired => ErrorCode::SessionExpired,
-            ApiError::InvalidCredentials => ErrorCode::InvalidCredentials,
-            ApiError::CurrentPasswordIncorrect => ErrorCode::CurrentPasswordIncorrect,
+            ApiError::Account(e) => account_refusal(e).1,
             ApiError::Validation { code, .. } | ApiError::Domain { code, .. } => *code,
-            ApiError::UsernameTaken { .. } => ErrorCode::UsernameTaken,
-            ApiError::DerivationIndexConflict => ErrorCode::DerivationIndexConflict,
-            ApiError::TooManyAttempts { .. } => ErrorCode::TooManyAttempts,
-            ApiError::RegistrationQuotaExceeded { .. } => ErrorCode::RegistrationQuotaExceeded,
             ApiError::StreamCapacity => ErrorCode::StreamCapacity,
             ApiError::NotFound => ErrorCode::NotFound,
             ApiError::RequestTimeout { .. } => ErrorCode::RequestTimeout,
@@ -270,15 +226,7 @@ impl ApiError {
     pub fn params(&self) -> ErrorParams {
         match self {
             ApiError::Validation { params, .. } | ApiError::Domain { params, .. } => params.clone(),
-            ApiError::UsernameTaken { username } => ErrorParams {
-                username: Some(username.clone()),
-                ..ErrorParams::none()
-            },
-            ApiError::TooManyAttempts { retry_after_secs }
-            | ApiError::RegistrationQuotaExceeded { retry_after_secs } => ErrorParams {
-                retry_after_seconds: Some(*retry_after_secs),
-                ..ErrorParams::none()
-            },
+            ApiError::Account(e) => account_refusal(e).2,
             ApiError::RequestTimeout { timeout_secs } => ErrorParams {
                 timeout_seconds: Some(*timeout_secs),
                 ..ErrorParams::none()
@@ -286,13 +234,119 @@ impl ApiError {
             _ => ErrorParams::none(),
         }
     }
+
+    /// Seconds the client waits before it tries again (`Retry-After`).
+    fn retry_after(&self) -> Option<u64> {
+        match self {
+            ApiError::Account(
+                AccountError::TooManyAttempts { retry_after_secs }
+                | AccountError::RegistrationQuotaExceeded { retry_after_secs },
+            ) => Some(*retry_after_secs),
+            _ => None,
+        }
+    }
+}
+
+/// The status, code and params of a refused account operation. The
+/// internal failures (hashing, the store) never reach it: `From<AccountError>`
+/// turns them into [`ApiError::Internal`].
+fn account_refusal(e: &AccountError) -> (StatusCode, ErrorCode, ErrorParams) {
+    let lengths = ErrorParams {
+        min_length: Some(MIN_USERNAME_LENGTH),
+        max_length: Some(MAX_USERNAME_LENGTH),
+        ..ErrorParams::none()
+    };
+    let retry = |secs: u64| ErrorParams {
+        retry_after_seconds: Some(secs),
+        ..ErrorParams::none()
+    };
+    let invalid = StatusCode::UNPROCESSABLE_ENTITY;
+    match e {
+        AccountError::UsernameInvalidCharacters => {
+            (invalid, ErrorCode::UsernameInvalidCharacters, lengths)
+        }
+        AccountError::UsernameTooShort => (invalid, ErrorCode::UsernameTooShort, lengths),
+        AccountError::UsernameTooLong => (invalid, ErrorCode::UsernameTooLong, lengths),
+        AccountError::PasswordTooShort { field } => (
+            invalid,
+            ErrorCode::PasswordTooShort,
+            ErrorParams {
+                field: Some(field.to_string()),
+                min_length: Some(MIN_PASSWORD_LENGTH),
+                ..ErrorParams::none()
+            },
+        ),
+        AccountError::PasswordTooLong { field } => (
+            invalid,
+            ErrorCode::PasswordTooLong,
+            ErrorParams {
+                field: Some(field.to_string()),
+                max_length: Some(MAX_PASSWORD_LENGTH),
+                ..ErrorParams::none()
+            },
+        ),
+        AccountError::RegistrationClosed => (
+            StatusCode::FORBIDDEN,
+            ErrorCode::RegistrationClosed,
+            ErrorParams::none(),
+        ),
+        AccountError::RegistrationQuotaExceeded { retry_after_secs } => (
+            StatusCode::TOO_MANY_REQUESTS,
+            ErrorCode::RegistrationQuotaExceeded,
+            retry(*retry_after_secs),
+        ),
+        AccountError::UsernameTaken { username } => (
+            StatusCode::CONFLICT,
+            ErrorCode::UsernameTaken,
+            ErrorParams {
+                username: Some(username.clone()),
+                ..ErrorParams::none()
+            },
+        ),
+        AccountError::DerivationIndexConflict => (
+            StatusCode::CONFLICT,
+            ErrorCode::DerivationIndexConflict,
+            ErrorParams::none(),
+        ),
+        AccountError::TooManyAttempts { retry_after_secs } => (
+            StatusCode::TOO_MANY_REQUESTS,
+            ErrorCode::TooManyAttempts,
+            retry(*retry_after_secs),
+        ),
+        AccountError::InvalidCredentials => (
+            StatusCode::UNAUTHORIZED,
+            ErrorCode::InvalidCredentials,
+            ErrorParams::none(),
+        ),
+        AccountError::CurrentPasswordIncorrect => (
+            StatusCode::BAD_REQUEST,
+            ErrorCode::CurrentPasswordIncorrect,
+            ErrorParams::none(),
+        ),
+        AccountError::InvalidToken => (
+            StatusCode::UNAUTHORIZED,
+            ErrorCode::InvalidToken,
+            ErrorParams::none(),
+        ),
+        AccountError::SessionExpired | AccountError::UnknownUser => (
+            StatusCode::UNAUTHORIZED,
+            ErrorCode::SessionExpired,
+            ErrorParams::none(),
+        ),
+        AccountError::Hashing(_) | AccountError::Store(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::InternalError,
+            ErrorParams::none(),
+        ),
+    }
 }
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::UsernameTaken(username) => ApiError::UsernameTaken { username },
-            StoreError::DerivationIndexConflict => ApiError::DerivationIndexConflict,
+            StoreError::UsernameTaken(_) | StoreError::DerivationIndexConflict => {
+                AccountError::from(e).into()
+            }
             other => ApiError::internal(other),
         }
     }
@@ -300,60 +354,12 @@ impl From<StoreError> for ApiError {
 
 impl From<AccountError> for ApiError {
     fn from(e: AccountError) -> Self {
-        let lengths = ErrorParams {
-            min_length: Some(MIN_USERNAME_LENGTH),
-            max_length: Some(MAX_USERNAME_LENGTH),
-            ..ErrorParams::none()
-        };
         match e {
-            AccountError::UsernameInvalidCharacters => {
-                ApiError::validation(ErrorCode::UsernameInvalidCharacters, e.to_string(), lengths)
-            }
-            AccountError::UsernameTooShort => {
-                ApiError::validation(ErrorCode::UsernameTooShort, e.to_string(), lengths)
-            }
-            AccountError::UsernameTooLong => {
-                ApiError::validation(ErrorCode::UsernameTooLong, e.to_string(), lengths)
-            }
-            AccountError::PasswordTooShort { field } => ApiError::validation(
-                ErrorCode::PasswordTooShort,
-                e.to_string(),
-                ErrorParams {
-                    field: Some(field.to_string()),
-                    min_length: Some(MIN_PASSWORD_LENGTH),
-                    ..ErrorParams::none()
-                },
-            ),
-            AccountError::PasswordTooLong { field } => ApiError::validation(
-                ErrorCode::PasswordTooLong,
-                e.to_string(),
-                ErrorParams {
-                    field: Some(field.to_string()),
-                    max_length: Some(MAX_PASSWORD_LENGTH),
-                    ..ErrorParams::none()
-                },
-            ),
-            AccountError::RegistrationClosed => ApiError::domain(
-                StatusCode::FORBIDDEN,
-                ErrorCode::RegistrationClosed,
-                e.to_string(),
-                ErrorParams::none(),
-            ),
-            AccountError::RegistrationQuotaExceeded { retry_after_secs } => {
-                ApiError::RegistrationQuotaExceeded { retry_after_secs }
-            }
-            AccountError::UsernameTaken { username } => ApiError::UsernameTaken { username },
-            AccountError::DerivationIndexConflict => ApiError::DerivationIndexConflict,
-            AccountError::TooManyAttempts { retry_after_secs } => {
-                ApiError::TooManyAttempts { retry_after_secs }
-            }
-            AccountError::InvalidCredentials => ApiError::InvalidCredentials,
-            AccountError::CurrentPasswordIncorrect => ApiError::CurrentPasswordIncorrect,
-            AccountError::InvalidToken => ApiError::InvalidToken,
             // A session whose user is gone is over.
-            AccountError::UnknownUser | AccountError::SessionExpired => ApiError::SessionExpired,
+            AccountError::UnknownUser => ApiError::Account(AccountError::SessionExpired),
             AccountError::Store(e) => e.into(),
-            other => ApiError::internal(other),
+            AccountError::Hashing(_) => ApiError::internal(e),
+            refusal => ApiError::Account(refusal),
         }
     }
 }
@@ -371,7 +377,7 @@ impl From<PaymentError> for ApiError {
             return ApiError::domain(status, code, message, params);
         }
         match e {
-            PaymentError::UnknownUser => ApiError::SessionExpired,
+            PaymentError::UnknownUser => ApiError::Account(AccountError::SessionExpired),
             PaymentError::Session(e) => e.into(),
             PaymentError::TimedOut { timeout_secs } => ApiError::RequestTimeout { timeout_secs },
             PaymentError::Store(e) => e.into(),
@@ -510,12 +516,10 @@ impl IntoResponse for ApiError {
             },
         };
         let mut response = (self.status(), axum::Json(body)).into_response();
-        if let ApiError::TooManyAttempts { retry_after_secs }
-        | ApiError::RegistrationQuotaExceeded { retry_after_secs } = self
-        {
+        if let Some(secs) = self.retry_after() {
             response
                 .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         response
     }

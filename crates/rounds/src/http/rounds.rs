@@ -54,16 +54,19 @@ async fn current_round(
 ) -> Result<Response, ApiError> {
     let snapshot = state.history.current().await?;
     let Some(user) = user else {
-        // The hot anonymous path serves the body rendered at refresh.
+        // The hot anonymous path serves the body rendered once per snapshot.
         return Ok((
             [(header::CONTENT_TYPE, "application/json")],
-            snapshot.anonymous_json,
+            state
+                .anonymous_round
+                .body(&snapshot)
+                .map_err(ApiError::internal)?,
         )
             .into_response());
     };
     let played = state
         .history
-        .user_played(snapshot.round.id, user.id)
+        .user_played(snapshot.detail.round.id, user.id)
         .await?;
     Ok(Json(RoundView::of(&snapshot.detail, played, snapshot.paused)).into_response())
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::config::Config;
 use crate::domain::address::AddressBook;
 use crate::http::metrics::Metrics;
+use crate::http::views::AnonymousRoundCache;
 use crate::security::admin_key::AdminKey;
 use crate::service::accounts::Accounts;
 use crate::service::admin::Administration;
@@ -30,6 +31,8 @@ pub struct AppState {
     pub cashier: Cashier,
     /// Rounds and transfers read back, and the cached current round.
     pub history: History,
+    /// The current round's anonymous answer, rendered once per snapshot.
+    pub anonymous_round: Arc<AnonymousRoundCache>,
     /// Readiness of the database and the chain.
     pub health: Health,
     /// Stream notifier.

@@ -1,13 +1,16 @@
-//! The typed JSON views of rounds, draws, payouts and transfers (DESIGN §4.1's shapes), built from store rows.
+//! The typed JSON views of rounds, draws, payouts and transfers (DESIGN §4.1's shapes), built from the domain's rounds and transfers.
 
+use std::sync::Mutex;
+
+use axum::body::Bytes;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::domain::draw;
-use crate::domain::round::{RoundStatus, TransferKind, TransferProgress};
+use crate::domain::phase::{Payout, Round, RoundPhase, RoundProof, RoundSummary};
+use crate::domain::round::{RoundStatus, TransferKind, TransferProgress, TransferStatus};
 use crate::domain::time::rfc3339;
-use crate::service::engine::draw_bets;
-use crate::service::history::{PayoutSummary, RoundDetail, RoundRow, RoundSummary, TransferRow};
+use crate::domain::transfer::Transfer;
+use crate::service::current::RoundSnapshot;
 
 /// A round as clients see it.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
@@ -108,55 +111,69 @@ pub struct PayoutView {
     pub status: TransferProgress,
 }
 
-/// The progress of one of our own transactions as its owner sees it.
-pub fn own_progress(t: &TransferRow) -> TransferProgress {
-    TransferProgress::of_own(t.status, t.block_height.is_some())
+impl DrawView {
+    /// The draw proof as far as `phase` has come (`None` while the round is
+    /// open), with the winner and bet list the caller has.
+    fn of_phase(
+        phase: &RoundPhase,
+        winner: Option<DrawWinner>,
+        bets: Option<Vec<DrawBetView>>,
+    ) -> Option<Self> {
+        if *phase == RoundPhase::Open {
+            return None;
+        }
+        let anchor = phase.anchor();
+        let block = phase.block();
+        let draw = phase.draw();
+        Some(DrawView {
+            tip_height_at_close: anchor.map(|a| a.tip_height),
+            tip_hash_at_close: anchor.and_then(|a| a.tip_hash).map(|h| h.to_string()),
+            bets_commitment: anchor.map(|a| a.bets_commitment.to_string()),
+            block_height: block.map(|b| b.height),
+            block_hash: block.map(|b| b.hash.to_string()),
+            seed: draw.map(|d| d.seed.to_string()),
+            ticket: draw.map(|d| d.ticket),
+            winner,
+            bets,
+        })
+    }
 }
 
-fn draw_view(d: &RoundDetail) -> Option<DrawView> {
-    if d.round.status == RoundStatus::Open {
-        return None;
-    }
-    let bets = draw_bets(&d.bets);
-    let spans = draw::ranges(&bets).unwrap_or_default();
-    let winner = d.draw.winner_bet_id.and_then(|id| {
-        d.bets.iter().find(|b| b.id == id).map(|b| DrawWinner {
-            username: b.username.clone(),
-            bet_id: b.id,
-        })
-    });
-    let list = d
-        .bets
+/// The bets of a round in draw order with the satoshi range each covers.
+fn draw_bet_views(d: &RoundProof) -> Vec<DrawBetView> {
+    d.bets
         .iter()
-        .zip(spans.iter())
+        .zip(d.bet_ranges().iter())
         .map(|(b, (s, e))| DrawBetView {
             bet_id: b.id,
             username: b.username.clone(),
             amount_sats: b.amount_sats,
-            txid: b.txid.clone(),
+            txid: b.txid.map(|t| t.to_string()).unwrap_or_default(),
             range_start: *s,
             range_end: *e,
         })
-        .collect();
-    Some(DrawView {
-        tip_height_at_close: d.draw.tip_height_at_close,
-        tip_hash_at_close: d.draw.tip_hash_at_close.clone(),
-        bets_commitment: d.draw.bets_commitment.clone(),
-        block_height: d.draw.block_height,
-        block_hash: d.draw.block_hash.clone(),
-        seed: d.draw.seed.clone(),
-        ticket: d.draw.ticket,
-        winner,
-        bets: Some(list),
-    })
+        .collect()
+}
+
+impl PayoutView {
+    /// The view of a round's payout.
+    pub fn of(p: &Payout) -> Self {
+        PayoutView {
+            txid: p.txid.to_string(),
+            winner_sats: p.winner_sats,
+            commission_sats: p.commission_sats,
+            fee_sats: p.fee_sats,
+            status: p.progress(),
+        }
+    }
 }
 
 impl RoundView {
-    /// The view of a stored round without its draw and payout.
-    pub fn new(r: &RoundRow, user_played: bool, paused: bool) -> Self {
+    /// The view of a round without its draw and payout.
+    pub fn new(r: &Round, user_played: bool, paused: bool) -> Self {
         Self {
             id: r.id,
-            status: r.status,
+            status: r.phase.status(),
             opened_at: rfc3339(r.opened_at),
             closes_at: rfc3339(r.closes_at),
             pot_sats: r.pot_sats,
@@ -174,59 +191,59 @@ impl RoundView {
     /// list (see [`DrawView::bets`]).
     pub fn summary(r: &RoundSummary, paused: bool) -> Self {
         let mut v = Self::new(&r.round, r.user_played, paused);
-        if r.round.status != RoundStatus::Open {
-            v.draw = Some(DrawView {
-                tip_height_at_close: r.draw.tip_height_at_close,
-                tip_hash_at_close: r.draw.tip_hash_at_close.clone(),
-                bets_commitment: r.draw.bets_commitment.clone(),
-                block_height: r.draw.block_height,
-                block_hash: r.draw.block_hash.clone(),
-                seed: r.draw.seed.clone(),
-                ticket: r.draw.ticket,
-                winner: match (r.draw.winner_bet_id, &r.winner_username) {
-                    (Some(bet_id), Some(username)) => Some(DrawWinner {
-                        username: username.clone(),
-                        bet_id,
-                    }),
-                    _ => None,
-                },
-                bets: None,
-            });
-        }
-        v.payout = r.payout.as_ref().map(payout_summary_view);
+        let winner = match (r.round.phase.draw(), &r.winner_username) {
+            (Some(draw), Some(username)) => Some(DrawWinner {
+                username: username.clone(),
+                bet_id: draw.winner_bet_id,
+            }),
+            _ => None,
+        };
+        v.draw = DrawView::of_phase(&r.round.phase, winner, None);
+        v.payout = r.payout.as_ref().map(PayoutView::of);
         v
     }
 
     /// The full view of a round: DESIGN §4.1's shape.
-    pub fn of(d: &RoundDetail, user_played: bool, paused: bool) -> Self {
+    pub fn of(d: &RoundProof, user_played: bool, paused: bool) -> Self {
         let mut v = Self::new(&d.round, user_played, paused);
-        v.draw = draw_view(d);
-        v.payout = d.payout.as_ref().map(|p| PayoutView {
-            txid: p.txid.clone(),
-            winner_sats: p.amount_sats,
-            commission_sats: p.commission_sats,
-            fee_sats: p.fee_sats,
-            status: own_progress(p),
+        let winner = d.winner().map(|b| DrawWinner {
+            username: b.username.clone(),
+            bet_id: b.id,
         });
+        v.draw = DrawView::of_phase(&d.round.phase, winner, Some(draw_bet_views(d)));
+        v.payout = d.payout.as_ref().map(PayoutView::of);
         v
     }
 }
 
-fn payout_summary_view(p: &PayoutSummary) -> PayoutView {
-    PayoutView {
-        txid: p.txid.clone(),
-        winner_sats: p.amount_sats,
-        commission_sats: p.commission_sats,
-        fee_sats: p.fee_sats,
-        status: TransferProgress::of_own(p.status, p.block_height.is_some()),
-    }
-}
+/// The anonymous caller's answer to `GET /rounds/current`, rendered once per
+/// snapshot of the current round: the hot path serves these bytes, and a
+/// new snapshot (its `generation`) renders them again.
+#[derive(Debug, Default)]
+pub struct AnonymousRoundCache(Mutex<Option<(u64, Bytes)>>);
 
-/// The anonymous caller's view of a round, serialised (cached by the current-round service).
-pub fn anonymous_round_json(d: &RoundDetail, paused: bool) -> Result<axum::body::Bytes, String> {
-    serde_json::to_vec(&RoundView::of(d, false, paused))
-        .map(Into::into)
-        .map_err(|e| e.to_string())
+impl AnonymousRoundCache {
+    /// The rendered anonymous view of `snap`.
+    ///
+    /// # Errors
+    /// The serialiser's, when the view does not serialise.
+    pub fn body(&self, snap: &RoundSnapshot) -> Result<Bytes, serde_json::Error> {
+        if let Some((generation, body)) = self.0.lock().unwrap_or_else(|p| p.into_inner()).as_ref()
+        {
+            if *generation == snap.generation {
+                return Ok(body.clone());
+            }
+        }
+        // Rendered outside the lock: a round with many bets takes a while,
+        // and concurrent callers may render the same snapshot twice.
+        let body: Bytes =
+            serde_json::to_vec(&RoundView::of(&snap.detail, false, snap.paused))?.into();
+        let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.as_ref().is_none_or(|(g, _)| *g < snap.generation) {
+            *slot = Some((snap.generation, body.clone()));
+        }
+        Ok(body)
+    }
 }
 
 /// One of the caller's transfers.
@@ -256,10 +273,10 @@ pub struct TransferView {
 
 impl TransferView {
     /// The view of `t` at chain tip `tip`, with deposits credited after `required_confirmations`.
-    pub fn of(t: &TransferRow, tip: i64, required_confirmations: i64) -> Self {
+    pub fn of(t: &Transfer, tip: i64, required_confirmations: i64) -> Self {
         let confirmations = t.block_height.map_or(0, |h| (tip - h + 1).max(0));
         let status = match t.kind {
-            TransferKind::Deposit if t.status == crate::domain::round::TransferStatus::Reversed => {
+            TransferKind::Deposit if t.status == TransferStatus::Reversed => {
                 TransferProgress::Reversed
             }
             TransferKind::Deposit => TransferProgress::of_deposit(
@@ -267,13 +284,13 @@ impl TransferView {
                 confirmations,
                 required_confirmations.max(t.min_confirmations),
             ),
-            TransferKind::Bet | TransferKind::Withdrawal | TransferKind::Payout => own_progress(t),
+            TransferKind::Bet | TransferKind::Withdrawal | TransferKind::Payout => t.own_progress(),
         };
         Self {
             id: t.id,
             kind: t.kind,
             status,
-            txid: t.txid.clone(),
+            txid: t.txid.to_string(),
             amount_sats: t.amount_sats,
             fee_sats: t.fee_sats,
             round_id: t.round_id,
@@ -281,5 +298,295 @@ impl TransferView {
             confirmations,
             created_at: rfc3339(t.created_at),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr;
+
+    use bitcoin::hashes::sha256;
+    use bitcoin::{BlockHash, Txid};
+
+    use super::*;
+    use crate::domain::phase::{Bet, DrawColumnValues};
+    use crate::domain::round::TransferStatus;
+
+    fn block_hash(c: char) -> BlockHash {
+        BlockHash::from_str(&c.to_string().repeat(64)).unwrap()
+    }
+
+    fn digest(c: char) -> sha256::Hash {
+        sha256::Hash::from_str(&format!("{}{}", c.to_string().repeat(62), "0f")).unwrap()
+    }
+
+    fn txid(c: char) -> Txid {
+        Txid::from_str(&format!("{}{}", c.to_string().repeat(63), "e")).unwrap()
+    }
+
+    fn bets() -> Vec<Bet> {
+        vec![
+            Bet {
+                id: 3,
+                user_id: 1,
+                username: "alice".into(),
+                amount_sats: 10_000,
+                txid: Some(txid('1')),
+            },
+            Bet {
+                id: 4,
+                user_id: 2,
+                username: "Bob".into(),
+                amount_sats: 30_000,
+                txid: Some(txid('2')),
+            },
+            // Placed before the service recorded bet transactions.
+            Bet {
+                id: 5,
+                user_id: 1,
+                username: "alice".into(),
+                amount_sats: 5_000,
+                txid: None,
+            },
+        ]
+    }
+
+    fn anchored(tip_hash: Option<BlockHash>) -> DrawColumnValues {
+        DrawColumnValues {
+            tip_height: Some(10),
+            tip_hash,
+            bets_commitment: Some(digest('c')),
+            ..DrawColumnValues::default()
+        }
+    }
+
+    fn with_block() -> DrawColumnValues {
+        DrawColumnValues {
+            block_height: Some(11),
+            block_hash: Some(block_hash('b')),
+            ..anchored(Some(block_hash('a')))
+        }
+    }
+
+    fn drawn() -> DrawColumnValues {
+        DrawColumnValues {
+            seed: Some(digest('5')),
+            ticket: Some(27_345),
+            winner_bet_id: Some(4),
+            ..with_block()
+        }
+    }
+
+    fn payout(status: TransferStatus, block_height: Option<i64>) -> Option<Payout> {
+        Some(Payout {
+            txid: txid('9'),
+            winner_sats: 31_000,
+            commission_sats: 13_500,
+            fee_sats: 500,
+            status,
+            block_height,
+        })
+    }
+
+    /// One round in each phase the lifecycle writes, with the payout it has there.
+    pub(super) fn proofs() -> Vec<(&'static str, RoundProof)> {
+        use RoundStatus::*;
+        let cases = [
+            ("open", Open, DrawColumnValues::default(), None, true),
+            (
+                "closing",
+                Closing,
+                anchored(Some(block_hash('a'))),
+                None,
+                true,
+            ),
+            ("closing_with_block", Closing, with_block(), None, true),
+            (
+                "drawing_unhashed_anchor",
+                Drawing,
+                anchored(None),
+                None,
+                true,
+            ),
+            ("drawing_after_retry", Drawing, drawn(), None, true),
+            (
+                "paying_out",
+                PayingOut,
+                drawn(),
+                payout(TransferStatus::Signed, None),
+                true,
+            ),
+            (
+                "payout_failed_at_block",
+                PayoutFailed,
+                with_block(),
+                None,
+                true,
+            ),
+            (
+                "payout_failed_drawn",
+                PayoutFailed,
+                drawn(),
+                payout(TransferStatus::BroadcastFailed, None),
+                true,
+            ),
+            (
+                "closed_paid",
+                Closed,
+                drawn(),
+                payout(TransferStatus::Broadcast, Some(12)),
+                true,
+            ),
+            (
+                "closed_empty",
+                Closed,
+                anchored(Some(block_hash('a'))),
+                None,
+                false,
+            ),
+            (
+                "closed_unanchored",
+                Closed,
+                DrawColumnValues::default(),
+                None,
+                false,
+            ),
+        ];
+        cases
+            .into_iter()
+            .enumerate()
+            .map(|(i, (name, status, columns, payout, with_bets))| {
+                let bets = if with_bets { bets() } else { Vec::new() };
+                let round = Round {
+                    id: 40 + i as i64,
+                    phase: RoundPhase::from_columns(status, &columns).unwrap(),
+                    opened_at: 1_795_279_211,
+                    closes_at: 1_795_279_271,
+                    pot_sats: bets.iter().map(|b| b.amount_sats).sum(),
+                    bettors: if with_bets { 2 } else { 0 },
+                    bet_count: bets.len() as i64,
+                };
+                (
+                    name,
+                    RoundProof {
+                        round,
+                        bets,
+                        payout,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    pub(super) fn summary_of(p: &RoundProof) -> RoundSummary {
+        RoundSummary {
+            round: p.round.clone(),
+            winner_username: p.winner().map(|b| b.username.clone()),
+            payout: p.payout,
+            user_played: p.bets.iter().any(|b| b.user_id == 1),
+        }
+    }
+
+    /// One transfer of each kind and progress.
+    pub(super) fn transfers() -> Vec<(&'static str, Transfer)> {
+        let t = |id: i64, kind: TransferKind, status: TransferStatus, block_height: Option<i64>| {
+            Transfer {
+                id,
+                kind,
+                round_id: (kind == TransferKind::Bet || kind == TransferKind::Payout).then_some(41),
+                txid: txid(char::from_digit(id as u32 % 10, 10).unwrap_or('0')),
+                amount_sats: 25_000,
+                fee_sats: if kind == TransferKind::Deposit {
+                    0
+                } else {
+                    300
+                },
+                address: (kind == TransferKind::Withdrawal)
+                    .then(|| "bcrt1qw508d6qejxtdg4y5r3zarvary0c5xw7kygt080".to_string()),
+                status,
+                block_height,
+                created_at: 1_795_279_211,
+                min_confirmations: 0,
+            }
+        };
+        let coinbase = Transfer {
+            min_confirmations: 100,
+            ..t(7, TransferKind::Deposit, TransferStatus::Seen, Some(95))
+        };
+        vec![
+            (
+                "deposit_unconfirmed",
+                t(1, TransferKind::Deposit, TransferStatus::Seen, None),
+            ),
+            (
+                "deposit_confirming",
+                t(2, TransferKind::Deposit, TransferStatus::Seen, Some(100)),
+            ),
+            (
+                "deposit_credited",
+                t(3, TransferKind::Deposit, TransferStatus::Seen, Some(90)),
+            ),
+            (
+                "deposit_reversed",
+                t(4, TransferKind::Deposit, TransferStatus::Reversed, None),
+            ),
+            ("deposit_coinbase", coinbase),
+            (
+                "bet_pending",
+                t(5, TransferKind::Bet, TransferStatus::Signed, None),
+            ),
+            (
+                "withdrawal_confirmed",
+                t(
+                    6,
+                    TransferKind::Withdrawal,
+                    TransferStatus::Broadcast,
+                    Some(99),
+                ),
+            ),
+            (
+                "payout_failed",
+                t(
+                    8,
+                    TransferKind::Payout,
+                    TransferStatus::BroadcastFailed,
+                    None,
+                ),
+            ),
+            (
+                "withdrawal_failed",
+                t(9, TransferKind::Withdrawal, TransferStatus::Failed, None),
+            ),
+        ]
+    }
+
+    /// What the views of every case render, one `name: json` line each.
+    pub(super) fn rendered() -> String {
+        let mut out = String::new();
+        for (name, p) in proofs() {
+            for (who, played, paused) in [("anonymous", false, false), ("player", true, true)] {
+                let json = serde_json::to_string(&RoundView::of(&p, played, paused)).unwrap();
+                out.push_str(&format!("round {name} {who}: {json}\n"));
+            }
+            let json = serde_json::to_string(&RoundView::summary(&summary_of(&p), false)).unwrap();
+            out.push_str(&format!("summary {name}: {json}\n"));
+        }
+        for (name, t) in transfers() {
+            let json = serde_json::to_string(&TransferView::of(&t, 101, 3)).unwrap();
+            out.push_str(&format!("transfer {name}: {json}\n"));
+        }
+        out
+    }
+
+    /// Each phase renders the bytes the views rendered before the phases
+    /// were typed (pinned from the renderer over the store's rows).
+    #[test]
+    fn every_phase_renders_the_json_it_always_rendered() {
+        let expected = include_str!("testdata/views.txt");
+        let got = rendered();
+        for (line, (want, have)) in expected.lines().zip(got.lines()).enumerate() {
+            assert_eq!(have, want, "line {}", line + 1);
+        }
+        assert_eq!(got.lines().count(), expected.lines().count());
     }
 }

@@ -27,6 +27,11 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+// Kept in the domain so that the store, which shares them between
+// processes, does not reach into the policy.
+pub use crate::domain::lockout::Failures;
+pub use crate::domain::time::UnixMillis;
+
 /// What the throttle counts failures against.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ThrottleKey {
@@ -101,20 +106,6 @@ impl Moment for Instant {
     }
 }
 
-/// Unix time in milliseconds: the clock of state shared in the database.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct UnixMillis(pub i64);
-
-impl UnixMillis {
-    /// The wall clock now.
-    pub fn now() -> Self {
-        let ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-        Self(ms)
-    }
-}
-
 impl Moment for UnixMillis {
     fn plus(self, d: Duration) -> Option<Self> {
         i64::try_from(d.as_millis())
@@ -125,17 +116,6 @@ impl Moment for UnixMillis {
     fn until(self, later: Self) -> Duration {
         Duration::from_millis(u64::try_from(later.0.saturating_sub(self.0)).unwrap_or(0))
     }
-}
-
-/// The failure record of one key: what several processes share.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Failures<T> {
-    /// Failures counted (not decayed).
-    pub failures: u32,
-    /// The last failure.
-    pub last_failure: T,
-    /// The key is locked until then.
-    pub locked_until: T,
 }
 
 impl ThrottlePolicy {

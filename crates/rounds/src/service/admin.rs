@@ -10,9 +10,10 @@ use crate::service::engine::{Engine, EngineError};
 use crate::service::stream::StreamHub;
 use crate::store::{Store, StoreError};
 
-pub use crate::store::bumps::WaitingTransfer;
-pub use crate::store::ledger::{LedgerTotals, TransferRow};
-pub use crate::store::AuditEntry;
+pub use crate::domain::audit::AuditEntry;
+pub use crate::domain::ledger::LedgerTotals;
+use crate::domain::transfer::Transfer;
+use crate::store::bumps::WaitingTransfer;
 
 /// Why an operator's request failed.
 #[derive(Debug, thiserror::Error)]
@@ -121,14 +122,16 @@ impl Administration {
     ///
     /// # Errors
     /// [`AdminOpError::UnknownRound`], [`AdminOpError::NothingToRetry`], or an internal failure.
-    pub async fn retry_payout(&self, round_id: i64) -> Result<TransferRow, AdminOpError> {
+    pub async fn retry_payout(&self, round_id: i64) -> Result<Transfer, AdminOpError> {
         if self.store.round_detail(round_id).await?.is_none() {
             return Err(AdminOpError::UnknownRound(round_id));
         }
-        self.engine
+        let payout = self
+            .engine
             .retry_payout(round_id)
             .await?
-            .ok_or(AdminOpError::NothingToRetry(round_id))
+            .ok_or(AdminOpError::NothingToRetry(round_id))?;
+        Ok(payout.decode()?)
     }
 
     /// Replaces waiting withdrawal or payout `transfer_id` at `rate` now

@@ -6,43 +6,37 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-
-use crate::store::rounds::{RoundDetail, RoundRow};
+use crate::domain::phase::RoundProof;
 use crate::store::{Store, StoreError};
-
-/// Renders the anonymous caller's answer for a round; given by the HTTP
-/// layer, so this service caches bytes without knowing the view.
-pub type RenderAnonymous = fn(&RoundDetail, bool) -> Result<Bytes, String>;
 
 /// What GET /rounds/current needs besides the caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RoundSnapshot {
-    /// The newest round.
-    pub round: RoundRow,
     /// The newest round with draw, bets and payout.
-    pub detail: RoundDetail,
+    pub detail: RoundProof,
     /// The pause flag.
     pub paused: bool,
-    /// The anonymous caller's answer, serialised once per refresh.
-    pub anonymous_json: Bytes,
+    /// Which read of the store this is: it changes with every refresh, so
+    /// whoever caches something derived from a snapshot (the HTTP layer, its
+    /// rendered anonymous answer) knows when to derive it again.
+    pub generation: u64,
 }
 
 /// The cache.
 #[derive(Debug)]
 pub struct CurrentRound {
     ttl: Duration,
-    render: RenderAnonymous,
     cached: Mutex<Option<(Instant, RoundSnapshot)>>,
+    generations: std::sync::atomic::AtomicU64,
 }
 
 impl CurrentRound {
-    /// A cache whose entries live `ttl`, rendering the anonymous answer with `render`.
-    pub fn new(ttl: Duration, render: RenderAnonymous) -> Self {
+    /// A cache whose entries live `ttl`.
+    pub fn new(ttl: Duration) -> Self {
         Self {
             ttl,
-            render,
             cached: Mutex::new(None),
+            generations: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -66,7 +60,7 @@ impl CurrentRound {
 
     /// Drops the cached snapshot, so the next read loads a fresh one. Cheaper
     /// than [`CurrentRound::refresh`] on hot write paths (each bet), where
-    /// rendering a round with many bets on every write would cost O(bets).
+    /// reading a round with many bets on every write would cost O(bets).
     pub fn invalidate(&self) {
         *self.cached.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
@@ -82,16 +76,17 @@ impl CurrentRound {
             .ok_or_else(|| StoreError::Corrupt("no round exists".into()))?;
         let paused = store.config().await?.paused;
         let detail = store
-            .round_detail(round.id)
+            .round_proof(round.id)
             .await?
             .ok_or_else(|| StoreError::Corrupt("round vanished".into()))?;
-        let anonymous_json = (self.render)(&detail, paused)
-            .map_err(|e| StoreError::Corrupt(format!("round view: {e}")))?;
+        let generation = self
+            .generations
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
         let snap = RoundSnapshot {
-            round,
             detail,
             paused,
-            anonymous_json,
+            generation,
         };
         *self.cached.lock().unwrap_or_else(|p| p.into_inner()) =
             Some((Instant::now(), snap.clone()));

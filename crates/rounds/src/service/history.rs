@@ -5,12 +5,11 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::draw;
+use crate::domain::phase::{Bet, RoundProof, RoundSummary};
 use crate::service::current::{CurrentRound, RoundSnapshot};
-use crate::service::engine::draw_bets;
 use crate::store::{Store, StoreError};
 
-pub use crate::store::ledger::TransferRow;
-pub use crate::store::rounds::{PayoutSummary, RoundDetail, RoundRow, RoundSummary};
+pub use crate::domain::transfer::Transfer;
 
 /// Rounds and transfers read back, as the HTTP layer asks for them: an owned
 /// handle over the free functions below and the current-round cache.
@@ -59,7 +58,7 @@ impl History {
     ///
     /// # Errors
     /// Database failures.
-    pub async fn round(&self, id: i64) -> Result<Option<(RoundDetail, bool)>, StoreError> {
+    pub async fn round(&self, id: i64) -> Result<Option<(RoundProof, bool)>, StoreError> {
         round(&self.store, id).await
     }
 
@@ -101,7 +100,7 @@ pub enum Outcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LastResult {
     /// The round.
-    pub detail: RoundDetail,
+    pub detail: RoundProof,
     /// How it ended for the player.
     pub outcome: Outcome,
     /// Sum of the player's bets.
@@ -124,7 +123,7 @@ pub struct RoundsPage {
 }
 
 /// Whether user `user_id` (if any) bet in the round.
-pub fn played(d: &RoundDetail, user_id: Option<i64>) -> bool {
+pub fn played(d: &RoundProof, user_id: Option<i64>) -> bool {
     user_id.is_some_and(|id| d.bets.iter().any(|b| b.user_id == id))
 }
 
@@ -141,7 +140,7 @@ pub async fn rounds_page(
     user_id: Option<i64>,
 ) -> Result<RoundsPage, StoreError> {
     let paused = store.config().await?.paused;
-    let rounds = store.round_summaries(limit, before_id, user_id).await?;
+    let rounds = store.round_page(limit, before_id, user_id).await?;
     let next_before_id = if rounds.len() as i64 == limit {
         rounds.last().map(|r| r.round.id)
     } else {
@@ -158,8 +157,8 @@ pub async fn rounds_page(
 ///
 /// # Errors
 /// Database failures.
-pub async fn round(store: &Store, id: i64) -> Result<Option<(RoundDetail, bool)>, StoreError> {
-    let Some(d) = store.round_detail(id).await? else {
+pub async fn round(store: &Store, id: i64) -> Result<Option<(RoundProof, bool)>, StoreError> {
+    let Some(d) = store.round_proof(id).await? else {
         return Ok(None);
     };
     let paused = store.config().await?.paused;
@@ -174,7 +173,7 @@ pub async fn last_result(store: &Store, user_id: i64) -> Result<Option<LastResul
     let Some(id) = store.last_played_round(user_id).await? else {
         return Ok(None);
     };
-    let Some(detail) = store.round_detail(id).await? else {
+    let Some(detail) = store.round_proof(id).await? else {
         return Ok(None);
     };
     let paused = store.config().await?.paused;
@@ -184,20 +183,15 @@ pub async fn last_result(store: &Store, user_id: i64) -> Result<Option<LastResul
         .filter(|b| b.user_id == user_id)
         .map(|b| b.amount_sats)
         .sum();
-    let single = draw::single_player(&draw_bets(&detail.bets));
-    let winner = detail
-        .draw
-        .winner_bet_id
-        .and_then(|w| detail.bets.iter().find(|b| b.id == w))
-        .map(|b| b.user_id);
-    let won = winner == Some(user_id);
+    let single = draw::single_player(&detail.bets.iter().map(Bet::draw_bet).collect::<Vec<_>>());
+    let won = detail.winner().map(|b| b.user_id) == Some(user_id);
     let outcome = match (single, won) {
         (true, _) => Outcome::Refunded,
         (false, true) => Outcome::Won,
         (false, false) => Outcome::Lost,
     };
     let won_sats = if won {
-        detail.payout.as_ref().map_or(0, |p| p.amount_sats)
+        detail.payout.as_ref().map_or(0, |p| p.winner_sats)
     } else {
         0
     };
@@ -214,7 +208,7 @@ pub async fn last_result(store: &Store, user_id: i64) -> Result<Option<LastResul
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransfersPage {
     /// Newest first.
-    pub transfers: Vec<TransferRow>,
+    pub transfers: Vec<Transfer>,
     /// Where the next page starts; `None` at the end.
     pub next_before_id: Option<i64>,
     /// Height of the last processed block (0 before the first).
@@ -235,7 +229,7 @@ pub async fn transfers_page(
 ) -> Result<TransfersPage, StoreError> {
     let config = store.config().await?;
     let tip = store.synced_tip().await?.map_or(0, |t| t.0);
-    let transfers = store.user_transfers(user_id, limit, before_id).await?;
+    let transfers = store.user_transfer_page(user_id, limit, before_id).await?;
     let next_before_id = if transfers.len() as i64 == limit {
         transfers.last().map(|r| r.id)
     } else {

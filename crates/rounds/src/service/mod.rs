@@ -1,9 +1,9 @@
 //! The workflows: accounts, the operator's requests, users' payments (the cashier over the one payment workflow), the engine (chain watcher and round lifecycle), reading rounds back, the current-round cache, the live-update hub and readiness.
 //!
 //! Services own their store handle; the HTTP layer calls them and never the
-//! store. The plain records a service returns (store rows such as
-//! [`history::RoundDetail`]) and [`StoreError`] pass through unchanged and are
-//! re-exported by the service that returns them.
+//! store. The records a service returns are the domain's (the store decodes
+//! its rows into them at its edge, as [`crate::domain::phase::RoundProof`]);
+//! only [`StoreError`] is re-exported from the store.
 
 pub mod accounts;
 pub mod admin;

@@ -1,7 +1,10 @@
 //! The chain watcher's bookkeeping: processed blocks, deposits found in them, confirmations, and unwinding after a reorganisation.
 
-use super::ledger::{placeholders, BATCH};
+use std::collections::HashSet;
+
 use sqlx::Row;
+
+use super::ledger::{placeholders, Tx, BATCH};
 
 use super::{Store, StoreError};
 use crate::domain::round::{OutputOrigin, RoundStatus, TransferKind, TransferStatus};
@@ -149,149 +152,169 @@ impl Store {
             tx.rollback().await?;
             return Ok((0, 0));
         }
-        // The first block processed at a round's draw height fixes its draw
-        // (docs/rounds-engine.md). It is stored with the block: read only
-        // when the engine drew, a reorganisation while the engine was paused,
-        // down or held up replaced it and redrew, a second roll on an outcome
-        // everyone could already compute. Only a child of the tip read at
-        // the close qualifies (its parent is the block processed below it):
-        // a block on a branch that replaced that tip may have been mined
-        // before the close (issue 32).
-        sqlx::query(
-            "UPDATE rounds SET block_height = $1, block_hash = $2 \
-             WHERE tip_height_at_close = $3 AND block_hash IS NULL AND bet_count > 0 \
-             AND status IN ($4, $5) \
-             AND (tip_hash_at_close IS NULL \
-             OR tip_hash_at_close = (SELECT hash FROM blocks WHERE height = $3))",
-        )
-        .bind(height)
-        .bind(hash)
-        .bind(height - 1)
-        .bind(RoundStatus::Closing)
-        .bind(RoundStatus::Drawing)
-        .execute(&mut *tx)
-        .await?;
-        let mut confirmed = 0;
-        for chunk in ours.chunks(BATCH) {
-            let list = placeholders(2, chunk.len());
-            let sql = format!("UPDATE outputs SET block_height = $1 WHERE txid IN ({list})");
-            let mut q = sqlx::query(&sql).bind(height);
-            for t in chunk {
-                q = q.bind(t);
-            }
-            q.execute(&mut *tx).await?;
-            let sql = format!(
-                "UPDATE transfers SET block_height = $1, \
-                 status = CASE WHEN status IN ($2, $3) THEN $4 ELSE status END \
-                 WHERE kind <> $5 AND txid IN ({})",
-                placeholders(6, chunk.len())
-            );
-            let mut q = sqlx::query(&sql)
-                .bind(height)
-                .bind(TransferStatus::Signed)
-                .bind(TransferStatus::BroadcastFailed)
-                .bind(TransferStatus::Broadcast)
-                .bind(TransferKind::Deposit);
-            for t in chunk {
-                q = q.bind(t);
-            }
-            confirmed += q.execute(&mut *tx).await?.rows_affected();
-        }
+        fix_draw_block(&mut tx, height, hash).await?;
+        let confirmed = confirm_ours(&mut tx, height, ours).await?;
         // A replaced version of a withdrawal or payout that this block holds
         // becomes the live one: the ledger follows the chain (fee bumps).
         super::bumps::make_confirmed_live(&mut tx, height).await?;
-        // Outputs to users' addresses that we recorded ourselves (change,
-        // payouts) are not deposits; any other one (also one of our
-        // withdrawals paying another user) is.
-        let mut known = std::collections::HashSet::new();
-        let txids: Vec<&String> = {
-            let mut v: Vec<&String> = deposits.iter().map(|d| &d.txid).collect();
-            v.sort();
-            v.dedup();
-            v
-        };
-        for chunk in txids.chunks(BATCH) {
-            let sql = format!(
-                "SELECT txid, vout FROM outputs WHERE origin <> $1 AND txid IN ({})",
-                placeholders(2, chunk.len())
-            );
-            let mut q = sqlx::query(&sql).bind(OutputOrigin::Deposit);
-            for t in chunk {
-                q = q.bind(*t);
-            }
-            for r in q.fetch_all(&mut *tx).await? {
-                known.insert((
-                    r.try_get::<String, _>("txid")?,
-                    r.try_get::<i64, _>("vout")?,
-                ));
-            }
-        }
+        let known = recorded_outputs(&mut tx, deposits).await?;
         let mut new_deposits = 0;
         for d in deposits {
-            let (txid, vout, amount, user_id) = (&d.txid, &d.vout, &d.amount_sats, &d.user_id);
-            let min_confirmations = if d.coinbase { COINBASE_MATURITY } else { 0 };
-            if known.contains(&(txid.clone(), *vout)) {
-                continue;
-            }
-            sqlx::query(
-                "INSERT INTO outputs (txid, vout, amount_sats, user_id, origin, block_height, min_confirmations) \
-                 VALUES ($1, $2, $3, $4, $7, $5, $6) \
-                 ON CONFLICT (txid, vout) DO UPDATE SET block_height = $5",
-            )
-            .bind(txid)
-            .bind(vout)
-            .bind(amount)
-            .bind(user_id)
-            .bind(height)
-            .bind(min_confirmations)
-            .bind(OutputOrigin::Deposit)
-            .execute(&mut *tx)
-            .await?;
-            let existing: Option<i64> = sqlx::query_scalar(
-                "SELECT id FROM transfers WHERE kind = $3 AND txid = $1 AND vout = $2",
-            )
-            .bind(txid)
-            .bind(vout)
-            .bind(TransferKind::Deposit)
-            .fetch_optional(&mut *tx)
-            .await?;
-            match existing {
-                Some(id) => {
-                    // A reversed deposit that a block confirms after all is
-                    // credited again (its output was re-inserted above); a
-                    // debt it left stays for the operator.
-                    sqlx::query(
-                        "UPDATE transfers SET block_height = $1, \
-                         status = CASE WHEN status = $3 THEN $4 ELSE status END WHERE id = $2",
-                    )
-                    .bind(height)
-                    .bind(id)
-                    .bind(TransferStatus::Reversed)
-                    .bind(TransferStatus::Seen)
-                    .execute(&mut *tx)
-                    .await?;
-                }
-                None => {
-                    sqlx::query(
-                        "INSERT INTO transfers (kind, user_id, txid, vout, amount_sats, status, block_height, created_at, min_confirmations) \
-                         VALUES ($8, $1, $2, $3, $4, $9, $5, $6, $7)",
-                    )
-                    .bind(user_id)
-                    .bind(txid)
-                    .bind(vout)
-                    .bind(amount)
-                    .bind(height)
-                    .bind(unix_now())
-                    .bind(min_confirmations)
-                    .bind(TransferKind::Deposit)
-                    .bind(TransferStatus::Seen)
-                    .execute(&mut *tx)
-                    .await?;
-                    new_deposits += 1;
-                }
+            // Outputs to users' addresses that we recorded ourselves
+            // (change, payouts) are not deposits; any other one (also one of
+            // our withdrawals paying another user) is.
+            if !known.contains(&(d.txid.clone(), d.vout))
+                && record_deposit(&mut tx, height, d).await?
+            {
+                new_deposits += 1;
             }
         }
         tx.commit().await?;
         Ok((new_deposits, confirmed))
     }
+}
+
+/// The first block processed at a round's draw height fixes its draw
+/// (docs/rounds-engine.md). It is stored with the block: read only when the
+/// engine drew, a reorganisation while the engine was paused, down or held
+/// up replaced it and redrew, a second roll on an outcome everyone could
+/// already compute. Only a child of the tip read at the close qualifies
+/// (its parent is the block processed below it): a block on a branch that
+/// replaced that tip may have been mined before the close (issue 32).
+async fn fix_draw_block(tx: &mut Tx<'_>, height: i64, hash: &str) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE rounds SET block_height = $1, block_hash = $2 \
+         WHERE tip_height_at_close = $3 AND block_hash IS NULL AND bet_count > 0 \
+         AND status IN ($4, $5) \
+         AND (tip_hash_at_close IS NULL \
+         OR tip_hash_at_close = (SELECT hash FROM blocks WHERE height = $3))",
+    )
+    .bind(height)
+    .bind(hash)
+    .bind(height - 1)
+    .bind(RoundStatus::Closing)
+    .bind(RoundStatus::Drawing)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Confirms at `height` our outputs and transfers whose transactions are in
+/// `ours`; returns how many transfers it confirmed.
+async fn confirm_ours(tx: &mut Tx<'_>, height: i64, ours: &[String]) -> Result<u64, sqlx::Error> {
+    let mut confirmed = 0;
+    for chunk in ours.chunks(BATCH) {
+        let list = placeholders(2, chunk.len());
+        let sql = format!("UPDATE outputs SET block_height = $1 WHERE txid IN ({list})");
+        let mut q = sqlx::query(&sql).bind(height);
+        for t in chunk {
+            q = q.bind(t);
+        }
+        q.execute(&mut **tx).await?;
+        let sql = format!(
+            "UPDATE transfers SET block_height = $1, \
+             status = CASE WHEN status IN ($2, $3) THEN $4 ELSE status END \
+             WHERE kind <> $5 AND txid IN ({})",
+            placeholders(6, chunk.len())
+        );
+        let mut q = sqlx::query(&sql)
+            .bind(height)
+            .bind(TransferStatus::Signed)
+            .bind(TransferStatus::BroadcastFailed)
+            .bind(TransferStatus::Broadcast)
+            .bind(TransferKind::Deposit);
+        for t in chunk {
+            q = q.bind(t);
+        }
+        confirmed += q.execute(&mut **tx).await?.rows_affected();
+    }
+    Ok(confirmed)
+}
+
+/// The outputs among `deposits` that we recorded ourselves (change,
+/// payouts): `(txid, vout)`.
+async fn recorded_outputs(
+    tx: &mut Tx<'_>,
+    deposits: &[Deposit],
+) -> Result<HashSet<(String, i64)>, sqlx::Error> {
+    let mut known = HashSet::new();
+    let mut txids: Vec<&String> = deposits.iter().map(|d| &d.txid).collect();
+    txids.sort();
+    txids.dedup();
+    for chunk in txids.chunks(BATCH) {
+        let sql = format!(
+            "SELECT txid, vout FROM outputs WHERE origin <> $1 AND txid IN ({})",
+            placeholders(2, chunk.len())
+        );
+        let mut q = sqlx::query(&sql).bind(OutputOrigin::Deposit);
+        for t in chunk {
+            q = q.bind(*t);
+        }
+        for r in q.fetch_all(&mut **tx).await? {
+            known.insert((
+                r.try_get::<String, _>("txid")?,
+                r.try_get::<i64, _>("vout")?,
+            ));
+        }
+    }
+    Ok(known)
+}
+
+/// Records deposit `d` confirmed at `height`: its output, and its transfer
+/// (a reversed one is credited again). Returns whether the transfer is new.
+async fn record_deposit(tx: &mut Tx<'_>, height: i64, d: &Deposit) -> Result<bool, sqlx::Error> {
+    let min_confirmations = if d.coinbase { COINBASE_MATURITY } else { 0 };
+    sqlx::query(
+        "INSERT INTO outputs (txid, vout, amount_sats, user_id, origin, block_height, min_confirmations) \
+         VALUES ($1, $2, $3, $4, $7, $5, $6) \
+         ON CONFLICT (txid, vout) DO UPDATE SET block_height = $5",
+    )
+    .bind(&d.txid)
+    .bind(d.vout)
+    .bind(d.amount_sats)
+    .bind(d.user_id)
+    .bind(height)
+    .bind(min_confirmations)
+    .bind(OutputOrigin::Deposit)
+    .execute(&mut **tx)
+    .await?;
+    let existing: Option<i64> =
+        sqlx::query_scalar("SELECT id FROM transfers WHERE kind = $3 AND txid = $1 AND vout = $2")
+            .bind(&d.txid)
+            .bind(d.vout)
+            .bind(TransferKind::Deposit)
+            .fetch_optional(&mut **tx)
+            .await?;
+    if let Some(id) = existing {
+        // A reversed deposit that a block confirms after all is credited
+        // again (its output was re-inserted above); a debt it left stays
+        // for the operator.
+        sqlx::query(
+            "UPDATE transfers SET block_height = $1, \
+             status = CASE WHEN status = $3 THEN $4 ELSE status END WHERE id = $2",
+        )
+        .bind(height)
+        .bind(id)
+        .bind(TransferStatus::Reversed)
+        .bind(TransferStatus::Seen)
+        .execute(&mut **tx)
+        .await?;
+        return Ok(false);
+    }
+    sqlx::query(
+        "INSERT INTO transfers (kind, user_id, txid, vout, amount_sats, status, block_height, created_at, min_confirmations) \
+         VALUES ($8, $1, $2, $3, $4, $9, $5, $6, $7)",
+    )
+    .bind(d.user_id)
+    .bind(&d.txid)
+    .bind(d.vout)
+    .bind(d.amount_sats)
+    .bind(height)
+    .bind(unix_now())
+    .bind(min_confirmations)
+    .bind(TransferKind::Deposit)
+    .bind(TransferStatus::Seen)
+    .execute(&mut **tx)
+    .await?;
+    Ok(true)
 }

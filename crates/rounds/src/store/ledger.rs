@@ -7,6 +7,9 @@
 //! index allows one payout per round. Signed transactions are written
 //! (status `signed`) before they are broadcast, so a restart can finish them.
 
+use std::str::FromStr;
+
+use bitcoin::Txid;
 use sqlx::any::AnyRow;
 use sqlx::{Any, Row, Transaction};
 
@@ -14,10 +17,12 @@ use super::idempotency::{bind_key, KeyClaim};
 use super::settings::config_from_row;
 use super::{state_column, Backend, Store, StoreError};
 use crate::domain::audit::{AuditActor, AuditDetails, AuditEvent};
+use crate::domain::ledger::{CorrectionView, LedgerTotals, UnspentView};
 use crate::domain::money::{Coin, Intent};
 use crate::domain::round::{BetStatus, OutputOrigin, RoundStatus, TransferKind, TransferStatus};
 use crate::domain::settings::{ConfigDiff, ServiceConfig, DUST_COIN_MAX_SATS, PAYMENT_COINS_READ};
 use crate::domain::time::unix_now;
+use crate::domain::transfer::Transfer;
 
 /// A transfer as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,66 +155,6 @@ impl From<sqlx::Error> for LedgerError {
     }
 }
 
-/// Sums for the conservation check (GET /admin/ledger).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-pub struct LedgerTotals {
-    /// Every deposit seen and not reversed.
-    pub deposits_sats: i64,
-    /// Unspent outputs owned by users (confirmed or not).
-    pub users_unspent_sats: i64,
-    /// Unspent pot outputs (rounds not yet paid).
-    pub pots_in_flight_sats: i64,
-    /// Commissions of payouts written (signed, broadcast or waiting for a retry).
-    pub commission_paid_sats: i64,
-    /// Withdrawals written and not failed.
-    pub withdrawn_sats: i64,
-    /// Miner fees of our transactions written and not failed.
-    pub miner_fees_sats: i64,
-    /// Money the ledger had recorded but the chain took back (ledger
-    /// corrections): deposits = users' unspent + pots + commission +
-    /// withdrawals + miner fees + corrections.
-    pub corrections_sats: i64,
-    /// The ledger corrections, oldest first.
-    pub corrections: Vec<CorrectionView>,
-    /// What users owe after deposits they spent were reversed by the chain:
-    /// deposits = users' unspent + pots + commission + withdrawals + miner
-    /// fees + corrections − debts.
-    pub debts_sats: i64,
-    /// Every unspent output the service holds.
-    pub unspent: Vec<UnspentView>,
-    /// Height of the last block the watcher processed.
-    pub synced_height: i64,
-}
-
-/// One ledger correction in [`LedgerTotals`]: an output the ledger held
-/// that no longer exists on the chain.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-pub struct CorrectionView {
-    /// Unix seconds.
-    pub at: i64,
-    /// The round whose payout was rebuilt without it, if any.
-    pub round_id: Option<i64>,
-    /// The output's transaction.
-    pub txid: String,
-    /// The output's index.
-    pub vout: i64,
-    /// Its value, taken out of the books.
-    pub amount_sats: i64,
-    /// Why.
-    pub reason: String,
-}
-
-/// One unspent output in [`LedgerTotals`].
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-pub struct UnspentView {
-    /// Txid.
-    pub txid: String,
-    /// Index.
-    pub vout: i64,
-    /// Value.
-    pub amount_sats: i64,
-}
-
 pub(super) const OUTPUT_COLS: &str =
     "id, txid, vout, amount_sats, user_id, round_id, origin, block_height";
 /// The coins a user may spend (binds: `$1` user, `$2` tip height, `$3`
@@ -253,6 +198,94 @@ pub(super) fn transfer_from_row(r: &AnyRow) -> Result<TransferRow, sqlx::Error> 
         created_at: r.try_get("created_at")?,
         min_confirmations: r.try_get("min_confirmations")?,
     })
+}
+
+impl TransferRow {
+    /// The transfer as the domain reads it, its txid decoded at this edge.
+    ///
+    /// # Errors
+    /// [`StoreError::TransferTxid`] when the stored txid is not one.
+    pub fn decode(&self) -> Result<Transfer, StoreError> {
+        let txid = Txid::from_str(&self.txid).map_err(|source| StoreError::TransferTxid {
+            transfer_id: self.id,
+            text: self.txid.clone(),
+            source,
+        })?;
+        Ok(Transfer {
+            id: self.id,
+            kind: self.kind,
+            round_id: self.round_id,
+            txid,
+            amount_sats: self.amount_sats,
+            fee_sats: self.fee_sats,
+            address: self.address.clone(),
+            status: self.status,
+            block_height: self.block_height,
+            created_at: self.created_at,
+            min_confirmations: self.min_confirmations,
+        })
+    }
+}
+
+/// The sums of the conservation check: `(name, table, column, filter)`,
+/// the filters binding `$1` deposit, `$2` reversed, `$3` payout, `$4`
+/// withdrawal, `$5` failed and `$6` superseded.
+const LEDGER_SUMS: [(&str, &str, &str, &str); 8] = [
+    (
+        "deposits_sats",
+        "transfers",
+        "amount_sats",
+        "kind = $1 AND status <> $2",
+    ),
+    (
+        "users_unspent_sats",
+        "outputs",
+        "amount_sats",
+        "user_id IS NOT NULL AND spent_txid IS NULL",
+    ),
+    (
+        "pots_in_flight_sats",
+        "outputs",
+        "amount_sats",
+        "round_id IS NOT NULL AND spent_txid IS NULL",
+    ),
+    (
+        "commission_paid_sats",
+        "transfers",
+        "commission_sats",
+        "kind = $3 AND status NOT IN ($5, $6)",
+    ),
+    (
+        "withdrawn_sats",
+        "transfers",
+        "amount_sats",
+        "kind = $4 AND status NOT IN ($5, $6)",
+    ),
+    (
+        "miner_fees_sats",
+        "transfers",
+        "fee_sats",
+        "kind <> $1 AND status NOT IN ($5, $6)",
+    ),
+    (
+        "corrections_sats",
+        "ledger_corrections",
+        "amount_sats",
+        "1 = 1",
+    ),
+    ("debts_sats", "users", "debt_sats", "debt_sats <> 0"),
+];
+
+/// What [`LEDGER_SUMS`] reads, by name.
+struct LedgerSums {
+    deposits_sats: i64,
+    users_unspent_sats: i64,
+    pots_in_flight_sats: i64,
+    commission_paid_sats: i64,
+    withdrawn_sats: i64,
+    miner_fees_sats: i64,
+    corrections_sats: i64,
+    debts_sats: i64,
 }
 
 /// Sum as BIGINT on both backends (PostgreSQL's SUM(bigint) is numeric).
@@ -442,6 +475,87 @@ pub(super) async fn undo_payment(tx: &mut Tx<'_>, t: &TransferRow) -> Result<(),
         }
     }
     Ok(())
+}
+
+/// Our payment that spent the output of `deposit`, if any.
+async fn spender_of(
+    tx: &mut Tx<'_>,
+    deposit: &TransferRow,
+) -> Result<Option<TransferRow>, sqlx::Error> {
+    let spent_by: Option<Option<String>> = sqlx::query_scalar(
+        "SELECT spent_txid FROM outputs WHERE txid = $1 AND vout = $2 AND origin = $3",
+    )
+    .bind(&deposit.txid)
+    .bind(deposit.vout)
+    .bind(OutputOrigin::Deposit)
+    .fetch_optional(&mut **tx)
+    .await?;
+    let Some(txid) = spent_by.flatten() else {
+        return Ok(None);
+    };
+    sqlx::query(&format!(
+        "SELECT {TRANSFER_COLS} FROM transfers WHERE txid = $1 AND kind <> $2"
+    ))
+    .bind(&txid)
+    .bind(TransferKind::Deposit)
+    .fetch_optional(&mut **tx)
+    .await?
+    .map(|r| transfer_from_row(&r))
+    .transpose()
+}
+
+/// Whether payment `s`, which spent a reversed deposit, can still be taken
+/// back: unconfirmed, and a withdrawal or a bet whose round is still open.
+async fn may_undo(tx: &mut Tx<'_>, s: &TransferRow) -> Result<bool, sqlx::Error> {
+    let round_open = match s.round_id {
+        Some(r) => {
+            sqlx::query_scalar::<_, String>("SELECT status FROM rounds WHERE id = $1")
+                .bind(r)
+                .fetch_optional(&mut **tx)
+                .await?
+                .as_deref()
+                == Some(RoundStatus::Open.as_str())
+        }
+        None => false,
+    };
+    Ok(s.block_height.is_none()
+        && matches!(s.status, TransferStatus::Signed | TransferStatus::Broadcast)
+        && (s.kind == TransferKind::Withdrawal || (s.kind == TransferKind::Bet && round_open)))
+}
+
+/// Payment `s` spent `deposit` and stays: its unspent change is taken
+/// back, it is set aside, and the user owes what the change does not
+/// cover. Returns that debt.
+async fn charge_spent_deposit(
+    tx: &mut Tx<'_>,
+    deposit: &TransferRow,
+    s: &TransferRow,
+) -> Result<i64, sqlx::Error> {
+    let change: i64 = sqlx::query_scalar(&format!(
+        "SELECT {} FROM outputs WHERE txid = $1 AND origin = $2 AND spent_txid IS NULL",
+        sum("amount_sats")
+    ))
+    .bind(&s.txid)
+    .bind(OutputOrigin::Change)
+    .fetch_one(&mut **tx)
+    .await?;
+    sqlx::query("DELETE FROM outputs WHERE txid = $1 AND origin = $2 AND spent_txid IS NULL")
+        .bind(&s.txid)
+        .bind(OutputOrigin::Change)
+        .execute(&mut **tx)
+        .await?;
+    sqlx::query("UPDATE transfers SET set_aside_at = $2 WHERE id = $1 AND set_aside_at IS NULL")
+        .bind(s.id)
+        .bind(unix_now())
+        .execute(&mut **tx)
+        .await?;
+    let debt = (deposit.amount_sats - change).max(0);
+    sqlx::query("UPDATE users SET debt_sats = debt_sats + $1 WHERE id = $2")
+        .bind(debt)
+        .bind(deposit.user_id)
+        .execute(&mut **tx)
+        .await?;
+    Ok(debt)
 }
 
 pub(super) async fn recount_round(tx: &mut Tx<'_>, round_id: i64) -> Result<(), sqlx::Error> {
@@ -948,66 +1062,60 @@ impl Store {
         Ok(transfers)
     }
 
+    /// [`Store::user_transfers`], decoded at this edge.
+    ///
+    /// # Errors
+    /// Database failures; [`StoreError::TransferTxid`].
+    pub async fn user_transfer_page(
+        &self,
+        user_id: i64,
+        limit: i64,
+        before_id: Option<i64>,
+    ) -> Result<Vec<Transfer>, StoreError> {
+        self.user_transfers(user_id, limit, before_id)
+            .await?
+            .iter()
+            .map(TransferRow::decode)
+            .collect()
+    }
+
     /// Totals for the conservation check.
     ///
     /// # Errors
     /// Database failures.
     pub async fn ledger_totals(&self) -> Result<LedgerTotals, StoreError> {
-        // One statement, so the six sums come from one consistent snapshot.
-        let totals = [
-            (
-                "deposits_sats",
-                "transfers",
-                "amount_sats",
-                "kind = $1 AND status <> $2",
-            ),
-            (
-                "users_unspent_sats",
-                "outputs",
-                "amount_sats",
-                "user_id IS NOT NULL AND spent_txid IS NULL",
-            ),
-            (
-                "pots_in_flight_sats",
-                "outputs",
-                "amount_sats",
-                "round_id IS NOT NULL AND spent_txid IS NULL",
-            ),
-            (
-                "commission_paid_sats",
-                "transfers",
-                "commission_sats",
-                "kind = $3 AND status NOT IN ($5, $6)",
-            ),
-            (
-                "withdrawn_sats",
-                "transfers",
-                "amount_sats",
-                "kind = $4 AND status NOT IN ($5, $6)",
-            ),
-            (
-                "miner_fees_sats",
-                "transfers",
-                "fee_sats",
-                "kind <> $1 AND status NOT IN ($5, $6)",
-            ),
-            (
-                "corrections_sats",
-                "ledger_corrections",
-                "amount_sats",
-                "1 = 1",
-            ),
-            ("debts_sats", "users", "debt_sats", "debt_sats <> 0"),
-        ]
-        .iter()
-        .map(|(name, table, column, filter)| {
-            format!(
-                "(SELECT {} FROM {table} WHERE {filter}) AS {name}",
-                sum(column)
-            )
+        let sums = self.ledger_sums().await?;
+        let corrections = self.ledger_corrections().await?;
+        let unspent = self.unspent_outputs().await?;
+        let synced_height = self.synced_tip().await?.map_or(0, |t| t.0);
+        Ok(LedgerTotals {
+            synced_height,
+            deposits_sats: sums.deposits_sats,
+            users_unspent_sats: sums.users_unspent_sats,
+            pots_in_flight_sats: sums.pots_in_flight_sats,
+            commission_paid_sats: sums.commission_paid_sats,
+            withdrawn_sats: sums.withdrawn_sats,
+            miner_fees_sats: sums.miner_fees_sats,
+            corrections_sats: sums.corrections_sats,
+            corrections,
+            debts_sats: sums.debts_sats,
+            unspent,
         })
-        .collect::<Vec<_>>()
-        .join(", ");
+    }
+
+    /// The conservation check's sums, from one statement so that they come
+    /// from one consistent snapshot.
+    async fn ledger_sums(&self) -> Result<LedgerSums, StoreError> {
+        let totals = LEDGER_SUMS
+            .iter()
+            .map(|(name, table, column, filter)| {
+                format!(
+                    "(SELECT {} FROM {table} WHERE {filter}) AS {name}",
+                    sum(column)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
         let row = sqlx::query(&format!("SELECT {totals}"))
             .bind(TransferKind::Deposit)
             .bind(TransferStatus::Reversed)
@@ -1017,37 +1125,48 @@ impl Store {
             .bind(TransferStatus::Superseded)
             .fetch_one(self.pool())
             .await?;
-        let deposits_sats: i64 = row.try_get("deposits_sats")?;
-        let users_unspent_sats: i64 = row.try_get("users_unspent_sats")?;
-        let pots_in_flight_sats: i64 = row.try_get("pots_in_flight_sats")?;
-        let commission_paid_sats: i64 = row.try_get("commission_paid_sats")?;
-        let withdrawn_sats: i64 = row.try_get("withdrawn_sats")?;
-        let miner_fees_sats: i64 = row.try_get("miner_fees_sats")?;
-        let corrections_sats: i64 = row.try_get("corrections_sats")?;
-        let debts_sats: i64 = row.try_get("debts_sats")?;
-        let corrections = sqlx::query(
+        Ok(LedgerSums {
+            deposits_sats: row.try_get("deposits_sats")?,
+            users_unspent_sats: row.try_get("users_unspent_sats")?,
+            pots_in_flight_sats: row.try_get("pots_in_flight_sats")?,
+            commission_paid_sats: row.try_get("commission_paid_sats")?,
+            withdrawn_sats: row.try_get("withdrawn_sats")?,
+            miner_fees_sats: row.try_get("miner_fees_sats")?,
+            corrections_sats: row.try_get("corrections_sats")?,
+            debts_sats: row.try_get("debts_sats")?,
+        })
+    }
+
+    /// The ledger corrections, oldest first.
+    async fn ledger_corrections(&self) -> Result<Vec<CorrectionView>, StoreError> {
+        let rows = sqlx::query(
             "SELECT at, round_id, txid, vout, amount_sats, reason FROM ledger_corrections ORDER BY id",
         )
         .fetch_all(self.pool())
-        .await?
-        .iter()
-        .map(|r| {
-            Ok::<_, sqlx::Error>(CorrectionView {
-                at: r.try_get("at")?,
-                round_id: r.try_get("round_id")?,
-                txid: r.try_get("txid")?,
-                vout: r.try_get("vout")?,
-                amount_sats: r.try_get("amount_sats")?,
-                reason: r.try_get("reason")?,
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                Ok::<_, sqlx::Error>(CorrectionView {
+                    at: r.try_get("at")?,
+                    round_id: r.try_get("round_id")?,
+                    txid: r.try_get("txid")?,
+                    vout: r.try_get("vout")?,
+                    amount_sats: r.try_get("amount_sats")?,
+                    reason: r.try_get("reason")?,
+                })
             })
-        })
-        .collect::<Result<_, _>>()?;
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// Every unspent output the service holds.
+    async fn unspent_outputs(&self) -> Result<Vec<UnspentView>, StoreError> {
         let rows = sqlx::query(
             "SELECT txid, vout, amount_sats FROM outputs WHERE spent_txid IS NULL ORDER BY id",
         )
         .fetch_all(self.pool())
         .await?;
-        let unspent = rows
+        Ok(rows
             .iter()
             .map(|r| {
                 Ok::<_, sqlx::Error>(UnspentView {
@@ -1056,21 +1175,7 @@ impl Store {
                     amount_sats: r.try_get("amount_sats")?,
                 })
             })
-            .collect::<Result<_, _>>()?;
-        let synced_height = self.synced_tip().await?.map_or(0, |t| t.0);
-        Ok(LedgerTotals {
-            synced_height,
-            deposits_sats,
-            users_unspent_sats,
-            pots_in_flight_sats,
-            commission_paid_sats,
-            withdrawn_sats,
-            miner_fees_sats,
-            corrections_sats,
-            corrections,
-            debts_sats,
-            unspent,
-        })
+            .collect::<Result<_, _>>()?)
     }
 
     /// Our transfer with this txid, if any.
@@ -1285,44 +1390,10 @@ impl Store {
             return Ok(None);
         };
         let deposit = transfer_from_row(&row)?;
-        let spent_by: Option<Option<String>> = sqlx::query_scalar(
-            "SELECT spent_txid FROM outputs WHERE txid = $1 AND vout = $2 AND origin = $3",
-        )
-        .bind(&deposit.txid)
-        .bind(deposit.vout)
-        .bind(OutputOrigin::Deposit)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let spender = match spent_by.flatten() {
-            Some(txid) => sqlx::query(&format!(
-                "SELECT {TRANSFER_COLS} FROM transfers WHERE txid = $1 AND kind <> $2"
-            ))
-            .bind(&txid)
-            .bind(TransferKind::Deposit)
-            .fetch_optional(&mut *tx)
-            .await?
-            .map(|r| transfer_from_row(&r))
-            .transpose()?,
-            None => None,
-        };
+        let spender = spender_of(&mut tx, &deposit).await?;
         let mut debt = 0;
         if let Some(s) = &spender {
-            let round_open = match s.round_id {
-                Some(r) => {
-                    sqlx::query_scalar::<_, String>("SELECT status FROM rounds WHERE id = $1")
-                        .bind(r)
-                        .fetch_optional(&mut *tx)
-                        .await?
-                        .as_deref()
-                        == Some(RoundStatus::Open.as_str())
-                }
-                None => false,
-            };
-            let undo = s.block_height.is_none()
-                && matches!(s.status, TransferStatus::Signed | TransferStatus::Broadcast)
-                && (s.kind == TransferKind::Withdrawal
-                    || (s.kind == TransferKind::Bet && round_open));
-            if undo {
+            if may_undo(&mut tx, s).await? {
                 sqlx::query("UPDATE transfers SET status = $2 WHERE id = $1")
                     .bind(s.id)
                     .bind(TransferStatus::Failed)
@@ -1330,34 +1401,7 @@ impl Store {
                     .await?;
                 undo_payment(&mut tx, s).await?;
             } else {
-                let change: i64 = sqlx::query_scalar(&format!(
-                    "SELECT {} FROM outputs WHERE txid = $1 AND origin = $2 AND spent_txid IS NULL",
-                    sum("amount_sats")
-                ))
-                .bind(&s.txid)
-                .bind(OutputOrigin::Change)
-                .fetch_one(&mut *tx)
-                .await?;
-                sqlx::query(
-                    "DELETE FROM outputs WHERE txid = $1 AND origin = $2 AND spent_txid IS NULL",
-                )
-                .bind(&s.txid)
-                .bind(OutputOrigin::Change)
-                .execute(&mut *tx)
-                .await?;
-                sqlx::query(
-                    "UPDATE transfers SET set_aside_at = $2 WHERE id = $1 AND set_aside_at IS NULL",
-                )
-                .bind(s.id)
-                .bind(unix_now())
-                .execute(&mut *tx)
-                .await?;
-                debt = (deposit.amount_sats - change).max(0);
-                sqlx::query("UPDATE users SET debt_sats = debt_sats + $1 WHERE id = $2")
-                    .bind(debt)
-                    .bind(deposit.user_id)
-                    .execute(&mut *tx)
-                    .await?;
+                debt = charge_spent_deposit(&mut tx, &deposit, s).await?;
             }
         }
         sqlx::query("DELETE FROM outputs WHERE txid = $1 AND vout = $2 AND origin = $3")

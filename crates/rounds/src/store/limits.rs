@@ -11,7 +11,8 @@ use std::time::Duration;
 use sqlx::Row;
 
 use super::{Backend, Store, StoreError};
-use crate::security::throttle::{Failures, UnixMillis};
+use crate::domain::lockout::Failures;
+use crate::domain::time::UnixMillis;
 
 /// The `LISTEN`/`NOTIFY` channel that tells a process to close one of its
 /// streams (payload `process:stream`).

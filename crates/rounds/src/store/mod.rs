@@ -17,8 +17,6 @@ pub mod settings;
 pub mod users;
 
 pub use ledger::LedgerError;
-pub use rounds::RoundRow;
-pub use settings::AuditEntry;
 pub use users::UserRow;
 
 use std::str::FromStr;
@@ -60,6 +58,27 @@ pub enum StoreError {
     /// A stored row does not have the shape the store expects.
     #[error("corrupt row: {0}")]
     Corrupt(String),
+    /// A stored round no lifecycle writes (its draw columns do not fit its
+    /// status, or a hash column holds no hash).
+    #[error("round {round_id} as stored")]
+    Round {
+        /// The round.
+        round_id: i64,
+        /// What is wrong with it.
+        #[source]
+        source: rounds::RoundDecodeError,
+    },
+    /// A stored transfer's txid is not one.
+    #[error("transfer {transfer_id} holds txid {text:?}")]
+    TransferTxid {
+        /// The transfer.
+        transfer_id: i64,
+        /// The stored text.
+        text: String,
+        /// Why it does not parse.
+        #[source]
+        source: bitcoin::hex::HexToArrayError,
+    },
     /// The task writing a group of bets and broadcast marks stopped before
     /// it answered (whether the request was written is unknown until read).
     #[error("the group write stopped before it answered")]

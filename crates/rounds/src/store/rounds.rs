@@ -1,5 +1,6 @@
 //! Rounds: the current round, its creation, and who played.
 
+use bitcoin::Txid;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
@@ -11,6 +12,9 @@ use super::settings::insert_audit_entry;
 use super::{state_column, Store, StoreError};
 use crate::domain::audit::{AuditActor, AuditDetails, AuditEvent, AuditOutput};
 use crate::domain::money::{Coin, Intent};
+use crate::domain::phase::{
+    Bet, DrawColumnValues, Payout, PhaseError, Round, RoundPhase, RoundProof, RoundSummary,
+};
 use crate::domain::round::{BetStatus, OutputOrigin, RoundStatus, TransferKind, TransferStatus};
 use crate::domain::settings::ConfigDiff;
 use crate::domain::time::unix_now;
@@ -314,7 +318,7 @@ pub struct RoundDetail {
 
 /// A round as the list of rounds shows it: no bet list.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RoundSummary {
+pub struct RoundSummaryRow {
     /// The round row (with its bet count and pot).
     pub round: RoundRow,
     /// Draw columns.
@@ -322,14 +326,14 @@ pub struct RoundSummary {
     /// The winner's username, once drawn.
     pub winner_username: Option<String>,
     /// The payout, if any.
-    pub payout: Option<PayoutSummary>,
+    pub payout: Option<PayoutSummaryRow>,
     /// Whether the caller bet in the round.
     pub user_played: bool,
 }
 
 /// What the list shows of a payout.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PayoutSummary {
+pub struct PayoutSummaryRow {
     /// The payout transaction.
     pub txid: String,
     /// Paid to the winner.
@@ -344,10 +348,10 @@ pub struct PayoutSummary {
     pub block_height: Option<i64>,
 }
 
-fn summary_from_row(r: &AnyRow) -> Result<RoundSummary, sqlx::Error> {
+fn summary_from_row(r: &AnyRow) -> Result<RoundSummaryRow, sqlx::Error> {
     let (round, draw) = round_and_draw(r)?;
     let payout = match r.try_get::<Option<String>, _>("payout_txid")? {
-        Some(txid) => Some(PayoutSummary {
+        Some(txid) => Some(PayoutSummaryRow {
             txid,
             amount_sats: r.try_get("payout_amount_sats")?,
             commission_sats: r.try_get("payout_commission_sats")?,
@@ -357,7 +361,7 @@ fn summary_from_row(r: &AnyRow) -> Result<RoundSummary, sqlx::Error> {
         }),
         None => None,
     };
-    Ok(RoundSummary {
+    Ok(RoundSummaryRow {
         round,
         draw,
         winner_username: r.try_get("winner_username")?,
@@ -470,7 +474,7 @@ impl Store {
         limit: i64,
         before_id: Option<i64>,
         user_id: Option<i64>,
-    ) -> Result<Vec<RoundSummary>, StoreError> {
+    ) -> Result<Vec<RoundSummaryRow>, StoreError> {
         let rows = sqlx::query(&format!(
             "SELECT {}, wu.username AS winner_username, \
              p.txid AS payout_txid, p.amount_sats AS payout_amount_sats, \
@@ -640,7 +644,9 @@ impl Store {
     /// the tip read at its close, `old_hash`, is no longer the parent of
     /// the block at the draw height (a reorganisation replaced it): the
     /// draw block becomes the first block above `tip`, and any block stored
-    /// as the draw block is dropped. One guarded update with an audit
+    /// as the draw block is dropped, with any draw an earlier attempt
+    /// stored from it (an admin retry keeps it, but it was drawn from a
+    /// block that no longer follows the anchor). One guarded update with an audit
     /// entry; returns whether it moved.
     ///
     /// # Errors
@@ -655,7 +661,7 @@ impl Store {
         let mut tx = self.pool().begin().await?;
         let moved = sqlx::query(
             "UPDATE rounds SET tip_height_at_close = $1, tip_hash_at_close = $2, \
-             block_height = NULL, block_hash = NULL \
+             block_height = NULL, block_hash = NULL, seed = NULL, ticket = NULL, winner_bet_id = NULL \
              WHERE id = $3 AND status = $5 AND tip_hash_at_close = $4",
         )
         .bind(tip.0)
@@ -1045,5 +1051,172 @@ impl Store {
         open_next_if_newest(&mut tx, round_id, now).await?;
         tx.commit().await?;
         Ok(true)
+    }
+}
+
+/// Why a stored round cannot be read back as a domain round.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RoundDecodeError {
+    /// A hash or txid column holds text that is not one.
+    #[error("{column} holds {text:?}, which is not a hash")]
+    Hash {
+        /// The column.
+        column: &'static str,
+        /// The stored text.
+        text: String,
+        /// Why it does not parse.
+        #[source]
+        source: bitcoin::hex::HexToArrayError,
+    },
+    /// The draw columns are not a combination the lifecycle writes.
+    #[error("its draw columns do not fit its status")]
+    Phase(#[source] PhaseError),
+}
+
+/// `text` of `column` decoded as a hash.
+fn hash_text<T>(column: &'static str, text: &str) -> Result<T, RoundDecodeError>
+where
+    T: std::str::FromStr<Err = bitcoin::hex::HexToArrayError>,
+{
+    T::from_str(text).map_err(|source| RoundDecodeError::Hash {
+        column,
+        text: text.to_string(),
+        source,
+    })
+}
+
+/// `text` of `column` decoded as a hash, when present.
+fn hash_column<T>(column: &'static str, text: Option<&str>) -> Result<Option<T>, RoundDecodeError>
+where
+    T: std::str::FromStr<Err = bitcoin::hex::HexToArrayError>,
+{
+    text.map(|t| hash_text(column, t)).transpose()
+}
+
+fn decode_round(round: &RoundRow, d: &DrawColumns) -> Result<Round, RoundDecodeError> {
+    let values = DrawColumnValues {
+        tip_height: d.tip_height_at_close,
+        tip_hash: hash_column("tip_hash_at_close", d.tip_hash_at_close.as_deref())?,
+        bets_commitment: hash_column("bets_commitment", d.bets_commitment.as_deref())?,
+        block_height: d.block_height,
+        block_hash: hash_column("block_hash", d.block_hash.as_deref())?,
+        seed: hash_column("seed", d.seed.as_deref())?,
+        ticket: d.ticket,
+        winner_bet_id: d.winner_bet_id,
+    };
+    Ok(Round {
+        id: round.id,
+        phase: RoundPhase::from_columns(round.status, &values).map_err(RoundDecodeError::Phase)?,
+        opened_at: round.opened_at,
+        closes_at: round.closes_at,
+        pot_sats: round.pot_sats,
+        bettors: round.bettors,
+        bet_count: round.bet_count,
+    })
+}
+
+fn decode_bet(b: &BetRow) -> Result<Bet, RoundDecodeError> {
+    // Bets placed before the service recorded transactions have none.
+    let txid = Some(b.txid.as_str()).filter(|t| !t.is_empty());
+    Ok(Bet {
+        id: b.id,
+        user_id: b.user_id,
+        username: b.username.clone(),
+        amount_sats: b.amount_sats,
+        txid: hash_column("bets.txid", txid)?,
+    })
+}
+
+fn decode_payout(p: &TransferRow) -> Result<Payout, RoundDecodeError> {
+    Ok(Payout {
+        txid: hash_text::<Txid>("transfers.txid", &p.txid)?,
+        winner_sats: p.amount_sats,
+        commission_sats: p.commission_sats,
+        fee_sats: p.fee_sats,
+        status: p.status,
+        block_height: p.block_height,
+    })
+}
+
+fn decode_payout_summary(p: &PayoutSummaryRow) -> Result<Payout, RoundDecodeError> {
+    Ok(Payout {
+        txid: hash_text::<Txid>("transfers.txid", &p.txid)?,
+        winner_sats: p.amount_sats,
+        commission_sats: p.commission_sats,
+        fee_sats: p.fee_sats,
+        status: p.status,
+        block_height: p.block_height,
+    })
+}
+
+impl RoundDetail {
+    /// The round as the domain reads it: its phase, bets and payout typed.
+    ///
+    /// # Errors
+    /// [`RoundDecodeError`] for a row no lifecycle writes.
+    pub fn decode(&self) -> Result<RoundProof, RoundDecodeError> {
+        Ok(RoundProof {
+            round: decode_round(&self.round, &self.draw)?,
+            bets: self.bets.iter().map(decode_bet).collect::<Result<_, _>>()?,
+            payout: self.payout.as_ref().map(decode_payout).transpose()?,
+        })
+    }
+}
+
+impl RoundSummaryRow {
+    /// The summary as the domain reads it.
+    ///
+    /// # Errors
+    /// [`RoundDecodeError`] for a row no lifecycle writes.
+    pub fn decode(&self) -> Result<RoundSummary, RoundDecodeError> {
+        Ok(RoundSummary {
+            round: decode_round(&self.round, &self.draw)?,
+            winner_username: self.winner_username.clone(),
+            payout: self
+                .payout
+                .as_ref()
+                .map(decode_payout_summary)
+                .transpose()?,
+            user_played: self.user_played,
+        })
+    }
+}
+
+impl Store {
+    /// A round with its draw proof and payout, decoded at this edge.
+    ///
+    /// # Errors
+    /// Database failures; [`StoreError::Round`] for a row no lifecycle writes.
+    pub async fn round_proof(&self, round_id: i64) -> Result<Option<RoundProof>, StoreError> {
+        let Some(detail) = self.round_detail(round_id).await? else {
+            return Ok(None);
+        };
+        detail
+            .decode()
+            .map(Some)
+            .map_err(|source| StoreError::Round { round_id, source })
+    }
+
+    /// [`Store::round_summaries`], decoded at this edge.
+    ///
+    /// # Errors
+    /// Database failures; [`StoreError::Round`] for a row no lifecycle writes.
+    pub async fn round_page(
+        &self,
+        limit: i64,
+        before_id: Option<i64>,
+        user_id: Option<i64>,
+    ) -> Result<Vec<RoundSummary>, StoreError> {
+        self.round_summaries(limit, before_id, user_id)
+            .await?
+            .iter()
+            .map(|r| {
+                r.decode().map_err(|source| StoreError::Round {
+                    round_id: r.round.id,
+                    source,
+                })
+            })
+            .collect()
     }
 }

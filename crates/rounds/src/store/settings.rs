@@ -4,28 +4,11 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::{Store, StoreError};
-use crate::domain::audit::{AuditActor, AuditDetails, AuditEvent};
+use crate::domain::audit::{AuditActor, AuditDetails, AuditEntry, AuditEvent};
 use crate::domain::settings::{
     config_diff, ConfigDiff, ConfigPatch, FieldChange, ServiceConfig, SettingValue,
 };
 use crate::domain::time::unix_now;
-
-/// One audit-log entry.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct AuditEntry {
-    /// Increasing id; pages go by `before_id`.
-    pub id: i64,
-    /// RFC 3339 UTC time of the entry.
-    pub at: String,
-    /// `config_updated`, `paused`, `resumed`, `password_reset`, …
-    pub event: String,
-    /// Who did it (`admin` for the admin token).
-    pub actor: String,
-    /// `{field: {before, after}}` for config changes and pause/resume, else empty.
-    pub diff: ConfigDiff,
-    /// Event-specific details.
-    pub details: AuditDetails,
-}
 
 impl Store {
     /// Writes the config row unless one exists.

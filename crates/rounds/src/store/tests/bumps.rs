@@ -14,7 +14,7 @@ const OLD: &str = "8888888888888888888888888888888888888888888888888888888888888
 const NEW: &str = "9999999999999999999999999999999999999999999999999999999999999999";
 
 /// deposits = users' unspent + pots + commission + withdrawals + fees + corrections − debts.
-async fn assert_balanced(s: &Store) -> crate::store::ledger::LedgerTotals {
+async fn assert_balanced(s: &Store) -> crate::domain::ledger::LedgerTotals {
     let t = s.ledger_totals().await.unwrap();
     assert_eq!(
         t.deposits_sats,
