@@ -618,6 +618,36 @@ async fn a_payment_through_one_hop_moves_exact_balances_and_pays_the_hop_its_fee
     assert_eq!(f["state"], "fulfilled", "{listed}");
 }
 
+/// With channel delays far above the default expiry delta (production uses 144 blocks),
+/// the payer plans each hop's gap as a hop configured like it demands (its on-chain blocks
+/// plus both channels' delays), so B forwards instead of declining `cannot_route`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_through_channels_with_long_delays_plans_the_gap_the_hop_needs() {
+    let net = line(
+        |config| {
+            regtest(config);
+            config.channel.delay = wire::Locktime::Blocks(30);
+        },
+        false,
+    )
+    .await;
+    let inv = invoice(&net, 2, 2_000_000, "slow").await;
+    let (a0, _) = side(&net, 0, 1).await;
+    net.nodes[0]
+        .manager
+        .pay_route(&[net.id(1), net.id(2)], inv.r.hash(), 2_000_000)
+        .await
+        .expect("accepted by B");
+    let paid = net.nodes[2]
+        .manager
+        .wait_invoice("slow")
+        .await
+        .expect("paid");
+    assert_eq!(paid.paid.map(|p| p.amount_msat), Some(2_000_000));
+    settled_along(&net).await;
+    assert_eq!(side(&net, 0, 1).await, (a0 - 2_000_000 - FEE, 0));
+}
+
 /// C has no invoice for the hash: it fails B's HTLC, and B routefails A's. Nothing moves
 /// on either channel; B's forward shows failed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -36,6 +36,22 @@ impl Schedule {
         expiry_delta: 40,
     };
 
+    /// [`Schedule::ASSUMED`] for a hop whose channels are configured like ours: its
+    /// expiry gap is at least what its forwarding check demands to resolve on chain in
+    /// time (`forward::check`: the on-chain blocks plus both its channels' delays), which
+    /// with production delays (144 blocks) is far above the assumed 40.
+    pub(crate) fn assumed_like(config: &channel::ChannelConfig) -> Schedule {
+        let delay = match config.delay {
+            Locktime::Blocks(b) => b,
+            Locktime::Seconds(s) => s.div_ceil(600),
+        };
+        let gap = super::forward::onchain_blocks(config).saturating_add(delay.saturating_mul(2));
+        Schedule {
+            expiry_delta: Schedule::ASSUMED.expiry_delta.max(gap),
+            ..Schedule::ASSUMED
+        }
+    }
+
     /// The fee for forwarding `out_msat`: `base + floor(out × per_millionth / 1,000,000)`
     /// msat, computed on the outgoing amount (BOLT 7's rule).
     pub(crate) fn fee(&self, out_msat: u64) -> u64 {
@@ -149,7 +165,7 @@ impl Manager {
             Locktime::Seconds(s) => s.div_ceil(600),
         };
         let final_expiry = height + delay + 2 * config.htlc_claim_margin_blocks;
-        let mut forwarders = vec![Schedule::ASSUMED; route.len() - 1];
+        let mut forwarders = vec![Schedule::assumed_like(config); route.len() - 1];
         let mut attempts = 1;
         loop {
             let amounts = plan(amount_msat, final_expiry, &forwarders);
