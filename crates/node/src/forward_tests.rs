@@ -579,6 +579,23 @@ async fn an_expiry_beyond_the_hops_bound_is_declined_without_moving_money() {
 /// 1,000 + floor(2,000,000 × 10 / 1,000,000).
 pub(crate) const FEE: u64 = 1_020;
 
+/// A pays C's invoice `label` of 2,000,000 msat through B; returns once C has it paid and
+/// every channel along the way is settled.
+async fn pay_c_through_b(net: &Network, inv: &InvoiceRow, label: &str) {
+    net.nodes[0]
+        .manager
+        .pay_route(&[net.id(1), net.id(2)], inv.r.hash(), 2_000_000)
+        .await
+        .expect("accepted by B");
+    let paid = net.nodes[2]
+        .manager
+        .wait_invoice(label)
+        .await
+        .expect("paid");
+    assert_eq!(paid.paid.map(|p| p.amount_msat), Some(2_000_000));
+    settled_along(net).await;
+}
+
 /// A pays C's invoice through B: C gets the amount, B keeps its fee, on all four channel
 /// ends; B's `listforwards` shows the forward fulfilled with that fee.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -589,18 +606,7 @@ async fn a_payment_through_one_hop_moves_exact_balances_and_pays_the_hop_its_fee
     let (ba0, _) = side(&net, 1, 0).await;
     let (bc0, _) = side(&net, 1, 2).await;
     let (c0, _) = side(&net, 2, 1).await;
-    net.nodes[0]
-        .manager
-        .pay_route(&[net.id(1), net.id(2)], inv.r.hash(), 2_000_000)
-        .await
-        .expect("accepted by B");
-    let paid = net.nodes[2]
-        .manager
-        .wait_invoice("far")
-        .await
-        .expect("paid");
-    assert_eq!(paid.paid.map(|p| p.amount_msat), Some(2_000_000));
-    settled_along(&net).await;
+    pay_c_through_b(&net, &inv, "far").await;
     assert_eq!(side(&net, 0, 1).await, (a0 - 2_000_000 - FEE, 0));
     assert_eq!(side(&net, 1, 0).await, (ba0 + 2_000_000 + FEE, 0));
     assert_eq!(side(&net, 1, 2).await, (bc0 - 2_000_000, 0));
@@ -633,18 +639,7 @@ async fn a_route_through_channels_with_long_delays_plans_the_gap_the_hop_needs()
     .await;
     let inv = invoice(&net, 2, 2_000_000, "slow").await;
     let (a0, _) = side(&net, 0, 1).await;
-    net.nodes[0]
-        .manager
-        .pay_route(&[net.id(1), net.id(2)], inv.r.hash(), 2_000_000)
-        .await
-        .expect("accepted by B");
-    let paid = net.nodes[2]
-        .manager
-        .wait_invoice("slow")
-        .await
-        .expect("paid");
-    assert_eq!(paid.paid.map(|p| p.amount_msat), Some(2_000_000));
-    settled_along(&net).await;
+    pay_c_through_b(&net, &inv, "slow").await;
     assert_eq!(side(&net, 0, 1).await, (a0 - 2_000_000 - FEE, 0));
 }
 

@@ -41,11 +41,8 @@ impl Schedule {
     /// time (`forward::check`: the on-chain blocks plus both its channels' delays), which
     /// with production delays (144 blocks) is far above the assumed 40.
     pub(crate) fn assumed_like(config: &channel::ChannelConfig) -> Schedule {
-        let delay = match config.delay {
-            Locktime::Blocks(b) => b,
-            Locktime::Seconds(s) => s.div_ceil(600),
-        };
-        let gap = super::forward::onchain_blocks(config).saturating_add(delay.saturating_mul(2));
+        let gap = super::forward::onchain_blocks(config)
+            .saturating_add(delay_blocks(config).saturating_mul(2));
         Schedule {
             expiry_delta: Schedule::ASSUMED.expiry_delta.max(gap),
             ..Schedule::ASSUMED
@@ -111,6 +108,15 @@ impl Schedule {
     }
 }
 
+/// Our channels' delay in blocks (a delay in time counted ten minutes a block, as the
+/// channel counts across units).
+fn delay_blocks(config: &channel::ChannelConfig) -> u32 {
+    match config.delay {
+        Locktime::Blocks(b) => b,
+        Locktime::Seconds(s) => s.div_ceil(600),
+    }
+}
+
 /// How a payment along a route ended, as far as its payer can tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PaymentEnd {
@@ -160,11 +166,7 @@ impl Manager {
         // configured like us demands our delay plus the claim margin (docs/channel.md);
         // twice the margin leaves the HTLC the blocks it takes to arrive.
         let config = &self.settings.channel;
-        let delay = match config.delay {
-            Locktime::Blocks(b) => b,
-            Locktime::Seconds(s) => s.div_ceil(600),
-        };
-        let final_expiry = height + delay + 2 * config.htlc_claim_margin_blocks;
+        let final_expiry = height + delay_blocks(config) + 2 * config.htlc_claim_margin_blocks;
         let mut forwarders = vec![Schedule::assumed_like(config); route.len() - 1];
         let mut attempts = 1;
         loop {
