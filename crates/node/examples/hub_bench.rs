@@ -28,7 +28,7 @@ use chain::{Auth, BitcoindRpc, Chain, DevChain, DevChainConfig, RpcConfig};
 use serde_json::{json, Value};
 use support::{
     cpu_seconds_of, distribution_us, fsync_latency, idle_policy, in_memory_pairs, mean, median,
-    packet_rtt, HTLC_MSAT,
+    packet_rtt, sqlite_commit_latency, HTLC_MSAT,
 };
 
 /// A node's control API.
@@ -120,11 +120,11 @@ async fn start_hub(bin: &Path, chain_url: &str, chain_cookie: &Path) -> Hub {
         .args(["--max-pending-openings", "100000"])
         .env("POTLUCK_LOG", "warn")
         .envs(
-            // The hub's runtime threads (tokio reads the variable): `HUB_WORKER_THREADS=1`
-            // measures a single-threaded hub against the default of one per core.
-            std::env::var("HUB_WORKER_THREADS")
+            // The hub's runtime threads (`--runtime-threads`, one unless asked):
+            // `HUB_RUNTIME_THREADS=2` measures one per core on this machine against it.
+            std::env::var("HUB_RUNTIME_THREADS")
                 .ok()
-                .map(|n| ("TOKIO_WORKER_THREADS", n)),
+                .map(|n| ("POTLUCK_RUNTIME_THREADS", n)),
         )
         .stdout(Stdio::null())
         .spawn()
@@ -576,6 +576,11 @@ impl Run {
             distribution_us(&bound.fsyncs, 1)
         );
         println!(
+            "a {}-byte row committed through sqlx there (the bound's term per write): {}",
+            bound.snapshot_bytes,
+            distribution_us(&bound.commits, 1)
+        );
+        println!(
             "packet round trip {:.1} us, control call round trip {:.1} us (last round; means {:.1}, {:.1})",
             median(bound.pkts.clone()) * 1e6,
             median(bound.ctrl.clone()) * 1e6,
@@ -624,15 +629,22 @@ struct Bound {
     rounds: Vec<(f64, f64)>,
     /// Per round: the channel's rate over its bound.
     ratios: Vec<f64>,
-    /// The last round's samples, printed.
+    /// The last round's samples, printed: a raw flush of the hub's disk, and a durable
+    /// write of a snapshot-sized row through sqlx (the bound's term per write).
     fsyncs: Vec<f64>,
+    commits: Vec<f64>,
+    /// The bytes of that row (a channel's snapshot).
+    snapshot_bytes: usize,
     pkts: Vec<f64>,
     ctrl: Vec<f64>,
 }
 
 /// Rounds of sequential pairs on one channel, each followed by the bound measured right
-/// after it: both state machines in memory, each durable write (an fdatasync of the hub's
-/// disk), each packet's one-way trip and the two control calls, nothing overlapping. On a
+/// after it: both state machines in memory, each durable write (a snapshot-sized row
+/// committed through sqlx on the hub's disk: the flush, SQLite's work for the row and the
+/// hand-off to sqlx's worker thread, which a raw `fdatasync` leaves out although no write
+/// of a node on these parts can skip it), each packet's one-way trip and the two control
+/// calls, nothing overlapping. On a
 /// machine that other work shares, the load moves between minutes; a rate and a bound
 /// measured minutes apart compared the load more than the node (213 % on a loaded run).
 /// Alternating, each round's ratio sees one load, and the median of the rounds is the figure.
@@ -652,6 +664,8 @@ async fn one_channel_against_its_bound(
         rounds: Vec::new(),
         ratios: Vec::new(),
         fsyncs: Vec::new(),
+        commits: Vec::new(),
+        snapshot_bytes: 0,
         pkts: Vec::new(),
         ctrl: Vec::new(),
     };
@@ -668,6 +682,7 @@ async fn one_channel_against_its_bound(
         let rate = f64::from(per_round) / start.elapsed().as_secs_f64();
         let mem = in_memory_pairs(per_round * 5);
         let (fsyncs, _) = fsync_latency(hub.dir.path(), 1);
+        let commits = sqlite_commit_latency(hub.dir.path(), mem.snapshot_bytes).await;
         let pkts = packet_rtt().await;
         let mut ctrl = Vec::new();
         for _ in 0..100 {
@@ -677,12 +692,13 @@ async fn one_channel_against_its_bound(
         }
         let bound = 1.0
             / (1.0 / mem.pairs_per_s
-                + mem.persists_per_pair * median(fsyncs.clone())
+                + mem.persists_per_pair * median(commits.clone())
                 + mem.packets_per_pair * median(pkts.clone()) / 2.0
                 + 2.0 * median(ctrl.clone()));
         out.rounds.push((rate, bound));
         out.ratios.push(rate / bound);
-        (out.fsyncs, out.pkts, out.ctrl) = (fsyncs, pkts, ctrl);
+        (out.fsyncs, out.commits, out.pkts, out.ctrl) = (fsyncs, commits, pkts, ctrl);
+        out.snapshot_bytes = mem.snapshot_bytes;
     }
     out
 }

@@ -10,6 +10,7 @@ mod node_cmd;
 mod serve_cmd;
 
 use std::future::Future;
+use std::num::NonZeroUsize;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
@@ -62,17 +63,24 @@ fn main() -> anyhow::Result<()> {
             println!("{} ({}): {packet:#?}", packet.name(), packet.case());
             Ok(())
         }
-        Command::Chain(args) => run_until_stopped(log, |stop| chain_cmd::run(args, stop)),
-        Command::Serve(args) => run_until_stopped(log, |stop| serve_cmd::run(*args, stop)),
-        Command::Node(args) => run_until_stopped(log, |stop| node_cmd::run(*args, stop)),
+        Command::Chain(args) => run_until_stopped(log, None, |stop| chain_cmd::run(args, stop)),
+        Command::Serve(args) => run_until_stopped(log, None, |stop| serve_cmd::run(*args, stop)),
+        Command::Node(args) => {
+            let threads = args.runtime_threads;
+            run_until_stopped(log, Some(threads), |stop| node_cmd::run(*args, stop))
+        }
         // The exit status tells scripts what failed (see `potluck cli --help`).
-        Command::Cli(args) => std::process::exit(runtime()?.block_on(cli_cmd::run(args))),
+        Command::Cli(args) => std::process::exit(runtime(None)?.block_on(cli_cmd::run(args))),
     }
 }
 
-/// The async runtime of every subcommand.
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
+/// The async runtime of every subcommand: `threads` workers, else one per core.
+fn runtime(threads: Option<NonZeroUsize>) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = threads {
+        builder.worker_threads(n.get());
+    }
+    builder
         .enable_all()
         .build()
         .context("starting the async runtime")
@@ -80,13 +88,17 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 /// A long-running subcommand: logging, the runtime and the stop signals are set up here,
 /// once for all of them, and the signals registered before `service` prints anything.
-fn run_until_stopped<F, Fut>(log: LogFormat, service: F) -> anyhow::Result<()>
+fn run_until_stopped<F, Fut>(
+    log: LogFormat,
+    threads: Option<NonZeroUsize>,
+    service: F,
+) -> anyhow::Result<()>
 where
     F: FnOnce(StopSignals) -> Fut,
     Fut: Future<Output = anyhow::Result<()>>,
 {
     init_logging(log);
-    runtime()?.block_on(async move {
+    runtime(threads)?.block_on(async move {
         let signals = StopSignals::register()?;
         service(signals).await
     })

@@ -102,6 +102,13 @@ pub struct NodeArgs {
     #[arg(long, env = "POTLUCK_MAX_FORWARD_SHARE_PERCENT", default_value_t = 50,
           value_parser = clap::value_parser!(u8).range(0..=100))]
     pub max_forward_share_percent: u8,
+    /// Threads that run the node's tasks (peers, channels, the control API). One is the
+    /// default: on the measured hub it did the same work for less CPU and fewer flushes
+    /// than one thread per core (docs/node.md, "Threads"); SQLite writes on a thread of
+    /// its own either way.
+    #[arg(long, env = "POTLUCK_RUNTIME_THREADS", default_value_t = std::num::NonZeroUsize::MIN,
+          value_parser = runtime_threads)]
+    pub runtime_threads: std::num::NonZeroUsize,
     // The groups last: each flattened group titles the flags that follow it in --help.
     /// The network and the chain (development chain or Bitcoin Core), as `serve` reads them.
     #[command(flatten)]
@@ -114,6 +121,14 @@ pub struct NodeArgs {
     #[cfg(feature = "test-hooks")]
     #[arg(long, env = "POTLUCK_DEV_ALLOW_CHEAT", hide = true)]
     pub dev_allow_cheat: bool,
+}
+
+/// `--runtime-threads`: 1 to 256.
+fn runtime_threads(s: &str) -> Result<std::num::NonZeroUsize, String> {
+    s.parse::<std::num::NonZeroUsize>()
+        .ok()
+        .filter(|n| n.get() <= 256)
+        .ok_or_else(|| format!("`{s}` is not a thread count from 1 to 256"))
 }
 
 /// The forwarding flags: our fee schedule and the bounds against griefing.
@@ -286,6 +301,7 @@ mod tests {
             "--min-depth POTLUCK_MIN_DEPTH",
             "--network POTLUCK_NETWORK",
             "--rpc-bind POTLUCK_RPC_BIND",
+            "--runtime-threads POTLUCK_RUNTIME_THREADS",
             "--update-timeout-secs POTLUCK_UPDATE_TIMEOUT_SECS",
         ];
         assert_eq!(flags, before);
@@ -321,5 +337,24 @@ mod tests {
             Wrapper::try_parse_from(["x"]).unwrap().node.expiry_delta,
             40
         );
+    }
+
+    /// One runtime thread unless asked; zero or more than 256 are refused by the parser.
+    #[test]
+    fn runtime_threads_default_to_one_and_are_bounded() {
+        let parse = |n: &str| Wrapper::try_parse_from(["x", "--runtime-threads", n]);
+        assert_eq!(
+            Wrapper::try_parse_from(["x"])
+                .unwrap()
+                .node
+                .runtime_threads
+                .get(),
+            1
+        );
+        assert_eq!(parse("4").unwrap().node.runtime_threads.get(), 4);
+        for bad in ["0", "257", "two"] {
+            let e = parse(bad).err().expect("refused");
+            assert!(e.to_string().contains("--runtime-threads"), "{e}");
+        }
     }
 }

@@ -61,6 +61,9 @@ pub struct InMemory {
     /// time also counts the time other processes held the core, which CPU time does not;
     /// the node under test is measured in CPU time, so its baseline must be too.
     pub acceptor_cpu_s_per_pair: f64,
+    /// The accepting side's channel as JSON after the run, in bytes (what one durable
+    /// write of it stores).
+    pub snapshot_bytes: usize,
 }
 
 /// Two channels back to back in memory, counting what their actions would cost a node.
@@ -211,6 +214,7 @@ pub fn in_memory_pairs(pairs: u32) -> InMemory {
         persists_per_pair: per_pair((pair.persists - persists0) as f64),
         packets_per_pair: per_pair((pair.packets - packets0) as f64),
         acceptor_s_per_pair: per_pair((pair.acceptor - acceptor0).as_secs_f64()),
+        snapshot_bytes: serde_json::to_string(&pair.b).map_or(0, |s| s.len()),
     }
 }
 
@@ -242,6 +246,55 @@ pub fn fsync_latency(dir: &std::path::Path, blocks: u64) -> (Vec<f64>, f64) {
         .collect();
     let cpu = (thread_cpu_seconds() - cpu_start) / samples.len() as f64;
     (samples, cpu)
+}
+
+/// Latencies of durable writes as the node makes them: one `UPDATE` of a `bytes`-long row
+/// through sqlx on an SQLite connection configured as the node's (WAL, `synchronous =
+/// FULL`, exclusive locking) in `dir`, after 50 writes that allocate the WAL. Beside the
+/// flush itself this holds SQLite's work for the row and the hand-off to sqlx's worker
+/// thread and back: a floor every write of a node built on these parts pays, which a raw
+/// `fdatasync` of the same disk does not show (and which moves with the machine's
+/// halt-polling, as every thread hand-off does).
+pub async fn sqlite_commit_latency(dir: &std::path::Path, bytes: usize) -> Vec<f64> {
+    use sqlx::sqlite::{
+        SqliteConnectOptions, SqliteJournalMode, SqliteLockingMode, SqliteSynchronous,
+    };
+    use sqlx::{ConnectOptions as _, Connection as _};
+    let path = dir.join("commit-probe.sqlite");
+    let options = SqliteConnectOptions::new()
+        .filename(&path)
+        .create_if_missing(true)
+        .locking_mode(SqliteLockingMode::Exclusive)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full);
+    let mut conn = options.connect().await.unwrap();
+    sqlx::query("CREATE TABLE IF NOT EXISTS probe (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query("INSERT OR REPLACE INTO probe (id, v) VALUES (1, '')")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let mut samples = Vec::new();
+    for i in 0..350u32 {
+        // A different row each time, as each snapshot differs from the last.
+        let row = format!("{i:08}{}", "x".repeat(bytes.saturating_sub(8)));
+        let t = Instant::now();
+        sqlx::query("UPDATE probe SET v = ? WHERE id = 1")
+            .bind(row)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        if i >= 50 {
+            samples.push(t.elapsed().as_secs_f64());
+        }
+    }
+    conn.close().await.unwrap();
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    samples
 }
 
 /// Mean of `v`.

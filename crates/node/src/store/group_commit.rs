@@ -4,6 +4,38 @@
 
 use super::ChannelId;
 
+/// The store's one SQLite connection, taken in turn (FIFO) by the group writer and the
+/// readers. Not an sqlx pool: a pool pings its connection on every return (one more
+/// round trip to SQLite's worker thread per read and per commit, which the next
+/// checkout waited for); a local file cannot drop a connection. `None` once closed.
+#[derive(Clone)]
+pub(super) struct Db(std::sync::Arc<tokio::sync::Mutex<Option<sqlx::SqliteConnection>>>);
+
+impl Db {
+    pub(super) fn new(conn: sqlx::SqliteConnection) -> Db {
+        Db(std::sync::Arc::new(tokio::sync::Mutex::new(Some(conn))))
+    }
+
+    /// Waits for the connection; after [`Db::close`], [`sqlx::Error::PoolClosed`].
+    pub(super) async fn lock(
+        &self,
+    ) -> Result<tokio::sync::MappedMutexGuard<'_, sqlx::SqliteConnection>, sqlx::Error> {
+        tokio::sync::MutexGuard::try_map(self.0.lock().await, Option::as_mut)
+            .map_err(|_| sqlx::Error::PoolClosed)
+    }
+
+    /// Closes the connection (after the statement that holds it), releasing the
+    /// database's lock; every later [`Db::lock`] fails.
+    #[cfg(test)]
+    pub(super) async fn close(&self) {
+        if let Some(conn) = self.0.lock().await.take() {
+            if let Err(e) = sqlx::Connection::close(conn).await {
+                tracing::warn!(error = %e, "closing the node's database");
+            }
+        }
+    }
+}
+
 /// One channel's durable write: its snapshot and the revoked-commitment records that must
 /// be on disk no later than it (they leave the snapshot with it).
 pub(super) struct WriteRequest {
@@ -24,12 +56,9 @@ pub(super) const GROUP_MAX: usize = 256;
 /// control call whose client hung up) cannot abandon the writes of others, and the writes
 /// of one channel commit in the order they were made even then (one queue, in order).
 ///
-/// The writer shares the store's one connection with the readers: it checks it out per
-/// group (a queue hand-off, no ping), so a commit waits at most for one read.
-pub(super) async fn group_writer(
-    pool: sqlx::SqlitePool,
-    mut rx: tokio::sync::mpsc::Receiver<WriteRequest>,
-) {
+/// The writer shares the store's one connection with the readers: it takes it per group
+/// (a fair lock), so a commit waits at most for one read.
+pub(super) async fn group_writer(db: Db, mut rx: tokio::sync::mpsc::Receiver<WriteRequest>) {
     let mut batch: Vec<WriteRequest> = Vec::with_capacity(GROUP_MAX);
     while let Some(first) = rx.recv().await {
         batch.push(first);
@@ -39,7 +68,7 @@ pub(super) async fn group_writer(
                 Err(_) => break,
             }
         }
-        let result = match pool.acquire().await {
+        let result = match db.lock().await {
             Ok(mut conn) => write_group(&mut conn, &batch).await,
             Err(e) => Err(e),
         }

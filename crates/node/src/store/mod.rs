@@ -13,16 +13,13 @@ use bitcoin::hashes::Hash as _;
 use bitcoin::{OutPoint, Transaction, Txid};
 use channel::Channel;
 use secp256k1::PublicKey;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqliteLockingMode, SqlitePoolOptions,
-    SqliteSynchronous,
-};
-use sqlx::{Row, SqlitePool};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteLockingMode, SqliteSynchronous};
+use sqlx::Row;
 
 mod group_commit;
 mod snapshot;
 
-use group_commit::{group_writer, WriteRequest, GROUP_MAX, WRITER_SETUP};
+use group_commit::{group_writer, Db, WriteRequest, GROUP_MAX, WRITER_SETUP};
 #[cfg(test)]
 use group_commit::{write_group, write_group_statements};
 pub(crate) use snapshot::{decode_snapshot, encode_snapshot, SNAPSHOT_VERSION};
@@ -271,7 +268,8 @@ const LEGACY_HISTORY_NUM: i64 = -1;
 /// The node's database.
 #[derive(Clone)]
 pub(crate) struct Store {
-    pool: SqlitePool,
+    /// The one connection, taken in turn by the writer and the readers.
+    db: Db,
     /// The group-commit writer of channel states (see [`Store::save_channel`]).
     writes: tokio::sync::mpsc::Sender<WriteRequest>,
     /// Whether the broadcast queue is known to be empty (the watcher asks every pass).
@@ -343,28 +341,17 @@ impl Store {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(std::time::Duration::from_secs(10));
         // The one connection serves the group-commit writer, the watcher's pass, the
-        // reconnect loop and the control API in turn; it is never closed while the store
-        // lives (a new one would have to wait for the old one's lock and lose the writer's
-        // TEMP view). A local file cannot drop a connection, so no liveness ping per checkout.
-        let pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .idle_timeout(None)
-            .max_lifetime(None)
-            .test_before_acquire(false)
-            .after_connect(|conn, _meta| {
-                Box::pin(async move {
-                    use sqlx::Executor as _;
-                    conn.execute(WRITER_SETUP).await?;
-                    Ok(())
-                })
-            })
-            .connect_with(options)
-            .await?;
-        MIGRATOR.run(&pool).await?;
+        // reconnect loop and the control API in turn (a fair lock, not a pool); it is never
+        // closed while the store lives (a new one would have to wait for the old one's lock
+        // and lose the writer's TEMP view).
+        let mut conn = sqlx::ConnectOptions::connect(&options).await?;
+        sqlx::Executor::execute(&mut conn, WRITER_SETUP).await?;
+        MIGRATOR.run(&mut conn).await?;
+        let db = Db::new(conn);
         let (writes, rx) = tokio::sync::mpsc::channel(4 * GROUP_MAX);
-        tokio::spawn(group_writer(pool.clone(), rx));
+        tokio::spawn(group_writer(db.clone(), rx));
         Ok(Store {
-            pool,
+            db,
             writes,
             broadcasts: std::sync::Arc::default(),
             peers_epoch: std::sync::Arc::default(),
@@ -375,24 +362,13 @@ impl Store {
     /// later call fails. A process ending does the same (the harness's restart calls it).
     #[cfg(test)]
     pub(crate) async fn close(&self) {
-        // sqlx's `close` can return while the connection that was checked out when it
-        // began goes back to the idle queue, still open and holding the exclusive lock
-        // (seen: size 1, idle 1 after `close`; the next open then waits out its busy
-        // time-out). Closing again closes what came back.
-        self.pool.close().await;
-        for _ in 0..1000 {
-            if self.pool.size() == 0 {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-            self.pool.close().await;
-        }
+        self.db.close().await;
     }
 
     pub(crate) async fn meta(&self, key: MetaKey) -> Result<i64, StoreError> {
         let row = sqlx::query("SELECT value FROM meta WHERE key = ?")
             .bind(key.name())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.db.lock().await?)
             .await?;
         Ok(row.map(|r| r.get::<i64, _>(0)).unwrap_or(0))
     }
@@ -401,7 +377,7 @@ impl Store {
         sqlx::query("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
             .bind(key.name())
             .bind(value)
-            .execute(&self.pool)
+            .execute(&mut *self.db.lock().await?)
             .await?;
         Ok(())
     }
@@ -412,7 +388,7 @@ impl Store {
             "INSERT INTO meta (key, value) VALUES (?, 1) ON CONFLICT(key) DO UPDATE SET value = value + 1 RETURNING value",
         )
         .bind(key.name())
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *self.db.lock().await?)
         .await?;
         let v: i64 = row.get(0);
         Ok(u32::try_from(v - 1).unwrap_or(u32::MAX))
@@ -427,7 +403,7 @@ impl Store {
         sqlx::query("INSERT INTO peers (node_id, address) VALUES (?, ?) ON CONFLICT(node_id) DO UPDATE SET address = excluded.address")
             .bind(node_id.to_string())
             .bind(address.to_string())
-            .execute(&self.pool)
+            .execute(&mut *self.db.lock().await?)
             .await?;
         self.peers_changed();
         Ok(())
@@ -447,7 +423,7 @@ impl Store {
     /// costs a reconnect).
     pub(crate) async fn peers(&self) -> Result<Vec<(PublicKey, std::net::SocketAddr)>, StoreError> {
         let rows = sqlx::query("SELECT node_id, address FROM peers")
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.db.lock().await?)
             .await?;
         Ok(rows
             .iter()
@@ -469,7 +445,7 @@ impl Store {
             .bind(id.0)
             .bind(peer.to_string())
             .bind(encode_snapshot(id, channel)?)
-            .execute(&self.pool)
+            .execute(&mut *self.db.lock().await?)
             .await?;
         Ok(())
     }
@@ -486,7 +462,7 @@ impl Store {
             .bind(id.0)
             .bind(peer_id)
             .bind(encode_snapshot(id, channel)?)
-            .execute(&self.pool)
+            .execute(&mut *self.db.lock().await?)
             .await?;
         Ok(())
     }
@@ -533,7 +509,8 @@ impl Store {
         anchor: Option<Txid>,
         kind: crate::manager::Abandoned,
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut conn = self.db.lock().await?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
         sqlx::query("UPDATE channels SET abandoned = ? WHERE id = ?")
             .bind(kind as i64)
             .bind(id.0)
@@ -552,7 +529,7 @@ impl Store {
     /// Ids of the channels abandoned before they went live.
     pub(crate) async fn abandoned_openings(&self) -> Result<Vec<ChannelId>, StoreError> {
         let rows = sqlx::query("SELECT id FROM channels WHERE abandoned = 1")
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.db.lock().await?)
             .await?;
         Ok(rows.iter().map(|r| ChannelId(r.get(0))).collect())
     }
@@ -561,7 +538,7 @@ impl Store {
     pub(crate) async fn forget_peer(&self, node_id: &PublicKey) -> Result<(), StoreError> {
         sqlx::query("DELETE FROM peers WHERE node_id = ?")
             .bind(node_id.to_string())
-            .execute(&self.pool)
+            .execute(&mut *self.db.lock().await?)
             .await?;
         self.peers_changed();
         Ok(())
@@ -571,7 +548,7 @@ impl Store {
         let rows = sqlx::query(
             "SELECT id, peer_id, snapshot FROM channels WHERE abandoned = 0 ORDER BY id",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.db.lock().await?)
         .await?;
         let mut out = Vec::with_capacity(rows.len());
         for r in &rows {
@@ -581,7 +558,8 @@ impl Store {
             if decoded.version < SNAPSHOT_VERSION {
                 // Upgrade in place, the old history archived first: one transaction, so
                 // a crash leaves either the old snapshot or the new one with its history.
-                let mut tx = self.pool.begin().await?;
+                let mut conn = self.db.lock().await?;
+                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
                 if let Some(history) = &decoded.legacy_history {
                     sqlx::query("INSERT INTO revoked_commitments (channel_id, num, record) VALUES (?, ?, ?) ON CONFLICT(channel_id, num) DO UPDATE SET record = excluded.record")
                         .bind(id.0)
@@ -621,7 +599,7 @@ impl Store {
             .bind(o.index)
             .bind(o.height)
             .bind(o.coinbase)
-            .execute(&self.pool)
+            .execute(&mut *self.db.lock().await?)
             .await?;
         Ok(())
     }
@@ -632,7 +610,8 @@ impl Store {
         outpoints: &[OutPoint],
         txid: &Txid,
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut conn = self.db.lock().await?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
         for op in outpoints {
             sqlx::query("UPDATE outputs SET spent_by = ? WHERE txid = ? AND vout = ?")
                 .bind(txid.to_string())
@@ -659,7 +638,9 @@ impl Store {
         } else {
             "SELECT txid, vout, amount_sat, branch, idx, height, coinbase FROM outputs ORDER BY height, txid, vout"
         };
-        let rows = sqlx::query(sql).fetch_all(&self.pool).await?;
+        let rows = sqlx::query(sql)
+            .fetch_all(&mut *self.db.lock().await?)
+            .await?;
         Ok(rows
             .iter()
             .filter_map(|r| {
@@ -692,7 +673,7 @@ impl Store {
             .bind(encode::serialize_hex(tx))
             .bind(csv_blocks)
             .bind(lock_time)
-            .execute(&self.pool)
+            .execute(&mut *self.db.lock().await?)
             .await?;
         self.broadcasts.added();
         Ok(())
@@ -706,7 +687,7 @@ impl Store {
         let rows = sqlx::query(
             "SELECT tx, csv_blocks, lock_time, channel_id FROM broadcasts WHERE done = 0 ORDER BY rowid",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.db.lock().await?)
         .await?;
         if rows.is_empty() {
             self.broadcasts.found_empty(epoch);
@@ -732,7 +713,7 @@ impl Store {
         sqlx::query("UPDATE broadcasts SET done = ? WHERE txid = ?")
             .bind(height.max(1))
             .bind(txid.to_string())
-            .execute(&self.pool)
+            .execute(&mut *self.db.lock().await?)
             .await?;
         Ok(())
     }
@@ -742,7 +723,7 @@ impl Store {
     pub(crate) async fn broadcast_superseded(&self, txid: &Txid) -> Result<(), StoreError> {
         sqlx::query("UPDATE broadcasts SET done = -1 WHERE txid = ? AND done = 0")
             .bind(txid.to_string())
-            .execute(&self.pool)
+            .execute(&mut *self.db.lock().await?)
             .await?;
         Ok(())
     }
@@ -757,7 +738,7 @@ impl Store {
         sqlx::query("INSERT INTO block_hashes (height, hash) VALUES (?, ?) ON CONFLICT(height) DO UPDATE SET hash = excluded.hash")
             .bind(height)
             .bind(hash.to_string())
-            .execute(&self.pool)
+            .execute(&mut *self.db.lock().await?)
             .await?;
         Ok(())
     }
@@ -769,7 +750,7 @@ impl Store {
     ) -> Result<Option<bitcoin::BlockHash>, StoreError> {
         let row = sqlx::query("SELECT hash FROM block_hashes WHERE height = ?")
             .bind(height)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.db.lock().await?)
             .await?;
         Ok(row.and_then(|r| r.get::<String, _>(0).parse().ok()))
     }
@@ -786,7 +767,7 @@ impl Store {
             .bind(txid.to_string())
             .bind(height)
             .bind(hash.to_string())
-            .execute(&self.pool)
+            .execute(&mut *self.db.lock().await?)
             .await?;
         Ok(())
     }
@@ -798,7 +779,7 @@ impl Store {
     ) -> Result<Option<bitcoin::BlockHash>, StoreError> {
         let row = sqlx::query("SELECT hash FROM tx_blocks WHERE txid = ?")
             .bind(txid.to_string())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.db.lock().await?)
             .await?;
         Ok(row.and_then(|r| r.get::<String, _>(0).parse().ok()))
     }
@@ -809,7 +790,7 @@ impl Store {
     pub(crate) async fn forget_tx_block(&self, txid: &Txid) -> Result<(), StoreError> {
         sqlx::query("DELETE FROM tx_blocks WHERE txid = ?")
             .bind(txid.to_string())
-            .execute(&self.pool)
+            .execute(&mut *self.db.lock().await?)
             .await?;
         Ok(())
     }
@@ -820,7 +801,8 @@ impl Store {
     /// penalties are re-sent), the transactions recorded in them lose their block (a
     /// rescan records the new branch's), and their hashes are forgotten.
     pub(crate) async fn rewind(&self, fork: u32, gone: &[Txid]) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut conn = self.db.lock().await?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
         sqlx::query("DELETE FROM outputs WHERE height > ?")
             .bind(fork)
             .execute(&mut *tx)
@@ -859,7 +841,7 @@ impl Store {
         .bind(hex::encode(inv.r.0))
         .bind(i64::from(inv.amount_msat))
         .bind(i64::try_from(inv.created_at).unwrap_or(i64::MAX))
-        .execute(&self.pool)
+        .execute(&mut *self.db.lock().await?)
         .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -873,7 +855,7 @@ impl Store {
             "UPDATE invoices SET settled = 1 WHERE r_hash = ? AND paid_channel IS NOT NULL",
         )
         .bind(hex::encode(r_hash.as_byte_array()))
-        .execute(&self.pool)
+        .execute(&mut *self.db.lock().await?)
         .await?;
         Ok(())
     }
@@ -883,7 +865,7 @@ impl Store {
         let rows = sqlx::query(
             "SELECT label, r, amount_msat, created_at, paid_channel, paid_msat, paid_at, settled FROM invoices ORDER BY created_at, label",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.db.lock().await?)
         .await?;
         rows.iter()
             .map(|row| {
@@ -934,7 +916,7 @@ impl Store {
         .bind(i64::from(paid.amount_msat))
         .bind(i64::try_from(paid.at).unwrap_or(i64::MAX))
         .bind(hex::encode(r_hash.as_byte_array()))
-        .execute(&self.pool)
+        .execute(&mut *self.db.lock().await?)
         .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -954,7 +936,7 @@ impl Store {
         .bind(&f.onion.as_bytes()[..])
         .bind(f.state.as_str())
         .bind(i64::try_from(f.created_at).unwrap_or(i64::MAX))
-        .execute(&self.pool)
+        .execute(&mut *self.db.lock().await?)
         .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -975,7 +957,7 @@ impl Store {
             .bind(r)
             .bind(in_channel.0)
             .bind(hex::encode(r_hash.as_byte_array()))
-            .execute(&self.pool)
+            .execute(&mut *self.db.lock().await?)
             .await?;
         Ok(())
     }
@@ -985,7 +967,7 @@ impl Store {
         let rows = sqlx::query(
             "SELECT in_channel, r_hash, in_msat, out_channel, out_peer, out_msat, out_expiry, onion, state, r, created_at FROM forwards ORDER BY created_at, in_channel, r_hash",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.db.lock().await?)
         .await?;
         rows.iter().map(forward_row).collect()
     }
@@ -1007,7 +989,7 @@ impl Store {
             .bind(channel_id.0)
             .bind(i64::try_from(record.commitment_number).unwrap_or(i64::MAX))
             .bind(json)
-            .execute(&self.pool)
+            .execute(&mut *self.db.lock().await?)
             .await?;
         Ok(())
     }
@@ -1027,7 +1009,7 @@ impl Store {
         .bind(i64::try_from(num).unwrap_or(i64::MAX))
         .bind(LEGACY_HISTORY_NUM)
         .bind(LEGACY_HISTORY_NUM)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.db.lock().await?)
         .await?;
         row.map(|r| {
             serde_json::from_str::<channel::RevokedCommitment>(&r.get::<String, _>(0))
@@ -1054,7 +1036,7 @@ impl Store {
             .bind(channel_id.0)
             .bind(i64::try_from(num).unwrap_or(i64::MAX))
             .bind(encode::serialize_hex(tx))
-            .execute(&self.pool)
+            .execute(&mut *self.db.lock().await?)
             .await?;
         Ok(())
     }
@@ -1069,7 +1051,7 @@ impl Store {
         let row = sqlx::query("SELECT tx FROM revoked_for_tests WHERE channel_id = ? AND num < ? ORDER BY num LIMIT 1")
             .bind(channel_id.0)
             .bind(i64::try_from(below).unwrap_or(i64::MAX))
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.db.lock().await?)
             .await?;
         Ok(row.and_then(|r| encode::deserialize_hex(&r.get::<String, _>(0)).ok()))
     }
@@ -1158,7 +1140,7 @@ mod tests {
     async fn snapshot_of(store: &Store, id: i64) -> String {
         sqlx::query("SELECT snapshot FROM channels WHERE id = ?")
             .bind(id)
-            .fetch_one(&store.pool)
+            .fetch_one(&mut *store.db.lock().await.unwrap())
             .await
             .unwrap()
             .get(0)
@@ -1190,8 +1172,8 @@ mod tests {
                     .await
                     .unwrap();
             }
-            // The store's one connection, checked out per write (it serves the reads too).
-            let conn = || async { store.pool.acquire().await.unwrap() };
+            // The store's one connection, taken per write (it serves the reads too).
+            let conn = || async { store.db.lock().await.unwrap() };
             let group = [request(1, "one-a", &[5, 6]), request(2, "two-a", &[5])];
             write(&mut *conn().await, &group, statements).await.unwrap();
             assert_eq!(snapshot_of(&store, 1).await, "one-a");
@@ -1200,7 +1182,7 @@ mod tests {
                 sqlx::query_as::<_, (i64, i64, String)>(
                     "SELECT channel_id, num, record FROM revoked_commitments ORDER BY channel_id, num",
                 )
-                .fetch_all(&store.pool)
+                .fetch_all(&mut *store.db.lock().await.unwrap())
                 .await
                 .unwrap()
             };
@@ -1213,7 +1195,7 @@ mod tests {
 
             // Channel 2's write is refused after channel 1's ran inside the same commit.
             sqlx::raw_sql("CREATE TRIGGER refuse BEFORE UPDATE ON channels WHEN NEW.snapshot = 'two-b' BEGIN SELECT RAISE(ABORT, 'refused'); END;")
-                .execute(&store.pool)
+                .execute(&mut *store.db.lock().await.unwrap())
                 .await
                 .unwrap();
             let group = [request(1, "one-b", &[]), request(2, "two-b", &[7])];
@@ -1222,7 +1204,7 @@ mod tests {
             assert_eq!(snapshot_of(&store, 2).await, "two-a");
             assert_eq!(records().await, first);
             sqlx::raw_sql("DROP TRIGGER refuse")
-                .execute(&store.pool)
+                .execute(&mut *store.db.lock().await.unwrap())
                 .await
                 .unwrap();
             // Not left inside the failed transaction: the next writes commit (and other
@@ -1262,23 +1244,21 @@ mod tests {
             let options = SqliteConnectOptions::new()
                 .filename(dir.path().join("node.sqlite"))
                 .create_if_missing(true);
-            let pool = SqlitePoolOptions::new()
-                .connect_with(options)
-                .await
-                .unwrap();
-            sqlx::raw_sql(OLD_SCHEMA).execute(&pool).await.unwrap();
+            let mut conn: sqlx::SqliteConnection =
+                sqlx::ConnectOptions::connect(&options).await.unwrap();
+            sqlx::raw_sql(OLD_SCHEMA).execute(&mut conn).await.unwrap();
             let snapshot = encode_snapshot(ChannelId(3), &sample()).unwrap();
             sqlx::query("INSERT INTO channels (id, peer_id, snapshot) VALUES (3, ?, ?)")
                 .bind(test_peer().to_string())
                 .bind(snapshot)
-                .execute(&pool)
+                .execute(&mut conn)
                 .await
                 .unwrap();
             sqlx::query("INSERT INTO meta (key, value) VALUES ('next_channel', 3)")
-                .execute(&pool)
+                .execute(&mut conn)
                 .await
                 .unwrap();
-            pool.close().await;
+            sqlx::Connection::close(conn).await.unwrap();
         }
         let store = Store::open(dir.path()).await.unwrap();
         let rows = store.channels().await.unwrap();
@@ -1291,7 +1271,7 @@ mod tests {
         let store = Store::open(dir.path()).await.unwrap();
         assert_eq!(store.channels().await.unwrap().len(), 1);
         let applied: i64 = sqlx::query("SELECT COUNT(*) FROM _sqlx_migrations")
-            .fetch_one(&store.pool)
+            .fetch_one(&mut *store.db.lock().await.unwrap())
             .await
             .unwrap()
             .get(0);
@@ -1398,11 +1378,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).await.unwrap();
         let mode: String = sqlx::query_scalar("PRAGMA locking_mode")
-            .fetch_one(&store.pool)
+            .fetch_one(&mut *store.db.lock().await.unwrap())
             .await
             .unwrap();
         assert_eq!(mode, "exclusive");
-        assert_eq!(store.pool.size(), 1);
 
         let other = SqliteConnectOptions::new()
             .filename(dir.path().join("node.sqlite"))
