@@ -356,6 +356,88 @@ mod layering {
         assert!(!names_type("RoundDetails", "RoundDetail"));
     }
 
+    /// `text` without its unit tests, its comment lines blanked (lines keep
+    /// their numbers): what the module's code names.
+    fn code_of(text: &str) -> String {
+        text.split("#[cfg(test)]")
+            .next()
+            .unwrap_or_default()
+            .lines()
+            .map(|l| if l.trim_start().starts_with("//") { "" } else { l })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The `pub` fields and the return types of the `pub` functions in
+    /// `text` (`pub(crate)` included: HTTP is in the crate), each as
+    /// `(line, text)`.
+    fn public_surface(text: &str) -> Vec<(usize, String)> {
+        let mut found = Vec::new();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let l = line.trim();
+            let Some(rest) = l
+                .strip_prefix("pub(crate) ")
+                .or_else(|| l.strip_prefix("pub "))
+            else {
+                continue;
+            };
+            if rest.starts_with("fn ") || rest.starts_with("async fn ") {
+                // The signature runs to its body or its `;`.
+                let sig: String = lines[i..]
+                    .iter()
+                    .map(|l| l.trim())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let sig = sig.split(['{', ';']).next().unwrap_or_default();
+                if let Some((_, ret)) = sig.split_once("->") {
+                    found.push((i + 1, ret.trim().to_string()));
+                }
+            } else if let Some((name, ty)) = rest.split_once(':') {
+                if name.chars().all(|c| c.is_alphanumeric() || c == '_') {
+                    found.push((i + 1, ty.trim().to_string()));
+                }
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn services_hand_http_domain_records_not_store_rows() {
+        // A service field or return value that holds a store row lets HTTP
+        // read the row field by field without ever naming its type.
+        let rows = store_types();
+        let mut leaks = Vec::new();
+        for (file, text) in sources("service") {
+            for (line, ty) in public_surface(&code_of(&text)) {
+                for row in &rows {
+                    if names_type(&ty, row) {
+                        leaks.push(format!("{file}:{line}: {row} in `{ty}`"));
+                    }
+                }
+            }
+        }
+        assert!(
+            leaks.is_empty(),
+            "services hand out store rows (decode them into domain records): {leaks:?}"
+        );
+    }
+
+    #[test]
+    fn the_surface_scan_finds_a_row_in_a_field_and_a_return_type() {
+        let text = "pub struct Bumped {\n    pub transfer: TransferRow,\n    done: bool,\n}\n\
+                    pub(crate) async fn retry(\n    &self,\n) -> Result<Option<TransferRow>, E> {\n}\n\
+                    fn private() -> TransferRow {}";
+        assert_eq!(
+            public_surface(text),
+            vec![
+                (2, "TransferRow,".to_string()),
+                (5, "Result<Option<TransferRow>, E>".to_string())
+            ]
+        );
+        assert_eq!(code_of("a\n// b\nd\n#[cfg(test)]\nc"), "a\n\nd");
+    }
+
     // That no error prints the cause it chains is checked for this crate and the node's
     // together: `crates/node/src/error_scan_tests.rs`.
 }

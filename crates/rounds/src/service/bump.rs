@@ -4,7 +4,7 @@
 //! ([`Store::write_bump`]); the block scan makes whichever version a block
 //! holds the live one, so the ledger follows the chain once.
 
-use bitcoin::{Amount, FeeRate, ScriptBuf, Transaction};
+use bitcoin::{Amount, FeeRate, ScriptBuf, Transaction, Txid};
 use chain::bump::{replacement_fee, Replacement};
 use chain::ChainError;
 use wallet::SpendableOutput;
@@ -14,6 +14,7 @@ use crate::domain::bump::{replacement, BumpBuildError};
 use crate::domain::money::{Coin, NewOutput};
 use crate::domain::round::{OutputOrigin, TransferKind, TransferStatus};
 use crate::domain::spend::{self, SpendFailure};
+use crate::domain::transfer::Transfer;
 use crate::service::engine::{crash_point, txid_of, Broadcast, Engine, EngineError};
 use crate::store::bumps::BumpIntent;
 use crate::store::ledger::TransferRow;
@@ -91,9 +92,9 @@ impl From<crate::store::ledger::LedgerError> for BumpError {
 #[derive(Debug, Clone)]
 pub struct Bumped {
     /// The new version as stored after its broadcast attempt.
-    pub transfer: TransferRow,
+    pub transfer: Transfer,
     /// The version it replaced.
-    pub replaced_txid: String,
+    pub replaced_txid: Txid,
     /// Whether the node took it (otherwise it stays written and is sent
     /// again each block, or was refused and the old version is live again).
     pub broadcast: bool,
@@ -217,8 +218,8 @@ impl Engine {
             .ok_or(BumpError::NotFound(new_id))?;
         Ok(Bumped {
             broadcast: broadcast && transfer.status == TransferStatus::Broadcast,
-            transfer,
-            replaced_txid: t.txid.clone(),
+            transfer: transfer.decode()?,
+            replaced_txid: t.decode()?.txid,
         })
     }
 

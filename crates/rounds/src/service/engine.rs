@@ -21,6 +21,7 @@ use crate::domain::round::{RoundStatus, TransferKind, TransferStatus};
 use crate::domain::settings::ServiceConfig;
 use crate::domain::spend;
 use crate::domain::time::unix_now;
+use crate::domain::transfer::Transfer;
 use crate::service::current::CurrentRound;
 use crate::service::stream::StreamHub;
 use crate::store::chain::Deposit;
@@ -1114,7 +1115,7 @@ impl Engine {
     /// # Errors
     /// [`EngineError::Unbuildable`] when the payout still cannot be built;
     /// database, wallet or chain failures.
-    pub async fn retry_payout(&self, round_id: i64) -> Result<Option<TransferRow>, EngineError> {
+    pub async fn retry_payout(&self, round_id: i64) -> Result<Option<Transfer>, EngineError> {
         let _guard = self.lock.lock().await;
         let Some(detail) = self.store.round_detail(round_id).await? else {
             return Ok(None);
@@ -1135,7 +1136,7 @@ impl Engine {
             self.notify().await;
             let after = self.store.round_detail(round_id).await?;
             return match after.and_then(|d| d.payout) {
-                Some(t) => Ok(Some(t)),
+                Some(t) => Ok(Some(t.decode()?)),
                 None => Err(EngineError::Unbuildable(format!(
                     "round {round_id}: the payout still cannot be built at the current config"
                 ))),
@@ -1191,7 +1192,12 @@ impl Engine {
         round.status = RoundStatus::PayingOut;
         self.finish_payout(&round).await?;
         self.notify().await;
-        Ok(self.store.transfer(payout.id).await?)
+        Ok(self
+            .store
+            .transfer(payout.id)
+            .await?
+            .map(|t| t.decode())
+            .transpose()?)
     }
 
     /// Whether an output we hold still exists: unspent on the chain (mempool

@@ -21,6 +21,7 @@ use crate::domain::money::{Coin, NewOutput};
 use crate::domain::round::{TransferKind, TransferStatus};
 use crate::domain::settings::ConfigDiff;
 use crate::domain::time::unix_now;
+use crate::domain::transfer::WaitingForConfirmation;
 use crate::store::ledger::TransferRow;
 
 /// `spent_txid` of an output of a version that lost: it exists in no block.
@@ -58,6 +59,20 @@ pub struct WaitingTransfer {
     pub sent_height: Option<i64>,
     /// Versions written so far (1: never bumped).
     pub versions: i64,
+}
+
+impl WaitingTransfer {
+    /// The waiting transfer as the domain reads it, its txid decoded at this edge.
+    ///
+    /// # Errors
+    /// [`StoreError::TransferTxid`] when the stored txid is not one.
+    pub fn decode(&self) -> Result<WaitingForConfirmation, StoreError> {
+        Ok(WaitingForConfirmation {
+            transfer: self.transfer.decode()?,
+            sent_height: self.sent_height,
+            versions: self.versions,
+        })
+    }
 }
 
 impl Store {
