@@ -363,7 +363,13 @@ mod layering {
             .next()
             .unwrap_or_default()
             .lines()
-            .map(|l| if l.trim_start().starts_with("//") { "" } else { l })
+            .map(|l| {
+                if l.trim_start().starts_with("//") {
+                    ""
+                } else {
+                    l
+                }
+            })
             .collect::<Vec<_>>()
             .join("\n")
     }
@@ -420,6 +426,66 @@ mod layering {
         assert!(
             leaks.is_empty(),
             "services hand out store rows (decode them into domain records): {leaks:?}"
+        );
+    }
+
+    #[test]
+    fn txids_are_typed_above_the_store() {
+        let mut found = Vec::new();
+        for dir in ["domain", "service"] {
+            for (file, text) in sources(dir) {
+                let code = code_of(&text);
+                let lines: Vec<&str> = code.lines().collect();
+                // Txids only: the chain bookkeeping's block hashes (the
+                // watcher's tip, a reorganised anchor) are still text.
+                found.extend(hashes_as_text(&file, &code).into_iter().filter(|at| {
+                    at.rsplit(':')
+                        .next()
+                        .and_then(|n| n.parse::<usize>().ok())
+                        .and_then(|n| lines.get(n - 1))
+                        .is_some_and(|l| l.contains("txid"))
+                }));
+            }
+        }
+        // HTTP renders the JSON text from a typed txid, never passes text on.
+        for (file, text) in sources("http") {
+            for (i, line) in code_of(&text).lines().enumerate() {
+                let l = line.trim();
+                let assigns = ["txid:", "txid =", "txid.clone()"]
+                    .iter()
+                    .any(|n| l.contains(n));
+                let declares = l.starts_with("pub ") || l.starts_with("let ");
+                if assigns && !declares && !l.contains("to_string()") {
+                    found.push(format!("{file}:{}: {l}", i + 1));
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "txids held or passed on as text above the store (decode them where the row is read): {found:?}"
+        );
+    }
+
+    #[test]
+    fn draw_columns_stay_in_the_store() {
+        let mut leaks = Vec::new();
+        for dir in ["domain", "service", "http"] {
+            for (file, text) in sources(dir) {
+                if names_type(&code_of(&text), "DrawColumns") {
+                    leaks.push(file);
+                }
+            }
+        }
+        let rounds = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store/rounds.rs"),
+        )
+        .unwrap();
+        if rounds.contains("pub struct DrawColumns") {
+            leaks.push("store/rounds.rs exports DrawColumns".to_string());
+        }
+        assert!(
+            leaks.is_empty(),
+            "the draw's raw columns leave the store (speak RoundPhase and the draw's domain types): {leaks:?}"
         );
     }
 

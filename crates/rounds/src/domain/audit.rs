@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use bitcoin::Txid;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -70,11 +71,21 @@ pub struct AuditDetails {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// `payout_retried`: the new payout transaction.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub txid: Option<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::domain::txid_json::option"
+    )]
+    #[schema(value_type = Option<String>)]
+    pub txid: Option<Txid>,
     /// `payout_retried`: the payout transaction it replaced.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replaced_txid: Option<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::domain::txid_json::option"
+    )]
+    #[schema(value_type = Option<String>)]
+    pub replaced_txid: Option<Txid>,
     /// `transfer_set_aside`: the transfer's kind (`bet`, `withdrawal`, `payout`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
@@ -88,8 +99,13 @@ pub struct AuditDetails {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub amount_sats: Option<i64>,
     /// `deposit_reversed`: the service's transaction that had spent the deposit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub spent_by: Option<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::domain::txid_json::option"
+    )]
+    #[schema(value_type = Option<String>)]
+    pub spent_by: Option<Txid>,
     /// `deposit_reversed`: what the user owes after the reversal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub debt_sats: Option<i64>,
@@ -112,7 +128,9 @@ pub struct AuditDetails {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct AuditOutput {
     /// The transaction holding it.
-    pub txid: String,
+    #[serde(with = "crate::domain::txid_json")]
+    #[schema(value_type = String)]
+    pub txid: Txid,
     /// Its index.
     pub vout: i64,
     /// Its amount.

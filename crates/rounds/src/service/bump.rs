@@ -190,7 +190,7 @@ impl Engine {
         let height = self.store().synced_tip().await?.map_or(0, |h| h.0);
         let intent = BumpIntent {
             replaces: t.id,
-            txid: tx.compute_txid().to_string(),
+            txid: tx.compute_txid(),
             raw_tx: bitcoin::consensus::encode::serialize_hex(&tx),
             fee_sats: sats(fee),
             amount_sats: amount,
@@ -219,7 +219,7 @@ impl Engine {
         Ok(Bumped {
             broadcast: broadcast && transfer.status == TransferStatus::Broadcast,
             transfer: transfer.decode()?,
-            replaced_txid: t.decode()?.txid,
+            replaced_txid: t.txid()?,
         })
     }
 
@@ -231,7 +231,7 @@ impl Engine {
         old: &Transaction,
         target: FeeRate,
     ) -> Result<(Transaction, Vec<NewOutput>, Amount, i64), BumpError> {
-        let ours = self.store().outputs_created_by(&t.txid).await?;
+        let ours = self.store().outputs_created_by(&t.txid()?).await?;
         let origin = match t.kind {
             TransferKind::Payout => OutputOrigin::Payout,
             _ => OutputOrigin::Change,
@@ -318,7 +318,7 @@ impl Engine {
         target: FeeRate,
     ) -> Result<FeeRate, BumpError> {
         let mut parents = std::collections::BTreeSet::new();
-        for c in self.store().outputs_spent_by(&t.txid).await? {
+        for c in self.store().outputs_spent_by(&t.txid()?).await? {
             if c.block_height.is_none() {
                 parents.insert(c.txid);
             }
@@ -371,14 +371,14 @@ impl Engine {
             }
             _ => return Err(BumpError::NotWaiting(t.id)),
         };
-        let coins: Vec<Coin> = self.store().outputs_spent_by(&t.txid).await?;
+        let coins: Vec<Coin> = self.store().outputs_spent_by(&t.txid()?).await?;
         tx.input
             .iter()
             .map(|i| {
                 let c = coins
                     .iter()
                     .find(|c| {
-                        c.txid == i.previous_output.txid.to_string()
+                        c.txid == i.previous_output.txid
                             && c.vout == i64::from(i.previous_output.vout)
                     })
                     .ok_or(BumpError::NotWaiting(t.id))?;

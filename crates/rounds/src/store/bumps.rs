@@ -9,6 +9,7 @@
 //! a superseded version, that version becomes the live one in the block's
 //! own database transaction ([`make_confirmed_live`]).
 
+use bitcoin::Txid;
 use sqlx::Row as _;
 
 use super::ledger::{
@@ -32,8 +33,8 @@ pub const SUPERSEDED: &str = "superseded";
 pub struct BumpIntent {
     /// The live version it replaces.
     pub replaces: i64,
-    /// Its txid (display hex).
-    pub txid: String,
+    /// Its txid.
+    pub txid: Txid,
     /// The signed transaction in hex.
     pub raw_tx: String,
     /// Its miner fee.
@@ -144,11 +145,11 @@ impl Store {
     ///
     /// # Errors
     /// Database failures.
-    pub async fn outputs_created_by(&self, txid: &str) -> Result<Vec<Coin>, StoreError> {
+    pub async fn outputs_created_by(&self, txid: &Txid) -> Result<Vec<Coin>, StoreError> {
         let rows = sqlx::query(&format!(
             "SELECT {OUTPUT_COLS} FROM outputs WHERE txid = $1 ORDER BY vout"
         ))
-        .bind(txid)
+        .bind(txid.to_string())
         .fetch_all(self.pool())
         .await?;
         Ok(rows.iter().map(output_from_row).collect::<Result<_, _>>()?)
@@ -215,7 +216,7 @@ impl Store {
         .bind(old.kind)
         .bind(old.user_id)
         .bind(old.round_id)
-        .bind(&b.txid)
+        .bind(b.txid.to_string())
         .bind(&b.raw_tx)
         .bind(b.amount_sats)
         .bind(b.fee_sats)
@@ -229,7 +230,7 @@ impl Store {
         .fetch_one(&mut *tx)
         .await?;
         let moved = sqlx::query("UPDATE outputs SET spent_txid = $1 WHERE spent_txid = $2")
-            .bind(&b.txid)
+            .bind(b.txid.to_string())
             .bind(&old.txid)
             .execute(&mut *tx)
             .await?
@@ -243,7 +244,7 @@ impl Store {
                 "INSERT INTO outputs (txid, vout, amount_sats, user_id, round_id, origin) \
                  VALUES ($1, $2, $3, $4, $5, $6)",
             )
-            .bind(&b.txid)
+            .bind(b.txid.to_string())
             .bind(o.vout)
             .bind(o.amount_sats)
             .bind(o.user_id)
@@ -262,8 +263,8 @@ impl Store {
                 kind: Some(old.kind.as_str().to_owned()),
                 user_id: old.user_id,
                 round_id: old.round_id,
-                txid: Some(b.txid.clone()),
-                replaced_txid: Some(old.txid.clone()),
+                txid: Some(b.txid),
+                replaced_txid: Some(old.decode()?.txid),
                 fee_sats: Some(b.fee_sats),
                 fee_rate_sat_vb: Some(b.fee_rate_sat_vb),
                 ..AuditDetails::none()
@@ -401,7 +402,7 @@ pub(super) async fn make_confirmed_live(tx: &mut Tx<'_>, height: i64) -> Result<
                 kind: Some(winner.kind.as_str().to_owned()),
                 user_id: winner.user_id,
                 round_id: winner.round_id,
-                txid: Some(winner.txid.clone()),
+                txid: Some(winner.decode()?.txid),
                 ..AuditDetails::none()
             },
         )

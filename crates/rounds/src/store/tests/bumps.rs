@@ -58,7 +58,7 @@ fn replacement_of(old: i64, user: i64, round: Option<i64>, origin: OriginOf) -> 
     };
     BumpIntent {
         replaces: old,
-        txid: NEW.into(),
+        txid: NEW.parse().unwrap(),
         raw_tx: "00".into(),
         fee_sats: 1_000,
         amount_sats,
@@ -114,7 +114,7 @@ async fn bump_a_confirmed_replacement_debits_the_user_once(b: Backend) {
     let audit = s.audit_page(10, None).await.unwrap();
     assert!(
         audit.iter().any(|e| e.event == "transfer_bumped"
-            && e.details.replaced_txid.as_deref() == Some(OLD)
+            && e.details.replaced_txid.map(|t| t.to_string()).as_deref() == Some(OLD)
             && e.details.fee_sats == Some(1_000)),
         "{audit:?}"
     );
@@ -134,8 +134,18 @@ async fn bump_the_old_version_confirming_after_the_bump_wins_once(b: Backend) {
     assert_eq!(s.balances(user, 1).await.unwrap(), (89_800, 89_800, false));
     let t = assert_balanced(s).await;
     assert_eq!((t.withdrawn_sats, t.miner_fees_sats), (10_000, 200));
-    assert_eq!(s.outputs_spent_by(OLD).await.unwrap().len(), 1);
-    assert!(s.outputs_spent_by(NEW).await.unwrap().is_empty());
+    assert_eq!(
+        s.outputs_spent_by(&OLD.parse().unwrap())
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(s
+        .outputs_spent_by(&NEW.parse().unwrap())
+        .await
+        .unwrap()
+        .is_empty());
     // The same block again (another process) changes nothing.
     s.connect_block(11, "h11", &[OLD.into()], &[])
         .await
@@ -161,7 +171,13 @@ async fn bump_a_refused_replacement_gives_the_inputs_back_to_the_old_version(b: 
     assert!(!s.refuse_bump(new).await.unwrap(), "once");
     assert_eq!(status(s, old).await, TransferStatus::Broadcast);
     assert_eq!(status(s, new).await, TransferStatus::Superseded);
-    assert_eq!(s.outputs_spent_by(OLD).await.unwrap().len(), 1);
+    assert_eq!(
+        s.outputs_spent_by(&OLD.parse().unwrap())
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     assert_eq!(s.balances(user, 1).await.unwrap(), (0, 89_800, true));
     let t = assert_balanced(s).await;
     assert_eq!(t.miner_fees_sats, 200);
