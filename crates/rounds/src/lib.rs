@@ -434,6 +434,11 @@ mod layering {
         let mut found = Vec::new();
         for dir in ["domain", "service"] {
             for (file, text) in sources(dir) {
+                // The audit log quotes what it records as stored, also the
+                // txid of a transfer set aside because it does not decode.
+                if file.ends_with("domain/audit.rs") {
+                    continue;
+                }
                 let code = code_of(&text);
                 let lines: Vec<&str> = code.lines().collect();
                 // Txids only: the chain bookkeeping's block hashes (the

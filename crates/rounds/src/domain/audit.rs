@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 
-use bitcoin::Txid;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -71,21 +70,11 @@ pub struct AuditDetails {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// `payout_retried`: the new payout transaction.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        with = "crate::domain::txid_json::option"
-    )]
-    #[schema(value_type = Option<String>)]
-    pub txid: Option<Txid>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub txid: Option<String>,
     /// `payout_retried`: the payout transaction it replaced.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        with = "crate::domain::txid_json::option"
-    )]
-    #[schema(value_type = Option<String>)]
-    pub replaced_txid: Option<Txid>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced_txid: Option<String>,
     /// `transfer_set_aside`: the transfer's kind (`bet`, `withdrawal`, `payout`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
@@ -99,13 +88,8 @@ pub struct AuditDetails {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub amount_sats: Option<i64>,
     /// `deposit_reversed`: the service's transaction that had spent the deposit.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        with = "crate::domain::txid_json::option"
-    )]
-    #[schema(value_type = Option<String>)]
-    pub spent_by: Option<Txid>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spent_by: Option<String>,
     /// `deposit_reversed`: what the user owes after the reversal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub debt_sats: Option<i64>,
@@ -128,9 +112,7 @@ pub struct AuditDetails {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct AuditOutput {
     /// The transaction holding it.
-    #[serde(with = "crate::domain::txid_json")]
-    #[schema(value_type = String)]
-    pub txid: Txid,
+    pub txid: String,
     /// Its index.
     pub vout: i64,
     /// Its amount.

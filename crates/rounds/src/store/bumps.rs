@@ -263,8 +263,8 @@ impl Store {
                 kind: Some(old.kind.as_str().to_owned()),
                 user_id: old.user_id,
                 round_id: old.round_id,
-                txid: Some(b.txid),
-                replaced_txid: Some(old.decode()?.txid),
+                txid: Some(b.txid.to_string()),
+                replaced_txid: Some(old.txid.clone()),
                 fee_sats: Some(b.fee_sats),
                 fee_rate_sat_vb: Some(b.fee_rate_sat_vb),
                 ..AuditDetails::none()
@@ -402,7 +402,7 @@ pub(super) async fn make_confirmed_live(tx: &mut Tx<'_>, height: i64) -> Result<
                 kind: Some(winner.kind.as_str().to_owned()),
                 user_id: winner.user_id,
                 round_id: winner.round_id,
-                txid: Some(winner.decode()?.txid),
+                txid: Some(winner.txid.clone()),
                 ..AuditDetails::none()
             },
         )

@@ -1279,7 +1279,7 @@ impl Store {
             &AuditDetails {
                 transfer_id: Some(t.id),
                 kind: Some(t.kind.as_str().to_owned()),
-                txid: Some(t.decode()?.txid),
+                txid: Some(t.txid.clone()),
                 user_id: t.user_id,
                 round_id: t.round_id,
                 reason: Some(reason.to_string()),
@@ -1304,7 +1304,7 @@ impl Store {
         amount_sats: i64,
     ) -> Result<(), StoreError> {
         let details = AuditDetails {
-            txid: Some(*txid),
+            txid: Some(txid.to_string()),
             vout: Some(vout),
             amount_sats: Some(amount_sats),
             ..AuditDetails::none()
@@ -1424,14 +1424,10 @@ impl Store {
             &ConfigDiff::new(),
             &AuditDetails {
                 user_id: deposit.user_id,
-                txid: Some(deposit.decode()?.txid),
+                txid: Some(deposit.txid.clone()),
                 vout: Some(deposit.vout),
                 amount_sats: Some(deposit.amount_sats),
-                spent_by: spender
-                    .as_ref()
-                    .map(|s| s.decode())
-                    .transpose()?
-                    .map(|s| s.txid),
+                spent_by: spender.as_ref().map(|s| s.txid.clone()),
                 debt_sats: Some(debt),
                 ..AuditDetails::none()
             },

@@ -1014,13 +1014,13 @@ impl Store {
             &ConfigDiff::new(),
             &AuditDetails {
                 round_id: Some(round_id),
-                txid: Some(txid),
-                replaced_txid: Some(old_txid),
+                txid: Some(txid.to_string()),
+                replaced_txid: Some(old_txid.to_string()),
                 dropped_inputs: Some(
                     dropped
                         .iter()
                         .map(|o| AuditOutput {
-                            txid: o.txid,
+                            txid: o.txid.to_string(),
                             vout: o.vout,
                             amount_sats: o.amount_sats,
                         })

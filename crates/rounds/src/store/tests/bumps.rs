@@ -114,7 +114,7 @@ async fn bump_a_confirmed_replacement_debits_the_user_once(b: Backend) {
     let audit = s.audit_page(10, None).await.unwrap();
     assert!(
         audit.iter().any(|e| e.event == "transfer_bumped"
-            && e.details.replaced_txid.map(|t| t.to_string()).as_deref() == Some(OLD)
+            && e.details.replaced_txid.as_deref() == Some(OLD)
             && e.details.fee_sats == Some(1_000)),
         "{audit:?}"
     );
