@@ -152,7 +152,7 @@ impl Store {
         .bind(txid.to_string())
         .fetch_all(self.pool())
         .await?;
-        Ok(rows.iter().map(output_from_row).collect::<Result<_, _>>()?)
+        rows.iter().map(output_from_row).collect()
     }
 
     /// Replacements written but not yet broadcast (a crash between the

@@ -737,7 +737,7 @@ impl Store {
         .bind(PAYMENT_COINS_READ)
         .fetch_all(self.pool())
         .await?;
-        Ok(rows.iter().map(output_from_row).collect::<Result<_, _>>()?)
+        rows.iter().map(output_from_row).collect()
     }
 
     /// The sum of every coin [`Store::spendable_outputs_at`] would list
@@ -1211,7 +1211,7 @@ impl Store {
         .bind(txid.to_string())
         .fetch_all(self.pool())
         .await?;
-        Ok(rows.iter().map(output_from_row).collect::<Result<_, _>>()?)
+        rows.iter().map(output_from_row).collect()
     }
 
     /// Counts a broadcast attempt of transfer `id` that had no settled

@@ -802,7 +802,7 @@ impl Store {
         .bind(OutputOrigin::Pot)
         .fetch_all(self.pool())
         .await?;
-        Ok(rows.iter().map(output_from_row).collect::<Result<_, _>>()?)
+        rows.iter().map(output_from_row).collect()
     }
 
     /// Pot outputs taken by transaction `txid` (a failed payout to rebuild).
@@ -817,7 +817,7 @@ impl Store {
         .bind(OutputOrigin::Pot)
         .fetch_all(self.pool())
         .await?;
-        Ok(rows.iter().map(output_from_row).collect::<Result<_, _>>()?)
+        rows.iter().map(output_from_row).collect()
     }
 
     /// A payout whose broadcast failed: marks it and writes `payout_failed`
