@@ -440,14 +440,14 @@ impl Engine {
                 let mut ours = Vec::new();
                 let mut deposits = Vec::new();
                 for tx in &block.txdata {
-                    let txid = tx.compute_txid().to_string();
-                    if unconfirmed.contains(&txid) {
-                        ours.push(txid.clone());
+                    let txid = tx.compute_txid();
+                    if unconfirmed.contains(&txid.to_string()) {
+                        ours.push(txid);
                     }
                     for (vout, o) in tx.output.iter().enumerate() {
                         if let Some(user) = scripts.get(&o.script_pubkey) {
                             deposits.push(Deposit {
-                                txid: txid.clone(),
+                                txid,
                                 vout: vout as i64,
                                 amount_sats: o.value.to_sat() as i64,
                                 user_id: *user,
@@ -652,7 +652,7 @@ impl Engine {
         let height = self.store.synced_tip().await?.map_or(0, |t| t.0);
         let mut changed = false;
         for d in deposits {
-            let Ok(txid) = bitcoin::Txid::from_str(&d.txid) else {
+            let Ok(txid) = d.txid() else {
                 continue;
             };
             match self.chain.transaction(txid).await {

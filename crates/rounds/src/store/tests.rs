@@ -694,7 +694,7 @@ mod money {
 /// The 100,000-sat deposit output `d…d:0` to `user_id`.
 fn deposit(user_id: i64) -> crate::store::chain::Deposit {
     crate::store::chain::Deposit {
-        txid: "d".repeat(64),
+        txid: "d".repeat(64).parse().unwrap(),
         vout: 0,
         amount_sats: 100_000,
         user_id,
@@ -900,7 +900,7 @@ async fn reorg_unwinds_deposits_and_confirmations(b: Backend) {
     let id = db.store.record_withdrawal(&w).await.unwrap();
     db.store.mark_broadcast(id).await.unwrap();
     db.store
-        .connect_block(11, "h11", &["8".repeat(64)], &[])
+        .connect_block(11, "h11", &["8".repeat(64).parse().unwrap()], &[])
         .await
         .unwrap();
     assert_eq!(
@@ -923,7 +923,12 @@ async fn reorg_unwinds_deposits_and_confirmations(b: Backend) {
     assert_eq!(db.store.unconfirmed_broadcasts().await.unwrap().len(), 1);
     // Re-mined on the new branch: credited once, not twice.
     db.store
-        .connect_block(10, "n10", &["8".repeat(64)], &[deposit(user)])
+        .connect_block(
+            10,
+            "n10",
+            &["8".repeat(64).parse().unwrap()],
+            &[deposit(user)],
+        )
         .await
         .unwrap();
     let totals = db.store.ledger_totals().await.unwrap();
@@ -1568,7 +1573,7 @@ async fn bets_written_together_each_get_their_own_outcome(b: Backend) {
         users.push(u);
         for vout in 0..2 {
             deposits.push(crate::store::chain::Deposit {
-                txid: format!("{k:064x}").replace('0', "d"),
+                txid: format!("{k:064x}").replace('0', "d").parse().unwrap(),
                 vout,
                 amount_sats: 100_000,
                 user_id: u,
@@ -1722,7 +1727,7 @@ async fn the_payment_context_reads_the_coins_spendable_at_its_tip(b: Backend) {
     let a = s.create_user("payer", "h", addr).await.unwrap();
     let other = s.create_user("other", "h", addr).await.unwrap();
     let dep = |user_id: i64, txid: char, vout: i64, amount_sats: i64, coinbase: bool| Deposit {
-        txid: txid.to_string().repeat(64),
+        txid: txid.to_string().repeat(64).parse().unwrap(),
         vout,
         amount_sats,
         user_id,
@@ -1865,9 +1870,9 @@ async fn a_retried_payout_records_the_winner_output_the_failed_one_lacked(b: Bac
     s.connect_block(
         11,
         "h11",
-        &[new_txid.to_string()],
+        &[new_txid],
         &[crate::store::chain::Deposit {
-            txid: new_txid.to_string(),
+            txid: new_txid,
             vout: 1,
             amount_sats: 5_000,
             user_id: user,
@@ -2296,7 +2301,7 @@ async fn a_payment_reads_a_bounded_number_of_coins_and_no_dust(b: Backend) {
     let (dust, small) = (1_500_i64, 1_500_i64);
     let deposits: Vec<_> = (0..dust + small)
         .map(|i| crate::store::chain::Deposit {
-            txid: format!("{i:064x}"),
+            txid: format!("{i:064x}").parse().unwrap(),
             vout: 0,
             amount_sats: if i < dust { 50 } else { 1_000 },
             user_id: alice,
