@@ -13,7 +13,11 @@
 //! edge into domain records (a round's [`domain::phase::RoundPhase`] with
 //! typed hashes, a [`domain::transfer::Transfer`]), which the services
 //! return and `http/views.rs` renders; only [`service::StoreError`] is
-//! re-exported by the service. No service holds bytes rendered for HTTP.
+//! re-exported by the service, and no service field or return value holds
+//! a store row. Txids are [`bitcoin::Txid`] from the row read to the view
+//! (the audit log aside, which quotes what it records as stored), and the
+//! draw's raw columns never leave `store/rounds.rs`: the engine writes a
+//! [`domain::phase::DrawResult`]. No service holds bytes rendered for HTTP.
 //! The domain knows nothing of axum, sqlx or tokio; the store knows nothing
 //! of HTTP nor of `security` (the throttle's shared record and clock are
 //! domain types); the services return their own
