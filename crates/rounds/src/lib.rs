@@ -13,7 +13,11 @@
 //! edge into domain records (a round's [`domain::phase::RoundPhase`] with
 //! typed hashes, a [`domain::transfer::Transfer`]), which the services
 //! return and `http/views.rs` renders; only [`service::StoreError`] is
-//! re-exported by the service. No service holds bytes rendered for HTTP.
+//! re-exported by the service, and no service field or return value holds
+//! a store row. Txids are [`bitcoin::Txid`] from the row read to the view
+//! (the audit log aside, which quotes what it records as stored), and the
+//! draw's raw columns never leave `store/rounds.rs`: the engine writes a
+//! [`domain::phase::DrawResult`]. No service holds bytes rendered for HTTP.
 //! The domain knows nothing of axum, sqlx or tokio; the store knows nothing
 //! of HTTP nor of `security` (the throttle's shared record and clock are
 //! domain types); the services return their own
@@ -354,6 +358,159 @@ mod layering {
         );
         assert!(!names_type("TransferKind::Deposit", "Deposit"));
         assert!(!names_type("RoundDetails", "RoundDetail"));
+    }
+
+    /// `text` without its unit tests, its comment lines blanked (lines keep
+    /// their numbers): what the module's code names.
+    fn code_of(text: &str) -> String {
+        text.split("#[cfg(test)]")
+            .next()
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                if l.trim_start().starts_with("//") {
+                    ""
+                } else {
+                    l
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The `pub` fields and the return types of the `pub` functions in
+    /// `text` (`pub(crate)` included: HTTP is in the crate), each as
+    /// `(line, text)`.
+    fn public_surface(text: &str) -> Vec<(usize, String)> {
+        let mut found = Vec::new();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let l = line.trim();
+            let Some(rest) = l
+                .strip_prefix("pub(crate) ")
+                .or_else(|| l.strip_prefix("pub "))
+            else {
+                continue;
+            };
+            if rest.starts_with("fn ") || rest.starts_with("async fn ") {
+                // The signature runs to its body or its `;`.
+                let sig: String = lines[i..]
+                    .iter()
+                    .map(|l| l.trim())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let sig = sig.split(['{', ';']).next().unwrap_or_default();
+                if let Some((_, ret)) = sig.split_once("->") {
+                    found.push((i + 1, ret.trim().to_string()));
+                }
+            } else if let Some((name, ty)) = rest.split_once(':') {
+                if name.chars().all(|c| c.is_alphanumeric() || c == '_') {
+                    found.push((i + 1, ty.trim().to_string()));
+                }
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn services_hand_http_domain_records_not_store_rows() {
+        // A service field or return value that holds a store row lets HTTP
+        // read the row field by field without ever naming its type.
+        let rows = store_types();
+        let mut leaks = Vec::new();
+        for (file, text) in sources("service") {
+            for (line, ty) in public_surface(&code_of(&text)) {
+                for row in &rows {
+                    if names_type(&ty, row) {
+                        leaks.push(format!("{file}:{line}: {row} in `{ty}`"));
+                    }
+                }
+            }
+        }
+        assert!(
+            leaks.is_empty(),
+            "services hand out store rows (decode them into domain records): {leaks:?}"
+        );
+    }
+
+    #[test]
+    fn txids_are_typed_above_the_store() {
+        let mut found = Vec::new();
+        for dir in ["domain", "service"] {
+            for (file, text) in sources(dir) {
+                // The audit log quotes what it records as stored, also the
+                // txid of a transfer set aside because it does not decode.
+                if file.ends_with("domain/audit.rs") {
+                    continue;
+                }
+                let code = code_of(&text);
+                let lines: Vec<&str> = code.lines().collect();
+                // Txids only: the chain bookkeeping's block hashes (the
+                // watcher's tip, a reorganised anchor) are still text.
+                found.extend(hashes_as_text(&file, &code).into_iter().filter(|at| {
+                    at.rsplit(':')
+                        .next()
+                        .and_then(|n| n.parse::<usize>().ok())
+                        .and_then(|n| lines.get(n - 1))
+                        .is_some_and(|l| l.contains("txid"))
+                }));
+            }
+        }
+        // HTTP renders the JSON text from a typed txid, never passes text on.
+        for (file, text) in sources("http") {
+            for (i, line) in code_of(&text).lines().enumerate() {
+                let l = line.trim();
+                let assigns = ["txid:", "txid =", "txid.clone()"]
+                    .iter()
+                    .any(|n| l.contains(n));
+                let declares = l.starts_with("pub ") || l.starts_with("let ");
+                if assigns && !declares && !l.contains("to_string()") {
+                    found.push(format!("{file}:{}: {l}", i + 1));
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "txids held or passed on as text above the store (decode them where the row is read): {found:?}"
+        );
+    }
+
+    #[test]
+    fn draw_columns_stay_in_the_store() {
+        let mut leaks = Vec::new();
+        for dir in ["domain", "service", "http"] {
+            for (file, text) in sources(dir) {
+                if names_type(&code_of(&text), "DrawColumns") {
+                    leaks.push(file);
+                }
+            }
+        }
+        let rounds = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store/rounds.rs"),
+        )
+        .unwrap();
+        if rounds.contains("pub struct DrawColumns") {
+            leaks.push("store/rounds.rs exports DrawColumns".to_string());
+        }
+        assert!(
+            leaks.is_empty(),
+            "the draw's raw columns leave the store (speak RoundPhase and the draw's domain types): {leaks:?}"
+        );
+    }
+
+    #[test]
+    fn the_surface_scan_finds_a_row_in_a_field_and_a_return_type() {
+        let text = "pub struct Bumped {\n    pub transfer: TransferRow,\n    done: bool,\n}\n\
+                    pub(crate) async fn retry(\n    &self,\n) -> Result<Option<TransferRow>, E> {\n}\n\
+                    fn private() -> TransferRow {}";
+        assert_eq!(
+            public_surface(text),
+            vec![
+                (2, "TransferRow,".to_string()),
+                (5, "Result<Option<TransferRow>, E>".to_string())
+            ]
+        );
+        assert_eq!(code_of("a\n// b\nd\n#[cfg(test)]\nc"), "a\n\nd");
     }
 
     // That no error prints the cause it chains is checked for this crate and the node's

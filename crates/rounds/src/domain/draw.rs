@@ -4,6 +4,8 @@
 //! recompute a published draw with these functions (or by hand, see
 //! docs/rounds-engine.md).
 
+use bitcoin::hashes::Hash as _;
+use bitcoin::{BlockHash, Txid};
 use sha2::{Digest, Sha256};
 
 /// Commission of every round with more than one player, in percent.
@@ -18,8 +20,10 @@ pub struct DrawBet {
     pub username: String,
     /// Amount in satoshis.
     pub amount_sats: u64,
-    /// Txid as Bitcoin Core displays it (lowercase hex).
-    pub txid: String,
+    /// The bet transaction, committed to as Bitcoin Core displays it
+    /// (lowercase hex); `None` (bets placed before the service recorded
+    /// them) commits to the empty text.
+    pub txid: Option<Txid>,
 }
 
 /// Why a draw cannot be computed.
@@ -35,9 +39,6 @@ pub enum DrawError {
     /// The pot overflowed u64.
     #[error("pot overflow")]
     Overflow,
-    /// The block hash is not 64 hex digits.
-    #[error("block hash {0:?} is not 32 bytes of hex")]
-    BadBlockHash(String),
 }
 
 /// `SHA256` over the lines `"{bet_id}:{username}:{amount_sats}:{txid}\n"`,
@@ -45,30 +46,23 @@ pub enum DrawError {
 pub fn bets_commitment(bets: &[DrawBet]) -> [u8; 32] {
     let mut h = Sha256::new();
     for b in bets {
-        h.update(format!("{}:{}:{}:{}\n", b.bet_id, b.username, b.amount_sats, b.txid).as_bytes());
+        let txid = b.txid.map(|t| t.to_string()).unwrap_or_default();
+        h.update(format!("{}:{}:{}:{txid}\n", b.bet_id, b.username, b.amount_sats).as_bytes());
     }
     h.finalize().into()
 }
 
 /// `SHA256(block_hash || round_id as 8 bytes big-endian || commitment)`,
 /// the block hash as the 32 bytes of its displayed hex.
-///
-/// # Errors
-/// [`DrawError::BadBlockHash`] when `block_hash_hex` is not 64 hex digits.
-pub fn draw_seed(
-    block_hash_hex: &str,
-    round_id: i64,
-    commitment: &[u8; 32],
-) -> Result<[u8; 32], DrawError> {
-    let hash = hex::decode(block_hash_hex)
-        .ok()
-        .filter(|b| b.len() == 32)
-        .ok_or_else(|| DrawError::BadBlockHash(block_hash_hex.to_string()))?;
+pub fn draw_seed(block_hash: &BlockHash, round_id: i64, commitment: &[u8; 32]) -> [u8; 32] {
+    // The display hex is the hash's bytes in reverse.
+    let mut displayed = block_hash.to_byte_array();
+    displayed.reverse();
     let mut h = Sha256::new();
-    h.update(&hash);
+    h.update(displayed);
     h.update(round_id.to_be_bytes());
     h.update(commitment);
-    Ok(h.finalize().into())
+    h.finalize().into()
 }
 
 /// The seed read as a 256-bit big-endian integer, modulo `pot_sats`.
@@ -118,13 +112,13 @@ pub struct Draw {
     pub winner_index: usize,
 }
 
-/// The whole draw of round `round_id` on the block `block_hash_hex`.
+/// The whole draw of round `round_id` on the block `block_hash`.
 ///
 /// # Errors
-/// [`DrawError`]: no bets, unordered bets, overflow or a bad block hash.
+/// [`DrawError`]: no bets, unordered bets or overflow.
 pub fn compute_draw(
     round_id: i64,
-    block_hash_hex: &str,
+    block_hash: &BlockHash,
     bets: &[DrawBet],
 ) -> Result<Draw, DrawError> {
     if bets.is_empty() {
@@ -134,7 +128,7 @@ pub fn compute_draw(
         return Err(DrawError::Unordered);
     }
     let commitment = bets_commitment(bets);
-    let seed = draw_seed(block_hash_hex, round_id, &commitment)?;
+    let seed = draw_seed(block_hash, round_id, &commitment);
     let spans = ranges(bets)?;
     let pot_sats = spans.last().map_or(0, |s| s.1);
     let ticket = ticket(&seed, pot_sats);
@@ -168,6 +162,8 @@ pub fn commission(pot_sats: u64, single_player: bool) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use std::str::FromStr;
+
     use super::*;
     use proptest::prelude::*;
 
@@ -176,8 +172,12 @@ mod tests {
             bet_id: id,
             username: name.into(),
             amount_sats: amount,
-            txid: format!("{:064x}", id),
+            txid: Some(Txid::from_str(&format!("{:064x}", id)).unwrap()),
         }
+    }
+
+    fn block(hex: &str) -> BlockHash {
+        BlockHash::from_str(hex).unwrap()
     }
 
     #[test]
@@ -186,6 +186,13 @@ mod tests {
         let text = format!("1:alice:5000:{:064x}\n2:Bob:7000:{:064x}\n", 1, 2);
         let expected: [u8; 32] = Sha256::digest(text.as_bytes()).into();
         assert_eq!(bets_commitment(&bets), expected);
+        // A bet without a recorded transaction commits to the empty text.
+        let unrecorded = DrawBet {
+            txid: None,
+            ..bet(3, "c", 1)
+        };
+        let expected: [u8; 32] = Sha256::digest(b"3:c:1:\n").into();
+        assert_eq!(bets_commitment(&[unrecorded]), expected);
         // Known answer: SHA256 of the empty string for no bets.
         assert_eq!(
             hex::encode(bets_commitment(&[])),
@@ -202,11 +209,7 @@ mod tests {
         pre.extend_from_slice(&42i64.to_be_bytes());
         pre.extend_from_slice(&c);
         let expected: [u8; 32] = Sha256::digest(&pre).into();
-        assert_eq!(draw_seed(&hash, 42, &c).unwrap(), expected);
-        assert!(matches!(
-            draw_seed("abcd", 1, &c),
-            Err(DrawError::BadBlockHash(_))
-        ));
+        assert_eq!(draw_seed(&block(&hash), 42, &c), expected);
     }
 
     #[test]
@@ -224,19 +227,19 @@ mod tests {
     #[test]
     fn winner_owns_the_range_holding_the_ticket() {
         let bets = [bet(1, "a", 100), bet(5, "b", 300), bet(9, "c", 600)];
-        let d = compute_draw(3, &"ab".repeat(32), &bets).unwrap();
+        let d = compute_draw(3, &block(&"ab".repeat(32)), &bets).unwrap();
         let spans = ranges(&bets).unwrap();
         assert_eq!(spans, vec![(0, 100), (100, 400), (400, 1000)]);
         let (s, e) = spans[d.winner_index];
         assert!(s <= d.ticket && d.ticket < e);
         assert_eq!(d.pot_sats, 1000);
         assert_eq!(
-            compute_draw(3, &"ab".repeat(32), &[]),
+            compute_draw(3, &block(&"ab".repeat(32)), &[]),
             Err(DrawError::NoBets)
         );
         let unordered = [bet(2, "a", 1), bet(1, "b", 1)];
         assert_eq!(
-            compute_draw(3, &"ab".repeat(32), &unordered),
+            compute_draw(3, &block(&"ab".repeat(32)), &unordered),
             Err(DrawError::Unordered)
         );
     }
@@ -259,7 +262,7 @@ mod tests {
         ) {
             let bets: Vec<DrawBet> = amounts.iter().enumerate()
                 .map(|(i, a)| bet(i as i64 + 1, "u", *a)).collect();
-            let d = compute_draw(1, &hex::encode(hash), &bets).unwrap();
+            let d = compute_draw(1, &BlockHash::from_byte_array(hash), &bets).unwrap();
             prop_assert!(d.ticket < d.pot_sats);
             prop_assert_eq!(d.pot_sats, amounts.iter().sum::<u64>());
             let hits = ranges(&bets).unwrap().iter()

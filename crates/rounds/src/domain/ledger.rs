@@ -1,5 +1,7 @@
 //! The books' totals behind the conservation check (GET /admin/ledger): what the store sums, as the operator reads it.
 
+use bitcoin::Txid;
+
 /// Sums for the conservation check (GET /admin/ledger).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct LedgerTotals {
@@ -40,7 +42,9 @@ pub struct CorrectionView {
     /// The round whose payout was rebuilt without it, if any.
     pub round_id: Option<i64>,
     /// The output's transaction.
-    pub txid: String,
+    #[serde(with = "crate::domain::txid_json")]
+    #[schema(value_type = String)]
+    pub txid: Txid,
     /// The output's index.
     pub vout: i64,
     /// Its value, taken out of the books.
@@ -53,7 +57,9 @@ pub struct CorrectionView {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct UnspentView {
     /// Txid.
-    pub txid: String,
+    #[serde(with = "crate::domain::txid_json")]
+    #[schema(value_type = String)]
+    pub txid: Txid,
     /// Index.
     pub vout: i64,
     /// Value.

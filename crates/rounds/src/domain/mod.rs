@@ -16,3 +16,4 @@ pub mod settings;
 pub mod spend;
 pub mod time;
 pub mod transfer;
+pub mod txid_json;

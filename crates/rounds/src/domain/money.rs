@@ -1,5 +1,7 @@
 //! The money records the domain builds and the store keeps: outputs the service controls and the intent of a transaction written before its broadcast.
 
+use bitcoin::Txid;
+
 use crate::domain::round::{OutputOrigin, TransferKind};
 
 /// An output the service's wallet controls.
@@ -7,8 +9,8 @@ use crate::domain::round::{OutputOrigin, TransferKind};
 pub struct Coin {
     /// Row id.
     pub id: i64,
-    /// Txid (display hex).
-    pub txid: String,
+    /// The transaction.
+    pub txid: Txid,
     /// Output index.
     pub vout: i64,
     /// Value.
@@ -32,8 +34,8 @@ pub struct Intent {
     pub user_id: Option<i64>,
     /// Round of a bet or payout.
     pub round_id: Option<i64>,
-    /// Txid (display hex).
-    pub txid: String,
+    /// The transaction.
+    pub txid: Txid,
     /// Signed transaction hex.
     pub raw_tx: String,
     /// Amount of the transfer.

@@ -318,7 +318,7 @@ impl Bet {
             bet_id: self.id,
             username: self.username.clone(),
             amount_sats: u64::try_from(self.amount_sats).unwrap_or(0),
-            txid: self.txid.map(|t| t.to_string()).unwrap_or_default(),
+            txid: self.txid,
         }
     }
 }

@@ -5,7 +5,7 @@
 
 use std::str::FromStr as _;
 
-use bitcoin::{Address, Amount, FeeRate, Network, OutPoint, ScriptBuf, TxOut, Txid};
+use bitcoin::{Address, Amount, FeeRate, Network, OutPoint, ScriptBuf, TxOut};
 use wallet::{BuildError, KeyPath, SpendError, SpendableOutput, Wallet};
 
 use crate::domain::money::{Coin, Intent, NewOutput};
@@ -79,8 +79,7 @@ pub struct Signed {
 }
 
 fn spendable(o: &Coin, path: KeyPath, script: &ScriptBuf) -> Result<SpendableOutput, SpendFailure> {
-    let txid = Txid::from_str(&o.txid)
-        .map_err(|e| SpendFailure::Corrupt(format!("txid {}: {e}", o.txid)))?;
+    let txid = o.txid;
     let vout =
         u32::try_from(o.vout).map_err(|_| SpendFailure::Corrupt(format!("vout {}", o.vout)))?;
     let value = u64::try_from(o.amount_sats)
@@ -358,7 +357,7 @@ struct PaymentRecord {
 /// A built user payment with its ledger record: a bet's pot output is
 /// output 0; the change, if any, is the payer's.
 fn signed_payment(built: wallet::BuiltTransaction, r: PaymentRecord) -> Signed {
-    let txid = built.tx.compute_txid().to_string();
+    let txid = built.tx.compute_txid();
     let mut new_outputs = Vec::new();
     if let Some(round) = r.round_id {
         new_outputs.push(NewOutput {
@@ -533,7 +532,7 @@ fn signed_payout(
     share_sats: i64,
     commission_paid: i64,
 ) -> Result<Signed, SpendFailure> {
-    let txid = built.tx.compute_txid().to_string();
+    let txid = built.tx.compute_txid();
     let vout = u32::try_from(winner_vout)
         .map_err(|_| SpendFailure::Corrupt(format!("winner vout {winner_vout}")))?;
     let outputs = vec![NewOutput {
@@ -597,6 +596,8 @@ mod tests {
     // Test code: a failed unwrap is the test failing, with its message.
     #![allow(clippy::unwrap_used)]
 
+    use bitcoin::Txid;
+
     use super::*;
     use crate::domain::settings::MAX_ROUND_BETS;
 
@@ -609,7 +610,7 @@ mod tests {
         (0..n)
             .map(|i| Coin {
                 id: i64::try_from(i).unwrap(),
-                txid: format!("{:064x}", i + 1),
+                txid: Txid::from_str(&format!("{:064x}", i + 1)).unwrap(),
                 vout: 0,
                 amount_sats: sats,
                 user_id: Some(1),
@@ -686,7 +687,7 @@ mod tests {
             .enumerate()
             .map(|(i, a)| Coin {
                 id: i64::try_from(i).unwrap(),
-                txid: format!("{:064x}", i + 1),
+                txid: Txid::from_str(&format!("{:064x}", i + 1)).unwrap(),
                 vout: 0,
                 amount_sats: *a,
                 user_id: None,

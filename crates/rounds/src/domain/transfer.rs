@@ -31,6 +31,17 @@ pub struct Transfer {
     pub min_confirmations: i64,
 }
 
+/// A withdrawal or payout waiting for its first confirmation, as the stuck list shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitingForConfirmation {
+    /// Its live version.
+    pub transfer: Transfer,
+    /// The synced tip when that version was first seen waiting.
+    pub sent_height: Option<i64>,
+    /// Versions written so far (1: never bumped).
+    pub versions: i64,
+}
+
 impl Transfer {
     /// The progress of one of our own transactions as its owner sees it.
     pub fn own_progress(&self) -> TransferProgress {

@@ -474,7 +474,7 @@ fn payment_params(e: &PaymentError) -> ErrorParams {
             debt_sats,
             balance_sats,
         } => params!(debt_sats, balance_sats),
-        P::OutcomeUnknown { ref txid, .. } => params!(txid = txid.clone()),
+        P::OutcomeUnknown { ref txid, .. } => params!(txid = txid.to_string()),
         _ => ErrorParams::none(),
     }
 }

@@ -187,7 +187,7 @@ async fn place_bet(
             round_id: paid.round_id.unwrap_or_default(),
             amount_sats: body.amount_sats,
             fee_sats: paid.fee_sats,
-            txid: paid.txid,
+            txid: paid.txid.to_string(),
             status: progress(paid.broadcast),
         }),
     ))

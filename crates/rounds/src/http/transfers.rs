@@ -87,8 +87,8 @@ async fn bump(
     Ok(Json(BumpDone {
         transfer_id: b.transfer.id,
         kind: b.transfer.kind.as_str().to_owned(),
-        txid: b.transfer.txid,
-        replaced_txid: b.replaced_txid,
+        txid: b.transfer.txid.to_string(),
+        replaced_txid: b.replaced_txid.to_string(),
         fee_sats: b.transfer.fee_sats,
         amount_sats: b.transfer.amount_sats,
         status,
@@ -127,7 +127,7 @@ async fn waiting(
             .map(|w| WaitingView {
                 transfer_id: w.transfer.id,
                 kind: w.transfer.kind.as_str().to_owned(),
-                txid: w.transfer.txid,
+                txid: w.transfer.txid.to_string(),
                 amount_sats: w.transfer.amount_sats,
                 fee_sats: w.transfer.fee_sats,
                 blocks_waiting: w.sent_height.map(|h| height - h),

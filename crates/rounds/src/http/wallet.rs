@@ -93,7 +93,7 @@ async fn withdraw(
             amount_sats: body.amount_sats,
             fee_sats: paid.fee_sats,
             status: progress(paid.broadcast),
-            txid: paid.txid,
+            txid: paid.txid.to_string(),
         }),
     ))
 }

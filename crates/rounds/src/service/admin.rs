@@ -12,7 +12,7 @@ use crate::store::{Store, StoreError};
 
 pub use crate::domain::audit::AuditEntry;
 pub use crate::domain::ledger::LedgerTotals;
-use crate::domain::transfer::Transfer;
+use crate::domain::transfer::{Transfer, WaitingForConfirmation};
 use crate::store::bumps::WaitingTransfer;
 
 /// Why an operator's request failed.
@@ -126,12 +126,10 @@ impl Administration {
         if self.store.round_detail(round_id).await?.is_none() {
             return Err(AdminOpError::UnknownRound(round_id));
         }
-        let payout = self
-            .engine
+        self.engine
             .retry_payout(round_id)
             .await?
-            .ok_or(AdminOpError::NothingToRetry(round_id))?;
-        Ok(payout.decode()?)
+            .ok_or(AdminOpError::NothingToRetry(round_id))
     }
 
     /// Replaces waiting withdrawal or payout `transfer_id` at `rate` now
@@ -154,9 +152,18 @@ impl Administration {
     ///
     /// # Errors
     /// Store failures.
-    pub async fn waiting_transfers(&self) -> Result<(Vec<WaitingTransfer>, i64), AdminOpError> {
+    pub async fn waiting_transfers(
+        &self,
+    ) -> Result<(Vec<WaitingForConfirmation>, i64), AdminOpError> {
         let height = self.store.synced_tip().await?.map_or(0, |t| t.0);
-        Ok((self.store.waiting_transfers().await?, height))
+        let waiting = self
+            .store
+            .waiting_transfers()
+            .await?
+            .iter()
+            .map(WaitingTransfer::decode)
+            .collect::<Result<_, _>>()?;
+        Ok((waiting, height))
     }
 
     /// The conservation totals.

@@ -4,7 +4,7 @@
 //! ([`Store::write_bump`]); the block scan makes whichever version a block
 //! holds the live one, so the ledger follows the chain once.
 
-use bitcoin::{Amount, FeeRate, ScriptBuf, Transaction};
+use bitcoin::{Amount, FeeRate, ScriptBuf, Transaction, Txid};
 use chain::bump::{replacement_fee, Replacement};
 use chain::ChainError;
 use wallet::SpendableOutput;
@@ -14,6 +14,7 @@ use crate::domain::bump::{replacement, BumpBuildError};
 use crate::domain::money::{Coin, NewOutput};
 use crate::domain::round::{OutputOrigin, TransferKind, TransferStatus};
 use crate::domain::spend::{self, SpendFailure};
+use crate::domain::transfer::Transfer;
 use crate::service::engine::{crash_point, txid_of, Broadcast, Engine, EngineError};
 use crate::store::bumps::BumpIntent;
 use crate::store::ledger::TransferRow;
@@ -91,9 +92,9 @@ impl From<crate::store::ledger::LedgerError> for BumpError {
 #[derive(Debug, Clone)]
 pub struct Bumped {
     /// The new version as stored after its broadcast attempt.
-    pub transfer: TransferRow,
+    pub transfer: Transfer,
     /// The version it replaced.
-    pub replaced_txid: String,
+    pub replaced_txid: Txid,
     /// Whether the node took it (otherwise it stays written and is sent
     /// again each block, or was refused and the old version is live again).
     pub broadcast: bool,
@@ -189,7 +190,7 @@ impl Engine {
         let height = self.store().synced_tip().await?.map_or(0, |h| h.0);
         let intent = BumpIntent {
             replaces: t.id,
-            txid: tx.compute_txid().to_string(),
+            txid: tx.compute_txid(),
             raw_tx: bitcoin::consensus::encode::serialize_hex(&tx),
             fee_sats: sats(fee),
             amount_sats: amount,
@@ -217,8 +218,8 @@ impl Engine {
             .ok_or(BumpError::NotFound(new_id))?;
         Ok(Bumped {
             broadcast: broadcast && transfer.status == TransferStatus::Broadcast,
-            transfer,
-            replaced_txid: t.txid.clone(),
+            transfer: transfer.decode()?,
+            replaced_txid: t.txid()?,
         })
     }
 
@@ -230,7 +231,7 @@ impl Engine {
         old: &Transaction,
         target: FeeRate,
     ) -> Result<(Transaction, Vec<NewOutput>, Amount, i64), BumpError> {
-        let ours = self.store().outputs_created_by(&t.txid).await?;
+        let ours = self.store().outputs_created_by(&t.txid()?).await?;
         let origin = match t.kind {
             TransferKind::Payout => OutputOrigin::Payout,
             _ => OutputOrigin::Change,
@@ -317,7 +318,7 @@ impl Engine {
         target: FeeRate,
     ) -> Result<FeeRate, BumpError> {
         let mut parents = std::collections::BTreeSet::new();
-        for c in self.store().outputs_spent_by(&t.txid).await? {
+        for c in self.store().outputs_spent_by(&t.txid()?).await? {
             if c.block_height.is_none() {
                 parents.insert(c.txid);
             }
@@ -370,14 +371,14 @@ impl Engine {
             }
             _ => return Err(BumpError::NotWaiting(t.id)),
         };
-        let coins: Vec<Coin> = self.store().outputs_spent_by(&t.txid).await?;
+        let coins: Vec<Coin> = self.store().outputs_spent_by(&t.txid()?).await?;
         tx.input
             .iter()
             .map(|i| {
                 let c = coins
                     .iter()
                     .find(|c| {
-                        c.txid == i.previous_output.txid.to_string()
+                        c.txid == i.previous_output.txid
                             && c.vout == i64::from(i.previous_output.vout)
                     })
                     .ok_or(BumpError::NotWaiting(t.id))?;

@@ -12,20 +12,23 @@ use std::sync::Arc;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use bitcoin::{BlockHash, ScriptBuf, Transaction};
+use bitcoin::hashes::{sha256, Hash as _};
+use bitcoin::{BlockHash, ScriptBuf, Transaction, Txid};
 use chain::{BroadcastOutcome, Chain, ChainError};
 use wallet::Wallet;
 
 use crate::domain::draw::{self, DrawBet};
+use crate::domain::phase::{Anchor, Bet, DrawBlock, DrawResult, RoundPhase};
 use crate::domain::round::{RoundStatus, TransferKind, TransferStatus};
 use crate::domain::settings::ServiceConfig;
 use crate::domain::spend;
 use crate::domain::time::unix_now;
+use crate::domain::transfer::Transfer;
 use crate::service::current::CurrentRound;
 use crate::service::stream::StreamHub;
 use crate::store::chain::Deposit;
 use crate::store::ledger::{LedgerError, TransferRow};
-use crate::store::rounds::{BetRow, DrawColumns, PayoutReplacement, RoundRow};
+use crate::store::rounds::{PayoutReplacement, RoundRow};
 use crate::store::{Store, StoreError};
 
 /// Environment variable of the crash test hook: when it names a step, the
@@ -437,14 +440,14 @@ impl Engine {
                 let mut ours = Vec::new();
                 let mut deposits = Vec::new();
                 for tx in &block.txdata {
-                    let txid = tx.compute_txid().to_string();
-                    if unconfirmed.contains(&txid) {
-                        ours.push(txid.clone());
+                    let txid = tx.compute_txid();
+                    if unconfirmed.contains(&txid.to_string()) {
+                        ours.push(txid);
                     }
                     for (vout, o) in tx.output.iter().enumerate() {
                         if let Some(user) = scripts.get(&o.script_pubkey) {
                             deposits.push(Deposit {
-                                txid: txid.clone(),
+                                txid,
                                 vout: vout as i64,
                                 amount_sats: o.value.to_sat() as i64,
                                 user_id: *user,
@@ -477,7 +480,7 @@ impl Engine {
             .as_deref()
             .ok_or_else(|| EngineError::Corrupt(format!("transfer {} has no tx", t.id)))?;
         let tx = txid_of(raw)?;
-        self.broadcast_signed(t.id, t.kind, &t.txid, tx, Mark::Committed)
+        self.broadcast_signed(t.id, t.kind, &t.txid()?, tx, Mark::Committed)
             .await
     }
 
@@ -492,7 +495,7 @@ impl Engine {
         &self,
         id: i64,
         kind: TransferKind,
-        txid: &str,
+        txid: &Txid,
         tx: Transaction,
         mark: Mark,
     ) -> Result<bool, EngineError> {
@@ -537,7 +540,7 @@ impl Engine {
     /// nothing as lost.
     async fn lost_inputs(
         &self,
-        txid: &str,
+        txid: &Txid,
     ) -> Result<Vec<crate::domain::money::Coin>, EngineError> {
         let mut lost = Vec::new();
         for o in self.store.outputs_spent_by(txid).await? {
@@ -649,7 +652,7 @@ impl Engine {
         let height = self.store.synced_tip().await?.map_or(0, |t| t.0);
         let mut changed = false;
         for d in deposits {
-            let Ok(txid) = bitcoin::Txid::from_str(&d.txid) else {
+            let Ok(txid) = d.txid() else {
                 continue;
             };
             match self.chain.transaction(txid).await {
@@ -823,33 +826,33 @@ impl Engine {
         config: &ServiceConfig,
         tip: chain::Tip,
     ) -> Result<bool, EngineError> {
-        let detail = self
+        let proof = self
             .store
-            .round_detail(round.id)
+            .round_proof(round.id)
             .await?
             .ok_or_else(|| EngineError::Corrupt(format!("round {} vanished", round.id)))?;
-        let close_tip = detail
-            .draw
-            .tip_height_at_close
-            .ok_or_else(|| EngineError::Corrupt(format!("round {} has no close tip", round.id)))?;
-        let draw_height = close_tip + 1;
+        let anchor =
+            *proof.round.phase.anchor().ok_or_else(|| {
+                EngineError::Corrupt(format!("round {} has no close tip", round.id))
+            })?;
+        let draw_height = anchor.tip_height + 1;
         // The first block seen at the draw height fixes the draw (see the
         // docs): the watcher stores it on the round as it processes it; a
         // round closed while that block was being processed (another
         // process's sync) takes the block stored at the height.
         let block_hash = match self
-            .checked_draw_block(round.id, &detail, close_tip, tip)
+            .checked_draw_block(round.id, &proof.round.phase, &anchor, tip)
             .await?
         {
             Ok(hash) => hash,
             Err(moved) => return Ok(moved),
         };
-        let bets = draw_bets(&detail.bets);
+        let bets = draw_bets(&proof.bets);
         let d = match draw::compute_draw(round.id, &block_hash, &bets) {
             Ok(d) => d,
             Err(e) => {
                 return self
-                    .give_up_draw(round.id, &DrawColumns::default(), &format!("draw: {e}"))
+                    .give_up_draw(round.id, None, &format!("draw: {e}"))
                     .await
             }
         };
@@ -857,31 +860,28 @@ impl Engine {
         // added, removed or changed since would make the published proof
         // false, so nothing is paid; the round waits for the operator as
         // payout_failed and the next round opens.
-        let recomputed = hex::encode(d.commitment);
-        if detail.draw.bets_commitment.as_deref() != Some(recomputed.as_str()) {
+        let recomputed = sha256::Hash::from_byte_array(d.commitment);
+        if anchor.bets_commitment != recomputed {
             tracing::error!(
                 round = round.id,
-                stored = detail.draw.bets_commitment.as_deref().unwrap_or(""),
+                stored = %anchor.bets_commitment,
                 %recomputed,
                 "bets commitment mismatch; the round is not drawn"
             );
             let reason = format!(
                 "bets commitment mismatch: recomputed {recomputed} differs from the one stored at close"
             );
-            return self
-                .give_up_draw(round.id, &DrawColumns::default(), &reason)
-                .await;
+            return self.give_up_draw(round.id, None, &reason).await;
         }
-        let winner = &detail.bets[d.winner_index];
-        let columns = DrawColumns {
-            tip_height_at_close: Some(close_tip),
-            tip_hash_at_close: detail.draw.tip_hash_at_close.clone(),
-            bets_commitment: Some(hex::encode(d.commitment)),
-            block_height: Some(draw_height),
-            block_hash: Some(block_hash.clone()),
-            seed: Some(hex::encode(d.seed)),
-            ticket: Some(d.ticket as i64),
-            winner_bet_id: Some(winner.id),
+        let winner = &proof.bets[d.winner_index];
+        let result = DrawResult {
+            block: DrawBlock {
+                height: draw_height,
+                hash: block_hash,
+            },
+            seed: sha256::Hash::from_byte_array(d.seed),
+            ticket: d.ticket as i64,
+            winner_bet_id: winner.id,
         };
         let single = draw::single_player(&bets);
         let commission = draw::commission(d.pot_sats, single) as i64;
@@ -891,11 +891,11 @@ impl Engine {
             .await?
         {
             Ok(signed) => signed,
-            Err(reason) => return self.give_up_draw(round.id, &columns, &reason).await,
+            Err(reason) => return self.give_up_draw(round.id, Some(&result), &reason).await,
         };
         match self
             .store
-            .begin_payout(round.id, &columns, &signed.intent)
+            .begin_payout(round.id, &result, &signed.intent)
             .await
         {
             Ok(_) => {}
@@ -911,31 +911,35 @@ impl Engine {
         Ok(true)
     }
 
-    /// The block a drawing round is drawn from, once it is known and a
-    /// child of the tip read at the close (`Ok(hash)`); otherwise whether
-    /// the round moved (`Err(true)`: anchored again after a reorganisation
-    /// replaced that tip; `Err(false)`: wait).
+    /// The block a drawing round (in `phase`, closed at `anchor`) is drawn
+    /// from, once it is known and a child of the tip read at the close
+    /// (`Ok(hash)`); otherwise whether the round moved (`Err(true)`:
+    /// anchored again after a reorganisation replaced that tip;
+    /// `Err(false)`: wait).
     async fn checked_draw_block(
         &self,
         round_id: i64,
-        detail: &crate::store::rounds::RoundDetail,
-        close_tip: i64,
+        phase: &RoundPhase,
+        anchor: &Anchor,
         tip: chain::Tip,
-    ) -> Result<Result<String, bool>, EngineError> {
+    ) -> Result<Result<BlockHash, bool>, EngineError> {
+        let close_tip = anchor.tip_height;
         let draw_height = close_tip + 1;
-        let close_hash = detail.draw.tip_hash_at_close.as_deref();
-        let block_hash = match detail.draw.block_hash.clone() {
-            Some(h) => h,
+        let close_hash = anchor.tip_hash;
+        let block_hash = match phase.block() {
+            Some(b) => b.hash,
             None => match self.store.synced_hash(draw_height).await? {
-                Some(h) => h,
+                Some(h) => parse_block_hash(&h)?,
                 None => {
                     // No draw block yet: the close-time tip may already be
                     // gone (a branch without a block at the draw height yet).
                     let processed = self.store.synced_hash(close_tip).await?;
                     return match (close_hash, processed) {
-                        (Some(x), Some(now)) if now != x => {
+                        (Some(x), Some(now)) if now != x.to_string() => {
                             let reason = format!("the tip {x} read at the close at height {close_tip} was replaced by {now}");
-                            Ok(Err(self.anchor_again(round_id, x, tip, &reason).await?))
+                            Ok(Err(self
+                                .anchor_again(round_id, &x.to_string(), tip, &reason)
+                                .await?))
                         }
                         _ => Ok(Err(false)),
                     };
@@ -945,8 +949,8 @@ impl Engine {
         if let Some(x) = close_hash {
             // Provably mined after the close: the draw block is a child of
             // the tip read at the close, as the chain itself says.
-            let parent = match self.chain.block(parse_block_hash(&block_hash)?).await {
-                Ok(b) => b.header.prev_blockhash.to_string(),
+            let parent = match self.chain.block(block_hash).await {
+                Ok(b) => b.header.prev_blockhash,
                 Err(e) => {
                     tracing::warn!(round = round_id, error = %e, "draw block unavailable; the draw waits");
                     return Ok(Err(false));
@@ -956,7 +960,9 @@ impl Engine {
                 let reason = format!(
                     "the block {block_hash} at the draw height {draw_height} is not a child of the tip {x} read at the close (its parent is {parent})"
                 );
-                return Ok(Err(self.anchor_again(round_id, x, tip, &reason).await?));
+                return Ok(Err(self
+                    .anchor_again(round_id, &x.to_string(), tip, &reason)
+                    .await?));
             }
         }
         Ok(Ok(block_hash))
@@ -1028,13 +1034,13 @@ impl Engine {
     async fn give_up_draw(
         &self,
         round_id: i64,
-        columns: &DrawColumns,
+        draw: Option<&DrawResult>,
         reason: &str,
     ) -> Result<bool, EngineError> {
         tracing::error!(round = round_id, %reason, "payout_failed: the round waits for an admin retry");
         let moved = self
             .store
-            .payout_unbuildable(round_id, columns, reason)
+            .payout_unbuildable(round_id, draw, reason)
             .await?;
         if moved {
             self.notify().await;
@@ -1114,7 +1120,7 @@ impl Engine {
     /// # Errors
     /// [`EngineError::Unbuildable`] when the payout still cannot be built;
     /// database, wallet or chain failures.
-    pub async fn retry_payout(&self, round_id: i64) -> Result<Option<TransferRow>, EngineError> {
+    pub async fn retry_payout(&self, round_id: i64) -> Result<Option<Transfer>, EngineError> {
         let _guard = self.lock.lock().await;
         let Some(detail) = self.store.round_detail(round_id).await? else {
             return Ok(None);
@@ -1135,7 +1141,7 @@ impl Engine {
             self.notify().await;
             let after = self.store.round_detail(round_id).await?;
             return match after.and_then(|d| d.payout) {
-                Some(t) => Ok(Some(t)),
+                Some(t) => Ok(Some(t.decode()?)),
                 None => Err(EngineError::Unbuildable(format!(
                     "round {round_id}: the payout still cannot be built at the current config"
                 ))),
@@ -1151,7 +1157,7 @@ impl Engine {
         // those that still exist on the chain.
         let mut pot = Vec::new();
         let mut dropped = Vec::new();
-        for o in self.store.pot_outputs_spent_by(&payout.txid).await? {
+        for o in self.store.pot_outputs_spent_by(&payout.txid()?).await? {
             if self.output_exists(&o).await? {
                 pot.push(o);
             } else {
@@ -1177,8 +1183,8 @@ impl Engine {
             .replace_failed_payout(&PayoutReplacement {
                 transfer_id: payout.id,
                 round_id,
-                old_txid: &payout.txid,
-                txid: &signed.intent.txid,
+                old_txid: payout.txid()?,
+                txid: signed.intent.txid,
                 raw_tx: &signed.intent.raw_tx,
                 fee_sats: signed.intent.fee_sats,
                 winner_sats: signed.intent.amount_sats,
@@ -1191,7 +1197,12 @@ impl Engine {
         round.status = RoundStatus::PayingOut;
         self.finish_payout(&round).await?;
         self.notify().await;
-        Ok(self.store.transfer(payout.id).await?)
+        Ok(self
+            .store
+            .transfer(payout.id)
+            .await?
+            .map(|t| t.decode())
+            .transpose()?)
     }
 
     /// Whether an output we hold still exists: unspent on the chain (mempool
@@ -1254,14 +1265,9 @@ impl Engine {
 }
 
 fn outpoint_of(o: &crate::domain::money::Coin) -> Result<bitcoin::OutPoint, EngineError> {
-    let txid = bitcoin::Txid::from_str(&o.txid).map_err(|source| EngineError::Hash {
-        what: "txid",
-        text: o.txid.clone(),
-        source,
-    })?;
     let vout = u32::try_from(o.vout)
         .map_err(|_| EngineError::Corrupt(format!("vout {} of {}", o.vout, o.txid)))?;
-    Ok(bitcoin::OutPoint { txid, vout })
+    Ok(bitcoin::OutPoint { txid: o.txid, vout })
 }
 
 /// Why the node is not to be trusted with a close or a draw yet, if it is
@@ -1285,15 +1291,8 @@ pub fn behind(state: &chain::SyncState) -> Option<String> {
 }
 
 /// Bets as the draw sees them.
-pub fn draw_bets(bets: &[BetRow]) -> Vec<DrawBet> {
-    bets.iter()
-        .map(|b| DrawBet {
-            bet_id: b.id,
-            username: b.username.clone(),
-            amount_sats: u64::try_from(b.amount_sats).unwrap_or(0),
-            txid: b.txid.clone(),
-        })
-        .collect()
+pub fn draw_bets(bets: &[Bet]) -> Vec<DrawBet> {
+    bets.iter().map(Bet::draw_bet).collect()
 }
 
 /// Parses a stored block hash.

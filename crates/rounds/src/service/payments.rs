@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use bitcoin::{Network, ScriptBuf};
+use bitcoin::{Network, ScriptBuf, Txid};
 use sha2::{Digest as _, Sha256};
 use tokio::sync::watch;
 
@@ -194,7 +194,7 @@ pub enum PaymentError {
     )]
     OutcomeUnknown {
         /// The transaction that may have been saved.
-        txid: String,
+        txid: Txid,
         /// Why the write failed.
         #[source]
         source: LedgerError,
@@ -338,7 +338,7 @@ pub struct Paid {
     /// Miner fee paid by the user.
     pub fee_sats: i64,
     /// The transaction.
-    pub txid: String,
+    pub txid: Txid,
     /// False when the chain could not be reached: written, broadcast later by the worker.
     pub broadcast: bool,
 }
@@ -701,7 +701,7 @@ impl<'a> Payments<'a> {
             bet_id,
             round_id: t.round_id,
             fee_sats: t.fee_sats,
-            txid: t.txid,
+            txid: t.txid()?,
             broadcast,
         })
     }
@@ -849,7 +849,7 @@ impl<'a> Payments<'a> {
                 bet_id,
                 round_id,
                 fee_sats: signed.intent.fee_sats,
-                txid: signed.intent.txid.clone(),
+                txid: signed.intent.txid,
                 broadcast: false,
             };
             return self.send_written(req.opts, kind, paid, signed.tx).await;
@@ -901,7 +901,7 @@ impl<'a> Payments<'a> {
                     tracing::error!(txid = %intent.txid, error = %read,
                         "the payment's write failed and cannot be read back");
                     return Err(PaymentError::OutcomeUnknown {
-                        txid: intent.txid.clone(),
+                        txid: intent.txid,
                         source: e,
                     });
                 }
@@ -966,7 +966,7 @@ impl<'a> Payments<'a> {
     /// After a write that failed without a refusal: the payment's `(bet
     /// id, transfer id)` if its transaction `txid` was saved all the same
     /// (a lost commit acknowledgement), `None` if it was not.
-    async fn written_anyway(&self, txid: &str) -> Result<Option<(Option<i64>, i64)>, StoreError> {
+    async fn written_anyway(&self, txid: &Txid) -> Result<Option<(Option<i64>, i64)>, StoreError> {
         let Some(t) = self.store.transfer_by_txid(txid).await? else {
             return Ok(None);
         };

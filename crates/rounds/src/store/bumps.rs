@@ -9,6 +9,7 @@
 //! a superseded version, that version becomes the live one in the block's
 //! own database transaction ([`make_confirmed_live`]).
 
+use bitcoin::Txid;
 use sqlx::Row as _;
 
 use super::ledger::{
@@ -21,6 +22,7 @@ use crate::domain::money::{Coin, NewOutput};
 use crate::domain::round::{TransferKind, TransferStatus};
 use crate::domain::settings::ConfigDiff;
 use crate::domain::time::unix_now;
+use crate::domain::transfer::WaitingForConfirmation;
 use crate::store::ledger::TransferRow;
 
 /// `spent_txid` of an output of a version that lost: it exists in no block.
@@ -31,8 +33,8 @@ pub const SUPERSEDED: &str = "superseded";
 pub struct BumpIntent {
     /// The live version it replaces.
     pub replaces: i64,
-    /// Its txid (display hex).
-    pub txid: String,
+    /// Its txid.
+    pub txid: Txid,
     /// The signed transaction in hex.
     pub raw_tx: String,
     /// Its miner fee.
@@ -58,6 +60,20 @@ pub struct WaitingTransfer {
     pub sent_height: Option<i64>,
     /// Versions written so far (1: never bumped).
     pub versions: i64,
+}
+
+impl WaitingTransfer {
+    /// The waiting transfer as the domain reads it, its txid decoded at this edge.
+    ///
+    /// # Errors
+    /// [`StoreError::TransferTxid`] when the stored txid is not one.
+    pub fn decode(&self) -> Result<WaitingForConfirmation, StoreError> {
+        Ok(WaitingForConfirmation {
+            transfer: self.transfer.decode()?,
+            sent_height: self.sent_height,
+            versions: self.versions,
+        })
+    }
 }
 
 impl Store {
@@ -129,14 +145,14 @@ impl Store {
     ///
     /// # Errors
     /// Database failures.
-    pub async fn outputs_created_by(&self, txid: &str) -> Result<Vec<Coin>, StoreError> {
+    pub async fn outputs_created_by(&self, txid: &Txid) -> Result<Vec<Coin>, StoreError> {
         let rows = sqlx::query(&format!(
             "SELECT {OUTPUT_COLS} FROM outputs WHERE txid = $1 ORDER BY vout"
         ))
-        .bind(txid)
+        .bind(txid.to_string())
         .fetch_all(self.pool())
         .await?;
-        Ok(rows.iter().map(output_from_row).collect::<Result<_, _>>()?)
+        rows.iter().map(output_from_row).collect()
     }
 
     /// Replacements written but not yet broadcast (a crash between the
@@ -200,7 +216,7 @@ impl Store {
         .bind(old.kind)
         .bind(old.user_id)
         .bind(old.round_id)
-        .bind(&b.txid)
+        .bind(b.txid.to_string())
         .bind(&b.raw_tx)
         .bind(b.amount_sats)
         .bind(b.fee_sats)
@@ -214,7 +230,7 @@ impl Store {
         .fetch_one(&mut *tx)
         .await?;
         let moved = sqlx::query("UPDATE outputs SET spent_txid = $1 WHERE spent_txid = $2")
-            .bind(&b.txid)
+            .bind(b.txid.to_string())
             .bind(&old.txid)
             .execute(&mut *tx)
             .await?
@@ -228,7 +244,7 @@ impl Store {
                 "INSERT INTO outputs (txid, vout, amount_sats, user_id, round_id, origin) \
                  VALUES ($1, $2, $3, $4, $5, $6)",
             )
-            .bind(&b.txid)
+            .bind(b.txid.to_string())
             .bind(o.vout)
             .bind(o.amount_sats)
             .bind(o.user_id)
@@ -247,7 +263,7 @@ impl Store {
                 kind: Some(old.kind.as_str().to_owned()),
                 user_id: old.user_id,
                 round_id: old.round_id,
-                txid: Some(b.txid.clone()),
+                txid: Some(b.txid.to_string()),
                 replaced_txid: Some(old.txid.clone()),
                 fee_sats: Some(b.fee_sats),
                 fee_rate_sat_vb: Some(b.fee_rate_sat_vb),

@@ -2,6 +2,7 @@
 
 use std::collections::HashSet;
 
+use bitcoin::Txid;
 use sqlx::Row;
 
 use super::ledger::{placeholders, Tx, BATCH};
@@ -16,8 +17,8 @@ pub const COINBASE_MATURITY: i64 = 100;
 /// An output paying a user's address, found in a block.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Deposit {
-    /// Txid (display hex).
-    pub txid: String,
+    /// The transaction.
+    pub txid: Txid,
     /// Output index.
     pub vout: i64,
     /// Value.
@@ -136,7 +137,7 @@ impl Store {
         &self,
         height: i64,
         hash: &str,
-        ours: &[String],
+        ours: &[Txid],
         deposits: &[Deposit],
     ) -> Result<(u64, u64), StoreError> {
         let mut tx = self.pool().begin().await?;
@@ -163,7 +164,7 @@ impl Store {
             // Outputs to users' addresses that we recorded ourselves
             // (change, payouts) are not deposits; any other one (also one of
             // our withdrawals paying another user) is.
-            if !known.contains(&(d.txid.clone(), d.vout))
+            if !known.contains(&(d.txid.to_string(), d.vout))
                 && record_deposit(&mut tx, height, d).await?
             {
                 new_deposits += 1;
@@ -201,7 +202,8 @@ async fn fix_draw_block(tx: &mut Tx<'_>, height: i64, hash: &str) -> Result<(), 
 
 /// Confirms at `height` our outputs and transfers whose transactions are in
 /// `ours`; returns how many transfers it confirmed.
-async fn confirm_ours(tx: &mut Tx<'_>, height: i64, ours: &[String]) -> Result<u64, sqlx::Error> {
+async fn confirm_ours(tx: &mut Tx<'_>, height: i64, ours: &[Txid]) -> Result<u64, sqlx::Error> {
+    let ours: Vec<String> = ours.iter().map(Txid::to_string).collect();
     let mut confirmed = 0;
     for chunk in ours.chunks(BATCH) {
         let list = placeholders(2, chunk.len());
@@ -238,7 +240,7 @@ async fn recorded_outputs(
     deposits: &[Deposit],
 ) -> Result<HashSet<(String, i64)>, sqlx::Error> {
     let mut known = HashSet::new();
-    let mut txids: Vec<&String> = deposits.iter().map(|d| &d.txid).collect();
+    let mut txids: Vec<String> = deposits.iter().map(|d| d.txid.to_string()).collect();
     txids.sort();
     txids.dedup();
     for chunk in txids.chunks(BATCH) {
@@ -248,7 +250,7 @@ async fn recorded_outputs(
         );
         let mut q = sqlx::query(&sql).bind(OutputOrigin::Deposit);
         for t in chunk {
-            q = q.bind(*t);
+            q = q.bind(t);
         }
         for r in q.fetch_all(&mut **tx).await? {
             known.insert((
@@ -269,7 +271,7 @@ async fn record_deposit(tx: &mut Tx<'_>, height: i64, d: &Deposit) -> Result<boo
          VALUES ($1, $2, $3, $4, $7, $5, $6) \
          ON CONFLICT (txid, vout) DO UPDATE SET block_height = $5",
     )
-    .bind(&d.txid)
+    .bind(d.txid.to_string())
     .bind(d.vout)
     .bind(d.amount_sats)
     .bind(d.user_id)
@@ -280,7 +282,7 @@ async fn record_deposit(tx: &mut Tx<'_>, height: i64, d: &Deposit) -> Result<boo
     .await?;
     let existing: Option<i64> =
         sqlx::query_scalar("SELECT id FROM transfers WHERE kind = $3 AND txid = $1 AND vout = $2")
-            .bind(&d.txid)
+            .bind(d.txid.to_string())
             .bind(d.vout)
             .bind(TransferKind::Deposit)
             .fetch_optional(&mut **tx)
@@ -306,7 +308,7 @@ async fn record_deposit(tx: &mut Tx<'_>, height: i64, d: &Deposit) -> Result<boo
          VALUES ($8, $1, $2, $3, $4, $9, $5, $6, $7)",
     )
     .bind(d.user_id)
-    .bind(&d.txid)
+    .bind(d.txid.to_string())
     .bind(d.vout)
     .bind(d.amount_sats)
     .bind(height)

@@ -345,7 +345,7 @@ impl Store {
         intents: &[&Intent],
         marks: &[i64],
     ) -> Result<Vec<(i64, i64)>, LedgerError> {
-        let txids: HashSet<&str> = intents.iter().map(|i| i.txid.as_str()).collect();
+        let txids: HashSet<bitcoin::Txid> = intents.iter().map(|i| i.txid).collect();
         if txids.len() != intents.len() {
             // Two identical transactions: only one can take the inputs, and
             // the rows below are matched by txid; let each be tried alone.
@@ -399,8 +399,8 @@ impl Store {
             .iter()
             .map(|i| {
                 match (
-                    bet_ids.get(i.txid.as_str()),
-                    transfer_ids.get(i.txid.as_str()),
+                    bet_ids.get(&i.txid.to_string()),
+                    transfer_ids.get(&i.txid.to_string()),
                 ) {
                     (Some(&bet), Some(&transfer)) => Ok((bet, transfer)),
                     // Committed, so the rows exist; the answer lists them all.
@@ -643,18 +643,18 @@ fn next_placeholders(n: &mut usize, count: usize) -> String {
 }
 
 /// Every input of the group with the txid that spends it.
-fn group_inputs<'a>(intents: &[&'a Intent]) -> Vec<(i64, &'a str)> {
+fn group_inputs(intents: &[&Intent]) -> Vec<(i64, String)> {
     intents
         .iter()
-        .flat_map(|i| i.inputs.iter().map(move |&id| (id, i.txid.as_str())))
+        .flat_map(|i| i.inputs.iter().map(move |&id| (id, i.txid.to_string())))
         .collect()
 }
 
 /// Every new output of the group with its txid.
-fn group_outputs<'a>(intents: &[&'a Intent]) -> Vec<(&'a str, &'a NewOutput)> {
+fn group_outputs<'a>(intents: &[&'a Intent]) -> Vec<(String, &'a NewOutput)> {
     intents
         .iter()
-        .flat_map(|i| i.outputs.iter().map(move |o| (i.txid.as_str(), o)))
+        .flat_map(|i| i.outputs.iter().map(move |o| (i.txid.to_string(), o)))
         .collect()
 }
 
@@ -667,7 +667,7 @@ fn group_transfers(intents: &[&Intent]) -> Vec<serde_json::Value> {
                 "kind": i.kind.as_str(),
                 "user_id": i.user_id,
                 "round_id": i.round_id,
-                "txid": i.txid,
+                "txid": i.txid.to_string(),
                 "raw_tx": i.raw_tx,
                 "amount_sats": i.amount_sats,
                 "fee_sats": i.fee_sats,

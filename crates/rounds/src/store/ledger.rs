@@ -15,7 +15,7 @@ use sqlx::{Any, Row, Transaction};
 
 use super::idempotency::{bind_key, KeyClaim};
 use super::settings::config_from_row;
-use super::{state_column, Backend, Store, StoreError};
+use super::{state_column, txid_column, Backend, Store, StoreError};
 use crate::domain::audit::{AuditActor, AuditDetails, AuditEvent};
 use crate::domain::ledger::{CorrectionView, LedgerTotals, UnspentView};
 use crate::domain::money::{Coin, Intent};
@@ -167,10 +167,10 @@ const SPENDABLE: &str = "user_id = $1 AND spent_txid IS NULL AND amount_sats > $
 pub(super) const TRANSFER_COLS: &str =
     "id, kind, user_id, round_id, txid, vout, raw_tx, amount_sats, fee_sats, \
      commission_sats, address, status, block_height, created_at, min_confirmations";
-pub(super) fn output_from_row(r: &AnyRow) -> Result<Coin, sqlx::Error> {
+pub(super) fn output_from_row(r: &AnyRow) -> Result<Coin, StoreError> {
     Ok(Coin {
         id: r.try_get("id")?,
-        txid: r.try_get("txid")?,
+        txid: txid_column(r, "outputs")?,
         vout: r.try_get("vout")?,
         amount_sats: r.try_get("amount_sats")?,
         user_id: r.try_get("user_id")?,
@@ -201,16 +201,24 @@ pub(super) fn transfer_from_row(r: &AnyRow) -> Result<TransferRow, sqlx::Error> 
 }
 
 impl TransferRow {
+    /// The transfer's txid, decoded at this edge.
+    ///
+    /// # Errors
+    /// [`StoreError::TransferTxid`] when the stored txid is not one.
+    pub fn txid(&self) -> Result<Txid, StoreError> {
+        Txid::from_str(&self.txid).map_err(|source| StoreError::TransferTxid {
+            transfer_id: self.id,
+            text: self.txid.clone(),
+            source,
+        })
+    }
+
     /// The transfer as the domain reads it, its txid decoded at this edge.
     ///
     /// # Errors
     /// [`StoreError::TransferTxid`] when the stored txid is not one.
     pub fn decode(&self) -> Result<Transfer, StoreError> {
-        let txid = Txid::from_str(&self.txid).map_err(|source| StoreError::TransferTxid {
-            transfer_id: self.id,
-            text: self.txid.clone(),
-            source,
-        })?;
+        let txid = self.txid()?;
         Ok(Transfer {
             id: self.id,
             kind: self.kind,
@@ -331,7 +339,8 @@ pub(super) async fn take_outputs(
 }
 
 pub(super) async fn insert_intent(tx: &mut Tx<'_>, intent: &Intent) -> Result<i64, LedgerError> {
-    take_outputs(tx, &intent.inputs, &intent.txid).await?;
+    let txid = intent.txid.to_string();
+    take_outputs(tx, &intent.inputs, &txid).await?;
     let id: i64 = sqlx::query_scalar(
         "INSERT INTO transfers (kind, user_id, round_id, txid, vout, raw_tx, amount_sats, fee_sats, \
          commission_sats, address, status, created_at) \
@@ -340,7 +349,7 @@ pub(super) async fn insert_intent(tx: &mut Tx<'_>, intent: &Intent) -> Result<i6
     .bind(intent.kind)
     .bind(intent.user_id)
     .bind(intent.round_id)
-    .bind(&intent.txid)
+    .bind(&txid)
     .bind(&intent.raw_tx)
     .bind(intent.amount_sats)
     .bind(intent.fee_sats)
@@ -368,7 +377,7 @@ pub(super) async fn insert_intent(tx: &mut Tx<'_>, intent: &Intent) -> Result<i6
         let mut q = sqlx::query(&sql);
         for o in chunk {
             q = q
-                .bind(&intent.txid)
+                .bind(&txid)
                 .bind(o.vout)
                 .bind(o.amount_sats)
                 .bind(o.user_id)
@@ -728,7 +737,7 @@ impl Store {
         .bind(PAYMENT_COINS_READ)
         .fetch_all(self.pool())
         .await?;
-        Ok(rows.iter().map(output_from_row).collect::<Result<_, _>>()?)
+        rows.iter().map(output_from_row).collect()
     }
 
     /// The sum of every coin [`Store::spendable_outputs_at`] would list
@@ -831,7 +840,7 @@ impl Store {
         .bind(round_id)
         .bind(intent.user_id)
         .bind(intent.amount_sats)
-        .bind(&intent.txid)
+        .bind(intent.txid.to_string())
         .bind(unix_now())
         .bind(intent.fee_sats)
         .bind(BetStatus::Placed)
@@ -962,7 +971,7 @@ impl Store {
             )
             .bind(unix_now())
             .bind(transfer_id)
-            .bind(&o.txid)
+            .bind(o.txid.to_string())
             .bind(o.vout)
             .bind(o.amount_sats)
             .execute(&mut *tx)
@@ -1140,53 +1149,51 @@ impl Store {
     /// The ledger corrections, oldest first.
     async fn ledger_corrections(&self) -> Result<Vec<CorrectionView>, StoreError> {
         let rows = sqlx::query(
-            "SELECT at, round_id, txid, vout, amount_sats, reason FROM ledger_corrections ORDER BY id",
+            "SELECT id, at, round_id, txid, vout, amount_sats, reason FROM ledger_corrections ORDER BY id",
         )
         .fetch_all(self.pool())
         .await?;
-        Ok(rows
-            .iter()
+        rows.iter()
             .map(|r| {
-                Ok::<_, sqlx::Error>(CorrectionView {
+                Ok(CorrectionView {
                     at: r.try_get("at")?,
                     round_id: r.try_get("round_id")?,
-                    txid: r.try_get("txid")?,
+                    txid: txid_column(r, "ledger_corrections")?,
                     vout: r.try_get("vout")?,
                     amount_sats: r.try_get("amount_sats")?,
                     reason: r.try_get("reason")?,
                 })
             })
-            .collect::<Result<_, _>>()?)
+            .collect()
     }
 
     /// Every unspent output the service holds.
     async fn unspent_outputs(&self) -> Result<Vec<UnspentView>, StoreError> {
         let rows = sqlx::query(
-            "SELECT txid, vout, amount_sats FROM outputs WHERE spent_txid IS NULL ORDER BY id",
+            "SELECT id, txid, vout, amount_sats FROM outputs WHERE spent_txid IS NULL ORDER BY id",
         )
         .fetch_all(self.pool())
         .await?;
-        Ok(rows
-            .iter()
+        rows.iter()
             .map(|r| {
-                Ok::<_, sqlx::Error>(UnspentView {
-                    txid: r.try_get("txid")?,
+                Ok(UnspentView {
+                    txid: txid_column(r, "outputs")?,
                     vout: r.try_get("vout")?,
                     amount_sats: r.try_get("amount_sats")?,
                 })
             })
-            .collect::<Result<_, _>>()?)
+            .collect()
     }
 
     /// Our transfer with this txid, if any.
     ///
     /// # Errors
     /// Database failures.
-    pub async fn transfer_by_txid(&self, txid: &str) -> Result<Option<TransferRow>, StoreError> {
+    pub async fn transfer_by_txid(&self, txid: &Txid) -> Result<Option<TransferRow>, StoreError> {
         let row = sqlx::query(&format!(
             "SELECT {TRANSFER_COLS} FROM transfers WHERE txid = $1 AND kind <> $2 ORDER BY id LIMIT 1"
         ))
-        .bind(txid)
+        .bind(txid.to_string())
         .bind(TransferKind::Deposit)
         .fetch_optional(self.pool())
         .await?;
@@ -1197,14 +1204,14 @@ impl Store {
     ///
     /// # Errors
     /// Database failures.
-    pub async fn outputs_spent_by(&self, txid: &str) -> Result<Vec<Coin>, StoreError> {
+    pub async fn outputs_spent_by(&self, txid: &Txid) -> Result<Vec<Coin>, StoreError> {
         let rows = sqlx::query(&format!(
             "SELECT {OUTPUT_COLS} FROM outputs WHERE spent_txid = $1 ORDER BY id"
         ))
-        .bind(txid)
+        .bind(txid.to_string())
         .fetch_all(self.pool())
         .await?;
-        Ok(rows.iter().map(output_from_row).collect::<Result<_, _>>()?)
+        rows.iter().map(output_from_row).collect()
     }
 
     /// Counts a broadcast attempt of transfer `id` that had no settled
@@ -1292,12 +1299,12 @@ impl Store {
     /// Database failures.
     pub async fn audit_unknown_spend(
         &self,
-        txid: &str,
+        txid: &Txid,
         vout: i64,
         amount_sats: i64,
     ) -> Result<(), StoreError> {
         let details = AuditDetails {
-            txid: Some(txid.to_owned()),
+            txid: Some(txid.to_string()),
             vout: Some(vout),
             amount_sats: Some(amount_sats),
             ..AuditDetails::none()
@@ -1308,7 +1315,7 @@ impl Store {
         let first = sqlx::query(
             "INSERT INTO unknown_spends (txid, vout) VALUES ($1, $2) ON CONFLICT DO NOTHING",
         )
-        .bind(txid)
+        .bind(txid.to_string())
         .bind(vout)
         .execute(&mut *tx)
         .await?

@@ -79,6 +79,19 @@ pub enum StoreError {
         #[source]
         source: bitcoin::hex::HexToArrayError,
     },
+    /// A stored txid (of an output, a ledger correction, …) is not one.
+    #[error("{table} row {id} holds txid {text:?}")]
+    StoredTxid {
+        /// The table.
+        table: &'static str,
+        /// The row.
+        id: i64,
+        /// The stored text.
+        text: String,
+        /// Why it does not parse.
+        #[source]
+        source: bitcoin::hex::HexToArrayError,
+    },
     /// The task writing a group of bets and broadcast marks stopped before
     /// it answered (whether the request was written is unknown until read).
     #[error("the group write stopped before it answered")]
@@ -321,6 +334,21 @@ where
             index: column.to_string(),
             source: Box::new(e),
         })
+}
+
+/// The `txid` column of row `r` of `table` (which carries its `id`),
+/// decoded at the store's edge.
+///
+/// # Errors
+/// [`StoreError::StoredTxid`] when the stored text is not a txid.
+pub(crate) fn txid_column(r: &AnyRow, table: &'static str) -> Result<bitcoin::Txid, StoreError> {
+    let text: String = r.try_get("txid")?;
+    bitcoin::Txid::from_str(&text).map_err(|source| StoreError::StoredTxid {
+        table,
+        id: r.try_get("id").unwrap_or_default(),
+        text,
+        source,
+    })
 }
 
 /// Names the unique constraint an insert into `users` violated. SQLite

@@ -13,7 +13,8 @@ use super::{state_column, Store, StoreError};
 use crate::domain::audit::{AuditActor, AuditDetails, AuditEvent, AuditOutput};
 use crate::domain::money::{Coin, Intent};
 use crate::domain::phase::{
-    Bet, DrawColumnValues, Payout, PhaseError, Round, RoundPhase, RoundProof, RoundSummary,
+    Bet, DrawColumnValues, DrawResult, Payout, PhaseError, Round, RoundPhase, RoundProof,
+    RoundSummary,
 };
 use crate::domain::round::{BetStatus, OutputOrigin, RoundStatus, TransferKind, TransferStatus};
 use crate::domain::settings::ConfigDiff;
@@ -62,7 +63,7 @@ async fn correct_vanished_inputs(
         .bind(unix_now())
         .bind(round_id)
         .bind(transfer_id)
-        .bind(&o.txid)
+        .bind(o.txid.to_string())
         .bind(o.vout)
         .bind(o.amount_sats)
         .execute(&mut **tx)
@@ -85,9 +86,10 @@ async fn move_payout_outputs(
         winner_vout,
         ..
     } = *r;
+    let (txid, old_txid) = (txid.to_string(), old_txid.to_string());
     sqlx::query("UPDATE outputs SET spent_txid = $1 WHERE spent_txid = $2")
-        .bind(txid)
-        .bind(old_txid)
+        .bind(&txid)
+        .bind(&old_txid)
         .execute(&mut **tx)
         .await?;
     match winner_vout {
@@ -95,10 +97,10 @@ async fn move_payout_outputs(
             let moved = sqlx::query(
                 "UPDATE outputs SET txid = $1, vout = $2, amount_sats = $3 WHERE txid = $4",
             )
-            .bind(txid)
+            .bind(&txid)
             .bind(v)
             .bind(winner_sats)
-            .bind(old_txid)
+            .bind(&old_txid)
             .execute(&mut **tx)
             .await?
             .rows_affected();
@@ -110,7 +112,7 @@ async fn move_payout_outputs(
                     "INSERT INTO outputs (txid, vout, amount_sats, user_id, round_id, origin) \
                      SELECT $1, $2, $3, user_id, NULL, $5 FROM transfers WHERE id = $4",
                 )
-                .bind(txid)
+                .bind(&txid)
                 .bind(v)
                 .bind(winner_sats)
                 .bind(transfer_id)
@@ -121,7 +123,7 @@ async fn move_payout_outputs(
         }
         None => {
             sqlx::query("DELETE FROM outputs WHERE txid = $1")
-                .bind(old_txid)
+                .bind(&old_txid)
                 .execute(&mut **tx)
                 .await?;
         }
@@ -137,9 +139,9 @@ pub struct PayoutReplacement<'a> {
     /// Its round.
     pub round_id: i64,
     /// The refused transaction.
-    pub old_txid: &'a str,
+    pub old_txid: Txid,
     /// The replacement.
-    pub txid: &'a str,
+    pub txid: Txid,
     /// The replacement, signed, in hex.
     pub raw_tx: &'a str,
     /// Its miner fee.
@@ -267,40 +269,57 @@ async fn open_next_if_newest(
     Ok(())
 }
 
-/// The draw as stored on the round.
+/// The draw as stored on the round: seven nullable columns that only this
+/// module reads and writes; above the store a round's draw is its
+/// [`RoundPhase`].
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct DrawColumns {
+pub(super) struct DrawColumns {
     /// Tip height when the round closed.
-    pub tip_height_at_close: Option<i64>,
+    pub(super) tip_height_at_close: Option<i64>,
     /// Display hex of that tip's hash: the draw block's parent.
-    pub tip_hash_at_close: Option<String>,
+    pub(super) tip_hash_at_close: Option<String>,
     /// Hex.
-    pub bets_commitment: Option<String>,
+    pub(super) bets_commitment: Option<String>,
     /// Height of the draw block.
-    pub block_height: Option<i64>,
+    pub(super) block_height: Option<i64>,
     /// Display hex of the draw block.
-    pub block_hash: Option<String>,
+    pub(super) block_hash: Option<String>,
     /// Hex.
-    pub seed: Option<String>,
+    pub(super) seed: Option<String>,
     /// The winning satoshi.
-    pub ticket: Option<i64>,
+    pub(super) ticket: Option<i64>,
     /// The winning bet.
-    pub winner_bet_id: Option<i64>,
+    pub(super) winner_bet_id: Option<i64>,
 }
 
-/// A bet with its username, as the draw and the views need it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BetRow {
-    /// Bet id.
-    pub id: i64,
-    /// Bettor.
-    pub user_id: i64,
-    /// Username as stored.
-    pub username: String,
-    /// Amount.
-    pub amount_sats: i64,
-    /// Bet transaction id.
-    pub txid: String,
+impl DrawColumns {
+    /// The columns a stored draw writes (the close's anchor aside).
+    fn of_draw(draw: &DrawResult) -> Self {
+        DrawColumns {
+            block_height: Some(draw.block.height),
+            block_hash: Some(draw.block.hash.to_string()),
+            seed: Some(draw.seed.to_string()),
+            ticket: Some(draw.ticket),
+            winner_bet_id: Some(draw.winner_bet_id),
+            ..DrawColumns::default()
+        }
+    }
+}
+
+const BET_COLS: &str = "b.id, b.user_id, u.username, b.amount_sats, b.txid";
+
+/// A bet of round `round_id` as read with [`BET_COLS`], its txid decoded.
+fn bet_from_row(round_id: i64, r: &AnyRow) -> Result<Bet, StoreError> {
+    // Bets placed before the service recorded transactions have none.
+    let txid = r.try_get::<Option<String>, _>("txid")?;
+    Ok(Bet {
+        id: r.try_get("id")?,
+        user_id: r.try_get("user_id")?,
+        username: r.try_get("username")?,
+        amount_sats: r.try_get("amount_sats")?,
+        txid: hash_column("bets.txid", txid.as_deref().filter(|t| !t.is_empty()))
+            .map_err(|source| StoreError::Round { round_id, source })?,
+    })
 }
 
 /// A round with everything its view shows.
@@ -309,9 +328,9 @@ pub struct RoundDetail {
     /// The round row.
     pub round: RoundRow,
     /// Draw columns.
-    pub draw: DrawColumns,
+    pub(super) draw: DrawColumns,
     /// Placed bets in ascending id.
-    pub bets: Vec<BetRow>,
+    pub bets: Vec<Bet>,
     /// The payout transfer, if any.
     pub payout: Option<TransferRow>,
 }
@@ -322,7 +341,7 @@ pub struct RoundSummaryRow {
     /// The round row (with its bet count and pot).
     pub round: RoundRow,
     /// Draw columns.
-    pub draw: DrawColumns,
+    pub(super) draw: DrawColumns,
     /// The winner's username, once drawn.
     pub winner_username: Option<String>,
     /// The payout, if any.
@@ -437,27 +456,16 @@ impl Store {
     ///
     /// # Errors
     /// Database failures.
-    pub async fn round_bets(&self, round_id: i64) -> Result<Vec<BetRow>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT b.id, b.user_id, u.username, b.amount_sats, b.txid FROM bets b \
-             JOIN users u ON u.id = b.user_id WHERE b.round_id = $1 AND b.status = $2 ORDER BY b.id",
-        )
+    pub async fn round_bets(&self, round_id: i64) -> Result<Vec<Bet>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {BET_COLS} FROM bets b \
+             JOIN users u ON u.id = b.user_id WHERE b.round_id = $1 AND b.status = $2 ORDER BY b.id"
+        ))
         .bind(round_id)
         .bind(BetStatus::Placed)
         .fetch_all(self.pool())
         .await?;
-        Ok(rows
-            .iter()
-            .map(|r| {
-                Ok::<_, sqlx::Error>(BetRow {
-                    id: r.try_get("id")?,
-                    user_id: r.try_get("user_id")?,
-                    username: r.try_get("username")?,
-                    amount_sats: r.try_get("amount_sats")?,
-                    txid: r.try_get::<Option<String>, _>("txid")?.unwrap_or_default(),
-                })
-            })
-            .collect::<Result<_, _>>()?)
+        rows.iter().map(|r| bet_from_row(round_id, r)).collect()
     }
 
     /// A page of rounds newest first, below `before_id`, as the list shows
@@ -580,7 +588,7 @@ impl Store {
         round_id: i64,
         tip_height: i64,
         tip_hash: Option<&str>,
-        commitment_of: impl FnOnce(&[BetRow]) -> String,
+        commitment_of: impl FnOnce(&[Bet]) -> String,
     ) -> Result<bool, StoreError> {
         let mut tx = self.pool().begin().await?;
         let moved = sqlx::query("UPDATE rounds SET status = $2 WHERE id = $1 AND status = $3")
@@ -606,25 +614,17 @@ impl Store {
             tx.rollback().await?;
             return Ok(false);
         }
-        let rows = sqlx::query(
-            "SELECT b.id, b.user_id, u.username, b.amount_sats, b.txid FROM bets b \
-             JOIN users u ON u.id = b.user_id WHERE b.round_id = $1 AND b.status = $2 ORDER BY b.id",
-        )
+        let rows = sqlx::query(&format!(
+            "SELECT {BET_COLS} FROM bets b \
+             JOIN users u ON u.id = b.user_id WHERE b.round_id = $1 AND b.status = $2 ORDER BY b.id"
+        ))
         .bind(round_id)
         .bind(BetStatus::Placed)
         .fetch_all(&mut *tx)
         .await?;
         let bets = rows
             .iter()
-            .map(|r| {
-                Ok::<_, sqlx::Error>(BetRow {
-                    id: r.try_get("id")?,
-                    user_id: r.try_get("user_id")?,
-                    username: r.try_get("username")?,
-                    amount_sats: r.try_get("amount_sats")?,
-                    txid: r.try_get::<Option<String>, _>("txid")?.unwrap_or_default(),
-                })
-            })
+            .map(|r| bet_from_row(round_id, r))
             .collect::<Result<Vec<_>, _>>()?;
         sqlx::query(
             "UPDATE rounds SET tip_height_at_close = $1, tip_hash_at_close = $4, bets_commitment = $2 \
@@ -760,9 +760,10 @@ impl Store {
     pub async fn begin_payout(
         &self,
         round_id: i64,
-        draw: &DrawColumns,
+        draw: &DrawResult,
         intent: &Intent,
     ) -> Result<i64, LedgerError> {
+        let draw = DrawColumns::of_draw(draw);
         let mut tx = self.pool().begin().await?;
         let moved = sqlx::query(
             "UPDATE rounds SET status = $7, block_height = $1, block_hash = $2, seed = $3, \
@@ -801,22 +802,22 @@ impl Store {
         .bind(OutputOrigin::Pot)
         .fetch_all(self.pool())
         .await?;
-        Ok(rows.iter().map(output_from_row).collect::<Result<_, _>>()?)
+        rows.iter().map(output_from_row).collect()
     }
 
     /// Pot outputs taken by transaction `txid` (a failed payout to rebuild).
     ///
     /// # Errors
     /// Database failures.
-    pub async fn pot_outputs_spent_by(&self, txid: &str) -> Result<Vec<Coin>, StoreError> {
+    pub async fn pot_outputs_spent_by(&self, txid: &Txid) -> Result<Vec<Coin>, StoreError> {
         let rows = sqlx::query(&format!(
             "SELECT {OUTPUT_COLS} FROM outputs WHERE origin = $2 AND spent_txid = $1 ORDER BY id"
         ))
-        .bind(txid)
+        .bind(txid.to_string())
         .bind(OutputOrigin::Pot)
         .fetch_all(self.pool())
         .await?;
-        Ok(rows.iter().map(output_from_row).collect::<Result<_, _>>()?)
+        rows.iter().map(output_from_row).collect()
     }
 
     /// A payout whose broadcast failed: marks it and writes `payout_failed`
@@ -876,9 +877,11 @@ impl Store {
     pub async fn payout_unbuildable(
         &self,
         round_id: i64,
-        draw: &DrawColumns,
+        draw: Option<&DrawResult>,
         reason: &str,
     ) -> Result<bool, StoreError> {
+        // No draw: the columns keep whatever an earlier attempt stored.
+        let draw = draw.map(DrawColumns::of_draw).unwrap_or_default();
         let mut tx = self.pool().begin().await?;
         let moved = sqlx::query(
             "UPDATE rounds SET status = $7, block_height = COALESCE($1, block_height), \
@@ -981,7 +984,7 @@ impl Store {
              commission_sats = $6, broadcast_attempts = 0, set_aside_at = NULL \
              WHERE id = $5 AND status = $8",
         )
-        .bind(txid)
+        .bind(txid.to_string())
         .bind(raw_tx)
         .bind(fee_sats)
         .bind(winner_sats)
@@ -1017,7 +1020,7 @@ impl Store {
                     dropped
                         .iter()
                         .map(|o| AuditOutput {
-                            txid: o.txid.clone(),
+                            txid: o.txid.to_string(),
                             vout: o.vout,
                             amount_sats: o.amount_sats,
                         })
@@ -1116,18 +1119,6 @@ fn decode_round(round: &RoundRow, d: &DrawColumns) -> Result<Round, RoundDecodeE
     })
 }
 
-fn decode_bet(b: &BetRow) -> Result<Bet, RoundDecodeError> {
-    // Bets placed before the service recorded transactions have none.
-    let txid = Some(b.txid.as_str()).filter(|t| !t.is_empty());
-    Ok(Bet {
-        id: b.id,
-        user_id: b.user_id,
-        username: b.username.clone(),
-        amount_sats: b.amount_sats,
-        txid: hash_column("bets.txid", txid)?,
-    })
-}
-
 fn decode_payout(p: &TransferRow) -> Result<Payout, RoundDecodeError> {
     Ok(Payout {
         txid: hash_text::<Txid>("transfers.txid", &p.txid)?,
@@ -1158,7 +1149,7 @@ impl RoundDetail {
     pub fn decode(&self) -> Result<RoundProof, RoundDecodeError> {
         Ok(RoundProof {
             round: decode_round(&self.round, &self.draw)?,
-            bets: self.bets.iter().map(decode_bet).collect::<Result<_, _>>()?,
+            bets: self.bets.clone(),
             payout: self.payout.as_ref().map(decode_payout).transpose()?,
         })
     }

@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
+use bitcoin::Txid;
 use sqlx::Row as _;
 
 use super::migrations::CASE_INSENSITIVE_USERNAMES;
@@ -641,8 +642,8 @@ async fn first_round_is_created_once(b: Backend) {
 
 mod money {
     use crate::domain::money::{Intent, NewOutput};
+    use crate::domain::phase::{DrawBlock, DrawResult};
     use crate::domain::round::{OutputOrigin, TransferKind};
-    use crate::store::rounds::DrawColumns;
     use crate::store::LedgerError;
 
     pub(super) fn intent(
@@ -656,7 +657,7 @@ mod money {
             kind,
             user_id: Some(user),
             round_id: round,
-            txid: txid.into(),
+            txid: txid.parse().unwrap(),
             raw_tx: "00".into(),
             amount_sats: 10_000,
             fee_sats: 200,
@@ -677,11 +678,15 @@ mod money {
         matches!(r, Err(LedgerError::OutputTaken(_)))
     }
 
-    pub(super) fn draw() -> DrawColumns {
-        DrawColumns {
-            block_height: Some(11),
-            block_hash: Some("ab".repeat(32)),
-            ..DrawColumns::default()
+    pub(super) fn draw() -> DrawResult {
+        DrawResult {
+            block: DrawBlock {
+                height: 11,
+                hash: "ab".repeat(32).parse().unwrap(),
+            },
+            seed: "cd".repeat(32).parse().unwrap(),
+            ticket: 0,
+            winner_bet_id: 1,
         }
     }
 }
@@ -689,7 +694,7 @@ mod money {
 /// The 100,000-sat deposit output `d…d:0` to `user_id`.
 fn deposit(user_id: i64) -> crate::store::chain::Deposit {
     crate::store::chain::Deposit {
-        txid: "d".repeat(64),
+        txid: "d".repeat(64).parse().unwrap(),
         vout: 0,
         amount_sats: 100_000,
         user_id,
@@ -846,7 +851,7 @@ async fn one_payout_per_round(b: Backend) {
     );
     p1.outputs.clear();
     let mut p2 = p1.clone();
-    p2.txid = "7".repeat(64);
+    p2.txid = "7".repeat(64).parse().unwrap();
     let (s1, s2) = (db.store.clone(), db.store.clone());
     let (a, c) = (round.id, round.id);
     let (r1, r2) = tokio::join!(
@@ -895,7 +900,7 @@ async fn reorg_unwinds_deposits_and_confirmations(b: Backend) {
     let id = db.store.record_withdrawal(&w).await.unwrap();
     db.store.mark_broadcast(id).await.unwrap();
     db.store
-        .connect_block(11, "h11", &["8".repeat(64)], &[])
+        .connect_block(11, "h11", &["8".repeat(64).parse().unwrap()], &[])
         .await
         .unwrap();
     assert_eq!(
@@ -918,7 +923,12 @@ async fn reorg_unwinds_deposits_and_confirmations(b: Backend) {
     assert_eq!(db.store.unconfirmed_broadcasts().await.unwrap().len(), 1);
     // Re-mined on the new branch: credited once, not twice.
     db.store
-        .connect_block(10, "n10", &["8".repeat(64)], &[deposit(user)])
+        .connect_block(
+            10,
+            "n10",
+            &["8".repeat(64).parse().unwrap()],
+            &[deposit(user)],
+        )
         .await
         .unwrap();
     let totals = db.store.ledger_totals().await.unwrap();
@@ -1023,9 +1033,11 @@ async fn an_unknown_spend_is_audited_once_per_output_across_an_upgrade(b: Backen
     .await
     .unwrap();
     s.migrate().await.unwrap();
-    let new = "b".repeat(64);
+    let new: Txid = "b".repeat(64).parse().unwrap();
     for _ in 0..3 {
-        s.audit_unknown_spend(&old, 1, 700).await.unwrap();
+        s.audit_unknown_spend(&old.parse().unwrap(), 1, 700)
+            .await
+            .unwrap();
         s.audit_unknown_spend(&new, 0, 900).await.unwrap();
     }
     // Two processes finding the same output at the same moment.
@@ -1051,7 +1063,10 @@ async fn an_unknown_spend_is_audited_once_per_output_across_an_upgrade(b: Backen
             )
         })
         .collect();
-    assert_eq!(keys, vec![(old, 1), (new.clone(), 0), (new, 2)]);
+    assert_eq!(
+        keys,
+        vec![(old, 1), (new.to_string(), 0), (new.to_string(), 2)]
+    );
 }
 
 /// The limits' shared state (issue 18): two handles on one database stand
@@ -1558,7 +1573,7 @@ async fn bets_written_together_each_get_their_own_outcome(b: Backend) {
         users.push(u);
         for vout in 0..2 {
             deposits.push(crate::store::chain::Deposit {
-                txid: format!("{k:064x}").replace('0', "d"),
+                txid: format!("{k:064x}").replace('0', "d").parse().unwrap(),
                 vout,
                 amount_sats: 100_000,
                 user_id: u,
@@ -1604,7 +1619,7 @@ async fn bets_written_together_each_get_their_own_outcome(b: Backend) {
         let t = s.transfer(w.1).await.unwrap().unwrap();
         assert_eq!(
             (t.txid.as_str(), t.status),
-            (bet.txid.as_str(), TransferStatus::Signed)
+            (bet.txid.to_string().as_str(), TransferStatus::Signed)
         );
     }
     assert_eq!(pot_and_bettors(s, round).await, ((50_000, 5), (50_000, 5)));
@@ -1712,7 +1727,7 @@ async fn the_payment_context_reads_the_coins_spendable_at_its_tip(b: Backend) {
     let a = s.create_user("payer", "h", addr).await.unwrap();
     let other = s.create_user("other", "h", addr).await.unwrap();
     let dep = |user_id: i64, txid: char, vout: i64, amount_sats: i64, coinbase: bool| Deposit {
-        txid: txid.to_string().repeat(64),
+        txid: txid.to_string().repeat(64).parse().unwrap(),
         vout,
         amount_sats,
         user_id,
@@ -1822,13 +1837,13 @@ async fn a_retried_payout_records_the_winner_output_the_failed_one_lacked(b: Bac
         .await
         .unwrap();
     assert!(s.payout_failed(payout, round.id, "refused").await.unwrap());
-    let new_txid = "7".repeat(64);
+    let new_txid: Txid = "7".repeat(64).parse().unwrap();
     assert!(s
         .replace_failed_payout(&super::rounds::PayoutReplacement {
             transfer_id: payout,
             round_id: round.id,
-            old_txid: &failed.txid,
-            txid: &new_txid,
+            old_txid: failed.txid,
+            txid: new_txid,
             raw_tx: "00",
             fee_sats: 2_000,
             winner_sats: 5_000,
@@ -1841,7 +1856,7 @@ async fn a_retried_payout_records_the_winner_output_the_failed_one_lacked(b: Bac
     let rows = sqlx::query(
         "SELECT vout, amount_sats, user_id, origin FROM outputs WHERE txid = $1 AND spent_txid IS NULL",
     )
-    .bind(&new_txid)
+    .bind(new_txid.to_string())
     .fetch_all(s.pool())
     .await
     .unwrap();
@@ -1855,9 +1870,9 @@ async fn a_retried_payout_records_the_winner_output_the_failed_one_lacked(b: Bac
     s.connect_block(
         11,
         "h11",
-        std::slice::from_ref(&new_txid),
+        &[new_txid],
         &[crate::store::chain::Deposit {
-            txid: new_txid.clone(),
+            txid: new_txid,
             vout: 1,
             amount_sats: 5_000,
             user_id: user,
@@ -1921,7 +1936,11 @@ async fn an_idempotency_key_binds_one_payment_and_a_claim_taken_over_binds_none(
         s.record_withdrawal_keyed(&w1, Some(&first)).await,
         Err(LedgerError::IdempotencyClaimLost)
     ));
-    assert!(s.transfer_by_txid(&"1".repeat(64)).await.unwrap().is_none());
+    assert!(s
+        .transfer_by_txid(&"1".repeat(64).parse().unwrap())
+        .await
+        .unwrap()
+        .is_none());
     let w2 = money::intent(
         TransferKind::Withdrawal,
         user,
@@ -2282,7 +2301,7 @@ async fn a_payment_reads_a_bounded_number_of_coins_and_no_dust(b: Backend) {
     let (dust, small) = (1_500_i64, 1_500_i64);
     let deposits: Vec<_> = (0..dust + small)
         .map(|i| crate::store::chain::Deposit {
-            txid: format!("{i:064x}"),
+            txid: format!("{i:064x}").parse().unwrap(),
             vout: 0,
             amount_sats: if i < dust { 50 } else { 1_000 },
             user_id: alice,

@@ -58,7 +58,7 @@ fn replacement_of(old: i64, user: i64, round: Option<i64>, origin: OriginOf) -> 
     };
     BumpIntent {
         replaces: old,
-        txid: NEW.into(),
+        txid: NEW.parse().unwrap(),
         raw_tx: "00".into(),
         fee_sats: 1_000,
         amount_sats,
@@ -98,7 +98,7 @@ async fn bump_a_confirmed_replacement_debits_the_user_once(b: Backend) {
     s.mark_broadcast(new).await.unwrap();
     let watched = s.unconfirmed_txids().await.unwrap();
     assert!(watched.contains(&OLD.to_string()) && watched.contains(&NEW.to_string()));
-    s.connect_block(11, "h11", &[NEW.into()], &[])
+    s.connect_block(11, "h11", &[NEW.parse().unwrap()], &[])
         .await
         .unwrap();
     assert_eq!(s.balances(user, 1).await.unwrap(), (89_000, 89_000, false));
@@ -126,7 +126,7 @@ async fn bump_the_old_version_confirming_after_the_bump_wins_once(b: Backend) {
     let (user, old, new) = bumped_withdrawal(s).await;
     s.mark_broadcast(new).await.unwrap();
     // The chain takes the old version after the bump went out.
-    s.connect_block(11, "h11", &[OLD.into()], &[])
+    s.connect_block(11, "h11", &[OLD.parse().unwrap()], &[])
         .await
         .unwrap();
     assert_eq!(status(s, old).await, TransferStatus::Broadcast);
@@ -134,16 +134,26 @@ async fn bump_the_old_version_confirming_after_the_bump_wins_once(b: Backend) {
     assert_eq!(s.balances(user, 1).await.unwrap(), (89_800, 89_800, false));
     let t = assert_balanced(s).await;
     assert_eq!((t.withdrawn_sats, t.miner_fees_sats), (10_000, 200));
-    assert_eq!(s.outputs_spent_by(OLD).await.unwrap().len(), 1);
-    assert!(s.outputs_spent_by(NEW).await.unwrap().is_empty());
+    assert_eq!(
+        s.outputs_spent_by(&OLD.parse().unwrap())
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(s
+        .outputs_spent_by(&NEW.parse().unwrap())
+        .await
+        .unwrap()
+        .is_empty());
     // The same block again (another process) changes nothing.
-    s.connect_block(11, "h11", &[OLD.into()], &[])
+    s.connect_block(11, "h11", &[OLD.parse().unwrap()], &[])
         .await
         .unwrap();
     assert_eq!(s.balances(user, 1).await.unwrap(), (89_800, 89_800, false));
     // A reorganisation that mines the replacement instead moves the ledger once more.
     s.unwind_above(10).await.unwrap();
-    s.connect_block(11, "n11", &[NEW.into()], &[])
+    s.connect_block(11, "n11", &[NEW.parse().unwrap()], &[])
         .await
         .unwrap();
     assert_eq!(status(s, old).await, TransferStatus::Superseded);
@@ -161,7 +171,13 @@ async fn bump_a_refused_replacement_gives_the_inputs_back_to_the_old_version(b: 
     assert!(!s.refuse_bump(new).await.unwrap(), "once");
     assert_eq!(status(s, old).await, TransferStatus::Broadcast);
     assert_eq!(status(s, new).await, TransferStatus::Superseded);
-    assert_eq!(s.outputs_spent_by(OLD).await.unwrap().len(), 1);
+    assert_eq!(
+        s.outputs_spent_by(&OLD.parse().unwrap())
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     assert_eq!(s.balances(user, 1).await.unwrap(), (0, 89_800, true));
     let t = assert_balanced(s).await;
     assert_eq!(t.miner_fees_sats, 200);
@@ -203,7 +219,7 @@ async fn bump_a_payout_replacement_keeps_one_live_payout_per_round(b: Backend) {
     let t = assert_balanced(s).await;
     assert_eq!((t.commission_paid_sats, t.miner_fees_sats), (10_000, 1_000));
     s.mark_broadcast(new).await.unwrap();
-    s.connect_block(11, "h11", &[OLD.into()], &[])
+    s.connect_block(11, "h11", &[OLD.parse().unwrap()], &[])
         .await
         .unwrap();
     let detail = s.round_detail(round.id).await.unwrap().unwrap();
