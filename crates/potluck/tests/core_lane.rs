@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 use bitcoin::{Address, Amount, FeeRate, Network, OutPoint, TxOut, Txid};
 use chain::{Auth, BitcoindRpc, RpcConfig};
 use serde_json::{json, Value};
-use support::channels::{btc_to_sat, chain_command, start_chain, wait_for, NodeProc};
+use support::channels::{btc_to_sat, chain_command, start_chain, NodeProc};
+use support::{wait_for, wait_for_blocking};
 use support::{Db, Env, Server};
 use wallet::{KeyPath, SpendableOutput, Wallet};
 
@@ -120,7 +121,7 @@ impl LaneChain {
             .build()
             .expect("a runtime for the chain client");
         // Core answers -28 while it loads; the cookie appears once its RPC server is up.
-        let rpc = wait_for("the chain's RPC", 60, || {
+        let rpc = wait_for_blocking("the chain's RPC", Duration::from_secs(60), || {
             if !cookie.exists() {
                 return None;
             }
@@ -364,22 +365,6 @@ fn start_bitcoind(bitcoind: &std::path::Path, datadir: &std::path::Path) -> (Chi
 const ROUND_SECS: &str = "6";
 const DEPOSIT_SAT: i64 = 500_000;
 
-/// Polls `f` until it returns Some, for at most `limit`.
-async fn until<T, F, Fut>(what: &str, limit: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// `potluck serve` on the lane's chain, through `--bitcoind-url` and the cookie.
 async fn start_serve(env: &Env, chain: &LaneChain) -> Server {
     let cookie = chain.cookie.display().to_string();
@@ -399,7 +384,7 @@ async fn fresh_round(s: &Server) -> i64 {
     let start = s.get("/rounds/current", &[]).await.json()["id"]
         .as_i64()
         .expect("a round id");
-    until("a fresh round", Duration::from_secs(60), || async {
+    wait_for("a fresh round", Duration::from_secs(60), || async {
         let c = s.get("/rounds/current", &[]).await.json();
         let id = c["id"].as_i64()?;
         (id > start && c["status"] == "open").then_some(id)
@@ -408,7 +393,7 @@ async fn fresh_round(s: &Server) -> i64 {
 }
 
 async fn round_in(s: &Server, id: i64, status: &str) -> Value {
-    until(status, Duration::from_secs(60), || async {
+    wait_for(status, Duration::from_secs(60), || async {
         let r = s.get(&format!("/rounds/{id}"), &[]).await.json();
         (r["status"] == status).then_some(r)
     })
@@ -417,7 +402,7 @@ async fn round_in(s: &Server, id: i64, status: &str) -> Value {
 
 /// `user`'s newest transaction of `kind` once its status is `status`.
 async fn transfer_in(s: &Server, user: &str, kind: &str, status: &str) -> Value {
-    until(
+    wait_for(
         &format!("{kind} {status}"),
         Duration::from_secs(60),
         || async {
@@ -436,7 +421,7 @@ async fn transfer_in(s: &Server, user: &str, kind: &str, status: &str) -> Value 
 /// The ledger balances once everything is mined, and every output it holds is unspent in
 /// the chain's UTXO set with the value it books.
 async fn assert_ledger_in_utxo_set(s: &Server, chain: &LaneChain, users: &[&str]) {
-    until("the ledger synced", Duration::from_secs(60), || async {
+    wait_for("the ledger synced", Duration::from_secs(60), || async {
         if !chain
             .call("getrawmempool", json!([]))
             .as_array()?
@@ -477,7 +462,7 @@ async fn assert_ledger_in_utxo_set(s: &Server, chain: &LaneChain, users: &[&str]
     assert_eq!(listed, n("users_unspent_sats") + n("pots_in_flight_sats"));
     let mut balances = 0;
     for u in users {
-        let me = until("settled balances", Duration::from_secs(30), || async {
+        let me = wait_for("settled balances", Duration::from_secs(30), || async {
             let me = s.me(u).await;
             (me["has_pending"] == false).then_some(me)
         })
@@ -583,14 +568,14 @@ async fn serve_deposits_bets_draws_pays_out_and_withdraws() {
     assert_eq!(paid_to(&winner_address), [won], "{tx}");
     assert_eq!(paid_to(&fee_address), [commission], "{tx}");
     chain.mine(1);
-    until("payout confirmed", Duration::from_secs(60), || async {
+    wait_for("payout confirmed", Duration::from_secs(60), || async {
         let r = s.get(&format!("/rounds/{id}"), &[]).await.json();
         (r["payout"]["status"] == "confirmed").then_some(())
     })
     .await;
     for (i, t) in tokens.iter().enumerate() {
         let expected = DEPOSIT_SAT - amounts[i] - fees[i] + if i == wi { won } else { 0 };
-        let me = until("settled", Duration::from_secs(30), || async {
+        let me = wait_for("settled", Duration::from_secs(30), || async {
             let me = s.me(t).await;
             (me["has_pending"] == false).then_some(me)
         })
@@ -645,7 +630,6 @@ async fn serve_deposits_bets_draws_pays_out_and_withdraws() {
         w["fee_sats"]
     );
     server.stop().await;
-    env.cleanup().await;
 }
 
 // ---- node: open, pay, restart, close cooperatively and unilaterally ----
@@ -674,7 +658,9 @@ fn open_channel(chain: &LaneChain, a: &NodeProc, b: &NodeProc) -> u64 {
         .to_owned();
     chain.send(&addr, FUNDING_SAT);
     chain.mine(1);
-    wait_for("A's funds", 60, || (a.funds() == FUNDING_SAT).then_some(()));
+    wait_for_blocking("A's funds", Duration::from_secs(60), || {
+        (a.funds() == FUNDING_SAT).then_some(())
+    });
     let connected = a.cli(&["connect", &b.listen]);
     assert_eq!(connected["node_id"], b.id.as_str());
     let opened = a.cli(&["open", &b.id, &CAPACITY_SAT.to_string()]);
@@ -686,7 +672,7 @@ fn open_channel(chain: &LaneChain, a: &NodeProc, b: &NodeProc) -> u64 {
     let entry = chain.try_call("getmempoolentry", json!([anchor]));
     assert!(entry.is_ok(), "the anchor in the mempool: {entry:?}");
     chain.mine(1);
-    wait_for("channel live on both", 60, || {
+    wait_for_blocking("channel live on both", Duration::from_secs(60), || {
         (a.channel_state() == "normal" && b.channel_state() == "normal").then_some(())
     });
     let outs: Vec<u64> = chain.tx(&anchor)["vout"]
@@ -697,7 +683,9 @@ fn open_channel(chain: &LaneChain, a: &NodeProc, b: &NodeProc) -> u64 {
         .collect();
     assert!(outs.contains(&CAPACITY_SAT), "{outs:?}");
     let change = FUNDING_SAT - CAPACITY_SAT - chain.fee(&anchor);
-    wait_for("A's change", 60, || (a.funds() == change).then_some(()));
+    wait_for_blocking("A's change", Duration::from_secs(60), || {
+        (a.funds() == change).then_some(())
+    });
     change
 }
 
@@ -764,9 +752,11 @@ fn node_channel_opens_pays_restarts_and_closes_cooperatively() {
     // kill -9 of B; after its restart the channel goes on.
     b.kill9();
     b.restart();
-    let paid = wait_for("a payment after B's restart", 60, || {
-        a.try_cli(&["pay", &b.id, "20000000"]).ok()
-    });
+    let paid = wait_for_blocking(
+        "a payment after B's restart",
+        Duration::from_secs(60),
+        || a.try_cli(&["pay", &b.id, "20000000"]).ok(),
+    );
     assert_eq!(paid["state"], "normal");
     a_total -= 20_000;
     b.cli(&["pay", &a.id, "7000000"]);
@@ -778,7 +768,7 @@ fn node_channel_opens_pays_restarts_and_closes_cooperatively() {
     assert_eq!(closed["state"], "closed", "{closed}");
     chain.mine(1);
     // The close pays B's output; its fee is split as the commitment fee is.
-    let out = wait_for("B's close output", 60, || {
+    let out = wait_for_blocking("B's close output", Duration::from_secs(60), || {
         let f = b.cli(&["listfunds"]);
         f["outputs"].as_array()?.first().cloned()
     });
@@ -789,9 +779,11 @@ fn node_channel_opens_pays_restarts_and_closes_cooperatively() {
     let a_fee = close_fee - b_fee;
     let b_expect = b_total - b_fee;
     let a_expect = a_change + a_total - a_fee;
-    wait_for("close outputs in both wallets", 60, || {
-        (a.funds() == a_expect && b.funds() == b_expect).then_some(())
-    });
+    wait_for_blocking(
+        "close outputs in both wallets",
+        Duration::from_secs(60),
+        || (a.funds() == a_expect && b.funds() == b_expect).then_some(()),
+    );
     assert_eq!(b.channel_state(), "closed");
     assert_eq!(
         chain.utxo_sat(&close_txid, out["vout"].as_u64().expect("a vout")),
@@ -823,13 +815,13 @@ fn node_channel_closes_unilaterally_and_claims_after_restart() {
     let closed = b.cli(&["close", &a.id, "force"]);
     assert_eq!(closed["state"], "on_chain", "{closed}");
     chain.mine(1);
-    wait_for("A sees the commitment", 60, || {
+    wait_for_blocking("A sees the commitment", Duration::from_secs(60), || {
         (a.channel_state() == "on_chain").then_some(())
     });
     b.kill9();
     b.restart();
 
-    let fees = wait_for("every claim confirmed", 120, || {
+    let fees = wait_for_blocking("every claim confirmed", Duration::from_secs(120), || {
         chain.mine(1);
         let fees = channel_fees(&chain, &[&a, &b], &anchor);
         (a.funds() + b.funds() + fees == a_change + CAPACITY_SAT).then_some(fees)

@@ -118,7 +118,6 @@ async fn registration_rules_and_login(db: Db) {
         assert_eq!(r.code(), "invalid_credentials");
     }
     s.stop().await;
-    env.cleanup().await;
 }
 
 async fn concurrent_case_variants_register_once(db: Db) {
@@ -162,7 +161,6 @@ async fn concurrent_case_variants_register_once(db: Db) {
         assert!(addresses.insert(r.json()["address"].as_str().unwrap().to_string()));
     }
     s.stop().await;
-    env.cleanup().await;
 }
 
 async fn tokens_are_checked_strictly(db: Db) {
@@ -276,7 +274,6 @@ async fn tokens_are_checked_strictly(db: Db) {
     let r = bet(token.clone()).await;
     assert_eq!((r.status, r.code()), (422, "insufficient_funds".into()));
     s.stop().await;
-    env.cleanup().await;
 }
 
 async fn change_password_rotates_sessions(db: Db) {
@@ -362,7 +359,6 @@ async fn change_password_rotates_sessions(db: Db) {
         .await;
     assert_eq!((r.status, r.code()), (401, "not_authenticated".into()));
     s.stop().await;
-    env.cleanup().await;
 }
 
 async fn unparseable_stored_hash_is_a_wrong_password(db: Db) {
@@ -383,5 +379,4 @@ async fn unparseable_stored_hash_is_a_wrong_password(db: Db) {
     );
     assert!(s.log().contains("unparseable"), "logged as an error");
     s.stop().await;
-    env.cleanup().await;
 }

@@ -149,7 +149,6 @@ async fn bump_the_replacement_confirms_and_the_user_pays_its_fee_once(db: Db) {
     assert_eq!(ledger["miner_fees_sats"].as_i64().unwrap(), second.fee_sats);
     assert_eq!(ledger["withdrawn_sats"].as_i64().unwrap(), WITHDRAWN);
     app.stop().await;
-    env.cleanup().await;
 }
 
 async fn bump_the_old_version_confirming_after_the_bump_is_followed_once(db: Db) {
@@ -204,7 +203,6 @@ async fn bump_the_old_version_confirming_after_the_bump_is_followed_once(db: Db)
         .collect();
     assert_eq!(txids, vec![first.txid.clone()], "{listed}");
     app.stop().await;
-    env.cleanup().await;
 }
 
 async fn bump_never_pays_more_than_the_share_of_the_amount(db: Db) {
@@ -226,7 +224,6 @@ async fn bump_never_pays_more_than_the_share_of_the_amount(db: Db) {
     assert!(all.iter().all(|t| t.fee_sats <= share));
     app.balanced_ledger().await;
     app.stop().await;
-    env.cleanup().await;
 }
 
 async fn bump_a_stuck_payout_is_replaced_and_the_winner_paid_once(db: Db) {
@@ -318,7 +315,6 @@ async fn bump_a_stuck_payout_is_replaced_and_the_winner_paid_once(db: Db) {
         "{me}"
     );
     app.stop().await;
-    env.cleanup().await;
 }
 
 async fn bump_by_the_admin_is_audited_and_refused_with_a_reason(db: Db) {
@@ -434,7 +430,6 @@ async fn bump_by_the_admin_is_audited_and_refused_with_a_reason(db: Db) {
         .await;
     assert_eq!(r.status, 409, "{}", r.text());
     app.stop().await;
-    env.cleanup().await;
 }
 
 async fn bump_a_payout_behind_a_waiting_bet_pays_for_the_package(db: Db) {
@@ -509,7 +504,6 @@ async fn bump_a_payout_behind_a_waiting_bet_pays_for_the_package(db: Db) {
     .await;
     app.balanced_ledger().await;
     app.stop().await;
-    env.cleanup().await;
 }
 
 both_databases!(

@@ -9,11 +9,11 @@ use crate::support;
 
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{json, Value};
-use support::{Api, Db, Env, ADMIN};
+use support::{wait_for, Api, Db, Env, ADMIN};
 use tokio::process::{Child, Command};
 
 /// Every `detail.code` the service answers (crates/rounds error types).
@@ -107,15 +107,12 @@ impl Driver {
             );
         };
         let url = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Ok(s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
-                drop(s);
-                break;
-            }
-            assert!(Instant::now() < deadline, "chromedriver did not start");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_for("chromedriver to accept connections", WAIT, || async {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+        })
+        .await;
         Driver { child, url }
     }
 
@@ -171,8 +168,7 @@ impl Browser {
 
     /// Polls `script` (a JS expression) until it is truthy; returns its value.
     async fn wait_js(&self, what: &str, script: &str) -> Value {
-        let deadline = Instant::now() + WAIT;
-        loop {
+        wait_for(what, WAIT, || async {
             let v = self.js(&format!("return ({script});")).await;
             let truthy = match &v {
                 Value::Null => false,
@@ -181,28 +177,22 @@ impl Browser {
                 Value::Number(n) => n.as_f64() != Some(0.0),
                 _ => true,
             };
-            if truthy {
-                return v;
-            }
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            truthy.then_some(v)
+        })
+        .await
     }
 
     /// Waits until `#id` is visible and its text contains `needle`; returns the text.
     async fn wait_text(&self, id: &str, needle: &str) -> String {
-        let deadline = Instant::now() + WAIT;
-        loop {
+        wait_for(&format!("#{id} showing {needle:?}"), WAIT, || async {
             let text = self.text(id).await;
             if text.contains(needle) && self.visible(id).await {
-                return text;
+                Ok(text)
+            } else {
+                Err(format!("{text:?}"))
             }
-            assert!(
-                Instant::now() < deadline,
-                "#{id} never showed {needle:?}; last text {text:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        })
+        .await
     }
 
     async fn text(&self, id: &str) -> String {
@@ -373,7 +363,6 @@ async fn page_and_assets_are_served_with_their_headers() {
         assert_eq!(r.code(), "not_found", "{path}");
     }
     s.stop().await;
-    env.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -573,7 +562,6 @@ async fn accounts_errors_and_translations_in_the_browser() {
     b.close().await;
     driver.stop().await;
     s.stop().await;
-    env.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -700,7 +688,6 @@ async fn admin_journey_in_the_browser_with_polling_fallback() {
     b.close().await;
     driver.stop().await;
     s.stop().await;
-    env.cleanup().await;
 }
 
 /// The verify view's arithmetic, checked against an independent Rust
@@ -804,7 +791,6 @@ async fn draw_verification_in_the_browser_matches_the_rule() {
     b.close().await;
     driver.stop().await;
     s.stop().await;
-    env.cleanup().await;
 }
 
 /// The server's QR codes (GET /users/me/deposit-qr.svg draws them with
@@ -864,32 +850,17 @@ async fn qr_codes_of_every_size_decode() {
     b.close().await;
     driver.stop().await;
     s.stop().await;
-    env.cleanup().await;
 }
 
 /// The embedded chain's RPC of a running `potluck serve` (cookie auth).
 async fn chain_rpc(env: &Env, port: u16) -> chain::BitcoindRpc {
     let cookie = env.data_dir.join("chain").join(".cookie");
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if cookie.exists() {
-            let mut cfg = chain::RpcConfig::new(
-                format!("http://127.0.0.1:{port}"),
-                chain::Auth::Cookie(cookie.clone()),
-            );
-            cfg.retries = 0;
-            cfg.timeout = Duration::from_secs(10);
-            let c = chain::BitcoindRpc::new(cfg).unwrap();
-            if c.get_block_count().await.is_ok() {
-                return c;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the development chain's RPC did not come up"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let mut cfg = chain::RpcConfig::new(
+        format!("http://127.0.0.1:{port}"),
+        chain::Auth::Cookie(cookie.clone()),
+    );
+    cfg.timeout = Duration::from_secs(10);
+    support::channels::rpc_when_up(cfg, Some(&cookie)).await
 }
 
 fn regtest_address(s: &str) -> chain::bitcoin::Address {
@@ -907,27 +878,21 @@ async fn wait_api(
     what: &str,
     f: impl Fn(&Value) -> bool,
 ) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let auth = format!("Bearer {token}");
-        let headers: Vec<(&str, &str)> = if token.is_empty() {
-            vec![]
-        } else {
-            vec![("authorization", &auth)]
-        };
-        let r = s.get(path, &headers).await;
-        if r.status == 200 {
-            let v = r.json();
-            if f(&v) {
-                return v;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what} at {path}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let auth = format!("Bearer {token}");
+    let headers: Vec<(&str, &str)> = if token.is_empty() {
+        vec![]
+    } else {
+        vec![("authorization", &auth)]
+    };
+    wait_for(
+        &format!("{what} at {path}"),
+        Duration::from_secs(90),
+        || async {
+            let r = s.get(path, &headers).await;
+            (r.status == 200).then(|| r.json()).filter(|v| f(v))
+        },
+    )
+    .await
 }
 
 /// The whole player journey on the development chain, without a reload:
@@ -1248,7 +1213,6 @@ async fn player_journey_on_the_development_chain() {
     b.close().await;
     driver.stop().await;
     s.stop().await;
-    env.cleanup().await;
 }
 
 /// The operator's side of a refused payout: the round shows up under
@@ -1386,5 +1350,4 @@ async fn admin_retries_a_refused_payout_in_the_browser() {
     b.close().await;
     driver.stop().await;
     s.stop().await;
-    env.cleanup().await;
 }

@@ -11,7 +11,7 @@ use bitcoin::{Address, Network, Txid};
 use chain::Chain as _;
 use serde_json::{json, Value};
 use support::rig::Rig;
-use support::{bearer as auth, Db, Env};
+use support::{bearer as auth, Db};
 
 const ROUND_SECS: &str = "6";
 
@@ -1021,12 +1021,7 @@ async fn stream_notifies_money_events() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_on_postgres_spend_once_and_pay_once() {
     let rig = Rig::binary(Db::Postgres, ROUND_SECS).await;
-    let b_env = Env {
-        db: Db::Postgres,
-        data_dir: rig.env.data_dir.join("second"),
-        pg_name: rig.env.pg_name.clone(),
-    };
-    std::fs::create_dir_all(&b_env.data_dir).unwrap();
+    let b_env = rig.env.beside(rig.env.data_dir.join("second"));
     for f in ["wallet.mnemonic", "jwt-secret"] {
         std::fs::copy(rig.env.data_dir.join(f), b_env.data_dir.join(f)).unwrap();
     }
@@ -1344,12 +1339,7 @@ async fn a_coinbase_deposit_is_credited_once_mature() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_payment_written_while_the_chain_is_down_is_broadcast_later() {
     let mut rig = Rig::binary(Db::Sqlite, ROUND_SECS).await;
-    let b_env = Env {
-        db: Db::Sqlite,
-        data_dir: rig.env.data_dir.join("second"),
-        pg_name: None,
-    };
-    std::fs::create_dir_all(&b_env.data_dir).unwrap();
+    let b_env = rig.env.beside(rig.env.data_dir.join("second"));
     let url = format!("http://127.0.0.1:{}/", rig.rpc_port);
     let cookie = rig.env.data_dir.join("chain").join(".cookie");
     let second = b_env

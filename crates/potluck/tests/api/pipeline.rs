@@ -909,7 +909,6 @@ async fn chaos_with_the_chain_restarted_keeps_the_money_whole() {
     }
     s.stop().await;
     drop(chain);
-    env.cleanup().await;
 }
 
 /// Point 10: a deposit output the service holds is spent behind its back

@@ -200,5 +200,4 @@ async fn rebroadcast_of_a_confirmed_fully_spent_withdrawal_credits_nothing_back(
         "{l}"
     );
     server.stop().await;
-    env.cleanup().await;
 }

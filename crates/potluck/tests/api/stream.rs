@@ -53,7 +53,6 @@ async fn global_cap_and_per_ip_eviction(db: Db) {
     assert!(newcomer.next_refetch(Duration::from_secs(5)).await);
     assert!(streams[499].next_refetch(Duration::from_secs(5)).await);
     s.stop().await;
-    env.cleanup().await;
 }
 
 async fn notifications_keepalive_and_coalescing(db: Db) {
@@ -158,7 +157,6 @@ async fn notifications_keepalive_and_coalescing(db: Db) {
         "{statuses:?}"
     );
     s.stop().await;
-    env.cleanup().await;
 }
 
 async fn graceful_shutdown_closes_streams(db: Db) {
@@ -182,5 +180,4 @@ async fn graceful_shutdown_closes_streams(db: Db) {
         .expect("exits")
         .unwrap();
     assert!(status.success(), "{status:?}");
-    env.cleanup().await;
 }

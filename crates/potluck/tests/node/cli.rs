@@ -3,9 +3,11 @@
 use std::io::{BufRead as _, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
+
+use crate::support::wait_for_blocking;
 
 struct Node {
     child: Child,
@@ -100,15 +102,16 @@ fn two_nodes_connect_and_list_each_other() {
     assert_eq!(peers["peers"][0]["node_id"], b.id.as_str());
     assert_eq!(peers["peers"][0]["connected"], true);
     // B sees A once its side of the handshake has attached.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
+    wait_for_blocking("B lists A", Duration::from_secs(5), || {
         let peers = json(&cli(&b, &["listpeers"]));
-        if peers["peers"][0]["node_id"] == a.id.as_str() && peers["peers"][0]["connected"] == true {
-            break;
+        let listed =
+            peers["peers"][0]["node_id"] == a.id.as_str() && peers["peers"][0]["connected"] == true;
+        if listed {
+            Ok(())
+        } else {
+            Err(peers)
         }
-        assert!(Instant::now() < deadline, "B never listed A: {peers}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    });
 
     // A second session to the same node is refused; the first stays up.
     let again = cli(&a, &["connect", &b.peers]);
@@ -122,20 +125,20 @@ fn two_nodes_connect_and_list_each_other() {
     // Disconnect: both sides see it, and since they have no channel, each forgets the other
     // (docs/node.md: peers without a channel are trimmed once gone).
     json(&cli(&a, &["disconnect", &b.id]));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let a_peers = json(&cli(&a, &["listpeers"]));
-        let b_peers = json(&cli(&b, &["listpeers"]));
-        let gone = |v: &Value| v["peers"].as_array().is_some_and(|p| p.is_empty());
-        if gone(&a_peers) && gone(&b_peers) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "still connected: {a_peers} {b_peers}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_blocking(
+        "both sides forget each other",
+        Duration::from_secs(30),
+        || {
+            let a_peers = json(&cli(&a, &["listpeers"]));
+            let b_peers = json(&cli(&b, &["listpeers"]));
+            let gone = |v: &Value| v["peers"].as_array().is_some_and(|p| p.is_empty());
+            if gone(&a_peers) && gone(&b_peers) {
+                Ok(())
+            } else {
+                Err(format!("still connected: {a_peers} {b_peers}"))
+            }
+        },
+    );
 }
 
 #[test]
@@ -195,14 +198,9 @@ fn stop_ends_the_process_and_removes_the_cookie() {
         String::from_utf8_lossy(&out.stdout),
         "potluck node stopping\n"
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = a.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "node did not stop");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = wait_for_blocking("the node to stop", Duration::from_secs(10), || {
+        a.child.try_wait().unwrap()
+    });
     assert!(status.success());
     assert!(!cookie.exists());
     // The control URL goes with the cookie: a stopped node is not found by its directory.
@@ -439,11 +437,9 @@ fn chain_flag_reaches_the_development_chain_by_its_data_directory() {
     );
     let out = chain_cli(&["stop"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while chain.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "chain did not stop");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_blocking("the chain to stop", Duration::from_secs(10), || {
+        chain.try_wait().unwrap()
+    });
     assert!(!data.join("control_url").exists());
 }
 
@@ -485,10 +481,8 @@ fn chain_flag_reaches_a_nodes_embedded_chain_by_its_directory() {
     assert_eq!(info["block_height"].to_string(), chain_height);
     json(&cli_dir(dir.path(), &["getinfo"]));
     assert!(cli_dir(dir.path(), &["stop"]).status.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "node did not stop");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_blocking("the node to stop", Duration::from_secs(10), || {
+        child.try_wait().unwrap()
+    });
     assert!(!chain_dir.join("control_url").exists());
 }

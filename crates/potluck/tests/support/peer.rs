@@ -513,9 +513,11 @@ impl ScriptedPeer {
         self.run(actions);
         let complete = self.expect("open_complete", 30);
         self.handle(&complete);
-        super::channels::wait_for("node lists the channel as normal", 30, || {
-            (node.channel_state() == "normal").then_some(())
-        });
+        super::wait_for_blocking(
+            "node lists the channel as normal",
+            Duration::from_secs(30),
+            || (node.channel_state() == "normal").then_some(()),
+        );
     }
 }
 
