@@ -487,22 +487,7 @@ async fn serve_deposits_bets_draws_pays_out_and_withdraws() {
     }
     assert_eq!(s.faucet(&tokens[0], json!({})).await.status, 404);
 
-    // Deposits: the test's coins to each user's address, credited at one confirmation.
-    let mut deposits = Vec::new();
-    for t in &tokens {
-        let address = s.me(t).await["address"]
-            .as_str()
-            .expect("a deposit address")
-            .to_owned();
-        deposits.push(chain.send(&address, DEPOSIT_SAT as u64));
-    }
-    chain.mine(1);
-    for (t, txid) in tokens.iter().zip(&deposits) {
-        let d = transfer_in(s, t, "deposit", "credited").await;
-        assert_eq!(d["txid"], txid.to_string());
-        assert_eq!(d["amount_sats"], DEPOSIT_SAT);
-        assert_eq!(s.me(t).await["balance_sats"], DEPOSIT_SAT);
-    }
+    deposits_credited(s, &chain, &tokens).await;
 
     // A round of three bets, each in the chain's mempool.
     let id = fresh_round(s).await;
@@ -535,8 +520,79 @@ async fn serve_deposits_bets_draws_pays_out_and_withdraws() {
         .position(|n| *n == winner)
         .expect("a bettor won");
 
-    // The payout, to the satoshi: commission to the fee address, the rest less the miner
-    // fee to the winner.
+    let (won, miner_fee) = payout_to_the_satoshi(s, &chain, &r, &amounts, &tokens, wi).await;
+    chain.mine(1);
+    wait_for("payout confirmed", Duration::from_secs(60), || async {
+        let r = s.get(&format!("/rounds/{id}"), &[]).await.json();
+        (r["payout"]["status"] == "confirmed").then_some(())
+    })
+    .await;
+    for (i, t) in tokens.iter().enumerate() {
+        let expected = DEPOSIT_SAT - amounts[i] - fees[i] + if i == wi { won } else { 0 };
+        let me = wait_for("settled", Duration::from_secs(30), || async {
+            let me = s.me(t).await;
+            (me["has_pending"] == false).then_some(me)
+        })
+        .await;
+        assert_eq!(me["balance_sats"], expected, "{}", names[i]);
+    }
+
+    let w = withdrawal_found_in_the_utxo_set(s, &chain, &tokens[wi]).await;
+    let users: Vec<&str> = tokens.iter().map(String::as_str).collect();
+    assert_ledger_in_utxo_set(s, &chain, &users).await;
+
+    // kill -9 and a restart: the service finds the same ledger on the chain.
+    let before: Vec<Value> = {
+        let mut v = Vec::new();
+        for t in &tokens {
+            v.push(s.me(t).await["balance_sats"].clone());
+        }
+        v
+    };
+    server.stop().await;
+    server = start_serve(&env, &chain).await;
+    chain.mine(1);
+    assert_ledger_in_utxo_set(&server, &chain, &users).await;
+    for (t, b) in tokens.iter().zip(&before) {
+        assert_eq!(&server.me(t).await["balance_sats"], b);
+    }
+    eprintln!(
+        "serve money path on {}: {:.1} s; bet fees {fees:?} sat, payout fee {miner_fee} sat, withdrawal fee {} sat",
+        chain.describe(),
+        started.elapsed().as_secs_f64(),
+        w["fee_sats"]
+    );
+    server.stop().await;
+}
+
+/// Deposits: the test's coins to each user's address, credited at one confirmation.
+async fn deposits_credited(s: &Server, chain: &LaneChain, tokens: &[String]) {
+    let mut deposits = Vec::new();
+    for t in tokens {
+        let address = s.me(t).await["address"]
+            .as_str()
+            .expect("a deposit address")
+            .to_owned();
+        deposits.push(chain.send(&address, DEPOSIT_SAT as u64));
+    }
+    chain.mine(1);
+    for (t, txid) in tokens.iter().zip(&deposits) {
+        let d = transfer_in(s, t, "deposit", "credited").await;
+        assert_eq!(d["txid"], txid.to_string());
+        assert_eq!(d["amount_sats"], DEPOSIT_SAT);
+        assert_eq!(s.me(t).await["balance_sats"], DEPOSIT_SAT);
+    }
+}
+
+/// The payout, to the satoshi: commission to the fee address, the rest less the miner fee to the winner (`tokens[wi]`); what the winner won and the miner fee.
+async fn payout_to_the_satoshi(
+    s: &Server,
+    chain: &LaneChain,
+    r: &Value,
+    amounts: &[i64],
+    tokens: &[String],
+    wi: usize,
+) -> (i64, i64) {
     let payout = &r["payout"];
     let payout_txid = payout["txid"].as_str().expect("a payout txid");
     let tx = chain.tx(payout_txid);
@@ -567,34 +623,23 @@ async fn serve_deposits_bets_draws_pays_out_and_withdraws() {
     };
     assert_eq!(paid_to(&winner_address), [won], "{tx}");
     assert_eq!(paid_to(&fee_address), [commission], "{tx}");
-    chain.mine(1);
-    wait_for("payout confirmed", Duration::from_secs(60), || async {
-        let r = s.get(&format!("/rounds/{id}"), &[]).await.json();
-        (r["payout"]["status"] == "confirmed").then_some(())
-    })
-    .await;
-    for (i, t) in tokens.iter().enumerate() {
-        let expected = DEPOSIT_SAT - amounts[i] - fees[i] + if i == wi { won } else { 0 };
-        let me = wait_for("settled", Duration::from_secs(30), || async {
-            let me = s.me(t).await;
-            (me["has_pending"] == false).then_some(me)
-        })
-        .await;
-        assert_eq!(me["balance_sats"], expected, "{}", names[i]);
-    }
+    (won, miner_fee)
+}
 
+/// A withdrawal by `t` to an address the test holds, confirmed, and found in the UTXO set; the service's answer.
+async fn withdrawal_found_in_the_utxo_set(s: &Server, chain: &LaneChain, t: &str) -> Value {
     // A withdrawal to an address the test holds, confirmed, and found in the UTXO set.
     let to = chain
         .funder
         .derive_address(0, 7)
         .expect("a withdrawal address")
         .to_string();
-    let w = s.withdraw(&tokens[wi], &to, 100_000).await;
+    let w = s.withdraw(t, &to, 100_000).await;
     assert_eq!(w.status, 201, "{}", w.text());
     let w = w.json();
     let w_txid = w["txid"].as_str().expect("a withdrawal txid").to_owned();
     chain.mine(1);
-    let row = transfer_in(s, &tokens[wi], "withdrawal", "confirmed").await;
+    let row = transfer_in(s, t, "withdrawal", "confirmed").await;
     assert_eq!(row["txid"], w_txid.as_str());
     let w_tx = chain.tx(&w_txid);
     let vout = w_tx["vout"]
@@ -605,31 +650,7 @@ async fn serve_deposits_bets_draws_pays_out_and_withdraws() {
         .and_then(|o| o["n"].as_u64())
         .expect("the withdrawal pays the address");
     assert_eq!(chain.utxo_sat(&w_txid, vout), Some(100_000));
-    let users: Vec<&str> = tokens.iter().map(String::as_str).collect();
-    assert_ledger_in_utxo_set(s, &chain, &users).await;
-
-    // kill -9 and a restart: the service finds the same ledger on the chain.
-    let before: Vec<Value> = {
-        let mut v = Vec::new();
-        for t in &tokens {
-            v.push(s.me(t).await["balance_sats"].clone());
-        }
-        v
-    };
-    server.stop().await;
-    server = start_serve(&env, &chain).await;
-    chain.mine(1);
-    assert_ledger_in_utxo_set(&server, &chain, &users).await;
-    for (t, b) in tokens.iter().zip(&before) {
-        assert_eq!(&server.me(t).await["balance_sats"], b);
-    }
-    eprintln!(
-        "serve money path on {}: {:.1} s; bet fees {fees:?} sat, payout fee {miner_fee} sat, withdrawal fee {} sat",
-        chain.describe(),
-        started.elapsed().as_secs_f64(),
-        w["fee_sats"]
-    );
-    server.stop().await;
+    w
 }
 
 // ---- node: open, pay, restart, close cooperatively and unilaterally ----

@@ -6,7 +6,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use serde_json::json;
-use support::{Db, Env};
+use support::{Api, Db, Env};
 
 both_databases!(
     registration_rules_and_login,
@@ -237,8 +237,12 @@ async fn tokens_are_checked_strictly(db: Db) {
         json!({"sub": sub, "tv": 5, "iat": now(), "exp": now() + 100}),
     );
     assert_eq!(me(future_tv.clone()).await.code(), "session_expired");
-    // A bet checks its token in the payment's own read (not the AuthUser
-    // extractor's): the same answers, and nothing written.
+    bets_check_their_token(&s, &secret, &sub, &token, future_tv).await;
+    s.stop().await;
+}
+
+/// A bet checks its token in the payment's own read (not the AuthUser extractor's): the same answers, and nothing written.
+async fn bets_check_their_token(s: &Api, secret: &[u8], sub: &str, token: &str, future_tv: String) {
     let bet = |t: String| {
         let s = &s;
         async move {
@@ -251,12 +255,12 @@ async fn tokens_are_checked_strictly(db: Db) {
         }
     };
     let stranger = sign(
-        &secret,
+        secret,
         r#"{"alg":"HS256","typ":"JWT"}"#,
         json!({"sub": "999999", "tv": 0, "iat": now(), "exp": now() + 100}),
     );
     let expired_bet = sign(
-        &secret,
+        secret,
         r#"{"alg":"HS256","typ":"JWT"}"#,
         json!({"sub": sub, "tv": 0, "iat": now() - 90_000, "exp": now() - 10}),
     );
@@ -271,9 +275,8 @@ async fn tokens_are_checked_strictly(db: Db) {
         assert_eq!((r.status, r.code()), (401, code.into()), "{t}");
     }
     // The valid token gets past the session check (no coins: refused for that).
-    let r = bet(token.clone()).await;
+    let r = bet(token.to_string()).await;
     assert_eq!((r.status, r.code()), (422, "insufficient_funds".into()));
-    s.stop().await;
 }
 
 async fn change_password_rotates_sessions(db: Db) {

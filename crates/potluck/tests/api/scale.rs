@@ -354,13 +354,13 @@ impl RawStream {
     }
 }
 
-/// Requests to `/livez` counted by one process.
-async fn livez_count(s: &Server) -> f64 {
+/// Requests counted by one process on the routes whose label contains `route`.
+async fn requests_to(s: &Server, route: &str) -> f64 {
     s.get("/metrics", &[])
         .await
         .text()
         .lines()
-        .filter(|l| l.starts_with("potluck_http_requests_total{") && l.contains("livez"))
+        .filter(|l| l.starts_with("potluck_http_requests_total{") && l.contains(route))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
@@ -369,37 +369,7 @@ async fn livez_count(s: &Server) -> f64 {
 async fn the_shipped_nginx_config_in_front_of_two_processes() {
     let p = pair("3600").await;
     let ngx = start_nginx(&p.env.data_dir, &[p.a.addr, p.b.addr]).await;
-    // The stream through nginx: not compressed although the client accepts
-    // gzip, and it hears of changes made on either process.
-    let mut raw = tokio::net::TcpStream::connect(ngx.addr).await.unwrap();
-    tokio::io::AsyncWriteExt::write_all(
-        &mut raw,
-        b"GET /rounds/stream HTTP/1.1\r\nhost: test\r\naccept: text/event-stream\r\n\
-          accept-encoding: gzip, deflate, br\r\n\r\n",
-    )
-    .await
-    .unwrap();
-    let mut st = RawStream {
-        raw,
-        seen: Vec::new(),
-    };
-    assert!(st.read_until(b"\r\n\r\n", 0).await, "stream head");
-    toggle(&p.a, true).await;
-    assert!(st.read_until(b"data: refetch", 0).await, "change on A");
-    let first = String::from_utf8_lossy(&st.seen).to_string();
-    let head = first.split("\r\n\r\n").next().unwrap().to_ascii_lowercase();
-    assert!(head.starts_with("http/1.1 200"), "{head}");
-    assert!(head.contains("text/event-stream"), "{head}");
-    assert!(
-        !head.contains("content-encoding"),
-        "stream compressed: {head}"
-    );
-    let after_first = first.len();
-    toggle(&p.b, false).await;
-    assert!(
-        st.read_until(b"data: refetch", after_first).await,
-        "change on B"
-    );
+    let st = stream_through_nginx(&p, ngx.addr).await;
     // JSON is compressed.
     let r = support::request(
         ngx.addr,
@@ -428,14 +398,69 @@ async fn the_shipped_nginx_config_in_front_of_two_processes() {
         },
     )
     .await;
-    let (a0, b0) = (livez_count(&p.a).await, livez_count(&p.b).await);
+    let (a0, b0) = (
+        requests_to(&p.a, "livez").await,
+        requests_to(&p.b, "livez").await,
+    );
     for _ in 0..20 {
         let r = support::request(ngx.addr, "GET", "/livez", &[], None).await;
         assert_eq!(r.status, 200);
     }
-    let (a1, b1) = (livez_count(&p.a).await, livez_count(&p.b).await);
+    let (a1, b1) = (
+        requests_to(&p.a, "livez").await,
+        requests_to(&p.b, "livez").await,
+    );
     assert_eq!(a1 - a0 + b1 - b0, 20.0);
     assert!(a1 > a0 && b1 > b0, "balanced: A {a0}->{a1}, B {b0}->{b1}");
+    forwarded_for_through_nginx_is_the_client_ip(&p.a, ngx.addr).await;
+    print_latency_through_nginx(&p.a, ngx.addr).await;
+    // One process dies: nginx keeps answering from the other.
+    let mut b = p.b;
+    b.child.start_kill().unwrap();
+    let _ = b.child.wait().await;
+    for _ in 0..10 {
+        let r = support::request(ngx.addr, "GET", "/rounds/current", &[], None).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    p.a.stop().await;
+}
+
+/// The stream through nginx: not compressed although the client accepts gzip, and it hears of changes made on either process; the open stream.
+async fn stream_through_nginx(p: &Pair, ngx: std::net::SocketAddr) -> RawStream {
+    let mut raw = tokio::net::TcpStream::connect(ngx).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(
+        &mut raw,
+        b"GET /rounds/stream HTTP/1.1\r\nhost: test\r\naccept: text/event-stream\r\n\
+          accept-encoding: gzip, deflate, br\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut st = RawStream {
+        raw,
+        seen: Vec::new(),
+    };
+    assert!(st.read_until(b"\r\n\r\n", 0).await, "stream head");
+    toggle(&p.a, true).await;
+    assert!(st.read_until(b"data: refetch", 0).await, "change on A");
+    let first = String::from_utf8_lossy(&st.seen).to_string();
+    let head = first.split("\r\n\r\n").next().unwrap().to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("text/event-stream"), "{head}");
+    assert!(
+        !head.contains("content-encoding"),
+        "stream compressed: {head}"
+    );
+    let after_first = first.len();
+    toggle(&p.b, false).await;
+    assert!(
+        st.read_until(b"data: refetch", after_first).await,
+        "change on B"
+    );
+    st
+}
+
+/// The client IP is the one nginx saw, not what a client writes into X-Forwarded-For.
+async fn forwarded_for_through_nginx_is_the_client_ip(a: &Server, ngx: std::net::SocketAddr) {
     // The client IP is the one nginx saw: a client that writes a new
     // X-Forwarded-For into every failed login is still one IP to the login
     // throttle (20 free failures per IP), while the same spoofing straight
@@ -453,12 +478,12 @@ async fn the_shipped_nginx_config_in_front_of_two_processes() {
         .await
     };
     for i in 0..30 {
-        let r = login(p.a.addr, i).await;
+        let r = login(a.addr, i).await;
         assert_eq!(r.status, 401, "direct, spoofed IPs: {}", r.text());
     }
     let mut throttled = false;
     for i in 100..160 {
-        let r = login(ngx.addr, i).await;
+        let r = login(ngx, i).await;
         assert!(r.status == 401 || r.status == 429, "{}", r.text());
         if r.status == 429 {
             assert_eq!(r.code(), "too_many_attempts");
@@ -467,15 +492,18 @@ async fn the_shipped_nginx_config_in_front_of_two_processes() {
         }
     }
     assert!(throttled, "nginx's X-Forwarded-For is the client IP");
-    // Figure: GET /rounds/current through nginx against direct, same run.
+}
+
+/// Figure: GET /rounds/current through nginx against direct, same run.
+async fn print_latency_through_nginx(a: &Server, ngx: std::net::SocketAddr) {
     let mut direct = Vec::new();
     let mut proxied = Vec::new();
     for _ in 0..100 {
         let t = Instant::now();
-        assert_eq!(p.a.get("/rounds/current", &[]).await.status, 200);
+        assert_eq!(a.get("/rounds/current", &[]).await.status, 200);
         direct.push(t.elapsed());
         let t = Instant::now();
-        let r = support::request(ngx.addr, "GET", "/rounds/current", &[], None).await;
+        let r = support::request(ngx, "GET", "/rounds/current", &[], None).await;
         assert_eq!(r.status, 200);
         proxied.push(t.elapsed());
     }
@@ -485,15 +513,6 @@ async fn the_shipped_nginx_config_in_front_of_two_processes() {
         "GET /rounds/current, 100 each: direct median {:?} p99 {:?}; through nginx median {:?} p99 {:?}",
         direct[50], direct[98], proxied[50], proxied[98]
     );
-    // One process dies: nginx keeps answering from the other.
-    let mut b = p.b;
-    b.child.start_kill().unwrap();
-    let _ = b.child.wait().await;
-    for _ in 0..10 {
-        let r = support::request(ngx.addr, "GET", "/rounds/current", &[], None).await;
-        assert_eq!(r.status, 200, "{}", r.text());
-    }
-    p.a.stop().await;
 }
 
 /// Figure: 2 x 500 subscribers; from a change made through B to delivery to
@@ -596,17 +615,6 @@ async fn a_leader_that_loses_its_lock_connection_steps_down() {
     p.finish().await;
 }
 
-/// Register requests counted by one process.
-async fn register_count(s: &Server) -> f64 {
-    s.get("/metrics", &[])
-        .await
-        .text()
-        .lines()
-        .filter(|l| l.starts_with("potluck_http_requests_total{") && l.contains("register"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// The per-IP stream cap holds for the service: six streams from one IP
 /// (nginx's peer address, whatever the client writes) spread over both
 /// processes evict the oldest, wherever it lives, and only it.
@@ -688,12 +696,18 @@ async fn six_registrations_from_one_ip_over_two_processes_hit_the_quota() {
         )
         .await
     };
-    let (a0, b0) = (register_count(&p.a).await, register_count(&p.b).await);
+    let (a0, b0) = (
+        requests_to(&p.a, "register").await,
+        requests_to(&p.b, "register").await,
+    );
     for i in 0..5 {
         let r = register(i).await;
         assert_eq!(r.status, 201, "registration {i}: {}", r.text());
     }
-    let (a1, b1) = (register_count(&p.a).await, register_count(&p.b).await);
+    let (a1, b1) = (
+        requests_to(&p.a, "register").await,
+        requests_to(&p.b, "register").await,
+    );
     assert!(a1 > a0 && b1 > b0, "spread: A {a0}->{a1}, B {b0}->{b1}");
     for i in 5..7 {
         let r = register(i).await;

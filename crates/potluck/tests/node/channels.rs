@@ -185,6 +185,32 @@ fn open_pay_htlcs_close(index: TxIndex) {
 
     // An HTLC whose R B knows: B fulfills it.
     let height = chain.height();
+    offer_an_htlc_b_fulfils(&a, &b, height);
+    a_total -= 50_000;
+    wait_for_blocking("fulfil seen by A", Duration::from_secs(30), || {
+        (a.channel()["htlcs"].as_array()?.is_empty()).then_some(())
+    });
+    assert_split(&a, &b, a_total);
+
+    a_wrong_r_is_refused_and_the_htlc_fails_back(&a, &b, height);
+    assert_split(&a, &b, a_total);
+
+    an_htlc_times_out(&chain, &a, &b);
+    assert_split(&a, &b, a_total);
+
+    // B pays back: the acceptor proposes too.
+    b.cli(&["pay", &a.id, "7000000"]);
+    a_total += 7_000;
+    assert_split(&a, &b, a_total);
+
+    bad_input_is_refused(&a, &b);
+    assert_split(&a, &b, a_total);
+
+    close_and_check(&chain, &a, &b, a_change, a_total);
+}
+
+/// A offers an HTLC whose R B knows, both list it, and B fulfils it.
+fn offer_an_htlc_b_fulfils(a: &NodeProc, b: &NodeProc, height: u64) {
     let r1 = [1u8; 32];
     let added = a.cli(&[
         "newhtlc",
@@ -202,13 +228,10 @@ fn open_pay_htlcs_close(index: TxIndex) {
     assert_eq!(seen["htlcs"][0]["direction"], "in");
     assert_eq!(b.cli(&["getinfo"])["pending_htlcs"], 1);
     b.cli(&["fulfillhtlc", &a.id, &hex::encode(r1)]);
-    a_total -= 50_000;
-    wait_for_blocking("fulfil seen by A", Duration::from_secs(30), || {
-        (a.channel()["htlcs"].as_array()?.is_empty()).then_some(())
-    });
-    assert_split(&a, &b, a_total);
+}
 
-    // A wrong R is refused and changes nothing.
+/// A wrong R is refused and changes nothing, no cooperative close while the HTLC is pending, and B fails it back to A.
+fn a_wrong_r_is_refused_and_the_htlc_fails_back(a: &NodeProc, b: &NodeProc, height: u64) {
     let r2 = [2u8; 32];
     a.cli(&[
         "newhtlc",
@@ -229,9 +252,10 @@ fn open_pay_htlcs_close(index: TxIndex) {
     wait_for_blocking("routefail seen by A", Duration::from_secs(30), || {
         (a.channel()["htlcs"].as_array()?.is_empty()).then_some(())
     });
-    assert_split(&a, &b, a_total);
+}
 
-    // An HTLC that times out: A removes it once the chain passes its expiry.
+/// An HTLC that times out: A removes it once the chain passes its expiry.
+fn an_htlc_times_out(chain: &DevChainProc, a: &NodeProc, b: &NodeProc) {
     let r3 = [3u8; 32];
     // B needs its claim delay (6 blocks) plus its margin (6) before the expiry.
     let expiry = chain.height() + 13;
@@ -248,14 +272,10 @@ fn open_pay_htlcs_close(index: TxIndex) {
         (a.channel()["htlcs"].as_array()?.is_empty() && b.channel()["htlcs"].as_array()?.is_empty())
             .then_some(())
     });
-    assert_split(&a, &b, a_total);
+}
 
-    // B pays back: the acceptor proposes too.
-    b.cli(&["pay", &a.id, "7000000"]);
-    a_total += 7_000;
-    assert_split(&a, &b, a_total);
-
-    // Bad input: clear errors, nothing changes.
+/// Bad input: clear errors, nothing changes.
+fn bad_input_is_refused(a: &NodeProc, b: &NodeProc) {
     let err = a.try_cli(&["pay", &b.id, "99999999999"]).unwrap_err();
     assert!(
         err.contains("uint32") || err.contains("insufficient"),
@@ -265,9 +285,27 @@ fn open_pay_htlcs_close(index: TxIndex) {
         .try_cli(&["newhtlc", &b.id, "1000", "zz", "5"])
         .unwrap_err();
     assert!(err.contains("R_HASH"), "{err}");
-    assert_split(&a, &b, a_total);
+}
 
-    close_and_check(&chain, &a, &b, a_change, a_total);
+/// Pays `to` 1,000 sat through `from`'s CLI, up to 200 times, on a thread of
+/// its own until a payment is refused (the node killed under it).
+fn pay_until_refused(from: &NodeProc, to: &str) -> std::thread::JoinHandle<()> {
+    let rpc = from.rpc.clone();
+    let dir = from.dir.path().to_owned();
+    let to = to.to_owned();
+    std::thread::spawn(move || {
+        for _ in 0..200 {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
+                .args(["cli", "--rpc", &format!("http://{rpc}/"), "--data-dir"])
+                .arg(&dir)
+                .args(["pay", &to, "1000000"])
+                .output()
+                .unwrap();
+            if !out.status.success() {
+                break;
+            }
+        }
+    })
 }
 
 /// Kills one node with SIGKILL while payments are in flight, restarts it, and checks that no
@@ -281,22 +319,7 @@ fn kill_during_updates(kill_a: bool) {
     a.cli(&["pay", &b.id, "1000000"]);
 
     // Payments from A in a background process; kill mid-stream.
-    let rpc = a.rpc.clone();
-    let dir = a.dir.path().to_owned();
-    let b_id = b.id.clone();
-    let payer = std::thread::spawn(move || {
-        for _ in 0..200 {
-            let out = std::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
-                .args(["cli", "--rpc", &format!("http://{rpc}/"), "--data-dir"])
-                .arg(&dir)
-                .args(["pay", &b_id, "1000000"])
-                .output()
-                .unwrap();
-            if !out.status.success() {
-                break;
-            }
-        }
-    });
+    let payer = pay_until_refused(&a, &b.id);
     std::thread::sleep(std::time::Duration::from_millis(700));
     let victim = if kill_a { &mut a } else { &mut b };
     victim.kill9();
@@ -615,55 +638,11 @@ fn kill9_of_a_hub_mid_update_on_many_channels_loses_no_channel() {
     let chain = DevChainProc::start();
     let mut hub = NodeProc::start(&chain, false);
     let peers: Vec<NodeProc> = (0..PEERS).map(|_| NodeProc::start(&chain, false)).collect();
-    for _ in 0..PEERS {
-        let addr = hub.cli(&["newaddr"])["address"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        chain.send(&addr, FUNDING_SAT);
-    }
-    chain.mine(1);
-    wait_for_blocking("hub funded", Duration::from_secs(60), || {
-        (hub.funds() == FUNDING_SAT * PEERS as u64).then_some(())
-    });
-    for p in &peers {
-        hub.cli(&["connect", &p.listen]);
-        hub.cli(&["open", &p.id, &CAPACITY_SAT.to_string()]);
-    }
-    chain.mine(1);
-    wait_for_blocking(
-        "every channel live on both sides",
-        Duration::from_secs(60),
-        || {
-            peers
-                .iter()
-                .all(|p| {
-                    hub.channel_with(&p.id)["state"] == "normal" && p.channel_state() == "normal"
-                })
-                .then_some(())
-        },
-    );
+    open_a_channel_to_each(&chain, &hub, &peers);
 
     let payers: Vec<_> = peers
         .iter()
-        .map(|p| {
-            let rpc = hub.rpc.clone();
-            let dir = hub.dir.path().to_owned();
-            let id = p.id.clone();
-            std::thread::spawn(move || {
-                for _ in 0..200 {
-                    let out = std::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
-                        .args(["cli", "--rpc", &format!("http://{rpc}/"), "--data-dir"])
-                        .arg(&dir)
-                        .args(["pay", &id, "1000000"])
-                        .output()
-                        .unwrap();
-                    if !out.status.success() {
-                        break;
-                    }
-                }
-            })
-        })
+        .map(|p| pay_until_refused(&hub, &p.id))
         .collect();
     std::thread::sleep(std::time::Duration::from_millis(1500));
     hub.kill9();
@@ -699,26 +678,62 @@ fn kill9_of_a_hub_mid_update_on_many_channels_loses_no_channel() {
                 None
             },
         );
-        if outcome == "resumed" {
-            let ch = hub.channel_with(&p.id);
-            let cp = p.channel();
-            assert_eq!(msat(&ch, "our_msat"), msat(&cp, "their_msat"), "{ch} {cp}");
-            assert_eq!(msat(&ch, "their_msat"), msat(&cp, "our_msat"), "{ch} {cp}");
-            assert_eq!(msat(&ch, "our_fee_msat"), msat(&cp, "their_fee_msat"));
-            assert_eq!(ch["commitment_number"], cp["commitment_number"]);
-        } else {
-            wait_for_blocking(
-                "both sides see the channel on chain",
-                Duration::from_secs(60),
-                || {
-                    chain.mine(1);
-                    (hub.channel_with(&p.id)["state"] == "on_chain"
-                        && p.channel_state() == "on_chain")
-                        .then_some(())
-                },
-            );
-        }
+        both_sides_agree(&chain, &hub, p, outcome);
         outcomes.push(outcome);
     }
     eprintln!("after kill -9 of the hub: {outcomes:?}");
+}
+
+/// The hub, funded once per peer, opens a channel to each; all live on both sides.
+fn open_a_channel_to_each(chain: &DevChainProc, hub: &NodeProc, peers: &[NodeProc]) {
+    for _ in peers {
+        let addr = hub.cli(&["newaddr"])["address"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        chain.send(&addr, FUNDING_SAT);
+    }
+    chain.mine(1);
+    wait_for_blocking("hub funded", Duration::from_secs(60), || {
+        (hub.funds() == FUNDING_SAT * peers.len() as u64).then_some(())
+    });
+    for p in peers {
+        hub.cli(&["connect", &p.listen]);
+        hub.cli(&["open", &p.id, &CAPACITY_SAT.to_string()]);
+    }
+    chain.mine(1);
+    wait_for_blocking(
+        "every channel live on both sides",
+        Duration::from_secs(60),
+        || {
+            peers
+                .iter()
+                .all(|p| {
+                    hub.channel_with(&p.id)["state"] == "normal" && p.channel_state() == "normal"
+                })
+                .then_some(())
+        },
+    );
+}
+
+/// A resumed channel has the same balances and commitment number on both sides; one closed on chain is seen so by both.
+fn both_sides_agree(chain: &DevChainProc, hub: &NodeProc, p: &NodeProc, outcome: &str) {
+    if outcome == "resumed" {
+        let ch = hub.channel_with(&p.id);
+        let cp = p.channel();
+        assert_eq!(msat(&ch, "our_msat"), msat(&cp, "their_msat"), "{ch} {cp}");
+        assert_eq!(msat(&ch, "their_msat"), msat(&cp, "our_msat"), "{ch} {cp}");
+        assert_eq!(msat(&ch, "our_fee_msat"), msat(&cp, "their_fee_msat"));
+        assert_eq!(ch["commitment_number"], cp["commitment_number"]);
+    } else {
+        wait_for_blocking(
+            "both sides see the channel on chain",
+            Duration::from_secs(60),
+            || {
+                chain.mine(1);
+                (hub.channel_with(&p.id)["state"] == "on_chain" && p.channel_state() == "on_chain")
+                    .then_some(())
+            },
+        );
+    }
 }

@@ -340,28 +340,39 @@ fn help_explains_every_method_the_node_dispatches() {
             }
         }
     }
+    units_spelled_out_and_unknown_names_refused(a.dir.path());
+
+    // `help` in the CLI works without a node too (same text, from the same table).
+    let nowhere = tempfile::tempdir().unwrap();
+    let out = cli_dir(nowhere.path(), &["help"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), overview);
+}
+
+/// The node's help spells out units; unknown names, chain methods and bad parameters get the JSON-RPC code on stderr, with the closest name suggested.
+fn units_spelled_out_and_unknown_names_refused(dir: &Path) {
     // Units are spelled out.
-    let pay = String::from_utf8(cli_dir(a.dir.path(), &["help", "pay"]).stdout).unwrap();
+    let pay = String::from_utf8(cli_dir(dir, &["help", "pay"]).stdout).unwrap();
     assert!(
         pay.contains("AMOUNT_MSAT") && pay.contains("millisatoshi"),
         "{pay}"
     );
-    let open = String::from_utf8(cli_dir(a.dir.path(), &["help", "open"]).stdout).unwrap();
+    let open = String::from_utf8(cli_dir(dir, &["help", "open"]).stdout).unwrap();
     assert!(
         open.contains("AMOUNT_SAT") && open.contains("satoshi"),
         "{open}"
     );
-    let newhtlc = String::from_utf8(cli_dir(a.dir.path(), &["help", "newhtlc"]).stdout).unwrap();
+    let newhtlc = String::from_utf8(cli_dir(dir, &["help", "newhtlc"]).stdout).unwrap();
     assert!(newhtlc.contains("block height"), "{newhtlc}");
 
     // Unknown names: an error on stderr with the JSON-RPC code, nothing on stdout, the closest name suggested.
-    let out = cli_dir(a.dir.path(), &["listchanels"]);
+    let out = cli_dir(dir, &["listchanels"]);
     assert!(!out.status.success());
     assert!(out.stdout.is_empty());
     let text = stderr(&out);
     assert!(text.contains("-32601"), "{text}");
     assert!(text.contains("did you mean listchannels"), "{text}");
-    let out = cli_dir(a.dir.path(), &["help", "pya"]);
+    let out = cli_dir(dir, &["help", "pya"]);
     assert!(!out.status.success());
     assert!(
         stderr(&out).contains("did you mean pay"),
@@ -369,18 +380,12 @@ fn help_explains_every_method_the_node_dispatches() {
         stderr(&out)
     );
     // A chain method sent to the node points at the chain.
-    let out = cli_dir(a.dir.path(), &["sendtoaddress", "x", "1"]);
+    let out = cli_dir(dir, &["sendtoaddress", "x", "1"]);
     assert!(stderr(&out).contains("--chain"), "{}", stderr(&out));
     // Bad parameters: the code of "invalid params".
-    let out = cli_dir(a.dir.path(), &["pay", "nobody", "1"]);
+    let out = cli_dir(dir, &["pay", "nobody", "1"]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("-32602"), "{}", stderr(&out));
-
-    // `help` in the CLI works without a node too (same text, from the same table).
-    let nowhere = tempfile::tempdir().unwrap();
-    let out = cli_dir(nowhere.path(), &["help"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(String::from_utf8(out.stdout).unwrap(), overview);
 }
 
 #[test]

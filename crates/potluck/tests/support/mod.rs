@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod channels;
+pub mod chaos;
 pub mod peer;
 pub mod rig;
 pub mod rpc_proxy;
