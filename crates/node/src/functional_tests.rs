@@ -175,14 +175,7 @@ async fn with_the_peer_gone_an_htlc_whose_r_we_know_is_claimed_on_chain_before_e
             .disconnect(&net.id(1), "Disconnected by operator")
             .await
     );
-    for _ in 0..200 {
-        if !net.nodes[0].peers.is_connected(&net.id(1))
-            && !net.nodes[1].peers.is_connected(&net.id(0))
-        {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    wait_disconnected(&net).await;
     // B learns R with A away: kept for the claim, nothing sent.
     let kept = net.nodes[1]
         .manager
@@ -227,12 +220,7 @@ async fn with_the_peer_gone_our_expired_htlc_is_refunded_on_chain_after_the_sett
             .disconnect(&net.id(0), "Disconnected by operator")
             .await
     );
-    for _ in 0..200 {
-        if !net.nodes[0].peers.is_connected(&net.id(1)) {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    wait_disconnected(&net).await;
     while net.chain.height() < expiry + 3 - 1 {
         net.mine(1).await;
         assert_eq!(

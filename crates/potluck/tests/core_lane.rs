@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 use bitcoin::{Address, Amount, FeeRate, Network, OutPoint, TxOut, Txid};
 use chain::{Auth, BitcoindRpc, RpcConfig};
 use serde_json::{json, Value};
-use support::channels::{btc_to_sat, chain_command, start_chain, wait_for, NodeProc};
+use support::channels::{btc_to_sat, chain_command, start_chain, NodeProc};
+use support::{wait_for, wait_for_blocking};
 use support::{Db, Env, Server};
 use wallet::{KeyPath, SpendableOutput, Wallet};
 
@@ -120,7 +121,7 @@ impl LaneChain {
             .build()
             .expect("a runtime for the chain client");
         // Core answers -28 while it loads; the cookie appears once its RPC server is up.
-        let rpc = wait_for("the chain's RPC", 60, || {
+        let rpc = wait_for_blocking("the chain's RPC", Duration::from_secs(60), || {
             if !cookie.exists() {
                 return None;
             }
@@ -364,22 +365,6 @@ fn start_bitcoind(bitcoind: &std::path::Path, datadir: &std::path::Path) -> (Chi
 const ROUND_SECS: &str = "6";
 const DEPOSIT_SAT: i64 = 500_000;
 
-/// Polls `f` until it returns Some, for at most `limit`.
-async fn until<T, F, Fut>(what: &str, limit: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// `potluck serve` on the lane's chain, through `--bitcoind-url` and the cookie.
 async fn start_serve(env: &Env, chain: &LaneChain) -> Server {
     let cookie = chain.cookie.display().to_string();
@@ -399,7 +384,7 @@ async fn fresh_round(s: &Server) -> i64 {
     let start = s.get("/rounds/current", &[]).await.json()["id"]
         .as_i64()
         .expect("a round id");
-    until("a fresh round", Duration::from_secs(60), || async {
+    wait_for("a fresh round", Duration::from_secs(60), || async {
         let c = s.get("/rounds/current", &[]).await.json();
         let id = c["id"].as_i64()?;
         (id > start && c["status"] == "open").then_some(id)
@@ -408,7 +393,7 @@ async fn fresh_round(s: &Server) -> i64 {
 }
 
 async fn round_in(s: &Server, id: i64, status: &str) -> Value {
-    until(status, Duration::from_secs(60), || async {
+    wait_for(status, Duration::from_secs(60), || async {
         let r = s.get(&format!("/rounds/{id}"), &[]).await.json();
         (r["status"] == status).then_some(r)
     })
@@ -417,7 +402,7 @@ async fn round_in(s: &Server, id: i64, status: &str) -> Value {
 
 /// `user`'s newest transaction of `kind` once its status is `status`.
 async fn transfer_in(s: &Server, user: &str, kind: &str, status: &str) -> Value {
-    until(
+    wait_for(
         &format!("{kind} {status}"),
         Duration::from_secs(60),
         || async {
@@ -436,7 +421,7 @@ async fn transfer_in(s: &Server, user: &str, kind: &str, status: &str) -> Value 
 /// The ledger balances once everything is mined, and every output it holds is unspent in
 /// the chain's UTXO set with the value it books.
 async fn assert_ledger_in_utxo_set(s: &Server, chain: &LaneChain, users: &[&str]) {
-    until("the ledger synced", Duration::from_secs(60), || async {
+    wait_for("the ledger synced", Duration::from_secs(60), || async {
         if !chain
             .call("getrawmempool", json!([]))
             .as_array()?
@@ -477,7 +462,7 @@ async fn assert_ledger_in_utxo_set(s: &Server, chain: &LaneChain, users: &[&str]
     assert_eq!(listed, n("users_unspent_sats") + n("pots_in_flight_sats"));
     let mut balances = 0;
     for u in users {
-        let me = until("settled balances", Duration::from_secs(30), || async {
+        let me = wait_for("settled balances", Duration::from_secs(30), || async {
             let me = s.me(u).await;
             (me["has_pending"] == false).then_some(me)
         })
@@ -502,22 +487,7 @@ async fn serve_deposits_bets_draws_pays_out_and_withdraws() {
     }
     assert_eq!(s.faucet(&tokens[0], json!({})).await.status, 404);
 
-    // Deposits: the test's coins to each user's address, credited at one confirmation.
-    let mut deposits = Vec::new();
-    for t in &tokens {
-        let address = s.me(t).await["address"]
-            .as_str()
-            .expect("a deposit address")
-            .to_owned();
-        deposits.push(chain.send(&address, DEPOSIT_SAT as u64));
-    }
-    chain.mine(1);
-    for (t, txid) in tokens.iter().zip(&deposits) {
-        let d = transfer_in(s, t, "deposit", "credited").await;
-        assert_eq!(d["txid"], txid.to_string());
-        assert_eq!(d["amount_sats"], DEPOSIT_SAT);
-        assert_eq!(s.me(t).await["balance_sats"], DEPOSIT_SAT);
-    }
+    deposits_credited(s, &chain, &tokens).await;
 
     // A round of three bets, each in the chain's mempool.
     let id = fresh_round(s).await;
@@ -550,8 +520,79 @@ async fn serve_deposits_bets_draws_pays_out_and_withdraws() {
         .position(|n| *n == winner)
         .expect("a bettor won");
 
-    // The payout, to the satoshi: commission to the fee address, the rest less the miner
-    // fee to the winner.
+    let (won, miner_fee) = payout_to_the_satoshi(s, &chain, &r, &amounts, &tokens, wi).await;
+    chain.mine(1);
+    wait_for("payout confirmed", Duration::from_secs(60), || async {
+        let r = s.get(&format!("/rounds/{id}"), &[]).await.json();
+        (r["payout"]["status"] == "confirmed").then_some(())
+    })
+    .await;
+    for (i, t) in tokens.iter().enumerate() {
+        let expected = DEPOSIT_SAT - amounts[i] - fees[i] + if i == wi { won } else { 0 };
+        let me = wait_for("settled", Duration::from_secs(30), || async {
+            let me = s.me(t).await;
+            (me["has_pending"] == false).then_some(me)
+        })
+        .await;
+        assert_eq!(me["balance_sats"], expected, "{}", names[i]);
+    }
+
+    let w = withdrawal_found_in_the_utxo_set(s, &chain, &tokens[wi]).await;
+    let users: Vec<&str> = tokens.iter().map(String::as_str).collect();
+    assert_ledger_in_utxo_set(s, &chain, &users).await;
+
+    // kill -9 and a restart: the service finds the same ledger on the chain.
+    let before: Vec<Value> = {
+        let mut v = Vec::new();
+        for t in &tokens {
+            v.push(s.me(t).await["balance_sats"].clone());
+        }
+        v
+    };
+    server.stop().await;
+    server = start_serve(&env, &chain).await;
+    chain.mine(1);
+    assert_ledger_in_utxo_set(&server, &chain, &users).await;
+    for (t, b) in tokens.iter().zip(&before) {
+        assert_eq!(&server.me(t).await["balance_sats"], b);
+    }
+    eprintln!(
+        "serve money path on {}: {:.1} s; bet fees {fees:?} sat, payout fee {miner_fee} sat, withdrawal fee {} sat",
+        chain.describe(),
+        started.elapsed().as_secs_f64(),
+        w["fee_sats"]
+    );
+    server.stop().await;
+}
+
+/// Deposits: the test's coins to each user's address, credited at one confirmation.
+async fn deposits_credited(s: &Server, chain: &LaneChain, tokens: &[String]) {
+    let mut deposits = Vec::new();
+    for t in tokens {
+        let address = s.me(t).await["address"]
+            .as_str()
+            .expect("a deposit address")
+            .to_owned();
+        deposits.push(chain.send(&address, DEPOSIT_SAT as u64));
+    }
+    chain.mine(1);
+    for (t, txid) in tokens.iter().zip(&deposits) {
+        let d = transfer_in(s, t, "deposit", "credited").await;
+        assert_eq!(d["txid"], txid.to_string());
+        assert_eq!(d["amount_sats"], DEPOSIT_SAT);
+        assert_eq!(s.me(t).await["balance_sats"], DEPOSIT_SAT);
+    }
+}
+
+/// The payout, to the satoshi: commission to the fee address, the rest less the miner fee to the winner (`tokens[wi]`); what the winner won and the miner fee.
+async fn payout_to_the_satoshi(
+    s: &Server,
+    chain: &LaneChain,
+    r: &Value,
+    amounts: &[i64],
+    tokens: &[String],
+    wi: usize,
+) -> (i64, i64) {
     let payout = &r["payout"];
     let payout_txid = payout["txid"].as_str().expect("a payout txid");
     let tx = chain.tx(payout_txid);
@@ -582,34 +623,23 @@ async fn serve_deposits_bets_draws_pays_out_and_withdraws() {
     };
     assert_eq!(paid_to(&winner_address), [won], "{tx}");
     assert_eq!(paid_to(&fee_address), [commission], "{tx}");
-    chain.mine(1);
-    until("payout confirmed", Duration::from_secs(60), || async {
-        let r = s.get(&format!("/rounds/{id}"), &[]).await.json();
-        (r["payout"]["status"] == "confirmed").then_some(())
-    })
-    .await;
-    for (i, t) in tokens.iter().enumerate() {
-        let expected = DEPOSIT_SAT - amounts[i] - fees[i] + if i == wi { won } else { 0 };
-        let me = until("settled", Duration::from_secs(30), || async {
-            let me = s.me(t).await;
-            (me["has_pending"] == false).then_some(me)
-        })
-        .await;
-        assert_eq!(me["balance_sats"], expected, "{}", names[i]);
-    }
+    (won, miner_fee)
+}
 
+/// A withdrawal by `t` to an address the test holds, confirmed, and found in the UTXO set; the service's answer.
+async fn withdrawal_found_in_the_utxo_set(s: &Server, chain: &LaneChain, t: &str) -> Value {
     // A withdrawal to an address the test holds, confirmed, and found in the UTXO set.
     let to = chain
         .funder
         .derive_address(0, 7)
         .expect("a withdrawal address")
         .to_string();
-    let w = s.withdraw(&tokens[wi], &to, 100_000).await;
+    let w = s.withdraw(t, &to, 100_000).await;
     assert_eq!(w.status, 201, "{}", w.text());
     let w = w.json();
     let w_txid = w["txid"].as_str().expect("a withdrawal txid").to_owned();
     chain.mine(1);
-    let row = transfer_in(s, &tokens[wi], "withdrawal", "confirmed").await;
+    let row = transfer_in(s, t, "withdrawal", "confirmed").await;
     assert_eq!(row["txid"], w_txid.as_str());
     let w_tx = chain.tx(&w_txid);
     let vout = w_tx["vout"]
@@ -620,32 +650,7 @@ async fn serve_deposits_bets_draws_pays_out_and_withdraws() {
         .and_then(|o| o["n"].as_u64())
         .expect("the withdrawal pays the address");
     assert_eq!(chain.utxo_sat(&w_txid, vout), Some(100_000));
-    let users: Vec<&str> = tokens.iter().map(String::as_str).collect();
-    assert_ledger_in_utxo_set(s, &chain, &users).await;
-
-    // kill -9 and a restart: the service finds the same ledger on the chain.
-    let before: Vec<Value> = {
-        let mut v = Vec::new();
-        for t in &tokens {
-            v.push(s.me(t).await["balance_sats"].clone());
-        }
-        v
-    };
-    server.stop().await;
-    server = start_serve(&env, &chain).await;
-    chain.mine(1);
-    assert_ledger_in_utxo_set(&server, &chain, &users).await;
-    for (t, b) in tokens.iter().zip(&before) {
-        assert_eq!(&server.me(t).await["balance_sats"], b);
-    }
-    eprintln!(
-        "serve money path on {}: {:.1} s; bet fees {fees:?} sat, payout fee {miner_fee} sat, withdrawal fee {} sat",
-        chain.describe(),
-        started.elapsed().as_secs_f64(),
-        w["fee_sats"]
-    );
-    server.stop().await;
-    env.cleanup().await;
+    w
 }
 
 // ---- node: open, pay, restart, close cooperatively and unilaterally ----
@@ -674,7 +679,9 @@ fn open_channel(chain: &LaneChain, a: &NodeProc, b: &NodeProc) -> u64 {
         .to_owned();
     chain.send(&addr, FUNDING_SAT);
     chain.mine(1);
-    wait_for("A's funds", 60, || (a.funds() == FUNDING_SAT).then_some(()));
+    wait_for_blocking("A's funds", Duration::from_secs(60), || {
+        (a.funds() == FUNDING_SAT).then_some(())
+    });
     let connected = a.cli(&["connect", &b.listen]);
     assert_eq!(connected["node_id"], b.id.as_str());
     let opened = a.cli(&["open", &b.id, &CAPACITY_SAT.to_string()]);
@@ -686,7 +693,7 @@ fn open_channel(chain: &LaneChain, a: &NodeProc, b: &NodeProc) -> u64 {
     let entry = chain.try_call("getmempoolentry", json!([anchor]));
     assert!(entry.is_ok(), "the anchor in the mempool: {entry:?}");
     chain.mine(1);
-    wait_for("channel live on both", 60, || {
+    wait_for_blocking("channel live on both", Duration::from_secs(60), || {
         (a.channel_state() == "normal" && b.channel_state() == "normal").then_some(())
     });
     let outs: Vec<u64> = chain.tx(&anchor)["vout"]
@@ -697,7 +704,9 @@ fn open_channel(chain: &LaneChain, a: &NodeProc, b: &NodeProc) -> u64 {
         .collect();
     assert!(outs.contains(&CAPACITY_SAT), "{outs:?}");
     let change = FUNDING_SAT - CAPACITY_SAT - chain.fee(&anchor);
-    wait_for("A's change", 60, || (a.funds() == change).then_some(()));
+    wait_for_blocking("A's change", Duration::from_secs(60), || {
+        (a.funds() == change).then_some(())
+    });
     change
 }
 
@@ -764,9 +773,11 @@ fn node_channel_opens_pays_restarts_and_closes_cooperatively() {
     // kill -9 of B; after its restart the channel goes on.
     b.kill9();
     b.restart();
-    let paid = wait_for("a payment after B's restart", 60, || {
-        a.try_cli(&["pay", &b.id, "20000000"]).ok()
-    });
+    let paid = wait_for_blocking(
+        "a payment after B's restart",
+        Duration::from_secs(60),
+        || a.try_cli(&["pay", &b.id, "20000000"]).ok(),
+    );
     assert_eq!(paid["state"], "normal");
     a_total -= 20_000;
     b.cli(&["pay", &a.id, "7000000"]);
@@ -778,7 +789,7 @@ fn node_channel_opens_pays_restarts_and_closes_cooperatively() {
     assert_eq!(closed["state"], "closed", "{closed}");
     chain.mine(1);
     // The close pays B's output; its fee is split as the commitment fee is.
-    let out = wait_for("B's close output", 60, || {
+    let out = wait_for_blocking("B's close output", Duration::from_secs(60), || {
         let f = b.cli(&["listfunds"]);
         f["outputs"].as_array()?.first().cloned()
     });
@@ -789,9 +800,11 @@ fn node_channel_opens_pays_restarts_and_closes_cooperatively() {
     let a_fee = close_fee - b_fee;
     let b_expect = b_total - b_fee;
     let a_expect = a_change + a_total - a_fee;
-    wait_for("close outputs in both wallets", 60, || {
-        (a.funds() == a_expect && b.funds() == b_expect).then_some(())
-    });
+    wait_for_blocking(
+        "close outputs in both wallets",
+        Duration::from_secs(60),
+        || (a.funds() == a_expect && b.funds() == b_expect).then_some(()),
+    );
     assert_eq!(b.channel_state(), "closed");
     assert_eq!(
         chain.utxo_sat(&close_txid, out["vout"].as_u64().expect("a vout")),
@@ -823,13 +836,13 @@ fn node_channel_closes_unilaterally_and_claims_after_restart() {
     let closed = b.cli(&["close", &a.id, "force"]);
     assert_eq!(closed["state"], "on_chain", "{closed}");
     chain.mine(1);
-    wait_for("A sees the commitment", 60, || {
+    wait_for_blocking("A sees the commitment", Duration::from_secs(60), || {
         (a.channel_state() == "on_chain").then_some(())
     });
     b.kill9();
     b.restart();
 
-    let fees = wait_for("every claim confirmed", 120, || {
+    let fees = wait_for_blocking("every claim confirmed", Duration::from_secs(120), || {
         chain.mine(1);
         let fees = channel_fees(&chain, &[&a, &b], &anchor);
         (a.funds() + b.funds() + fees == a_change + CAPACITY_SAT).then_some(fees)

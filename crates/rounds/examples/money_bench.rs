@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use bitcoin::{Amount, FeeRate, TxOut};
 use chain::Chain as _;
+use potluck_rounds::http::state::AppState;
 use potluck_rounds::security::password::HashParams;
 use potluck_rounds::{Application, ChainSource, Config};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -173,19 +174,16 @@ fn json(s: &str) -> serde_json::Value {
     serde_json::from_str(s).unwrap_or_else(|e| panic!("{e}: {s}"))
 }
 
-#[tokio::main(flavor = "multi_thread")]
-async fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let db = args.get(1).cloned().filter(|s| s != "sqlite");
-    let bets: usize = args.get(2).map_or(1000, |s| s.parse().expect("BETS"));
-    let clients: usize = args.get(3).map_or(8, |s| s.parse().expect("CLIENTS"));
-    let reps: usize = args.get(4).map_or(5, |s| s.parse().expect("REPS")).max(1);
-    let users = clients * 4;
-    let per_user = bets.div_ceil(users);
-    let dir = std::env::temp_dir().join(format!("potluck-money-bench-{}", std::process::id()));
-    let mut config = Config::new(dir.clone());
+/// The service in this process on `db` (SQLite in `dir` when None), with
+/// cheap Argon2, no request quota to speak of and a round that stays open;
+/// its address, state and store.
+async fn start_service(
+    db: Option<String>,
+    dir: std::path::PathBuf,
+) -> (SocketAddr, AppState, potluck_rounds::store::Store) {
+    let mut config = Config::new(dir);
     config.bind = "127.0.0.1:0".parse().expect("addr");
-    config.database_url = db.clone().map(Into::into);
+    config.database_url = db.map(Into::into);
     config.admin_token = Some("bench-admin-token-16".into());
     config.hash_params = HashParams {
         memory_kib: 64,
@@ -202,10 +200,18 @@ async fn main() {
     let addr = app.local_addr();
     let state = app.state().clone();
     let store = app.store().clone();
-    let dev = state.dev_chain.clone().expect("dev chain");
     tokio::spawn(app.run_until_stopped(std::future::pending()));
+    (addr, state, store)
+}
 
-    // Users, each with `per_user` confirmed outputs (one mined block).
+/// `users` users, each with `per_user` confirmed outputs (one mined block);
+/// their tokens.
+async fn users_with_coins(
+    addr: SocketAddr,
+    dev: &chain::DevChain,
+    users: usize,
+    per_user: usize,
+) -> Vec<String> {
     let mut tokens = Vec::new();
     let mut c = Conn::open(addr).await;
     let mut paid = 0u32;
@@ -238,46 +244,66 @@ async fn main() {
         }
     }
     dev.mine(1, dev.faucet_script()).expect("mine");
-    state.engine.run_once().await.expect("sync");
+    tokens
+}
 
-    // Baseline: the same wallet work and broadcast, no HTTP, no database.
-    let wallet = state.engine.wallet().clone();
-    let base_n = 300usize;
-    let key = wallet
-        .derive(wallet::KeyPath {
-            branch: 9,
-            index: 0,
-        })
-        .expect("key");
-    let mut outs = Vec::new();
-    for i in 0..base_n {
-        if i % 20 == 19 {
-            dev.mine(1, dev.faucet_script()).expect("mine");
+/// The same wallet work and broadcast as a bet, without HTTP and database:
+/// 300 outputs of one key, each spent to a pot with change back.
+struct Baseline {
+    wallet: Arc<wallet::Wallet>,
+    key: wallet::DerivedKey,
+    outs: Vec<wallet::SpendableOutput>,
+    pot: bitcoin::ScriptBuf,
+}
+
+impl Baseline {
+    const N: usize = 300;
+
+    /// The key's outputs, faucet-funded and confirmed.
+    async fn prepare(wallet: Arc<wallet::Wallet>, dev: &chain::DevChain) -> Self {
+        let base_n = Self::N;
+        let key = wallet
+            .derive(wallet::KeyPath {
+                branch: 9,
+                index: 0,
+            })
+            .expect("key");
+        let mut outs = Vec::new();
+        for i in 0..base_n {
+            if i % 20 == 19 {
+                dev.mine(1, dev.faucet_script()).expect("mine");
+            }
+            let txid = dev
+                .faucet(&key.address.script_pubkey(), Amount::from_sat(100_000))
+                .expect("faucet");
+            let tx = dev.transaction(txid).await.expect("tx").expect("known").tx;
+            outs.push(output_to(&tx, &key));
         }
-        let txid = dev
-            .faucet(&key.address.script_pubkey(), Amount::from_sat(100_000))
-            .expect("faucet");
-        let tx = dev.transaction(txid).await.expect("tx").expect("known").tx;
-        outs.push(output_to(&tx, &key));
+        dev.mine(1, dev.faucet_script()).expect("mine");
+        let pot = wallet
+            .derive(wallet::KeyPath {
+                branch: 9,
+                index: 1,
+            })
+            .expect("key")
+            .address
+            .script_pubkey();
+        Self {
+            wallet,
+            key,
+            outs,
+            pot,
+        }
     }
-    dev.mine(1, dev.faucet_script()).expect("mine");
-    let pot = wallet
-        .derive(wallet::KeyPath {
-            branch: 9,
-            index: 1,
-        })
-        .expect("key")
-        .address
-        .script_pubkey();
-    let tokens = Arc::new(tokens);
-    let (mut base_rates, mut rates, mut ratios, mut times, mut payouts) =
-        (vec![], vec![], vec![], vec![], vec![]);
-    let mut placed = 0usize;
-    for rep in 0..reps {
-        // Baseline: each transaction's change is the next repetition's input.
+
+    /// One pass over the outputs (each transaction's change is the next
+    /// pass's input), confirmed after; the transactions per second.
+    async fn run(&mut self, dev: &chain::DevChain) -> f64 {
+        let (wallet, key, pot) = (&self.wallet, &self.key, &self.pot);
+        let base_n = Self::N;
         let t = Instant::now();
-        let mut change = Vec::with_capacity(outs.len());
-        for o in &outs {
+        let mut change = Vec::with_capacity(self.outs.len());
+        for o in &self.outs {
             let built = wallet
                 .build_signed(
                     std::slice::from_ref(o),
@@ -289,44 +315,79 @@ async fn main() {
                     FeeRate::from_sat_per_vb_u32(2),
                 )
                 .expect("build");
-            change.push(output_to(&built.tx, &key));
+            change.push(output_to(&built.tx, key));
             dev.broadcast(built.tx).await.expect("broadcast");
         }
         let base_rate = base_n as f64 / t.elapsed().as_secs_f64();
-        outs = change;
+        self.outs = change;
         dev.mine(1, dev.faucet_script()).expect("mine");
+        base_rate
+    }
+}
 
-        // Bets over HTTP from `clients` connections.
-        perf_control(b"enable\n");
-        let t = Instant::now();
-        let mut tasks = Vec::new();
-        for k in 0..clients {
-            let tokens = tokens.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut c = Conn::open(addr).await;
-                let mut ok = 0usize;
-                for u in (k..tokens.len()).step_by(clients) {
-                    for _ in 0..per_user {
-                        let (s, b) = c
-                            .call(
-                                "POST",
-                                "/rounds/current/bets",
-                                Some(&tokens[u]),
-                                r#"{"amount_sats":10000}"#,
-                            )
-                            .await;
-                        assert_eq!(s, 201, "{b}");
-                        ok += 1;
-                    }
+/// `per_user` bets of each of `tokens` over HTTP from `clients` connections;
+/// how many were placed and in what time.
+async fn bets_over_http(
+    addr: SocketAddr,
+    tokens: &Arc<Vec<String>>,
+    clients: usize,
+    per_user: usize,
+) -> (usize, Duration) {
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for k in 0..clients {
+        let tokens = tokens.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut c = Conn::open(addr).await;
+            let mut ok = 0usize;
+            for u in (k..tokens.len()).step_by(clients) {
+                for _ in 0..per_user {
+                    let (s, b) = c
+                        .call(
+                            "POST",
+                            "/rounds/current/bets",
+                            Some(&tokens[u]),
+                            r#"{"amount_sats":10000}"#,
+                        )
+                        .await;
+                    assert_eq!(s, 201, "{b}");
+                    ok += 1;
                 }
-                ok
-            }));
-        }
-        let mut n = 0;
-        for t in tasks {
-            n += t.await.expect("client");
-        }
-        let elapsed = t.elapsed();
+            }
+            ok
+        }));
+    }
+    let mut n = 0;
+    for t in tasks {
+        n += t.await.expect("client");
+    }
+    let elapsed = t.elapsed();
+    (n, elapsed)
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let db = args.get(1).cloned().filter(|s| s != "sqlite");
+    let bets: usize = args.get(2).map_or(1000, |s| s.parse().expect("BETS"));
+    let clients: usize = args.get(3).map_or(8, |s| s.parse().expect("CLIENTS"));
+    let reps: usize = args.get(4).map_or(5, |s| s.parse().expect("REPS")).max(1);
+    let users = clients * 4;
+    let per_user = bets.div_ceil(users);
+    let dir = std::env::temp_dir().join(format!("potluck-money-bench-{}", std::process::id()));
+    let (addr, state, store) = start_service(db.clone(), dir.clone()).await;
+    let dev = state.dev_chain.clone().expect("dev chain");
+    let tokens = users_with_coins(addr, &dev, users, per_user).await;
+    state.engine.run_once().await.expect("sync");
+    let mut baseline = Baseline::prepare(state.engine.wallet().clone(), &dev).await;
+    let tokens = Arc::new(tokens);
+    let (mut base_rates, mut rates, mut ratios, mut times, mut payouts) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    let mut placed = 0usize;
+    for rep in 0..reps {
+        let base_rate = baseline.run(&dev).await;
+        perf_control(b"enable\n");
+        let (n, elapsed) = bets_over_http(addr, &tokens, clients, per_user).await;
         perf_control(b"disable\n");
         let rate = n as f64 / elapsed.as_secs_f64();
         placed += n;

@@ -37,41 +37,14 @@ async fn main() {
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(subscribers * addrs.len());
     for (g, sub_addr) in addrs.iter().copied().enumerate() {
         for i in 0..subscribers {
-            let rx = rx.clone();
-            let samples = samples[g].clone();
-            let ready = ready_tx.clone();
-            tokio::spawn(async move {
-                let mut s = TcpStream::connect(sub_addr).await.expect("connect");
-                // Each process's subscribers come from their own addresses, so
-                // the per-IP cap (shared by the processes) evicts nobody.
-                let req = format!(
-                "GET /rounds/stream HTTP/1.1\r\nhost: b\r\nx-forwarded-for: 10.{}.{}.{}\r\n\r\n",
-                (i / 5) / 256,
-                (i / 5) % 256,
-                g + 1
-            );
-                s.write_all(req.as_bytes()).await.expect("write");
-                let mut buf = vec![0u8; 4096];
-                let mut seen_head = false;
-                loop {
-                    let n = match s.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => n,
-                    };
-                    let arrived = Instant::now();
-                    let text = String::from_utf8_lossy(&buf[..n]);
-                    if !seen_head && text.contains("\r\n\r\n") {
-                        seen_head = true;
-                        assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-                        let _ = ready.send(()).await;
-                    }
-                    let events = text.matches("data: refetch").count();
-                    if events > 0 {
-                        let sent = *rx.borrow();
-                        samples.lock().expect("lock").push(arrived - sent);
-                    }
-                }
-            });
+            tokio::spawn(subscribe(
+                sub_addr,
+                g,
+                i,
+                rx.clone(),
+                samples[g].clone(),
+                ready_tx.clone(),
+            ));
         }
     }
     for _ in 0..subscribers * addrs.len() {
@@ -119,5 +92,48 @@ async fn main() {
             pct(0.99).as_secs_f64() * 1e3,
             v.last().copied().unwrap_or_default().as_secs_f64() * 1e3
         );
+    }
+}
+
+/// Subscriber `i` of process `g`, on `sub_addr`'s stream: each delivery's
+/// latency from the publish time in `rx` goes into `samples`; `ready` hears
+/// once the stream's head arrived.
+async fn subscribe(
+    sub_addr: SocketAddr,
+    g: usize,
+    i: usize,
+    rx: watch::Receiver<Instant>,
+    samples: Arc<Mutex<Vec<Duration>>>,
+    ready: tokio::sync::mpsc::Sender<()>,
+) {
+    let mut s = TcpStream::connect(sub_addr).await.expect("connect");
+    // Each process's subscribers come from their own addresses, so
+    // the per-IP cap (shared by the processes) evicts nobody.
+    let req = format!(
+        "GET /rounds/stream HTTP/1.1\r\nhost: b\r\nx-forwarded-for: 10.{}.{}.{}\r\n\r\n",
+        (i / 5) / 256,
+        (i / 5) % 256,
+        g + 1
+    );
+    s.write_all(req.as_bytes()).await.expect("write");
+    let mut buf = vec![0u8; 4096];
+    let mut seen_head = false;
+    loop {
+        let n = match s.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let arrived = Instant::now();
+        let text = String::from_utf8_lossy(&buf[..n]);
+        if !seen_head && text.contains("\r\n\r\n") {
+            seen_head = true;
+            assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+            let _ = ready.send(()).await;
+        }
+        let events = text.matches("data: refetch").count();
+        if events > 0 {
+            let sent = *rx.borrow();
+            samples.lock().expect("lock").push(arrived - sent);
+        }
     }
 }

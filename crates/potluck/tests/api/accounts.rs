@@ -6,7 +6,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use serde_json::json;
-use support::{Db, Env};
+use support::{Api, Db, Env};
 
 both_databases!(
     registration_rules_and_login,
@@ -118,7 +118,6 @@ async fn registration_rules_and_login(db: Db) {
         assert_eq!(r.code(), "invalid_credentials");
     }
     s.stop().await;
-    env.cleanup().await;
 }
 
 async fn concurrent_case_variants_register_once(db: Db) {
@@ -162,7 +161,6 @@ async fn concurrent_case_variants_register_once(db: Db) {
         assert!(addresses.insert(r.json()["address"].as_str().unwrap().to_string()));
     }
     s.stop().await;
-    env.cleanup().await;
 }
 
 async fn tokens_are_checked_strictly(db: Db) {
@@ -239,8 +237,12 @@ async fn tokens_are_checked_strictly(db: Db) {
         json!({"sub": sub, "tv": 5, "iat": now(), "exp": now() + 100}),
     );
     assert_eq!(me(future_tv.clone()).await.code(), "session_expired");
-    // A bet checks its token in the payment's own read (not the AuthUser
-    // extractor's): the same answers, and nothing written.
+    bets_check_their_token(&s, &secret, &sub, &token, future_tv).await;
+    s.stop().await;
+}
+
+/// A bet checks its token in the payment's own read (not the AuthUser extractor's): the same answers, and nothing written.
+async fn bets_check_their_token(s: &Api, secret: &[u8], sub: &str, token: &str, future_tv: String) {
     let bet = |t: String| {
         let s = &s;
         async move {
@@ -253,12 +255,12 @@ async fn tokens_are_checked_strictly(db: Db) {
         }
     };
     let stranger = sign(
-        &secret,
+        secret,
         r#"{"alg":"HS256","typ":"JWT"}"#,
         json!({"sub": "999999", "tv": 0, "iat": now(), "exp": now() + 100}),
     );
     let expired_bet = sign(
-        &secret,
+        secret,
         r#"{"alg":"HS256","typ":"JWT"}"#,
         json!({"sub": sub, "tv": 0, "iat": now() - 90_000, "exp": now() - 10}),
     );
@@ -273,10 +275,8 @@ async fn tokens_are_checked_strictly(db: Db) {
         assert_eq!((r.status, r.code()), (401, code.into()), "{t}");
     }
     // The valid token gets past the session check (no coins: refused for that).
-    let r = bet(token.clone()).await;
+    let r = bet(token.to_string()).await;
     assert_eq!((r.status, r.code()), (422, "insufficient_funds".into()));
-    s.stop().await;
-    env.cleanup().await;
 }
 
 async fn change_password_rotates_sessions(db: Db) {
@@ -362,7 +362,6 @@ async fn change_password_rotates_sessions(db: Db) {
         .await;
     assert_eq!((r.status, r.code()), (401, "not_authenticated".into()));
     s.stop().await;
-    env.cleanup().await;
 }
 
 async fn unparseable_stored_hash_is_a_wrong_password(db: Db) {
@@ -383,5 +382,4 @@ async fn unparseable_stored_hash_is_a_wrong_password(db: Db) {
     );
     assert!(s.log().contains("unparseable"), "logged as an error");
     s.stop().await;
-    env.cleanup().await;
 }

@@ -65,7 +65,6 @@ async fn admin_token_unset_or_empty_never_grants(db: Db) {
     );
     assert_eq!(s.admin_get("/admin/config").await.status, 200);
     s.stop().await;
-    env.cleanup().await;
 }
 
 async fn config_validation_and_audit_diff(db: Db) {
@@ -167,7 +166,6 @@ async fn config_validation_and_audit_diff(db: Db) {
     assert_eq!(r.status, 422);
     assert!(r.json()["detail"].is_string());
     s.stop().await;
-    env.cleanup().await;
 }
 
 async fn pause_resume_are_idempotent_and_audited(db: Db) {
@@ -223,7 +221,6 @@ async fn pause_resume_are_idempotent_and_audited(db: Db) {
         .json();
     assert_eq!(page2["entries"][0]["event"], "paused");
     s.stop().await;
-    env.cleanup().await;
 }
 
 async fn admin_reset_revokes_sessions_without_a_token(db: Db) {
@@ -282,7 +279,6 @@ async fn admin_reset_revokes_sessions_without_a_token(db: Db) {
     assert_eq!(audit["entries"][0]["event"], "password_reset");
     assert_eq!(audit["entries"][0]["details"]["username"], "Erin");
     s.stop().await;
-    env.cleanup().await;
 }
 
 async fn current_round_with_optional_token(db: Db) {
@@ -359,5 +355,4 @@ async fn current_round_with_optional_token(db: Db) {
     let s = support::spawn_app(&env).await;
     assert_eq!(s.get("/rounds/current", &[]).await.json()["id"], id);
     s.stop().await;
-    env.cleanup().await;
 }

@@ -11,7 +11,7 @@ use potluck_rounds::domain::bump::BumpPolicy;
 use potluck_rounds::domain::round::{TransferKind, TransferStatus};
 use potluck_rounds::store::ledger::TransferRow;
 use serde_json::json;
-use support::{bearer, Db, Env, InProcess};
+use support::{bearer, Api, Db, Env, InProcess};
 
 /// The service's fee rate: below the market below.
 const SERVICE_RATE: i64 = 2;
@@ -90,16 +90,7 @@ async fn stuck_withdrawal(env: &Env, policy: BumpPolicy) -> (InProcess, String, 
             .then_some(())
     })
     .await;
-    assert_eq!(
-        app.store
-            .transfer(first.id)
-            .await
-            .unwrap()
-            .unwrap()
-            .block_height,
-        None,
-        "below the market: left in the mempool"
-    );
+    left_in_the_mempool(&app, first.id).await;
     (app, token, first)
 }
 
@@ -149,7 +140,6 @@ async fn bump_the_replacement_confirms_and_the_user_pays_its_fee_once(db: Db) {
     assert_eq!(ledger["miner_fees_sats"].as_i64().unwrap(), second.fee_sats);
     assert_eq!(ledger["withdrawn_sats"].as_i64().unwrap(), WITHDRAWN);
     app.stop().await;
-    env.cleanup().await;
 }
 
 async fn bump_the_old_version_confirming_after_the_bump_is_followed_once(db: Db) {
@@ -204,7 +194,6 @@ async fn bump_the_old_version_confirming_after_the_bump_is_followed_once(db: Db)
         .collect();
     assert_eq!(txids, vec![first.txid.clone()], "{listed}");
     app.stop().await;
-    env.cleanup().await;
 }
 
 async fn bump_never_pays_more_than_the_share_of_the_amount(db: Db) {
@@ -226,7 +215,15 @@ async fn bump_never_pays_more_than_the_share_of_the_amount(db: Db) {
     assert!(all.iter().all(|t| t.fee_sats <= share));
     app.balanced_ledger().await;
     app.stop().await;
-    env.cleanup().await;
+}
+
+/// Transfer `id` is not mined: its fee rate is below the market's.
+async fn left_in_the_mempool(app: &InProcess, id: i64) {
+    assert_eq!(
+        app.store.transfer(id).await.unwrap().unwrap().block_height,
+        None,
+        "below the market: left in the mempool"
+    );
 }
 
 async fn bump_a_stuck_payout_is_replaced_and_the_winner_paid_once(db: Db) {
@@ -265,16 +262,7 @@ async fn bump_a_stuck_payout_is_replaced_and_the_winner_paid_once(db: Db) {
     assert!(tx_of(&first).is_explicitly_rbf());
     mine(&app, 1);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(
-        app.store
-            .transfer(first.id)
-            .await
-            .unwrap()
-            .unwrap()
-            .block_height,
-        None,
-        "below the market: left in the mempool"
-    );
+    left_in_the_mempool(&app, first.id).await;
     mine(&app, 2);
     let second = wait_for("the payout was replaced", WAIT, || async {
         versions(&app, TransferKind::Payout)
@@ -318,7 +306,6 @@ async fn bump_a_stuck_payout_is_replaced_and_the_winner_paid_once(db: Db) {
         "{me}"
     );
     app.stop().await;
-    env.cleanup().await;
 }
 
 async fn bump_by_the_admin_is_audited_and_refused_with_a_reason(db: Db) {
@@ -332,35 +319,7 @@ async fn bump_by_the_admin_is_audited_and_refused_with_a_reason(db: Db) {
         },
     )
     .await;
-    let waiting = app
-        .get(
-            "/admin/transfers/waiting",
-            &[("x-admin-token", support::ADMIN)],
-        )
-        .await;
-    assert_eq!(waiting.status, 200, "{}", waiting.text());
-    let listed = waiting.json();
-    assert_eq!(
-        listed[0]["transfer_id"].as_i64(),
-        Some(first.id),
-        "{listed}"
-    );
-    assert_eq!(listed[0]["versions"].as_i64(), Some(1), "{listed}");
-    let doc = app.get("/openapi.json", &[]).await.json();
-    for (method, route) in [
-        ("post", "/admin/transfers/{id}/bump"),
-        ("get", "/admin/transfers/waiting"),
-    ] {
-        assert!(
-            doc["paths"][route][method].is_object(),
-            "{method} {route} missing from /openapi.json"
-        );
-    }
-    // The dashboard's admin view lists them from that route.
-    let page = app.get("/", &[]).await.text();
-    assert!(page.contains("id=\"waiting-transfers\""));
-    let script = app.get("/assets/app.js", &[]).await.text();
-    assert!(script.contains("/admin/transfers/waiting"));
+    waiting_transfer_listed_and_documented(&app, first.id).await;
     let path = format!("/admin/transfers/{}/bump", first.id);
     // Refusals in the admin error format.
     let r = app.admin_post(&path, json!({"fee_rate_sat_vb": 0})).await;
@@ -391,24 +350,7 @@ async fn bump_by_the_admin_is_audited_and_refused_with_a_reason(db: Db) {
     // The old version is no longer the one to bump.
     let r = app.admin_post(&path, json!({"fee_rate_sat_vb": 40})).await;
     assert_eq!(r.status, 409, "{}", r.text());
-    let audit = app
-        .get("/admin/audit", &[("x-admin-token", support::ADMIN)])
-        .await
-        .json();
-    let entry = audit["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["event"] == "transfer_bumped")
-        .unwrap_or_else(|| panic!("no transfer_bumped entry: {audit}"))
-        .clone();
-    assert_eq!(entry["actor"], "admin", "{entry}");
-    assert_eq!(
-        entry["details"]["replaced_txid"].as_str(),
-        Some(first.txid.as_str())
-    );
-    assert_eq!(entry["details"]["txid"].as_str(), Some(new.txid.as_str()));
-    assert_eq!(entry["details"]["fee_rate_sat_vb"].as_i64(), Some(30));
+    bump_is_audited(&app, &first.txid, &new.txid).await;
     mine(&app, 1);
     wait_for("the admin's replacement confirmed", WAIT, || async {
         app.store
@@ -434,7 +376,54 @@ async fn bump_by_the_admin_is_audited_and_refused_with_a_reason(db: Db) {
         .await;
     assert_eq!(r.status, 409, "{}", r.text());
     app.stop().await;
-    env.cleanup().await;
+}
+
+/// GET /admin/transfers/waiting lists transfer `id` with its one version; both admin routes are in /openapi.json and the dashboard's admin view uses the list.
+async fn waiting_transfer_listed_and_documented(app: &Api, id: i64) {
+    let waiting = app
+        .get(
+            "/admin/transfers/waiting",
+            &[("x-admin-token", support::ADMIN)],
+        )
+        .await;
+    assert_eq!(waiting.status, 200, "{}", waiting.text());
+    let listed = waiting.json();
+    assert_eq!(listed[0]["transfer_id"].as_i64(), Some(id), "{listed}");
+    assert_eq!(listed[0]["versions"].as_i64(), Some(1), "{listed}");
+    let doc = app.get("/openapi.json", &[]).await.json();
+    for (method, route) in [
+        ("post", "/admin/transfers/{id}/bump"),
+        ("get", "/admin/transfers/waiting"),
+    ] {
+        assert!(
+            doc["paths"][route][method].is_object(),
+            "{method} {route} missing from /openapi.json"
+        );
+    }
+    // The dashboard's admin view lists them from that route.
+    let page = app.get("/", &[]).await.text();
+    assert!(page.contains("id=\"waiting-transfers\""));
+    let script = app.get("/assets/app.js", &[]).await.text();
+    assert!(script.contains("/admin/transfers/waiting"));
+}
+
+/// The audit log has the admin's bump of `replaced` by `txid` at 30 sat/vB.
+async fn bump_is_audited(app: &Api, replaced: &str, txid: &str) {
+    let audit = app
+        .get("/admin/audit", &[("x-admin-token", support::ADMIN)])
+        .await
+        .json();
+    let entry = audit["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event"] == "transfer_bumped")
+        .unwrap_or_else(|| panic!("no transfer_bumped entry: {audit}"))
+        .clone();
+    assert_eq!(entry["actor"], "admin", "{entry}");
+    assert_eq!(entry["details"]["replaced_txid"].as_str(), Some(replaced));
+    assert_eq!(entry["details"]["txid"].as_str(), Some(txid));
+    assert_eq!(entry["details"]["fee_rate_sat_vb"].as_i64(), Some(30));
 }
 
 async fn bump_a_payout_behind_a_waiting_bet_pays_for_the_package(db: Db) {
@@ -509,7 +498,6 @@ async fn bump_a_payout_behind_a_waiting_bet_pays_for_the_package(db: Db) {
     .await;
     app.balanced_ledger().await;
     app.stop().await;
-    env.cleanup().await;
 }
 
 both_databases!(

@@ -138,5 +138,4 @@ async fn bump_killed_between_its_intent_and_its_broadcast_is_finished_after_rest
         "{v:?}"
     );
     server.stop().await;
-    env.cleanup().await;
 }

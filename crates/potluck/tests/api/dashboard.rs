@@ -9,11 +9,12 @@ use crate::support;
 
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{json, Value};
-use support::{Api, Db, Env, ADMIN};
+use support::rig::Rig;
+use support::{wait_for, Api, Db, Env, ADMIN};
 use tokio::process::{Child, Command};
 
 /// Every `detail.code` the service answers (crates/rounds error types).
@@ -107,15 +108,12 @@ impl Driver {
             );
         };
         let url = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Ok(s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
-                drop(s);
-                break;
-            }
-            assert!(Instant::now() < deadline, "chromedriver did not start");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_for("chromedriver to accept connections", WAIT, || async {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+        })
+        .await;
         Driver { child, url }
     }
 
@@ -171,8 +169,7 @@ impl Browser {
 
     /// Polls `script` (a JS expression) until it is truthy; returns its value.
     async fn wait_js(&self, what: &str, script: &str) -> Value {
-        let deadline = Instant::now() + WAIT;
-        loop {
+        wait_for(what, WAIT, || async {
             let v = self.js(&format!("return ({script});")).await;
             let truthy = match &v {
                 Value::Null => false,
@@ -181,28 +178,22 @@ impl Browser {
                 Value::Number(n) => n.as_f64() != Some(0.0),
                 _ => true,
             };
-            if truthy {
-                return v;
-            }
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            truthy.then_some(v)
+        })
+        .await
     }
 
     /// Waits until `#id` is visible and its text contains `needle`; returns the text.
     async fn wait_text(&self, id: &str, needle: &str) -> String {
-        let deadline = Instant::now() + WAIT;
-        loop {
+        wait_for(&format!("#{id} showing {needle:?}"), WAIT, || async {
             let text = self.text(id).await;
             if text.contains(needle) && self.visible(id).await {
-                return text;
+                Ok(text)
+            } else {
+                Err(format!("{text:?}"))
             }
-            assert!(
-                Instant::now() < deadline,
-                "#{id} never showed {needle:?}; last text {text:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        })
+        .await
     }
 
     async fn text(&self, id: &str) -> String {
@@ -232,6 +223,14 @@ impl Browser {
     /// Clicks the element matching `css`. The page re-renders lists on every
     /// stream notification, so an element found a moment ago may have been
     /// replaced: the lookup is repeated then, as a user would click again.
+    /// Fills the fields `values` (id, value) and submits the form `form`.
+    async fn submit(&self, form: &str, values: &[(&str, &str)]) {
+        for (id, value) in values {
+            self.fill(id, value).await;
+        }
+        self.click(&format!("{form} button[type=submit]")).await;
+    }
+
     async fn click(&self, css: &str) {
         for attempt in 0.. {
             let clicked = match self.client.find(Locator::Css(css)).await {
@@ -373,7 +372,6 @@ async fn page_and_assets_are_served_with_their_headers() {
         assert_eq!(r.code(), "not_found", "{path}");
     }
     s.stop().await;
-    env.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -393,8 +391,23 @@ async fn accounts_errors_and_translations_in_the_browser() {
     b.wait_text("live-status", "live").await;
     b.screenshot("login").await;
 
-    // A dropped stream: five newer streams from the same IP evict the
-    // page's; it polls, then reconnects after its back-off.
+    dropped_stream_polls_then_reconnects(&s, &b).await;
+
+    errors_in_both_languages(&b).await;
+
+    let (address, token) = register_in_the_page(&s, &b).await;
+
+    taken_name_and_wrong_password(&b).await;
+
+    password_change_and_reset_end_sessions(&s, &b, &address, &token).await;
+
+    b.close().await;
+    driver.stop().await;
+    s.stop().await;
+}
+
+/// A dropped stream: five newer streams from the same IP evict the page's; it polls, then reconnects after its back-off.
+async fn dropped_stream_polls_then_reconnects(s: &Api, b: &Browser) {
     let mut evictors = Vec::new();
     for _ in 0..5 {
         evictors.push(support::EventStream::open(s.addr, "127.0.0.1").await);
@@ -405,19 +418,31 @@ async fn accounts_errors_and_translations_in_the_browser() {
     )
     .await;
     drop(evictors);
+}
 
-    // Validation errors come through the client's own table.
-    b.fill("register-username", "al").await;
-    b.fill("register-password", "password123").await;
-    b.click("#register-form button[type=submit]").await;
+/// Validation errors come through the client's own table, in English and German, and every code the service answers has a text.
+async fn errors_in_both_languages(b: &Browser) {
+    b.submit(
+        "#register-form",
+        &[
+            ("register-username", "al"),
+            ("register-password", "password123"),
+        ],
+    )
+    .await;
     b.wait_text(
         "register-error",
         "The username must have at least 3 characters.",
     )
     .await;
-    b.fill("register-username", "alice").await;
-    b.fill("register-password", "short").await;
-    b.click("#register-form button[type=submit]").await;
+    b.submit(
+        "#register-form",
+        &[
+            ("register-username", "alice"),
+            ("register-password", "short"),
+        ],
+    )
+    .await;
     b.wait_text(
         "register-error",
         "The password must have at least 8 characters.",
@@ -474,11 +499,19 @@ async fn accounts_errors_and_translations_in_the_browser() {
         b.js("return Potluck.fmtSats(1000);").await,
         json!("1,000 sats (0.00001000 BTC)")
     );
+}
 
+/// Registering logs in at once and shows the address with its QR code; the address and the API's token.
+async fn register_in_the_page(s: &Api, b: &Browser) -> (String, String) {
     // Register: logged in at once, the address with its QR code.
-    b.fill("register-username", "Alice").await;
-    b.fill("register-password", "password123").await;
-    b.click("#register-form button[type=submit]").await;
+    b.submit(
+        "#register-form",
+        &[
+            ("register-username", "Alice"),
+            ("register-password", "password123"),
+        ],
+    )
+    .await;
     let address = b.wait_text("address", "bcrt1q").await;
     let me = s.login("Alice", "password123", "10.0.0.1").await;
     let token = me.json()["access_token"].as_str().unwrap().to_string();
@@ -506,36 +539,58 @@ async fn accounts_errors_and_translations_in_the_browser() {
         "the QR code decodes to the address"
     );
     b.screenshot("wallet").await;
+    (address, token)
+}
 
+/// A taken name (ignoring case) and a wrong password are refused in the page; the right one logs in.
+async fn taken_name_and_wrong_password(b: &Browser) {
     // Taken name (ignoring case) in a second tab of the same session is
     // not needed: log out, try to register it again.
     b.click("#logout-btn").await;
     b.wait_text("notice", "You are logged out.").await;
-    b.fill("register-username", "ALICE").await;
-    b.fill("register-password", "password123").await;
-    b.click("#register-form button[type=submit]").await;
+    b.submit(
+        "#register-form",
+        &[
+            ("register-username", "ALICE"),
+            ("register-password", "password123"),
+        ],
+    )
+    .await;
     b.wait_text("register-error", "The username ALICE is already taken.")
         .await;
 
     // Wrong password, then the right one.
-    b.fill("login-username", "alice").await;
-    b.fill("login-password", "wrong-password").await;
-    b.click("#login-form button[type=submit]").await;
+    b.submit(
+        "#login-form",
+        &[
+            ("login-username", "alice"),
+            ("login-password", "wrong-password"),
+        ],
+    )
+    .await;
     b.wait_text("login-error", "Wrong username or password.")
         .await;
-    b.fill("login-password", "password123").await;
-    b.click("#login-form button[type=submit]").await;
+    b.submit("#login-form", &[("login-password", "password123")])
+        .await;
     b.wait_text("whoami", "Alice").await;
+}
 
+/// A password change ends older sessions; the token survives a reload until the operator resets the password.
+async fn password_change_and_reset_end_sessions(s: &Api, b: &Browser, address: &str, token: &str) {
     // Change the password: a wrong current one is refused, then the page
     // carries on with the fresh token.
-    b.fill("current-password", "not-my-password").await;
-    b.fill("new-password", "password456").await;
-    b.click("#password-form button[type=submit]").await;
+    b.submit(
+        "#password-form",
+        &[
+            ("current-password", "not-my-password"),
+            ("new-password", "password456"),
+        ],
+    )
+    .await;
     b.wait_text("password-error", "The current password is incorrect.")
         .await;
-    b.fill("current-password", "password123").await;
-    b.click("#password-form button[type=submit]").await;
+    b.submit("#password-form", &[("current-password", "password123")])
+        .await;
     b.wait_text("notice", "Password changed.").await;
     let r = s
         .get(
@@ -547,7 +602,7 @@ async fn accounts_errors_and_translations_in_the_browser() {
 
     // The token survives a reload (kept for the browser session)...
     b.client.refresh().await.unwrap();
-    b.wait_text("address", &address).await;
+    b.wait_text("address", address).await;
     b.wait_text("whoami", "Alice").await;
     // ...until the operator resets the password: the next fetch is
     // answered session_expired and the page says so.
@@ -569,11 +624,6 @@ async fn accounts_errors_and_translations_in_the_browser() {
         Value::Null,
         "the dead token is dropped"
     );
-
-    b.close().await;
-    driver.stop().await;
-    s.stop().await;
-    env.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -588,8 +638,8 @@ async fn admin_journey_in_the_browser_with_polling_fallback() {
     b.wait_text("live-status", "polling").await;
 
     // Wrong token: the service's bare-string denial, nothing unlocked.
-    b.fill("admin-token", "not-the-token").await;
-    b.click("#admin-login button[type=submit]").await;
+    b.submit("#admin-login", &[("admin-token", "not-the-token")])
+        .await;
     let denial = s
         .get("/admin/config", &[("x-admin-token", "not-the-token")])
         .await
@@ -600,8 +650,7 @@ async fn admin_journey_in_the_browser_with_polling_fallback() {
     b.wait_text("admin-login-error", &denial).await;
     assert!(!b.visible("admin-panel").await);
 
-    b.fill("admin-token", ADMIN).await;
-    b.click("#admin-login button[type=submit]").await;
+    b.submit("#admin-login", &[("admin-token", ADMIN)]).await;
     b.wait_js(
         "config form",
         "document.getElementById('cfg-fee_rate_sat_vb')",
@@ -614,12 +663,43 @@ async fn admin_journey_in_the_browser_with_polling_fallback() {
         !stored.as_str().unwrap().contains(ADMIN),
         "the admin token is stored nowhere: {stored}"
     );
+    config_errors_inline_then_saved_and_audited(&s, &b).await;
+
+    pause_and_resume_audited(&s, &b).await;
+
+    // A change made elsewhere reaches the page by polling (no stream slot).
+    let r = s.admin_post("/admin/pause", json!({})).await;
+    assert_eq!(r.status, 200);
+    b.wait_text("paused-banner", "paused for maintenance").await;
+    assert_eq!(b.text("live-status").await, "polling");
+
+    // The token is forgotten on reload.
+    b.client.refresh().await.unwrap();
+    b.wait_js(
+        "the token form",
+        "document.getElementById('admin-login').offsetParent !== null",
+    )
+    .await;
+    assert!(!b.visible("admin-panel").await);
+
+    b.close().await;
+    driver.stop().await;
+    s.stop().await;
+}
+
+/// One invalid value among valid ones: the field's error inline, nothing saved; fixed, it is saved and the audit log shows the diff.
+async fn config_errors_inline_then_saved_and_audited(s: &Api, b: &Browser) {
     let before = s.admin_get("/admin/config").await.json();
 
     // One invalid value among valid ones: the field's error inline, nothing saved.
-    b.fill("cfg-fee_rate_sat_vb", "0").await;
-    b.fill("cfg-round_duration_seconds", "90").await;
-    b.click("#config-form button[type=submit]").await;
+    b.submit(
+        "#config-form",
+        &[
+            ("cfg-fee_rate_sat_vb", "0"),
+            ("cfg-round_duration_seconds", "90"),
+        ],
+    )
+    .await;
     b.wait_text(
         "cfg-error-fee_rate_sat_vb",
         "fee_rate_sat_vb must be at least 1",
@@ -629,8 +709,8 @@ async fn admin_journey_in_the_browser_with_polling_fallback() {
     assert_eq!(s.admin_get("/admin/config").await.json(), before);
 
     // Fixed: saved, and the audit log shows the diff.
-    b.fill("cfg-fee_rate_sat_vb", "7").await;
-    b.click("#config-form button[type=submit]").await;
+    b.submit("#config-form", &[("cfg-fee_rate_sat_vb", "7")])
+        .await;
     b.wait_text("config-saved", "Saved.").await;
     let after = s.admin_get("/admin/config").await.json();
     assert_eq!(after["fee_rate_sat_vb"], 7);
@@ -653,7 +733,10 @@ async fn admin_journey_in_the_browser_with_polling_fallback() {
         "{diff}"
     );
     assert!(diff.contains("round_duration_seconds"), "{diff}");
+}
 
+/// Pause and resume from the panel, each audited; the players' banner follows.
+async fn pause_and_resume_audited(s: &Api, b: &Browser) {
     // Pause and resume, each audited; the players' banner follows.
     b.click("#pause-btn").await;
     b.wait_text("admin-paused-state", "paused").await;
@@ -681,26 +764,6 @@ async fn admin_journey_in_the_browser_with_polling_fallback() {
         "document.getElementById('paused-banner').hidden",
     )
     .await;
-
-    // A change made elsewhere reaches the page by polling (no stream slot).
-    let r = s.admin_post("/admin/pause", json!({})).await;
-    assert_eq!(r.status, 200);
-    b.wait_text("paused-banner", "paused for maintenance").await;
-    assert_eq!(b.text("live-status").await, "polling");
-
-    // The token is forgotten on reload.
-    b.client.refresh().await.unwrap();
-    b.wait_js(
-        "the token form",
-        "document.getElementById('admin-login').offsetParent !== null",
-    )
-    .await;
-    assert!(!b.visible("admin-panel").await);
-
-    b.close().await;
-    driver.stop().await;
-    s.stop().await;
-    env.cleanup().await;
 }
 
 /// The verify view's arithmetic, checked against an independent Rust
@@ -804,7 +867,6 @@ async fn draw_verification_in_the_browser_matches_the_rule() {
     b.close().await;
     driver.stop().await;
     s.stop().await;
-    env.cleanup().await;
 }
 
 /// The server's QR codes (GET /users/me/deposit-qr.svg draws them with
@@ -864,32 +926,6 @@ async fn qr_codes_of_every_size_decode() {
     b.close().await;
     driver.stop().await;
     s.stop().await;
-    env.cleanup().await;
-}
-
-/// The embedded chain's RPC of a running `potluck serve` (cookie auth).
-async fn chain_rpc(env: &Env, port: u16) -> chain::BitcoindRpc {
-    let cookie = env.data_dir.join("chain").join(".cookie");
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if cookie.exists() {
-            let mut cfg = chain::RpcConfig::new(
-                format!("http://127.0.0.1:{port}"),
-                chain::Auth::Cookie(cookie.clone()),
-            );
-            cfg.retries = 0;
-            cfg.timeout = Duration::from_secs(10);
-            let c = chain::BitcoindRpc::new(cfg).unwrap();
-            if c.get_block_count().await.is_ok() {
-                return c;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the development chain's RPC did not come up"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 fn regtest_address(s: &str) -> chain::bitcoin::Address {
@@ -897,6 +933,14 @@ fn regtest_address(s: &str) -> chain::bitcoin::Address {
         .unwrap()
         .require_network(chain::bitcoin::Network::Regtest)
         .unwrap()
+}
+
+/// Where the tests mine blocks to: nobody of the service (an empty-script P2WSH).
+fn nobodys_address() -> chain::bitcoin::Address {
+    chain::bitcoin::Address::p2wsh(
+        chain::bitcoin::Script::new(),
+        chain::bitcoin::KnownHrp::Regtest,
+    )
 }
 
 /// Polls the API until `f` holds for the JSON at `path` (with `token`).
@@ -907,27 +951,21 @@ async fn wait_api(
     what: &str,
     f: impl Fn(&Value) -> bool,
 ) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let auth = format!("Bearer {token}");
-        let headers: Vec<(&str, &str)> = if token.is_empty() {
-            vec![]
-        } else {
-            vec![("authorization", &auth)]
-        };
-        let r = s.get(path, &headers).await;
-        if r.status == 200 {
-            let v = r.json();
-            if f(&v) {
-                return v;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what} at {path}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let auth = format!("Bearer {token}");
+    let headers: Vec<(&str, &str)> = if token.is_empty() {
+        vec![]
+    } else {
+        vec![("authorization", &auth)]
+    };
+    wait_for(
+        &format!("{what} at {path}"),
+        Duration::from_secs(90),
+        || async {
+            let r = s.get(path, &headers).await;
+            (r.status == 200).then(|| r.json()).filter(|v| f(v))
+        },
+    )
+    .await
 }
 
 /// The whole player journey on the development chain, without a reload:
@@ -936,26 +974,54 @@ async fn wait_api(
 /// after the draw sees the last-round result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn player_journey_on_the_development_chain() {
-    let env = Env::new(Db::Sqlite).await;
-    let s = support::spawn_app_with(&env, |c| {
-        support::with_chain_rpc(c);
-        c.default_round_duration_seconds = 40;
-    })
-    .await;
-    let rpc_port = s
-        .rpc_addr
-        .expect("the chain RPC address is reported")
-        .port();
-    let rpc = chain_rpc(&env, rpc_port).await;
+    let rig = Rig::new(Db::Sqlite, "40").await;
+    let (s, rpc) = (rig.s(), &rig.rpc);
     let driver = Driver::start().await;
-    let b = driver.browser(&s).await;
+    let b = driver.browser(s).await;
     b.open("").await;
     b.wait_text("live-status", "live").await;
 
+    let miner = nobodys_address();
+    register_and_deposit(&b, rpc, &miner).await;
+
+    let (bob, bet_round) = both_bet(s, &b).await;
+
+    let winner = round_is_drawn_and_revealed(s, &b, rpc, &miner, bet_round).await;
+
+    balance_follows_the_draw(s, &b, &winner).await;
+
+    draw_is_verified_and_listed(&b, bet_round, &winner).await;
+
+    // Bob opens the page only now, in a separate browser: his last round.
+    let b2 = driver.browser(s).await;
+    bob_sees_his_last_round(s, &b2, &bob, bet_round, &winner).await;
+
+    bob_uses_the_faucet_button(s, &b2, &bob).await;
+
+    withdraw_form_checks_and_sends(&b, rpc, &miner).await;
+
+    b2.close().await;
+    b.close().await;
+    driver.stop().await;
+    rig.finish().await;
+}
+
+/// The journey's start: alice registers in the page and a deposit, sent
+/// by the test and mined to `miner`, is credited.
+async fn register_and_deposit(
+    b: &Browser,
+    rpc: &chain::BitcoindRpc,
+    miner: &chain::bitcoin::Address,
+) {
     // Register in the page; the address appears with its QR code.
-    b.fill("register-username", "alice").await;
-    b.fill("register-password", "password123").await;
-    b.click("#register-form button[type=submit]").await;
+    b.submit(
+        "#register-form",
+        &[
+            ("register-username", "alice"),
+            ("register-password", "password123"),
+        ],
+    )
+    .await;
     let address = b.wait_text("address", "bcrt1q").await;
     b.wait_text("balance", "0 sats").await;
 
@@ -968,12 +1034,7 @@ async fn player_journey_on_the_development_chain() {
         .await
         .unwrap()
         .to_string();
-    // Blocks pay nobody of the service (an empty-script P2WSH).
-    let miner = chain::bitcoin::Address::p2wsh(
-        chain::bitcoin::Script::new(),
-        chain::bitcoin::KnownHrp::Regtest,
-    );
-    rpc.generate_to_address(1, &miner).await.unwrap();
+    rpc.generate_to_address(1, miner).await.unwrap();
     b.wait_text("balance", "150,000 sats (0.00150000 BTC)")
         .await;
     b.wait_js(
@@ -982,7 +1043,10 @@ async fn player_journey_on_the_development_chain() {
     )
     .await;
     b.screenshot("deposit").await;
+}
 
+/// Bob, funded by the faucet, bets through the API and alice in the page, in one round; bob's token and the round.
+async fn both_bet(s: &Api, b: &Browser) -> (String, i64) {
     // A second player, funded through the faucet, bets through the API.
     let bob = s.user("bob", "10.0.0.2").await;
     let bob_auth = format!("Bearer {bob}");
@@ -990,7 +1054,7 @@ async fn player_journey_on_the_development_chain() {
         .post("/dev/faucet", &[("authorization", &bob_auth)], json!({}))
         .await;
     assert_eq!(r.status, 200, "{}", r.text());
-    wait_api(&s, "/users/me", &bob, "bob's faucet coins", |v| {
+    wait_api(s, "/users/me", &bob, "bob's faucet coins", |v| {
         v["balance_sats"].as_i64() > Some(0)
     })
     .await;
@@ -1024,7 +1088,17 @@ async fn player_journey_on_the_development_chain() {
     let bet_round = r.json()["round_id"].as_i64().unwrap();
     b.wait_text("pot", "50,000 sats").await;
     b.wait_text("bettors", "2").await;
+    (bob, bet_round)
+}
 
+/// The countdown runs, the round closes, is drawn and paid out, and the page reveals the draw; the winner.
+async fn round_is_drawn_and_revealed(
+    s: &Api,
+    b: &Browser,
+    rpc: &chain::BitcoindRpc,
+    miner: &chain::bitcoin::Address,
+    bet_round: i64,
+) -> String {
     // The countdown runs down to the server's closes_at.
     let first = b
         .wait_js(
@@ -1042,16 +1116,16 @@ async fn player_journey_on_the_development_chain() {
     b.screenshot("round").await;
     // Closed: the draw waits for the first block above the tip at close.
     wait_api(
-        &s,
+        s,
         &format!("/rounds/{bet_round}"),
         "",
         "the round to close",
         |v| v["status"] != "open" && !v["draw"]["tip_height_at_close"].is_null(),
     )
     .await;
-    rpc.generate_to_address(1, &miner).await.unwrap();
+    rpc.generate_to_address(1, miner).await.unwrap();
     let drawn = wait_api(
-        &s,
+        s,
         &format!("/rounds/{bet_round}"),
         "",
         "the draw and the payout broadcast",
@@ -1059,9 +1133,9 @@ async fn player_journey_on_the_development_chain() {
     )
     .await;
     // Confirm the payout.
-    rpc.generate_to_address(1, &miner).await.unwrap();
+    rpc.generate_to_address(1, miner).await.unwrap();
     wait_api(
-        &s,
+        s,
         &format!("/rounds/{bet_round}"),
         "",
         "the payout to confirm",
@@ -1080,7 +1154,11 @@ async fn player_journey_on_the_development_chain() {
         &format!("document.getElementById('reveal').dataset.roundId === '{bet_round}'"),
     )
     .await;
+    winner
+}
 
+/// Alice's balance follows the draw in the page without a reload.
+async fn balance_follows_the_draw(s: &Api, b: &Browser, winner: &str) {
     // The balance moved without a reload: it is what the API says, and not
     // what it was before the bet.
     let alice_token = b
@@ -1089,7 +1167,7 @@ async fn player_journey_on_the_development_chain() {
     let alice_token = alice_token.as_str().unwrap().to_string();
     let won = winner == "alice";
     let settled = wait_api(
-        &s,
+        s,
         "/users/me",
         &alice_token,
         "alice's balance to settle",
@@ -1118,8 +1196,10 @@ async fn player_journey_on_the_development_chain() {
     }
     b.wait_text("reveal-payout", "confirmed").await;
     b.screenshot("reveal").await;
+}
 
-    // The verify view recomputes the published draw.
+/// The verify view recomputes the published draw, and the recent rounds list links to it.
+async fn draw_is_verified_and_listed(b: &Browser, bet_round: i64, winner: &str) {
     b.click("#verify-link").await;
     b.wait_js(
         "verification",
@@ -1135,7 +1215,7 @@ async fn player_journey_on_the_development_chain() {
         .js("return document.querySelector('#verify-ranges tr.winner').textContent;")
         .await;
     assert!(
-        winner_row.as_str().unwrap().contains(&winner),
+        winner_row.as_str().unwrap().contains(winner),
         "{winner_row}"
     );
     b.screenshot("verify").await;
@@ -1150,19 +1230,22 @@ async fn player_journey_on_the_development_chain() {
     let row = b
         .js(&format!("return document.querySelector('#rounds-list a[href=\"#/verify/{bet_round}\"]').closest('tr').textContent;"))
         .await;
-    assert!(row.as_str().unwrap().contains(&winner), "{row}");
+    assert!(row.as_str().unwrap().contains(winner), "{row}");
     b.screenshot("rounds").await;
+}
 
-    // Bob opens the page only now, in a separate browser: his last round.
-    let b2 = driver.browser(&s).await;
+/// Bob, opening the page after the draw, sees his last round's result.
+async fn bob_sees_his_last_round(s: &Api, b2: &Browser, bob: &str, bet_round: i64, winner: &str) {
     b2.open("").await;
-    b2.fill("login-username", "bob").await;
-    b2.fill("login-password", "password123").await;
-    b2.click("#login-form button[type=submit]").await;
+    b2.submit(
+        "#login-form",
+        &[("login-username", "bob"), ("login-password", "password123")],
+    )
+    .await;
     let last = wait_api(
-        &s,
+        s,
         "/users/me/last-round-result",
-        &bob,
+        bob,
         "bob's result",
         |_| true,
     )
@@ -1185,10 +1268,12 @@ async fn player_journey_on_the_development_chain() {
         "{text}"
     );
     b2.screenshot("last-result").await;
+}
 
+/// Bob gets test coins with the page's button: credited without a reload.
+async fn bob_uses_the_faucet_button(s: &Api, b2: &Browser, bob: &str) {
     // Bob gets test coins with the page's button: credited without reload.
-    let bob_before = wait_api(&s, "/users/me", &bob, "bob's balance", |_| true).await
-        ["balance_sats"]
+    let bob_before = wait_api(s, "/users/me", bob, "bob's balance", |_| true).await["balance_sats"]
         .as_i64()
         .unwrap();
     b2.click("#faucet-btn").await;
@@ -1200,27 +1285,45 @@ async fn player_journey_on_the_development_chain() {
     )
     .await;
     assert!(paid.contains("txid"), "{paid}");
+}
 
-    // The withdraw form shows address errors inline.
+/// The withdraw form shows address errors inline, then sends a valid withdrawal that the test confirms.
+async fn withdraw_form_checks_and_sends(
+    b: &Browser,
+    rpc: &chain::BitcoindRpc,
+    miner: &chain::bitcoin::Address,
+) {
     b.open("#/").await;
-    b.fill(
-        "withdraw-address",
-        "bc1qcr8te4kr609gcawutmrza0j4xv80jy8z306fyu",
+    b.submit(
+        "#withdraw-form",
+        &[
+            (
+                "withdraw-address",
+                "bc1qcr8te4kr609gcawutmrza0j4xv80jy8z306fyu",
+            ),
+            ("withdraw-amount", "5000"),
+        ],
     )
     .await;
-    b.fill("withdraw-amount", "5000").await;
-    b.click("#withdraw-form button[type=submit]").await;
     b.wait_text("withdraw-address-error", "another network")
         .await;
-    b.fill("withdraw-address", "bcrt1qnot-an-address").await;
-    b.click("#withdraw-form button[type=submit]").await;
+    b.submit(
+        "#withdraw-form",
+        &[("withdraw-address", "bcrt1qnot-an-address")],
+    )
+    .await;
     b.wait_text("withdraw-address-error", "not a valid address")
         .await;
     // A valid withdrawal: broadcast, listed with its txid, the pending
     // indicator on until the test mines it.
-    b.fill("withdraw-address", &miner.to_string()).await;
-    b.fill("withdraw-amount", "10000").await;
-    b.click("#withdraw-form button[type=submit]").await;
+    b.submit(
+        "#withdraw-form",
+        &[
+            ("withdraw-address", &miner.to_string()),
+            ("withdraw-amount", "10000"),
+        ],
+    )
+    .await;
     let sent = b.wait_text("withdraw-result", "Withdrawal broadcast").await;
     assert!(!b.visible("withdraw-address-error").await);
     let txid: String = sent
@@ -1237,18 +1340,12 @@ async fn player_journey_on_the_development_chain() {
     )
     .await;
     b.wait_text("pending-indicator", "in flight").await;
-    rpc.generate_to_address(1, &miner).await.unwrap();
+    rpc.generate_to_address(1, miner).await.unwrap();
     b.wait_js(
         "the withdrawal confirmed",
         "document.getElementById('pending-indicator').hidden && document.querySelector('#tx-list tr[data-kind=withdrawal]').dataset.status === 'confirmed'",
     )
     .await;
-
-    b2.close().await;
-    b.close().await;
-    driver.stop().await;
-    s.stop().await;
-    env.cleanup().await;
 }
 
 /// The operator's side of a refused payout: the round shows up under
@@ -1256,21 +1353,61 @@ async fn player_journey_on_the_development_chain() {
 /// presses "Retry payout"; the audit log shows both entries.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_retries_a_refused_payout_in_the_browser() {
-    let env = Env::new(Db::Sqlite).await;
-    let s = support::spawn_app_with(&env, |c| {
-        support::with_chain_rpc(c);
-        c.default_round_duration_seconds = 30;
+    let rig = Rig::new(Db::Sqlite, "30").await;
+    let (s, rpc) = (rig.s(), &rig.rpc);
+    let miner = nobodys_address();
+    let (kate, liam) = two_players_with_faucet_coins(s).await;
+    let driver = Driver::start().await;
+    let b = driver.browser(s).await;
+    b.open("").await;
+    b.wait_js(
+        "an open round with time to bet",
+        "Potluck.state.round && Potluck.state.round.status === 'open' && Number(document.getElementById('countdown').dataset.secondsLeft) >= 15",
+    )
+    .await;
+    let id = four_bets_in_one_round(s, &kate, &liam).await;
+
+    b.open("#/admin").await;
+    b.submit("#admin-login", &[("admin-token", ADMIN)]).await;
+    b.wait_js(
+        "config form",
+        "document.getElementById('cfg-fee_rate_sat_vb')",
+    )
+    .await;
+    b.submit("#config-form", &[("cfg-fee_rate_sat_vb", "10000")])
+        .await;
+    b.wait_text("config-saved", "Saved.").await;
+
+    wait_api(s, &format!("/rounds/{id}"), "", "drawing", |v| {
+        v["status"] == "drawing"
     })
     .await;
-    let rpc_port = s
-        .rpc_addr
-        .expect("the chain RPC address is reported")
-        .port();
-    let rpc = chain_rpc(&env, rpc_port).await;
-    let miner = chain::bitcoin::Address::p2wsh(
-        chain::bitcoin::Script::new(),
-        chain::bitcoin::KnownHrp::Regtest,
-    );
+    rpc.generate_to_address(1, &miner).await.unwrap();
+    let failed = wait_api(s, &format!("/rounds/{id}"), "", "the refused payout", |v| {
+        v["payout"]["status"] == "broadcast_failed"
+    })
+    .await;
+    b.wait_js(
+        "the failed payout listed",
+        &format!("document.querySelector('#payout-failures li[data-round-id=\"{id}\"] button')"),
+    )
+    .await;
+    b.wait_js(
+        "the payout_failed entry",
+        "document.querySelector('#audit-list tr[data-event=payout_failed]')",
+    )
+    .await;
+    b.screenshot("admin-payout-failed").await;
+
+    retry_with_a_sane_fee_rate(s, &b, id, &failed).await;
+
+    b.close().await;
+    driver.stop().await;
+    rig.finish().await;
+}
+
+/// Kate and liam, each with two faucet payments of 0.5 BTC; their tokens.
+async fn two_players_with_faucet_coins(s: &Api) -> (String, String) {
     let kate = s.user("kate", "10.0.6.1").await;
     let liam = s.user("liam", "10.0.6.2").await;
     for t in [&kate, &liam] {
@@ -1285,14 +1422,11 @@ async fn admin_retries_a_refused_payout_in_the_browser() {
             assert_eq!(r.status, 200, "{}", r.text());
         }
     }
-    let driver = Driver::start().await;
-    let b = driver.browser(&s).await;
-    b.open("").await;
-    b.wait_js(
-        "an open round with time to bet",
-        "Potluck.state.round && Potluck.state.round.status === 'open' && Number(document.getElementById('countdown').dataset.secondsLeft) >= 15",
-    )
-    .await;
+    (kate, liam)
+}
+
+/// Four bets of 0.3 BTC in one round, each spending one deposit; the round.
+async fn four_bets_in_one_round(s: &Api, kate: &str, liam: &str) -> i64 {
     // Four bets, each spending one deposit: the payout has four inputs, so
     // its real vsize is below the wallet's estimate and 10,000 sat/vB
     // overshoots the chain's 0.10 BTC/kvB maxfeerate: the broadcast is refused.
@@ -1309,48 +1443,15 @@ async fn admin_retries_a_refused_payout_in_the_browser() {
         let id = r.json()["round_id"].as_i64().unwrap();
         assert_eq!(*round_id.get_or_insert(id), id, "one round");
     }
-    let id = round_id.unwrap();
 
-    b.open("#/admin").await;
-    b.fill("admin-token", ADMIN).await;
-    b.click("#admin-login button[type=submit]").await;
-    b.wait_js(
-        "config form",
-        "document.getElementById('cfg-fee_rate_sat_vb')",
-    )
-    .await;
-    b.fill("cfg-fee_rate_sat_vb", "10000").await;
-    b.click("#config-form button[type=submit]").await;
-    b.wait_text("config-saved", "Saved.").await;
+    round_id.unwrap()
+}
 
-    wait_api(&s, &format!("/rounds/{id}"), "", "drawing", |v| {
-        v["status"] == "drawing"
-    })
-    .await;
-    rpc.generate_to_address(1, &miner).await.unwrap();
-    let failed = wait_api(
-        &s,
-        &format!("/rounds/{id}"),
-        "",
-        "the refused payout",
-        |v| v["payout"]["status"] == "broadcast_failed",
-    )
-    .await;
-    b.wait_js(
-        "the failed payout listed",
-        &format!("document.querySelector('#payout-failures li[data-round-id=\"{id}\"] button')"),
-    )
-    .await;
-    b.wait_js(
-        "the payout_failed entry",
-        "document.querySelector('#audit-list tr[data-event=payout_failed]')",
-    )
-    .await;
-    b.screenshot("admin-payout-failed").await;
-
+/// A sane fee rate, then the retry from the panel: paid once, audited, gone from the list; a second retry is refused.
+async fn retry_with_a_sane_fee_rate(s: &Api, b: &Browser, id: i64, failed: &Value) {
     // A sane fee rate, then the retry: paid once, audited, gone from the list.
-    b.fill("cfg-fee_rate_sat_vb", "2").await;
-    b.click("#config-form button[type=submit]").await;
+    b.submit("#config-form", &[("cfg-fee_rate_sat_vb", "2")])
+        .await;
     b.wait_text("config-saved", "Saved.").await;
     b.click(&format!(
         "#payout-failures li[data-round-id=\"{id}\"] button"
@@ -1368,13 +1469,9 @@ async fn admin_retries_a_refused_payout_in_the_browser() {
         "document.querySelectorAll('#payout-failures li').length === 0 && !document.getElementById('payout-failures-empty').hidden",
     )
     .await;
-    let closed = wait_api(
-        &s,
-        &format!("/rounds/{id}"),
-        "",
-        "the round to close",
-        |v| v["status"] == "closed",
-    )
+    let closed = wait_api(s, &format!("/rounds/{id}"), "", "the round to close", |v| {
+        v["status"] == "closed"
+    })
     .await;
     assert_eq!(closed["payout"]["status"], "broadcast");
     assert_ne!(closed["payout"]["txid"], failed["payout"]["txid"]);
@@ -1382,9 +1479,4 @@ async fn admin_retries_a_refused_payout_in_the_browser() {
         .admin_post(&format!("/admin/rounds/{id}/retry-payout"), json!({}))
         .await;
     assert_eq!(r.status, 409, "a second retry is refused");
-
-    b.close().await;
-    driver.stop().await;
-    s.stop().await;
-    env.cleanup().await;
 }

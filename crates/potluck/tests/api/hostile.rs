@@ -117,7 +117,6 @@ async fn short_jwt_secret_is_refused_and_files_are_private(db: Db) {
         .await;
     assert!(!status.success());
     assert!(!stderr.contains("hunter2-db-pass"), "{stderr}");
-    env.cleanup().await;
 }
 
 /// Fires `n` logins at once, each from `ip(i)` for `name(i)`; returns the count per status.
@@ -189,7 +188,6 @@ async fn concurrent_wrong_passwords_cannot_outrun_the_throttle(db: Db) {
         "free failures plus hashing concurrency: {per_ip:?}"
     );
     s.stop().await;
-    env.cleanup().await;
 }
 
 async fn hung_up_logins_start_no_extra_hashes(db: Db) {
@@ -244,7 +242,6 @@ async fn hung_up_logins_start_no_extra_hashes(db: Db) {
         "abandoned logins cost {spent:.2}s of CPU, one hash {one:.2}s: more hashes ran than the limit allows"
     );
     s.stop().await;
-    env.cleanup().await;
 }
 
 async fn forwarded_for_only_from_trusted_proxies_and_ipv6_by_64(db: Db) {
@@ -308,7 +305,6 @@ async fn forwarded_for_only_from_trusted_proxies_and_ipv6_by_64(db: Db) {
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("no trusted proxy"), "{text}");
     child.kill().await.unwrap();
-    env.cleanup().await;
 }
 
 async fn non_object_bodies_and_registration_quota_order(db: Db) {
@@ -370,7 +366,6 @@ async fn non_object_bodies_and_registration_quota_order(db: Db) {
     assert_eq!(r.code(), "registration_closed");
     assert_eq!(s.get("/livez", &[]).await.status, 200, "still alive");
     s.stop().await;
-    env.cleanup().await;
 }
 
 async fn admin_token_guessing_is_throttled_and_short_tokens_refused(db: Db) {
@@ -420,7 +415,6 @@ async fn admin_token_guessing_is_throttled_and_short_tokens_refused(db: Db) {
         .await;
     assert_eq!(r.status, 200, "{}", r.text());
     s.stop().await;
-    env.cleanup().await;
 }
 
 async fn livez_and_healthz_name_what_failed(db: Db) {
@@ -452,7 +446,6 @@ async fn livez_and_healthz_name_what_failed(db: Db) {
     assert_eq!(r.json()["database"], "ok", "{}", r.text());
     assert_ne!(r.json()["chain"], "ok", "{}", r.text());
     s.stop().await;
-    env.cleanup().await;
 }
 
 /// Point 5 (no storage involved, so SQLite only): half-sent headers are
@@ -512,5 +505,4 @@ async fn slow_and_idle_connections_cannot_hold_the_server() {
     assert!(exited.is_ok(), "shutdown exceeded its deadline");
     assert!(t0.elapsed() < Duration::from_secs(8), "{:?}", t0.elapsed());
     drop(stream);
-    env.cleanup().await;
 }

@@ -15,12 +15,7 @@ async fn a_second_process_with_other_secrets_refuses_to_start_on_an_empty_databa
     let a = env.start(&["--dev-block-interval", "0"]).await;
     let other_dir =
         std::env::temp_dir().join(format!("potluck_bb_b_{:016x}", rand::random::<u64>()));
-    std::fs::create_dir_all(&other_dir).unwrap();
-    let b = Env {
-        db: Db::Postgres,
-        data_dir: other_dir.clone(),
-        pg_name: env.pg_name.clone(),
-    };
+    let b = env.beside(other_dir.clone());
     let (status, log) = b
         .run_to_exit(&["--admin-token", support::ADMIN, "--dev-block-interval", "0"])
         .await;
@@ -50,8 +45,6 @@ async fn a_second_process_with_other_secrets_refuses_to_start_on_an_empty_databa
         "the refusal names the token secret: {log}"
     );
     a.stop().await;
-    let _ = std::fs::remove_dir_all(&other_dir);
-    env.cleanup().await;
 }
 
 /// Issue 32 ("Also"): the shipped nginx configuration proxied `/admin/*` to

@@ -63,7 +63,6 @@ async fn registration_quota_per_ip(db: Db) {
         .await;
     assert_eq!(r.status, 429, "spoofed left entries are ignored");
     s.stop().await;
-    env.cleanup().await;
 }
 
 async fn taken_names_and_invalid_input_use_no_quota(db: Db) {
@@ -87,7 +86,6 @@ async fn taken_names_and_invalid_input_use_no_quota(db: Db) {
     }
     assert_eq!(s.register("sixth", "password123", ip).await.status, 429);
     s.stop().await;
-    env.cleanup().await;
 }
 
 async fn rotating_ips_cannot_brute_force_one_username(db: Db) {
@@ -138,7 +136,6 @@ async fn rotating_ips_cannot_brute_force_one_username(db: Db) {
     assert_eq!((r.status, r.code()), (429, "too_many_attempts".into()));
     assert!(r.header("retry-after").unwrap().parse::<u64>().unwrap() >= 1);
     s.stop().await;
-    env.cleanup().await;
 }
 
 async fn per_ip_throttle_and_lockout_refuses_correct_password(db: Db) {
@@ -181,7 +178,6 @@ async fn per_ip_throttle_and_lockout_refuses_correct_password(db: Db) {
         200
     );
     s.stop().await;
-    env.cleanup().await;
 }
 
 async fn throttle_key_table_stays_under_cap(db: Db) {
@@ -222,5 +218,4 @@ async fn throttle_key_table_stays_under_cap(db: Db) {
     // 1,200 distinct keys went in; the table held at the cap.
     assert!(max_seen >= 90.0, "the table filled up: {max_seen}");
     s.stop().await;
-    env.cleanup().await;
 }

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use bitcoin::{Address, Network, Txid};
 use chain::Chain as _;
 use serde_json::{json, Value};
-use support::rig::Rig;
-use support::{bearer as auth, Db, Env};
+use support::rig::{regtest_address, Rig};
+use support::{bearer as auth, chaos, Db};
 
 const ROUND_SECS: &str = "6";
 
@@ -108,46 +108,12 @@ async fn verify_draw(rig: &Rig, round: &Value) -> String {
 async fn three_users_round(db: Db) {
     let rig = Rig::new(db, ROUND_SECS).await;
     let names = ["alice", "Bob", "carol"];
-    let mut tokens = Vec::new();
-    for (i, n) in names.iter().enumerate() {
-        tokens.push(rig.s().user(n, &format!("10.0.0.{}", i + 1)).await);
-    }
     let deposit = 500_000;
-    for t in &tokens {
-        rig.deposit(t, deposit).await;
-        let me = rig.me(t).await;
-        assert_eq!(me["balance_sats"], deposit, "{me}");
-        assert_eq!(me["pending_balance_sats"], deposit);
-    }
-    let txs = rig.transactions(&tokens[0]).await;
-    assert_eq!(txs["transactions"][0]["kind"], "deposit");
-    assert_eq!(txs["transactions"][0]["status"], "credited");
+    let tokens = funded_users(&rig, &names, deposit).await;
 
     let id = rig.fresh_round().await;
     let amounts = [10_000i64, 20_000, 30_000];
-    let mut fees = Vec::new();
-    for (t, a) in tokens.iter().zip(amounts) {
-        let r = rig.bet(t, a).await;
-        assert_eq!(r.status, 201, "{}", r.text());
-        let b = r.json();
-        assert_eq!(b["round_id"], id);
-        fees.push(b["fee_sats"].as_i64().unwrap());
-        let bet_tx = rig
-            .rpc
-            .get_raw_transaction(&Txid::from_str(b["txid"].as_str().unwrap()).unwrap())
-            .await
-            .unwrap()
-            .expect("bet in the mempool");
-        assert_locked_near_tip(&rig, &bet_tx).await;
-        let me = rig.me(t).await;
-        // Whole outputs are spent at broadcast: the change is pending.
-        assert_eq!(me["balance_sats"], 0);
-        assert_eq!(
-            me["pending_balance_sats"].as_i64().unwrap(),
-            deposit - a - fees.last().unwrap()
-        );
-        assert_eq!(me["has_pending"], true);
-    }
+    let fees = bets_spend_whole_outputs(&rig, &tokens, &amounts, id, deposit).await;
     let c = rig
         .s()
         .get("/rounds/current", &[("authorization", &auth(&tokens[0]))])
@@ -164,7 +130,91 @@ async fn three_users_round(db: Db) {
     let r = rig.wait_status(id, "closed").await;
     let winner = verify_draw(&rig, &r).await;
 
-    // The payout transaction on the chain.
+    let payout = &r["payout"];
+    let (wi, won) =
+        payout_pays_the_winner_and_the_commission(&rig, &r, &names, &tokens, &winner).await;
+
+    let stakes = Stakes {
+        deposit,
+        amounts,
+        fees,
+    };
+    each_user_settles(&rig, &names, &tokens, id, &stakes, wi, won).await;
+    rounds_list_pages_to(&rig, id, &payout["txid"]).await;
+    rig.conservation(&tokens.iter().map(String::as_str).collect::<Vec<_>>())
+        .await;
+    rig.finish().await;
+}
+
+/// Users `names` registered, each with `deposit` credited (checked in the API and the history).
+async fn funded_users(rig: &Rig, names: &[&str], deposit: i64) -> Vec<String> {
+    let mut tokens = Vec::new();
+    for (i, n) in names.iter().enumerate() {
+        tokens.push(rig.s().user(n, &format!("10.0.0.{}", i + 1)).await);
+    }
+    for t in &tokens {
+        rig.deposit(t, deposit).await;
+        let me = rig.me(t).await;
+        assert_eq!(me["balance_sats"], deposit, "{me}");
+        assert_eq!(me["pending_balance_sats"], deposit);
+    }
+    let txs = rig.transactions(&tokens[0]).await;
+    assert_eq!(txs["transactions"][0]["kind"], "deposit");
+    assert_eq!(txs["transactions"][0]["status"], "credited");
+    tokens
+}
+
+/// Each of `tokens` bets its amount in round `id`: the bet spends whole outputs (the
+/// change pending) in a transaction locked near the tip; the fees paid.
+async fn bets_spend_whole_outputs(
+    rig: &Rig,
+    tokens: &[String],
+    amounts: &[i64],
+    id: i64,
+    deposit: i64,
+) -> Vec<i64> {
+    let mut fees = Vec::new();
+    for (t, a) in tokens.iter().zip(amounts.iter().copied()) {
+        let r = rig.bet(t, a).await;
+        assert_eq!(r.status, 201, "{}", r.text());
+        let b = r.json();
+        assert_eq!(b["round_id"], id);
+        fees.push(b["fee_sats"].as_i64().unwrap());
+        let bet_tx = rig
+            .rpc
+            .get_raw_transaction(&Txid::from_str(b["txid"].as_str().unwrap()).unwrap())
+            .await
+            .unwrap()
+            .expect("bet in the mempool");
+        assert_locked_near_tip(rig, &bet_tx).await;
+        let me = rig.me(t).await;
+        // Whole outputs are spent at broadcast: the change is pending.
+        assert_eq!(me["balance_sats"], 0);
+        assert_eq!(
+            me["pending_balance_sats"].as_i64().unwrap(),
+            deposit - a - fees.last().unwrap()
+        );
+        assert_eq!(me["has_pending"], true);
+    }
+    fees
+}
+
+/// What `three_users_round`'s users put in.
+struct Stakes {
+    deposit: i64,
+    amounts: [i64; 3],
+    fees: Vec<i64>,
+}
+
+/// The payout transaction on the chain pays the commission to the fee address and
+/// the rest less the miner fee to `winner`; the winner's index and what it won.
+async fn payout_pays_the_winner_and_the_commission(
+    rig: &Rig,
+    r: &Value,
+    names: &[&str],
+    tokens: &[String],
+    winner: &str,
+) -> (usize, i64) {
     let payout = &r["payout"];
     let txid = Txid::from_str(payout["txid"].as_str().unwrap()).unwrap();
     let tx = rig
@@ -173,7 +223,7 @@ async fn three_users_round(db: Db) {
         .await
         .unwrap()
         .expect("payout on chain");
-    assert_locked_near_tip(&rig, &tx).await;
+    assert_locked_near_tip(rig, &tx).await;
     let draw_height = r["draw"]["block_height"].as_u64().unwrap();
     assert!(u64::from(tx.lock_time.to_consensus_u32()) >= draw_height);
     let fee_address = rig.s().admin_get("/admin/config").await.json()["fee_address"]
@@ -215,7 +265,24 @@ async fn three_users_round(db: Db) {
     let won = 60_000 - commission - miner_fee;
     assert_eq!(to_winner[0].value.to_sat() as i64, won);
     assert_eq!(payout["winner_sats"], won);
+    (wi, won)
+}
 
+/// The payout confirms and every user's balance and last-round result say what they bet and won.
+async fn each_user_settles(
+    rig: &Rig,
+    names: &[&str],
+    tokens: &[String],
+    id: i64,
+    stakes: &Stakes,
+    wi: usize,
+    won: i64,
+) {
+    let Stakes {
+        deposit,
+        amounts,
+        fees,
+    } = stakes;
     rig.mine(1).await;
     wait_for("condition", Duration::from_secs(30), || async {
         (rig.round(id).await["payout"]["status"] == "confirmed").then_some(())
@@ -248,6 +315,10 @@ async fn three_users_round(db: Db) {
         assert_eq!(last["bet_sats"], amounts[i]);
         assert_eq!(last["won_sats"], if i == wi { won } else { 0 });
     }
+}
+
+/// The rounds list pages backwards from the newest and lists round `id` with its payout `txid`.
+async fn rounds_list_pages_to(rig: &Rig, id: i64, txid: &Value) {
     let page = rig.s().get("/rounds?limit=1", &[]).await.json();
     assert_eq!(page["rounds"].as_array().unwrap().len(), 1);
     let first = page["rounds"][0]["id"].as_i64().unwrap();
@@ -273,14 +344,68 @@ async fn three_users_round(db: Db) {
         .as_array()
         .unwrap()
         .iter()
-        .any(|x| x["id"] == id && x["payout"]["txid"] == payout["txid"]));
-    rig.conservation(&tokens.iter().map(String::as_str).collect::<Vec<_>>())
-        .await;
-    rig.finish().await;
+        .any(|x| x["id"] == id && x["payout"]["txid"] == *txid));
 }
 
 async fn refusals_and_withdrawals(db: Db) {
     let rig = Rig::new(db, ROUND_SECS).await;
+    let t = bets_and_faucet_refused_then_a_deposit(&rig).await;
+
+    let dest = withdrawals_refused_then_one_sent(&rig, &t).await;
+
+    // A withdrawal to another user's deposit address is that user's deposit.
+    let other = rig.s().user("dora", "10.0.1.2").await;
+    let other_addr = rig.me(&other).await["address"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    rig.mine(1).await;
+    wait_for("condition", Duration::from_secs(30), || async {
+        (rig.me(&t).await["has_pending"] == false).then_some(())
+    })
+    .await;
+    let r = rig.withdraw(&t, &other_addr, 20_000).await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    rig.mine(1).await;
+    wait_for("condition", Duration::from_secs(30), || async {
+        (rig.me(&other).await["balance_sats"] == 20_000).then_some(())
+    })
+    .await;
+
+    // Pause refuses bets and withdrawals with 503 paused; resume restores them.
+    set_paused(&rig, true).await;
+    let r = rig.bet(&t, 5_000).await;
+    assert_eq!((r.status, r.code()), (503, "paused".to_string()));
+    let r = rig.withdraw(&t, dest, 5_000).await;
+    assert_eq!((r.status, r.code()), (503, "paused".to_string()));
+    set_paused(&rig, false).await;
+
+    // Retry-payout of a round without a failed payout is refused.
+    let r = rig
+        .s()
+        .admin_post("/admin/rounds/1/retry-payout", json!({}))
+        .await;
+    assert_eq!(r.status, 409, "{}", r.text());
+    let r = rig
+        .s()
+        .admin_post("/admin/rounds/999999/retry-payout", json!({}))
+        .await;
+    assert_eq!(r.status, 404);
+    rig.conservation(&[&t, &other]).await;
+    let txs = rig.transactions(&t).await;
+    let kinds: Vec<_> = txs["transactions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["kind"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(kinds, ["withdrawal", "withdrawal", "deposit"]);
+    assert_eq!(txs["transactions"][0]["status"], "confirmed");
+    rig.finish().await;
+}
+
+/// A new user's bets and an oversized faucet request are refused with their codes; then 200,000 sat are credited. The user's token.
+async fn bets_and_faucet_refused_then_a_deposit(rig: &Rig) -> String {
     let t = rig.s().user("dave", "10.0.1.1").await;
     let h = [("authorization", auth(&t))];
     let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -308,37 +433,41 @@ async fn refusals_and_withdrawals(db: Db) {
     );
     rig.deposit(&t, 200_000).await;
     assert_eq!(rig.me(&t).await["balance_sats"], 200_000);
+    t
+}
 
+/// Withdrawals to the wrong network, to nonsense, below the minimum or beyond the balance are refused and change nothing; a real one is broadcast. Its destination.
+async fn withdrawals_refused_then_one_sent(rig: &Rig, t: &str) -> &'static str {
     // Withdrawals: wrong network, malformed, below minimum, then a real one.
     let mainnet = "bc1qcr8te4kr609gcawutmrza0j4xv80jy8z306fyu";
-    let r = rig.withdraw(&t, mainnet, 10_000).await;
+    let r = rig.withdraw(t, mainnet, 10_000).await;
     assert_eq!(
         (r.status, r.code()),
         (422, "address_wrong_network".to_string())
     );
-    let r = rig.withdraw(&t, "nonsense", 10_000).await;
+    let r = rig.withdraw(t, "nonsense", 10_000).await;
     assert_eq!((r.status, r.code()), (422, "invalid_address".to_string()));
     let dest = "bcrt1qs758ursh4q9z627kt3pp5yysm78ddny6txaqgw";
-    let r = rig.withdraw(&t, dest, 100).await;
+    let r = rig.withdraw(t, dest, 100).await;
     assert_eq!(
         (r.status, r.code()),
         (422, "withdrawal_below_minimum".to_string())
     );
-    let r = rig.withdraw(&t, dest, 1_000_000).await;
+    let r = rig.withdraw(t, dest, 1_000_000).await;
     assert_eq!(
         (r.status, r.code()),
         (422, "insufficient_funds".to_string())
     );
     assert_eq!(
-        rig.me(&t).await["balance_sats"],
+        rig.me(t).await["balance_sats"],
         200_000,
         "refusals change nothing"
     );
-    let r = rig.withdraw(&t, dest, 50_000).await;
+    let r = rig.withdraw(t, dest, 50_000).await;
     assert_eq!(r.status, 201, "{}", r.text());
     let wd = r.json();
     let fee = wd["fee_sats"].as_i64().unwrap();
-    let me = rig.me(&t).await;
+    let me = rig.me(t).await;
     assert_eq!(me["balance_sats"], 0);
     assert_eq!(
         me["pending_balance_sats"].as_i64().unwrap(),
@@ -358,63 +487,8 @@ async fn refusals_and_withdrawals(db: Db) {
         .output
         .iter()
         .any(|o| o.script_pubkey == dest_script && o.value.to_sat() == 50_000));
-    assert_locked_near_tip(&rig, &tx).await;
-
-    // A withdrawal to another user's deposit address is that user's deposit.
-    let other = rig.s().user("dora", "10.0.1.2").await;
-    let other_addr = rig.me(&other).await["address"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    rig.mine(1).await;
-    wait_for("condition", Duration::from_secs(30), || async {
-        (rig.me(&t).await["has_pending"] == false).then_some(())
-    })
-    .await;
-    let r = rig.withdraw(&t, &other_addr, 20_000).await;
-    assert_eq!(r.status, 201, "{}", r.text());
-    rig.mine(1).await;
-    wait_for("condition", Duration::from_secs(30), || async {
-        (rig.me(&other).await["balance_sats"] == 20_000).then_some(())
-    })
-    .await;
-
-    // Pause refuses bets and withdrawals with 503 paused; resume restores them.
-    assert_eq!(
-        rig.s().admin_post("/admin/pause", json!({})).await.status,
-        200
-    );
-    let r = rig.bet(&t, 5_000).await;
-    assert_eq!((r.status, r.code()), (503, "paused".to_string()));
-    let r = rig.withdraw(&t, dest, 5_000).await;
-    assert_eq!((r.status, r.code()), (503, "paused".to_string()));
-    assert_eq!(
-        rig.s().admin_post("/admin/resume", json!({})).await.status,
-        200
-    );
-
-    // Retry-payout of a round without a failed payout is refused.
-    let r = rig
-        .s()
-        .admin_post("/admin/rounds/1/retry-payout", json!({}))
-        .await;
-    assert_eq!(r.status, 409, "{}", r.text());
-    let r = rig
-        .s()
-        .admin_post("/admin/rounds/999999/retry-payout", json!({}))
-        .await;
-    assert_eq!(r.status, 404);
-    rig.conservation(&[&t, &other]).await;
-    let txs = rig.transactions(&t).await;
-    let kinds: Vec<_> = txs["transactions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x["kind"].as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(kinds, ["withdrawal", "withdrawal", "deposit"]);
-    assert_eq!(txs["transactions"][0]["status"], "confirmed");
-    rig.finish().await;
+    assert_locked_near_tip(rig, &tx).await;
+    dest
 }
 
 /// Two users bet at once, each twice concurrently: every bet either lands or
@@ -635,25 +709,16 @@ async fn a_draw_block_replaced_while_paused_keeps_the_first_draw() {
     let (a, b, id) = two_bets_round(&rig, ["paula", "quinn"], ["10.0.4.11", "10.0.4.12"]).await;
     let drawing = rig.wait_status(id, "drawing").await;
     let close_tip = drawing["draw"]["tip_height_at_close"].as_u64().unwrap();
-    let r = rig.s().admin_post("/admin/pause", json!({})).await;
-    assert_eq!(r.status, 200, "{}", r.text());
+    set_paused(&rig, true).await;
     rig.mine(1).await;
     let first = rig.rpc.get_block_hash(close_tip as u32 + 1).await.unwrap();
     synced_to(&rig, close_tip + 1).await;
-    rig.rpc.invalidate_block(&first).await.unwrap();
     // Another miner's block at the draw height, then one on top of it.
-    rig.rpc
-        .generate_to_address(
-            2,
-            &regtest_address("bcrt1qqypqxpq9qcrsszg2pvxq6rs0zqg3yyc5phstwt"),
-        )
-        .await
-        .unwrap();
+    another_miners_branch(&rig, &first).await;
     let second = rig.rpc.get_block_hash(close_tip as u32 + 1).await.unwrap();
     assert_ne!(first, second);
     synced_to(&rig, close_tip + 2).await;
-    let r = rig.s().admin_post("/admin/resume", json!({})).await;
-    assert_eq!(r.status, 200, "{}", r.text());
+    set_paused(&rig, false).await;
     let closed = rig.wait_status(id, "closed").await;
     assert_eq!(
         closed["draw"]["block_hash"],
@@ -684,21 +749,12 @@ async fn a_draw_block_that_does_not_descend_from_the_close_tip_is_not_drawn_from
     let drawing = rig.wait_status(id, "drawing").await;
     let close_tip = drawing["draw"]["tip_height_at_close"].as_u64().unwrap();
     let close_hash = rig.rpc.get_block_hash(close_tip as u32).await.unwrap();
-    let r = rig.s().admin_post("/admin/pause", json!({})).await;
-    assert_eq!(r.status, 200, "{}", r.text());
+    set_paused(&rig, true).await;
     // The withheld branch: a block at the close height and one above it.
-    rig.rpc.invalidate_block(&close_hash).await.unwrap();
-    rig.rpc
-        .generate_to_address(
-            2,
-            &regtest_address("bcrt1qqypqxpq9qcrsszg2pvxq6rs0zqg3yyc5phstwt"),
-        )
-        .await
-        .unwrap();
+    another_miners_branch(&rig, &close_hash).await;
     let withheld = rig.rpc.get_block_hash(close_tip as u32 + 1).await.unwrap();
     synced_to(&rig, close_tip + 1).await;
-    let r = rig.s().admin_post("/admin/resume", json!({})).await;
-    assert_eq!(r.status, 200, "{}", r.text());
+    set_paused(&rig, false).await;
     // Time for the engine to look at the round, then a block mined now.
     tokio::time::sleep(Duration::from_secs(2)).await;
     rig.mine(1).await;
@@ -730,6 +786,30 @@ async fn a_draw_block_that_does_not_descend_from_the_close_tip_is_not_drawn_from
     assert_eq!(draw["block_height"], anchor + 1);
     rig.conservation(&[&a, &b]).await;
     rig.finish().await;
+}
+
+/// Pauses (`true`) or resumes the service as the admin.
+async fn set_paused(rig: &Rig, paused: bool) {
+    let path = if paused {
+        "/admin/pause"
+    } else {
+        "/admin/resume"
+    };
+    let r = rig.s().admin_post(path, json!({})).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+/// Another miner's branch: `replaced` is invalidated and two blocks are
+/// mined on its parent, to an address nobody of the service holds.
+async fn another_miners_branch(rig: &Rig, replaced: &bitcoin::BlockHash) {
+    rig.rpc.invalidate_block(replaced).await.unwrap();
+    rig.rpc
+        .generate_to_address(
+            2,
+            &regtest_address("bcrt1qqypqxpq9qcrsszg2pvxq6rs0zqg3yyc5phstwt"),
+        )
+        .await
+        .unwrap();
 }
 
 /// Waits until the service has processed the chain up to `height`.
@@ -1021,12 +1101,7 @@ async fn stream_notifies_money_events() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_on_postgres_spend_once_and_pay_once() {
     let rig = Rig::binary(Db::Postgres, ROUND_SECS).await;
-    let b_env = Env {
-        db: Db::Postgres,
-        data_dir: rig.env.data_dir.join("second"),
-        pg_name: rig.env.pg_name.clone(),
-    };
-    std::fs::create_dir_all(&b_env.data_dir).unwrap();
+    let b_env = rig.env.beside(rig.env.data_dir.join("second"));
     for f in ["wallet.mnemonic", "jwt-secret"] {
         std::fs::copy(rig.env.data_dir.join(f), b_env.data_dir.join(f)).unwrap();
     }
@@ -1132,10 +1207,7 @@ async fn pause_holds_the_round_and_resume_moves_it_on() {
     rig.deposit(&t, 100_000).await;
     let id = rig.fresh_round().await;
     assert_eq!(rig.bet(&t, 10_000).await.status, 201);
-    assert_eq!(
-        rig.s().admin_post("/admin/pause", json!({})).await.status,
-        200
-    );
+    set_paused(&rig, true).await;
     let closes_at = rig.round(id).await["closes_at"]
         .as_str()
         .unwrap()
@@ -1147,10 +1219,7 @@ async fn pause_holds_the_round_and_resume_moves_it_on() {
     assert_eq!(r["closes_at"], closes_at.as_str(), "closes_at never moves");
     assert_eq!(rig.current().await["paused"], true);
     let resumed = Instant::now();
-    assert_eq!(
-        rig.s().admin_post("/admin/resume", json!({})).await.status,
-        200
-    );
+    set_paused(&rig, false).await;
     rig.wait_status(id, "drawing").await;
     assert!(resumed.elapsed() < Duration::from_secs(10));
     rig.mine(1).await;
@@ -1344,12 +1413,7 @@ async fn a_coinbase_deposit_is_credited_once_mature() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_payment_written_while_the_chain_is_down_is_broadcast_later() {
     let mut rig = Rig::binary(Db::Sqlite, ROUND_SECS).await;
-    let b_env = Env {
-        db: Db::Sqlite,
-        data_dir: rig.env.data_dir.join("second"),
-        pg_name: None,
-    };
-    std::fs::create_dir_all(&b_env.data_dir).unwrap();
+    let b_env = rig.env.beside(rig.env.data_dir.join("second"));
     let url = format!("http://127.0.0.1:{}/", rig.rpc_port);
     let cookie = rig.env.data_dir.join("chain").join(".cookie");
     let second = b_env
@@ -1429,36 +1493,6 @@ async fn a_payment_written_while_the_chain_is_down_is_broadcast_later() {
     rig.finish().await;
 }
 
-/// One client request that tolerates a dead server (the chaos test kills it
-/// under the clients): the status, or `None` when the connection failed.
-async fn try_request(
-    addr: std::net::SocketAddr,
-    method: &str,
-    path: &str,
-    token: &str,
-    body: Value,
-) -> Option<u16> {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let body = body.to_string();
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nhost: t\r\nconnection: close\r\nauthorization: Bearer {token}\r\n\
-         content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    let fut = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-        s.write_all(req.as_bytes()).await.ok()?;
-        let mut raw = Vec::new();
-        s.read_to_end(&mut raw).await.ok()?;
-        let head = std::str::from_utf8(raw.get(..12)?).ok()?;
-        head.split(' ').nth(1)?.parse().ok()
-    };
-    tokio::time::timeout(Duration::from_secs(10), fut)
-        .await
-        .ok()
-        .flatten()
-}
-
 /// Issue 16's chaos test: clients bet and withdraw while `serve` (and with
 /// it the embedded development chain, which runs in the same process) is
 /// SIGKILLed and restarted at random moments. At the end every round but
@@ -1468,10 +1502,7 @@ async fn try_request(
 /// runs it for minutes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_kills_keep_the_money_whole() {
-    let secs: u64 = std::env::var("POTLUCK_CHAOS_SECS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
+    let run_time = chaos::run_time();
     let mut rig = Rig::binary(Db::Sqlite, "2").await;
     let mut tokens = Vec::new();
     for i in 0..3 {
@@ -1482,49 +1513,11 @@ async fn chaos_kills_keep_the_money_whole() {
         rig.deposit(&t, 400_000).await;
         tokens.push(t);
     }
-    let dest = "bcrt1qs758ursh4q9z627kt3pp5yysm78ddny6txaqgw";
-    let deadline = Instant::now() + Duration::from_secs(secs);
+    let deadline = Instant::now() + run_time;
     let mut kills = 0;
     while Instant::now() < deadline {
-        let addr = rig.s().addr;
-        let mut clients = tokio::task::JoinSet::new();
-        for t in tokens.clone() {
-            clients.spawn(async move {
-                for _ in 0..40 {
-                    let amount = 2_000 + rand::random::<i64>().rem_euclid(8_000);
-                    let status = if rand::random::<u8>() % 4 == 0 {
-                        try_request(
-                            addr,
-                            "POST",
-                            "/users/me/withdrawals",
-                            &t,
-                            json!({"address": dest, "amount_sats": amount}),
-                        )
-                        .await
-                    } else {
-                        try_request(
-                            addr,
-                            "POST",
-                            "/rounds/current/bets",
-                            &t,
-                            json!({"amount_sats": amount}),
-                        )
-                        .await
-                    };
-                    if status.is_none() {
-                        return;
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            });
-        }
-        // Blocks keep coming so rounds draw and payments confirm.
-        let run = Duration::from_millis(500 + u64::from(rand::random::<u16>() % 2_500));
-        let until = Instant::now() + run;
-        while Instant::now() < until {
-            let _ = rig.rpc.generate_to_address(1, &regtest_address(dest)).await;
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
+        let mut clients = chaos::spawn_clients(rig.s().addr, &tokens);
+        chaos::mine_for_a_while(&rig.rpc).await;
         // SIGKILL mid-traffic, then a restart on the same data.
         if let Some(s) = rig.server.take() {
             s.stop().await;
@@ -1534,35 +1527,9 @@ async fn chaos_kills_keep_the_money_whole() {
         rig.start(&[]).await;
     }
     assert!(kills >= 2, "the server was killed {kills} times");
-    // Quiet: blocks until no round is left between open and closed.
-    wait_for("condition", Duration::from_secs(120), || async {
-        rig.mine(1).await;
-        let pool = rig.env.pool().await;
-        // One snapshot: the open round may close between two separate
-        // queries, so "none busy" and "exactly one open" are read together.
-        let (busy, open): (i64, i64) = sqlx::query_as(
-            "SELECT \
-               (SELECT COUNT(*) FROM rounds WHERE status NOT IN ('open', 'closed', 'payout_failed')), \
-               (SELECT COUNT(*) FROM rounds WHERE status = 'open')",
-        )
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-        pool.close().await;
-        assert!(open <= 1, "{open} rounds open at once");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        (busy == 0 && open == 1).then_some(())
-    })
-    .await;
+    chaos::wait_until_quiet(&rig.env, &rig.rpc).await;
     let pool = rig.env.pool().await;
-    let twice: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM (SELECT round_id FROM transfers WHERE kind = 'payout' \
-         GROUP BY round_id HAVING COUNT(*) > 1) t",
-    )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
-    assert_eq!(twice, 0, "a round was paid twice");
+    chaos::assert_no_round_paid_twice(&pool).await;
     let dup: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM (SELECT txid FROM transfers WHERE txid IS NOT NULL \
          GROUP BY txid HAVING COUNT(*) > 1) t",
@@ -1575,13 +1542,6 @@ async fn chaos_kills_keep_the_money_whole() {
     let refs: Vec<&str> = tokens.iter().map(String::as_str).collect();
     rig.conservation(&refs).await;
     rig.finish().await;
-}
-
-fn regtest_address(a: &str) -> Address {
-    Address::from_str(a)
-        .unwrap()
-        .require_network(Network::Regtest)
-        .unwrap()
 }
 
 /// Attack: more bets in one round than one transaction can spend. The

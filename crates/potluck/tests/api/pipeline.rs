@@ -12,7 +12,13 @@ use chain::BitcoindRpc;
 use serde_json::{json, Value};
 use support::rig::{regtest_address, Rig, MINER};
 use support::rpc_proxy::ChainProcess;
-use support::{bearer as auth, Db, Env};
+use support::{bearer as auth, chaos, Db, Env, Server};
+
+both_databases!(
+    unbuildable_payout_fails_the_round_and_the_next_opens,
+    a_tampered_commitment_pays_nothing_and_the_next_round_opens,
+    a_transfer_that_keeps_failing_is_set_aside,
+);
 
 impl Rig {
     /// SIGKILLs the service (and its embedded chain), deletes the chain's
@@ -182,16 +188,6 @@ async fn unbuildable_payout_fails_the_round_and_the_next_opens(db: Db) {
     rig.finish().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unbuildable_payout_fails_the_round_and_the_next_opens_sqlite() {
-    unbuildable_payout_fails_the_round_and_the_next_opens(Db::Sqlite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unbuildable_payout_fails_the_round_and_the_next_opens_postgres() {
-    unbuildable_payout_fails_the_round_and_the_next_opens(Db::Postgres).await;
-}
-
 /// Point 8 and 9: a bets commitment changed after the close (here written
 /// around the API) is caught by the draw: nothing is paid, the round is
 /// `payout_failed` with the mismatch in the audit log, and the next round opens.
@@ -238,16 +234,6 @@ async fn a_tampered_commitment_pays_nothing_and_the_next_round_opens(db: Db) {
     })
     .await;
     rig.finish().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tampered_commitment_pays_nothing_and_the_next_round_opens_sqlite() {
-    a_tampered_commitment_pays_nothing_and_the_next_round_opens(Db::Sqlite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tampered_commitment_pays_nothing_and_the_next_round_opens_postgres() {
-    a_tampered_commitment_pays_nothing_and_the_next_round_opens(Db::Postgres).await;
 }
 
 /// Point 9: a transfer whose stored transaction cannot be used (here a
@@ -297,16 +283,6 @@ async fn a_transfer_that_keeps_failing_is_set_aside(db: Db) {
     );
     rig.conservation_with_debts(true).await;
     rig.finish().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_transfer_that_keeps_failing_is_set_aside_sqlite() {
-    a_transfer_that_keeps_failing_is_set_aside(Db::Sqlite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_transfer_that_keeps_failing_is_set_aside_postgres() {
-    a_transfer_that_keeps_failing_is_set_aside(Db::Postgres).await;
 }
 
 /// Point 9: a withdrawal and a bet the node lost from its mempool (the
@@ -689,10 +665,7 @@ async fn a_reversed_deposit_leaves_a_debt_that_blocks_spending() {
 /// `POTLUCK_CHAOS_SECS` sets the duration (default 20 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_with_the_chain_restarted_keeps_the_money_whole() {
-    let secs: u64 = std::env::var("POTLUCK_CHAOS_SECS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
+    let run_time = chaos::run_time();
     let env = Env::new(Db::Sqlite).await;
     let mut chain = ChainProcess::start(env.data_dir.join("chain-process")).await;
     let url = format!("http://{}/", chain.addr);
@@ -712,10 +685,57 @@ async fn chaos_with_the_chain_restarted_keeps_the_money_whole() {
         "2",
     ];
     let mut server = Some(env.start_env(&args, &[]).await);
+    let tokens = fund_chaos_users(server.as_ref().unwrap(), &chain.rpc()).await;
+    let start = Instant::now();
+    let deadline = start + run_time;
+    let mut kills = 0;
+    let mut chain_restarted = false;
+    while Instant::now() < deadline {
+        let mut clients = chaos::spawn_clients(server.as_ref().unwrap().addr, &tokens);
+        chaos::mine_for_a_while(&chain.rpc()).await;
+        // Half-way, once: the chain process dies mid-traffic and comes back.
+        if !chain_restarted && start.elapsed() > run_time / 2 {
+            chain.restart().await;
+            chain_restarted = true;
+        }
+        // SIGKILL the service mid-traffic, then a restart on the same data.
+        if let Some(s) = server.take() {
+            s.stop().await;
+        }
+        kills += 1;
+        clients.abort_all();
+        while clients.join_next().await.is_some() {}
+        server = Some(env.start_env(&args, &[]).await);
+    }
+    assert!(chain_restarted, "the chain process was restarted");
+    assert!(kills >= 2, "the server was killed {kills} times");
+    let s = server.take().unwrap();
     let rpc = chain.rpc();
+    chaos::wait_until_quiet(&env, &rpc).await;
+    let pool = env.pool().await;
+    chaos::assert_no_round_paid_twice(&pool).await;
+    let dup: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM (SELECT txid FROM transfers GROUP BY txid HAVING COUNT(*) > 1) t",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(dup, 0, "a transaction was recorded twice");
+    let paid: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM transfers WHERE kind = 'payout'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(paid > 0, "rounds were played and paid during the run");
+    pool.close().await;
+    books_balance_and_are_on_the_chain(&env, &s, &rpc).await;
+    s.stop().await;
+    drop(chain);
+}
+
+/// Three users of `s` with 400,000 sat each, sent through `rpc` and credited.
+async fn fund_chaos_users(s: &Server, rpc: &BitcoindRpc) -> Vec<String> {
     let mut tokens = Vec::new();
     for i in 0..3 {
-        let s = server.as_ref().unwrap();
         let t = s
             .user(&format!("chaoschain{i}"), &format!("10.0.78.{i}"))
             .await;
@@ -733,7 +753,6 @@ async fn chaos_with_the_chain_restarted_keeps_the_money_whole() {
         .await
         .unwrap();
     wait_for("condition", Duration::from_secs(60), || async {
-        let s = server.as_ref().unwrap();
         let mut all = true;
         for t in &tokens {
             let me = s
@@ -745,116 +764,13 @@ async fn chaos_with_the_chain_restarted_keeps_the_money_whole() {
         all.then_some(())
     })
     .await;
-    let start = Instant::now();
-    let deadline = start + Duration::from_secs(secs);
-    let mut kills = 0;
-    let mut chain_restarted = false;
-    while Instant::now() < deadline {
-        let addr = server.as_ref().unwrap().addr;
-        let mut clients = tokio::task::JoinSet::new();
-        for t in tokens.clone() {
-            clients.spawn(async move {
-                for _ in 0..40 {
-                    let amount = 2_000 + rand::random::<i64>().rem_euclid(8_000);
-                    let (path, body) = if rand::random::<u8>() % 4 == 0 {
-                        (
-                            "/users/me/withdrawals",
-                            json!({"address": MINER, "amount_sats": amount}),
-                        )
-                    } else {
-                        ("/rounds/current/bets", json!({"amount_sats": amount}))
-                    };
-                    let header = auth(&t);
-                    let headers = [("authorization", header.as_str())];
-                    let r = support::request(
-                        addr,
-                        "POST",
-                        path,
-                        &headers,
-                        Some(body.to_string().into_bytes()),
-                    );
-                    if tokio::time::timeout(Duration::from_secs(10), r)
-                        .await
-                        .is_err()
-                    {
-                        return;
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            });
-        }
-        let run = Duration::from_millis(500 + u64::from(rand::random::<u16>() % 2_500));
-        let until = Instant::now() + run;
-        while Instant::now() < until {
-            let _ = chain
-                .rpc()
-                .generate_to_address(1, &regtest_address(MINER))
-                .await;
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-        // Half-way, once: the chain process dies mid-traffic and comes back.
-        if !chain_restarted && start.elapsed() > Duration::from_secs(secs / 2) {
-            chain.restart().await;
-            chain_restarted = true;
-        }
-        // SIGKILL the service mid-traffic, then a restart on the same data.
-        if let Some(s) = server.take() {
-            s.stop().await;
-        }
-        kills += 1;
-        clients.abort_all();
-        while clients.join_next().await.is_some() {}
-        server = Some(env.start_env(&args, &[]).await);
-    }
-    assert!(chain_restarted, "the chain process was restarted");
-    assert!(kills >= 2, "the server was killed {kills} times");
-    let s = server.take().unwrap();
-    let rpc = chain.rpc();
-    // Quiet: blocks until no round is left between open and closed.
-    wait_for("condition", Duration::from_secs(120), || async {
-        rpc.generate_to_address(1, &regtest_address(MINER))
-            .await
-            .unwrap();
-        let pool = env.pool().await;
-        let (busy, open): (i64, i64) = sqlx::query_as(
-            "SELECT \
-               (SELECT COUNT(*) FROM rounds WHERE status NOT IN ('open', 'closed', 'payout_failed')), \
-               (SELECT COUNT(*) FROM rounds WHERE status = 'open')",
-        )
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-        pool.close().await;
-        assert!(open <= 1, "{open} rounds open at once");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        (busy == 0 && open == 1).then_some(())
-    })
-    .await;
-    let pool = env.pool().await;
-    let twice: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM (SELECT round_id FROM transfers WHERE kind = 'payout' \
-         GROUP BY round_id HAVING COUNT(*) > 1) t",
-    )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
-    assert_eq!(twice, 0, "a round was paid twice");
-    let dup: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM (SELECT txid FROM transfers GROUP BY txid HAVING COUNT(*) > 1) t",
-    )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
-    assert_eq!(dup, 0, "a transaction was recorded twice");
-    let paid: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM transfers WHERE kind = 'payout'")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert!(paid > 0, "rounds were played and paid during the run");
-    pool.close().await;
-    // Everything confirms; then the books balance to the satoshi and every
-    // output they hold is unspent on the chain with its value. A payment
-    // signed just before the last kill is broadcast by the restarted
+    tokens
+}
+
+/// Everything confirms; then the books balance to the satoshi and every
+/// output they hold is unspent on the chain with its value.
+async fn books_balance_and_are_on_the_chain(env: &Env, s: &Server, rpc: &BitcoindRpc) {
+    // A payment signed just before the last kill is broadcast by the restarted
     // service only after RECOVER_AFTER_SECS (3 s): until then its outputs
     // are in the books and nowhere on the chain, so wait for it too.
     wait_for("condition", Duration::from_secs(60), || async {
@@ -881,20 +797,8 @@ async fn chaos_with_the_chain_restarted_keeps_the_money_whole() {
         (l["synced_height"].as_u64() == Some(u64::from(height))).then_some(())
     })
     .await;
-    let l = s.admin_get("/admin/ledger").await.json();
-    let n = |k: &str| l[k].as_i64().unwrap_or_else(|| panic!("{k} in {l}"));
-    assert_eq!(
-        n("deposits_sats"),
-        n("users_unspent_sats")
-            + n("pots_in_flight_sats")
-            + n("commission_paid_sats")
-            + n("withdrawn_sats")
-            + n("miner_fees_sats")
-            + n("corrections_sats")
-            - n("debts_sats"),
-        "ledger does not balance: {l}"
-    );
-    assert_eq!(n("deposits_sats"), 1_200_000, "{l}");
+    let l = s.balanced_ledger().await;
+    assert_eq!(l["deposits_sats"], 1_200_000, "{l}");
     for o in l["unspent"].as_array().unwrap() {
         let v: Value = rpc
             .call("gettxout", json!([o["txid"], o["vout"], true]))
@@ -907,9 +811,6 @@ async fn chaos_with_the_chain_restarted_keeps_the_money_whole() {
         let sats = (v["value"].as_f64().unwrap() * 1e8).round() as i64;
         assert_eq!(sats, o["amount_sats"].as_i64().unwrap(), "{o}");
     }
-    s.stop().await;
-    drop(chain);
-    env.cleanup().await;
 }
 
 /// Point 10: a deposit output the service holds is spent behind its back
@@ -930,52 +831,7 @@ async fn a_spend_by_an_unknown_transaction_is_audited() {
         .await
         .unwrap()
         .unwrap();
-    let pool = rig.env.pool().await;
-    let index: i64 =
-        sqlx::query_scalar("SELECT derivation_index FROM users WHERE username = 'ingrid'")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-    pool.close().await;
-    let w =
-        wallet::load_or_create_seed(&rig.env.data_dir.join("wallet.mnemonic"), Network::Regtest)
-            .unwrap();
-    let path = wallet::KeyPath::receive(u32::try_from(index).unwrap());
-    let script = w.derive(path).unwrap().address.script_pubkey();
-    let vout = dep_tx
-        .output
-        .iter()
-        .position(|o| o.script_pubkey == script)
-        .unwrap();
-    let value = dep_tx.output[vout].value;
-    let input = wallet::SpendableOutput {
-        outpoint: bitcoin::OutPoint {
-            txid: dep_txid,
-            vout: vout as u32,
-        },
-        txout: dep_tx.output[vout].clone(),
-        path,
-    };
-    let theft = w
-        .build_signed(
-            &[input],
-            &[bitcoin::TxOut {
-                value: value - bitcoin::Amount::from_sat(5_000),
-                script_pubkey: regtest_address(MINER).script_pubkey(),
-            }],
-            None,
-            bitcoin::FeeRate::from_sat_per_vb(10).unwrap(),
-        )
-        .unwrap();
-    let _: Value = rig
-        .rpc
-        .call(
-            "sendrawtransaction",
-            json!([bitcoin::consensus::encode::serialize_hex(&theft.tx)]),
-        )
-        .await
-        .unwrap();
-    rig.mine(1).await;
+    let vout = spend_it_with_the_users_key(&rig, dep_txid, &dep_tx).await;
     let wd = rig
         .s()
         .post(
@@ -1022,4 +878,59 @@ async fn a_spend_by_an_unknown_transaction_is_audited() {
     assert_eq!(spends, 1, "one audit entry per unknown spend");
     assert_eq!(confirmations(&rig.rpc, &wd_txid).await, None, "never paid");
     rig.finish().await;
+}
+
+/// Spends the user's deposit output of `dep_tx` behind the service's back, with the user's key derived from the service's own seed file, and mines it; the output's index.
+async fn spend_it_with_the_users_key(
+    rig: &Rig,
+    dep_txid: Txid,
+    dep_tx: &bitcoin::Transaction,
+) -> usize {
+    let pool = rig.env.pool().await;
+    let index: i64 =
+        sqlx::query_scalar("SELECT derivation_index FROM users WHERE username = 'ingrid'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    pool.close().await;
+    let w =
+        wallet::load_or_create_seed(&rig.env.data_dir.join("wallet.mnemonic"), Network::Regtest)
+            .unwrap();
+    let path = wallet::KeyPath::receive(u32::try_from(index).unwrap());
+    let script = w.derive(path).unwrap().address.script_pubkey();
+    let vout = dep_tx
+        .output
+        .iter()
+        .position(|o| o.script_pubkey == script)
+        .unwrap();
+    let value = dep_tx.output[vout].value;
+    let input = wallet::SpendableOutput {
+        outpoint: bitcoin::OutPoint {
+            txid: dep_txid,
+            vout: vout as u32,
+        },
+        txout: dep_tx.output[vout].clone(),
+        path,
+    };
+    let theft = w
+        .build_signed(
+            &[input],
+            &[bitcoin::TxOut {
+                value: value - bitcoin::Amount::from_sat(5_000),
+                script_pubkey: regtest_address(MINER).script_pubkey(),
+            }],
+            None,
+            bitcoin::FeeRate::from_sat_per_vb(10).unwrap(),
+        )
+        .unwrap();
+    let _: Value = rig
+        .rpc
+        .call(
+            "sendrawtransaction",
+            json!([bitcoin::consensus::encode::serialize_hex(&theft.tx)]),
+        )
+        .await
+        .unwrap();
+    rig.mine(1).await;
+    vout
 }

@@ -47,17 +47,9 @@ fn chain_process(env: &Env, rpc_bind: &str) -> Child {
 
 async fn rpc_up(env: &Env, rpc_bind: &str) -> BitcoindRpc {
     let cookie = env.data_dir.join("chain").join(".cookie");
-    wait_for("condition", Duration::from_secs(60), || async {
-        if !cookie.exists() {
-            return None;
-        }
-        let mut cfg = RpcConfig::new(format!("http://{rpc_bind}/"), Auth::Cookie(cookie.clone()));
-        cfg.retries = 0;
-        cfg.timeout = Duration::from_secs(60);
-        let c = BitcoindRpc::new(cfg).unwrap();
-        c.get_block_count().await.ok().map(|_| c)
-    })
-    .await
+    let mut cfg = RpcConfig::new(format!("http://{rpc_bind}/"), Auth::Cookie(cookie.clone()));
+    cfg.timeout = Duration::from_secs(60);
+    support::channels::rpc_when_up(cfg, Some(&cookie)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -106,53 +98,8 @@ async fn rebroadcast_of_a_confirmed_fully_spent_withdrawal_credits_nothing_back(
         .unwrap();
     assert!(!status.success());
 
-    // The withdrawal is in the chain's saved mempool: take it out, bury it
-    // behind more blocks than one sync pass reads, mine it, spend its output.
-    let mut chain = chain_process(&env, &rpc_bind);
-    let c = rpc_up(&env, &rpc_bind).await;
-    let mempool = c.get_raw_mempool().await.unwrap();
-    assert_eq!(mempool.len(), 1, "{mempool:?}");
-    let withdrawal: Transaction = c.get_raw_transaction(&mempool[0]).await.unwrap().unwrap();
-    assert_eq!(withdrawal.output.len(), 1, "no change output");
-    assert_eq!(
-        withdrawal.output[0].script_pubkey,
-        to.address.script_pubkey()
-    );
-    c.stop().await.unwrap();
-    chain.wait().unwrap();
-    std::fs::remove_file(env.data_dir.join("chain").join("mempool.dat")).unwrap();
-    let mut chain = chain_process(&env, &rpc_bind);
-    let c = rpc_up(&env, &rpc_bind).await;
-    let elsewhere = Wallet::from_seed(&[15u8; 32], Network::Regtest)
-        .unwrap()
-        .derive_address(0, 0)
-        .unwrap();
-    c.generate_to_address(501, &elsewhere).await.unwrap();
-    let txid: Txid = c.send_raw_transaction(&withdrawal).await.unwrap();
-    c.generate_to_address(1, &elsewhere).await.unwrap();
-    let coin = SpendableOutput {
-        outpoint: OutPoint { txid, vout: 0 },
-        txout: withdrawal.output[0].clone(),
-        path: KeyPath::receive(0),
-    };
-    let onward = ours
-        .build_signed(
-            &[coin],
-            &[],
-            Some(&elsewhere.script_pubkey()),
-            FeeRate::from_sat_per_vb(2).unwrap(),
-        )
-        .unwrap();
-    c.send_raw_transaction(&onward.tx).await.unwrap();
-    c.generate_to_address(1, &elsewhere).await.unwrap();
-    // What Core answers now: -25, inputs missing or spent.
-    let e = chain::Chain::broadcast(&c, withdrawal.clone())
-        .await
-        .unwrap_err();
-    assert!(matches!(e, ChainError::Rejected { code: -25, .. }), "{e:?}");
-    let height = c.get_block_count().await.unwrap();
-    c.stop().await.unwrap();
-    chain.wait().unwrap();
+    let (txid, height) =
+        mine_and_spend_it_behind_the_service(&env, &rpc_bind, &ours, &to.address).await;
 
     // The service comes back (after its recovery delay for signed
     // transfers has passed) and finishes its signed withdrawal.
@@ -200,5 +147,58 @@ async fn rebroadcast_of_a_confirmed_fully_spent_withdrawal_credits_nothing_back(
         "{l}"
     );
     server.stop().await;
-    env.cleanup().await;
+}
+
+/// With the service down, the withdrawal is taken out of the chain's saved mempool, buried behind more blocks than one sync pass reads, mined and its output spent (Core now answers -25 to it); its txid and the chain's height.
+async fn mine_and_spend_it_behind_the_service(
+    env: &Env,
+    rpc_bind: &str,
+    ours: &Wallet,
+    to: &bitcoin::Address,
+) -> (Txid, u32) {
+    // The withdrawal is in the chain's saved mempool: take it out, bury it
+    // behind more blocks than one sync pass reads, mine it, spend its output.
+    let mut chain = chain_process(env, rpc_bind);
+    let c = rpc_up(env, rpc_bind).await;
+    let mempool = c.get_raw_mempool().await.unwrap();
+    assert_eq!(mempool.len(), 1, "{mempool:?}");
+    let withdrawal: Transaction = c.get_raw_transaction(&mempool[0]).await.unwrap().unwrap();
+    assert_eq!(withdrawal.output.len(), 1, "no change output");
+    assert_eq!(withdrawal.output[0].script_pubkey, to.script_pubkey());
+    c.stop().await.unwrap();
+    chain.wait().unwrap();
+    std::fs::remove_file(env.data_dir.join("chain").join("mempool.dat")).unwrap();
+    let mut chain = chain_process(env, rpc_bind);
+    let c = rpc_up(env, rpc_bind).await;
+    let elsewhere = Wallet::from_seed(&[15u8; 32], Network::Regtest)
+        .unwrap()
+        .derive_address(0, 0)
+        .unwrap();
+    c.generate_to_address(501, &elsewhere).await.unwrap();
+    let txid: Txid = c.send_raw_transaction(&withdrawal).await.unwrap();
+    c.generate_to_address(1, &elsewhere).await.unwrap();
+    let coin = SpendableOutput {
+        outpoint: OutPoint { txid, vout: 0 },
+        txout: withdrawal.output[0].clone(),
+        path: KeyPath::receive(0),
+    };
+    let onward = ours
+        .build_signed(
+            &[coin],
+            &[],
+            Some(&elsewhere.script_pubkey()),
+            FeeRate::from_sat_per_vb(2).unwrap(),
+        )
+        .unwrap();
+    c.send_raw_transaction(&onward.tx).await.unwrap();
+    c.generate_to_address(1, &elsewhere).await.unwrap();
+    // What Core answers now: -25, inputs missing or spent.
+    let e = chain::Chain::broadcast(&c, withdrawal.clone())
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ChainError::Rejected { code: -25, .. }), "{e:?}");
+    let height = c.get_block_count().await.unwrap();
+    c.stop().await.unwrap();
+    chain.wait().unwrap();
+    (txid, height)
 }

@@ -7,15 +7,17 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::rpc_proxy::ChainProcess;
-use support::{Db, Env, EventStream, Server};
+use support::{wait_for, Db, Env, EventStream, Server};
 use tokio::process::{Child, Command};
 
-/// Two processes on one fresh PostgreSQL database and one chain.
+/// Two processes on one fresh PostgreSQL database and one chain; the
+/// environments are dropped last (fields drop in order), after the processes.
 struct Pair {
-    env: Env,
     _chain: ChainProcess,
     a: Server,
     b: Server,
+    _b_env: Env,
+    env: Env,
 }
 
 async fn start_on(env: &Env, chain: &ChainProcess, round_secs: &str) -> Server {
@@ -35,21 +37,17 @@ async fn pair(round_secs: &str) -> Pair {
     let env = Env::new(Db::Postgres).await;
     let chain = ChainProcess::start(env.data_dir.join("chain")).await;
     let a = start_on(&env, &chain, round_secs).await;
-    let b_env = Env {
-        db: Db::Postgres,
-        data_dir: env.data_dir.join("second"),
-        pg_name: env.pg_name.clone(),
-    };
-    std::fs::create_dir_all(&b_env.data_dir).unwrap();
+    let b_env = env.beside(env.data_dir.join("second"));
     for f in ["wallet.mnemonic", "jwt-secret"] {
         std::fs::copy(env.data_dir.join(f), b_env.data_dir.join(f)).unwrap();
     }
     let b = start_on(&b_env, &chain, round_secs).await;
     Pair {
-        env,
         _chain: chain,
         a,
         b,
+        _b_env: b_env,
+        env,
     }
 }
 
@@ -57,7 +55,6 @@ impl Pair {
     async fn finish(self) {
         self.a.stop().await;
         self.b.stop().await;
-        self.env.cleanup().await;
     }
 }
 
@@ -146,19 +143,21 @@ async fn a_lost_listener_connection_is_reestablished_and_subscribers_refetch() {
         "B refetches"
     );
     // And the fan-out works again.
-    let back: i64 = loop {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity \
+    let back: i64 = wait_for(
+        "both stream listeners back",
+        Duration::from_secs(60),
+        || async {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity \
              WHERE application_name = 'potluck-stream-listener' AND datname = current_database()",
-        )
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-        if n == 2 {
-            break n;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            (n == 2).then_some(n)
+        },
+    )
+    .await;
     assert_eq!(back, 2);
     latency(&p.b, true, &mut sa).await;
     latency(&p.a, false, &mut sb).await;
@@ -176,33 +175,31 @@ async fn current_round(s: &Server) -> i64 {
     r.json()["id"].as_i64().unwrap()
 }
 
-/// Waits (up to `secs`) until `f` holds.
-async fn wait_until(what: &str, secs: u64, mut f: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !f().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_engine_at_a_time_and_the_standby_takes_over_after_sigkill() {
     let p = pair("2").await;
-    wait_until("a leader", 60, async || is_leader(&p.a) || is_leader(&p.b)).await;
+    wait_for("a leader", Duration::from_secs(60), || async {
+        is_leader(&p.a) || is_leader(&p.b)
+    })
+    .await;
     let (mut leader, standby) = if is_leader(&p.a) {
         (p.a, p.b)
     } else {
         (p.b, p.a)
     };
-    wait_until("the standby to stand by", 60, async || {
-        standby.log().contains("engine standby")
-    })
+    wait_for(
+        "the standby to stand by",
+        Duration::from_secs(60),
+        || async { standby.log().contains("engine standby") },
+    )
     .await;
     // Rounds move under the leader alone.
     let start = current_round(&standby).await;
-    wait_until("two rounds under the first leader", 60, async || {
-        current_round(&standby).await >= start + 2
-    })
+    wait_for(
+        "two rounds under the first leader",
+        Duration::from_secs(60),
+        || async { current_round(&standby).await >= start + 2 },
+    )
     .await;
     assert!(!is_leader(&standby), "two engines ran at once");
     let pool = p.env.pool().await;
@@ -219,18 +216,22 @@ async fn one_engine_at_a_time_and_the_standby_takes_over_after_sigkill() {
     leader.child.start_kill().unwrap();
     let _ = leader.child.wait().await;
     let killed_at = Instant::now();
-    wait_until("the take-over", 60, async || is_leader(&standby)).await;
+    wait_for("the take-over", Duration::from_secs(60), || async {
+        is_leader(&standby)
+    })
+    .await;
     let takeover = killed_at.elapsed();
     eprintln!("take-over after SIGKILL: {takeover:?}");
     assert!(takeover < Duration::from_secs(10), "took {takeover:?}");
     let start = current_round(&standby).await;
-    wait_until("two rounds under the new leader", 60, async || {
-        current_round(&standby).await >= start + 2
-    })
+    wait_for(
+        "two rounds under the new leader",
+        Duration::from_secs(60),
+        || async { current_round(&standby).await >= start + 2 },
+    )
     .await;
     pool.close().await;
     standby.stop().await;
-    p.env.cleanup().await;
 }
 
 /// `nginx`, installed from Debian if missing (as the dashboard tests need
@@ -314,7 +315,7 @@ async fn start_nginx(dir: &std::path::Path, upstreams: &[std::net::SocketAddr]) 
         .spawn()
         .unwrap();
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    wait_until("nginx", 30, async || {
+    wait_for("nginx", Duration::from_secs(30), || async {
         tokio::net::TcpStream::connect(addr).await.is_ok()
     })
     .await;
@@ -353,13 +354,13 @@ impl RawStream {
     }
 }
 
-/// Requests to `/livez` counted by one process.
-async fn livez_count(s: &Server) -> f64 {
+/// Requests counted by one process on the routes whose label contains `route`.
+async fn requests_to(s: &Server, route: &str) -> f64 {
     s.get("/metrics", &[])
         .await
         .text()
         .lines()
-        .filter(|l| l.starts_with("potluck_http_requests_total{") && l.contains("livez"))
+        .filter(|l| l.starts_with("potluck_http_requests_total{") && l.contains(route))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
@@ -368,9 +369,65 @@ async fn livez_count(s: &Server) -> f64 {
 async fn the_shipped_nginx_config_in_front_of_two_processes() {
     let p = pair("3600").await;
     let ngx = start_nginx(&p.env.data_dir, &[p.a.addr, p.b.addr]).await;
-    // The stream through nginx: not compressed although the client accepts
-    // gzip, and it hears of changes made on either process.
-    let mut raw = tokio::net::TcpStream::connect(ngx.addr).await.unwrap();
+    let st = stream_through_nginx(&p, ngx.addr).await;
+    // JSON is compressed.
+    let r = support::request(
+        ngx.addr,
+        "GET",
+        "/openapi.json",
+        &[("accept-encoding", "gzip")],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("content-encoding"),
+        Some("gzip"),
+        "{:?}",
+        r.headers
+    );
+    // Both processes get requests (least_conn: with the stream open, its
+    // process is the busier one, so close it first).
+    drop(st);
+    wait_for(
+        "the stream to close behind nginx",
+        Duration::from_secs(30),
+        || async {
+            p.a.metric("potluck_stream_subscribers").await == 0.0
+                && p.b.metric("potluck_stream_subscribers").await == 0.0
+        },
+    )
+    .await;
+    let (a0, b0) = (
+        requests_to(&p.a, "livez").await,
+        requests_to(&p.b, "livez").await,
+    );
+    for _ in 0..20 {
+        let r = support::request(ngx.addr, "GET", "/livez", &[], None).await;
+        assert_eq!(r.status, 200);
+    }
+    let (a1, b1) = (
+        requests_to(&p.a, "livez").await,
+        requests_to(&p.b, "livez").await,
+    );
+    assert_eq!(a1 - a0 + b1 - b0, 20.0);
+    assert!(a1 > a0 && b1 > b0, "balanced: A {a0}->{a1}, B {b0}->{b1}");
+    forwarded_for_through_nginx_is_the_client_ip(&p.a, ngx.addr).await;
+    print_latency_through_nginx(&p.a, ngx.addr).await;
+    // One process dies: nginx keeps answering from the other.
+    let mut b = p.b;
+    b.child.start_kill().unwrap();
+    let _ = b.child.wait().await;
+    for _ in 0..10 {
+        let r = support::request(ngx.addr, "GET", "/rounds/current", &[], None).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    p.a.stop().await;
+}
+
+/// The stream through nginx: not compressed although the client accepts gzip, and it hears of changes made on either process; the open stream.
+async fn stream_through_nginx(p: &Pair, ngx: std::net::SocketAddr) -> RawStream {
+    let mut raw = tokio::net::TcpStream::connect(ngx).await.unwrap();
     tokio::io::AsyncWriteExt::write_all(
         &mut raw,
         b"GET /rounds/stream HTTP/1.1\r\nhost: test\r\naccept: text/event-stream\r\n\
@@ -399,38 +456,11 @@ async fn the_shipped_nginx_config_in_front_of_two_processes() {
         st.read_until(b"data: refetch", after_first).await,
         "change on B"
     );
-    // JSON is compressed.
-    let r = support::request(
-        ngx.addr,
-        "GET",
-        "/openapi.json",
-        &[("accept-encoding", "gzip")],
-        None,
-    )
-    .await;
-    assert_eq!(r.status, 200);
-    assert_eq!(
-        r.header("content-encoding"),
-        Some("gzip"),
-        "{:?}",
-        r.headers
-    );
-    // Both processes get requests (least_conn: with the stream open, its
-    // process is the busier one, so close it first).
-    drop(st);
-    wait_until("the stream to close behind nginx", 30, async || {
-        p.a.metric("potluck_stream_subscribers").await == 0.0
-            && p.b.metric("potluck_stream_subscribers").await == 0.0
-    })
-    .await;
-    let (a0, b0) = (livez_count(&p.a).await, livez_count(&p.b).await);
-    for _ in 0..20 {
-        let r = support::request(ngx.addr, "GET", "/livez", &[], None).await;
-        assert_eq!(r.status, 200);
-    }
-    let (a1, b1) = (livez_count(&p.a).await, livez_count(&p.b).await);
-    assert_eq!(a1 - a0 + b1 - b0, 20.0);
-    assert!(a1 > a0 && b1 > b0, "balanced: A {a0}->{a1}, B {b0}->{b1}");
+    st
+}
+
+/// The client IP is the one nginx saw, not what a client writes into X-Forwarded-For.
+async fn forwarded_for_through_nginx_is_the_client_ip(a: &Server, ngx: std::net::SocketAddr) {
     // The client IP is the one nginx saw: a client that writes a new
     // X-Forwarded-For into every failed login is still one IP to the login
     // throttle (20 free failures per IP), while the same spoofing straight
@@ -448,12 +478,12 @@ async fn the_shipped_nginx_config_in_front_of_two_processes() {
         .await
     };
     for i in 0..30 {
-        let r = login(p.a.addr, i).await;
+        let r = login(a.addr, i).await;
         assert_eq!(r.status, 401, "direct, spoofed IPs: {}", r.text());
     }
     let mut throttled = false;
     for i in 100..160 {
-        let r = login(ngx.addr, i).await;
+        let r = login(ngx, i).await;
         assert!(r.status == 401 || r.status == 429, "{}", r.text());
         if r.status == 429 {
             assert_eq!(r.code(), "too_many_attempts");
@@ -462,15 +492,18 @@ async fn the_shipped_nginx_config_in_front_of_two_processes() {
         }
     }
     assert!(throttled, "nginx's X-Forwarded-For is the client IP");
-    // Figure: GET /rounds/current through nginx against direct, same run.
+}
+
+/// Figure: GET /rounds/current through nginx against direct, same run.
+async fn print_latency_through_nginx(a: &Server, ngx: std::net::SocketAddr) {
     let mut direct = Vec::new();
     let mut proxied = Vec::new();
     for _ in 0..100 {
         let t = Instant::now();
-        assert_eq!(p.a.get("/rounds/current", &[]).await.status, 200);
+        assert_eq!(a.get("/rounds/current", &[]).await.status, 200);
         direct.push(t.elapsed());
         let t = Instant::now();
-        let r = support::request(ngx.addr, "GET", "/rounds/current", &[], None).await;
+        let r = support::request(ngx, "GET", "/rounds/current", &[], None).await;
         assert_eq!(r.status, 200);
         proxied.push(t.elapsed());
     }
@@ -480,16 +513,6 @@ async fn the_shipped_nginx_config_in_front_of_two_processes() {
         "GET /rounds/current, 100 each: direct median {:?} p99 {:?}; through nginx median {:?} p99 {:?}",
         direct[50], direct[98], proxied[50], proxied[98]
     );
-    // One process dies: nginx keeps answering from the other.
-    let mut b = p.b;
-    b.child.start_kill().unwrap();
-    let _ = b.child.wait().await;
-    for _ in 0..10 {
-        let r = support::request(ngx.addr, "GET", "/rounds/current", &[], None).await;
-        assert_eq!(r.status, 200, "{}", r.text());
-    }
-    p.a.stop().await;
-    p.env.cleanup().await;
 }
 
 /// Figure: 2 x 500 subscribers; from a change made through B to delivery to
@@ -548,7 +571,10 @@ async fn fanout_to_500_subscribers_on_each_of_two_processes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_that_loses_its_lock_connection_steps_down() {
     let p = pair("2").await;
-    wait_until("a leader", 60, async || is_leader(&p.a) || is_leader(&p.b)).await;
+    wait_for("a leader", Duration::from_secs(60), || async {
+        is_leader(&p.a) || is_leader(&p.b)
+    })
+    .await;
     let pool = p.env.pool().await;
     let cut: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM (SELECT pg_terminate_backend(a.pid) FROM pg_locks l \
@@ -560,17 +586,19 @@ async fn a_leader_that_loses_its_lock_connection_steps_down() {
     .unwrap();
     assert_eq!(cut, 1, "one lock holder");
     let stepped = |s: &Server| s.log().contains("engine leader: stepped down");
-    wait_until("the old leader to step down", 60, async || {
-        stepped(&p.a) || stepped(&p.b)
-    })
+    wait_for(
+        "the old leader to step down",
+        Duration::from_secs(60),
+        || async { stepped(&p.a) || stepped(&p.b) },
+    )
     .await;
-    wait_until("a leader again", 60, async || {
+    wait_for("a leader again", Duration::from_secs(60), || async {
         let n = |s: &Server| s.log().matches("engine leader: this process runs").count();
         n(&p.a) + n(&p.b) >= 2
     })
     .await;
     let start = current_round(&p.a).await;
-    wait_until("two more rounds", 60, async || {
+    wait_for("two more rounds", Duration::from_secs(60), || async {
         current_round(&p.a).await >= start + 2
     })
     .await;
@@ -587,17 +615,6 @@ async fn a_leader_that_loses_its_lock_connection_steps_down() {
     p.finish().await;
 }
 
-/// Register requests counted by one process.
-async fn register_count(s: &Server) -> f64 {
-    s.get("/metrics", &[])
-        .await
-        .text()
-        .lines()
-        .filter(|l| l.starts_with("potluck_http_requests_total{") && l.contains("register"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// The per-IP stream cap holds for the service: six streams from one IP
 /// (nginx's peer address, whatever the client writes) spread over both
 /// processes evict the oldest, wherever it lives, and only it.
@@ -612,11 +629,15 @@ async fn six_streams_from_one_ip_over_two_processes_evict_the_oldest() {
         streams.push(st);
     }
     // least_conn spreads the long-lived streams over both processes.
-    wait_until("five streams behind nginx", 30, async || {
-        p.a.metric("potluck_stream_subscribers").await
-            + p.b.metric("potluck_stream_subscribers").await
-            == 5.0
-    })
+    wait_for(
+        "five streams behind nginx",
+        Duration::from_secs(30),
+        || async {
+            p.a.metric("potluck_stream_subscribers").await
+                + p.b.metric("potluck_stream_subscribers").await
+                == 5.0
+        },
+    )
     .await;
     let (na, nb) = (
         p.a.metric("potluck_stream_subscribers").await,
@@ -644,7 +665,7 @@ async fn six_streams_from_one_ip_over_two_processes_evict_the_oldest() {
             "stream {i} is not the oldest and stays open"
         );
     }
-    wait_until("five streams left", 30, async || {
+    wait_for("five streams left", Duration::from_secs(30), || async {
         p.a.metric("potluck_stream_subscribers").await
             + p.b.metric("potluck_stream_subscribers").await
             == 5.0
@@ -675,12 +696,18 @@ async fn six_registrations_from_one_ip_over_two_processes_hit_the_quota() {
         )
         .await
     };
-    let (a0, b0) = (register_count(&p.a).await, register_count(&p.b).await);
+    let (a0, b0) = (
+        requests_to(&p.a, "register").await,
+        requests_to(&p.b, "register").await,
+    );
     for i in 0..5 {
         let r = register(i).await;
         assert_eq!(r.status, 201, "registration {i}: {}", r.text());
     }
-    let (a1, b1) = (register_count(&p.a).await, register_count(&p.b).await);
+    let (a1, b1) = (
+        requests_to(&p.a, "register").await,
+        requests_to(&p.b, "register").await,
+    );
     assert!(a1 > a0 && b1 > b0, "spread: A {a0}->{a1}, B {b0}->{b1}");
     for i in 5..7 {
         let r = register(i).await;

@@ -40,7 +40,6 @@ async fn case_collisions_stop_the_start(db: Db) {
         .unwrap();
     assert_eq!(names, ["Bob", "bob", "alice"], "nothing merged or renamed");
     pool.close().await;
-    env.cleanup().await;
 }
 
 /// Every part-1 route of DESIGN.md §4.
@@ -119,7 +118,6 @@ async fn openapi_documents_every_route(db: Db) {
         "no undocumented extras and none missing"
     );
     s.stop().await;
-    env.cleanup().await;
 }
 
 async fn operational_endpoints(db: Db) {
@@ -177,7 +175,6 @@ async fn operational_endpoints(db: Db) {
         .text()
         .contains("potluck_http_request_duration_seconds_bucket"));
     s.stop().await;
-    env.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -205,7 +202,6 @@ async fn defaults_hash_with_owasp_parameters() {
         200
     );
     s.stop().await;
-    env.cleanup().await;
 }
 
 async fn hashing_does_not_stall_other_requests(db: Db) {
@@ -264,7 +260,6 @@ async fn hashing_does_not_stall_other_requests(db: Db) {
     }
     assert!(ok >= 5, "{ok} logins succeeded");
     s.stop().await;
-    env.cleanup().await;
 }
 
 /// A database whose users' addresses the wallet seed does not derive (the
@@ -292,7 +287,6 @@ async fn a_seed_that_did_not_make_the_stored_addresses_stops_the_start() {
     let r = server.login("ursula", "password123", "10.0.40.1").await;
     assert_eq!(r.status, 200, "the restored seed starts: {}", r.text());
     server.stop().await;
-    env.cleanup().await;
 }
 
 /// Logs written to a file (not a terminal) carry no ANSI colour escapes,
@@ -329,7 +323,6 @@ async fn logs_to_a_file_are_plain_text_or_json() {
             "{line}"
         );
     }
-    env.cleanup().await;
 }
 
 /// The service built in the test process answers on the port it bound (0):
@@ -351,7 +344,6 @@ async fn the_service_runs_in_process_on_port_zero() {
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["status"], "open");
     app.stop().await;
-    env.cleanup().await;
 }
 
 /// A supervisor may send SIGTERM the moment the start-up line appears. The
@@ -379,7 +371,6 @@ async fn sigterm_right_after_the_start_up_line_is_a_graceful_stop() {
             s.log()
         );
     }
-    env.cleanup().await;
 }
 
 /// The same for `potluck chain` and `potluck node` (a node left without its

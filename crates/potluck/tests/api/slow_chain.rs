@@ -23,11 +23,12 @@ fn miner() -> Address {
 
 /// A service on `potluck chain` behind a proxy.
 struct Rig {
-    env: Env,
     chain: ChainProcess,
     proxy: RpcProxy,
     /// The service, in this process.
     app: InProcess,
+    /// Dropped last (fields drop in order), after the processes on it.
+    _env: Env,
 }
 
 impl Rig {
@@ -45,10 +46,10 @@ impl Rig {
         })
         .await;
         Self {
-            env,
             chain,
             proxy,
             app,
+            _env: env,
         }
     }
 
@@ -83,7 +84,6 @@ impl Rig {
 
     async fn finish(self) {
         self.app.stop().await;
-        self.env.cleanup().await;
     }
 }
 

@@ -53,7 +53,6 @@ async fn global_cap_and_per_ip_eviction(db: Db) {
     assert!(newcomer.next_refetch(Duration::from_secs(5)).await);
     assert!(streams[499].next_refetch(Duration::from_secs(5)).await);
     s.stop().await;
-    env.cleanup().await;
 }
 
 async fn notifications_keepalive_and_coalescing(db: Db) {
@@ -130,11 +129,14 @@ async fn notifications_keepalive_and_coalescing(db: Db) {
     );
     // The stream outlived the 1 s time-out; ordinary requests do not.
     assert!(!st.closed_within(Duration::from_millis(200)).await);
-    // Ten registrations queue behind one hashing permit: the later ones
-    // exceed the 1 s time-out.
+    slow_registrations_time_out(s.addr).await;
+    s.stop().await;
+}
+
+/// Ten registrations queue behind one hashing permit: the later ones exceed the 1 s time-out (408), the rest are created.
+async fn slow_registrations_time_out(addr: std::net::SocketAddr) {
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..10 {
-        let addr = s.addr;
         tasks.spawn(async move {
             let body = json!({"username": format!("slowpoke{i}"), "password": "password123"});
             support::request(
@@ -157,8 +159,6 @@ async fn notifications_keepalive_and_coalescing(db: Db) {
         statuses.iter().all(|s| *s == 201 || *s == 408),
         "{statuses:?}"
     );
-    s.stop().await;
-    env.cleanup().await;
 }
 
 async fn graceful_shutdown_closes_streams(db: Db) {
@@ -182,5 +182,4 @@ async fn graceful_shutdown_closes_streams(db: Db) {
         .expect("exits")
         .unwrap();
     assert!(status.success(), "{status:?}");
-    env.cleanup().await;
 }

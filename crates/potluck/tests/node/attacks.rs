@@ -10,8 +10,9 @@ use crate::support;
 
 use std::time::{Duration, Instant};
 
-use support::channels::{wait_for, DevChainProc, NodeProc};
+use support::channels::{DevChainProc, NodeProc};
 use support::peer::ScriptedPeer;
+use support::wait_for_blocking;
 #[cfg(feature = "test-hooks")]
 use wire::Packet;
 
@@ -33,13 +34,13 @@ fn a_flooding_peer_is_dropped_and_stalls_nobody() {
         .to_owned();
     chain.send(&addr, 2_000_000);
     chain.mine(1);
-    wait_for("cheater's funds", 60, || {
+    wait_for_blocking("cheater's funds", Duration::from_secs(60), || {
         (cheater.funds() == 2_000_000).then_some(())
     });
     cheater.cli(&["connect", &victim.listen]);
     cheater.cli(&["open", &victim.id, "1000000"]);
     chain.mine(1);
-    wait_for("cheater's channel live", 60, || {
+    wait_for_blocking("cheater's channel live", Duration::from_secs(60), || {
         (victim.channel_with(&cheater.id)["state"] == "normal"
             && cheater.channel_state() == "normal")
             .then_some(())
@@ -65,27 +66,33 @@ fn a_flooding_peer_is_dropped_and_stalls_nobody() {
         victim.log_tail()
     );
     assert!(took < Duration::from_secs(1), "getinfo took {took:?}");
-    wait_for("the flooder is disconnected", 30, || {
-        (!victim.connected_to(&flooder_id)).then_some(())
-    });
+    wait_for_blocking(
+        "the flooder is disconnected",
+        Duration::from_secs(30),
+        || (!victim.connected_to(&flooder_id)).then_some(()),
+    );
 
     // Meanwhile a cheater on another channel is still punished.
     let cheat = cheater.cli(&["dev-broadcast-revoked", &victim.id]);
     let revoked = cheat["txid"].as_str().unwrap().to_owned();
     chain.mine(1);
-    wait_for("penalty in the victim's wallet", 60, || {
-        chain.mine(1);
-        let funds = victim.cli_within(&["listfunds"], 5)?.ok()?;
-        funds["outputs"].as_array()?.iter().find(|o| {
-            let tx = chain.tx(o["txid"].as_str().unwrap());
-            tx["vin"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|i| i["txid"] == revoked.as_str())
-        })?;
-        Some(())
-    });
+    wait_for_blocking(
+        "penalty in the victim's wallet",
+        Duration::from_secs(60),
+        || {
+            chain.mine(1);
+            let funds = victim.cli_within(&["listfunds"], 5)?.ok()?;
+            funds["outputs"].as_array()?.iter().find(|o| {
+                let tx = chain.tx(o["txid"].as_str().unwrap());
+                tx["vin"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|i| i["txid"] == revoked.as_str())
+            })?;
+            Some(())
+        },
+    );
     let started = Instant::now();
     assert!(matches!(victim.cli_within(&["getinfo"], 5), Some(Ok(_))));
     assert!(started.elapsed() < Duration::from_secs(1));
@@ -121,11 +128,13 @@ fn claimed_with_r_before_expiry(chain: &DevChainProc, node: &NodeProc, expiry: u
         chain.mine(1);
         std::thread::sleep(Duration::from_millis(300));
     }
-    wait_for("the node closes on chain before expiry", 10, || {
-        (node.channel_state() == "on_chain").then_some(())
-    });
+    wait_for_blocking(
+        "the node closes on chain before expiry",
+        Duration::from_secs(10),
+        || (node.channel_state() == "on_chain").then_some(()),
+    );
     // 95,000 sat outside the HTLC plus the 50,000 in it, less the claims' fees.
-    wait_for("the HTLC claimed with R", 90, || {
+    wait_for_blocking("the HTLC claimed with R", Duration::from_secs(90), || {
         chain.mine(1);
         std::thread::sleep(Duration::from_millis(100));
         (node.funds() > 140_000).then_some(())
@@ -146,9 +155,11 @@ fn an_htlc_fulfilled_while_the_peer_is_gone_is_claimed_on_chain_across_a_restart
     let (mut peer, r, expiry) = offered_htlc(&chain, &node, 133, 13);
     let peer_id = peer.node_id.to_string();
     peer.hang_up();
-    wait_for("the node sees the session end", 30, || {
-        (!node.connected_to(&peer_id)).then_some(())
-    });
+    wait_for_blocking(
+        "the node sees the session end",
+        Duration::from_secs(30),
+        || (!node.connected_to(&peer_id)).then_some(()),
+    );
     let err = node
         .try_cli(&["fulfillhtlc", &peer_id, &hex::encode(r.0)])
         .unwrap_err();
@@ -175,9 +186,9 @@ fn reorganise_from_payment(chain: &DevChainProc, txid: &str, addr: &str) -> Stri
 /// Waits until the wallet holds exactly the two payments (the first, mined again on the
 /// new branch, counted once).
 fn wallet_holds_both(node: &NodeProc, first: &str, second: &str) {
-    wait_for(
+    wait_for_blocking(
         "both payments in the wallet after the reorganisation",
-        30,
+        Duration::from_secs(30),
         || {
             let funds = node.cli(&["listfunds"]);
             let outs = funds["outputs"].as_array()?;
@@ -203,7 +214,7 @@ fn a_reorganisation_while_stopped_is_found_at_start() {
         .to_owned();
     let first = chain.send(&addr, 100_000);
     chain.mine(8);
-    wait_for("first payment seen", 30, || {
+    wait_for_blocking("first payment seen", Duration::from_secs(30), || {
         (node.cli(&["listfunds"])["outputs"][0]["confirmations"] == 8).then_some(())
     });
     node.kill9();
@@ -387,16 +398,18 @@ fn a_live_channel_whose_anchor_left_while_the_node_was_down_is_suspended_at_star
     let block = chain.tx(&anchor)["blockhash"].as_str().unwrap().to_owned();
     chain.call("invalidateblock", serde_json::json!([block]));
     node.restart();
-    wait_for("the channel found suspended at start", 30, || {
-        (node.channel()["live"] == false).then_some(())
-    });
+    wait_for_blocking(
+        "the channel found suspended at start",
+        Duration::from_secs(30),
+        || (node.channel()["live"] == false).then_some(()),
+    );
     let refused = node.try_cli(&["pay", &peer.node_id.to_string(), "10000000"]);
     assert!(
         refused.as_ref().is_err_and(|e| e.contains("anchor")),
         "{refused:?}"
     );
     chain.mine(1);
-    wait_for("the channel live again", 30, || {
+    wait_for_blocking("the channel live again", Duration::from_secs(30), || {
         (node.channel()["live"] == true).then_some(())
     });
 }

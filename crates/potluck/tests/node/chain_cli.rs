@@ -4,10 +4,11 @@ use crate::support;
 
 use std::path::Path;
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chain::{Auth, BitcoindRpc, RpcConfig, RpcError};
-use support::channels::{chain_command, start_chain};
+use support::channels::{chain_command, rpc_when_up, start_chain};
+use support::{wait_for, wait_for_blocking};
 
 /// Starts `potluck chain` (on the RPC address of `args` / `envs`, port 0)
 /// and returns it with the JSON-RPC URL it reports.
@@ -20,36 +21,17 @@ fn spawn(args: &[&str], envs: &[(&str, &str)]) -> (Child, String) {
     start_chain(cmd)
 }
 
-/// Waits until the RPC answers (the cookie appears first when cookie auth is used).
+/// A client of the chain at `url` once it answers.
 async fn connect(url: &str, auth: Auth, cookie: Option<&Path>) -> BitcoindRpc {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if cookie.is_none_or(|c| c.exists()) {
-            let mut cfg = RpcConfig::new(url, auth.clone());
-            cfg.retries = 0;
-            cfg.timeout = Duration::from_secs(10);
-            let c = BitcoindRpc::new(cfg).unwrap();
-            if c.get_block_count().await.is_ok() {
-                return c;
-            }
-        }
-        assert!(Instant::now() < deadline, "potluck chain did not come up");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let mut cfg = RpcConfig::new(url, auth);
+    cfg.timeout = Duration::from_secs(10);
+    rpc_when_up(cfg, cookie).await
 }
 
 fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("potluck chain did not exit");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_blocking("potluck chain to exit", within, || {
+        child.try_wait().unwrap()
+    })
 }
 
 #[tokio::test]
@@ -134,11 +116,10 @@ async fn chain_takes_flags_from_env_and_mines_on_an_interval() {
         .unwrap();
     assert_eq!(fee["feerate"], serde_json::json!(0.000025));
     let start = c.get_block_count().await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while c.get_block_count().await.unwrap() < start + 2 {
-        assert!(Instant::now() < deadline, "no interval blocks");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_for("interval blocks", Duration::from_secs(20), || async {
+        c.get_block_count().await.unwrap() >= start + 2
+    })
+    .await;
     let wrong = BitcoindRpc::new(RpcConfig::new(
         &url,
         Auth::UserPass("alice".into(), "nope".into()),

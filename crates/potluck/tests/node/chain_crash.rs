@@ -6,10 +6,11 @@ use crate::support;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chain::{Auth, BitcoindRpc, RpcConfig};
-use support::channels::{chain_command, start_chain};
+use support::channels::{chain_command, rpc_when_up, start_chain};
+use support::{wait_for, wait_for_every};
 
 /// Starts `potluck chain` on port 0 over `data`; returns it with the JSON-RPC URL it reports.
 fn spawn_chain(data: &Path) -> (Child, String) {
@@ -19,20 +20,9 @@ fn spawn_chain(data: &Path) -> (Child, String) {
 }
 
 async fn connect(url: &str, cookie: &Path) -> BitcoindRpc {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if cookie.exists() {
-            let mut cfg = RpcConfig::new(url, Auth::Cookie(cookie.to_owned()));
-            cfg.retries = 0;
-            cfg.timeout = Duration::from_secs(30);
-            let c = BitcoindRpc::new(cfg).unwrap();
-            if c.get_block_count().await.is_ok() {
-                return c;
-            }
-        }
-        assert!(Instant::now() < deadline, "potluck chain did not come up");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let mut cfg = RpcConfig::new(url, Auth::Cookie(cookie.to_owned()));
+    cfg.timeout = Duration::from_secs(30);
+    rpc_when_up(cfg, Some(cookie)).await
 }
 
 /// Every height up to the tip has a block whose parent is the block below.
@@ -67,11 +57,14 @@ async fn chain_killed_during_block_writes_restarts_intact() {
     };
     let blocks = data.join("blocks.dat");
     let start_len = std::fs::metadata(&blocks).unwrap().len();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::fs::metadata(&blocks).unwrap().len() < start_len + 20_000 {
-        assert!(Instant::now() < deadline, "no blocks written");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    // Looks often: the kill must land while the call is still mining.
+    wait_for_every(
+        "blocks written",
+        Duration::from_secs(60),
+        Duration::from_millis(5),
+        || async { std::fs::metadata(&blocks).unwrap().len() >= start_len + 20_000 },
+    )
+    .await;
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(
@@ -151,17 +144,12 @@ async fn serve_refuses_a_chain_of_another_network() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = serve.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = serve.kill();
-            panic!("potluck serve started against a regtest node with --network testnet");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let status = wait_for(
+        "potluck serve to refuse a regtest node with --network testnet",
+        Duration::from_secs(60),
+        || std::future::ready(serve.try_wait().unwrap()),
+    )
+    .await;
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut serve.stderr.take().unwrap(), &mut stderr).unwrap();
     assert!(!status.success());

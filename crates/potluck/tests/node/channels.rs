@@ -9,7 +9,9 @@
 use crate::support;
 
 use serde_json::Value;
-use support::channels::{btc_to_sat, r_hash, wait_for, DevChainProc, NodeProc, TxIndex};
+use std::time::Duration;
+use support::channels::{btc_to_sat, r_hash, DevChainProc, NodeProc, TxIndex};
+use support::wait_for_blocking;
 
 const FUNDING_SAT: u64 = 1_000_000;
 const CAPACITY_SAT: u64 = 500_000;
@@ -25,7 +27,9 @@ fn open_channel(chain: &DevChainProc, a: &NodeProc, b: &NodeProc) -> u64 {
     let addr = a.cli(&["newaddr"])["address"].as_str().unwrap().to_owned();
     chain.send(&addr, FUNDING_SAT);
     chain.mine(1);
-    wait_for("A's funds", 60, || (a.funds() == FUNDING_SAT).then_some(()));
+    wait_for_blocking("A's funds", Duration::from_secs(60), || {
+        (a.funds() == FUNDING_SAT).then_some(())
+    });
     let listfunds = a.cli(&["listfunds"]);
     assert_eq!(listfunds["outputs"][0]["amount_sat"], FUNDING_SAT);
     assert_eq!(listfunds["outputs"][0]["confirmations"], 1);
@@ -50,7 +54,7 @@ fn open_channel(chain: &DevChainProc, a: &NodeProc, b: &NodeProc) -> u64 {
         "anchor nLockTime"
     );
     chain.mine(1);
-    wait_for("channel live on both", 60, || {
+    wait_for_blocking("channel live on both", Duration::from_secs(60), || {
         (a.channel_state() == "normal" && b.channel_state() == "normal").then_some(())
     });
     // The anchor pays exactly the capacity; A's change is the rest minus the anchor's fee.
@@ -64,7 +68,9 @@ fn open_channel(chain: &DevChainProc, a: &NodeProc, b: &NodeProc) -> u64 {
         .collect();
     assert!(outs.contains(&CAPACITY_SAT), "{outs:?}");
     let change = FUNDING_SAT - CAPACITY_SAT - fee;
-    wait_for("A's change", 60, || (a.funds() == change).then_some(()));
+    wait_for_blocking("A's change", Duration::from_secs(60), || {
+        (a.funds() == change).then_some(())
+    });
     change
 }
 
@@ -114,9 +120,11 @@ fn close_and_check(
     let a_fee = CLOSE_FEE_SAT - b_fee;
     let b_expect = b_total_sat - b_fee;
     let a_expect = a_change + a_total_sat - a_fee;
-    wait_for("close outputs in both wallets", 60, || {
-        (a.funds() == a_expect && b.funds() == b_expect).then_some(())
-    });
+    wait_for_blocking(
+        "close outputs in both wallets",
+        Duration::from_secs(60),
+        || (a.funds() == a_expect && b.funds() == b_expect).then_some(()),
+    );
     assert_eq!(b.channel_state(), "closed");
     // On the chain: B's output exists, unspent, with exactly that value.
     let out = &b.cli(&["listfunds"])["outputs"][0];
@@ -166,15 +174,43 @@ fn open_pay_htlcs_close(index: TxIndex) {
     }
     b.restart();
     // A direct payment, once A has reconnected and B counts the anchor as confirmed.
-    let paid = wait_for("a payment after B's restart", 60, || {
-        a.try_cli(&["pay", &b.id, "100000000"]).ok()
-    });
+    let paid = wait_for_blocking(
+        "a payment after B's restart",
+        Duration::from_secs(60),
+        || a.try_cli(&["pay", &b.id, "100000000"]).ok(),
+    );
     assert_eq!(paid["state"], "normal");
     a_total -= 100_000;
     assert_split(&a, &b, a_total);
 
     // An HTLC whose R B knows: B fulfills it.
     let height = chain.height();
+    offer_an_htlc_b_fulfils(&a, &b, height);
+    a_total -= 50_000;
+    wait_for_blocking("fulfil seen by A", Duration::from_secs(30), || {
+        (a.channel()["htlcs"].as_array()?.is_empty()).then_some(())
+    });
+    assert_split(&a, &b, a_total);
+
+    a_wrong_r_is_refused_and_the_htlc_fails_back(&a, &b, height);
+    assert_split(&a, &b, a_total);
+
+    an_htlc_times_out(&chain, &a, &b);
+    assert_split(&a, &b, a_total);
+
+    // B pays back: the acceptor proposes too.
+    b.cli(&["pay", &a.id, "7000000"]);
+    a_total += 7_000;
+    assert_split(&a, &b, a_total);
+
+    bad_input_is_refused(&a, &b);
+    assert_split(&a, &b, a_total);
+
+    close_and_check(&chain, &a, &b, a_change, a_total);
+}
+
+/// A offers an HTLC whose R B knows, both list it, and B fulfils it.
+fn offer_an_htlc_b_fulfils(a: &NodeProc, b: &NodeProc, height: u64) {
     let r1 = [1u8; 32];
     let added = a.cli(&[
         "newhtlc",
@@ -192,13 +228,10 @@ fn open_pay_htlcs_close(index: TxIndex) {
     assert_eq!(seen["htlcs"][0]["direction"], "in");
     assert_eq!(b.cli(&["getinfo"])["pending_htlcs"], 1);
     b.cli(&["fulfillhtlc", &a.id, &hex::encode(r1)]);
-    a_total -= 50_000;
-    wait_for("fulfil seen by A", 30, || {
-        (a.channel()["htlcs"].as_array()?.is_empty()).then_some(())
-    });
-    assert_split(&a, &b, a_total);
+}
 
-    // A wrong R is refused and changes nothing.
+/// A wrong R is refused and changes nothing, no cooperative close while the HTLC is pending, and B fails it back to A.
+fn a_wrong_r_is_refused_and_the_htlc_fails_back(a: &NodeProc, b: &NodeProc, height: u64) {
     let r2 = [2u8; 32];
     a.cli(&[
         "newhtlc",
@@ -216,12 +249,13 @@ fn open_pay_htlcs_close(index: TxIndex) {
     assert!(err.contains("HTLCs pending"), "{err}");
     // B cannot route it: the HTLC goes back to A.
     b.cli(&["failhtlc", &a.id, &r_hash(&r2)]);
-    wait_for("routefail seen by A", 30, || {
+    wait_for_blocking("routefail seen by A", Duration::from_secs(30), || {
         (a.channel()["htlcs"].as_array()?.is_empty()).then_some(())
     });
-    assert_split(&a, &b, a_total);
+}
 
-    // An HTLC that times out: A removes it once the chain passes its expiry.
+/// An HTLC that times out: A removes it once the chain passes its expiry.
+fn an_htlc_times_out(chain: &DevChainProc, a: &NodeProc, b: &NodeProc) {
     let r3 = [3u8; 32];
     // B needs its claim delay (6 blocks) plus its margin (6) before the expiry.
     let expiry = chain.height() + 13;
@@ -234,18 +268,14 @@ fn open_pay_htlcs_close(index: TxIndex) {
     ]);
     assert_eq!(b.channel()["htlcs"].as_array().unwrap().len(), 1);
     chain.mine(13);
-    wait_for("timed-out HTLC removed", 60, || {
+    wait_for_blocking("timed-out HTLC removed", Duration::from_secs(60), || {
         (a.channel()["htlcs"].as_array()?.is_empty() && b.channel()["htlcs"].as_array()?.is_empty())
             .then_some(())
     });
-    assert_split(&a, &b, a_total);
+}
 
-    // B pays back: the acceptor proposes too.
-    b.cli(&["pay", &a.id, "7000000"]);
-    a_total += 7_000;
-    assert_split(&a, &b, a_total);
-
-    // Bad input: clear errors, nothing changes.
+/// Bad input: clear errors, nothing changes.
+fn bad_input_is_refused(a: &NodeProc, b: &NodeProc) {
     let err = a.try_cli(&["pay", &b.id, "99999999999"]).unwrap_err();
     assert!(
         err.contains("uint32") || err.contains("insufficient"),
@@ -255,9 +285,27 @@ fn open_pay_htlcs_close(index: TxIndex) {
         .try_cli(&["newhtlc", &b.id, "1000", "zz", "5"])
         .unwrap_err();
     assert!(err.contains("R_HASH"), "{err}");
-    assert_split(&a, &b, a_total);
+}
 
-    close_and_check(&chain, &a, &b, a_change, a_total);
+/// Pays `to` 1,000 sat through `from`'s CLI, up to 200 times, on a thread of
+/// its own until a payment is refused (the node killed under it).
+fn pay_until_refused(from: &NodeProc, to: &str) -> std::thread::JoinHandle<()> {
+    let rpc = from.rpc.clone();
+    let dir = from.dir.path().to_owned();
+    let to = to.to_owned();
+    std::thread::spawn(move || {
+        for _ in 0..200 {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
+                .args(["cli", "--rpc", &format!("http://{rpc}/"), "--data-dir"])
+                .arg(&dir)
+                .args(["pay", &to, "1000000"])
+                .output()
+                .unwrap();
+            if !out.status.success() {
+                break;
+            }
+        }
+    })
 }
 
 /// Kills one node with SIGKILL while payments are in flight, restarts it, and checks that no
@@ -271,22 +319,7 @@ fn kill_during_updates(kill_a: bool) {
     a.cli(&["pay", &b.id, "1000000"]);
 
     // Payments from A in a background process; kill mid-stream.
-    let rpc = a.rpc.clone();
-    let dir = a.dir.path().to_owned();
-    let b_id = b.id.clone();
-    let payer = std::thread::spawn(move || {
-        for _ in 0..200 {
-            let out = std::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
-                .args(["cli", "--rpc", &format!("http://{rpc}/"), "--data-dir"])
-                .arg(&dir)
-                .args(["pay", &b_id, "1000000"])
-                .output()
-                .unwrap();
-            if !out.status.success() {
-                break;
-            }
-        }
-    });
+    let payer = pay_until_refused(&a, &b.id);
     std::thread::sleep(std::time::Duration::from_millis(700));
     let victim = if kill_a { &mut a } else { &mut b };
     victim.kill9();
@@ -294,17 +327,21 @@ fn kill_during_updates(kill_a: bool) {
     victim.restart();
 
     // Either the channel resumes (normal on both) or one side closed it on chain.
-    let outcome = wait_for("channel settles after restart", 90, || {
-        let sa = a.channel_state();
-        let sb = b.channel_state();
-        if sa == "normal" && sb == "normal" && a.try_cli(&["pay", &b.id, "1000000"]).is_ok() {
-            return Some("resumed");
-        }
-        if sa == "on_chain" || sb == "on_chain" {
-            return Some("on_chain");
-        }
-        None
-    });
+    let outcome = wait_for_blocking(
+        "channel settles after restart",
+        Duration::from_secs(90),
+        || {
+            let sa = a.channel_state();
+            let sb = b.channel_state();
+            if sa == "normal" && sb == "normal" && a.try_cli(&["pay", &b.id, "1000000"]).is_ok() {
+                return Some("resumed");
+            }
+            if sa == "on_chain" || sb == "on_chain" {
+                return Some("on_chain");
+            }
+            None
+        },
+    );
     eprintln!(
         "after kill -9 the channel {outcome}; A: {}, B: {}",
         a.channel(),
@@ -319,10 +356,14 @@ fn kill_during_updates(kill_a: bool) {
     }
     // Closed on chain: both sides must see it (a side that missed the commitment would not
     // claim its HTLCs or watch for a revoked state), whichever of them broadcast it.
-    wait_for("both sides see the channel on chain", 60, || {
-        chain.mine(1);
-        (a.channel_state() == "on_chain" && b.channel_state() == "on_chain").then_some(())
-    });
+    wait_for_blocking(
+        "both sides see the channel on chain",
+        Duration::from_secs(60),
+        || {
+            chain.mine(1);
+            (a.channel_state() == "on_chain" && b.channel_state() == "on_chain").then_some(())
+        },
+    );
     // Mine until every claim confirmed and the money adds up to the satoshi:
     // both wallets plus the fees of the commitment and the sweeps = what A had before opening.
     let ca = a.channel();
@@ -330,7 +371,7 @@ fn kill_during_updates(kill_a: bool) {
     let anchor = ca["anchor_txid"].as_str().unwrap().to_owned();
     let a_owned = msat(&ca, "our_msat") / 1000;
     let b_owned = msat(&cb, "our_msat") / 1000;
-    let fees = wait_for("all claims confirmed", 120, || {
+    let fees = wait_for_blocking("all claims confirmed", Duration::from_secs(120), || {
         chain.mine(1);
         let fees = channel_fees(&chain, &[&a, &b], &anchor);
         (a.funds() + b.funds() + fees == a_change + CAPACITY_SAT).then_some(fees)
@@ -408,7 +449,7 @@ fn penalty_after_restart(index: TxIndex) {
         .iter()
         .map(|o| btc_to_sat(&o["value"]))
         .sum();
-    let penalty = wait_for("penalty in B's wallet", 90, || {
+    let penalty = wait_for_blocking("penalty in B's wallet", Duration::from_secs(90), || {
         chain.mine(1);
         let funds = b.cli(&["listfunds"]);
         let outs = funds["outputs"].as_array()?.clone();
@@ -475,7 +516,7 @@ fn unilateral_close_with_claims(index: TxIndex) {
     assert_eq!(closed["state"], "on_chain", "{closed}");
     chain.mine(1);
     b.cli(&["fulfillhtlc", &a.id, &hex::encode(r)]);
-    wait_for("A sees the commitment", 60, || {
+    wait_for_blocking("A sees the commitment", Duration::from_secs(60), || {
         (a.channel_state() == "on_chain").then_some(())
     });
     // B's commitment spent the anchor: A's own can never confirm, and forcing it must not
@@ -488,7 +529,7 @@ fn unilateral_close_with_claims(index: TxIndex) {
     b.restart();
 
     // B's own output and the HTLC wait for the delay (6 blocks); A's output is paid at once.
-    let fees = wait_for("every claim confirmed", 120, || {
+    let fees = wait_for_blocking("every claim confirmed", Duration::from_secs(120), || {
         chain.mine(1);
         let fees = channel_fees(&chain, &[&a, &b], &anchor);
         (a.funds() + b.funds() + fees == a_change + CAPACITY_SAT).then_some(fees)
@@ -597,49 +638,11 @@ fn kill9_of_a_hub_mid_update_on_many_channels_loses_no_channel() {
     let chain = DevChainProc::start();
     let mut hub = NodeProc::start(&chain, false);
     let peers: Vec<NodeProc> = (0..PEERS).map(|_| NodeProc::start(&chain, false)).collect();
-    for _ in 0..PEERS {
-        let addr = hub.cli(&["newaddr"])["address"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        chain.send(&addr, FUNDING_SAT);
-    }
-    chain.mine(1);
-    wait_for("hub funded", 60, || {
-        (hub.funds() == FUNDING_SAT * PEERS as u64).then_some(())
-    });
-    for p in &peers {
-        hub.cli(&["connect", &p.listen]);
-        hub.cli(&["open", &p.id, &CAPACITY_SAT.to_string()]);
-    }
-    chain.mine(1);
-    wait_for("every channel live on both sides", 60, || {
-        peers
-            .iter()
-            .all(|p| hub.channel_with(&p.id)["state"] == "normal" && p.channel_state() == "normal")
-            .then_some(())
-    });
+    open_a_channel_to_each(&chain, &hub, &peers);
 
     let payers: Vec<_> = peers
         .iter()
-        .map(|p| {
-            let rpc = hub.rpc.clone();
-            let dir = hub.dir.path().to_owned();
-            let id = p.id.clone();
-            std::thread::spawn(move || {
-                for _ in 0..200 {
-                    let out = std::process::Command::new(env!("CARGO_BIN_EXE_potluck"))
-                        .args(["cli", "--rpc", &format!("http://{rpc}/"), "--data-dir"])
-                        .arg(&dir)
-                        .args(["pay", &id, "1000000"])
-                        .output()
-                        .unwrap();
-                    if !out.status.success() {
-                        break;
-                    }
-                }
-            })
-        })
+        .map(|p| pay_until_refused(&hub, &p.id))
         .collect();
     std::thread::sleep(std::time::Duration::from_millis(1500));
     hub.kill9();
@@ -657,32 +660,80 @@ fn kill9_of_a_hub_mid_update_on_many_channels_loses_no_channel() {
     );
     let mut outcomes = Vec::new();
     for p in &peers {
-        let outcome = wait_for("the channel settles after restart", 90, || {
-            let sh = hub.channel_with(&p.id)["state"].as_str()?.to_owned();
-            let sp = p.channel_state();
-            if sh == "normal" && sp == "normal" && hub.try_cli(&["pay", &p.id, "1000000"]).is_ok() {
-                return Some("resumed");
-            }
-            if sh == "on_chain" || sp == "on_chain" {
-                return Some("on_chain");
-            }
-            None
-        });
-        if outcome == "resumed" {
-            let ch = hub.channel_with(&p.id);
-            let cp = p.channel();
-            assert_eq!(msat(&ch, "our_msat"), msat(&cp, "their_msat"), "{ch} {cp}");
-            assert_eq!(msat(&ch, "their_msat"), msat(&cp, "our_msat"), "{ch} {cp}");
-            assert_eq!(msat(&ch, "our_fee_msat"), msat(&cp, "their_fee_msat"));
-            assert_eq!(ch["commitment_number"], cp["commitment_number"]);
-        } else {
-            wait_for("both sides see the channel on chain", 60, || {
-                chain.mine(1);
-                (hub.channel_with(&p.id)["state"] == "on_chain" && p.channel_state() == "on_chain")
-                    .then_some(())
-            });
-        }
+        let outcome = wait_for_blocking(
+            "the channel settles after restart",
+            Duration::from_secs(90),
+            || {
+                let sh = hub.channel_with(&p.id)["state"].as_str()?.to_owned();
+                let sp = p.channel_state();
+                if sh == "normal"
+                    && sp == "normal"
+                    && hub.try_cli(&["pay", &p.id, "1000000"]).is_ok()
+                {
+                    return Some("resumed");
+                }
+                if sh == "on_chain" || sp == "on_chain" {
+                    return Some("on_chain");
+                }
+                None
+            },
+        );
+        both_sides_agree(&chain, &hub, p, outcome);
         outcomes.push(outcome);
     }
     eprintln!("after kill -9 of the hub: {outcomes:?}");
+}
+
+/// The hub, funded once per peer, opens a channel to each; all live on both sides.
+fn open_a_channel_to_each(chain: &DevChainProc, hub: &NodeProc, peers: &[NodeProc]) {
+    for _ in peers {
+        let addr = hub.cli(&["newaddr"])["address"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        chain.send(&addr, FUNDING_SAT);
+    }
+    chain.mine(1);
+    wait_for_blocking("hub funded", Duration::from_secs(60), || {
+        (hub.funds() == FUNDING_SAT * peers.len() as u64).then_some(())
+    });
+    for p in peers {
+        hub.cli(&["connect", &p.listen]);
+        hub.cli(&["open", &p.id, &CAPACITY_SAT.to_string()]);
+    }
+    chain.mine(1);
+    wait_for_blocking(
+        "every channel live on both sides",
+        Duration::from_secs(60),
+        || {
+            peers
+                .iter()
+                .all(|p| {
+                    hub.channel_with(&p.id)["state"] == "normal" && p.channel_state() == "normal"
+                })
+                .then_some(())
+        },
+    );
+}
+
+/// A resumed channel has the same balances and commitment number on both sides; one closed on chain is seen so by both.
+fn both_sides_agree(chain: &DevChainProc, hub: &NodeProc, p: &NodeProc, outcome: &str) {
+    if outcome == "resumed" {
+        let ch = hub.channel_with(&p.id);
+        let cp = p.channel();
+        assert_eq!(msat(&ch, "our_msat"), msat(&cp, "their_msat"), "{ch} {cp}");
+        assert_eq!(msat(&ch, "their_msat"), msat(&cp, "our_msat"), "{ch} {cp}");
+        assert_eq!(msat(&ch, "our_fee_msat"), msat(&cp, "their_fee_msat"));
+        assert_eq!(ch["commitment_number"], cp["commitment_number"]);
+    } else {
+        wait_for_blocking(
+            "both sides see the channel on chain",
+            Duration::from_secs(60),
+            || {
+                chain.mine(1);
+                (hub.channel_with(&p.id)["state"] == "on_chain" && p.channel_state() == "on_chain")
+                    .then_some(())
+            },
+        );
+    }
 }

@@ -3,9 +3,11 @@
 use std::io::{BufRead as _, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
+
+use crate::support::wait_for_blocking;
 
 struct Node {
     child: Child,
@@ -100,15 +102,16 @@ fn two_nodes_connect_and_list_each_other() {
     assert_eq!(peers["peers"][0]["node_id"], b.id.as_str());
     assert_eq!(peers["peers"][0]["connected"], true);
     // B sees A once its side of the handshake has attached.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
+    wait_for_blocking("B lists A", Duration::from_secs(5), || {
         let peers = json(&cli(&b, &["listpeers"]));
-        if peers["peers"][0]["node_id"] == a.id.as_str() && peers["peers"][0]["connected"] == true {
-            break;
+        let listed =
+            peers["peers"][0]["node_id"] == a.id.as_str() && peers["peers"][0]["connected"] == true;
+        if listed {
+            Ok(())
+        } else {
+            Err(peers)
         }
-        assert!(Instant::now() < deadline, "B never listed A: {peers}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    });
 
     // A second session to the same node is refused; the first stays up.
     let again = cli(&a, &["connect", &b.peers]);
@@ -122,20 +125,20 @@ fn two_nodes_connect_and_list_each_other() {
     // Disconnect: both sides see it, and since they have no channel, each forgets the other
     // (docs/node.md: peers without a channel are trimmed once gone).
     json(&cli(&a, &["disconnect", &b.id]));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let a_peers = json(&cli(&a, &["listpeers"]));
-        let b_peers = json(&cli(&b, &["listpeers"]));
-        let gone = |v: &Value| v["peers"].as_array().is_some_and(|p| p.is_empty());
-        if gone(&a_peers) && gone(&b_peers) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "still connected: {a_peers} {b_peers}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_blocking(
+        "both sides forget each other",
+        Duration::from_secs(30),
+        || {
+            let a_peers = json(&cli(&a, &["listpeers"]));
+            let b_peers = json(&cli(&b, &["listpeers"]));
+            let gone = |v: &Value| v["peers"].as_array().is_some_and(|p| p.is_empty());
+            if gone(&a_peers) && gone(&b_peers) {
+                Ok(())
+            } else {
+                Err(format!("still connected: {a_peers} {b_peers}"))
+            }
+        },
+    );
 }
 
 #[test]
@@ -195,14 +198,9 @@ fn stop_ends_the_process_and_removes_the_cookie() {
         String::from_utf8_lossy(&out.stdout),
         "potluck node stopping\n"
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = a.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "node did not stop");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = wait_for_blocking("the node to stop", Duration::from_secs(10), || {
+        a.child.try_wait().unwrap()
+    });
     assert!(status.success());
     assert!(!cookie.exists());
     // The control URL goes with the cookie: a stopped node is not found by its directory.
@@ -342,28 +340,39 @@ fn help_explains_every_method_the_node_dispatches() {
             }
         }
     }
+    units_spelled_out_and_unknown_names_refused(a.dir.path());
+
+    // `help` in the CLI works without a node too (same text, from the same table).
+    let nowhere = tempfile::tempdir().unwrap();
+    let out = cli_dir(nowhere.path(), &["help"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), overview);
+}
+
+/// The node's help spells out units; unknown names, chain methods and bad parameters get the JSON-RPC code on stderr, with the closest name suggested.
+fn units_spelled_out_and_unknown_names_refused(dir: &Path) {
     // Units are spelled out.
-    let pay = String::from_utf8(cli_dir(a.dir.path(), &["help", "pay"]).stdout).unwrap();
+    let pay = String::from_utf8(cli_dir(dir, &["help", "pay"]).stdout).unwrap();
     assert!(
         pay.contains("AMOUNT_MSAT") && pay.contains("millisatoshi"),
         "{pay}"
     );
-    let open = String::from_utf8(cli_dir(a.dir.path(), &["help", "open"]).stdout).unwrap();
+    let open = String::from_utf8(cli_dir(dir, &["help", "open"]).stdout).unwrap();
     assert!(
         open.contains("AMOUNT_SAT") && open.contains("satoshi"),
         "{open}"
     );
-    let newhtlc = String::from_utf8(cli_dir(a.dir.path(), &["help", "newhtlc"]).stdout).unwrap();
+    let newhtlc = String::from_utf8(cli_dir(dir, &["help", "newhtlc"]).stdout).unwrap();
     assert!(newhtlc.contains("block height"), "{newhtlc}");
 
     // Unknown names: an error on stderr with the JSON-RPC code, nothing on stdout, the closest name suggested.
-    let out = cli_dir(a.dir.path(), &["listchanels"]);
+    let out = cli_dir(dir, &["listchanels"]);
     assert!(!out.status.success());
     assert!(out.stdout.is_empty());
     let text = stderr(&out);
     assert!(text.contains("-32601"), "{text}");
     assert!(text.contains("did you mean listchannels"), "{text}");
-    let out = cli_dir(a.dir.path(), &["help", "pya"]);
+    let out = cli_dir(dir, &["help", "pya"]);
     assert!(!out.status.success());
     assert!(
         stderr(&out).contains("did you mean pay"),
@@ -371,18 +380,12 @@ fn help_explains_every_method_the_node_dispatches() {
         stderr(&out)
     );
     // A chain method sent to the node points at the chain.
-    let out = cli_dir(a.dir.path(), &["sendtoaddress", "x", "1"]);
+    let out = cli_dir(dir, &["sendtoaddress", "x", "1"]);
     assert!(stderr(&out).contains("--chain"), "{}", stderr(&out));
     // Bad parameters: the code of "invalid params".
-    let out = cli_dir(a.dir.path(), &["pay", "nobody", "1"]);
+    let out = cli_dir(dir, &["pay", "nobody", "1"]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("-32602"), "{}", stderr(&out));
-
-    // `help` in the CLI works without a node too (same text, from the same table).
-    let nowhere = tempfile::tempdir().unwrap();
-    let out = cli_dir(nowhere.path(), &["help"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(String::from_utf8(out.stdout).unwrap(), overview);
 }
 
 #[test]
@@ -439,11 +442,9 @@ fn chain_flag_reaches_the_development_chain_by_its_data_directory() {
     );
     let out = chain_cli(&["stop"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while chain.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "chain did not stop");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_blocking("the chain to stop", Duration::from_secs(10), || {
+        chain.try_wait().unwrap()
+    });
     assert!(!data.join("control_url").exists());
 }
 
@@ -485,10 +486,8 @@ fn chain_flag_reaches_a_nodes_embedded_chain_by_its_directory() {
     assert_eq!(info["block_height"].to_string(), chain_height);
     json(&cli_dir(dir.path(), &["getinfo"]));
     assert!(cli_dir(dir.path(), &["stop"]).status.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "node did not stop");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_blocking("the node to stop", Duration::from_secs(10), || {
+        child.try_wait().unwrap()
+    });
     assert!(!chain_dir.join("control_url").exists());
 }

@@ -10,7 +10,9 @@
 use crate::support;
 
 use serde_json::Value;
-use support::channels::{wait_for, DevChainProc, NodeProc};
+use std::time::Duration;
+use support::channels::{DevChainProc, NodeProc};
+use support::wait_for_blocking;
 
 const FUNDING_SAT: u64 = 1_000_000;
 const CAPACITY_SAT: u64 = 500_000;
@@ -24,13 +26,13 @@ fn open_channel(chain: &DevChainProc, a: &NodeProc, b: &NodeProc) {
     let addr = a.cli(&["newaddr"])["address"].as_str().unwrap().to_owned();
     chain.send(&addr, FUNDING_SAT);
     chain.mine(1);
-    wait_for("the opener's funds", 60, || {
+    wait_for_blocking("the opener's funds", Duration::from_secs(60), || {
         (a.funds() == FUNDING_SAT).then_some(())
     });
     a.cli(&["connect", &b.listen]);
     a.cli(&["open", &b.id, &CAPACITY_SAT.to_string()]);
     chain.mine(1);
-    wait_for("channel live on both", 60, || {
+    wait_for_blocking("channel live on both", Duration::from_secs(60), || {
         let live = |n: &NodeProc, peer: &str| n.channel_with(peer)["state"] == "normal";
         (live(a, &b.id) && live(b, &a.id)).then_some(())
     });
@@ -38,7 +40,7 @@ fn open_channel(chain: &DevChainProc, a: &NodeProc, b: &NodeProc) {
 
 /// `n`'s balance in its channel with `peer` once that channel is idle with no HTLC.
 fn settled_balance(n: &NodeProc, peer: &str) -> u64 {
-    wait_for("no HTLC left", 90, || {
+    wait_for_blocking("no HTLC left", Duration::from_secs(90), || {
         let ch: Value = n.channel_with(peer);
         let empty = ch["htlcs"].as_array().is_some_and(|h| h.is_empty());
         (empty && ch["state"] == "normal").then(|| ch["ours"]["balance_msat"].as_u64().unwrap())
@@ -62,7 +64,7 @@ fn pay_through_a_dying_hop(step: &str) -> (bool, u64, u64, Value) {
     b.kill9();
     b.set_env("POTLUCK_TEST_CRASH_AT", Some(step));
     b.restart();
-    wait_for("B back with A and C", 60, || {
+    wait_for_blocking("B back with A and C", Duration::from_secs(60), || {
         let live = |n: &NodeProc, peer: &str| {
             n.connected_to(peer) && n.channel_with(peer)["state"] == "normal"
         };
@@ -70,9 +72,11 @@ fn pay_through_a_dying_hop(step: &str) -> (bool, u64, u64, Value) {
     });
     let route = format!("{},{}", b.id, c.id);
     let paying = a.cli_in_background(&["pay", "--route", &route, &r_hash, "2000000"]);
-    wait_for("B killed at its crash point", 60, || {
-        b.exited().then_some(())
-    });
+    wait_for_blocking(
+        "B killed at its crash point",
+        Duration::from_secs(60),
+        || b.exited().then_some(()),
+    );
     b.set_env("POTLUCK_TEST_CRASH_AT", None);
     b.restart();
 
@@ -85,7 +89,7 @@ fn pay_through_a_dying_hop(step: &str) -> (bool, u64, u64, Value) {
     let a1 = settled_balance(&a, &b.id);
     let c1 = settled_balance(&c, &b.id);
     let paid = c.cli(&["listinvoices"])["invoices"][0]["status"] == "paid";
-    let forwards = wait_for("B's forward ended", 60, || {
+    let forwards = wait_for_blocking("B's forward ended", Duration::from_secs(60), || {
         let listed = b.cli(&["listforwards"]);
         (listed["in_flight"] == 0).then_some(listed)
     });

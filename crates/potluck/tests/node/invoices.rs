@@ -6,7 +6,9 @@
 use crate::support;
 
 use serde_json::Value;
-use support::channels::{wait_for, DevChainProc, NodeProc};
+use std::time::Duration;
+use support::channels::{DevChainProc, NodeProc};
+use support::wait_for_blocking;
 
 const FUNDING_SAT: u64 = 1_000_000;
 const CAPACITY_SAT: u64 = 500_000;
@@ -15,18 +17,20 @@ fn open_channel(chain: &DevChainProc, a: &NodeProc, b: &NodeProc) {
     let addr = a.cli(&["newaddr"])["address"].as_str().unwrap().to_owned();
     chain.send(&addr, FUNDING_SAT);
     chain.mine(1);
-    wait_for("A's funds", 60, || (a.funds() == FUNDING_SAT).then_some(()));
+    wait_for_blocking("A's funds", Duration::from_secs(60), || {
+        (a.funds() == FUNDING_SAT).then_some(())
+    });
     a.cli(&["connect", &b.listen]);
     a.cli(&["open", &b.id, &CAPACITY_SAT.to_string()]);
     chain.mine(1);
-    wait_for("channel live on both", 60, || {
+    wait_for_blocking("channel live on both", Duration::from_secs(60), || {
         (a.channel_state() == "normal" && b.channel_state() == "normal").then_some(())
     });
 }
 
 /// A's balance outside HTLCs, once its channel holds no HTLC.
 fn settled_balance(a: &NodeProc) -> u64 {
-    wait_for("no HTLC left", 60, || {
+    wait_for_blocking("no HTLC left", Duration::from_secs(60), || {
         let ch: Value = a.channel();
         let empty = ch["htlcs"].as_array().is_some_and(|h| h.is_empty());
         (empty && ch["state"] == "normal").then(|| ch["ours"]["balance_msat"].as_u64().unwrap())
@@ -48,13 +52,13 @@ fn an_invoice_is_paid_once_along_a_route_through_the_cli() {
     // Kept across a kill -9 of B.
     b.kill9();
     b.restart();
-    wait_for("A back with B", 60, || {
+    wait_for_blocking("A back with B", Duration::from_secs(60), || {
         (a.connected_to(&b.id) && a.channel_state() == "normal").then_some(())
     });
     let listed = b.cli(&["listinvoices"]);
     assert_eq!(listed["invoices"][0]["r_hash"], r_hash.as_str(), "{listed}");
 
-    let paid = wait_for("the payment", 60, || {
+    let paid = wait_for_blocking("the payment", Duration::from_secs(60), || {
         a.try_cli(&["pay", "--route", &b.id, &r_hash, "2000000"])
             .ok()
     });

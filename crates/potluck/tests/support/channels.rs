@@ -6,7 +6,7 @@
 
 use std::fs::File;
 use std::io::{BufRead as _, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -72,16 +72,22 @@ pub fn start_chain(mut cmd: Command) -> (Child, String) {
     (child, url)
 }
 
-/// Polls `f` until it returns Some, for at most `secs` seconds.
-pub fn wait_for<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f() {
-            return v;
+/// A client of the chain's RPC once it answers (its cookie file, if it uses
+/// one, appears first), with no retries of its own: the one way the tests
+/// wait for a chain they started.
+pub async fn rpc_when_up(mut cfg: RpcConfig, cookie: Option<&Path>) -> BitcoindRpc {
+    cfg.retries = 0;
+    super::wait_for("the chain's RPC to answer", Duration::from_secs(60), || {
+        let cfg = cfg.clone();
+        async move {
+            if !cookie.is_none_or(Path::exists) {
+                return None;
+            }
+            let c = BitcoindRpc::new(cfg).unwrap();
+            c.get_block_count().await.ok().map(|_| c)
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    })
+    .await
 }
 
 pub struct DevChainProc {
@@ -137,15 +143,10 @@ impl DevChainProc {
             .enable_all()
             .build()
             .unwrap();
-        let rpc = wait_for("potluck chain", 60, || {
-            if !cookie.exists() {
-                return None;
-            }
-            let mut cfg = RpcConfig::new(url.clone(), Auth::Cookie(cookie.clone()));
-            cfg.retries = 0;
-            let c = BitcoindRpc::new(cfg).unwrap();
-            rt.block_on(c.get_block_count()).ok().map(|_| c)
-        });
+        let rpc = rt.block_on(rpc_when_up(
+            RpcConfig::new(url.clone(), Auth::Cookie(cookie.clone())),
+            Some(&cookie),
+        ));
         let w = wallet::Wallet::from_seed(&[7u8; 32], bitcoin::Network::Regtest).unwrap();
         let burn = w.derive_address(0, 0).unwrap().to_string();
         DevChainProc {

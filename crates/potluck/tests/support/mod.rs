@@ -3,9 +3,15 @@
 #![allow(dead_code)]
 
 pub mod channels;
+pub mod chaos;
 pub mod peer;
 pub mod rig;
 pub mod rpc_proxy;
+pub mod wait;
+
+// Each test crate uses a part of these.
+#[allow(unused_imports)]
+pub use wait::{wait_for, wait_for_blocking, wait_for_every};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -47,11 +53,15 @@ async fn pg_exec(sql: &str) {
     pool.close().await;
 }
 
-/// A fresh database and data directory, not yet used by a server.
+/// A fresh database and data directory, not yet used by a server; both are
+/// removed when it is dropped, however the test ended.
 pub struct Env {
     pub db: Db,
     pub data_dir: PathBuf,
     pub pg_name: Option<String>,
+    /// Whether dropping it drops the PostgreSQL database (not for a second
+    /// process's directory on another environment's database, [`Env::beside`]).
+    owns_database: bool,
 }
 
 impl Env {
@@ -69,6 +79,19 @@ impl Env {
             db,
             data_dir,
             pg_name,
+            owns_database: true,
+        }
+    }
+
+    /// A second process's data directory, `data_dir` (created), on this
+    /// environment's database; dropping it removes only that directory.
+    pub fn beside(&self, data_dir: PathBuf) -> Env {
+        std::fs::create_dir_all(&data_dir).unwrap();
+        Env {
+            db: self.db,
+            data_dir,
+            pg_name: self.pg_name.clone(),
+            owns_database: false,
         }
     }
 
@@ -179,12 +202,47 @@ impl Env {
         args.extend_from_slice(extra);
         serve(&args, envs, &log).await
     }
+}
 
-    pub async fn cleanup(self) {
-        if let Some(n) = &self.pg_name {
-            pg_exec(&format!("DROP DATABASE IF EXISTS {n} WITH (FORCE)")).await;
+impl Drop for Env {
+    /// Removes the test's database (PostgreSQL) and data directory however
+    /// the test ended, a failed assertion included, as `TestDb` does for the
+    /// store tests in crates/rounds.
+    fn drop(&mut self) {
+        if let Some(name) = self.pg_name.take().filter(|_| self.owns_database) {
+            // Drop cannot await: a thread with a runtime of its own does,
+            // joined, so the database is gone when the test ends.
+            let dropped = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                rt.block_on(async {
+                    sqlx::any::install_default_drivers();
+                    let admin = sqlx::any::AnyPoolOptions::new()
+                        .max_connections(1)
+                        .connect(&pg_base())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&admin)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    admin.close().await;
+                    Ok::<_, String>(())
+                })
+            })
+            .join();
+            if !matches!(dropped, Ok(Ok(()))) {
+                eprintln!("the test database was not dropped: {dropped:?}");
+            }
         }
-        let _ = std::fs::remove_dir_all(&self.data_dir);
+        match std::fs::remove_dir_all(&self.data_dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                eprintln!("{} was not removed: {e}", self.data_dir.display());
+            }
+            _ => {}
+        }
     }
 }
 
@@ -869,24 +927,4 @@ pub fn draw_winner(round: &Value, block_hash: &str) -> String {
     assert_eq!(d["winner"]["bet_id"], winner["bet_id"]);
     assert_eq!(d["winner"]["username"], winner["username"]);
     winner["username"].as_str().unwrap().to_string()
-}
-
-/// Polls `f` every 100 ms until it gives a value; fails the test, naming
-/// `what`, once `limit` has passed.
-pub async fn wait_for<T, F, Fut>(what: &str, limit: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = std::time::Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < limit,
-            "{what}: not reached within {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }

@@ -306,74 +306,11 @@ impl ScriptedPeer {
         let anchor_addr =
             bitcoin::Address::from_script(&script_pubkey, bitcoin::Network::Regtest).unwrap();
         let outpoint = match how {
-            Anchor::OwnCoin => {
-                let w = peer_wallet();
-                let key = w
-                    .derive(wallet::KeyPath {
-                        branch: 0,
-                        index: 0,
-                    })
-                    .unwrap();
-                let coin_sat = anchor_sat + 100_000;
-                let coin_txid = chain.send(&key.address.to_string(), coin_sat);
-                chain.mine(1);
-                let coin_tx = raw_tx(chain, &coin_txid);
-                let vout = coin_tx
-                    .output
-                    .iter()
-                    .position(|o| o.script_pubkey == key.address.script_pubkey())
-                    .unwrap() as u32;
-                let coin = wallet::SpendableOutput {
-                    outpoint: OutPoint {
-                        txid: coin_tx.compute_txid(),
-                        vout,
-                    },
-                    txout: coin_tx.output[vout as usize].clone(),
-                    path: key.path,
-                };
-                let built = w
-                    .build_signed(
-                        std::slice::from_ref(&coin),
-                        &[bitcoin::TxOut {
-                            value: Amount::from_sat(anchor_sat),
-                            script_pubkey: script_pubkey.clone(),
-                        }],
-                        Some(&key.address.script_pubkey()),
-                        bitcoin::FeeRate::from_sat_per_vb_u32(2),
-                    )
-                    .unwrap();
-                self.own_coin = Some(coin);
-                let tx = built.tx;
-                chain.call(
-                    "sendrawtransaction",
-                    json!([bitcoin::consensus::encode::serialize_hex(&tx)]),
-                );
-                let vout = tx
-                    .output
-                    .iter()
-                    .position(|o| o.script_pubkey == script_pubkey)
-                    .unwrap() as u32;
-                let actions = self.channel.anchor_created(tx.clone(), vout).unwrap();
-                self.run(actions);
-                OutPoint {
-                    txid: tx.compute_txid(),
-                    vout,
-                }
-            }
+            Anchor::OwnCoin => self.anchor_from_own_coin(chain, anchor_sat, &script_pubkey),
             Anchor::Honest => {
                 let txid = chain.send(&anchor_addr.to_string(), anchor_sat);
                 let tx = raw_tx(chain, &txid);
-                let vout = tx
-                    .output
-                    .iter()
-                    .position(|o| o.script_pubkey == script_pubkey)
-                    .unwrap() as u32;
-                let actions = self.channel.anchor_created(tx.clone(), vout).unwrap();
-                self.run(actions);
-                OutPoint {
-                    txid: tx.compute_txid(),
-                    vout,
-                }
+                self.anchor_is(tx, &script_pubkey)
             }
             Anchor::PaysElsewhere | Anchor::PaysTooLittle => {
                 let (to, sat) = if how == Anchor::PaysElsewhere {
@@ -415,6 +352,78 @@ impl ScriptedPeer {
             self.run(actions);
         }
         outpoint
+    }
+
+    /// Funds the anchor from a coin of our own wallet (mined first), which we
+    /// keep to spend again; the anchor's outpoint.
+    fn anchor_from_own_coin(
+        &mut self,
+        chain: &DevChainProc,
+        anchor_sat: u64,
+        script_pubkey: &bitcoin::ScriptBuf,
+    ) -> OutPoint {
+        let w = peer_wallet();
+        let key = w
+            .derive(wallet::KeyPath {
+                branch: 0,
+                index: 0,
+            })
+            .unwrap();
+        let coin_sat = anchor_sat + 100_000;
+        let coin_txid = chain.send(&key.address.to_string(), coin_sat);
+        chain.mine(1);
+        let coin_tx = raw_tx(chain, &coin_txid);
+        let vout = coin_tx
+            .output
+            .iter()
+            .position(|o| o.script_pubkey == key.address.script_pubkey())
+            .unwrap() as u32;
+        let coin = wallet::SpendableOutput {
+            outpoint: OutPoint {
+                txid: coin_tx.compute_txid(),
+                vout,
+            },
+            txout: coin_tx.output[vout as usize].clone(),
+            path: key.path,
+        };
+        let built = w
+            .build_signed(
+                std::slice::from_ref(&coin),
+                &[bitcoin::TxOut {
+                    value: Amount::from_sat(anchor_sat),
+                    script_pubkey: script_pubkey.clone(),
+                }],
+                Some(&key.address.script_pubkey()),
+                bitcoin::FeeRate::from_sat_per_vb_u32(2),
+            )
+            .unwrap();
+        self.own_coin = Some(coin);
+        let tx = built.tx;
+        chain.call(
+            "sendrawtransaction",
+            json!([bitcoin::consensus::encode::serialize_hex(&tx)]),
+        );
+        self.anchor_is(tx, script_pubkey)
+    }
+
+    /// Tells our channel that `tx` is the anchor (its output paying
+    /// `script_pubkey`); the anchor's outpoint.
+    fn anchor_is(
+        &mut self,
+        tx: bitcoin::Transaction,
+        script_pubkey: &bitcoin::ScriptBuf,
+    ) -> OutPoint {
+        let vout = tx
+            .output
+            .iter()
+            .position(|o| o.script_pubkey == *script_pubkey)
+            .unwrap() as u32;
+        let actions = self.channel.anchor_created(tx.clone(), vout).unwrap();
+        self.run(actions);
+        OutPoint {
+            txid: tx.compute_txid(),
+            vout,
+        }
     }
 
     /// `open_anchor` for `outpoint`, with a valid signature of the node's first commitment
@@ -513,9 +522,11 @@ impl ScriptedPeer {
         self.run(actions);
         let complete = self.expect("open_complete", 30);
         self.handle(&complete);
-        super::channels::wait_for("node lists the channel as normal", 30, || {
-            (node.channel_state() == "normal").then_some(())
-        });
+        super::wait_for_blocking(
+            "node lists the channel as normal",
+            Duration::from_secs(30),
+            || (node.channel_state() == "normal").then_some(()),
+        );
     }
 }
 

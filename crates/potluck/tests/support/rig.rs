@@ -17,7 +17,6 @@ pub const MINER: &str = "bcrt1qs758ursh4q9z627kt3pp5yysm78ddny6txaqgw";
 
 /// A service with its chain's RPC; derefs to the service's [`Api`].
 pub struct Rig {
-    pub env: Env,
     round_secs: &'static str,
     /// The chain's RPC port (kept across restarts of the binary).
     pub rpc_port: u16,
@@ -26,6 +25,8 @@ pub struct Rig {
     /// The in-process service, of a rig made by [`Rig::new`].
     app: Option<InProcess>,
     pub rpc: BitcoindRpc,
+    /// Dropped last (fields drop in order), after the service on it.
+    pub env: Env,
 }
 
 impl std::ops::Deref for Rig {
@@ -62,12 +63,12 @@ impl Rig {
         // Replaced by `connect_rpc` once the chain's RPC port is known.
         let rpc = rpc_client("http://127.0.0.1:1/", &env);
         Self {
-            env,
             round_secs,
             rpc_port: 0,
             server: None,
             app: None,
             rpc,
+            env,
         }
     }
 
@@ -140,7 +141,7 @@ impl Rig {
         .await
     }
 
-    /// Stops the service and removes its database and data directory.
+    /// Stops the service; its database and data directory go with the rig.
     pub async fn finish(mut self) {
         if let Some(s) = self.server.take() {
             s.stop().await;
@@ -148,7 +149,6 @@ impl Rig {
         if let Some(app) = self.app.take() {
             app.stop().await;
         }
-        self.env.cleanup().await;
     }
 }
 
