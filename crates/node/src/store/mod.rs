@@ -20,7 +20,7 @@ use sqlx::sqlite::{
 use sqlx::{Row, SqlitePool};
 
 mod group_commit;
-mod snapshot;
+pub(crate) mod snapshot;
 
 use group_commit::{group_writer, WriteRequest, GROUP_MAX, WRITER_SETUP};
 #[cfg(test)]
