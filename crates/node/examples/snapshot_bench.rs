@@ -10,7 +10,8 @@
 //! worst-case store of the peer's revocation preimages (49 slots, what 2^48 updates
 //! leave, built from the peer's real seed). Each of 15 rounds times ROUNDS encodes,
 //! ROUNDS/4 decodes and ROUNDS signatures back to back; the fastest round of each is
-//! printed, as ns per operation. `-- ROUNDS dump` prints the snapshot too. The last line is for scripts:
+//! printed, as ns per operation. `-- ROUNDS dump` prints the snapshot too;
+//! `-- ROUNDS encode` only encodes, ROUNDS times (for `perf record`). The last line is for scripts:
 //! `snapshot: encode 12345 ns = 0.6 signs; decode 23456 ns; 7890 bytes; version 3`.
 // Test and benchmark code: a failed unwrap is the run failing, with its message.
 #![allow(clippy::unwrap_used)]
@@ -185,8 +186,16 @@ fn main() {
     let key = SecretKey::from_slice(&[7; 32]).unwrap();
     let msg = Message::from_digest([9; 32]);
 
-    if std::env::args().nth(2).as_deref() == Some("dump") {
-        println!("{json}");
+    match std::env::args().nth(2).as_deref() {
+        Some("dump") => println!("{json}"),
+        // For `perf record`: encodes alone.
+        Some("encode") => {
+            for _ in 0..rounds {
+                black_box(node::snapshot_codec::encode(black_box(&ch)).unwrap());
+            }
+            return;
+        }
+        _ => {}
     }
 
     // The three side by side in each round, so that a busy spell of the machine slows
