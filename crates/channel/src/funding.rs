@@ -9,6 +9,7 @@ pub struct Htlc {
     /// Amount in msat (fits the wire's uint32).
     pub amount_msat: u32,
     /// SHA256 of the payment preimage R.
+    #[serde(serialize_with = "crate::stored_hex::sha256")]
     pub r_hash: Sha256,
     /// Absolute expiry.
     pub expiry: Locktime,

@@ -7,6 +7,7 @@ pub mod channel;
 pub mod funding;
 pub mod script;
 pub mod shachain;
+pub mod stored_hex;
 pub mod tx;
 
 pub use channel::{

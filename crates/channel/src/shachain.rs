@@ -173,6 +173,7 @@ pub enum ShachainError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct Known {
     index: u64,
+    #[serde(with = "crate::stored_hex::bytes32")]
     hash: [u8; 32],
 }
 

@@ -59,6 +59,10 @@ use tokio::task::JoinHandle;
 
 pub use peers::PeerInfo;
 
+/// The channel snapshot codec, for `examples/snapshot_bench.rs` only.
+#[doc(hidden)]
+pub use store::snapshot::bench as snapshot_codec;
+
 /// The least `--expiry-delta`, in blocks, with the default channel settings: a forward
 /// whose downstream channel goes on chain needs our refund deadline after the outgoing
 /// expiry (6), a block for our commitment, and our claim deadline's lead before the

@@ -101,6 +101,7 @@ pub struct ChannelV0 {
     sent_complete: bool,
     got_complete: bool,
     every_htlc: Vec<Htlc>,
+    #[serde(with = "crate::stored_hex::preimages")]
     known_r: Vec<Preimage>,
     onchain: Option<OnChainV0>,
     closing_fee_sat: u64,

@@ -58,7 +58,9 @@ use update::{
 /// The terms both `open_channel`s fixed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct Terms {
+    #[serde(serialize_with = "crate::stored_hex::public_key")]
     their_commit: PublicKey,
+    #[serde(serialize_with = "crate::stored_hex::public_key")]
     their_final: PublicKey,
     /// The delay they impose on our outputs (BIP68 encoding).
     their_delay_csv: u32,
@@ -71,6 +73,7 @@ struct Terms {
 /// The anchor output.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct AnchorInfo {
+    #[serde(serialize_with = "crate::stored_hex::outpoint")]
     outpoint: OutPoint,
     amount: Amount,
     script: ScriptBuf,
@@ -99,6 +102,7 @@ struct Accepted {
     change: Change,
     next: CState,
     /// Their revocation hash for their next commitment (the one we signed).
+    #[serde(serialize_with = "crate::stored_hex::sha256")]
     their_next_rev: Sha256,
     /// Our own proposal that lost the simultaneous-proposal race, to propose again afterwards.
     deferred: Option<Change>,
@@ -110,6 +114,7 @@ struct Signed {
     change: Change,
     /// Their previous commitment, still valid until they revoke it.
     their_prev: CState,
+    #[serde(serialize_with = "crate::stored_hex::sha256")]
     their_prev_rev: Sha256,
 }
 
@@ -118,6 +123,7 @@ struct Signed {
 /// our commitment (the node forwards it, also after a restart).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct HtlcOnion {
+    #[serde(serialize_with = "crate::stored_hex::sha256")]
     r_hash: Sha256,
     onion: Onion,
 }
@@ -130,7 +136,10 @@ enum Resolution {
     /// Their revoked commitment is on chain and our penalty took every output.
     Penalty { commitment_number: u64 },
     /// Something we do not recognise spent the anchor: nothing to claim, no more updates.
-    Unrecognised { txid: Txid },
+    Unrecognised {
+        #[serde(serialize_with = "crate::stored_hex::txid")]
+        txid: Txid,
+    },
 }
 
 /// Where a funded channel is in its life.
@@ -165,12 +174,15 @@ struct Established {
     /// Number of both sides' current commitments.
     num: u64,
     cstate: CState,
+    #[serde(serialize_with = "crate::stored_hex::sha256")]
     their_rev: Sha256,
     /// Their signature on our current commitment.
+    #[serde(serialize_with = "crate::stored_hex::signature")]
     their_sig: Signature,
     their_secrets: RevocationSecrets,
     high_priority: bool,
     /// R of every HTLC still in a commitment that can reach the chain (pruned after each update).
+    #[serde(with = "crate::stored_hex::preimages")]
     known_r: Vec<Preimage>,
     /// Outputs of ours on the commitment on chain that are worth less than their claim's fee.
     #[serde(default)]
@@ -211,7 +223,9 @@ enum Stage {
 pub struct Channel {
     config: ChannelConfig,
     secrets: ChannelSecrets,
+    #[serde(serialize_with = "crate::stored_hex::public_key")]
     our_commit: PublicKey,
+    #[serde(serialize_with = "crate::stored_hex::public_key")]
     our_final: PublicKey,
     role: AnchorRole,
     height: u32,

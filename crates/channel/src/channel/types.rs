@@ -72,10 +72,13 @@ impl Default for ChannelConfig {
 #[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ChannelSecrets {
     /// Signs the anchor spends (our `commit_key`).
+    #[serde(serialize_with = "crate::stored_hex::secret_key")]
     pub commit_key: SecretKey,
     /// Receives our money on chain (our `final_key`).
+    #[serde(serialize_with = "crate::stored_hex::secret_key")]
     pub final_key: SecretKey,
     /// Seed of our revocation preimages (shachain).
+    #[serde(with = "crate::stored_hex::bytes32")]
     pub revocation_seed: [u8; 32],
 }
 
@@ -108,11 +111,11 @@ pub enum Change {
     /// The proposer offers an HTLC.
     AddHtlc(Htlc),
     /// The proposer, receiver of the HTLC, reveals R.
-    Fulfill(Preimage),
+    Fulfill(#[serde(with = "crate::stored_hex::preimage")] Preimage),
     /// The HTLC with this hash expired and goes back to its offerer.
-    Timedout(Sha256),
+    Timedout(#[serde(serialize_with = "crate::stored_hex::sha256")] Sha256),
     /// The proposer, receiver of the HTLC, cannot route it: it goes back to its offerer.
-    Routefail(Sha256),
+    Routefail(#[serde(serialize_with = "crate::stored_hex::sha256")] Sha256),
 }
 
 /// What the owner is told.

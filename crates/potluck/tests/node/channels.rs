@@ -612,7 +612,7 @@ fn a_snapshot_from_the_previous_release_is_migrated_at_start() {
         "",
     );
     assert!(
-        snapshot[0].contains("\"snapshot_version\":2"),
+        snapshot[0].contains("\"snapshot_version\":3"),
         "{}",
         snapshot[0]
     );
