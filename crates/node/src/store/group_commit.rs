@@ -62,6 +62,12 @@ pub(super) async fn group_writer(db: Db, mut rx: tokio::sync::mpsc::Receiver<Wri
     let mut batch: Vec<WriteRequest> = Vec::with_capacity(GROUP_MAX);
     while let Some(first) = rx.recv().await {
         batch.push(first);
+        // The first write woke us into tokio's LIFO slot: we would run right after its
+        // sender, before the other tasks that are ready now and about to write. Yielding
+        // once lets them queue their writes into this group (one flush for all of them);
+        // when nothing else is ready it costs one poll. Measured on hub_bench at 100 busy
+        // channels (docs/benchmarks.md, "Node under test").
+        tokio::task::yield_now().await;
         while batch.len() < GROUP_MAX {
             match rx.try_recv() {
                 Ok(w) => batch.push(w),
