@@ -1583,23 +1583,36 @@ async fn bets_written_together_each_get_their_own_outcome(b: Backend) {
     }
     s.record_start_block(9, "h9").await.unwrap();
     s.connect_block(10, "h10", &[], &deposits).await.unwrap();
-    let coins = |u: i64| async move {
-        let mut ids: Vec<i64> = s
-            .spendable_outputs(u, 1)
-            .await
-            .unwrap()
-            .iter()
-            .map(|c| c.id)
-            .collect();
-        ids.sort_unstable();
-        ids
-    };
     let round = s
         .ensure_round(crate::domain::time::unix_now())
         .await
         .unwrap()
         .id;
 
+    let written = a_group_of_good_bets_is_written_whole(s, &users, round).await;
+    a_group_failing_in_part_writes_the_others(s, &users, round, &written).await;
+    a_closed_round_refuses_a_whole_group(s, &users, round).await;
+}
+
+/// The coins `u` can spend, by id.
+async fn coins(s: &Store, u: i64) -> Vec<i64> {
+    let mut ids: Vec<i64> = s
+        .spendable_outputs(u, 1)
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// One bet per user in one group: every bet written; returns (bet id, transfer id) each.
+async fn a_group_of_good_bets_is_written_whole(
+    s: &Store,
+    users: &[i64],
+    round: i64,
+) -> Vec<(i64, i64)> {
     // All good: one group, every bet written.
     let mut first = Vec::new();
     for (k, &u) in users.iter().enumerate() {
@@ -1607,7 +1620,7 @@ async fn bets_written_together_each_get_their_own_outcome(b: Backend) {
             u,
             round,
             k as u32 + 1,
-            vec![coins(u).await[0]],
+            vec![coins(s, u).await[0]],
         ));
     }
     let answers = place_together(s, &first).await;
@@ -1623,22 +1636,32 @@ async fn bets_written_together_each_get_their_own_outcome(b: Backend) {
         );
     }
     assert_eq!(pot_and_bettors(s, round).await, ((50_000, 5), (50_000, 5)));
-    for &u in &users {
+    for &u in users {
         assert_eq!(s.balances(u, 1).await.unwrap(), (100_000, 189_800, true));
     }
 
+    written
+}
+
+/// Broadcast marks of the first bets ride with a group in which some bets must fail.
+async fn a_group_failing_in_part_writes_the_others(
+    s: &Store,
+    users: &[i64],
+    round: i64,
+    written: &[(i64, i64)],
+) {
     // Marks of the first bets ride with a group that fails in part.
-    let spent_before = coins(users[0]).await[0];
+    let spent_before = coins(s, users[0]).await[0];
     s.place_bet(&bet_spending(users[0], round, 10, vec![spent_before]))
         .await
         .unwrap();
-    let shared = coins(users[1]).await[0];
+    let shared = coins(s, users[1]).await[0];
     let second = vec![
         bet_spending(users[1], round, 11, vec![shared]),
         bet_spending(users[1], round, 12, vec![shared]),
         bet_spending(users[0], round, 13, vec![spent_before]),
-        bet_spending(users[2], round, 14, vec![coins(users[2]).await[0]]),
-        bet_spending(users[3], round, 15, vec![coins(users[3]).await[0]]),
+        bet_spending(users[2], round, 14, vec![coins(s, users[2]).await[0]]),
+        bet_spending(users[3], round, 15, vec![coins(s, users[3]).await[0]]),
     ];
     let marks = written.iter().map(|w| s.mark_broadcast(w.1));
     let (answers, marked) = tokio::join!(
@@ -1660,7 +1683,7 @@ async fn bets_written_together_each_get_their_own_outcome(b: Backend) {
         answers[2]
     );
     assert!(answers[3].is_ok() && answers[4].is_ok(), "{answers:?}");
-    for w in &written {
+    for w in written {
         assert_eq!(
             s.transfer(w.1).await.unwrap().unwrap().status,
             TransferStatus::Broadcast
@@ -1685,14 +1708,17 @@ async fn bets_written_together_each_get_their_own_outcome(b: Backend) {
         let (balance, pending, _) = s.balances(u, 1).await.unwrap();
         assert_eq!((balance, pending), (left, left + bets * 89_800), "user {k}");
     }
+}
 
+/// Once the round is closed a whole group is refused and nothing changes.
+async fn a_closed_round_refuses_a_whole_group(s: &Store, users: &[i64], round: i64) {
     // The round closes: a whole group is refused and nothing changes.
     sqlx::query("UPDATE rounds SET closes_at = 0 WHERE id = $1")
         .bind(round)
         .execute(s.pool())
         .await
         .unwrap();
-    let last = coins(users[4]).await[0];
+    let last = coins(s, users[4]).await[0];
     let third = vec![
         bet_spending(users[4], round, 20, vec![last]),
         bet_spending(users[4], round, 21, vec![last]),
@@ -1703,7 +1729,7 @@ async fn bets_written_together_each_get_their_own_outcome(b: Backend) {
             "{answer:?}"
         );
     }
-    assert_eq!(coins(users[4]).await, vec![last]);
+    assert_eq!(coins(s, users[4]).await, vec![last]);
     assert_eq!(pot_and_bettors(s, round).await, ((90_000, 5), (90_000, 5)));
 }
 
