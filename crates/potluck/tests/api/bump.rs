@@ -77,7 +77,18 @@ async fn stuck_withdrawal(env: &Env, policy: BumpPolicy) -> (InProcess, String, 
         .await;
     assert_eq!(r.status, 201, "{}", r.text());
     let first = withdrawals(&app).await.remove(0);
-    assert_eq!(first.fee_sats, SERVICE_RATE * tx_of(&first).vsize() as i64);
+    // The fee is sized before signing, for the largest signatures: a shorter
+    // signature leaves the paid rate a little above the service's, never below
+    // (exact equality failed now and then, 282 against 280 sat).
+    let (vsize, inputs) = (
+        tx_of(&first).vsize() as i64,
+        tx_of(&first).input.len() as i64,
+    );
+    assert!(
+        (SERVICE_RATE * vsize..=SERVICE_RATE * (vsize + inputs)).contains(&first.fee_sats),
+        "fee {} for {vsize} vB",
+        first.fee_sats
+    );
     assert!(
         tx_of(&first).is_explicitly_rbf(),
         "the service's transactions signal BIP125"
