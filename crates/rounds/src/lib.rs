@@ -445,8 +445,8 @@ mod layering {
                 }
                 let code = code_of(&text);
                 let lines: Vec<&str> = code.lines().collect();
-                // Txids only: the chain bookkeeping's block hashes (the
-                // watcher's tip, a reorganised anchor) are still text.
+                // Txids only: block hashes are checked below
+                // (`block_hashes_are_typed_above_the_store`).
                 found.extend(hashes_as_text(&file, &code).into_iter().filter(|at| {
                     at.rsplit(':')
                         .next()
@@ -472,6 +472,139 @@ mod layering {
         assert!(
             found.is_empty(),
             "txids held or passed on as text above the store (decode them where the row is read): {found:?}"
+        );
+    }
+
+    /// Whether `name` (a field, parameter or function) speaks of a block
+    /// hash or a tip: a password hash and a txid are other things.
+    fn names_a_block_hash(name: &str) -> bool {
+        (name.contains("hash") || name.contains("tip"))
+            && !name.contains("password")
+            && !name.contains("txid")
+    }
+
+    /// Splits `list` at its top-level commas (not those inside `()`, `<>`, `[]`).
+    fn top_level_items(list: &str) -> Vec<&str> {
+        let mut items = Vec::new();
+        let (mut depth, mut start) = (0i32, 0);
+        for (i, c) in list.char_indices() {
+            match c {
+                '(' | '<' | '[' => depth += 1,
+                ')' | '>' | ']' => depth -= 1,
+                ',' if depth == 0 => {
+                    items.push(&list[start..i]);
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        items.push(&list[start..]);
+        items
+    }
+
+    /// The `pub` functions in `text` that take or return as text what
+    /// `names` recognises (`file:line: fn name`): a parameter so named, or
+    /// the result of a function so named, typed `str` or `String`.
+    fn text_in_signatures(file: &str, text: &str, names: fn(&str) -> bool) -> Vec<String> {
+        let textual = |ty: &str| ty.contains("str") || ty.contains("String");
+        let lines: Vec<&str> = text.lines().collect();
+        let mut found = Vec::new();
+        for (i, line) in lines.iter().enumerate() {
+            let l = line.trim();
+            let Some(rest) = l
+                .strip_prefix("pub(crate) ")
+                .or_else(|| l.strip_prefix("pub "))
+            else {
+                continue;
+            };
+            let Some(rest) = rest
+                .strip_prefix("async fn ")
+                .or_else(|| rest.strip_prefix("fn "))
+            else {
+                continue;
+            };
+            let sig: String = std::iter::once(rest)
+                .chain(lines[i + 1..].iter().map(|l| l.trim()))
+                .collect::<Vec<_>>()
+                .join(" ");
+            let sig = sig.split(['{', ';']).next().unwrap_or_default();
+            let Some((name, after)) = sig.split_once('(') else {
+                continue;
+            };
+            let (params, ret) = after.split_once("->").unwrap_or((after, ""));
+            let params = params.trim().trim_end_matches(')');
+            let takes_text = top_level_items(params).iter().any(|p| {
+                p.split_once(':')
+                    .is_some_and(|(n, ty)| names(n.trim()) && textual(ty))
+            });
+            let returns_text = names(name) && textual(ret);
+            if takes_text || returns_text {
+                found.push(format!("{file}:{}: fn {name}", i + 1));
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn block_hashes_are_typed_above_the_store() {
+        let mut found = Vec::new();
+        // The store's API takes and returns `BlockHash` (and `Txid`): it
+        // decodes at its edge.
+        for (file, text) in sources("store") {
+            if file.ends_with("tests.rs") {
+                continue;
+            }
+            let code = code_of(&text);
+            found.extend(text_in_signatures(&file, &code, names_a_block_hash));
+            found.extend(text_in_signatures(&file, &code, |n| n.contains("txid")));
+        }
+        for dir in ["domain", "service", "http"] {
+            for (file, text) in sources(dir) {
+                let code = code_of(&text);
+                found.extend(text_in_signatures(&file, &code, names_a_block_hash));
+                for (i, line) in code.lines().enumerate() {
+                    let l = line.trim();
+                    // A field, parameter or local holding a hash as text.
+                    let held =
+                        l.trim_start_matches("pub ")
+                            .split_once(':')
+                            .is_some_and(|(name, ty)| {
+                                let ty = ty.trim().trim_end_matches(',');
+                                names_a_block_hash(name.trim())
+                                    && !name.contains(' ')
+                                    && ["String", "Option<String>", "&str", "Option<&str>"]
+                                        .contains(&ty)
+                            });
+                    // A hash turned into text to be passed on: only the
+                    // views render one, at their edge (the JSON).
+                    let rendered = dir != "http"
+                        && names_a_block_hash(l)
+                        && l.contains(".to_string()")
+                        && !l.contains("tracing::");
+                    if (held && !(dir == "http" && l.starts_with("pub "))) || rendered {
+                        found.push(format!("{file}:{}: {l}", i + 1));
+                    }
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "block hashes (and the store's txids) held or passed on as text above the store (use bitcoin::BlockHash and Txid; the store decodes at its edge): {found:?}"
+        );
+    }
+
+    #[test]
+    fn the_block_hash_scan_finds_text_in_a_signature() {
+        let text = "pub async fn synced_tip(&self) -> Result<Option<(i64, String)>, E> {\n}\n\
+                    pub fn anchor(\n    id: i64,\n    tip: (i64, &str),\n) -> bool;\n\
+                    pub fn set_password(password_hash: &str) {}\n\
+                    pub fn typed(hash: BlockHash, f: impl Fn(&[u8]) -> String) -> Option<BlockHash> {}";
+        assert_eq!(
+            text_in_signatures("f", text, names_a_block_hash),
+            vec![
+                "f:1: fn synced_tip".to_string(),
+                "f:3: fn anchor".to_string()
+            ]
         );
     }
 

@@ -81,16 +81,6 @@ pub enum EngineError {
     /// A stored transaction does not decode.
     #[error("corrupt: raw tx")]
     RawTx(#[source] RawTxError),
-    /// A stored txid or block hash does not parse.
-    #[error("corrupt: {what} {text}")]
-    Hash {
-        /// `txid` or `block hash`.
-        what: &'static str,
-        /// The stored text.
-        text: String,
-        /// Why it does not parse.
-        source: bitcoin::hex::HexToArrayError,
-    },
     /// A payout retry could not build the payout (say, the fee rate is
     /// still above what the pot can pay).
     #[error("{0}")]
@@ -180,7 +170,7 @@ const RECOVER_AFTER_SECS: i64 = 3;
 #[derive(Debug)]
 struct Offered {
     /// The synced tip's hash: a new block or a reorganisation changes it.
-    hash: String,
+    hash: BlockHash,
     /// Synced height of the last pass whose failures were counted.
     counted_at: i64,
 }
@@ -395,7 +385,7 @@ impl Engine {
         let tip = self.chain.tip().await?;
         let Some((synced, _)) = self.store.synced_tip().await? else {
             self.store
-                .record_start_block(i64::from(tip.height), &tip.hash.to_string())
+                .record_start_block(i64::from(tip.height), tip.hash)
                 .await?;
             return Ok(true);
         };
@@ -406,7 +396,7 @@ impl Engine {
                 Ok(h) => self.chain.block_hash(h).await?,
                 Err(_) => None,
             };
-            if ours.is_none() || ours == theirs.map(|h| h.to_string()) || fork <= 0 {
+            if ours.is_none() || ours == theirs || fork <= 0 {
                 break;
             }
             fork -= 1;
@@ -434,14 +424,13 @@ impl Engine {
                 let Some(block) = self.chain.block_at(height as u32).await? else {
                     break;
                 };
-                let hash = block.block_hash().to_string();
-                let unconfirmed: HashSet<String> =
+                let unconfirmed: HashSet<Txid> =
                     self.store.unconfirmed_txids().await?.into_iter().collect();
                 let mut ours = Vec::new();
                 let mut deposits = Vec::new();
                 for tx in &block.txdata {
                     let txid = tx.compute_txid();
-                    if unconfirmed.contains(&txid.to_string()) {
+                    if unconfirmed.contains(&txid) {
                         ours.push(txid);
                     }
                     for (vout, o) in tx.output.iter().enumerate() {
@@ -458,7 +447,7 @@ impl Engine {
                 }
                 let (d, c) = self
                     .store
-                    .connect_block(height, &hash, &ours, &deposits)
+                    .connect_block(height, block.block_hash(), &ours, &deposits)
                     .await?;
                 if d > 0 || c > 0 {
                     tracing::info!(height, deposits = d, confirmed = c, "block processed");
@@ -752,10 +741,7 @@ impl Engine {
                         None if synced > i64::from(state.tip.height) => {
                             (synced, self.store.synced_hash(synced).await?)
                         }
-                        None => (
-                            i64::from(state.tip.height),
-                            Some(state.tip.hash.to_string()),
-                        ),
+                        None => (i64::from(state.tip.height), Some(state.tip.hash)),
                         Some(why) => {
                             tracing::debug!(round = round.id, %why, "the node is behind; the round stays open");
                             return Ok(false);
@@ -768,7 +754,7 @@ impl Engine {
                 };
                 let moved = self
                     .store
-                    .close_round(round.id, tip_height, tip_hash.as_deref(), |bets| {
+                    .close_round(round.id, tip_height, tip_hash, |bets| {
                         hex::encode(draw::bets_commitment(&draw_bets(bets)))
                     })
                     .await?;
@@ -929,17 +915,15 @@ impl Engine {
         let block_hash = match phase.block() {
             Some(b) => b.hash,
             None => match self.store.synced_hash(draw_height).await? {
-                Some(h) => parse_block_hash(&h)?,
+                Some(h) => h,
                 None => {
                     // No draw block yet: the close-time tip may already be
                     // gone (a branch without a block at the draw height yet).
                     let processed = self.store.synced_hash(close_tip).await?;
                     return match (close_hash, processed) {
-                        (Some(x), Some(now)) if now != x.to_string() => {
+                        (Some(x), Some(now)) if now != x => {
                             let reason = format!("the tip {x} read at the close at height {close_tip} was replaced by {now}");
-                            Ok(Err(self
-                                .anchor_again(round_id, &x.to_string(), tip, &reason)
-                                .await?))
+                            Ok(Err(self.anchor_again(round_id, x, tip, &reason).await?))
                         }
                         _ => Ok(Err(false)),
                     };
@@ -960,9 +944,7 @@ impl Engine {
                 let reason = format!(
                     "the block {block_hash} at the draw height {draw_height} is not a child of the tip {x} read at the close (its parent is {parent})"
                 );
-                return Ok(Err(self
-                    .anchor_again(round_id, &x.to_string(), tip, &reason)
-                    .await?));
+                return Ok(Err(self.anchor_again(round_id, x, tip, &reason).await?));
             }
         }
         Ok(Ok(block_hash))
@@ -976,17 +958,21 @@ impl Engine {
     async fn anchor_again(
         &self,
         round_id: i64,
-        old_hash: &str,
+        old_hash: BlockHash,
         tip: chain::Tip,
         reason: &str,
     ) -> Result<bool, EngineError> {
-        let hash = tip.hash.to_string();
         let moved = self
             .store
-            .anchor_draw_again(round_id, old_hash, (i64::from(tip.height), &hash), reason)
+            .anchor_draw_again(
+                round_id,
+                old_hash,
+                (i64::from(tip.height), tip.hash),
+                reason,
+            )
             .await?;
         if moved {
-            tracing::warn!(round = round_id, %reason, height = tip.height, tip = %hash, "draw anchored again at the node's tip");
+            tracing::warn!(round = round_id, %reason, height = tip.height, tip = %tip.hash, "draw anchored again at the node's tip");
             self.notify().await;
         }
         Ok(moved)
@@ -1293,18 +1279,6 @@ pub fn behind(state: &chain::SyncState) -> Option<String> {
 /// Bets as the draw sees them.
 pub fn draw_bets(bets: &[Bet]) -> Vec<DrawBet> {
     bets.iter().map(Bet::draw_bet).collect()
-}
-
-/// Parses a stored block hash.
-///
-/// # Errors
-/// [`EngineError::Hash`].
-pub fn parse_block_hash(s: &str) -> Result<BlockHash, EngineError> {
-    BlockHash::from_str(s).map_err(|source| EngineError::Hash {
-        what: "block hash",
-        text: s.to_owned(),
-        source,
-    })
 }
 
 // Only without `test-hooks`: with it the hook would kill the test (and the

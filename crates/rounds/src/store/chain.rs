@@ -1,13 +1,14 @@
 //! The chain watcher's bookkeeping: processed blocks, deposits found in them, confirmations, and unwinding after a reorganisation.
 
 use std::collections::HashSet;
+use std::str::FromStr;
 
-use bitcoin::Txid;
+use bitcoin::{BlockHash, Txid};
 use sqlx::Row;
 
 use super::ledger::{placeholders, Tx, BATCH};
 
-use super::{Store, StoreError};
+use super::{txid_column, Store, StoreError};
 use crate::domain::round::{OutputOrigin, RoundStatus, TransferKind, TransferStatus};
 use crate::domain::time::unix_now;
 
@@ -33,37 +34,40 @@ impl Store {
     /// The highest processed block `(height, hash)`.
     ///
     /// # Errors
-    /// Database failures.
-    pub async fn synced_tip(&self) -> Result<Option<(i64, String)>, StoreError> {
+    /// Database failures; [`StoreError::StoredBlockHash`] when its stored
+    /// hash is not one.
+    pub async fn synced_tip(&self) -> Result<Option<(i64, BlockHash)>, StoreError> {
         let row = sqlx::query("SELECT height, hash FROM blocks ORDER BY height DESC LIMIT 1")
             .fetch_optional(self.pool())
             .await?;
-        Ok(row
-            .map(|r| Ok::<_, sqlx::Error>((r.try_get("height")?, r.try_get("hash")?)))
-            .transpose()?)
+        let Some(r) = row else {
+            return Ok(None);
+        };
+        let height = r.try_get("height")?;
+        Ok(Some((height, block_hash(height, r.try_get("hash")?)?)))
     }
 
     /// The processed block hash at `height`.
     ///
     /// # Errors
-    /// Database failures.
-    pub async fn synced_hash(&self, height: i64) -> Result<Option<String>, StoreError> {
-        Ok(
-            sqlx::query_scalar("SELECT hash FROM blocks WHERE height = $1")
-                .bind(height)
-                .fetch_optional(self.pool())
-                .await?,
-        )
+    /// Database failures; [`StoreError::StoredBlockHash`] when the stored
+    /// hash is not one.
+    pub async fn synced_hash(&self, height: i64) -> Result<Option<BlockHash>, StoreError> {
+        let text: Option<String> = sqlx::query_scalar("SELECT hash FROM blocks WHERE height = $1")
+            .bind(height)
+            .fetch_optional(self.pool())
+            .await?;
+        text.map(|t| block_hash(height, t)).transpose()
     }
 
     /// Records the block the watcher starts from on a fresh database.
     ///
     /// # Errors
     /// Database failures.
-    pub async fn record_start_block(&self, height: i64, hash: &str) -> Result<(), StoreError> {
+    pub async fn record_start_block(&self, height: i64, hash: BlockHash) -> Result<(), StoreError> {
         sqlx::query("INSERT INTO blocks (height, hash) SELECT $1, $2 WHERE NOT EXISTS (SELECT 1 FROM blocks)")
             .bind(height)
-            .bind(hash)
+            .bind(hash.to_string())
             .execute(self.pool())
             .await?;
         Ok(())
@@ -95,14 +99,20 @@ impl Store {
     }
 
     /// Txids of our transactions and outputs that are not confirmed (every
-    /// version of a bumped transfer: whichever one a block holds wins).
+    /// version of a bumped transfer: whichever one a block holds wins),
+    /// each once.
     ///
     /// # Errors
-    /// Database failures.
-    pub async fn unconfirmed_txids(&self) -> Result<Vec<String>, StoreError> {
-        Ok(sqlx::query_scalar(
-            "SELECT txid FROM outputs WHERE block_height IS NULL \
-             UNION SELECT txid FROM transfers WHERE block_height IS NULL AND kind <> $1 \
+    /// Database failures; [`StoreError::StoredTxid`] when a stored txid is
+    /// not one.
+    pub async fn unconfirmed_txids(&self) -> Result<Vec<Txid>, StoreError> {
+        // Two reads rather than a `UNION`, so that a txid that does not
+        // decode is reported with its table and row.
+        let outputs = sqlx::query("SELECT id, txid FROM outputs WHERE block_height IS NULL")
+            .fetch_all(self.pool())
+            .await?;
+        let transfers = sqlx::query(
+            "SELECT id, txid FROM transfers WHERE block_height IS NULL AND kind <> $1 \
              AND status IN ($2, $3, $4)",
         )
         .bind(TransferKind::Deposit)
@@ -110,7 +120,15 @@ impl Store {
         .bind(TransferStatus::Broadcast)
         .bind(TransferStatus::Superseded)
         .fetch_all(self.pool())
-        .await?)
+        .await?;
+        let mut txids = outputs
+            .iter()
+            .map(|r| txid_column(r, "outputs"))
+            .chain(transfers.iter().map(|r| txid_column(r, "transfers")))
+            .collect::<Result<Vec<_>, _>>()?;
+        txids.sort_unstable();
+        txids.dedup();
+        Ok(txids)
     }
 
     /// Every user's `(id, address)`.
@@ -136,7 +154,7 @@ impl Store {
     pub async fn connect_block(
         &self,
         height: i64,
-        hash: &str,
+        hash: BlockHash,
         ours: &[Txid],
         deposits: &[Deposit],
     ) -> Result<(u64, u64), StoreError> {
@@ -145,7 +163,7 @@ impl Store {
             "INSERT INTO blocks (height, hash) VALUES ($1, $2) ON CONFLICT (height) DO NOTHING",
         )
         .bind(height)
-        .bind(hash)
+        .bind(hash.to_string())
         .execute(&mut *tx)
         .await?;
         if inserted.rows_affected() == 0 {
@@ -182,7 +200,7 @@ impl Store {
 /// already compute. Only a child of the tip read at the close qualifies
 /// (its parent is the block processed below it): a block on a branch that
 /// replaced that tip may have been mined before the close (issue 32).
-async fn fix_draw_block(tx: &mut Tx<'_>, height: i64, hash: &str) -> Result<(), sqlx::Error> {
+async fn fix_draw_block(tx: &mut Tx<'_>, height: i64, hash: BlockHash) -> Result<(), sqlx::Error> {
     sqlx::query(
         "UPDATE rounds SET block_height = $1, block_hash = $2 \
          WHERE tip_height_at_close = $3 AND block_hash IS NULL AND bet_count > 0 \
@@ -191,13 +209,22 @@ async fn fix_draw_block(tx: &mut Tx<'_>, height: i64, hash: &str) -> Result<(), 
          OR tip_hash_at_close = (SELECT hash FROM blocks WHERE height = $3))",
     )
     .bind(height)
-    .bind(hash)
+    .bind(hash.to_string())
     .bind(height - 1)
     .bind(RoundStatus::Closing)
     .bind(RoundStatus::Drawing)
     .execute(&mut **tx)
     .await?;
     Ok(())
+}
+
+/// The stored hash `text` of the block at `height`, decoded at the store's edge.
+fn block_hash(height: i64, text: String) -> Result<BlockHash, StoreError> {
+    BlockHash::from_str(&text).map_err(|source| StoreError::StoredBlockHash {
+        height,
+        text,
+        source,
+    })
 }
 
 /// Confirms at `height` our outputs and transfers whose transactions are in

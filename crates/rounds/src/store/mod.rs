@@ -92,6 +92,17 @@ pub enum StoreError {
         #[source]
         source: bitcoin::hex::HexToArrayError,
     },
+    /// A processed block's stored hash is not one.
+    #[error("block {height} holds hash {text:?}")]
+    StoredBlockHash {
+        /// The block's height.
+        height: i64,
+        /// The stored text.
+        text: String,
+        /// Why it does not parse.
+        #[source]
+        source: bitcoin::hex::HexToArrayError,
+    },
     /// The task writing a group of bets and broadcast marks stopped before
     /// it answered (whether the request was written is unknown until read).
     #[error("the group write stopped before it answered")]

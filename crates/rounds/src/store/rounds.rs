@@ -1,6 +1,6 @@
 //! Rounds: the current round, its creation, and who played.
 
-use bitcoin::Txid;
+use bitcoin::{BlockHash, Txid};
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
@@ -587,7 +587,7 @@ impl Store {
         &self,
         round_id: i64,
         tip_height: i64,
-        tip_hash: Option<&str>,
+        tip_hash: Option<BlockHash>,
         commitment_of: impl FnOnce(&[Bet]) -> String,
     ) -> Result<bool, StoreError> {
         let mut tx = self.pool().begin().await?;
@@ -633,7 +633,7 @@ impl Store {
         .bind(tip_height)
         .bind(commitment_of(&bets))
         .bind(round_id)
-        .bind(tip_hash)
+        .bind(tip_hash.map(|h| h.to_string()))
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -654,8 +654,8 @@ impl Store {
     pub async fn anchor_draw_again(
         &self,
         round_id: i64,
-        old_hash: &str,
-        tip: (i64, &str),
+        old_hash: BlockHash,
+        tip: (i64, BlockHash),
         reason: &str,
     ) -> Result<bool, StoreError> {
         let mut tx = self.pool().begin().await?;
@@ -665,9 +665,9 @@ impl Store {
              WHERE id = $3 AND status = $5 AND tip_hash_at_close = $4",
         )
         .bind(tip.0)
-        .bind(tip.1)
+        .bind(tip.1.to_string())
         .bind(round_id)
-        .bind(old_hash)
+        .bind(old_hash.to_string())
         .bind(RoundStatus::Drawing)
         .execute(&mut *tx)
         .await?;

@@ -102,6 +102,15 @@ impl Drop for TestDb {
     }
 }
 
+/// A block hash on branch `branch` (a letter) at `height`: the letter's
+/// byte repeated, the last byte the height, so that two branches differ.
+fn block(branch: u8, height: i64) -> bitcoin::BlockHash {
+    use bitcoin::hashes::Hash as _;
+    let mut bytes = [branch; 32];
+    bytes[31] = u8::try_from(height).expect("test heights fit a byte");
+    bitcoin::BlockHash::from_byte_array(bytes)
+}
+
 fn addr(i: u32) -> Result<String, String> {
     Ok(format!("addr-{i}"))
 }
@@ -160,6 +169,7 @@ both_backends!(
     a_bumped_payout_shows_its_round_once_with_the_live_version,
     a_payment_reads_a_bounded_number_of_coins_and_no_dust,
     only_a_child_of_the_close_tip_becomes_the_draw_block,
+    a_stored_block_hash_that_is_not_one_is_a_typed_error,
 );
 
 /// A bet is answered once its broadcast is accepted, before its mark
@@ -707,9 +717,9 @@ async fn funded(store: &Store) -> (i64, i64) {
     store.migrate().await.unwrap();
     store.init_config(&config()).await.unwrap();
     let u = store.create_user("payer", "h", addr).await.unwrap();
-    store.record_start_block(9, "h9").await.unwrap();
+    store.record_start_block(9, block(b'h', 9)).await.unwrap();
     store
-        .connect_block(10, "h10", &[], &[deposit(u.id)])
+        .connect_block(10, block(b'h', 10), &[], &[deposit(u.id)])
         .await
         .unwrap();
     let outs = store.spendable_outputs(u.id, 1).await.unwrap();
@@ -783,12 +793,21 @@ async fn the_first_block_at_the_draw_height_stays_the_draw_block(b: Backend) {
         (d.block_height, d.block_hash)
     };
     assert_eq!(draw_block(db.store.clone(), round.id).await, (None, None));
-    db.store.connect_block(11, "a11", &[], &[]).await.unwrap();
-    let first = (Some(11), Some("a11".to_string()));
+    db.store
+        .connect_block(11, block(b'a', 11), &[], &[])
+        .await
+        .unwrap();
+    let first = (Some(11), Some(block(b'a', 11).to_string()));
     assert_eq!(draw_block(db.store.clone(), round.id).await, first);
     db.store.unwind_above(10).await.unwrap();
-    db.store.connect_block(11, "b11", &[], &[]).await.unwrap();
-    db.store.connect_block(12, "b12", &[], &[]).await.unwrap();
+    db.store
+        .connect_block(11, block(b'b', 11), &[], &[])
+        .await
+        .unwrap();
+    db.store
+        .connect_block(12, block(b'b', 12), &[], &[])
+        .await
+        .unwrap();
     assert!(db
         .store
         .move_round(round.id, RoundStatus::Closing, RoundStatus::Drawing)
@@ -900,7 +919,7 @@ async fn reorg_unwinds_deposits_and_confirmations(b: Backend) {
     let id = db.store.record_withdrawal(&w).await.unwrap();
     db.store.mark_broadcast(id).await.unwrap();
     db.store
-        .connect_block(11, "h11", &["8".repeat(64).parse().unwrap()], &[])
+        .connect_block(11, block(b'h', 11), &["8".repeat(64).parse().unwrap()], &[])
         .await
         .unwrap();
     assert_eq!(
@@ -925,7 +944,7 @@ async fn reorg_unwinds_deposits_and_confirmations(b: Backend) {
     db.store
         .connect_block(
             10,
-            "n10",
+            block(b'n', 10),
             &["8".repeat(64).parse().unwrap()],
             &[deposit(user)],
         )
@@ -1581,8 +1600,10 @@ async fn bets_written_together_each_get_their_own_outcome(b: Backend) {
             });
         }
     }
-    s.record_start_block(9, "h9").await.unwrap();
-    s.connect_block(10, "h10", &[], &deposits).await.unwrap();
+    s.record_start_block(9, block(b'h', 9)).await.unwrap();
+    s.connect_block(10, block(b'h', 10), &[], &deposits)
+        .await
+        .unwrap();
     let round = s
         .ensure_round(crate::domain::time::unix_now())
         .await
@@ -1763,10 +1784,10 @@ async fn the_payment_context_reads_the_coins_spendable_at_its_tip(b: Backend) {
     let ctx = s.payment_context(a.id).await.unwrap();
     assert_eq!((ctx.tip_height, ctx.coins.len()), (None, 0));
     assert_eq!(ctx.user.map(|u| u.token_version), Some(0));
-    s.record_start_block(9, "h9").await.unwrap();
+    s.record_start_block(9, block(b'h', 9)).await.unwrap();
     s.connect_block(
         10,
-        "h10",
+        block(b'h', 10),
         &[],
         &[
             dep(a.id, 'd', 0, 100_000, false),
@@ -1776,12 +1797,17 @@ async fn the_payment_context_reads_the_coins_spendable_at_its_tip(b: Backend) {
     )
     .await
     .unwrap();
-    s.connect_block(11, "h11", &[], &[dep(a.id, 'e', 0, 50_000, false)])
-        .await
-        .unwrap();
+    s.connect_block(
+        11,
+        block(b'h', 11),
+        &[],
+        &[dep(a.id, 'e', 0, 50_000, false)],
+    )
+    .await
+    .unwrap();
     let mut seen = Vec::new();
     for height in 12..=112 {
-        s.connect_block(height, &format!("h{height}"), &[], &[])
+        s.connect_block(height, block(b'h', height), &[], &[])
             .await
             .unwrap();
         let ctx = s.payment_context(a.id).await.unwrap();
@@ -1895,7 +1921,7 @@ async fn a_retried_payout_records_the_winner_output_the_failed_one_lacked(b: Bac
     // Once the payout confirms, its winner output is not also a deposit.
     s.connect_block(
         11,
-        "h11",
+        block(b'h', 11),
         &[new_txid],
         &[crate::store::chain::Deposit {
             txid: new_txid,
@@ -2334,7 +2360,9 @@ async fn a_payment_reads_a_bounded_number_of_coins_and_no_dust(b: Backend) {
             coinbase: false,
         })
         .collect();
-    s.connect_block(11, "h11", &[], &deposits).await.unwrap();
+    s.connect_block(11, block(b'h', 11), &[], &deposits)
+        .await
+        .unwrap();
     let ctx = s.payment_context(alice).await.unwrap();
     assert!(
         ctx.coins.len() <= MAX_TX_INPUTS + 1,
@@ -2380,7 +2408,7 @@ async fn only_a_child_of_the_close_tip_becomes_the_draw_block(b: Backend) {
         .unwrap();
     s.mark_broadcast(transfer).await.unwrap();
     assert!(s
-        .close_round(round.id, 10, Some("h10"), |b| b.len().to_string())
+        .close_round(round.id, 10, Some(block(b'h', 10)), |b| b.len().to_string())
         .await
         .unwrap());
     let draw = |id: i64| async move {
@@ -2389,28 +2417,66 @@ async fn only_a_child_of_the_close_tip_becomes_the_draw_block(b: Backend) {
     };
     // A branch replaces the close-time tip h10 and builds on it.
     s.unwind_above(9).await.unwrap();
-    s.connect_block(10, "x10", &[], &[]).await.unwrap();
-    s.connect_block(11, "x11", &[], &[]).await.unwrap();
-    assert_eq!(draw(round.id).await, (Some(10), Some("h10".into()), None));
+    s.connect_block(10, block(b'x', 10), &[], &[])
+        .await
+        .unwrap();
+    s.connect_block(11, block(b'x', 11), &[], &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        draw(round.id).await,
+        (Some(10), Some(block(b'h', 10).to_string()), None)
+    );
     assert!(s
         .move_round(round.id, RoundStatus::Closing, RoundStatus::Drawing)
         .await
         .unwrap());
     assert!(s
-        .anchor_draw_again(round.id, "h10", (11, "x11"), "replaced")
+        .anchor_draw_again(round.id, block(b'h', 10), (11, block(b'x', 11)), "replaced")
         .await
         .unwrap());
     assert!(
-        !s.anchor_draw_again(round.id, "h10", (11, "x11"), "replaced")
+        !s.anchor_draw_again(round.id, block(b'h', 10), (11, block(b'x', 11)), "replaced")
             .await
             .unwrap(),
         "once"
     );
-    s.connect_block(12, "x12", &[], &[]).await.unwrap();
+    s.connect_block(12, block(b'x', 12), &[], &[])
+        .await
+        .unwrap();
     assert_eq!(
         draw(round.id).await,
-        (Some(11), Some("x11".into()), Some("x12".into()))
+        (
+            Some(11),
+            Some(block(b'x', 11).to_string()),
+            Some(block(b'x', 12).to_string())
+        )
     );
 }
 
 mod bumps;
+
+/// The chain bookkeeping's hashes are decoded where they are read: a
+/// stored hash that is not one is reported with its height and text, not
+/// handed up as text.
+async fn a_stored_block_hash_that_is_not_one_is_a_typed_error(b: Backend) {
+    let db = TestDb::new(b).await;
+    let s = &db.store;
+    s.migrate().await.unwrap();
+    s.record_start_block(9, block(b'h', 9)).await.unwrap();
+    assert_eq!(s.synced_tip().await.unwrap(), Some((9, block(b'h', 9))));
+    sqlx::query("INSERT INTO blocks (height, hash) VALUES (10, 'h10')")
+        .execute(s.pool())
+        .await
+        .unwrap();
+    for read in [
+        s.synced_tip().await.map(|_| ()),
+        s.synced_hash(10).await.map(|_| ()),
+    ] {
+        assert!(
+            matches!(&read, Err(StoreError::StoredBlockHash { height: 10, text, .. }) if text == "h10"),
+            "{read:?}"
+        );
+    }
+    assert_eq!(s.synced_hash(9).await.unwrap(), Some(block(b'h', 9)));
+}

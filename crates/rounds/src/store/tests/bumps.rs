@@ -97,8 +97,8 @@ async fn bump_a_confirmed_replacement_debits_the_user_once(b: Backend) {
         .is_none());
     s.mark_broadcast(new).await.unwrap();
     let watched = s.unconfirmed_txids().await.unwrap();
-    assert!(watched.contains(&OLD.to_string()) && watched.contains(&NEW.to_string()));
-    s.connect_block(11, "h11", &[NEW.parse().unwrap()], &[])
+    assert!(watched.contains(&OLD.parse().unwrap()) && watched.contains(&NEW.parse().unwrap()));
+    s.connect_block(11, block(b'h', 11), &[NEW.parse().unwrap()], &[])
         .await
         .unwrap();
     assert_eq!(s.balances(user, 1).await.unwrap(), (89_000, 89_000, false));
@@ -126,7 +126,7 @@ async fn bump_the_old_version_confirming_after_the_bump_wins_once(b: Backend) {
     let (user, old, new) = bumped_withdrawal(s).await;
     s.mark_broadcast(new).await.unwrap();
     // The chain takes the old version after the bump went out.
-    s.connect_block(11, "h11", &[OLD.parse().unwrap()], &[])
+    s.connect_block(11, block(b'h', 11), &[OLD.parse().unwrap()], &[])
         .await
         .unwrap();
     assert_eq!(status(s, old).await, TransferStatus::Broadcast);
@@ -147,13 +147,13 @@ async fn bump_the_old_version_confirming_after_the_bump_wins_once(b: Backend) {
         .unwrap()
         .is_empty());
     // The same block again (another process) changes nothing.
-    s.connect_block(11, "h11", &[OLD.parse().unwrap()], &[])
+    s.connect_block(11, block(b'h', 11), &[OLD.parse().unwrap()], &[])
         .await
         .unwrap();
     assert_eq!(s.balances(user, 1).await.unwrap(), (89_800, 89_800, false));
     // A reorganisation that mines the replacement instead moves the ledger once more.
     s.unwind_above(10).await.unwrap();
-    s.connect_block(11, "n11", &[NEW.parse().unwrap()], &[])
+    s.connect_block(11, block(b'n', 11), &[NEW.parse().unwrap()], &[])
         .await
         .unwrap();
     assert_eq!(status(s, old).await, TransferStatus::Superseded);
@@ -219,7 +219,7 @@ async fn bump_a_payout_replacement_keeps_one_live_payout_per_round(b: Backend) {
     let t = assert_balanced(s).await;
     assert_eq!((t.commission_paid_sats, t.miner_fees_sats), (10_000, 1_000));
     s.mark_broadcast(new).await.unwrap();
-    s.connect_block(11, "h11", &[OLD.parse().unwrap()], &[])
+    s.connect_block(11, block(b'h', 11), &[OLD.parse().unwrap()], &[])
         .await
         .unwrap();
     let detail = s.round_detail(round.id).await.unwrap().unwrap();
