@@ -14,8 +14,9 @@
 //! typed hashes, a [`domain::transfer::Transfer`]), which the services
 //! return and `http/views.rs` renders; only [`service::StoreError`] is
 //! re-exported by the service, and no service field or return value holds
-//! a store row. Txids are [`bitcoin::Txid`] from the row read to the view
-//! (the audit log aside, which quotes what it records as stored), and the
+//! a store row. Txids are [`bitcoin::Txid`] and block hashes
+//! [`bitcoin::BlockHash`] from the row read to the view (the audit log
+//! aside, which quotes what it records as stored), and the
 //! draw's raw columns never leave `store/rounds.rs`: the engine writes a
 //! [`domain::phase::DrawResult`]. No service holds bytes rendered for HTTP.
 //! The domain knows nothing of axum, sqlx or tokio; the store knows nothing
