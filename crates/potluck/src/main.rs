@@ -76,10 +76,17 @@ fn main() -> anyhow::Result<()> {
 
 /// The async runtime of every subcommand: `threads` workers, else one per core.
 fn runtime(threads: Option<NonZeroUsize>) -> anyhow::Result<tokio::runtime::Runtime> {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = threads {
-        builder.worker_threads(n.get());
-    }
+    let mut builder = match threads {
+        // One thread: every task on the thread that waits for the service, with none of
+        // the multi-thread scheduler's hand-offs (docs/node.md, "Threads").
+        Some(n) if n.get() == 1 => tokio::runtime::Builder::new_current_thread(),
+        Some(n) => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(n.get());
+            b
+        }
+        None => tokio::runtime::Builder::new_multi_thread(),
+    };
     builder
         .enable_all()
         .build()

@@ -104,8 +104,8 @@ pub struct NodeArgs {
     pub max_forward_share_percent: u8,
     /// Threads that run the node's tasks (peers, channels, the control API). One is the
     /// default: on the measured hub it did the same work for less CPU and fewer flushes
-    /// than one thread per core (docs/node.md, "Threads"); SQLite writes on a thread of
-    /// its own either way.
+    /// than one thread per core (docs/node.md, "Threads"), and one is tokio's
+    /// current-thread runtime; SQLite writes on a thread of its own either way.
     #[arg(long, env = "POTLUCK_RUNTIME_THREADS", default_value_t = std::num::NonZeroUsize::MIN,
           value_parser = runtime_threads)]
     pub runtime_threads: std::num::NonZeroUsize,
