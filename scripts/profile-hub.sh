@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Where the node under test's CPU goes (docs/benchmarks.md, "Node under test"):
+# runs hub_bench with perf recording the hub (the release `potluck node`) from
+# its start to its end, then groups the samples (scripts/perf-groups.py).
+# Needs perf; perf's own overhead raises the bench's figures while it records,
+# so read the shares, not the bench's line.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CHANNELS=${CHANNELS:-100}
+PAIRS=${PAIRS:-300}
+OUT=${OUT:-target/hub-profile}
+mkdir -p "$OUT"
+command -v perf >/dev/null 2>&1 || { echo "perf is needed" >&2; exit 1; }
+cargo build --release -q -p potluck -p potluck-node --example hub_bench
+POTLUCK_BIN=target/release/potluck target/release/examples/hub_bench "$CHANNELS" "$PAIRS" \
+  > "$OUT/bench.txt" 2>&1 &
+bench=$!
+hub=""
+for _ in $(seq 100); do
+  hub=$(pgrep -n -f "target/release/potluck node --listen" || true)
+  [ -n "$hub" ] && break
+  sleep 0.1
+done
+[ -n "$hub" ] || { echo "the hub did not start" >&2; kill "$bench"; exit 1; }
+# perf stops by itself when the hub exits at the bench's end.
+perf record -q -F 1999 --call-graph dwarf,8192 -o "$OUT/perf.data" -p "$hub" 2>/dev/null || true
+wait "$bench"
+tail -n 1 "$OUT/bench.txt"
+perf script -i "$OUT/perf.data" -F comm,tid,ip,sym 2>/dev/null > "$OUT/perf.txt"
+python3 scripts/perf-groups.py "$OUT/perf.txt"
