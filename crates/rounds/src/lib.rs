@@ -379,6 +379,13 @@ mod layering {
             .join("\n")
     }
 
+    /// What follows `pub ` or `pub(crate) ` on `line`, if it declares a public item.
+    fn public_item(line: &str) -> Option<&str> {
+        let l = line.trim();
+        l.strip_prefix("pub(crate) ")
+            .or_else(|| l.strip_prefix("pub "))
+    }
+
     /// The `pub` fields and the return types of the `pub` functions in
     /// `text` (`pub(crate)` included: HTTP is in the crate), each as
     /// `(line, text)`.
@@ -386,11 +393,7 @@ mod layering {
         let mut found = Vec::new();
         let lines: Vec<&str> = text.lines().collect();
         for (i, line) in lines.iter().enumerate() {
-            let l = line.trim();
-            let Some(rest) = l
-                .strip_prefix("pub(crate) ")
-                .or_else(|| l.strip_prefix("pub "))
-            else {
+            let Some(rest) = public_item(line) else {
                 continue;
             };
             if rest.starts_with("fn ") || rest.starts_with("async fn ") {
@@ -511,11 +514,7 @@ mod layering {
         let lines: Vec<&str> = text.lines().collect();
         let mut found = Vec::new();
         for (i, line) in lines.iter().enumerate() {
-            let l = line.trim();
-            let Some(rest) = l
-                .strip_prefix("pub(crate) ")
-                .or_else(|| l.strip_prefix("pub "))
-            else {
+            let Some(rest) = public_item(line) else {
                 continue;
             };
             let Some(rest) = rest
