@@ -100,11 +100,13 @@ impl Store {
 
     /// Txids of our transactions and outputs that are not confirmed (every
     /// version of a bumped transfer: whichever one a block holds wins),
-    /// each once.
+    /// each once. A stored txid that does not decode is left out with a
+    /// warning naming its row: no block can hold it, and the engine sets
+    /// its transfer aside (failing here would stop the chain watcher, and
+    /// every round behind it, on one bad row).
     ///
     /// # Errors
-    /// Database failures; [`StoreError::StoredTxid`] when a stored txid is
-    /// not one.
+    /// Database failures.
     pub async fn unconfirmed_txids(&self) -> Result<Vec<Txid>, StoreError> {
         // Two reads rather than a `UNION`, so that a txid that does not
         // decode is reported with its table and row.
@@ -121,11 +123,17 @@ impl Store {
         .bind(TransferStatus::Superseded)
         .fetch_all(self.pool())
         .await?;
-        let mut txids = outputs
-            .iter()
-            .map(|r| txid_column(r, "outputs"))
-            .chain(transfers.iter().map(|r| txid_column(r, "transfers")))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut txids = Vec::with_capacity(outputs.len() + transfers.len());
+        let outputs = outputs.iter().map(|r| (r, "outputs"));
+        for (row, table) in outputs.chain(transfers.iter().map(|r| (r, "transfers"))) {
+            match txid_column(row, table) {
+                Ok(txid) => txids.push(txid),
+                Err(e @ StoreError::StoredTxid { .. }) => {
+                    tracing::warn!(error = %e, "a stored txid that is not one is not watched");
+                }
+                Err(e) => return Err(e),
+            }
+        }
         txids.sort_unstable();
         txids.dedup();
         Ok(txids)

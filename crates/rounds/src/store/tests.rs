@@ -170,6 +170,7 @@ both_backends!(
     a_payment_reads_a_bounded_number_of_coins_and_no_dust,
     only_a_child_of_the_close_tip_becomes_the_draw_block,
     a_stored_block_hash_that_is_not_one_is_a_typed_error,
+    a_transfer_whose_txid_is_not_one_is_not_watched_and_the_others_are,
 );
 
 /// A bet is answered once its broadcast is accepted, before its mark
@@ -2479,4 +2480,35 @@ async fn a_stored_block_hash_that_is_not_one_is_a_typed_error(b: Backend) {
         );
     }
     assert_eq!(s.synced_hash(9).await.unwrap(), Some(block(b'h', 9)));
+}
+
+/// A signed transfer whose stored txid does not decode (a row written
+/// around the API; the engine sets it aside) cannot be in any block: the
+/// watched txids leave it out instead of failing, so the chain watcher,
+/// and every round behind it, goes on.
+async fn a_transfer_whose_txid_is_not_one_is_not_watched_and_the_others_are(b: Backend) {
+    let db = TestDb::new(b).await;
+    let s = &db.store;
+    s.migrate().await.unwrap();
+    let good = "11".repeat(32);
+    for (txid, status) in [
+        ("not-a-transaction", "signed"),
+        (good.as_str(), "broadcast"),
+    ] {
+        sqlx::query(
+            "INSERT INTO transfers (kind, user_id, round_id, txid, vout, raw_tx, amount_sats, \
+             fee_sats, commission_sats, address, status, created_at) \
+             VALUES ('withdrawal', NULL, NULL, $1, -1, 'zz', 0, 0, 0, NULL, $2, 0)",
+        )
+        .bind(txid)
+        .bind(status)
+        .execute(s.pool())
+        .await
+        .unwrap();
+    }
+    let watched = s.unconfirmed_txids().await;
+    assert!(
+        matches!(&watched, Ok(w) if *w == vec![good.parse::<bitcoin::Txid>().unwrap()]),
+        "{watched:?}"
+    );
 }
