@@ -432,41 +432,21 @@ async fn bench() {
     let warm = steady_state(&hub, &peers, pairs, per_channel, expiry).await;
 
     let (baseline, bound) = sequential_bound(pairs, &hub, &peers[0], one).await;
-    println!("  one channel's pairs: {}", distribution_us(&pair_times, 0));
-    println!("connect+handshake (TCP, v3 handshake, authenticate, hello): {connect_ms:.2} ms");
-    println!(
-        "HTLC add+fulfill pairs/s, one channel: {one:.0}  ({:.1}% of the in-memory state machines)",
-        one / baseline * 100.0
-    );
-    println!(
-        "HTLC add+fulfill pairs/s, {channels} channels in parallel: {all:.0}  ({:.2}x one channel)",
-        all / one
-    );
-    println!(
-        "steady state (after {WARM_PAIRS} more pairs on every channel, directions alternating): one channel {:.0} pairs/s ({:.0}% of the bound from the medians, pairs median {:.0} us, mean {:.0} us); {channels} channels in parallel {:.0} pairs/s; CPU per pair {:.2} / {:.2} ms",
-        warm.one,
-        warm.one / bound * 100.0,
-        median(warm.times.clone()) * 1e6,
-        mean(&warm.times) * 1e6,
-        warm.all,
-        warm.one_cpu_ms,
-        warm.all_cpu_ms
-    );
-    println!("baseline, in-memory state machines without IO: {baseline:.0} pairs/s");
-    println!(
-        "CPU time per pair, both ends and the bench's client (user + system): one channel {one_cpu_ms:.2} ms, {channels} channels in parallel {all_cpu_ms:.2} ms; in-memory pair {:.2} ms; cores kept busy: one channel {:.2}, {channels} channels {:.2}",
-        1000.0 / baseline,
-        one_cpu_ms * one / 1000.0,
-        all_cpu_ms * all / 1000.0
-    );
-    println!(
-        "memory per idle channel (both ends, RSS growth / {channels}): {per_channel_kib:.0} KiB"
-    );
-    println!(
-        "CPU of {} idle nodes with {channels} open channels: {:.1}% of one core",
-        channels + 1,
-        idle_cpu * 100.0
-    );
+    Report {
+        channels,
+        pair_times,
+        connect_ms,
+        one,
+        one_cpu_ms,
+        all,
+        all_cpu_ms,
+        warm,
+        baseline,
+        bound,
+        per_channel_kib,
+        idle_cpu,
+    }
+    .print();
     print_memory(
         channels,
         [
@@ -477,6 +457,81 @@ async fn bench() {
             &mem_channels,
         ],
     );
+}
+
+/// What one run measured, printed by [`Report::print`] (memory apart).
+struct Report {
+    channels: usize,
+    /// One channel's pair times, s.
+    pair_times: Vec<f64>,
+    connect_ms: f64,
+    /// One channel's pairs/s and CPU per pair.
+    one: f64,
+    one_cpu_ms: f64,
+    /// Every channel's pairs/s and CPU per pair.
+    all: f64,
+    all_cpu_ms: f64,
+    warm: Warm,
+    /// The in-memory state machines' pairs/s and one channel's bound.
+    baseline: f64,
+    bound: f64,
+    per_channel_kib: f64,
+    /// Cores kept busy by the idle nodes.
+    idle_cpu: f64,
+}
+
+impl Report {
+    fn print(&self) {
+        let Report {
+            channels,
+            ref pair_times,
+            connect_ms,
+            one,
+            one_cpu_ms,
+            all,
+            all_cpu_ms,
+            ref warm,
+            baseline,
+            bound,
+            per_channel_kib,
+            idle_cpu,
+        } = *self;
+        println!("  one channel's pairs: {}", distribution_us(pair_times, 0));
+        println!("connect+handshake (TCP, v3 handshake, authenticate, hello): {connect_ms:.2} ms");
+        println!(
+            "HTLC add+fulfill pairs/s, one channel: {one:.0}  ({:.1}% of the in-memory state machines)",
+            one / baseline * 100.0
+        );
+        println!(
+            "HTLC add+fulfill pairs/s, {channels} channels in parallel: {all:.0}  ({:.2}x one channel)",
+            all / one
+        );
+        println!(
+            "steady state (after {WARM_PAIRS} more pairs on every channel, directions alternating): one channel {:.0} pairs/s ({:.0}% of the bound from the medians, pairs median {:.0} us, mean {:.0} us); {channels} channels in parallel {:.0} pairs/s; CPU per pair {:.2} / {:.2} ms",
+            warm.one,
+            warm.one / bound * 100.0,
+            median(warm.times.clone()) * 1e6,
+            mean(&warm.times) * 1e6,
+            warm.all,
+            warm.one_cpu_ms,
+            warm.all_cpu_ms
+        );
+        println!("baseline, in-memory state machines without IO: {baseline:.0} pairs/s");
+        println!(
+            "CPU time per pair, both ends and the bench's client (user + system): one channel {one_cpu_ms:.2} ms, {channels} channels in parallel {all_cpu_ms:.2} ms; in-memory pair {:.2} ms; cores kept busy: one channel {:.2}, {channels} channels {:.2}",
+            1000.0 / baseline,
+            one_cpu_ms * one / 1000.0,
+            all_cpu_ms * all / 1000.0
+        );
+        println!(
+            "memory per idle channel (both ends, RSS growth / {channels}): {per_channel_kib:.0} KiB"
+        );
+        println!(
+            "CPU of {} idle nodes with {channels} open channels: {:.1}% of one core",
+            channels + 1,
+            idle_cpu * 100.0
+        );
+    }
 }
 
 /// Mean time of a connect + v3 handshake against the hub's listener, a fresh session each.
