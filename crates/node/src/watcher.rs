@@ -90,7 +90,7 @@ pub(crate) async fn followed_transaction(
 const MAX_REORG_DEPTH: u32 = 2016;
 
 /// How often the tip is polled.
-pub(crate) const POLL: Duration = Duration::from_millis(250);
+const POLL: Duration = Duration::from_millis(250);
 
 /// Runs until shutdown.
 pub(crate) async fn run(node: Arc<Node>) {

@@ -11,8 +11,6 @@ pub(crate) struct HangingChain {
     stalled: watch::Sender<bool>,
     /// How many requests wait at the switch now.
     waiting: watch::Sender<usize>,
-    /// How many times the tip was asked for.
-    tips: std::sync::atomic::AtomicU32,
 }
 
 impl HangingChain {
@@ -22,18 +20,7 @@ impl HangingChain {
             inner,
             stalled: watch::channel(false).0,
             waiting: watch::channel(0).0,
-            tips: std::sync::atomic::AtomicU32::new(0),
         }
-    }
-
-    /// The chain behind the switch.
-    pub(crate) fn inner(&self) -> &DevChain {
-        &self.inner
-    }
-
-    /// How many times the tip was asked for so far.
-    pub(crate) fn tips_asked(&self) -> u32 {
-        self.tips.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Holds (`true`) or releases (`false`) every request.
@@ -62,7 +49,6 @@ impl HangingChain {
 impl Chain for HangingChain {
     fn tip(&self) -> ChainFuture<'_, Tip> {
         Box::pin(async move {
-            self.tips.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             self.gate().await;
             self.inner.tip().await
         })

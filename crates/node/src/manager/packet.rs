@@ -1,6 +1,7 @@
 //! The peer's entry point: a packet for its channel, creating one when the peer opens.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use channel::{AnchorRole, State};
 use secp256k1::PublicKey;
@@ -9,6 +10,10 @@ use wire::Packet;
 
 use super::registry::{Abandoned, Slot};
 use super::{unix_now, Manager};
+
+/// How long an incoming HTLC's expiry check waits for the chain's height before it takes
+/// the last one seen (docs/node.md, "Defences").
+const EXPIRY_TIP_WAIT: Duration = Duration::from_secs(2);
 
 /// Why a packet was refused; the peer is told with an `error` packet and the session ends.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -201,12 +206,11 @@ impl Manager {
         }
     }
 
-    /// Expiry checks depend on the height: for an HTLC packet, the chain's (asked at most
-    /// once per [`super::fresh_tip::FRESH_FOR`]), not our watcher's last pass. Asked before the
-    /// channel's lock is taken and bounded: a slow or hung bitcoind must not hold the
-    /// channel (the owner's control calls, the watcher) for its RPC time-out; a chain that
-    /// does not answer in time leaves the height of the last pass, as an unreachable one
-    /// always did.
+    /// Expiry checks depend on the height: for an HTLC packet, ask the chain, not our
+    /// watcher's last pass. Asked before the channel's lock is taken and bounded: a slow or
+    /// hung bitcoind must not hold the channel (the owner's control calls, the watcher) for
+    /// its RPC time-out; a chain that does not answer in time leaves the height of the last
+    /// pass, as an unreachable one always did.
     async fn tip_for_expiry_checks(&self, pkt: &Packet) -> Option<u32> {
         if !matches!(
             pkt,
@@ -214,7 +218,11 @@ impl Manager {
         ) {
             return None;
         }
-        self.fresh_tip.height(self.chain.as_ref()).await
+        tokio::time::timeout(EXPIRY_TIP_WAIT, self.chain.tip())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .map(|tip| tip.height)
     }
 }
 
