@@ -9,15 +9,20 @@ cd "$(dirname "$0")/.."
 CHANNELS=${CHANNELS:-100}
 PAIRS=${PAIRS:-300}
 OUT=${OUT:-target/hub-profile}
+# The hub's binary: this tree's release build unless POTLUCK_BIN names another
+# (an older commit's, to compare).
+BIN=${POTLUCK_BIN:-target/release/potluck}
 mkdir -p "$OUT"
 command -v perf >/dev/null 2>&1 || { echo "perf is needed" >&2; exit 1; }
-cargo build --release -q -p potluck -p potluck-node --example hub_bench
-POTLUCK_BIN=target/release/potluck target/release/examples/hub_bench "$CHANNELS" "$PAIRS" \
+# Two builds: with `--example`, cargo would build the example alone, not the binary.
+cargo build --release -q -p potluck
+cargo build --release -q -p potluck-node --example hub_bench
+POTLUCK_BIN=$BIN target/release/examples/hub_bench "$CHANNELS" "$PAIRS" \
   > "$OUT/bench.txt" 2>&1 &
 bench=$!
 hub=""
 for _ in $(seq 100); do
-  hub=$(pgrep -n -f "target/release/potluck node --listen" || true)
+  hub=$(pgrep -n -f "$BIN node --listen" || true)
   [ -n "$hub" ] && break
   sleep 0.1
 done
