@@ -16,7 +16,7 @@ use crate::node::{Identity, Node};
 pub(crate) use hanging::HangingChain;
 pub(crate) use scripted::{Anchor, ScriptedPeer};
 
-mod hanging;
+pub(crate) mod hanging;
 mod scripted;
 
 /// Waits until `$cond` (an expression that may `.await`) holds, stepping every node's

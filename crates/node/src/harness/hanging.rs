@@ -1,6 +1,8 @@
 //! A chain that hangs on demand: every request waits while it is stalled, as a bitcoind
 //! that keeps its connections open and answers nothing.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use bitcoin::{Block, BlockHash, OutPoint, Transaction, Txid};
 use chain::{Chain, ChainFuture, DevChain, FeePolicy, Tip, TipStream, TxStatus, UnspentOutput};
 use tokio::sync::watch;
@@ -9,8 +11,12 @@ use tokio::sync::watch;
 pub(crate) struct HangingChain {
     inner: DevChain,
     stalled: watch::Sender<bool>,
-    /// How many requests wait at the switch now.
+    /// Holds the tip's answers once read, as a reply on its way back.
+    answers_held: watch::Sender<bool>,
+    /// How many requests wait at a switch now.
     waiting: watch::Sender<usize>,
+    /// How many times the tip was asked for.
+    tips: AtomicU32,
 }
 
 impl HangingChain {
@@ -19,8 +25,26 @@ impl HangingChain {
         HangingChain {
             inner,
             stalled: watch::channel(false).0,
+            answers_held: watch::channel(false).0,
             waiting: watch::channel(0).0,
+            tips: AtomicU32::new(0),
         }
+    }
+
+    /// The chain behind the switch.
+    pub(crate) fn inner(&self) -> &DevChain {
+        &self.inner
+    }
+
+    /// How many times the tip was asked for so far.
+    pub(crate) fn tips_asked(&self) -> u32 {
+        self.tips.load(Ordering::SeqCst)
+    }
+
+    /// Holds (`true`) or releases (`false`) the tip's answers after the chain read them,
+    /// so that a block mined meanwhile is missing from them.
+    pub(crate) fn hold_answers(&self, on: bool) {
+        self.answers_held.send_replace(on);
     }
 
     /// Holds (`true`) or releases (`false`) every request.
@@ -36,7 +60,11 @@ impl HangingChain {
     }
 
     async fn gate(&self) {
-        let mut released = self.stalled.subscribe();
+        self.wait_at(&self.stalled).await;
+    }
+
+    async fn wait_at(&self, switch: &watch::Sender<bool>) {
+        let mut released = switch.subscribe();
         if *released.borrow() {
             self.waiting.send_modify(|n| *n += 1);
             // The sender lives as long as `self`: the wait ends only on a release.
@@ -49,8 +77,11 @@ impl HangingChain {
 impl Chain for HangingChain {
     fn tip(&self) -> ChainFuture<'_, Tip> {
         Box::pin(async move {
+            self.tips.fetch_add(1, Ordering::SeqCst);
             self.gate().await;
-            self.inner.tip().await
+            let tip = self.inner.tip().await;
+            self.wait_at(&self.answers_held).await;
+            tip
         })
     }
 

@@ -12,6 +12,7 @@ mod command;
 mod crash;
 mod exec;
 pub(crate) mod forward;
+mod fresh_tip;
 mod invoice;
 mod onchain_forward;
 mod packet;
@@ -88,6 +89,8 @@ pub(crate) struct Manager {
     /// that two openings with one peer (two `open` calls, or ours and the peer's) cannot
     /// both pass the check.
     openings: tokio::sync::Mutex<()>,
+    /// The chain's height for incoming HTLCs' expiry checks.
+    fresh_tip: fresh_tip::FreshTip,
     /// Set when the node died at a crash point (in-process tests).
     #[cfg(test)]
     crashed: tokio::sync::watch::Sender<bool>,
@@ -122,6 +125,7 @@ impl Manager {
             forwards: relay::Forwards::default(),
             payment_ends: route::PaymentEnds::default(),
             openings: tokio::sync::Mutex::new(()),
+            fresh_tip: fresh_tip::FreshTip::default(),
             #[cfg(test)]
             crashed: tokio::sync::watch::Sender::new(false),
         }

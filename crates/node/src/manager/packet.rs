@@ -1,7 +1,6 @@
 //! The peer's entry point: a packet for its channel, creating one when the peer opens.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use channel::{AnchorRole, State};
 use secp256k1::PublicKey;
@@ -10,10 +9,6 @@ use wire::Packet;
 
 use super::registry::{Abandoned, Slot};
 use super::{unix_now, Manager};
-
-/// How long an incoming HTLC's expiry check waits for the chain's height before it takes
-/// the last one seen (docs/node.md, "Defences").
-const EXPIRY_TIP_WAIT: Duration = Duration::from_secs(2);
 
 /// Why a packet was refused; the peer is told with an `error` packet and the session ends.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -206,7 +201,8 @@ impl Manager {
         }
     }
 
-    /// Expiry checks depend on the height: for an HTLC packet, ask the chain, not our
+    /// Expiry checks depend on the height: for an HTLC packet, ask the chain (a question
+    /// sent after the packet came, shared with the checks that came with it), not our
     /// watcher's last pass. Asked before the channel's lock is taken and bounded: a slow or
     /// hung bitcoind must not hold the channel (the owner's control calls, the watcher) for
     /// its RPC time-out; a chain that does not answer in time leaves the height of the last
@@ -218,11 +214,7 @@ impl Manager {
         ) {
             return None;
         }
-        tokio::time::timeout(EXPIRY_TIP_WAIT, self.chain.tip())
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .map(|tip| tip.height)
+        self.fresh_tip.height(&self.chain).await
     }
 }
 
