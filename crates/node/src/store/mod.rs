@@ -1224,6 +1224,47 @@ mod tests {
         }
     }
 
+    /// Groups of 2 to 40 channel writes commit through one prepared statement per power of
+    /// two, kept by sqlx (a new shape per group was prepared every commit), and the rows
+    /// that pad a group to its shape write nothing: no snapshot, no record.
+    #[tokio::test]
+    async fn groups_share_a_prepared_statement_per_shape_and_padding_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).await.unwrap();
+        for id in 1..=40 {
+            store
+                .insert_channel(ChannelId(id), &test_peer(), &sample())
+                .await
+                .unwrap();
+        }
+        let mut conn = store.db.lock().await.unwrap();
+        let before = sqlx::Connection::cached_statements_size(&*conn);
+        for n in 2..=40 {
+            let group: Vec<_> = (1..=n)
+                .map(|id| request(id, &format!("s{n}-{id}"), &[]))
+                .collect();
+            write_group(&mut conn, &group).await.unwrap();
+        }
+        let shapes = sqlx::Connection::cached_statements_size(&*conn) - before;
+        assert_eq!(shapes, 6, "2, 4, 8, 16, 32 and 64 rows");
+        // Channel 3 with two records: 3 rows in a statement of 4.
+        write_group(&mut conn, &[request(3, "three", &[5, 6])])
+            .await
+            .unwrap();
+        drop(conn);
+        assert_eq!(snapshot_of(&store, 3).await, "three");
+        for id in (1..=40).filter(|id| *id != 3) {
+            assert_eq!(snapshot_of(&store, id).await, format!("s40-{id}"));
+        }
+        let records = sqlx::query_as::<_, (i64, i64)>(
+            "SELECT channel_id, num FROM revoked_commitments ORDER BY channel_id, num",
+        )
+        .fetch_all(&mut *store.db.lock().await.unwrap())
+        .await
+        .unwrap();
+        assert_eq!(records, vec![(3, 5), (3, 6)]);
+    }
+
     fn claim(n: u8) -> Transaction {
         use bitcoin::hashes::Hash as _;
         Transaction {
