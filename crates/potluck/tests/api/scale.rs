@@ -234,22 +234,34 @@ async fn one_engine_at_a_time_and_the_standby_takes_over_after_sigkill() {
     standby.stop().await;
 }
 
-/// `nginx`, installed from Debian if missing (as the dashboard tests need
-/// Chromium).
+/// `nginx`: `scripts/install-browser.sh` installs it before the tests run; a
+/// test run without that script installs it here, waiting for dpkg's lock
+/// (two scale tests start at once, and one lost the lock to the other).
 fn nginx_binary() -> String {
     let found = || {
         ["/usr/sbin/nginx", "/usr/bin/nginx"]
             .into_iter()
             .find(|p| std::path::Path::new(p).exists())
     };
+    let mut install = String::from("not needed");
     if found().is_none() {
-        let _ = std::process::Command::new("apt-get")
-            .args(["install", "-y", "--no-install-recommends", "nginx-light"])
+        install = match std::process::Command::new("apt-get")
+            .args([
+                "-o",
+                "DPkg::Lock::Timeout=300",
+                "install",
+                "-y",
+                "nginx-light",
+            ])
             .env("DEBIAN_FRONTEND", "noninteractive")
-            .status();
+            .status()
+        {
+            Ok(status) => format!("apt-get install: {status}"),
+            Err(e) => format!("apt-get install: {e}"),
+        };
     }
     found()
-        .expect("nginx is installed (Debian package nginx-light)")
+        .unwrap_or_else(|| panic!("nginx is installed (Debian package nginx-light; {install})"))
         .to_string()
 }
 
