@@ -200,7 +200,9 @@ pub(super) async fn write_group_statements(
     if result.is_err() {
         // A statement failed after BEGIN: nothing of the group is committed; end the
         // transaction so that the next group starts clean (an error here means none is open).
-        let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+        if let Err(e) = sqlx::query("ROLLBACK").execute(&mut *conn).await {
+            tracing::debug!(error = %e, "no transaction left to roll back");
+        }
     }
     result.map(|_| ())
 }
