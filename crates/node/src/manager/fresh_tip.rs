@@ -10,7 +10,7 @@
 //! would pass). They wait for the next question instead, sent as soon as the one on its way
 //! is answered, and share it — the rule a group commit follows for its flush.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chain::Chain;
@@ -20,35 +20,27 @@ use tokio::sync::watch;
 /// (the watcher's), so that a hung bitcoind does not hold the channel.
 pub(crate) const WAIT: Duration = Duration::from_secs(2);
 
-/// An answer from the chain: the question's number and the height, `None` when the chain
-/// failed or did not answer within [`WAIT`].
+/// The questions asked so far, numbered from 1: a question is on its way while
+/// `answered < sent` (one at a time).
 #[derive(Debug, Clone, Copy, Default)]
-struct Answer {
-    question: u64,
-    height: Option<u32>,
-}
-
-/// Which question is on its way.
-#[derive(Debug, Default)]
-struct Asking {
-    /// The number of the last question sent (0: none yet).
+struct Questions {
     sent: u64,
-    /// Whether that question is still on its way.
-    on_its_way: bool,
+    answered: u64,
+    /// The last answer's height, `None` when the chain failed or did not answer within
+    /// [`WAIT`].
+    height: Option<u32>,
 }
 
 /// The questions about the chain's height, shared by the checks that arrive together.
 #[derive(Debug)]
 pub(crate) struct FreshTip {
-    asking: Arc<Mutex<Asking>>,
-    answers: Arc<watch::Sender<Answer>>,
+    questions: Arc<watch::Sender<Questions>>,
 }
 
 impl Default for FreshTip {
     fn default() -> Self {
         Self {
-            asking: Arc::default(),
-            answers: Arc::new(watch::Sender::new(Answer::default())),
+            questions: Arc::new(watch::Sender::new(Questions::default())),
         }
     }
 }
@@ -57,30 +49,18 @@ impl FreshTip {
     /// The chain's height as answered to a question sent after this call began; `None` when
     /// the chain fails or has not answered within [`WAIT`] of this call.
     pub(crate) async fn height(&self, chain: &Arc<dyn Chain>) -> Option<u32> {
-        let mut answers = self.answers.subscribe();
-        // A question on its way now was sent before this check: wait for the next one.
-        let needed = {
-            let mut asking = self.lock();
-            if asking.on_its_way {
-                asking.sent + 1
-            } else {
-                self.send(&mut asking, chain)
-            }
-        };
+        let mut questions = self.questions.subscribe();
+        // Every question sent so far, on its way or answered, was sent before this check.
+        let needed = questions.borrow_and_update().sent + 1;
         let wait = async {
             loop {
-                let answer = *answers.borrow_and_update();
-                if answer.question >= needed {
-                    return answer.height;
+                let now = *questions.borrow_and_update();
+                if now.answered >= needed {
+                    return now.height;
                 }
-                {
-                    let mut asking = self.lock();
-                    if !asking.on_its_way && asking.sent < needed {
-                        self.send(&mut asking, chain);
-                    }
-                }
-                // The sender lives in `self`: `changed` ends with the next answer.
-                if answers.changed().await.is_err() {
+                self.send_if_none_on_its_way(needed, chain);
+                // The sender lives in `self`: `changed` ends with the next change.
+                if questions.changed().await.is_err() {
                     return None;
                 }
             }
@@ -88,33 +68,34 @@ impl FreshTip {
         tokio::time::timeout(WAIT, wait).await.ok().flatten()
     }
 
-    /// Sends the next question; its answer is published by a task of its own, so that a
+    /// Sends question `needed` unless one is on its way (its answer wakes the waiting checks,
+    /// and one of them sends then); the answer is published by a task of its own, so that a
     /// check that gives up (its wait over, its packet dropped) leaves no question unanswered.
-    fn send(&self, asking: &mut Asking, chain: &Arc<dyn Chain>) -> u64 {
-        asking.sent += 1;
-        asking.on_its_way = true;
-        let question = asking.sent;
-        let (state, answers, chain) = (
-            Arc::clone(&self.asking),
-            Arc::clone(&self.answers),
-            Arc::clone(chain),
-        );
+    fn send_if_none_on_its_way(&self, needed: u64, chain: &Arc<dyn Chain>) {
+        let mut question = 0;
+        self.questions.send_if_modified(|q| {
+            if q.answered < q.sent || q.sent >= needed {
+                return false;
+            }
+            q.sent += 1;
+            question = q.sent;
+            true
+        });
+        if question == 0 {
+            return;
+        }
+        let (questions, chain) = (Arc::clone(&self.questions), Arc::clone(chain));
         tokio::spawn(async move {
             let height = tokio::time::timeout(WAIT, chain.tip())
                 .await
                 .ok()
                 .and_then(Result::ok)
                 .map(|tip| tip.height);
-            let mut asking = state.lock().unwrap_or_else(PoisonError::into_inner);
-            asking.on_its_way = false;
-            answers.send_replace(Answer { question, height });
+            questions.send_modify(|q| {
+                q.answered = question;
+                q.height = height;
+            });
         });
-        question
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Asking> {
-        // Nothing in the lock can panic part-way through a change.
-        self.asking.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
