@@ -60,11 +60,32 @@ impl Control {
 struct Peer {
     control: Control,
     _running: node::RunningNode,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
-async fn start_peer(chain: &DevChain) -> Peer {
-    let dir = tempfile::tempdir().unwrap();
+/// Where the peers that only load the hub keep their databases: in memory (`/dev/shm`)
+/// where the machine has it. On disk, their hundred databases' flushes end in block-device
+/// interrupts, and a kernel without IRQ time accounting (`CONFIG_IRQ_TIME_ACCOUNTING`, off
+/// on the machines of docs/benchmarks.md) charges an interrupt's work to whatever task it
+/// interrupted, often the hub: a profile of the busy hub showed ~5 % of its samples
+/// completing block requests, nearly all the peers' (they flush 16 times as often as the
+/// hub). A hub's real peers are other machines, whose disks interrupt other CPUs.
+const LOAD_PEER_DIR: &str = "/dev/shm";
+
+/// How many peers, the first ones, keep their databases on disk beside the hub's: the
+/// one-channel phase's peer and the bound's. A sequential channel waits for both ends'
+/// flushes, as between two real nodes.
+const PEERS_ON_DISK: usize = 2;
+
+fn peer_dir(on_disk: bool) -> tempfile::TempDir {
+    let in_memory = (!on_disk)
+        .then(|| tempfile::Builder::new().tempdir_in(LOAD_PEER_DIR).ok())
+        .flatten();
+    in_memory.unwrap_or_else(|| tempfile::tempdir().unwrap())
+}
+
+async fn start_peer(chain: &DevChain, on_disk: bool) -> Peer {
+    let dir = peer_dir(on_disk);
     let mut config = node::NodeConfig::new(dir.path());
     config.listen = "127.0.0.1:0".parse().unwrap();
     config.rpc_bind = "127.0.0.1:0".parse().unwrap();
@@ -78,7 +99,7 @@ async fn start_peer(chain: &DevChain) -> Peer {
             running.node_id.to_string(),
         ),
         _running: running,
-        _dir: dir,
+        dir,
     }
 }
 
@@ -393,7 +414,8 @@ async fn measure(hub: &Hub, pairs: u32, phase: impl std::future::Future<Output =
     }
 }
 
-/// Every peer's channel at once, `per_channel` pairs each.
+/// Every peer's channel at once, `per_channel` pairs each; `tag`'s low 12 bits are left
+/// for the channel's index (the preimages differ between channels and between calls).
 async fn all_channels(
     hub: &Arc<Control>,
     peers: &[Arc<Peer>],
@@ -405,7 +427,7 @@ async fn all_channels(
     for (i, p) in peers.iter().enumerate() {
         let hub = Arc::clone(hub);
         let p = Arc::clone(p);
-        let tag = (tag + i as u32) << 12;
+        let tag = tag + i as u32;
         tasks.push(tokio::spawn(async move {
             pairs_through(&hub, &p.control, per_channel, tag, expiry).await;
         }));
@@ -485,8 +507,8 @@ async fn bench() {
     let chain = dev.chain.clone();
     let hub = start_hub(&bin, &dev.rpc_url().unwrap(), dev.cookie.as_ref().unwrap()).await;
     let mut peers = Vec::new();
-    for _ in 0..channels {
-        peers.push(start_peer(&chain).await);
+    for i in 0..channels {
+        peers.push(start_peer(&chain, i < PEERS_ON_DISK).await);
     }
 
     open_channels(&chain, &hub, &peers).await;
@@ -500,44 +522,124 @@ async fn bench() {
     // Steady state: SQLite's WAL grows until its first checkpoint (about 333 channel writes);
     // a node that has run a while rewrites it in place.
     let per_channel = (pairs / 10).max(5);
-    all_channels(&hub_control, &peers, per_channel, 1, expiry).await;
+    all_channels(&hub_control, &peers, per_channel, 1 << 12, expiry).await;
 
+    let one_from = boot_clock();
     let one = measure(
         &hub,
         pairs,
         pairs_through(&hub_control, &peers[0].control, pairs, 1 << 20, expiry),
     )
     .await;
-    let n_all = per_channel * channels as u32;
-    let all = measure(
-        &hub,
-        n_all,
-        all_channels(&hub_control, &peers, per_channel, 2 << 20, expiry),
-    )
-    .await;
+    eprintln!(
+        "one channel, sequential: boot clock {one_from:.2}..{:.2} s",
+        boot_clock()
+    );
+    let busy_from = boot_clock();
+    let busy = busy_in_slices(&hub, &hub_control, &peers, per_channel, expiry).await;
+    // For a profile of the busy phase alone: `perf record -k boottime -p PID`, then
+    // `perf script --time FROM,TO`.
+    eprintln!(
+        "busy phase: boot clock {busy_from:.2}..{:.2} s",
+        boot_clock()
+    );
 
     // Baseline, same run: the state machines in memory, and the hub's side of them.
     let mem = in_memory_pairs(pairs * 5);
 
     // Another channel than the traced one: that one has paid out most of its capacity.
     let fresh = &peers.get(1).unwrap_or(&peers[0]).control;
-    let bound = one_channel_against_its_bound(&hub, &hub_control, fresh, pairs, expiry).await;
+    let fresh_dir = peers.get(1).unwrap_or(&peers[0]).dir.path();
+    let bound =
+        one_channel_against_its_bound(&hub, &hub_control, fresh, fresh_dir, pairs, expiry).await;
     let run = Run {
         channels,
-        // The median of this reading and the five taken between the bound's rounds.
+        // The median of this reading, the busy phase's and those between the bound's rounds.
         own_ms: median(
             [mem.acceptor_cpu_s_per_pair]
                 .into_iter()
+                .chain(busy.own_cpu.iter().copied())
                 .chain(bound.own_cpu.iter().copied())
                 .collect(),
         ) * 1000.0,
         own_wall_ms: mem.acceptor_s_per_pair * 1000.0,
         mem_pair_us: 1e6 / mem.pairs_per_s,
         one,
-        all,
+        all: busy.all,
+        all_ratios: busy.ratios,
         bound,
     };
     run.report(&bin, hub.child.id());
+}
+
+/// The busy phase: every channel at once, in slices.
+struct Busy {
+    /// The whole phase, per pair.
+    all: PerPair,
+    /// Per slice: the hub's CPU per pair over its side of a pair in memory read right after.
+    ratios: Vec<f64>,
+    /// Per slice: that baseline, CPU seconds.
+    own_cpu: Vec<f64>,
+}
+
+/// Every channel busy, `per_channel` pairs each, in `SLICES` slices; after each slice the
+/// baseline (the hub's side of a pair in memory) is read again, while the hub is idle. The
+/// machine's speed moves between minutes (the baseline by 1.7x between runs on a shared
+/// machine, docs/benchmarks.md): a slice and the reading next to it see one speed, and the
+/// median of the slices' ratios is the figure, as for the one-channel bound. The tracer
+/// counts system calls over the whole phase; the baseline runs in this process, which it
+/// does not trace.
+async fn busy_in_slices(
+    hub: &Hub,
+    hub_control: &Arc<Control>,
+    peers: &[Arc<Peer>],
+    per_channel: u32,
+    expiry: u32,
+) -> Busy {
+    const SLICES: u32 = 5;
+    let per_slice = (per_channel / SLICES).max(1);
+    let pid = hub.child.id();
+    let tracer = Tracer::attach(pid, hub.dir.path());
+    // perf and strace need a moment to attach to every thread.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (mut cpu_s, mut switches, mut elapsed) = (0.0, 0, 0.0);
+    let (mut ratios, mut own_cpu) = (Vec::new(), Vec::new());
+    let n_slice = f64::from(per_slice) * peers.len() as f64;
+    for slice in 0..SLICES {
+        let before = counters(pid);
+        let start = Instant::now();
+        all_channels(hub_control, peers, per_slice, (2 + slice) << 12, expiry).await;
+        elapsed += start.elapsed().as_secs_f64();
+        let after = counters(pid);
+        let slice_cpu = after.cpu_s - before.cpu_s;
+        cpu_s += slice_cpu;
+        switches += after.switches - before.switches;
+        let mem = in_memory_pairs(per_slice * 50);
+        ratios.push(slice_cpu / n_slice / mem.acceptor_cpu_s_per_pair);
+        own_cpu.push(mem.acceptor_cpu_s_per_pair);
+    }
+    let (tool, counts) = tracer.finish();
+    let n = n_slice * f64::from(SLICES);
+    Busy {
+        all: PerPair {
+            pairs_per_s: n / elapsed,
+            cpu_ms: cpu_s * 1000.0 / n,
+            switches: switches as f64 / n,
+            tool,
+            calls: counts.into_iter().map(|(k, v)| (k, v as f64 / n)).collect(),
+        },
+        ratios,
+        own_cpu,
+    }
+}
+
+/// Seconds since boot (`/proc/uptime`, 10 ms steps): the clock `perf record -k boottime` stamps
+/// its samples with.
+fn boot_clock() -> f64 {
+    std::fs::read_to_string("/proc/uptime")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
 }
 
 /// What one run measured, printed by [`Run::report`].
@@ -551,6 +653,8 @@ struct Run {
     mem_pair_us: f64,
     one: PerPair,
     all: PerPair,
+    /// The busy phase's ratio per slice (CPU per pair over the baseline read next to it).
+    all_ratios: Vec<f64>,
     bound: Bound,
 }
 
@@ -564,6 +668,7 @@ impl Run {
             mem_pair_us,
             one,
             all,
+            all_ratios,
             bound,
         } = self;
         let (channels, own_ms) = (*channels, *own_ms);
@@ -587,6 +692,10 @@ impl Run {
             distribution_us(&bound.commits, 1)
         );
         println!(
+            "the same in the peer's directory (the term of the peer's writes): {}",
+            distribution_us(&bound.peer_commits, 1)
+        );
+        println!(
             "packet round trip {:.1} us, control call round trip {:.1} us to a peer, {:.1} us to the hub (last round; means {:.1}, {:.1}, {:.1})",
             median(bound.pkts.clone()) * 1e6,
             median(bound.ctrl.clone()) * 1e6,
@@ -608,6 +717,15 @@ impl Run {
             );
             println!("  syscalls/pair: {}", p.calls_line());
         }
+        let all_ratio = median(all_ratios.clone());
+        println!(
+            "{channels} channels busy, per slice, CPU/pair over the state machine read after it: {} = median {all_ratio:.1}x",
+            all_ratios
+                .iter()
+                .map(|r| format!("{r:.2}x"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         let ratio = median(bound.ratios.clone());
         println!(
             "one channel, untraced, alternated with its bound: {} = median {:.0}%",
@@ -622,7 +740,7 @@ impl Run {
         println!(
             "node under test: cpu/pair {:.2} ms = {:.1}x its state machine; fdatasync/pair {:.2}; fcntl/pair {:.1}; switches/pair {:.0}; one channel {:.0}% of the sequential bound",
             all.cpu_ms,
-            all.cpu_ms / own_ms,
+            all_ratio,
             all.call("fdatasync") + all.call("fsync"),
             all.call("fcntl"),
             all.switches,
@@ -641,6 +759,8 @@ struct Bound {
     /// write of a snapshot-sized row through sqlx (the bound's term per write).
     fsyncs: Vec<f64>,
     commits: Vec<f64>,
+    /// The same write in the peer's directory: the peer's writes' term.
+    peer_commits: Vec<f64>,
     /// The bytes of that row (a channel's snapshot).
     snapshot_bytes: usize,
     /// Per round: the hub's side of a pair in memory, CPU seconds (more samples of the
@@ -654,10 +774,10 @@ struct Bound {
 
 /// Rounds of sequential pairs on one channel, each followed by the bound measured right
 /// after it: both state machines in memory, each durable write (a snapshot-sized row
-/// committed through sqlx on the hub's disk: the flush, SQLite's work for the row and the
-/// hand-off to sqlx's worker thread, which a raw `fdatasync` leaves out although no write
-/// of a node on these parts can skip it), each packet's one-way trip and the two control
-/// calls, nothing overlapping. On a
+/// committed through sqlx where its node keeps its database, the hub's or the peer's: the
+/// flush, SQLite's work for the row and the hand-off to sqlx's worker thread, which a raw
+/// `fdatasync` leaves out although no write of a node on these parts can skip it), each
+/// packet's one-way trip and the two control calls, nothing overlapping. On a
 /// machine that other work shares, the load moves between minutes; a rate and a bound
 /// measured minutes apart compared the load more than the node (213 % on a loaded run).
 /// Alternating, each round's ratio sees one load, and the median of the rounds is the figure.
@@ -666,6 +786,7 @@ async fn one_channel_against_its_bound(
     hub: &Hub,
     hub_control: &Control,
     peer: &Control,
+    peer_dir: &Path,
     pairs: u32,
     expiry: u32,
 ) -> Bound {
@@ -678,6 +799,7 @@ async fn one_channel_against_its_bound(
         ratios: Vec::new(),
         fsyncs: Vec::new(),
         commits: Vec::new(),
+        peer_commits: Vec::new(),
         snapshot_bytes: 0,
         own_cpu: Vec::new(),
         pkts: Vec::new(),
@@ -698,6 +820,7 @@ async fn one_channel_against_its_bound(
         let mem = in_memory_pairs(per_round * 5);
         let (fsyncs, _) = fsync_latency(hub.dir.path(), 1);
         let commits = sqlite_commit_latency(hub.dir.path(), mem.snapshot_bytes).await;
+        let peer_commits = sqlite_commit_latency(peer_dir, mem.snapshot_bytes).await;
         let pkts = packet_rtt().await;
         // A pair's two control calls: `newhtlc` to the peer (in this process) and
         // `fulfillhtlc` to the hub (another process); each is timed on its own node with
@@ -713,14 +836,16 @@ async fn one_channel_against_its_bound(
         }
         let bound = 1.0
             / (1.0 / mem.pairs_per_s
-                + mem.persists_per_pair * median(commits.clone())
+                + mem.acceptor_persists_per_pair * median(commits.clone())
+                + (mem.persists_per_pair - mem.acceptor_persists_per_pair)
+                    * median(peer_commits.clone())
                 + mem.packets_per_pair * median(pkts.clone()) / 2.0
                 + median(ctrl.clone())
                 + median(ctrl_hub.clone()));
         out.rounds.push((rate, bound));
         out.ratios.push(rate / bound);
-        (out.fsyncs, out.commits, out.pkts, out.ctrl, out.ctrl_hub) =
-            (fsyncs, commits, pkts, ctrl, ctrl_hub);
+        (out.fsyncs, out.commits, out.peer_commits) = (fsyncs, commits, peer_commits);
+        (out.pkts, out.ctrl, out.ctrl_hub) = (pkts, ctrl, ctrl_hub);
         out.snapshot_bytes = mem.snapshot_bytes;
         out.own_cpu.push(mem.acceptor_cpu_s_per_pair);
     }
