@@ -322,6 +322,9 @@ fn peer_of(channel: ChannelId, peer_id: String) -> Result<PublicKey, StoreError>
         .map_err(|_| StoreError::BadPeerId { channel, peer_id })
 }
 
+/// WAL frames after which SQLite checkpoints (its default is 1,000); see [`Store::open`].
+const WAL_AUTOCHECKPOINT: &str = "10000";
+
 impl Store {
     /// Opens (creating) `<data_dir>/node.sqlite`.
     ///
@@ -342,6 +345,13 @@ impl Store {
             .journal_mode(SqliteJournalMode::Wal)
             // FULL: a committed write survives a power cut, not only kill -9.
             .synchronous(SqliteSynchronous::Full)
+            // A checkpoint copies each page the WAL holds once, to scattered places of the
+            // database file (one block request each) and flushes it. The pages a busy node
+            // rewrites are few (one per channel, a few of records), so a checkpoint every
+            // 10,000 frames (a WAL of ~40 MiB) instead of 1,000 copies them a tenth as
+            // often: on hub_bench, 100 busy channels, `pwrite`+`pread` per pair 11.1 → 10.2
+            // and CPU per pair about 2.5 % less. Recovery after a crash reads the WAL.
+            .pragma("wal_autocheckpoint", WAL_AUTOCHECKPOINT)
             .busy_timeout(std::time::Duration::from_secs(10));
         // The one connection serves the group-commit writer, the watcher's pass, the
         // reconnect loop and the control API in turn (a fair lock, not a pool); it is never
@@ -1426,6 +1436,12 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(mode, "exclusive");
+        let every: String = sqlx::query_scalar("PRAGMA wal_autocheckpoint")
+            .fetch_one(&mut *store.db.lock().await.unwrap())
+            .await
+            .map(|n: i64| n.to_string())
+            .unwrap();
+        assert_eq!(every, WAL_AUTOCHECKPOINT);
 
         let other = SqliteConnectOptions::new()
             .filename(dir.path().join("node.sqlite"))
