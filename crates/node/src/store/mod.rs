@@ -1422,6 +1422,34 @@ mod tests {
         );
     }
 
+    /// A snapshot is the channel's JSON object with the version after its fields, byte
+    /// for byte what `#[serde(flatten)]` beside a version field wrote (the encoder splices
+    /// the version in by hand), and it reads back as the channel.
+    #[test]
+    fn a_snapshot_is_the_channel_object_with_its_version_last() {
+        #[derive(serde::Serialize)]
+        struct Flattened<'a> {
+            #[serde(flatten)]
+            channel: &'a channel::Channel,
+            snapshot_version: u64,
+        }
+        let channel = sample();
+        let json = encode_snapshot(ChannelId(1), &channel).unwrap();
+        let flattened = serde_json::to_string(&Flattened {
+            channel: &channel,
+            snapshot_version: SNAPSHOT_VERSION,
+        })
+        .unwrap();
+        assert_eq!(json, flattened);
+        assert!(json.ends_with(&format!(",\"snapshot_version\":{SNAPSHOT_VERSION}}}")));
+        let decoded = decode_snapshot(ChannelId(1), &json).unwrap();
+        assert_eq!(decoded.version, SNAPSHOT_VERSION);
+        assert_eq!(
+            encode_snapshot(ChannelId(1), &decoded.channel).unwrap(),
+            json
+        );
+    }
+
     /// The store is one connection holding SQLite's lock for its life (issue 33: a
     /// transaction then takes no lock, no `fcntl`): another opener of the database, such
     /// as a second node started on the same data directory, is refused while it runs, and
