@@ -60,7 +60,7 @@ impl Control {
 struct Peer {
     control: Control,
     _running: node::RunningNode,
-    dir: tempfile::TempDir,
+    _dir: tempfile::TempDir,
 }
 
 /// Where the peers that only load the hub keep their databases: in memory (`/dev/shm`)
@@ -99,7 +99,7 @@ async fn start_peer(chain: &DevChain, on_disk: bool) -> Peer {
             running.node_id.to_string(),
         ),
         _running: running,
-        dir,
+        _dir: dir,
     }
 }
 
@@ -549,9 +549,7 @@ async fn bench() {
 
     // Another channel than the traced one: that one has paid out most of its capacity.
     let fresh = &peers.get(1).unwrap_or(&peers[0]).control;
-    let fresh_dir = peers.get(1).unwrap_or(&peers[0]).dir.path();
-    let bound =
-        one_channel_against_its_bound(&hub, &hub_control, fresh, fresh_dir, pairs, expiry).await;
+    let bound = one_channel_against_its_bound(&hub, &hub_control, fresh, pairs, expiry).await;
     let run = Run {
         channels,
         // The median of this reading, the busy phase's and those between the bound's rounds.
@@ -691,10 +689,7 @@ impl Run {
             bound.snapshot_bytes,
             distribution_us(&bound.commits, 1)
         );
-        println!(
-            "the same in the peer's directory (the term of the peer's writes): {}",
-            distribution_us(&bound.peer_commits, 1)
-        );
+
         println!(
             "packet round trip {:.1} us, control call round trip {:.1} us to a peer, {:.1} us to the hub (last round; means {:.1}, {:.1}, {:.1})",
             median(bound.pkts.clone()) * 1e6,
@@ -759,8 +754,6 @@ struct Bound {
     /// write of a snapshot-sized row through sqlx (the bound's term per write).
     fsyncs: Vec<f64>,
     commits: Vec<f64>,
-    /// The same write in the peer's directory: the peer's writes' term.
-    peer_commits: Vec<f64>,
     /// The bytes of that row (a channel's snapshot).
     snapshot_bytes: usize,
     /// Per round: the hub's side of a pair in memory, CPU seconds (more samples of the
@@ -774,10 +767,11 @@ struct Bound {
 
 /// Rounds of sequential pairs on one channel, each followed by the bound measured right
 /// after it: both state machines in memory, each durable write (a snapshot-sized row
-/// committed through sqlx where its node keeps its database, the hub's or the peer's: the
-/// flush, SQLite's work for the row and the hand-off to sqlx's worker thread, which a raw
-/// `fdatasync` leaves out although no write of a node on these parts can skip it), each
-/// packet's one-way trip and the two control calls, nothing overlapping. On a
+/// committed through sqlx on the hub's disk, where this channel's peer keeps its database
+/// too ([`PEERS_ON_DISK`]): the flush, SQLite's work for the row and the hand-off to sqlx's
+/// worker thread, which a raw `fdatasync` leaves out although no write of a node on these
+/// parts can skip it), each packet's one-way trip and the two control calls, nothing
+/// overlapping. On a
 /// machine that other work shares, the load moves between minutes; a rate and a bound
 /// measured minutes apart compared the load more than the node (213 % on a loaded run).
 /// Alternating, each round's ratio sees one load, and the median of the rounds is the figure.
@@ -786,7 +780,6 @@ async fn one_channel_against_its_bound(
     hub: &Hub,
     hub_control: &Control,
     peer: &Control,
-    peer_dir: &Path,
     pairs: u32,
     expiry: u32,
 ) -> Bound {
@@ -799,7 +792,6 @@ async fn one_channel_against_its_bound(
         ratios: Vec::new(),
         fsyncs: Vec::new(),
         commits: Vec::new(),
-        peer_commits: Vec::new(),
         snapshot_bytes: 0,
         own_cpu: Vec::new(),
         pkts: Vec::new(),
@@ -820,7 +812,6 @@ async fn one_channel_against_its_bound(
         let mem = in_memory_pairs(per_round * 5);
         let (fsyncs, _) = fsync_latency(hub.dir.path(), 1);
         let commits = sqlite_commit_latency(hub.dir.path(), mem.snapshot_bytes).await;
-        let peer_commits = sqlite_commit_latency(peer_dir, mem.snapshot_bytes).await;
         let pkts = packet_rtt().await;
         // A pair's two control calls: `newhtlc` to the peer (in this process) and
         // `fulfillhtlc` to the hub (another process); each is timed on its own node with
@@ -836,16 +827,14 @@ async fn one_channel_against_its_bound(
         }
         let bound = 1.0
             / (1.0 / mem.pairs_per_s
-                + mem.acceptor_persists_per_pair * median(commits.clone())
-                + (mem.persists_per_pair - mem.acceptor_persists_per_pair)
-                    * median(peer_commits.clone())
+                + mem.persists_per_pair * median(commits.clone())
                 + mem.packets_per_pair * median(pkts.clone()) / 2.0
                 + median(ctrl.clone())
                 + median(ctrl_hub.clone()));
         out.rounds.push((rate, bound));
         out.ratios.push(rate / bound);
-        (out.fsyncs, out.commits, out.peer_commits) = (fsyncs, commits, peer_commits);
-        (out.pkts, out.ctrl, out.ctrl_hub) = (pkts, ctrl, ctrl_hub);
+        (out.fsyncs, out.commits, out.pkts, out.ctrl, out.ctrl_hub) =
+            (fsyncs, commits, pkts, ctrl, ctrl_hub);
         out.snapshot_bytes = mem.snapshot_bytes;
         out.own_cpu.push(mem.acceptor_cpu_s_per_pair);
     }

@@ -56,8 +56,6 @@ pub struct InMemory {
     /// Durable writes (`Action::Persist`, both sides) per pair: each precedes the packet or
     /// the completion that the next step waits for, so all are on the critical path.
     pub persists_per_pair: f64,
-    /// Of those, the accepting side's (the hub's in hub_bench).
-    pub acceptor_persists_per_pair: f64,
     /// Packets per pair (both directions).
     pub packets_per_pair: f64,
     /// Time per pair in the accepting side's calls alone (the side that receives the
@@ -81,8 +79,6 @@ struct Back2Back {
     to_b: Vec<Packet>,
     anchor: Option<(bitcoin::ScriptBuf, Amount)>,
     persists: u64,
-    /// Of `persists`, the accepting side's (b's).
-    acceptor_persists: u64,
     packets: u64,
     /// Time spent in the accepting side's (b's) calls.
     acceptor: Duration,
@@ -119,7 +115,6 @@ impl Back2Back {
             to_b: Vec::new(),
             anchor: None,
             persists: 0,
-            acceptor_persists: 0,
             packets: 0,
             acceptor: Duration::ZERO,
         };
@@ -153,13 +148,7 @@ impl Back2Back {
     fn take(&mut self, actions: Vec<Action>, to: To) {
         for act in actions {
             match act {
-                Action::Persist => {
-                    self.persists += 1;
-                    // b's actions are the ones whose packets go to a.
-                    if matches!(to, To::A) {
-                        self.acceptor_persists += 1;
-                    }
-                }
+                Action::Persist => self.persists += 1,
                 Action::Send(p) => {
                     self.packets += 1;
                     match to {
@@ -215,7 +204,6 @@ impl Back2Back {
 pub fn in_memory_pairs(pairs: u32) -> InMemory {
     let mut pair = Back2Back::live();
     let (persists0, packets0, acceptor0) = (pair.persists, pair.packets, pair.acceptor);
-    let acceptor_persists0 = pair.acceptor_persists;
     let start = Instant::now();
     let cpu0 = thread_cpu_seconds();
     for i in 0..pairs {
@@ -229,7 +217,6 @@ pub fn in_memory_pairs(pairs: u32) -> InMemory {
         acceptor_cpu_s_per_pair: per_pair(cpu * acceptor_wall / elapsed),
         pairs_per_s: f64::from(pairs) / elapsed,
         persists_per_pair: per_pair((pair.persists - persists0) as f64),
-        acceptor_persists_per_pair: per_pair((pair.acceptor_persists - acceptor_persists0) as f64),
         packets_per_pair: per_pair((pair.packets - packets0) as f64),
         acceptor_s_per_pair: per_pair((pair.acceptor - acceptor0).as_secs_f64()),
         snapshot_bytes: serde_json::to_string(&pair.b).map_or(0, |s| s.len()),
