@@ -27,9 +27,15 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 [ -n "$hub" ] || { echo "the hub did not start" >&2; kill "$bench"; exit 1; }
-# perf stops by itself when the hub exits at the bench's end.
-perf record -q -F 1999 --call-graph dwarf,8192 -o "$OUT/perf.data" -p "$hub" 2>/dev/null || true
+# perf stops by itself when the hub exits at the bench's end. Its samples carry
+# the boot clock, which the bench prints at each phase's ends.
+perf record -q -k boottime -F 1999 --call-graph dwarf,8192 -o "$OUT/perf.data" -p "$hub" 2>/dev/null || true
 wait "$bench"
 tail -n 1 "$OUT/bench.txt"
-perf script -i "$OUT/perf.data" -F comm,tid,ip,sym 2>/dev/null > "$OUT/perf.txt"
+# The busy phase alone (PHASE="one channel, sequential" for the other one).
+PHASE=${PHASE:-busy phase}
+window=$(sed -n "s/^$PHASE: boot clock \([0-9.]*\)\.\.\([0-9.]*\) s$/\1,\2/p" "$OUT/bench.txt")
+[ -n "$window" ] || { echo "no '$PHASE' line in $OUT/bench.txt" >&2; exit 1; }
+echo "$PHASE: samples between boot-clock seconds $window"
+perf script -i "$OUT/perf.data" --time "$window" -F comm,tid,ip,sym 2>/dev/null > "$OUT/perf.txt"
 python3 scripts/perf-groups.py "$OUT/perf.txt"
