@@ -310,6 +310,13 @@ impl Tracer {
         }
     }
 
+    /// [`Tracer::attach`], then the moment perf and strace need to attach to every thread.
+    async fn attach_settled(pid: u32, out: &Path) -> Tracer {
+        let tracer = Tracer::attach(pid, out);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        tracer
+    }
+
     /// Stops counting and returns the calls by kind ("total" is every call).
     fn finish(self) -> (&'static str, BTreeMap<String, u64>) {
         let stop = |child: &mut Child| {
@@ -370,6 +377,22 @@ struct PerPair {
 }
 
 impl PerPair {
+    /// `pairs` pairs that took `elapsed` seconds, `cpu_s` of the hub's CPU and `switches`,
+    /// with the system calls `tracer` counted (it stops here).
+    fn of(pairs: f64, elapsed: f64, cpu_s: f64, switches: u64, tracer: Tracer) -> PerPair {
+        let (tool, counts) = tracer.finish();
+        PerPair {
+            pairs_per_s: pairs / elapsed,
+            cpu_ms: cpu_s * 1000.0 / pairs,
+            switches: switches as f64 / pairs,
+            tool,
+            calls: counts
+                .into_iter()
+                .map(|(k, v)| (k, v as f64 / pairs))
+                .collect(),
+        }
+    }
+
     fn call(&self, name: &str) -> f64 {
         self.calls.get(name).copied().unwrap_or(0.0)
     }
@@ -395,23 +418,19 @@ impl PerPair {
 /// Runs `phase` (which completes `pairs` pairs) while counting what the hub does.
 async fn measure(hub: &Hub, pairs: u32, phase: impl std::future::Future<Output = ()>) -> PerPair {
     let pid = hub.child.id();
-    let tracer = Tracer::attach(pid, hub.dir.path());
-    // perf and strace need a moment to attach to every thread.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let tracer = Tracer::attach_settled(pid, hub.dir.path()).await;
     let before = counters(pid);
     let start = Instant::now();
     phase.await;
     let elapsed = start.elapsed().as_secs_f64();
     let after = counters(pid);
-    let (tool, counts) = tracer.finish();
-    let n = f64::from(pairs);
-    PerPair {
-        pairs_per_s: n / elapsed,
-        cpu_ms: (after.cpu_s - before.cpu_s) * 1000.0 / n,
-        switches: (after.switches - before.switches) as f64 / n,
-        tool,
-        calls: counts.into_iter().map(|(k, v)| (k, v as f64 / n)).collect(),
-    }
+    PerPair::of(
+        f64::from(pairs),
+        elapsed,
+        after.cpu_s - before.cpu_s,
+        after.switches - before.switches,
+        tracer,
+    )
 }
 
 /// Every peer's channel at once, `per_channel` pairs each; `tag`'s low 12 bits are left
@@ -597,9 +616,7 @@ async fn busy_in_slices(
     const SLICES: u32 = 5;
     let per_slice = (per_channel / SLICES).max(1);
     let pid = hub.child.id();
-    let tracer = Tracer::attach(pid, hub.dir.path());
-    // perf and strace need a moment to attach to every thread.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let tracer = Tracer::attach_settled(pid, hub.dir.path()).await;
     let (mut cpu_s, mut switches, mut elapsed) = (0.0, 0, 0.0);
     let (mut ratios, mut own_cpu) = (Vec::new(), Vec::new());
     let n_slice = f64::from(per_slice) * peers.len() as f64;
@@ -616,16 +633,14 @@ async fn busy_in_slices(
         ratios.push(slice_cpu / n_slice / mem.acceptor_cpu_s_per_pair);
         own_cpu.push(mem.acceptor_cpu_s_per_pair);
     }
-    let (tool, counts) = tracer.finish();
-    let n = n_slice * f64::from(SLICES);
     Busy {
-        all: PerPair {
-            pairs_per_s: n / elapsed,
-            cpu_ms: cpu_s * 1000.0 / n,
-            switches: switches as f64 / n,
-            tool,
-            calls: counts.into_iter().map(|(k, v)| (k, v as f64 / n)).collect(),
-        },
+        all: PerPair::of(
+            n_slice * f64::from(SLICES),
+            elapsed,
+            cpu_s,
+            switches,
+            tracer,
+        ),
         ratios,
         own_cpu,
     }
@@ -689,7 +704,6 @@ impl Run {
             bound.snapshot_bytes,
             distribution_us(&bound.commits, 1)
         );
-
         println!(
             "packet round trip {:.1} us, control call round trip {:.1} us to a peer, {:.1} us to the hub (last round; means {:.1}, {:.1}, {:.1})",
             median(bound.pkts.clone()) * 1e6,
@@ -699,20 +713,19 @@ impl Run {
             mean(&bound.ctrl) * 1e6,
             mean(&bound.ctrl_hub) * 1e6
         );
-        for (name, p) in [
-            ("one channel, sequential", one),
-            (&*format!("{channels} channels busy"), all),
+        let all_ratio = median(all_ratios.clone());
+        for (name, p, ratio) in [
+            ("one channel, sequential", one, one.cpu_ms / own_ms),
+            (&*format!("{channels} channels busy"), all, all_ratio),
         ] {
             println!(
-                "{name}: {:.0} pairs/s; hub CPU/pair {:.3} ms = {:.1}x its state machine; switches/pair {:.1}",
+                "{name}: {:.0} pairs/s; hub CPU/pair {:.3} ms = {ratio:.1}x its state machine; switches/pair {:.1}",
                 p.pairs_per_s,
                 p.cpu_ms,
-                p.cpu_ms / own_ms,
                 p.switches
             );
             println!("  syscalls/pair: {}", p.calls_line());
         }
-        let all_ratio = median(all_ratios.clone());
         println!(
             "{channels} channels busy, per slice, CPU/pair over the state machine read after it: {} = median {all_ratio:.1}x",
             all_ratios
