@@ -16,6 +16,11 @@
 #[path = "support/mod.rs"]
 mod support;
 
+/// The allocator of the `potluck` binary, so that the baseline (the state machines in
+/// memory, in this process) pays for its allocations what the hub pays for its own.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -378,8 +383,14 @@ struct PerPair {
 
 impl PerPair {
     /// `pairs` pairs that took `elapsed` seconds, `cpu_s` of the hub's CPU and `switches`,
-    /// with the system calls `tracer` counted (it stops here).
-    fn of(pairs: f64, elapsed: f64, cpu_s: f64, switches: u64, tracer: Tracer) -> PerPair {
+    /// with the system calls `tracer` counted (it stops here) over `traced` pairs.
+    fn of(
+        pairs: f64,
+        elapsed: f64,
+        cpu_s: f64,
+        switches: u64,
+        (tracer, traced): (Tracer, f64),
+    ) -> PerPair {
         let (tool, counts) = tracer.finish();
         PerPair {
             pairs_per_s: pairs / elapsed,
@@ -388,7 +399,7 @@ impl PerPair {
             tool,
             calls: counts
                 .into_iter()
-                .map(|(k, v)| (k, v as f64 / pairs))
+                .map(|(k, v)| (k, v as f64 / traced))
                 .collect(),
         }
     }
@@ -429,7 +440,7 @@ async fn measure(hub: &Hub, pairs: u32, phase: impl std::future::Future<Output =
         elapsed,
         after.cpu_s - before.cpu_s,
         after.switches - before.switches,
-        tracer,
+        (tracer, f64::from(pairs)),
     )
 }
 
@@ -456,6 +467,12 @@ async fn all_channels(
     }
 }
 
+/// What each peer is given, and what it puts in its channel: 900,000 sat carry 1,500 pairs
+/// of 600 sat, more than any channel makes in a run (the first: `PAIRS / 10` to warm up,
+/// `PAIRS` sequential, `PAIRS` in the busy phase).
+const FUNDING_SAT: u64 = 1_000_000;
+const CHANNEL_SAT: u64 = 900_000;
+
 /// Each peer funds and opens its channel to the hub: the hub is the acceptor, as a node
 /// that others connect to is. Returns once every channel is live.
 async fn open_channels(chain: &DevChain, hub: &Hub, peers: &[Peer]) {
@@ -473,19 +490,19 @@ async fn open_channels(chain: &DevChain, hub: &Hub, peers: &[Peer]) {
         chain
             .faucet(
                 &addr.assume_checked().script_pubkey(),
-                Amount::from_sat(300_000),
+                Amount::from_sat(FUNDING_SAT),
             )
             .unwrap();
     }
     chain.mine(1, &burn).unwrap();
     for p in peers {
         wait_until("peer funded", async || {
-            p.control.call("listfunds", json!([])).await["total_sat"].as_u64() == Some(300_000)
+            p.control.call("listfunds", json!([])).await["total_sat"].as_u64() == Some(FUNDING_SAT)
         })
         .await;
         p.control.call("connect", json!([hub.p2p])).await;
         p.control
-            .call("open", json!([hub.control.node_id, 250_000]))
+            .call("open", json!([hub.control.node_id, CHANNEL_SAT]))
             .await;
     }
     chain.mine(1, &burn).unwrap();
@@ -540,8 +557,7 @@ async fn bench() {
 
     // Steady state: SQLite's WAL grows until its first checkpoint (about 333 channel writes);
     // a node that has run a while rewrites it in place.
-    let per_channel = (pairs / 10).max(5);
-    all_channels(&hub_control, &peers, per_channel, 1 << 12, expiry).await;
+    all_channels(&hub_control, &peers, (pairs / 10).max(5), 1 << 12, expiry).await;
 
     let one_from = boot_clock();
     let one = measure(
@@ -555,7 +571,7 @@ async fn bench() {
         boot_clock()
     );
     let busy_from = boot_clock();
-    let busy = busy_in_slices(&hub, &hub_control, &peers, per_channel, expiry).await;
+    let busy = busy_in_slices(&hub, &hub_control, &peers, pairs, expiry).await;
     // For a profile of the busy phase alone: `perf record -k boottime -p PID`, then
     // `perf script --time FROM,TO`.
     eprintln!(
@@ -584,6 +600,7 @@ async fn bench() {
         one,
         all: busy.all,
         all_ratios: busy.ratios,
+        traced_cpu_ms: busy.traced_cpu_ms,
         bound,
     };
     run.report(&bin, hub.child.id());
@@ -597,15 +614,20 @@ struct Busy {
     ratios: Vec<f64>,
     /// Per slice: that baseline, CPU seconds.
     own_cpu: Vec<f64>,
+    /// The hub's CPU per pair, ms, in the slice the tracer counted.
+    traced_cpu_ms: f64,
 }
 
 /// Every channel busy, `per_channel` pairs each, in `SLICES` slices; after each slice the
 /// baseline (the hub's side of a pair in memory) is read again, while the hub is idle. The
 /// machine's speed moves between minutes (the baseline by 1.7x between runs on a shared
 /// machine, docs/benchmarks.md): a slice and the reading next to it see one speed, and the
-/// median of the slices' ratios is the figure, as for the one-channel bound. The tracer
-/// counts system calls over the whole phase; the baseline runs in this process, which it
-/// does not trace.
+/// median of the slices' ratios is the figure, as for the one-channel bound. A slice is
+/// `per_channel / 5` pairs on every channel (6,000 at 100 channels and 300 pairs, ~3 s of
+/// the hub's CPU): slices of 600 pairs, as before, were ~0.3 s of CPU, which
+/// `/proc/<pid>/stat` counts in 10 ms steps, and one slice's ratio moved 2.0x-4.3x within
+/// a run. No tracer runs during these slices: the system calls are counted over one more
+/// slice after them, which the CPU figures leave out.
 async fn busy_in_slices(
     hub: &Hub,
     hub_control: &Arc<Control>,
@@ -616,7 +638,6 @@ async fn busy_in_slices(
     const SLICES: u32 = 5;
     let per_slice = (per_channel / SLICES).max(1);
     let pid = hub.child.id();
-    let tracer = Tracer::attach_settled(pid, hub.dir.path()).await;
     let (mut cpu_s, mut switches, mut elapsed) = (0.0, 0, 0.0);
     let (mut ratios, mut own_cpu) = (Vec::new(), Vec::new());
     let n_slice = f64::from(per_slice) * peers.len() as f64;
@@ -633,13 +654,21 @@ async fn busy_in_slices(
         ratios.push(slice_cpu / n_slice / mem.acceptor_cpu_s_per_pair);
         own_cpu.push(mem.acceptor_cpu_s_per_pair);
     }
+    // The system calls, counted over one more slice: perf's tracepoints run in the hub's
+    // system calls and are charged to its CPU (0-16 % more per pair over eight runs,
+    // docs/benchmarks.md), so the slices above run untraced.
+    let tracer = Tracer::attach_settled(pid, hub.dir.path()).await;
+    let before = counters(pid);
+    all_channels(hub_control, peers, per_slice, (2 + SLICES) << 12, expiry).await;
+    let traced_cpu_ms = (counters(pid).cpu_s - before.cpu_s) * 1000.0 / n_slice;
     Busy {
+        traced_cpu_ms,
         all: PerPair::of(
             n_slice * f64::from(SLICES),
             elapsed,
             cpu_s,
             switches,
-            tracer,
+            (tracer, n_slice),
         ),
         ratios,
         own_cpu,
@@ -668,6 +697,8 @@ struct Run {
     all: PerPair,
     /// The busy phase's ratio per slice (CPU per pair over the baseline read next to it).
     all_ratios: Vec<f64>,
+    /// The busy phase's CPU per pair while traced, ms.
+    traced_cpu_ms: f64,
     bound: Bound,
 }
 
@@ -682,6 +713,7 @@ impl Run {
             one,
             all,
             all_ratios,
+            traced_cpu_ms,
             bound,
         } = self;
         let (channels, own_ms) = (*channels, *own_ms);
@@ -726,6 +758,9 @@ impl Run {
             );
             println!("  syscalls/pair: {}", p.calls_line());
         }
+        println!(
+            "  (counted over one more slice, in which the tracer's work raised the hub's CPU/pair to {traced_cpu_ms:.3} ms)"
+        );
         println!(
             "{channels} channels busy, per slice, CPU/pair over the state machine read after it: {} = median {all_ratio:.1}x",
             all_ratios
@@ -798,7 +833,7 @@ async fn one_channel_against_its_bound(
 ) -> Bound {
     const ROUNDS: u32 = 5;
     // 30 pairs a round at 300: with the warm-up and the busy phase, the channel pays
-    // 210 pairs of 600 sat, within its 250,000 sat.
+    // 480 pairs of 600 sat, within its CHANNEL_SAT.
     let per_round = (pairs / 10).max(20);
     let mut out = Bound {
         rounds: Vec::new(),
