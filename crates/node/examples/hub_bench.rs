@@ -16,11 +16,6 @@
 #[path = "support/mod.rs"]
 mod support;
 
-/// The allocator of the `potluck` binary, so that the baseline (the state machines in
-/// memory, in this process) pays for its allocations what the hub pays for its own.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -53,11 +53,6 @@ enum Command {
     Cli(cli_cmd::CliArgs),
 }
 
-/// The process's allocator: mimalloc, not glibc's malloc, whose arenas and free lists
-/// were ~6 % of a busy node's CPU (docs/benchmarks.md, "Node under test").
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let log = cli.log_format;
