@@ -650,7 +650,7 @@ async fn busy_in_slices(
         own_cpu.push(mem.acceptor_cpu_s_per_pair);
     }
     // The system calls, counted over one more slice: perf's tracepoints run in the hub's
-    // system calls and are charged to its CPU (0-16 % more per pair over eight runs,
+    // system calls and are charged to its CPU (1-16 % more per pair over seven runs,
     // docs/benchmarks.md), so the slices above run untraced.
     let tracer = Tracer::attach_settled(pid, hub.dir.path()).await;
     let before = counters(pid);
