@@ -260,7 +260,8 @@ async fn hashing_does_not_stall_other_requests(db: Db) {
         slowest < std::time::Duration::from_millis(500),
         "reads waited on hashing: {slowest:?}"
     );
-    // Every login hashed (fewer than five per user); any told to retry would be a 429.
+    // Every login hashed (at most five per user, the throttle's limit); any told to retry
+    // would be a 429.
     let mut ok = 0;
     while let Some(st) = flood.join_next().await {
         let st = st.unwrap();
