@@ -137,6 +137,16 @@ impl Channels {
         None
     }
 
+    /// The id of a peer we have a channel with, by its 33 bytes: the key already parsed (a
+    /// control call names its peer in hex, and parsing decompresses the point, 4-5 us).
+    pub(crate) fn known_peer(&self, serialized: &[u8; 33]) -> Option<PublicKey> {
+        lock(&self.list)
+            .by_peer
+            .get(serialized)
+            .and_then(|slots| slots.first())
+            .map(|slot| slot.peer)
+    }
+
     /// The newest channel with the peer, over or not.
     pub(crate) fn latest(&self, peer: &PublicKey) -> Option<Arc<Slot>> {
         lock(&self.list)

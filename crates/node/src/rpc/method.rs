@@ -115,8 +115,12 @@ pub(crate) enum Method {
     DevBroadcastRevoked(secp256k1::PublicKey),
 }
 
-/// Positional JSON params, read by index with the name each has in the help.
-struct Params<'a>(&'a [Value]);
+/// Positional JSON params, read by index with the name each has in the help, and the peers
+/// the node knows (their ids already parsed).
+struct Params<'a>(&'a [Value], Known<'a>);
+
+/// Looks up an already parsed peer id by its 33 bytes.
+pub(crate) type Known<'a> = &'a dyn Fn(&[u8; 33]) -> Option<secp256k1::PublicKey>;
 
 impl Params<'_> {
     fn str(&self, index: usize, name: &str) -> Result<&str, RpcFailure> {
@@ -146,20 +150,29 @@ impl Params<'_> {
         }
     }
 
+    /// A known peer's id is looked up rather than parsed: parsing decompresses the point,
+    /// 1 % of a busy hub's CPU when each payment's fulfil names its peer (docs/node.md,
+    /// "Performance notes"). Its compressed serialisation is canonical, so equal bytes are
+    /// the same key; anything else is parsed (and checked) as before.
     fn peer(&self, index: usize) -> Result<secp256k1::PublicKey, RpcFailure> {
         let id = self.str(index, "PEER_ID")?;
+        let mut serialized = [0u8; 33];
+        if hex::decode_to_slice(id, &mut serialized).is_ok() {
+            if let Some(key) = (self.1)(&serialized) {
+                return Ok(key);
+            }
+        }
         id.parse()
             .map_err(|_| RpcFailure::params(format!("not a node id: {id}")))
     }
 
     fn bytes32(&self, index: usize, name: &str) -> Result<[u8; 32], RpcFailure> {
         let s = self.str(index, name)?;
-        hex::decode(s)
-            .ok()
-            .and_then(|b| <[u8; 32]>::try_from(b).ok())
-            .ok_or_else(|| {
-                RpcFailure::params(format!("{name} must be 32 bytes of hex (64 characters)"))
-            })
+        let mut bytes = [0u8; 32];
+        hex::decode_to_slice(s, &mut bytes).map_err(|_| {
+            RpcFailure::params(format!("{name} must be 32 bytes of hex (64 characters)"))
+        })?;
+        Ok(bytes)
     }
 
     /// `invoice`'s AMOUNT_MSAT (the wire's uint32) and optional LABEL.
@@ -201,11 +214,15 @@ impl Params<'_> {
 }
 
 impl Method {
-    /// The call named `method` with `params`.
+    /// The call named `method` with `params`; peer ids found by `known` are taken from it.
     ///
     /// # Errors
     /// An unknown method (-32601, with the closest name) or a bad parameter (-32602).
-    pub(crate) fn parse(method: &str, params: &[Value]) -> Result<Method, RpcFailure> {
+    pub(crate) fn parse(
+        method: &str,
+        params: &[Value],
+        known: Known<'_>,
+    ) -> Result<Method, RpcFailure> {
         let not_found = || {
             RpcFailure::new(
                 codes::METHOD_NOT_FOUND,
@@ -213,7 +230,7 @@ impl Method {
             )
         };
         let name = MethodName::from_name(method).ok_or_else(not_found)?;
-        let p = Params(params);
+        let p = Params(params, known);
         let channel = |peer, command| Method::Channel { peer, command };
         Ok(match name {
             MethodName::GetInfo => Method::GetInfo,
@@ -484,4 +501,59 @@ async fn peers(node: &Node) -> Result<Value, RpcFailure> {
         });
     }
     render(PeersView { peers })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(byte: u8) -> secp256k1::PublicKey {
+        let secret = secp256k1::SecretKey::from_slice(&[byte; 32]).expect("secret");
+        secp256k1::PublicKey::from_secret_key(&secp256k1::Secp256k1::signing_only(), &secret)
+    }
+
+    fn peer_of(id: &str, known: Known<'_>) -> Result<secp256k1::PublicKey, RpcFailure> {
+        Params(&[Value::from(id)], known).peer(0)
+    }
+
+    #[test]
+    fn a_known_peer_is_taken_from_the_node_and_any_other_id_is_parsed_and_checked() {
+        let (ours, other) = (key(1), key(2));
+        let lookups = std::cell::Cell::new(0);
+        let known = |id: &[u8; 33]| {
+            lookups.set(lookups.get() + 1);
+            (*id == ours.serialize()).then_some(ours)
+        };
+        let hex_of = |k: secp256k1::PublicKey| hex::encode(k.serialize());
+        assert_eq!(peer_of(&hex_of(ours), &known).ok(), Some(ours));
+        assert_eq!(peer_of(&hex_of(ours).to_uppercase(), &known).ok(), Some(ours));
+        // Not ours: parsed, so still the right key.
+        assert_eq!(peer_of(&hex_of(other), &known).ok(), Some(other));
+        assert_eq!(lookups.get(), 3);
+        // 33 bytes that are no point on the curve: the lookup misses, the parse refuses.
+        let not_a_point = format!("02{}", "ff".repeat(32));
+        let refused = peer_of(&not_a_point, &known).map(|_| ()).unwrap_err();
+        assert_eq!(refused.message, format!("not a node id: {not_a_point}"));
+        // Not hex, or not 33 bytes: no lookup at all, the same refusal as ever.
+        for bad in ["xyz", "02ab"] {
+            let refused = peer_of(bad, &known).map(|_| ()).unwrap_err();
+            assert_eq!(refused.message, format!("not a node id: {bad}"));
+        }
+        assert_eq!(lookups.get(), 4);
+    }
+
+    #[test]
+    fn a_32_byte_parameter_is_64_hex_digits_and_nothing_else() {
+        let none = |_: &[u8; 33]| None;
+        let params = |s: &str| [Value::from(s)];
+        let good = "ab".repeat(32);
+        assert_eq!(
+            Params(&params(&good), &none).bytes32(0, "R").ok(),
+            Some([0xab; 32])
+        );
+        for bad in ["ab".repeat(31), "ab".repeat(33), format!("{}zz", "ab".repeat(31))] {
+            let refused = Params(&params(&bad), &none).bytes32(0, "R").unwrap_err();
+            assert_eq!(refused.message, "R must be 32 bytes of hex (64 characters)");
+        }
+    }
 }

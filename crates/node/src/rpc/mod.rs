@@ -120,7 +120,8 @@ async fn handle(State(node): State<Arc<Node>>, headers: HeaderMap, body: Bytes) 
         Err((v2, id, failure)) => return reply(v2, id, Err(failure)),
     };
     tracing::debug!(method = request.method, "control rpc");
-    let result = match Method::parse(&request.method, &request.params) {
+    let known = |id: &[u8; 33]| node.manager.channels.known_peer(id);
+    let result = match Method::parse(&request.method, &request.params, &known) {
         Ok(method) => method.apply(&node).await,
         Err(e) => Err(e),
     };
@@ -163,6 +164,7 @@ pub(crate) async fn call(
     params: &Value,
 ) -> Result<Value, (i64, String)> {
     let params = params.as_array().map(Vec::as_slice).unwrap_or_default();
-    let run = async { Method::parse(method, params)?.apply(node).await };
+    let known = |id: &[u8; 33]| node.manager.channels.known_peer(id);
+    let run = async { Method::parse(method, params, &known)?.apply(node).await };
     run.await.map_err(|e: RpcFailure| (e.code, e.message))
 }

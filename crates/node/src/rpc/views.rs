@@ -63,7 +63,8 @@ impl ChannelView {
         let state = ch.state();
         let cs = ch.balances();
         ChannelView {
-            peer_id: peer.to_string(),
+            // The same hex as `Display`, without its formatter per byte.
+            peer_id: hex::encode(peer.serialize()),
             state: state.as_str(),
             anchor_txid: ch.anchor_outpoint().map(|o| o.txid.to_string()),
             capacity_sat: cs.map(|c| c.anchor_sat),
