@@ -651,7 +651,7 @@ async fn busy_in_slices(
     }
     // The system calls, counted over one more slice: perf's tracepoints run in the hub's
     // system calls and are charged to its CPU (1-16 % more per pair over seven runs,
-    // docs/benchmarks.md), so the slices above run untraced.
+    // docs/node.md, "How hub_bench reads the hub"), so the slices above run untraced.
     let tracer = Tracer::attach_settled(pid, hub.dir.path()).await;
     let before = counters(pid);
     all_channels(hub_control, peers, per_slice, (2 + SLICES) << 12, expiry).await;

@@ -526,7 +526,10 @@ mod tests {
         };
         let hex_of = |k: secp256k1::PublicKey| hex::encode(k.serialize());
         assert_eq!(peer_of(&hex_of(ours), &known).ok(), Some(ours));
-        assert_eq!(peer_of(&hex_of(ours).to_uppercase(), &known).ok(), Some(ours));
+        assert_eq!(
+            peer_of(&hex_of(ours).to_uppercase(), &known).ok(),
+            Some(ours)
+        );
         // Not ours: parsed, so still the right key.
         assert_eq!(peer_of(&hex_of(other), &known).ok(), Some(other));
         assert_eq!(lookups.get(), 3);
@@ -551,7 +554,11 @@ mod tests {
             Params(&params(&good), &none).bytes32(0, "R").ok(),
             Some([0xab; 32])
         );
-        for bad in ["ab".repeat(31), "ab".repeat(33), format!("{}zz", "ab".repeat(31))] {
+        for bad in [
+            "ab".repeat(31),
+            "ab".repeat(33),
+            format!("{}zz", "ab".repeat(31)),
+        ] {
             let refused = Params(&params(&bad), &none).bytes32(0, "R").unwrap_err();
             assert_eq!(refused.message, "R must be 32 bytes of hex (64 characters)");
         }

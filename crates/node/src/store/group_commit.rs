@@ -66,7 +66,7 @@ pub(super) async fn group_writer(db: Db, mut rx: tokio::sync::mpsc::Receiver<Wri
         // sender, before the other tasks that are ready now and about to write. Yielding
         // once lets them queue their writes into this group (one flush for all of them);
         // when nothing else is ready it costs one poll. Measured on hub_bench at 100 busy
-        // channels (docs/benchmarks.md, "Node under test").
+        // channels (docs/node.md, "Performance notes").
         tokio::task::yield_now().await;
         while batch.len() < GROUP_MAX {
             match rx.try_recv() {
@@ -144,7 +144,11 @@ pub(super) async fn write_group(
     let mut query = sqlx::query(&sql);
     for w in batch {
         for (num, record) in &w.revoked {
-            query = query.bind(w.id.0).bind(None::<&str>).bind(num).bind(record.as_str());
+            query = query
+                .bind(w.id.0)
+                .bind(None::<&str>)
+                .bind(num)
+                .bind(record.as_str());
         }
         query = query
             .bind(w.id.0)
