@@ -6,7 +6,8 @@ use wire::{Locktime, Sha256};
 
 use bitcoin::hashes::Hash as _;
 
-/// One side's money as `listchannels` shows it (`ours`, `theirs`).
+/// One side's money as `listchannels` shows it (`ours`, `theirs`); its fields in the order
+/// of their names, as `rpc::views::ChannelView` needs.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub(crate) struct SideView {
     /// What the side owns outside HTLCs, before its fee share.

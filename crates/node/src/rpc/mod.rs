@@ -25,9 +25,9 @@ use tokio::net::TcpListener;
 use crate::identity::COOKIE_USER;
 use crate::node::Node;
 use error::{codes, RpcFailure};
-use method::Method;
 #[cfg(test)]
 pub(crate) use method::MethodName;
+use method::{Answer, Method};
 
 /// Serves the control API on `listener` until the node shuts down.
 pub(crate) async fn serve(node: Arc<Node>, listener: TcpListener) {
@@ -128,16 +128,17 @@ async fn handle(State(node): State<Arc<Node>>, headers: HeaderMap, body: Bytes) 
     reply(request.v2, request.id, result)
 }
 
-fn reply(v2: bool, id: Value, result: Result<Value, RpcFailure>) -> Response {
+fn reply(v2: bool, id: Value, result: Result<Answer, RpcFailure>) -> Response {
     match (v2, result) {
-        (true, Ok(result)) => {
+        (_, Ok(Answer::Rendered(text))) => rendered(v2, &id, &text),
+        (true, Ok(Answer::Value(result))) => {
             Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response()
         }
         (true, Err(e)) => Json(json!({
             "jsonrpc": "2.0", "id": id, "error": {"code": e.code, "message": e.message}
         }))
         .into_response(),
-        (false, Ok(result)) => {
+        (false, Ok(Answer::Value(result))) => {
             Json(json!({"result": result, "error": null, "id": id})).into_response()
         }
         (false, Err(e)) => (
@@ -148,6 +149,18 @@ fn reply(v2: bool, id: Value, result: Result<Value, RpcFailure>) -> Response {
         )
             .into_response(),
     }
+}
+
+/// The envelope around an answer rendered from its view, the bytes `json!` writes for it
+/// (keys sorted: `error`, `id`, `result` in 1.0; `id`, `jsonrpc`, `result` in 2.0) without
+/// building a value of the answer first.
+fn rendered(v2: bool, id: &Value, text: &str) -> Response {
+    let body = if v2 {
+        format!(r#"{{"id":{id},"jsonrpc":"2.0","result":{text}}}"#)
+    } else {
+        format!(r#"{{"error":null,"id":{id},"result":{text}}}"#)
+    };
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 /// The address the control API is bound to, for logs.
@@ -166,5 +179,53 @@ pub(crate) async fn call(
     let params = params.as_array().map(Vec::as_slice).unwrap_or_default();
     let known = |id: &[u8; 33]| node.manager.channels.known_peer(id);
     let run = async { Method::parse(method, params, &known)?.apply(node).await };
-    run.await.map_err(|e: RpcFailure| (e.code, e.message))
+    match run.await {
+        Ok(Answer::Value(value)) => Ok(value),
+        Ok(Answer::Rendered(text)) => serde_json::from_str(&text)
+            .map_err(|e| (crate::control_error::codes::MISC_ERROR, e.to_string())),
+        Err(e) => Err((e.code, e.message)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn body_of(response: Response) -> (StatusCode, String, Vec<u8>) {
+        let status = response.status();
+        let kind = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .expect("body");
+        (status, kind, body.to_vec())
+    }
+
+    #[tokio::test]
+    async fn a_rendered_answer_is_sent_as_the_same_bytes_as_its_value() {
+        let answers = [
+            r#"{"a":1,"b":[{"c":null,"d":"e\"f"}],"z":true}"#,
+            r#""potluck node stopping""#,
+            "[]",
+        ];
+        let ids = [json!(7), json!("id \"quoted\""), Value::Null];
+        for text in answers {
+            for id in &ids {
+                for v2 in [false, true] {
+                    let value: Value = serde_json::from_str(text).expect("json");
+                    let direct = reply(v2, id.clone(), Ok(Answer::Rendered(text.to_owned())));
+                    let through_value = reply(v2, id.clone(), Ok(Answer::Value(value)));
+                    assert_eq!(
+                        body_of(direct).await,
+                        body_of(through_value).await,
+                        "{text} with id {id}, 2.0: {v2}"
+                    );
+                }
+            }
+        }
+    }
 }

@@ -13,47 +13,50 @@ use crate::sides::SideView;
 use crate::store::{ForwardRow, InvoiceRow, OutputRow};
 use crate::wallet::Funds;
 
-/// A channel as `listchannels` and the channel commands show it.
+/// A channel as `listchannels` and the channel commands show it. Its fields, and those of
+/// the views inside it, are declared in the order of their names: the channel commands
+/// serialize it straight into their answer (`rendered`), whose keys must come out sorted as
+/// every other answer's do through `serde_json`'s map.
 #[derive(Debug, Serialize)]
 pub(crate) struct ChannelView {
-    peer_id: String,
-    state: &'static str,
-    anchor_txid: Option<String>,
-    capacity_sat: Option<u64>,
-    our_msat: Option<u64>,
-    their_msat: Option<u64>,
-    our_fee_msat: Option<u64>,
-    their_fee_msat: Option<u64>,
-    ours: Option<SideView>,
-    theirs: Option<SideView>,
-    commitment_number: u64,
-    htlcs: Vec<HtlcView>,
-    /// Only when there is something to say: every other listing keeps its shape.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    unclaimable: Option<Vec<UnclaimableView>>,
-    live: bool,
     /// Only while suspended (a reorganisation took the anchor below `min_depth`).
     #[serde(skip_serializing_if = "Option::is_none")]
     anchor_confirmations: Option<u32>,
+    anchor_txid: Option<String>,
+    capacity_sat: Option<u64>,
+    commitment_number: u64,
+    htlcs: Vec<HtlcView>,
+    live: bool,
+    our_fee_msat: Option<u64>,
+    our_msat: Option<u64>,
+    ours: Option<SideView>,
+    peer_id: String,
+    state: &'static str,
+    their_fee_msat: Option<u64>,
+    their_msat: Option<u64>,
+    theirs: Option<SideView>,
+    /// Only when there is something to say: every other listing keeps its shape.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unclaimable: Option<Vec<UnclaimableView>>,
 }
 
-/// A pending HTLC of a channel.
+/// A pending HTLC of a channel (fields in the order of their names, as [`ChannelView`]'s).
 #[derive(Debug, Serialize)]
 struct HtlcView {
-    id: usize,
-    direction: &'static str,
     amount_msat: u32,
-    r_hash: String,
+    direction: &'static str,
     expiry: u32,
+    id: usize,
+    r_hash: String,
     state: &'static str,
 }
 
-/// An output of ours worth less than its claim.
+/// An output of ours worth less than its claim (fields in the order of their names).
 #[derive(Debug, Serialize)]
 struct UnclaimableView {
-    outpoint: String,
     amount_sat: u64,
     claim_fee_sat: u64,
+    outpoint: String,
 }
 
 impl ChannelView {
@@ -429,5 +432,74 @@ mod tests {
             assert_eq!(view, inline);
             assert_eq!(view.to_string(), inline.to_string(), "byte for byte");
         }
+    }
+
+    /// The channel commands write their view straight to text: with every field present
+    /// (and with the optional ones absent), the text is the one a `Value` of it gives, keys
+    /// sorted at every level.
+    #[test]
+    fn a_channel_view_renders_straight_as_its_sorted_value() {
+        let side = |base: u64| SideView {
+            balance_msat: base,
+            fee_share_msat: base + 1,
+            htlc_msat: base + 2,
+            spendable_msat: base + 3,
+        };
+        let htlc = |id: usize, direction: &'static str| HtlcView {
+            amount_msat: 600_000,
+            direction,
+            expiry: 1_000,
+            id,
+            r_hash: "ab".repeat(32),
+            state: "committed",
+        };
+        let full = ChannelView {
+            anchor_confirmations: Some(1),
+            anchor_txid: Some("cd".repeat(32)),
+            capacity_sat: Some(900_000),
+            commitment_number: 1_006,
+            htlcs: vec![htlc(0, "out"), htlc(1, "in")],
+            live: false,
+            our_fee_msat: Some(5_000_000),
+            our_msat: Some(4_000_000),
+            ours: Some(side(10)),
+            peer_id: "02".to_owned() + &"ef".repeat(32),
+            state: "NORMAL",
+            their_fee_msat: Some(5_000_000),
+            their_msat: Some(6_000_000),
+            theirs: Some(side(20)),
+            unclaimable: Some(vec![UnclaimableView {
+                amount_sat: 300,
+                claim_fee_sat: 450,
+                outpoint: format!("{}:1", "12".repeat(32)),
+            }]),
+        };
+        let bare = ChannelView {
+            anchor_confirmations: None,
+            anchor_txid: None,
+            capacity_sat: None,
+            commitment_number: 0,
+            htlcs: Vec::new(),
+            live: true,
+            our_fee_msat: None,
+            our_msat: None,
+            ours: None,
+            peer_id: full.peer_id.clone(),
+            state: "OPEN_WAIT_FOR_OPEN",
+            their_fee_msat: None,
+            their_msat: None,
+            theirs: None,
+            unclaimable: None,
+        };
+        for view in [&full, &bare] {
+            let straight = serde_json::to_string(view).expect("renders");
+            let through_value = serde_json::to_value(view).expect("renders").to_string();
+            assert_eq!(straight, through_value);
+        }
+        let keys = |v: &ChannelView| match serde_json::to_value(v).expect("renders") {
+            serde_json::Value::Object(map) => map.len(),
+            _ => 0,
+        };
+        assert_eq!((keys(&full), keys(&bare)), (15, 13));
     }
 }
