@@ -621,8 +621,9 @@ struct Busy {
 /// median of the slices' ratios is the figure, as for the one-channel bound. A slice is
 /// `per_channel / 5` pairs on every channel (6,000 at 100 channels and 300 pairs, ~3 s of
 /// the hub's CPU): slices of 600 pairs, as before, were ~0.3 s of CPU, which
-/// `/proc/<pid>/stat` counts in 10 ms steps, and one run's slices read 2.0x-3.5x. No tracer runs during these slices: the system calls are counted over one more
-/// slice after them, which the CPU figures leave out.
+/// `/proc/<pid>/stat` counts in 10 ms steps, and one run's slices read 2.0x-3.5x. No
+/// tracer runs during these slices: the system calls are counted over one more slice
+/// after them, which the CPU figures leave out.
 async fn busy_in_slices(
     hub: &Hub,
     hub_control: &Arc<Control>,

@@ -426,8 +426,12 @@ fn render(view: impl Serialize) -> Result<Answer, RpcFailure> {
 
 /// `view` as a JSON value (its object keys sorted, `serde_json`'s map).
 fn value_of(view: impl Serialize) -> Result<Value, RpcFailure> {
-    serde_json::to_value(view)
-        .map_err(|e| RpcFailure::new(crate::control_error::codes::MISC_ERROR, e.to_string()))
+    serde_json::to_value(view).map_err(unrenderable)
+}
+
+/// A view that does not serialize: the node's fault, not the caller's.
+fn unrenderable(e: serde_json::Error) -> RpcFailure {
+    RpcFailure::new(crate::control_error::codes::MISC_ERROR, e.to_string())
 }
 
 /// `pay --route`: the first hop's channel, with how the payment ended: paid, failed
@@ -478,7 +482,7 @@ async fn channel_view(slot: &Slot) -> Result<Answer, RpcFailure> {
     let view = ChannelView::of(&slot.peer, &*slot.lock().await);
     serde_json::to_string(&view)
         .map(Answer::Rendered)
-        .map_err(|e| RpcFailure::new(crate::control_error::codes::MISC_ERROR, e.to_string()))
+        .map_err(unrenderable)
 }
 
 async fn info(node: &Node) -> Result<InfoView, RpcFailure> {
