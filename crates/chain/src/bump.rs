@@ -19,7 +19,8 @@ pub const STEP_PERCENT: u64 = 125;
 pub struct Replacement {
     /// The fee of the version that did not confirm.
     pub old_fee: Amount,
-    /// The virtual size of the replacement (a re-signed sweep keeps its size).
+    /// The virtual size of the replacement at its largest signatures (a re-signed
+    /// signature may come out longer than the old one).
     pub vsize: u64,
     /// The chain's estimate now.
     pub target: FeeRate,

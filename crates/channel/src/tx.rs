@@ -553,6 +553,25 @@ pub fn resign_sweep(
     sweep_tx(&inputs, out.script_pubkey.clone(), fee_sat, tx.lock_time)
 }
 
+/// The virtual size [`resign_sweep`] gives `tx` at its largest signatures: the price of
+/// a replacement, whose signatures may come out longer than `tx`'s (ECDSA's are 71 to 73
+/// bytes with the sighash byte).
+///
+/// # Errors
+/// [`TxError::NotASweep`] for a transaction whose shape is not one [`sweep_tx`] makes.
+pub fn resigned_vsize(tx: &Transaction) -> Result<u64, TxError> {
+    let mut sized = tx.clone();
+    for input in &mut sized.input {
+        let mut items: Vec<&[u8]> = input.witness.iter().collect();
+        if !matches!(items.len(), 2 | 3) {
+            return Err(TxError::NotASweep);
+        }
+        items[0] = &[0u8; 73];
+        input.witness = Witness::from_slice(&items);
+    }
+    Ok(sized.vsize() as u64)
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -880,6 +899,41 @@ pub(crate) mod tests {
             "estimate {est} real {real}"
         );
         assert!(sweep_tx(&[], p2wpkh(&pk(1)), 0, LockTime::ZERO).is_err());
+    }
+
+    /// A bumped claim pays its rate on its own signature, not on the last version's: an
+    /// old signature shorter by 4 bytes (a whole vB; ECDSA's vary by up to 2) must not
+    /// make the replacement cheaper per vB than asked. The watcher priced at the old
+    /// version's own vsize until this test: 2,720 sats for 137 vB at 20 sat/vB.
+    #[test]
+    fn a_resigned_sweep_pays_its_rate_whatever_the_old_signature() {
+        let (c, _, _) = state_with_htlcs();
+        let rev = Preimage([9; 32]);
+        let cm = signed_commitment(&c, &rev);
+        let i = index_of(&cm, |k| matches!(k, OutputKind::ToOwner));
+        let old = sweep_one(&cm, i, rev.0.to_vec(), 0x32, 0xffff_fffe, 0);
+        let mut short = old.clone();
+        for input in &mut short.input {
+            let mut items: Vec<Vec<u8>> = input.witness.iter().map(<[u8]>::to_vec).collect();
+            let shorter = items[0].len() - 4;
+            items[0].truncate(shorter);
+            input.witness = Witness::from_slice(&items);
+        }
+        let (_, out) = spent_of(&cm, i);
+        for priced in [&old, &short] {
+            let vsize = resigned_vsize(priced).unwrap();
+            let fee = 20 * vsize;
+            let new = resign_sweep(priced, &[out.value], &sk(0x32), fee).unwrap();
+            assert!(
+                fee >= 20 * new.vsize() as u64,
+                "{fee} sats for {} vB at 20 sat/vB",
+                new.vsize()
+            );
+            verify(&new, &[spent_of(&cm, i)]);
+        }
+        let mut odd = old.clone();
+        odd.input[0].witness = Witness::from_slice(&[[1u8; 3]]);
+        assert!(resigned_vsize(&odd).is_err());
     }
 }
 

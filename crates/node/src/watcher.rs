@@ -535,10 +535,14 @@ async fn bump_stuck_sweeps(state: &Node, height: u32) {
         let Some(old_fee) = b.tx.output.first().and_then(|o| total.checked_sub(o.value)) else {
             continue;
         };
+        // Priced for the replacement's own signatures, which may be longer than these.
+        let Ok(vsize) = channel::tx::resigned_vsize(&b.tx) else {
+            continue;
+        };
         let inner = slot.lock().await;
         let Some(fee) = chain::bump::replacement_fee(&chain::bump::Replacement {
             old_fee,
-            vsize: b.tx.vsize() as u64,
+            vsize,
             target,
             incremental: bitcoin::FeeRate::from_sat_per_vb_u32(1),
             budget: inner.channel.sweep_budget(total),

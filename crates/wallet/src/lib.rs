@@ -16,7 +16,8 @@ pub use hd::{
 pub use seed::{load_or_create as load_or_create_seed, SeedFileError};
 pub use tx::{
     build_transaction, build_transaction_at, dust_threshold, min_change, p2wpkh_input_vsize,
-    sign_p2wpkh_input, BuildError, BuiltTransaction, SignError, SpendError, SpendableOutput,
+    sign_p2wpkh_input, signed_vsize, BuildError, BuiltTransaction, SignError, SpendError,
+    SpendableOutput,
 };
 
 pub use bitcoin;

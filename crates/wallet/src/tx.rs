@@ -132,6 +132,17 @@ pub fn p2wpkh_input_vsize() -> u64 {
     68
 }
 
+/// The virtual size of `tx` once [`Wallet::sign`] has signed every input, at
+/// the largest witness it writes: the price of a re-signed transaction, whose
+/// signatures may come out a byte longer than its last version's.
+pub fn signed_vsize(tx: &Transaction) -> u64 {
+    let mut sized = tx.clone();
+    for input in &mut sized.input {
+        input.witness = max_p2wpkh_witness();
+    }
+    sized.vsize() as u64
+}
+
 /// Placeholder witness of the largest P2WPKH witness, for sizing.
 fn max_p2wpkh_witness() -> Witness {
     let mut w = Witness::new();
@@ -465,6 +476,28 @@ mod tests {
             "{real} vs {}",
             built.vsize
         );
+    }
+
+    #[test]
+    fn signed_vsize_does_not_depend_on_the_signatures_it_replaces() {
+        let w = wallet();
+        let inputs = [output(&w, 1, 100_000), output(&w, 2, 50_000)];
+        let pay = TxOut {
+            value: Amount::from_sat(60_000),
+            script_pubkey: w.derive_address(0, 9).unwrap().script_pubkey(),
+        };
+        let rate = FeeRate::from_sat_per_vb(5).unwrap();
+        let built = w.build_signed(&inputs, &[pay], None, rate).unwrap();
+        // What the builder paid for, whatever the signatures came out as.
+        assert_eq!(signed_vsize(&built.tx), built.vsize);
+        assert!(built.tx.vsize() as u64 <= signed_vsize(&built.tx));
+        let mut short = built.tx.clone();
+        for input in &mut short.input {
+            let items: Vec<Vec<u8>> = input.witness.iter().map(<[u8]>::to_vec).collect();
+            input.witness = Witness::from_slice(&[&items[0][..60], &items[1][..]]);
+        }
+        assert!(short.vsize() < built.tx.vsize());
+        assert_eq!(signed_vsize(&short), built.vsize);
     }
 
     #[test]

@@ -255,7 +255,9 @@ impl Engine {
         let absorbing_value = Amount::from_sat(u64::try_from(absorbing.amount_sats).unwrap_or(0));
         let moved = u64::try_from(t.amount_sats + t.commission_sats).unwrap_or(0);
         let dust = wallet::dust_threshold(&script);
-        let vsize = old.vsize() as u64;
+        // Priced for the signatures the replacement will carry: the old
+        // version's may be a byte shorter.
+        let vsize = wallet::signed_vsize(old);
         let budget = self.bump_policy().budget(
             vsize,
             Amount::from_sat(moved),
