@@ -256,6 +256,12 @@ pub enum BroadcastOutcome {
 pub trait Chain: Send + Sync {
     /// Height and hash of the active tip.
     fn tip(&self) -> ChainFuture<'_, Tip>;
+    /// Height of the active tip alone: a lighter question than [`Chain::tip`] where the
+    /// hash is not needed (Core's `getblockcount` against `getblockchaininfo`). By
+    /// default the tip's height.
+    fn height(&self) -> ChainFuture<'_, u32> {
+        Box::pin(async move { Ok(self.tip().await?.height) })
+    }
     /// The tip with the headers the node knows and its initial block
     /// download flag. By default a node that knows no more than its tip.
     fn sync_state(&self) -> ChainFuture<'_, SyncState> {

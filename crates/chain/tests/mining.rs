@@ -81,6 +81,10 @@ async fn generateblock_mines_exactly_the_given_transactions() {
     assert_eq!(r.as_object().unwrap().len(), 1, "only the hash: {r}");
     assert_eq!(c.get_best_block_hash().await.unwrap(), hash);
     assert_eq!(c.get_block_count().await.unwrap(), height + 1);
+    // The height alone (`getblockcount`), as the node's expiry checks ask it, is the tip's.
+    assert_eq!(Chain::height(&c).await.unwrap(), height + 1);
+    assert_eq!(c.tip().await.unwrap().height, height + 1);
+    assert_eq!(Chain::height(&node.chain).await.unwrap(), height + 1);
     let block = c.get_block(&hash).await.unwrap();
     let txids: Vec<Txid> = block.txdata.iter().map(|t| t.compute_txid()).collect();
     assert_eq!(

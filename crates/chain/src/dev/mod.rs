@@ -772,6 +772,10 @@ impl Chain for DevChain {
         })
     }
 
+    fn height(&self) -> ChainFuture<'_, u32> {
+        self.off_runtime(|c| Ok(c.with_state(|s| s.height())))
+    }
+
     fn block_hash(&self, height: u32) -> ChainFuture<'_, Option<BlockHash>> {
         self.off_runtime(move |c| Ok(c.with_state(|s| s.hash_at(height))))
     }

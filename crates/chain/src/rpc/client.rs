@@ -818,6 +818,10 @@ impl Chain for BitcoindRpc {
         })
     }
 
+    fn height(&self) -> ChainFuture<'_, u32> {
+        Box::pin(async move { self.get_block_count().await.map_err(to_chain) })
+    }
+
     fn sync_state(&self) -> ChainFuture<'_, crate::api::SyncState> {
         Box::pin(async move {
             let info = self.get_blockchain_info().await.map_err(to_chain)?;

@@ -86,11 +86,12 @@ impl FreshTip {
         }
         let (questions, chain) = (Arc::clone(&self.questions), Arc::clone(chain));
         tokio::spawn(async move {
-            let height = tokio::time::timeout(WAIT, chain.tip())
+            // The height alone: `getblockcount`, lighter for bitcoind than the tip's
+            // `getblockchaininfo`.
+            let height = tokio::time::timeout(WAIT, chain.height())
                 .await
                 .ok()
-                .and_then(Result::ok)
-                .map(|tip| tip.height);
+                .and_then(Result::ok);
             questions.send_modify(|q| {
                 q.answered = question;
                 q.height = height;
