@@ -849,7 +849,7 @@ impl ChainState {
     /// `payout` the subsidy plus fees, with the BIP141 witness commitment.
     ///
     /// In fee-market mode ([`ChainState::set_block_min_fee`]) only the
-    /// transactions [`ChainState::select_by_ancestor_score`] picks are
+    /// transactions `ChainState::select_by_ancestor_score` picks are
     /// considered (still in arrival order, so parents come first).
     pub fn block_template(&self, payout: &Script, time: u32) -> Block {
         let ctx = self.next_context();

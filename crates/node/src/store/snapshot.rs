@@ -106,12 +106,12 @@ pub mod bench {
 
     use super::super::{ChannelId, StoreError};
 
-    /// [`super::encode_snapshot`] of channel 1.
+    /// `encode_snapshot` of channel 1.
     pub fn encode(channel: &Channel) -> Result<String, StoreError> {
         super::encode_snapshot(ChannelId(1), channel)
     }
 
-    /// [`super::decode_snapshot`] of channel 1: the channel and the version it was read from.
+    /// `decode_snapshot` of channel 1: the channel and the version it was read from.
     pub fn decode(json: &str) -> Result<(Channel, u64), StoreError> {
         super::decode_snapshot(ChannelId(1), json).map(|d| (d.channel, d.version))
     }

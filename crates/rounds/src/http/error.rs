@@ -117,7 +117,7 @@ pub enum ApiError {
     NotAuthenticated,
     /// A refused registration, login, session or password change: the
     /// service's own error, its status, code and params given by
-    /// [`account_refusal`] (never one of its internal causes).
+    /// `account_refusal` (never one of its internal causes).
     #[error(transparent)]
     Account(AccountError),
     /// A request field breaks a rule; `code` names the rule.

@@ -1,7 +1,7 @@
 //! Fee bumping of the service's stuck withdrawals and payouts: each block, a version unconfirmed for the policy's blocks is replaced (BIP125) at the chain's estimate through `chain::bump::replacement_fee`, the one rule the node's claims use too; the admin can bump one by hand.
 //!
 //! Every replacement is a new transfer written before its broadcast
-//! ([`Store::write_bump`]); the block scan makes whichever version a block
+//! ([`crate::store::Store::write_bump`]); the block scan makes whichever version a block
 //! holds the live one, so the ledger follows the chain once.
 
 use bitcoin::{Amount, FeeRate, ScriptBuf, Transaction, Txid};

@@ -57,7 +57,7 @@ impl Cashier {
 
     /// Bets `amount_sats` for the user of `session` in the current round
     /// (the session's token version is checked with the payment's read),
-    /// answering within the request time-out (see [`Cashier::answer`]);
+    /// answering within the request time-out (see `Cashier::answer`);
     /// `key` is the client's `Idempotency-Key`.
     ///
     /// # Errors

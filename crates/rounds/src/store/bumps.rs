@@ -7,7 +7,7 @@
 //! as invalid), and their outputs are marked spent by [`SUPERSEDED`], so the
 //! family debits the payer and credits the payee once. When a block holds
 //! a superseded version, that version becomes the live one in the block's
-//! own database transaction ([`make_confirmed_live`]).
+//! own database transaction (`make_confirmed_live`).
 
 use bitcoin::Txid;
 use sqlx::Row as _;

@@ -11,7 +11,7 @@ pub const IDEMPOTENCY_KEY_RETENTION_SECS: i64 = 24 * 60 * 60;
 /// How long an unbound claim holds a key before another request may take it
 /// over: a process killed mid-request leaves its claim behind. A request
 /// whose claim was taken over can no longer bind the key, so its write is
-/// rolled back (see [`bind_key`]).
+/// rolled back (see `bind_key`).
 pub const IDEMPOTENCY_CLAIM_LEASE_SECS: i64 = 60;
 
 /// A key held by the request that claimed it.
