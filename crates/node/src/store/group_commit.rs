@@ -80,7 +80,11 @@ pub(super) async fn group_writer(db: Db, mut rx: tokio::sync::mpsc::Receiver<Wri
         }
         .map_err(std::sync::Arc::new);
         for w in batch.drain(..) {
-            let _ = w.done.send(result.clone());
+            // A caller gone (a control call whose client hung up) loses only the answer:
+            // its write is in this commit, or the commit failed for every write in it.
+            if w.done.send(result.clone()).is_err() {
+                tracing::debug!(channel = ?w.id, "a channel write's caller left before its commit ended");
+            }
         }
     }
 }
