@@ -8,7 +8,7 @@
 //! strictly: 64 lowercase hex digits or an error, never a guess.
 
 use bitcoin::hashes::Hash as _;
-use bitcoin::{OutPoint, Txid};
+use bitcoin::{OutPoint, ScriptBuf, Txid};
 use secp256k1::{ecdsa::Signature, PublicKey, SecretKey};
 use serde::{Deserializer, Serializer};
 use wire::{Preimage, Sha256};
@@ -200,6 +200,17 @@ pub(crate) fn txid<S: Serializer>(t: &Txid, s: S) -> Result<S::Ok, S::Error> {
     write_hex(t.as_byte_array(), true, s)
 }
 
+/// A script, as bitcoin's serde writes it (its bytes in hex), without going through
+/// `fmt`: the anchor's script is in every snapshot of a channel.
+pub(crate) fn script<S: Serializer>(sc: &ScriptBuf, s: S) -> Result<S::Ok, S::Error> {
+    let bytes = sc.as_bytes();
+    if bytes.len() <= MAX_BYTES {
+        write_hex(bytes, false, s)
+    } else {
+        s.collect_str(&format_args!("{sc:x}"))
+    }
+}
+
 /// An outpoint as bitcoin's serde writes it: `txid:vout`.
 pub(crate) fn outpoint<S: Serializer>(o: &OutPoint, s: S) -> Result<S::Ok, S::Error> {
     let mut buf = [0u8; 64 + 1 + 10];
@@ -273,6 +284,14 @@ mod tests {
             json_of(&txid, |v, s| super::txid(v, s)),
             serde_json::to_string(&txid).unwrap()
         );
+        // The anchor's 2-of-2 (71 bytes), an empty script and one past the stack buffer.
+        for len in [71, 0, MAX_BYTES + 1] {
+            let sc = ScriptBuf::from_bytes((0..len).map(|i| (i * 31) as u8).collect());
+            assert_eq!(
+                json_of(&sc, |v, s| script(v, s)),
+                serde_json::to_string(&sc).unwrap()
+            );
+        }
         for vout in [0, 7, 10, 4_294_967_295] {
             let o = OutPoint { txid, vout };
             assert_eq!(

@@ -76,6 +76,7 @@ struct AnchorInfo {
     #[serde(serialize_with = "crate::stored_hex::outpoint")]
     outpoint: OutPoint,
     amount: Amount,
+    #[serde(serialize_with = "crate::stored_hex::script")]
     script: ScriptBuf,
 }
 
