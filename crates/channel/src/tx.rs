@@ -415,11 +415,16 @@ pub struct SweepInput {
 
 /// Estimated weight of a signed sweep (signature 73 bytes, secret 32 bytes).
 pub fn sweep_weight(inputs: &[SweepInput]) -> u64 {
+    weight_with(inputs.iter().map(|i| &i.witness))
+}
+
+/// [`sweep_weight`] of a sweep whose inputs unlock with `witnesses`.
+fn weight_with<'a>(witnesses: impl Iterator<Item = &'a SweepWitness>) -> u64 {
     // Version, locktime, counts, one P2WPKH output (31 bytes): 4+4+1+1+31 = 41 bytes ×4, + 2 segwit marker/flag.
     let mut w = 41 * 4 + 2;
-    for i in inputs {
+    for witness in witnesses {
         w += (32 + 4 + 1 + 4) * 4; // outpoint, empty scriptSig, sequence
-        w += match &i.witness {
+        w += match witness {
             SweepWitness::P2wpkh => 1 + 1 + 73 + 1 + 33,
             SweepWitness::Script { witness_script, .. } => {
                 1 + 1 + 73 + 1 + 32 + 3 + witness_script.len() as u64
@@ -525,51 +530,59 @@ pub fn resign_sweep(
     key: &SecretKey,
     fee_sat: u64,
 ) -> Result<Transaction, TxError> {
-    let [out] = &tx.output[..] else {
-        return Err(TxError::NotASweep);
-    };
+    let witnesses = sweep_witnesses(tx)?;
     if values.len() != tx.input.len() {
         return Err(TxError::NotASweep);
     }
-    let mut inputs = Vec::with_capacity(tx.input.len());
-    for (input, value) in tx.input.iter().zip(values) {
-        let items: Vec<&[u8]> = input.witness.iter().collect();
-        let witness = match items[..] {
-            [_sig, _pubkey] => SweepWitness::P2wpkh,
-            [_sig, secret, script] => SweepWitness::Script {
-                witness_script: ScriptBuf::from_bytes(script.to_vec()),
-                secret: secret.to_vec(),
-            },
-            _ => return Err(TxError::NotASweep),
-        };
-        inputs.push(SweepInput {
+    let inputs: Vec<SweepInput> = tx
+        .input
+        .iter()
+        .zip(values)
+        .zip(witnesses)
+        .map(|((input, value), witness)| SweepInput {
             outpoint: input.previous_output,
             value: *value,
             witness,
             sequence: input.sequence,
             key: *key,
-        });
-    }
-    sweep_tx(&inputs, out.script_pubkey.clone(), fee_sat, tx.lock_time)
+        })
+        .collect();
+    let destination = tx.output[0].script_pubkey.clone();
+    sweep_tx(&inputs, destination, fee_sat, tx.lock_time)
 }
 
-/// The virtual size [`resign_sweep`] gives `tx` at its largest signatures: the price of
-/// a replacement, whose signatures may come out longer than `tx`'s (ECDSA's are 71 to 73
+/// How each input of `tx`, a sweep [`sweep_tx`] made, unlocks its output.
+///
+/// # Errors
+/// [`TxError::NotASweep`] for a transaction of another shape.
+fn sweep_witnesses(tx: &Transaction) -> Result<Vec<SweepWitness>, TxError> {
+    if tx.output.len() != 1 {
+        return Err(TxError::NotASweep);
+    }
+    tx.input
+        .iter()
+        .map(|input| {
+            let items: Vec<&[u8]> = input.witness.iter().collect();
+            match items[..] {
+                [_sig, _pubkey] => Ok(SweepWitness::P2wpkh),
+                [_sig, secret, script] => Ok(SweepWitness::Script {
+                    witness_script: ScriptBuf::from_bytes(script.to_vec()),
+                    secret: secret.to_vec(),
+                }),
+                _ => Err(TxError::NotASweep),
+            }
+        })
+        .collect()
+}
+
+/// The virtual size to price a re-signed `tx` at: [`sweep_weight`]'s, at its largest
+/// signatures, not `tx`'s own, as a new signature may come out longer (ECDSA's are 71 to 73
 /// bytes with the sighash byte).
 ///
 /// # Errors
 /// [`TxError::NotASweep`] for a transaction whose shape is not one [`sweep_tx`] makes.
 pub fn resigned_vsize(tx: &Transaction) -> Result<u64, TxError> {
-    let mut sized = tx.clone();
-    for input in &mut sized.input {
-        let mut items: Vec<&[u8]> = input.witness.iter().collect();
-        if !matches!(items.len(), 2 | 3) {
-            return Err(TxError::NotASweep);
-        }
-        items[0] = &[0u8; 73];
-        input.witness = Witness::from_slice(&items);
-    }
-    Ok(sized.vsize() as u64)
+    Ok(weight_with(sweep_witnesses(tx)?.iter()).div_ceil(4))
 }
 
 #[cfg(test)]
@@ -876,13 +889,20 @@ pub(crate) mod tests {
         verify(&t, &[(op, out)]);
     }
 
-    #[test]
-    fn sweep_weight_bounds_real_weight() {
+    /// A signed commitment with HTLCs, the index of its owner's delayed output, and that
+    /// output swept by the penalty branch (its revocation preimage).
+    fn owner_output_revoked_and_swept() -> (Commitment, usize, Transaction) {
         let (c, _, _) = state_with_htlcs();
         let rev = Preimage([9; 32]);
         let cm = signed_commitment(&c, &rev);
         let i = index_of(&cm, |k| matches!(k, OutputKind::ToOwner));
-        let t = sweep_one(&cm, i, rev.0.to_vec(), 0x32, 0xffff_fffe, 0);
+        let swept = sweep_one(&cm, i, rev.0.to_vec(), 0x32, 0xffff_fffe, 0);
+        (cm, i, swept)
+    }
+
+    #[test]
+    fn sweep_weight_bounds_real_weight() {
+        let (cm, i, t) = owner_output_revoked_and_swept();
         let est = sweep_weight(&[SweepInput {
             outpoint: OutPoint::null(),
             value: Amount::ZERO,
@@ -907,11 +927,7 @@ pub(crate) mod tests {
     /// version's own vsize until this test: 2,720 sats for 137 vB at 20 sat/vB.
     #[test]
     fn a_resigned_sweep_pays_its_rate_whatever_the_old_signature() {
-        let (c, _, _) = state_with_htlcs();
-        let rev = Preimage([9; 32]);
-        let cm = signed_commitment(&c, &rev);
-        let i = index_of(&cm, |k| matches!(k, OutputKind::ToOwner));
-        let old = sweep_one(&cm, i, rev.0.to_vec(), 0x32, 0xffff_fffe, 0);
+        let (cm, i, old) = owner_output_revoked_and_swept();
         let mut short = old.clone();
         for input in &mut short.input {
             let mut items: Vec<Vec<u8>> = input.witness.iter().map(<[u8]>::to_vec).collect();

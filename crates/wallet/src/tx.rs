@@ -447,14 +447,20 @@ mod tests {
         assert_eq!(dust_threshold(&p2pkh), Amount::from_sat(546));
     }
 
-    #[test]
-    fn fee_matches_rate_and_signed_vsize() {
+    /// A wallet, two of its coins (100,000 and 50,000 sat) and a payment of 60,000 sat.
+    fn two_coins_paying_60_000() -> (Wallet, [SpendableOutput; 2], TxOut) {
         let w = wallet();
         let inputs = [output(&w, 1, 100_000), output(&w, 2, 50_000)];
         let pay = TxOut {
             value: Amount::from_sat(60_000),
             script_pubkey: w.derive_address(0, 9).unwrap().script_pubkey(),
         };
+        (w, inputs, pay)
+    }
+
+    #[test]
+    fn fee_matches_rate_and_signed_vsize() {
+        let (w, inputs, pay) = two_coins_paying_60_000();
         let change = w.derive_address(1, 0).unwrap().script_pubkey();
         let rate = FeeRate::from_sat_per_vb(5).unwrap();
         let built = w
@@ -480,12 +486,7 @@ mod tests {
 
     #[test]
     fn signed_vsize_does_not_depend_on_the_signatures_it_replaces() {
-        let w = wallet();
-        let inputs = [output(&w, 1, 100_000), output(&w, 2, 50_000)];
-        let pay = TxOut {
-            value: Amount::from_sat(60_000),
-            script_pubkey: w.derive_address(0, 9).unwrap().script_pubkey(),
-        };
+        let (w, inputs, pay) = two_coins_paying_60_000();
         let rate = FeeRate::from_sat_per_vb(5).unwrap();
         let built = w.build_signed(&inputs, &[pay], None, rate).unwrap();
         // What the builder paid for, whatever the signatures came out as.

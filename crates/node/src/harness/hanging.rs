@@ -85,17 +85,6 @@ impl Chain for HangingChain {
         })
     }
 
-    /// Counted, stalled and held as a tip question: it is the same question, lighter.
-    fn height(&self) -> ChainFuture<'_, u32> {
-        Box::pin(async move {
-            self.tips.fetch_add(1, Ordering::SeqCst);
-            self.gate().await;
-            let height = Chain::height(&self.inner).await;
-            self.wait_at(&self.answers_held).await;
-            height
-        })
-    }
-
     fn block_hash(&self, height: u32) -> ChainFuture<'_, Option<BlockHash>> {
         Box::pin(async move {
             self.gate().await;

@@ -112,6 +112,14 @@ fn policy() -> BumpPolicy {
     }
 }
 
+/// Never automatically: only the admin bumps.
+fn admin_only() -> BumpPolicy {
+    BumpPolicy {
+        after_blocks: 0,
+        ..BumpPolicy::default()
+    }
+}
+
 /// Mines until the bumper wrote a replacement of `first`; returns it.
 async fn bumped(app: &InProcess, first: &TransferRow) -> TransferRow {
     mine(app, 2);
@@ -321,15 +329,7 @@ async fn bump_a_stuck_payout_is_replaced_and_the_winner_paid_once(db: Db) {
 
 async fn bump_by_the_admin_is_audited_and_refused_with_a_reason(db: Db) {
     let env = Env::new(db).await;
-    // Never automatically: only the admin bumps here.
-    let (app, token, first) = stuck_withdrawal(
-        &env,
-        BumpPolicy {
-            after_blocks: 0,
-            ..BumpPolicy::default()
-        },
-    )
-    .await;
+    let (app, token, first) = stuck_withdrawal(&env, admin_only()).await;
     waiting_transfer_listed_and_documented(&app, first.id).await;
     let path = format!("/admin/transfers/{}/bump", first.id);
     // Refusals in the admin error format.
@@ -398,14 +398,7 @@ async fn bump_by_the_admin_is_audited_and_refused_with_a_reason(db: Db) {
 /// a whole vB per input every time, not one time in four.
 async fn bump_is_priced_for_the_replacement_s_own_signatures(db: Db) {
     let env = Env::new(db).await;
-    let (app, _token, first) = stuck_withdrawal(
-        &env,
-        BumpPolicy {
-            after_blocks: 0,
-            ..BumpPolicy::default()
-        },
-    )
-    .await;
+    let (app, _token, first) = stuck_withdrawal(&env, admin_only()).await;
     let mut short = tx_of(&first);
     for input in &mut short.input {
         let mut items: Vec<Vec<u8>> = input.witness.iter().map(<[u8]>::to_vec).collect();
