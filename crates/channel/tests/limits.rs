@@ -282,3 +282,56 @@ fn htlcs_that_would_take_a_commitment_below_the_relay_fee_are_refused_both_ways(
     p.fail(A, Sha256::hash(&1u32.to_le_bytes()));
     p.add_htlc(A, 1_000_000, hash, Locktime::Blocks(expiry));
 }
+
+/// The node judges a peer's add at a recent height when every height within a slack of it
+/// gives the same verdict (docs/node.md, "Defences"): that needs the channel's own rule at
+/// any height, which must be the add handler's, at both ends of the window it allows.
+#[test]
+fn add_expiry_passes_at_is_the_add_handler_s_verdict_at_that_height() {
+    let cfg = ChannelConfig {
+        delay: Locktime::Blocks(20),
+        htlc_claim_margin_blocks: 6,
+        max_htlc_expiry_blocks: 100,
+        ..Default::default()
+    };
+    let p = live(cfg);
+    let h = p.chain.height;
+    let declined = [Action::Send(Packet::UpdateDeclineHtlc(UpdateDeclineHtlc {
+        reason: Some(DeclineReason::CannotRoute(true)),
+    }))];
+    let (mut passes, mut fails) = (0, 0);
+    for expiry in [h + 20, h + 26, h + 60, h + 100, h + 101, h + 140] {
+        for at in h.saturating_sub(50)..h + 60 {
+            let mut a = p.a.ch.clone();
+            a.block_height(at);
+            let acts = a
+                .handle_packet(&add_packet(1_000_000, 1, expiry), p.now)
+                .unwrap();
+            let handler = acts != declined;
+            let rule =
+                p.a.ch
+                    .add_expiry_passes_at(Locktime::Blocks(expiry), at, p.now);
+            assert_eq!(rule, handler, "expiry {expiry} at height {at}");
+            if rule {
+                passes += 1;
+            } else {
+                fails += 1;
+            }
+        }
+    }
+    // Both verdicts occur, at the edges: room for the claim (20 + 6) and the most blocks
+    // ahead (100).
+    assert!(passes > 0 && fails > 0, "{passes} pass, {fails} fail");
+    let rule = |expiry: u32, at: u32| {
+        p.a.ch
+            .add_expiry_passes_at(Locktime::Blocks(expiry), at, p.now)
+    };
+    assert!(rule(h + 26, h) && !rule(h + 26, h + 1));
+    assert!(rule(h + 100, h) && !rule(h + 101, h) && rule(h + 101, h + 1));
+    // Not established: no verdict to take.
+    let fresh = Pair::new(true, ChannelConfig::default());
+    assert!(!fresh
+        .a
+        .ch
+        .add_expiry_passes_at(Locktime::Blocks(h + 60), h, p.now));
+}

@@ -626,14 +626,15 @@ async fn a_session_relayed_back_to_the_node_is_refused() {
     assert!(!talks_to_itself(&net));
 }
 
-/// Replaces the process test
-/// `a_hung_bitcoind_does_not_hold_the_channel_while_an_htlc_arrives`: the chain hangs
-/// while the peer offers an HTLC, and the node asks it for the height to check the expiry.
-/// That question must not hold the channel: the owner's `listpeers` answers within a
-/// second (the node waits 2 s for the height), and the HTLC is accepted against the last
-/// height seen once the node stops waiting.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hung_chain_does_not_hold_the_channel_while_an_htlc_arrives() {
+/// A node whose chain is behind a switch that counts its height questions, and a peer
+/// with a live channel that has paid it 200,000 sat.
+async fn live_on_a_switched_chain(
+    seed: u8,
+) -> (
+    Network,
+    ScriptedPeer,
+    std::sync::Arc<crate::harness::HangingChain>,
+) {
     let hanging = std::sync::Mutex::new(None);
     let net = crate::harness::create_network_on(1, regtest, |chain| {
         let wrapped = std::sync::Arc::new(crate::harness::HangingChain::new(chain.clone()));
@@ -645,9 +646,107 @@ async fn a_hung_chain_does_not_hold_the_channel_while_an_htlc_arrives() {
         .into_inner()
         .expect("lock")
         .expect("the node's chain");
-    let mut peer = net.scripted_peer(0, 120).await;
+    let mut peer = net.scripted_peer(0, seed).await;
     peer.open_live(&net, ANCHOR_SAT).await;
     peer.pay(200_000_000).await.expect("pay");
+    (net, peer, hanging)
+}
+
+/// The peer offers an HTLC expiring at `expiry` (judged by its own machine at `height`)
+/// and answers the node until both are at rest: the node's first answer, `update_accept`
+/// or `update_decline_htlc`, is returned.
+async fn offer_htlc(peer: &mut ScriptedPeer, n: u8, expiry: u32, height: u32) -> String {
+    peer.channel.block_height(height);
+    let actions = peer
+        .channel
+        .add_htlc(
+            1_000_000,
+            wire::Preimage([n; 32]).hash(),
+            wire::Locktime::Blocks(expiry),
+            0,
+        )
+        .expect("htlc");
+    peer.run(actions).await;
+    let first = peer.recv(Duration::from_secs(10)).await;
+    let Ok(Some(first)) = first else {
+        panic!("no answer to the HTLC: {first:?}");
+    };
+    peer.handle(&first).await;
+    if peer.channel.state() != channel::State::Normal {
+        peer.until_normal().await.expect("the update completes");
+    }
+    first.name().to_owned()
+}
+
+/// Most adds are judged at a recent answer to the chain (docs/node.md, "Defences"): the
+/// attack is to slip in an HTLC that expires too soon at the chain's height behind it. Six
+/// blocks (`SLACK`) come right after the node's last question, unseen by its watcher; the
+/// peer's next HTLC leaves room for the node's claim at the height the node last heard
+/// (13 blocks: the peer's delay of 6 and the margin of 6, plus one) but not at the chain's
+/// (7 blocks). The node asks and declines it; an HTLC with room is accepted after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_htlc_too_soon_for_the_chain_is_declined_right_after_a_recent_answer() {
+    let (net, mut peer, hanging) = live_on_a_switched_chain(126).await;
+    let h0 = net.chain.height();
+    assert_eq!(
+        offer_htlc(&mut peer, 1, h0 + 100, h0).await,
+        "update_accept"
+    );
+    let asked = hanging.tips_asked();
+    // The blocks reach the chain only: the node's watcher is not stepped.
+    let payout = net.chain.faucet_script().to_owned();
+    net.chain
+        .mine(crate::manager::fresh_tip::SLACK, &payout)
+        .expect("mine");
+    let h1 = net.chain.height();
+    assert_eq!(
+        offer_htlc(&mut peer, 2, h0 + 13, h0).await,
+        "update_decline_htlc",
+        "an HTLC 7 blocks from expiry at height {h1} was taken at height {h0}"
+    );
+    assert!(
+        hanging.tips_asked() > asked,
+        "the node judged it without asking"
+    );
+    assert_eq!(offer_htlc(&mut peer, 3, h1 + 12, h1).await, "update_accept");
+}
+
+/// The other side of the same rule: HTLCs far from every limit, one after another, share
+/// the chain's answer instead of a round trip to bitcoind each (five adds asked five
+/// questions before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn htlcs_far_from_their_limits_share_a_recent_answer() {
+    let (net, mut peer, hanging) = live_on_a_switched_chain(127).await;
+    let h0 = net.chain.height();
+    let asked = hanging.tips_asked();
+    for n in 1..=5 {
+        assert_eq!(
+            offer_htlc(&mut peer, n, h0 + 100, h0).await,
+            "update_accept"
+        );
+    }
+    let questions = hanging.tips_asked() - asked;
+    // One for the first; another only where an update took longer than a second.
+    assert!(questions < 5, "{questions} questions for five HTLCs");
+    eventually!(
+        net,
+        "five HTLCs on the node's side",
+        net.channel_json(0, &peer.node_id).await["htlcs"]
+            .as_array()
+            .map(Vec::len)
+            == Some(5)
+    );
+}
+
+/// Replaces the process test
+/// `a_hung_bitcoind_does_not_hold_the_channel_while_an_htlc_arrives`: the chain hangs
+/// while the peer offers an HTLC, and the node asks it for the height to check the expiry.
+/// That question must not hold the channel: the owner's `listpeers` answers within a
+/// second (the node waits 2 s for the height), and the HTLC is accepted against the last
+/// height seen once the node stops waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_chain_does_not_hold_the_channel_while_an_htlc_arrives() {
+    let (net, mut peer, hanging) = live_on_a_switched_chain(120).await;
     let expiry = wire::Locktime::Blocks(net.chain.height() + 30);
     hanging.stall(true);
     let actions = peer

@@ -626,6 +626,22 @@ impl Channel {
         self.height
     }
 
+    /// Whether the peer's `update_add_htlc` expiring at `expiry` would pass our expiry
+    /// checks were the chain at `height` (the rules [`Channel::handle_packet`] applies at the
+    /// channel's height); `false` before the channel is established. For a given expiry the
+    /// heights that pass form one interval (each check bounds the height from one side), so
+    /// passing at two heights means passing at every height between them.
+    pub fn add_expiry_passes_at(&self, expiry: Locktime, height: u32, now: u64) -> bool {
+        let Some(e) = self.established() else {
+            return false;
+        };
+        let ctx = Ctx {
+            height,
+            ..self.ctx()
+        };
+        ctx.their_expiry_passes(expiry, e.terms.their_delay_csv, now)
+    }
+
     /// The chain's height changed.
     pub fn block_height(&mut self, height: u32) -> Vec<Action> {
         self.height = height;

@@ -58,6 +58,21 @@ impl Ctx<'_> {
         }
     }
 
+    /// Whether the peer's HTLC expiring at `expiry` passes our expiry checks at this
+    /// context's height: a usable expiry in the channel's unit, not too far, and room for
+    /// our claim with R under `claim_delay_csv`. The add handler's rule and
+    /// [`super::Channel::add_expiry_passes_at`]'s are this one.
+    pub(super) fn their_expiry_passes(
+        &self,
+        expiry: Locktime,
+        claim_delay_csv: u32,
+        now: u64,
+    ) -> bool {
+        self.check_expiry_unit(expiry, claim_delay_csv).is_ok()
+            && self.expiry_acceptable(expiry, now)
+            && self.expiry_leaves_claim_room(expiry, claim_delay_csv, now)
+    }
+
     /// Whether the claim deadline of an HTLC offered to us has come: its expiry is within
     /// the delay our claim with R waits for (`claim_delay_csv`) plus half our margin. From
     /// then on R is not revealed off chain ([`Channel::fulfill_htlc`]), and a known R is

@@ -239,8 +239,7 @@ fn their_htlc(
             unit,
         })?;
     // We claim it with R under the delay they impose on us: it must leave us room.
-    if !ctx.expiry_acceptable(a.expiry, now)
-        || !ctx.expiry_leaves_claim_room(a.expiry, e.terms.their_delay_csv, now)
+    if !ctx.their_expiry_passes(a.expiry, e.terms.their_delay_csv, now)
         || u64::from(a.amount_msat) < DUST_LIMIT_SAT * 1000
         || e.cstate.theirs.htlcs.len() >= usize::from(ctx.config.max_htlcs_in_flight)
     {

@@ -15,10 +15,19 @@ use std::time::Duration;
 
 use chain::Chain;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 /// How long an expiry check waits for the chain's height before it takes the last one seen
 /// (the watcher's), so that a hung bitcoind does not hold the channel.
 pub(crate) const WAIT: Duration = Duration::from_secs(2);
+
+/// How old a question may be for its answer to judge an add within [`SLACK`] (see
+/// [`FreshTip::recent`]): on mainnet no [`SLACK`] blocks ever come within it.
+pub(crate) const RECENT: Duration = Duration::from_secs(1);
+
+/// Blocks the chain may have moved, either way, since a [`RECENT`] answer: an add is judged
+/// at that answer only when every height this close to it gives the same verdict.
+pub(crate) const SLACK: u32 = 6;
 
 /// The questions asked so far, numbered from 1: a question is on its way while
 /// `answered < sent` (one at a time).
@@ -29,6 +38,8 @@ struct Questions {
     /// The last answer's height, `None` when the chain failed or did not answer within
     /// [`WAIT`].
     height: Option<u32>,
+    /// When the question that `height` answers was sent.
+    asked_at: Option<Instant>,
 }
 
 /// The questions about the chain's height, shared by the checks that arrive together.
@@ -68,6 +79,15 @@ impl FreshTip {
         tokio::time::timeout(WAIT, wait).await.ok().flatten()
     }
 
+    /// The height answered to a question sent less than [`RECENT`] ago, for a check that
+    /// may take an answer older than its packet: one whose verdict is the same at every
+    /// height within [`SLACK`] of it. Every other check asks ([`FreshTip::height`]).
+    pub(crate) fn recent(&self) -> Option<u32> {
+        let q = *self.questions.borrow();
+        q.height
+            .filter(|_| q.asked_at.is_some_and(|t| t.elapsed() < RECENT))
+    }
+
     /// Sends question `needed` unless one is on its way (its answer wakes the waiting checks,
     /// and one of them sends then); the answer is published by a task of its own, so that a
     /// check that gives up (its wait over, its packet dropped) leaves no question unanswered.
@@ -85,6 +105,7 @@ impl FreshTip {
             return;
         }
         let (questions, chain) = (Arc::clone(&self.questions), Arc::clone(chain));
+        let asked_at = Instant::now();
         tokio::spawn(async move {
             // The height alone: `getblockcount`, lighter for bitcoind than the tip's
             // `getblockchaininfo`.
@@ -95,6 +116,7 @@ impl FreshTip {
             questions.send_modify(|q| {
                 q.answered = question;
                 q.height = height;
+                q.asked_at = height.map(|_| asked_at);
             });
         });
     }
@@ -186,5 +208,26 @@ mod tests {
         let before = chain.tips_asked();
         assert_eq!(check(&fresh, &chain).await.expect("check"), h0);
         assert_eq!(chain.tips_asked(), before + 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_recent_answer_lasts_a_second_from_when_its_question_left() {
+        let (_dir, chain, h0) = counted();
+        let fresh = Arc::new(FreshTip::default());
+        assert_eq!(fresh.recent(), None, "nothing asked yet");
+        // The answer is held on its way back for most of a second.
+        chain.hold_answers(true);
+        let asked = check(&fresh, &chain);
+        chain.asked().await;
+        tokio::time::sleep(RECENT - Duration::from_millis(100)).await;
+        chain.hold_answers(false);
+        assert_eq!(asked.await.expect("check"), h0);
+        assert_eq!(fresh.recent(), h0);
+        // A second after the question left, not after its answer came, it is too old.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(fresh.recent(), None);
+        // The next question makes it recent again.
+        assert_eq!(check(&fresh, &chain).await.expect("check"), h0);
+        assert_eq!(fresh.recent(), h0);
     }
 }

@@ -12,7 +12,7 @@ mod command;
 mod crash;
 mod exec;
 pub(crate) mod forward;
-mod fresh_tip;
+pub(crate) mod fresh_tip;
 mod invoice;
 mod onchain_forward;
 mod packet;

@@ -139,7 +139,7 @@ impl Manager {
         pkt: Packet,
     ) -> Result<(), Refusal> {
         let peer = slot.peer;
-        let tip = self.tip_for_expiry_checks(&pkt).await;
+        let tip = self.tip_for_expiry_checks(slot, &pkt).await;
         // Before our lock: it reads the downstream channel under its own.
         let veto = self.forward_veto(&peer, &pkt, tip).await;
         // R of an HTLC we forwarded is ours to use upstream as soon as the peer shows it,
@@ -207,14 +207,41 @@ impl Manager {
     /// hung bitcoind must not hold the channel (the owner's control calls, the watcher) for
     /// its RPC time-out; a chain that does not answer in time leaves the height of the last
     /// pass, as an unreachable one always did.
-    async fn tip_for_expiry_checks(&self, pkt: &Packet) -> Option<u32> {
-        if !matches!(
-            pkt,
-            Packet::UpdateAddHtlc(_) | Packet::UpdateTimedoutHtlc(_)
-        ) {
-            return None;
+    ///
+    /// One exception saves most adds their round trip: an add that ends here (no onion)
+    /// whose expiry passes at every height within [`fresh_tip::SLACK`] of a
+    /// [`fresh_tip::RECENT`] answer is judged at that answer. The fresh height would give
+    /// the same verdict unless more than `SLACK` blocks came (or left, in a reorganisation)
+    /// within a second. Every add near a limit, every forward (its outgoing expiry is judged
+    /// against the height too) and every timeout still asks: a timeout taken at an older
+    /// height could refund an HTLC before its expiry once a reorganisation lowered the chain.
+    ///
+    /// [`fresh_tip::SLACK`]: super::fresh_tip::SLACK
+    /// [`fresh_tip::RECENT`]: super::fresh_tip::RECENT
+    async fn tip_for_expiry_checks(&self, slot: &Slot, pkt: &Packet) -> Option<u32> {
+        match pkt {
+            Packet::UpdateAddHtlc(add) if add.onion.is_none() => {
+                if let Some(recent) = self.fresh_tip.recent() {
+                    let (low, high) = (
+                        recent.saturating_sub(super::fresh_tip::SLACK),
+                        recent.saturating_add(super::fresh_tip::SLACK),
+                    );
+                    let now = unix_now();
+                    let inner = slot.lock().await;
+                    let same = inner.channel.add_expiry_passes_at(add.expiry, low, now)
+                        && inner.channel.add_expiry_passes_at(add.expiry, high, now);
+                    drop(inner);
+                    if same {
+                        return Some(recent);
+                    }
+                }
+                self.fresh_tip.height(&self.chain).await
+            }
+            Packet::UpdateAddHtlc(_) | Packet::UpdateTimedoutHtlc(_) => {
+                self.fresh_tip.height(&self.chain).await
+            }
+            _ => None,
         }
-        self.fresh_tip.height(&self.chain).await
     }
 }
 
