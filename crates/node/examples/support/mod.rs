@@ -255,12 +255,16 @@ pub fn fsync_latency(dir: &std::path::Path, blocks: u64) -> (Vec<f64>, f64) {
 
 /// Latencies of durable writes as the node makes them: one `UPDATE` of a `bytes`-long row
 /// through sqlx on an SQLite connection configured as the node's (WAL, `synchronous =
-/// FULL`, exclusive locking) in `dir`, after 50 writes that allocate the WAL. Beside the
-/// flush itself this holds SQLite's work for the row and the hand-off to sqlx's worker
-/// thread and back: a floor every write of a node built on these parts pays, which a raw
-/// `fdatasync` of the same disk does not show (and which moves with the machine's
-/// halt-polling, as every thread hand-off does).
-pub async fn sqlite_commit_latency(dir: &std::path::Path, bytes: usize) -> Vec<f64> {
+/// FULL`, exclusive locking) in `dir`. Beside the flush itself this holds SQLite's work for
+/// the row and the hand-off to sqlx's worker thread and back: a floor every write of a node
+/// built on these parts pays, which a raw `fdatasync` of the same disk does not show (and
+/// which moves with the machine's halt-polling, as every thread hand-off does).
+///
+/// Two sets of 300: writes 50–350 of a new database, each of which grows the WAL (its
+/// flush also writes the file's size and new blocks, as a node's first writes after a
+/// start do), and the last 300 of 1,750, after a checkpoint sent the WAL back to its start,
+/// overwriting it in place (a node that has run a while).
+pub async fn sqlite_commit_latency(dir: &std::path::Path, bytes: usize) -> (Vec<f64>, Vec<f64>) {
     use sqlx::sqlite::{
         SqliteConnectOptions, SqliteJournalMode, SqliteLockingMode, SqliteSynchronous,
     };
@@ -282,24 +286,35 @@ pub async fn sqlite_commit_latency(dir: &std::path::Path, bytes: usize) -> Vec<f
         .await
         .unwrap();
     let mut samples = Vec::new();
-    for i in 0..350u32 {
+    let mut wrapped = Vec::new();
+    let wal = || std::fs::metadata(format!("{}-wal", path.display())).map_or(0, |m| m.len());
+    let mut wal_before = 0;
+    for i in 0..1_750u32 {
         // A different row each time, as each snapshot differs from the last.
         let row = format!("{i:08}{}", "x".repeat(bytes.saturating_sub(8)));
+        if i == 1_450 {
+            wal_before = wal();
+        }
         let t = Instant::now();
         sqlx::query("UPDATE probe SET v = ? WHERE id = 1")
             .bind(row)
             .execute(&mut conn)
             .await
             .unwrap();
-        if i >= 50 {
-            samples.push(t.elapsed().as_secs_f64());
+        match i {
+            50..350 => samples.push(t.elapsed().as_secs_f64()),
+            1_450.. => wrapped.push(t.elapsed().as_secs_f64()),
+            _ => {}
         }
     }
+    // SQLite's default checkpoint at 1,000 frames (one a commit here) sent the WAL back to
+    // its start: the last 300 commits overwrote it in place.
+    assert_eq!(wal(), wal_before, "the probe's WAL still grew");
     conn.close().await.unwrap();
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
-    samples
+    (samples, wrapped)
 }
 
 /// Mean of `v`.
