@@ -551,8 +551,8 @@ async fn bench() {
     });
     let peers: Vec<Arc<Peer>> = peers.into_iter().map(Arc::new).collect();
 
-    // Steady state: SQLite's WAL grows until its first checkpoint (about 333 channel writes);
-    // a node that has run a while rewrites it in place.
+    // The hub's WAL wraps here (its checkpoint every 10,000 frames): in the phases below it
+    // writes in place, as a node that has run a while.
     all_channels(&hub_control, &peers, (pairs / 10).max(5), 1 << 12, expiry).await;
 
     let one_from = boot_clock();
@@ -833,7 +833,9 @@ struct Bound {
 /// too ([`PEERS_ON_DISK`]): the flush, SQLite's work for the row and the hand-off to sqlx's
 /// worker thread, which a raw `fdatasync` leaves out although no write of a node on these
 /// parts can skip it), each packet's one-way trip and the two control calls, nothing
-/// overlapping. On a
+/// overlapping. The write is timed on a new database's growing WAL (the printed bound, as
+/// the bench has always had it) and overwriting the WAL in place (as a node that has run a
+/// while writes, about half as dear): the channel's ratio is printed against both. On a
 /// machine that other work shares, the load moves between minutes; a rate and a bound
 /// measured minutes apart compared the load more than the node (213 % on a loaded run).
 /// Alternating, each round's ratio sees one load, and the median of the rounds is the figure.

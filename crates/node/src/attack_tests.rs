@@ -357,10 +357,7 @@ async fn an_htlc_whose_r_the_peer_took_and_hung_up_is_claimed_on_chain_before_ex
     eventually!(
         net,
         "the HTLC on the node's side",
-        net.channel_json(0, &peer.node_id).await["htlcs"]
-            .as_array()
-            .map(Vec::len)
-            == Some(1)
+        htlcs_on_the_node(&net, &peer).await == Some(1)
     );
     let fulfill = net.rpc_in_background(
         0,
@@ -626,6 +623,13 @@ async fn a_session_relayed_back_to_the_node_is_refused() {
     assert!(!talks_to_itself(&net));
 }
 
+/// The HTLCs node 0's channel with `peer` holds.
+async fn htlcs_on_the_node(net: &Network, peer: &ScriptedPeer) -> Option<usize> {
+    net.channel_json(0, &peer.node_id).await["htlcs"]
+        .as_array()
+        .map(Vec::len)
+}
+
 /// A node whose chain is behind a switch that counts its height questions, and a peer
 /// with a live channel that has paid it 200,000 sat.
 async fn live_on_a_switched_chain(
@@ -731,10 +735,7 @@ async fn htlcs_far_from_their_limits_share_a_recent_answer() {
     eventually!(
         net,
         "five HTLCs on the node's side",
-        net.channel_json(0, &peer.node_id).await["htlcs"]
-            .as_array()
-            .map(Vec::len)
-            == Some(5)
+        htlcs_on_the_node(&net, &peer).await == Some(5)
     );
 }
 
@@ -779,10 +780,7 @@ async fn a_hung_chain_does_not_hold_the_channel_while_an_htlc_arrives() {
     eventually!(
         net,
         "the HTLC on the node's side",
-        net.channel_json(0, &peer.node_id).await["htlcs"]
-            .as_array()
-            .map(Vec::len)
-            == Some(1)
+        htlcs_on_the_node(&net, &peer).await == Some(1)
     );
 }
 
