@@ -166,7 +166,9 @@
     el.className = "banner " + (kind || "info");
     show(el, true);
     clearTimeout(noticeTimer);
-    noticeTimer = setTimeout(() => show(el, false), 8000);
+    // A warning (a session that ended, a refused bet) stays until the next notice: a
+    // player who looks back later still reads why.
+    if (kind !== "warn") noticeTimer = setTimeout(() => show(el, false), 8000);
   }
 
   function el(tag, text, cls) {

@@ -618,6 +618,13 @@ async fn password_change_and_reset_end_sessions(s: &Api, b: &Browser, address: &
         .await;
     b.wait_text("login-form", "Log in").await;
     assert!(!b.visible("account-card").await);
+    // The reason stays until the next notice: it used to hide after 8 s, read by no one
+    // who looked away (and by this test once, on a loaded machine).
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    assert!(
+        b.visible("notice").await,
+        "the session's end is no longer explained"
+    );
     assert_eq!(
         b.js("return sessionStorage.getItem('potluck.token');")
             .await,
