@@ -723,28 +723,7 @@ impl Run {
             own_ms * 1000.0,
             own_wall_ms * 1000.0
         );
-        println!(
-            "fdatasync latency of the hub's disk (last round): {}",
-            distribution_us(&bound.fsyncs, 1)
-        );
-        println!(
-            "a {}-byte row committed through sqlx there (the bound's term per write): {}",
-            bound.snapshot_bytes,
-            distribution_us(&bound.commits, 1)
-        );
-        println!(
-            "the same once its WAL is overwritten in place, not grown (a node that has run a while): {}",
-            distribution_us(&bound.commits_wrapped, 1)
-        );
-        println!(
-            "packet round trip {:.1} us, control call round trip {:.1} us to a peer, {:.1} us to the hub (last round; means {:.1}, {:.1}, {:.1})",
-            median(bound.pkts.clone()) * 1e6,
-            median(bound.ctrl.clone()) * 1e6,
-            median(bound.ctrl_hub.clone()) * 1e6,
-            mean(&bound.pkts) * 1e6,
-            mean(&bound.ctrl) * 1e6,
-            mean(&bound.ctrl_hub) * 1e6
-        );
+        bound.print_terms();
         let all_ratio = median(all_ratios.clone());
         for (name, p, ratio) in [
             ("one channel, sequential", one, one.cpu_ms / own_ms),
@@ -826,6 +805,34 @@ struct Bound {
     /// Control calls to a peer (in this process) and to the hub.
     ctrl: Vec<f64>,
     ctrl_hub: Vec<f64>,
+}
+
+impl Bound {
+    /// The bound's terms as the last round measured them.
+    fn print_terms(&self) {
+        println!(
+            "fdatasync latency of the hub's disk (last round): {}",
+            distribution_us(&self.fsyncs, 1)
+        );
+        println!(
+            "a {}-byte row committed through sqlx there (the bound's term per write): {}",
+            self.snapshot_bytes,
+            distribution_us(&self.commits, 1)
+        );
+        println!(
+        "the same once its WAL is overwritten in place, not grown (a node that has run a while): {}",
+        distribution_us(&self.commits_wrapped, 1)
+    );
+        println!(
+        "packet round trip {:.1} us, control call round trip {:.1} us to a peer, {:.1} us to the hub (last round; means {:.1}, {:.1}, {:.1})",
+        median(self.pkts.clone()) * 1e6,
+        median(self.ctrl.clone()) * 1e6,
+        median(self.ctrl_hub.clone()) * 1e6,
+        mean(&self.pkts) * 1e6,
+        mean(&self.ctrl) * 1e6,
+        mean(&self.ctrl_hub) * 1e6
+    );
+    }
 }
 
 /// Rounds of sequential pairs on one channel, each followed by the bound measured right

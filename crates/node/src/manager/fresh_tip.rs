@@ -35,11 +35,9 @@ pub(crate) const SLACK: u32 = 6;
 struct Questions {
     sent: u64,
     answered: u64,
-    /// The last answer's height, `None` when the chain failed or did not answer within
-    /// [`WAIT`].
-    height: Option<u32>,
-    /// When the question that `height` answers was sent.
-    asked_at: Option<Instant>,
+    /// The last answer's height and when its question was sent, `None` when the chain
+    /// failed or did not answer within [`WAIT`].
+    answer: Option<(u32, Instant)>,
 }
 
 /// The questions about the chain's height, shared by the checks that arrive together.
@@ -67,7 +65,7 @@ impl FreshTip {
             loop {
                 let now = *questions.borrow_and_update();
                 if now.answered >= needed {
-                    return now.height;
+                    return now.answer.map(|(height, _)| height);
                 }
                 self.send_if_none_on_its_way(needed, chain);
                 // The sender lives in `self`: `changed` ends with the next change.
@@ -84,8 +82,9 @@ impl FreshTip {
     /// height within [`SLACK`] of it. Every other check asks ([`FreshTip::height`]).
     pub(crate) fn recent(&self) -> Option<u32> {
         let q = *self.questions.borrow();
-        q.height
-            .filter(|_| q.asked_at.is_some_and(|t| t.elapsed() < RECENT))
+        q.answer
+            .filter(|(_, asked_at)| asked_at.elapsed() < RECENT)
+            .map(|(height, _)| height)
     }
 
     /// Sends question `needed` unless one is on its way (its answer wakes the waiting checks,
@@ -115,8 +114,7 @@ impl FreshTip {
                 .and_then(Result::ok);
             questions.send_modify(|q| {
                 q.answered = question;
-                q.height = height;
-                q.asked_at = height.map(|_| asked_at);
+                q.answer = height.map(|h| (h, asked_at));
             });
         });
     }
