@@ -2,7 +2,8 @@
 """Reads `perf script -F tid,time,event,trace` of raw_syscalls:sys_enter/sys_exit on the hub
 during hub_bench's sequential phase and prints where a pair's time goes (docs/benchmarks.md,
 "Node under test"; scripts/trace-hub.sh runs it): the flushes, the chain question's round trip
-and the hub's time from each packet received to its next hand-off.
+and the hub's time from each packet received to its next hand-off. With --flushes (a trace of
+the bench's own process, TRACE=peers): `fdatasync` by file.
 
 Sockets are told apart by their traffic, not their numbers: the peer's is the one with the
 most packets received; of the others, the chain client's is the one whose writes are answered
@@ -80,5 +81,19 @@ def main(path):
         print(f"packet of {size} bytes received to the next hand-off: {us(after[size])}")
 
 
+def flushes(path):
+    """`fdatasync` durations by file descriptor, the files flushed 100 times or more."""
+    by_fd = collections.defaultdict(list)
+    for s, e, _, nr, fd, _ in calls(path):
+        if nr == FDATASYNC:
+            by_fd[fd].append((e - s) * 1e6)
+    for fd, values in sorted(by_fd.items(), key=lambda kv: -len(kv[1])):
+        if len(values) >= 100:
+            print(f"fdatasync of file descriptor {fd}: {us(values)}")
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1] == "--flushes":
+        flushes(sys.argv[2])
+    else:
+        main(sys.argv[1])
