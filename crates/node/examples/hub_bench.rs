@@ -28,7 +28,7 @@ use chain::{Auth, BitcoindRpc, Chain, DevChain, DevChainConfig, RpcConfig};
 use serde_json::{json, Value};
 use support::{
     cpu_seconds_of, distribution_us, fsync_latency, idle_policy, in_memory_pairs, mean, median,
-    packet_rtt, sqlite_commit_latency, HTLC_MSAT,
+    packet_rtt, skeleton_pairs, sqlite_commit_latency, HTLC_MSAT,
 };
 
 /// A node's control API.
@@ -59,8 +59,36 @@ impl Control {
 /// A peer: a node in this process.
 struct Peer {
     control: Control,
-    _running: node::RunningNode,
-    _dir: tempfile::TempDir,
+    _node: PeerNode,
+}
+
+/// Where a peer's node runs.
+enum PeerNode {
+    /// On the bench's runtime, beside the others: the peers that only load the hub.
+    Shared {
+        _running: node::RunningNode,
+        _dir: tempfile::TempDir,
+    },
+    /// On a thread and a one-thread runtime of its own, as a `potluck node` process runs by
+    /// default: the sequential phase's peers, whose every step is on the channel's
+    /// critical path. On the bench's multi-thread runtime each of their tasks could be
+    /// handed between its workers (a wake-up of a sleeping thread) where a real peer's
+    /// would not. Dropping it ends the runtime, its tasks and then its directory.
+    Own(
+        Option<tokio::sync::oneshot::Sender<()>>,
+        Option<std::thread::JoinHandle<()>>,
+    ),
+}
+
+impl Drop for PeerNode {
+    fn drop(&mut self) {
+        if let PeerNode::Own(stop, thread) = self {
+            drop(stop.take());
+            if let Some(thread) = thread.take() {
+                let _ = thread.join();
+            }
+        }
+    }
 }
 
 /// Where the peers that only load the hub keep their databases: in memory (`/dev/shm`)
@@ -85,21 +113,60 @@ fn peer_dir(on_disk: bool) -> tempfile::TempDir {
 }
 
 async fn start_peer(chain: &DevChain, on_disk: bool) -> Peer {
-    let dir = peer_dir(on_disk);
-    let mut config = node::NodeConfig::new(dir.path());
+    if on_disk {
+        return start_own_peer(chain).await;
+    }
+    let dir = peer_dir(false);
+    let running = run_peer(chain, dir.path()).await;
+    Peer {
+        control: peer_control(&running),
+        _node: PeerNode::Shared {
+            _running: running,
+            _dir: dir,
+        },
+    }
+}
+
+async fn run_peer(chain: &DevChain, dir: &Path) -> node::RunningNode {
+    let mut config = node::NodeConfig::new(dir);
     config.listen = "127.0.0.1:0".parse().unwrap();
     config.rpc_bind = "127.0.0.1:0".parse().unwrap();
-    let running = node::start(config, Arc::new(chain.clone()) as Arc<dyn Chain>)
+    node::start(config, Arc::new(chain.clone()) as Arc<dyn Chain>)
         .await
-        .unwrap();
+        .unwrap()
+}
+
+fn peer_control(running: &node::RunningNode) -> Control {
+    Control::new(
+        format!("http://{}/", running.rpc_addr),
+        running.cookie_path.clone(),
+        running.node_id.to_string(),
+    )
+}
+
+/// A peer on a thread and runtime of its own ([`PeerNode::Own`]), its database on disk.
+async fn start_own_peer(chain: &DevChain) -> Peer {
+    let (started, control) = tokio::sync::oneshot::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let chain = chain.clone();
+    let thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let dir = peer_dir(true);
+        let running = runtime.block_on(run_peer(&chain, dir.path()));
+        let _ = started.send(peer_control(&running));
+        // The runtime runs its tasks while its thread waits in `block_on`: until the stop
+        // (the sender dropped, which is all it ever does).
+        let _ = runtime.block_on(stopped);
+        drop(running);
+        drop(runtime);
+        drop(dir);
+    });
     Peer {
-        control: Control::new(
-            format!("http://{}/", running.rpc_addr),
-            running.cookie_path.clone(),
-            running.node_id.to_string(),
-        ),
-        _running: running,
-        _dir: dir,
+        control: control.await.unwrap(),
+        _node: PeerNode::Own(Some(stop), Some(thread)),
     }
 }
 
@@ -748,35 +815,16 @@ impl Run {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
-        let ratio = median(bound.ratios.clone());
+        bound.print_ratios();
         println!(
-            "one channel, untraced, alternated with its bound: {} = median {:.0}%",
-            bound
-                .rounds
-                .iter()
-                .map(|(rate, b)| format!("{rate:.0}/{b:.0} pairs/s"))
-                .collect::<Vec<_>>()
-                .join(", "),
-            ratio * 100.0
-        );
-        println!(
-            "one channel against the bound with the in-place write instead: {} = median {:.0}%",
-            bound
-                .ratios_wrapped
-                .iter()
-                .map(|r| format!("{:.0}%", r * 100.0))
-                .collect::<Vec<_>>()
-                .join(", "),
-            median(bound.ratios_wrapped.clone()) * 100.0
-        );
-        println!(
-            "node under test: cpu/pair {:.2} ms = {:.1}x its state machine; fdatasync/pair {:.2}; fcntl/pair {:.1}; switches/pair {:.0}; one channel {:.0}% of the sequential bound, {:.0}% with in-place writes",
+            "node under test: cpu/pair {:.2} ms = {:.1}x its state machine; fdatasync/pair {:.2}; fcntl/pair {:.1}; switches/pair {:.0}; one channel {:.0}% of the sequential bound (built), {:.0}% of its summed terms, {:.0}% with in-place writes",
             all.cpu_ms,
             all_ratio,
             all.call("fdatasync") + all.call("fsync"),
             all.call("fcntl"),
             all.switches,
-            ratio * 100.0,
+            median(bound.ratios_built.clone()) * 100.0,
+            median(bound.ratios.clone()) * 100.0,
             median(bound.ratios_wrapped.clone()) * 100.0
         );
     }
@@ -796,6 +844,13 @@ struct Bound {
     commits_wrapped: Vec<f64>,
     /// Per round: the channel's rate over the bound with that write instead.
     ratios_wrapped: Vec<f64>,
+    /// The in-place write again, each after 0.2 ms idle (printed, not in a bound).
+    commits_idle: Vec<f64>,
+    /// Per round: seconds per pair of the skeleton ([`support::skeleton_pairs`]).
+    skeleton: Vec<f64>,
+    /// Per round: the channel's rate over the built bound, the skeleton's with the two
+    /// control calls in place of its two go-on frames.
+    ratios_built: Vec<f64>,
     /// The bytes of that row (a channel's snapshot).
     snapshot_bytes: usize,
     /// Per round: the hub's side of a pair in memory, CPU seconds (more samples of the
@@ -808,6 +863,46 @@ struct Bound {
 }
 
 impl Bound {
+    /// One channel against each bound, per round and the median.
+    fn print_ratios(&self) {
+        let percents = |ratios: &[f64]| {
+            let each: Vec<String> = ratios
+                .iter()
+                .map(|r| format!("{:.0}%", r * 100.0))
+                .collect();
+            format!(
+                "{} = median {:.0}%",
+                each.join(", "),
+                median(ratios.to_vec()) * 100.0
+            )
+        };
+        println!(
+            "one channel, untraced, alternated with its bound: {} = median {:.0}%",
+            self.rounds
+                .iter()
+                .map(|(rate, b)| format!("{rate:.0}/{b:.0} pairs/s"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            median(self.ratios.clone()) * 100.0
+        );
+        println!(
+            "one channel against the bound with the in-place write instead: {}",
+            percents(&self.ratios_wrapped)
+        );
+        println!(
+            "the skeleton (the same state machines, writes and socket, nothing else), per pair: {}",
+            self.skeleton
+                .iter()
+                .map(|s| format!("{:.0} us", s * 1e6))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        println!(
+            "one channel against the built bound (the skeleton's pairs, its go-on frames replaced by the control calls): {}",
+            percents(&self.ratios_built)
+        );
+    }
+
     /// The bound's terms as the last round measured them.
     fn print_terms(&self) {
         println!(
@@ -824,6 +919,10 @@ impl Bound {
         distribution_us(&self.commits_wrapped, 1)
     );
         println!(
+            "the same after 0.2 ms idle, as each write of a sequential channel starts: {}",
+            distribution_us(&self.commits_idle, 1)
+        );
+        println!(
         "packet round trip {:.1} us, control call round trip {:.1} us to a peer, {:.1} us to the hub (last round; means {:.1}, {:.1}, {:.1})",
         median(self.pkts.clone()) * 1e6,
         median(self.ctrl.clone()) * 1e6,
@@ -835,15 +934,20 @@ impl Bound {
     }
 }
 
-/// Rounds of sequential pairs on one channel, each followed by the bound measured right
-/// after it: both state machines in memory, each durable write (a snapshot-sized row
+/// Rounds of sequential pairs on one channel, each followed by its bounds measured right
+/// after it. The built bound is the skeleton's pairs ([`skeleton_pairs`]: the same state
+/// machines, writes and socket chained as a node must chain them, and nothing else), its two
+/// go-on frames replaced by the two control calls: the figure. The summed bound adds the
+/// same steps measured one at a time, back to back: both state machines in memory, each durable write (a snapshot-sized row
 /// committed through sqlx on the hub's disk, where this channel's peer keeps its database
 /// too ([`PEERS_ON_DISK`]): the flush, SQLite's work for the row and the hand-off to sqlx's
 /// worker thread, which a raw `fdatasync` leaves out although no write of a node on these
 /// parts can skip it), each packet's one-way trip and the two control calls, nothing
-/// overlapping. The write is timed on a new database's growing WAL (the printed bound, as
-/// the bench has always had it) and overwriting the WAL in place (as a node that has run a
-/// while writes, about half as dear): the channel's ratio is printed against both. On a
+/// overlapping. Its write is timed on a new database's growing WAL (the bound the bench
+/// printed until the built one) and overwriting the WAL in place (as a node that has run a
+/// while writes, about half as dear). No chain of these steps reaches the sum: a write
+/// that starts on an idle machine, as each of a sequential channel's does, costs more than
+/// one right after another (printed), and the skeleton pays that as a node does. On a
 /// machine that other work shares, the load moves between minutes; a rate and a bound
 /// measured minutes apart compared the load more than the node (213 % on a loaded run).
 /// Alternating, each round's ratio sees one load, and the median of the rounds is the figure.
@@ -866,6 +970,9 @@ async fn one_channel_against_its_bound(
         commits: Vec::new(),
         commits_wrapped: Vec::new(),
         ratios_wrapped: Vec::new(),
+        commits_idle: Vec::new(),
+        skeleton: Vec::new(),
+        ratios_built: Vec::new(),
         snapshot_bytes: 0,
         own_cpu: Vec::new(),
         pkts: Vec::new(),
@@ -885,8 +992,13 @@ async fn one_channel_against_its_bound(
         let rate = f64::from(per_round) / start.elapsed().as_secs_f64();
         let mem = in_memory_pairs(per_round * 5);
         let (fsyncs, _) = fsync_latency(hub.dir.path(), 1);
-        let (commits, commits_wrapped) =
+        let (commits, commits_wrapped, commits_idle) =
             sqlite_commit_latency(hub.dir.path(), mem.snapshot_bytes).await;
+        let dir = hub.dir.path().to_path_buf();
+        let (skeleton, _) =
+            tokio::task::spawn_blocking(move || skeleton_pairs(&dir, per_round + 1))
+                .await
+                .unwrap();
         let pkts = packet_rtt().await;
         // A pair's two control calls: `newhtlc` to the peer (in this process) and
         // `fulfillhtlc` to the hub (another process); each is timed on its own node with
@@ -912,6 +1024,12 @@ async fn one_channel_against_its_bound(
         out.ratios.push(rate / bound);
         out.ratios_wrapped
             .push(rate / bound_with(median(commits_wrapped.clone())));
+        // The skeleton's two go-on frames are a one-way trip each, half a round trip.
+        let built = 1.0
+            / (skeleton - median(pkts.clone()) + median(ctrl.clone()) + median(ctrl_hub.clone()));
+        out.ratios_built.push(rate / built);
+        out.skeleton.push(skeleton);
+        out.commits_idle = commits_idle;
         (
             out.fsyncs,
             out.commits,

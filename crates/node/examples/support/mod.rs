@@ -260,11 +260,15 @@ pub fn fsync_latency(dir: &std::path::Path, blocks: u64) -> (Vec<f64>, f64) {
 /// built on these parts pays, which a raw `fdatasync` of the same disk does not show (and
 /// which moves with the machine's halt-polling, as every thread hand-off does).
 ///
-/// Two sets of 300: writes 50–350 of a new database, each of which grows the WAL (its
+/// Three sets of 300: writes 50–350 of a new database, each of which grows the WAL (its
 /// flush also writes the file's size and new blocks, as a node's first writes after a
-/// start do), and the last 300 of 1,750, after a checkpoint sent the WAL back to its start,
-/// overwriting it in place (a node that has run a while).
-pub async fn sqlite_commit_latency(dir: &std::path::Path, bytes: usize) -> (Vec<f64>, Vec<f64>) {
+/// start do); writes 1,450–1,750, after a checkpoint sent the WAL back to its start,
+/// overwriting it in place (a node that has run a while), back to back; and 300 more in
+/// place, each after the thread slept 0.2 ms, as every write of a sequential channel starts.
+pub async fn sqlite_commit_latency(
+    dir: &std::path::Path,
+    bytes: usize,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     use sqlx::sqlite::{
         SqliteConnectOptions, SqliteJournalMode, SqliteLockingMode, SqliteSynchronous,
     };
@@ -287,13 +291,19 @@ pub async fn sqlite_commit_latency(dir: &std::path::Path, bytes: usize) -> (Vec<
         .unwrap();
     let mut samples = Vec::new();
     let mut wrapped = Vec::new();
+    let mut after_idle = Vec::new();
     let wal = || std::fs::metadata(format!("{}-wal", path.display())).map_or(0, |m| m.len());
     let mut wal_before = 0;
-    for i in 0..1_750u32 {
+    for i in 0..2_050u32 {
         // A different row each time, as each snapshot differs from the last.
         let row = format!("{i:08}{}", "x".repeat(bytes.saturating_sub(8)));
         if i == 1_450 {
             wal_before = wal();
+        }
+        if i >= 1_750 {
+            // The thread idle a moment, as before each write of a sequential channel (it
+            // waits for the peer's packet): its vCPU halts, and the write starts cold.
+            std::thread::sleep(Duration::from_micros(200));
         }
         let t = Instant::now();
         sqlx::query("UPDATE probe SET v = ? WHERE id = 1")
@@ -303,7 +313,8 @@ pub async fn sqlite_commit_latency(dir: &std::path::Path, bytes: usize) -> (Vec<
             .unwrap();
         match i {
             50..350 => samples.push(t.elapsed().as_secs_f64()),
-            1_450.. => wrapped.push(t.elapsed().as_secs_f64()),
+            1_450..1_750 => wrapped.push(t.elapsed().as_secs_f64()),
+            1_750.. => after_idle.push(t.elapsed().as_secs_f64()),
             _ => {}
         }
     }
@@ -314,7 +325,7 @@ pub async fn sqlite_commit_latency(dir: &std::path::Path, bytes: usize) -> (Vec<
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
-    (samples, wrapped)
+    (samples, wrapped, after_idle)
 }
 
 /// Mean of `v`.
@@ -394,5 +405,189 @@ pub fn idle_policy() -> String {
     match read("/sys/module/haltpoll/parameters/guest_halt_poll_ns") {
         Ok(ns) => format!("cpuidle driver {driver}, guest_halt_poll_ns {ns}"),
         Err(_) => format!("cpuidle driver {driver}"),
+    }
+}
+
+/// One channel's sequential pairs on the least a node can be built of: the two state
+/// machines of [`in_memory_pairs`], each on a thread and one-thread runtime of its own (as a
+/// `potluck node` runs), joined by a loopback TCP socket carrying each packet's bytes, each
+/// committing its channel's snapshot through sqlx (the node's settings, its WAL overwritten
+/// in place) before the packets after a persist leave, in the actions' order. No session
+/// encryption, no control API, no manager, registry or group writer: what a node does beyond
+/// this is its own cost. Where a node's pair waits for the owner's two control calls, the
+/// skeleton's sides tell each other to go on with an empty frame, a one-way trip each.
+/// Summed terms, each measured on its own and back to back, leave out the wake-ups that a
+/// chain of them pays where every step starts on an idle machine; this pays them.
+/// Returns seconds per pair, and the pairs' snapshot bytes on the accepting side.
+pub fn skeleton_pairs(dir: &std::path::Path, pairs: u32) -> (f64, usize) {
+    let Back2Back { a, b, .. } = Back2Back::live();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (db_a, db_b) = (dir.join("skeleton-a.sqlite"), dir.join("skeleton-b.sqlite"));
+    let accept = std::thread::spawn(move || {
+        let (socket, _) = listener.accept().unwrap();
+        on_own_runtime(skeleton_side(b, socket, db_b, pairs, false))
+    });
+    let offer = std::thread::spawn(move || {
+        let socket = std::net::TcpStream::connect(addr).unwrap();
+        on_own_runtime(skeleton_side(a, socket, db_a, pairs, true))
+    });
+    let per_pair = offer.join().unwrap().0;
+    let snapshot_bytes = accept.join().unwrap().1;
+    for side in ["a", "b"] {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(dir.join(format!("skeleton-{side}.sqlite{suffix}")));
+        }
+    }
+    (per_pair, snapshot_bytes)
+}
+
+fn on_own_runtime<T>(work: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(work)
+}
+
+/// One side of [`skeleton_pairs`]: the offerer adds each HTLC, the other fulfills it once
+/// told the add completed. Returns seconds per pair (after the first, which warms both
+/// sides) and the channel's snapshot bytes.
+async fn skeleton_side(
+    mut channel: Channel,
+    socket: std::net::TcpStream,
+    db: std::path::PathBuf,
+    pairs: u32,
+    offers: bool,
+) -> (f64, usize) {
+    let mut io = SkeletonIo::open(socket, &db, &channel).await;
+    let mut start = Instant::now();
+    for i in 0..pairs {
+        if i == 1 {
+            start = Instant::now();
+        }
+        let mut r = [0u8; 32];
+        r[..4].copy_from_slice(&i.to_le_bytes());
+        let pre = Preimage(r);
+        // Each side in turn proposes its update and takes the other's until told to go on.
+        for proposing in [offers, !offers] {
+            if proposing {
+                let mut actions = if offers {
+                    channel.add_htlc(HTLC_MSAT, pre.hash(), Locktime::Blocks(1000), 0)
+                } else {
+                    channel.fulfill_htlc(pre, 0)
+                }
+                .unwrap();
+                while !io.perform(&channel, actions).await {
+                    let packet = io.receive().await.expect("a packet, not a go-on");
+                    actions = channel.handle_packet(&packet, 0).unwrap();
+                }
+                // The owner's control call answered: the other side's turn.
+                io.send(&[]).await;
+            } else {
+                while let Some(packet) = io.receive().await {
+                    let actions = channel.handle_packet(&packet, 0).unwrap();
+                    io.perform(&channel, actions).await;
+                }
+            }
+        }
+    }
+    let per_pair = start.elapsed().as_secs_f64() / f64::from(pairs.saturating_sub(1).max(1));
+    (
+        per_pair,
+        serde_json::to_string(&channel).map_or(0, |s| s.len()),
+    )
+}
+
+/// A skeleton side's socket and database.
+struct SkeletonIo {
+    socket: tokio::net::TcpStream,
+    conn: sqlx::SqliteConnection,
+}
+
+impl SkeletonIo {
+    /// A database configured as a node's, its WAL past its first checkpoint so that it is
+    /// overwritten in place, as a node's that has run a while.
+    async fn open(socket: std::net::TcpStream, db: &std::path::Path, channel: &Channel) -> Self {
+        use sqlx::sqlite::{
+            SqliteConnectOptions, SqliteJournalMode, SqliteLockingMode, SqliteSynchronous,
+        };
+        use sqlx::ConnectOptions as _;
+        socket.set_nodelay(true).unwrap();
+        socket.set_nonblocking(true).unwrap();
+        let mut io = SkeletonIo {
+            socket: tokio::net::TcpStream::from_std(socket).unwrap(),
+            conn: SqliteConnectOptions::new()
+                .filename(db)
+                .create_if_missing(true)
+                .locking_mode(SqliteLockingMode::Exclusive)
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Full)
+                .connect()
+                .await
+                .unwrap(),
+        };
+        for statement in [
+            "CREATE TABLE channel (id INTEGER PRIMARY KEY, v TEXT NOT NULL)",
+            "INSERT INTO channel (id, v) VALUES (1, '')",
+        ] {
+            sqlx::query(statement).execute(&mut io.conn).await.unwrap();
+        }
+        // Past SQLite's checkpoint at 1,000 frames, then none among the pairs timed: a node
+        // checkpoints every 10,000 frames.
+        for _ in 0..1_100 {
+            io.persist(channel).await;
+        }
+        sqlx::query("PRAGMA wal_autocheckpoint = 10000")
+            .execute(&mut io.conn)
+            .await
+            .unwrap();
+        io
+    }
+
+    /// The channel's snapshot committed: one `UPDATE` in autocommit, as a node's lone write.
+    async fn persist(&mut self, channel: &Channel) {
+        sqlx::query("UPDATE channel SET v = ? WHERE id = 1")
+            .bind(serde_json::to_string(channel).unwrap())
+            .execute(&mut self.conn)
+            .await
+            .unwrap();
+    }
+
+    /// The next frame's packet; none for a go-on.
+    async fn receive(&mut self) -> Option<Packet> {
+        use tokio::io::AsyncReadExt as _;
+        let len = self.socket.read_u32().await.unwrap() as usize;
+        if len == 0 {
+            return None;
+        }
+        let mut frame = vec![0; len];
+        self.socket.read_exact(&mut frame).await.unwrap();
+        Some(Packet::decode(&frame).unwrap())
+    }
+
+    /// A frame: its length, then its bytes (none: go on).
+    async fn send(&mut self, bytes: &[u8]) {
+        use tokio::io::AsyncWriteExt as _;
+        let mut out = (bytes.len() as u32).to_be_bytes().to_vec();
+        out.extend_from_slice(bytes);
+        self.socket.write_all(&out).await.unwrap();
+    }
+
+    /// Performs `actions` in order; true once the update this side proposed completed.
+    async fn perform(&mut self, channel: &Channel, actions: Vec<Action>) -> bool {
+        let mut completed = false;
+        for act in actions {
+            match act {
+                Action::Persist => self.persist(channel).await,
+                Action::Send(p) => self.send(&p.encode()).await,
+                Action::Notify(channel::Event::UpdateCompleted {
+                    by: channel::Who::Us,
+                    ..
+                }) => completed = true,
+                _ => {}
+            }
+        }
+        completed
     }
 }
