@@ -844,8 +844,8 @@ struct Bound {
     commits_wrapped: Vec<f64>,
     /// Per round: the channel's rate over the bound with that write instead.
     ratios_wrapped: Vec<f64>,
-    /// The in-place write again, each after 0.2 ms idle (printed, not in a bound).
-    commits_idle: Vec<f64>,
+    /// The skeleton's writes in the last round (printed beside the probe's).
+    skeleton_writes: Vec<f64>,
     /// Per round: seconds per pair of the skeleton ([`support::skeleton_pairs`]).
     skeleton: Vec<f64>,
     /// Per round: the channel's rate over the built bound, the skeleton's with the two
@@ -919,8 +919,8 @@ impl Bound {
         distribution_us(&self.commits_wrapped, 1)
     );
         println!(
-            "the same after 0.2 ms idle, as each write of a sequential channel starts: {}",
-            distribution_us(&self.commits_idle, 1)
+            "the skeleton's writes, each after a wait for the other side (last round): {}",
+            distribution_us(&self.skeleton_writes, 1)
         );
         println!(
         "packet round trip {:.1} us, control call round trip {:.1} us to a peer, {:.1} us to the hub (last round; means {:.1}, {:.1}, {:.1})",
@@ -945,9 +945,9 @@ impl Bound {
 /// parts can skip it), each packet's one-way trip and the two control calls, nothing
 /// overlapping. Its write is timed on a new database's growing WAL (the bound the bench
 /// printed until the built one) and overwriting the WAL in place (as a node that has run a
-/// while writes, about half as dear). No chain of these steps reaches the sum: a write
-/// that starts on an idle machine, as each of a sequential channel's does, costs more than
-/// one right after another (printed), and the skeleton pays that as a node does. On a
+/// while writes, about half as dear). No chain of these steps reaches the sum: the
+/// skeleton's own writes, each after a wait for the other side, take longer than the
+/// probe's back to back (both printed). On a
 /// machine that other work shares, the load moves between minutes; a rate and a bound
 /// measured minutes apart compared the load more than the node (213 % on a loaded run).
 /// Alternating, each round's ratio sees one load, and the median of the rounds is the figure.
@@ -970,7 +970,7 @@ async fn one_channel_against_its_bound(
         commits: Vec::new(),
         commits_wrapped: Vec::new(),
         ratios_wrapped: Vec::new(),
-        commits_idle: Vec::new(),
+        skeleton_writes: Vec::new(),
         skeleton: Vec::new(),
         ratios_built: Vec::new(),
         snapshot_bytes: 0,
@@ -992,10 +992,10 @@ async fn one_channel_against_its_bound(
         let rate = f64::from(per_round) / start.elapsed().as_secs_f64();
         let mem = in_memory_pairs(per_round * 5);
         let (fsyncs, _) = fsync_latency(hub.dir.path(), 1);
-        let (commits, commits_wrapped, commits_idle) =
+        let (commits, commits_wrapped) =
             sqlite_commit_latency(hub.dir.path(), mem.snapshot_bytes).await;
         let dir = hub.dir.path().to_path_buf();
-        let (skeleton, _) =
+        let (skeleton, skeleton_writes) =
             tokio::task::spawn_blocking(move || skeleton_pairs(&dir, per_round + 1))
                 .await
                 .unwrap();
@@ -1029,7 +1029,7 @@ async fn one_channel_against_its_bound(
             / (skeleton - median(pkts.clone()) + median(ctrl.clone()) + median(ctrl_hub.clone()));
         out.ratios_built.push(rate / built);
         out.skeleton.push(skeleton);
-        out.commits_idle = commits_idle;
+        out.skeleton_writes = skeleton_writes;
         (
             out.fsyncs,
             out.commits,

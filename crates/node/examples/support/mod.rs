@@ -260,15 +260,11 @@ pub fn fsync_latency(dir: &std::path::Path, blocks: u64) -> (Vec<f64>, f64) {
 /// built on these parts pays, which a raw `fdatasync` of the same disk does not show (and
 /// which moves with the machine's halt-polling, as every thread hand-off does).
 ///
-/// Three sets of 300: writes 50–350 of a new database, each of which grows the WAL (its
+/// Two sets of 300: writes 50–350 of a new database, each of which grows the WAL (its
 /// flush also writes the file's size and new blocks, as a node's first writes after a
-/// start do); writes 1,450–1,750, after a checkpoint sent the WAL back to its start,
-/// overwriting it in place (a node that has run a while), back to back; and 300 more in
-/// place, each after the thread slept 0.2 ms, as every write of a sequential channel starts.
-pub async fn sqlite_commit_latency(
-    dir: &std::path::Path,
-    bytes: usize,
-) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+/// start do), and the last 300 of 1,750, after a checkpoint sent the WAL back to its start,
+/// overwriting it in place (a node that has run a while).
+pub async fn sqlite_commit_latency(dir: &std::path::Path, bytes: usize) -> (Vec<f64>, Vec<f64>) {
     use sqlx::sqlite::{
         SqliteConnectOptions, SqliteJournalMode, SqliteLockingMode, SqliteSynchronous,
     };
@@ -291,19 +287,13 @@ pub async fn sqlite_commit_latency(
         .unwrap();
     let mut samples = Vec::new();
     let mut wrapped = Vec::new();
-    let mut after_idle = Vec::new();
     let wal = || std::fs::metadata(format!("{}-wal", path.display())).map_or(0, |m| m.len());
     let mut wal_before = 0;
-    for i in 0..2_050u32 {
+    for i in 0..1_750u32 {
         // A different row each time, as each snapshot differs from the last.
         let row = format!("{i:08}{}", "x".repeat(bytes.saturating_sub(8)));
         if i == 1_450 {
             wal_before = wal();
-        }
-        if i >= 1_750 {
-            // The thread idle a moment, as before each write of a sequential channel (it
-            // waits for the peer's packet): its vCPU halts, and the write starts cold.
-            std::thread::sleep(Duration::from_micros(200));
         }
         let t = Instant::now();
         sqlx::query("UPDATE probe SET v = ? WHERE id = 1")
@@ -313,8 +303,7 @@ pub async fn sqlite_commit_latency(
             .unwrap();
         match i {
             50..350 => samples.push(t.elapsed().as_secs_f64()),
-            1_450..1_750 => wrapped.push(t.elapsed().as_secs_f64()),
-            1_750.. => after_idle.push(t.elapsed().as_secs_f64()),
+            1_450.. => wrapped.push(t.elapsed().as_secs_f64()),
             _ => {}
         }
     }
@@ -325,7 +314,7 @@ pub async fn sqlite_commit_latency(
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
-    (samples, wrapped, after_idle)
+    (samples, wrapped)
 }
 
 /// Mean of `v`.
@@ -416,10 +405,11 @@ pub fn idle_policy() -> String {
 /// encryption, no control API, no manager, registry or group writer: what a node does beyond
 /// this is its own cost. Where a node's pair waits for the owner's two control calls, the
 /// skeleton's sides tell each other to go on with an empty frame, a one-way trip each.
-/// Summed terms, each measured on its own and back to back, leave out the wake-ups that a
-/// chain of them pays where every step starts on an idle machine; this pays them.
-/// Returns seconds per pair, and the pairs' snapshot bytes on the accepting side.
-pub fn skeleton_pairs(dir: &std::path::Path, pairs: u32) -> (f64, usize) {
+/// Summed terms, each measured on its own and back to back, leave out what a chain of them
+/// pays where every step starts after a wait: its writes take longer (printed beside the
+/// probe's), and the skeleton pays that as a node does.
+/// Returns seconds per pair and the durations of both sides' writes among the pairs timed.
+pub fn skeleton_pairs(dir: &std::path::Path, pairs: u32) -> (f64, Vec<f64>) {
     let Back2Back { a, b, .. } = Back2Back::live();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -432,14 +422,14 @@ pub fn skeleton_pairs(dir: &std::path::Path, pairs: u32) -> (f64, usize) {
         let socket = std::net::TcpStream::connect(addr).unwrap();
         on_own_runtime(skeleton_side(a, socket, db_a, pairs, true))
     });
-    let per_pair = offer.join().unwrap().0;
-    let snapshot_bytes = accept.join().unwrap().1;
+    let (per_pair, mut writes) = offer.join().unwrap();
+    writes.extend(accept.join().unwrap().1);
     for side in ["a", "b"] {
         for suffix in ["", "-wal", "-shm"] {
             let _ = std::fs::remove_file(dir.join(format!("skeleton-{side}.sqlite{suffix}")));
         }
     }
-    (per_pair, snapshot_bytes)
+    (per_pair, writes)
 }
 
 fn on_own_runtime<T>(work: impl std::future::Future<Output = T>) -> T {
@@ -452,19 +442,20 @@ fn on_own_runtime<T>(work: impl std::future::Future<Output = T>) -> T {
 
 /// One side of [`skeleton_pairs`]: the offerer adds each HTLC, the other fulfills it once
 /// told the add completed. Returns seconds per pair (after the first, which warms both
-/// sides) and the channel's snapshot bytes.
+/// sides) and the durations of this side's writes after the first pair.
 async fn skeleton_side(
     mut channel: Channel,
     socket: std::net::TcpStream,
     db: std::path::PathBuf,
     pairs: u32,
     offers: bool,
-) -> (f64, usize) {
+) -> (f64, Vec<f64>) {
     let mut io = SkeletonIo::open(socket, &db, &channel).await;
     let mut start = Instant::now();
     for i in 0..pairs {
         if i == 1 {
             start = Instant::now();
+            io.writes.clear();
         }
         let mut r = [0u8; 32];
         r[..4].copy_from_slice(&i.to_le_bytes());
@@ -493,16 +484,15 @@ async fn skeleton_side(
         }
     }
     let per_pair = start.elapsed().as_secs_f64() / f64::from(pairs.saturating_sub(1).max(1));
-    (
-        per_pair,
-        serde_json::to_string(&channel).map_or(0, |s| s.len()),
-    )
+    (per_pair, io.writes)
 }
 
 /// A skeleton side's socket and database.
 struct SkeletonIo {
     socket: tokio::net::TcpStream,
     conn: sqlx::SqliteConnection,
+    /// Each write's duration, seconds.
+    writes: Vec<f64>,
 }
 
 impl SkeletonIo {
@@ -526,6 +516,7 @@ impl SkeletonIo {
                 .connect()
                 .await
                 .unwrap(),
+            writes: Vec::new(),
         };
         for statement in [
             "CREATE TABLE channel (id INTEGER PRIMARY KEY, v TEXT NOT NULL)",
@@ -547,11 +538,13 @@ impl SkeletonIo {
 
     /// The channel's snapshot committed: one `UPDATE` in autocommit, as a node's lone write.
     async fn persist(&mut self, channel: &Channel) {
+        let t = Instant::now();
         sqlx::query("UPDATE channel SET v = ? WHERE id = 1")
             .bind(serde_json::to_string(channel).unwrap())
             .execute(&mut self.conn)
             .await
             .unwrap();
+        self.writes.push(t.elapsed().as_secs_f64());
     }
 
     /// The next frame's packet; none for a go-on.
