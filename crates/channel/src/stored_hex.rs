@@ -6,6 +6,9 @@
 //! snapshot version reads them alike); only the 32-byte arrays changed layout, from
 //! arrays of numbers (versions 0 to 2, still read) to hex strings. A string is read
 //! strictly: 64 lowercase hex digits or an error, never a guess.
+//!
+//! A binary serializer (snapshot version 4, `is_human_readable` false) gets each type's
+//! own serde form instead, bytes rather than text, and the 32-byte arrays as 32 bytes.
 
 use bitcoin::hashes::Hash as _;
 use bitcoin::{OutPoint, ScriptBuf, Txid};
@@ -125,10 +128,16 @@ pub(crate) mod bytes32 {
     use super::{write_hex, Deserializer, Hex32Visitor, Serializer};
 
     pub(crate) fn serialize<S: Serializer>(b: &[u8; 32], s: S) -> Result<S::Ok, S::Error> {
+        if !s.is_human_readable() {
+            return serde::Serialize::serialize(b, s);
+        }
         write_hex(b, false, s)
     }
 
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 32], D::Error> {
+        if !d.is_human_readable() {
+            return serde::Deserialize::deserialize(d);
+        }
         d.deserialize_any(Hex32Visitor)
     }
 }
@@ -177,32 +186,50 @@ pub(crate) mod preimages {
 
 /// A compressed public key, as secp256k1's serde writes it.
 pub(crate) fn public_key<S: Serializer>(k: &PublicKey, s: S) -> Result<S::Ok, S::Error> {
+    if !s.is_human_readable() {
+        return serde::Serialize::serialize(k, s);
+    }
     write_hex(&k.serialize(), false, s)
 }
 
 /// A secret key, as secp256k1's serde writes it.
 pub(crate) fn secret_key<S: Serializer>(k: &SecretKey, s: S) -> Result<S::Ok, S::Error> {
+    if !s.is_human_readable() {
+        return serde::Serialize::serialize(k, s);
+    }
     write_hex(&k.secret_bytes(), false, s)
 }
 
 /// A signature in DER, as secp256k1's serde writes it.
 pub(crate) fn signature<S: Serializer>(sig: &Signature, s: S) -> Result<S::Ok, S::Error> {
+    if !s.is_human_readable() {
+        return serde::Serialize::serialize(sig, s);
+    }
     write_hex(&sig.serialize_der(), false, s)
 }
 
 /// A SHA-256 hash, as bitcoin_hashes' serde writes it (in byte order).
 pub(crate) fn sha256<S: Serializer>(h: &Sha256, s: S) -> Result<S::Ok, S::Error> {
+    if !s.is_human_readable() {
+        return serde::Serialize::serialize(h, s);
+    }
     write_hex(h.as_byte_array(), false, s)
 }
 
 /// A txid, as bitcoin's serde writes it (last byte first).
 pub(crate) fn txid<S: Serializer>(t: &Txid, s: S) -> Result<S::Ok, S::Error> {
+    if !s.is_human_readable() {
+        return serde::Serialize::serialize(t, s);
+    }
     write_hex(t.as_byte_array(), true, s)
 }
 
 /// A script, as bitcoin's serde writes it (its bytes in hex), without going through
 /// `fmt`: the anchor's script is in every snapshot of a channel.
 pub(crate) fn script<S: Serializer>(sc: &ScriptBuf, s: S) -> Result<S::Ok, S::Error> {
+    if !s.is_human_readable() {
+        return serde::Serialize::serialize(sc, s);
+    }
     let bytes = sc.as_bytes();
     if bytes.len() <= MAX_BYTES {
         write_hex(bytes, false, s)
@@ -213,6 +240,9 @@ pub(crate) fn script<S: Serializer>(sc: &ScriptBuf, s: S) -> Result<S::Ok, S::Er
 
 /// An outpoint as bitcoin's serde writes it: `txid:vout`.
 pub(crate) fn outpoint<S: Serializer>(o: &OutPoint, s: S) -> Result<S::Ok, S::Error> {
+    if !s.is_human_readable() {
+        return serde::Serialize::serialize(o, s);
+    }
     let mut buf = [0u8; 64 + 1 + 10];
     for (pair, &b) in buf
         .chunks_exact_mut(2)

@@ -282,9 +282,12 @@ proptest! {
         for op in &ops {
             w.apply(op);
         }
-        // Whatever happened, both channels still serialise and deserialise.
+        // Whatever happened, both channels still serialise and deserialise, as JSON (the
+        // node's snapshots up to version 3) and in the node's binary layout (version 4).
         for ch in [&w.p.a.ch, &w.p.b.ch] {
             let back: Channel = serde_json::from_str(&serde_json::to_string(ch).unwrap()).unwrap();
+            prop_assert_eq!(&back, ch);
+            let back: Channel = postcard::from_bytes(&postcard::to_allocvec(ch).unwrap()).unwrap();
             prop_assert_eq!(&back, ch);
         }
     }

@@ -346,8 +346,9 @@ fn their_unilateral_close_we_sweep_ours_and_refund_our_htlc_after_expiry() {
 /// the shachain's 8-bit levels, with HTLCs offered and fulfilled both ways.
 #[test]
 fn restored_channel_answers_exactly_like_the_running_one() {
+    /// Read back from the node's snapshot layout (version 4, postcard).
     fn restored(ch: &channel::Channel) -> channel::Channel {
-        serde_json::from_str(&serde_json::to_string(ch).unwrap()).unwrap()
+        postcard::from_bytes(&postcard::to_allocvec(ch).unwrap()).unwrap()
     }
     /// Delivers every packet, each to the running receiver and to a restored copy.
     fn run_compared(p: &mut Pair) {

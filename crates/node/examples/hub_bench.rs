@@ -635,6 +635,7 @@ async fn bench() {
     );
     let busy_from = boot_clock();
     let busy = busy_in_slices(&hub, &hub_control, &peers, pairs, expiry).await;
+    let memory = Memory::of(hub.child.id());
     // For a profile of the busy phase alone: `perf record -k boottime -p PID`, then
     // `perf script --time FROM,TO`.
     eprintln!(
@@ -664,6 +665,7 @@ async fn bench() {
         all: busy.all,
         all_ratios: busy.ratios,
         traced_cpu_ms: busy.traced_cpu_ms,
+        memory,
         bound,
     };
     run.report(&bin, hub.child.id());
@@ -762,7 +764,33 @@ struct Run {
     all_ratios: Vec<f64>,
     /// The busy phase's CPU per pair while traced, ms.
     traced_cpu_ms: f64,
+    /// The hub's memory right after the busy phase.
+    memory: Memory,
     bound: Bound,
+}
+
+/// A process's resident memory (`/proc/<pid>/status`), KiB: what the allocator's choice
+/// costs beside its CPU.
+struct Memory {
+    rss_kib: u64,
+    peak_kib: u64,
+}
+
+impl Memory {
+    fn of(pid: u32) -> Memory {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+                .unwrap_or(0)
+        };
+        Memory {
+            rss_kib: field("VmRSS:"),
+            peak_kib: field("VmHWM:"),
+        }
+    }
 }
 
 impl Run {
@@ -777,6 +805,7 @@ impl Run {
             all,
             all_ratios,
             traced_cpu_ms,
+            memory,
             bound,
         } = self;
         let (channels, own_ms) = (*channels, *own_ms);
@@ -814,6 +843,11 @@ impl Run {
                 .map(|r| format!("{r:.2}x"))
                 .collect::<Vec<_>>()
                 .join(", ")
+        );
+        println!(
+            "the hub's memory after the busy phase: RSS {:.1} MiB (peak {:.1} MiB)",
+            memory.rss_kib as f64 / 1024.0,
+            memory.peak_kib as f64 / 1024.0
         );
         bound.print_ratios();
         println!(

@@ -192,10 +192,10 @@ struct Established {
     /// between must not leave a channel that can neither close nor update.
     #[serde(default)]
     signed_close: Option<Transaction>,
-    /// Onions of our HTLC being proposed and of the peer's HTLCs in our commitment. Absent
-    /// when empty, so a channel without onions writes the snapshot it wrote before them,
-    /// and a snapshot from before them reads as empty.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Onions of our HTLC being proposed and of the peer's HTLCs in our commitment. A
+    /// snapshot from before them reads as empty. Always written: a binary snapshot
+    /// (version 4) has no field names, so a field left out would shift every later one.
+    #[serde(default)]
     onions: Vec<HtlcOnion>,
     step: Step,
 }

@@ -219,7 +219,7 @@ pub fn in_memory_pairs(pairs: u32) -> InMemory {
         persists_per_pair: per_pair((pair.persists - persists0) as f64),
         packets_per_pair: per_pair((pair.packets - packets0) as f64),
         acceptor_s_per_pair: per_pair((pair.acceptor - acceptor0).as_secs_f64()),
-        snapshot_bytes: serde_json::to_string(&pair.b).map_or(0, |s| s.len()),
+        snapshot_bytes: node::snapshot_codec::encode(&pair.b).map_or(0, |s| s.len()),
     }
 }
 
@@ -291,7 +291,7 @@ pub async fn sqlite_commit_latency(dir: &std::path::Path, bytes: usize) -> (Vec<
     let mut wal_before = 0;
     for i in 0..1_750u32 {
         // A different row each time, as each snapshot differs from the last.
-        let row = format!("{i:08}{}", "x".repeat(bytes.saturating_sub(8)));
+        let row = format!("{i:08}{}", "x".repeat(bytes.saturating_sub(8))).into_bytes();
         if i == 1_450 {
             wal_before = wal();
         }
@@ -536,11 +536,12 @@ impl SkeletonIo {
         io
     }
 
-    /// The channel's snapshot committed: one `UPDATE` in autocommit, as a node's lone write.
+    /// The channel's snapshot, as the node encodes it, committed: one `UPDATE` in
+    /// autocommit, as a node's lone write.
     async fn persist(&mut self, channel: &Channel) {
         let t = Instant::now();
         sqlx::query("UPDATE channel SET v = ? WHERE id = 1")
-            .bind(serde_json::to_string(channel).unwrap())
+            .bind(node::snapshot_codec::encode(channel).unwrap())
             .execute(&mut self.conn)
             .await
             .unwrap();

@@ -60,7 +60,7 @@ mod tests {
     use crate::store::{ChannelId, StoreError};
 
     fn bad_json() -> serde_json::Error {
-        serde_json::from_str::<u8>("x").unwrap_err()
+        serde_json::from_str::<serde_json::Value>("{x").unwrap_err()
     }
 
     /// What a control client reads did not change when the errors stopped printing the
@@ -100,12 +100,12 @@ mod tests {
                 "database schema: migration 3 was previously applied but is missing in the resolved migrations".into(),
             ),
             (
-                ControlError::Store(crate::store::decode_snapshot(ChannelId(4), "x").err().unwrap()),
+                ControlError::Store(crate::store::decode_snapshot(ChannelId(4), b"{x").err().unwrap()),
                 format!("stored channel 4 is corrupt: {}", bad_json()),
             ),
             (
                 ControlError::Store(
-                    crate::store::decode_snapshot(ChannelId(4), r#"{"state":"Normal","config":{}}"#)
+                    crate::store::decode_snapshot(ChannelId(4), br#"{"state":"Normal","config":{}}"#)
                         .err()
                         .unwrap(),
                 ),

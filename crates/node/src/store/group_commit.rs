@@ -40,7 +40,7 @@ impl Db {
 /// be on disk no later than it (they leave the snapshot with it).
 pub(super) struct WriteRequest {
     pub(super) id: ChannelId,
-    pub(super) snapshot: String,
+    pub(super) snapshot: Vec<u8>,
     pub(super) revoked: Vec<(i64, String)>,
     pub(super) done: tokio::sync::oneshot::Sender<Result<(), std::sync::Arc<sqlx::Error>>>,
 }
@@ -206,9 +206,9 @@ const MAX_BOUND: usize = 30_000;
 /// sends its own answer (a wake-up of ours that preempts the worker before it syncs). So:
 /// a lone snapshot is one `UPDATE` in autocommit; anything else is one `INSERT` into
 /// [`WRITER_SETUP`]'s view, its records' rows before their snapshot's; a group too large
-/// for one statement is one multi-statement transaction. Texts are bound as `&str`, which
-/// sqlx borrows; a `&String` binds through `String`'s by-reference encoding, a copy of each
-/// 3 KB snapshot.
+/// for one statement is one multi-statement transaction. Snapshots are bound as `&[u8]`
+/// and texts as `&str`, which sqlx borrows; a `&String` bound through `String`'s
+/// by-reference encoding, a copy of each snapshot.
 pub(super) async fn write_group(
     conn: &mut sqlx::SqliteConnection,
     batch: &[WriteRequest],
@@ -217,7 +217,7 @@ pub(super) async fn write_group(
     if let [w] = batch {
         if w.revoked.is_empty() {
             sqlx::query(UPDATE)
-                .bind(w.snapshot.as_str())
+                .bind(w.snapshot.as_slice())
                 .bind(w.id.0)
                 .execute(&mut *conn)
                 .await?;
@@ -248,7 +248,7 @@ pub(super) async fn write_group(
         }
         query = query
             .bind(w.id.0)
-            .bind(w.snapshot.as_str())
+            .bind(w.snapshot.as_slice())
             .bind(None::<i64>)
             .bind(None::<&str>);
     }
@@ -296,7 +296,7 @@ pub(super) async fn write_group_statements(
         for (num, record) in &w.revoked {
             query = query.bind(w.id.0).bind(num).bind(record.as_str());
         }
-        query = query.bind(w.snapshot.as_str()).bind(w.id.0);
+        query = query.bind(w.snapshot.as_slice()).bind(w.id.0);
     }
     let result = query.persistent(false).execute(&mut *conn).await;
     if result.is_err() {

@@ -123,7 +123,7 @@ pub enum StoreError {
     /// A stored forward does not read (its hash, and the column).
     #[error("stored forward {0} is corrupt: bad {1}")]
     CorruptForward(String, String),
-    /// A channel snapshot or record could not be encoded (nothing was written).
+    /// A channel's record could not be encoded (nothing was written).
     #[error("channel {id} cannot be encoded")]
     Encode {
         /// The channel.
@@ -131,12 +131,14 @@ pub enum StoreError {
         /// Why.
         source: serde_json::Error,
     },
-    /// A channel snapshot was encoded as something else than UTF-8 (nothing was written).
-    #[error("channel {0} cannot be encoded: not UTF-8")]
-    NotUtf8(ChannelId),
-    /// A channel snapshot was encoded as something else than a JSON object (nothing was written).
-    #[error("channel {0} cannot be encoded: not a JSON object")]
-    NotAnObject(ChannelId),
+    /// A channel snapshot could not be encoded (nothing was written).
+    #[error("channel {id} cannot be encoded")]
+    EncodeSnapshot {
+        /// The channel.
+        id: ChannelId,
+        /// Why.
+        source: postcard::Error,
+    },
     /// A stored channel names a peer that is not a node id: refused rather than hiding the
     /// channel's money by skipping it.
     #[error("stored channel {channel} has peer id {peer_id:?}, which is not a node id")]
@@ -567,7 +569,7 @@ impl Store {
         let mut out = Vec::with_capacity(rows.len());
         for r in &rows {
             let id = ChannelId(r.get(0));
-            let snapshot: String = r.get(2);
+            let snapshot: Vec<u8> = r.get(2);
             let decoded = decode_snapshot(id, &snapshot)?;
             if decoded.version < SNAPSHOT_VERSION {
                 // Upgrade in place, the old history archived first: one transaction, so
@@ -1142,7 +1144,7 @@ mod tests {
     fn request(id: i64, snapshot: &str, revoked: &[i64]) -> WriteRequest {
         WriteRequest {
             id: ChannelId(id),
-            snapshot: snapshot.into(),
+            snapshot: snapshot.as_bytes().to_vec(),
             revoked: revoked
                 .iter()
                 .map(|n| (*n, format!("record {n}")))
@@ -1152,12 +1154,13 @@ mod tests {
     }
 
     async fn snapshot_of(store: &Store, id: i64) -> String {
-        sqlx::query("SELECT snapshot FROM channels WHERE id = ?")
+        let bytes: Vec<u8> = sqlx::query("SELECT snapshot FROM channels WHERE id = ?")
             .bind(id)
             .fetch_one(&mut *store.db.lock().await.unwrap())
             .await
             .unwrap()
-            .get(0)
+            .get(0);
+        String::from_utf8(bytes).unwrap()
     }
 
     async fn write(
@@ -1208,7 +1211,7 @@ mod tests {
             assert_eq!(records().await, first);
 
             // Channel 2's write is refused after channel 1's ran inside the same commit.
-            sqlx::raw_sql("CREATE TRIGGER refuse BEFORE UPDATE ON channels WHEN NEW.snapshot = 'two-b' BEGIN SELECT RAISE(ABORT, 'refused'); END;")
+            sqlx::raw_sql("CREATE TRIGGER refuse BEFORE UPDATE ON channels WHEN NEW.snapshot = CAST('two-b' AS BLOB) BEGIN SELECT RAISE(ABORT, 'refused'); END;")
                 .execute(&mut *store.db.lock().await.unwrap())
                 .await
                 .unwrap();
@@ -1423,32 +1426,110 @@ mod tests {
         );
     }
 
-    /// A snapshot is the channel's JSON object with the version after its fields, byte
-    /// for byte what `#[serde(flatten)]` beside a version field wrote (the encoder splices
-    /// the version in by hand), and it reads back as the channel.
+    /// A snapshot is its version's byte, then the channel in postcard's layout and
+    /// nothing after it; it reads back as the channel and writes the same bytes again.
     #[test]
-    fn a_snapshot_is_the_channel_object_with_its_version_last() {
-        #[derive(serde::Serialize)]
-        struct Flattened<'a> {
-            #[serde(flatten)]
-            channel: &'a channel::Channel,
-            snapshot_version: u64,
-        }
+    fn a_snapshot_is_its_version_byte_then_the_channel() {
         let channel = sample();
-        let json = encode_snapshot(ChannelId(1), &channel).unwrap();
-        let flattened = serde_json::to_string(&Flattened {
-            channel: &channel,
-            snapshot_version: SNAPSHOT_VERSION,
-        })
-        .unwrap();
-        assert_eq!(json, flattened);
-        assert!(json.ends_with(&format!(",\"snapshot_version\":{SNAPSHOT_VERSION}}}")));
-        let decoded = decode_snapshot(ChannelId(1), &json).unwrap();
-        assert_eq!(decoded.version, SNAPSHOT_VERSION);
+        let bytes = encode_snapshot(ChannelId(1), &channel).unwrap();
+        assert_eq!(bytes[0], 4);
+        assert_eq!(bytes[1..], postcard::to_allocvec(&channel).unwrap()[..]);
+        let decoded = decode_snapshot(ChannelId(1), &bytes).unwrap();
+        assert_eq!((&decoded.channel, decoded.version), (&channel, 4));
         assert_eq!(
             encode_snapshot(ChannelId(1), &decoded.channel).unwrap(),
-            json
+            bytes
         );
+    }
+
+    /// A channel the release before wrote (a version 3 JSON text) opens as it was and is
+    /// rewritten at start as version 4 (a blob starting with its version's byte), which a
+    /// second start reads as the same channel.
+    #[tokio::test]
+    async fn a_version_3_channel_is_rewritten_as_version_4_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let channel = sample();
+        let stored = |store: &Store| {
+            let db = store.db.clone();
+            async move {
+                let row =
+                    sqlx::query("SELECT typeof(snapshot), snapshot FROM channels WHERE id = 2")
+                        .fetch_one(&mut *db.lock().await.unwrap())
+                        .await
+                        .unwrap();
+                (row.get::<String, _>(0), row.get::<Vec<u8>, _>(1))
+            }
+        };
+        {
+            let store = Store::open(dir.path()).await.unwrap();
+            store
+                .insert_channel(ChannelId(2), &test_peer(), &channel)
+                .await
+                .unwrap();
+            sqlx::query("UPDATE channels SET snapshot = ? WHERE id = 2")
+                .bind(snapshot::encode_json_v3(&channel))
+                .execute(&mut *store.db.lock().await.unwrap())
+                .await
+                .unwrap();
+            let (kind, bytes) = stored(&store).await;
+            assert_eq!((kind.as_str(), bytes[0]), ("text", b'{'));
+        }
+        for _ in 0..2 {
+            let store = Store::open(dir.path()).await.unwrap();
+            let rows = store.channels().await.unwrap();
+            assert_eq!(rows.len(), 1);
+            assert_eq!((rows[0].id, &rows[0].channel), (ChannelId(2), &channel));
+            let (kind, bytes) = stored(&store).await;
+            assert_eq!(kind, "blob");
+            assert_eq!(bytes, encode_snapshot(ChannelId(2), &channel).unwrap());
+        }
+    }
+
+    /// A binary snapshot that does not read whole is refused, naming version 4: cut
+    /// short, with a byte after the channel, or with a bad tag inside. A first byte that is
+    /// neither `{` nor a binary version is corrupt; one of a later binary version is too new.
+    #[test]
+    fn a_binary_snapshot_that_does_not_read_whole_is_refused() {
+        let bytes = encode_snapshot(ChannelId(6), &sample()).unwrap();
+        let mut longer = bytes.clone();
+        longer.push(0);
+        // A new channel's last field is its stage, `Init`: variant 0, one byte. Variant
+        // 127 is none of the stage's.
+        let mut bad_tag = bytes.clone();
+        assert_eq!(bad_tag.pop(), Some(0));
+        bad_tag.push(0x7f);
+        for (snapshot, why) in [
+            (&bytes[..bytes.len() / 2], "end of buffer"),
+            (&longer[..], "1 bytes after the channel"),
+            (&bad_tag[..], "Deserialization"),
+        ] {
+            let err = decode_snapshot(ChannelId(6), snapshot).err().unwrap();
+            assert!(
+                matches!(
+                    err,
+                    StoreError::UndecodableVersion {
+                        id: ChannelId(6),
+                        version: 4,
+                        ..
+                    }
+                ),
+                "{err:?}"
+            );
+            let cause = std::error::Error::source(&err).unwrap().to_string();
+            assert!(cause.contains(why), "{cause}");
+        }
+        for (snapshot, why) in [
+            (&b""[..], "an empty snapshot"),
+            (&b"\0"[..], "starting with byte 0"),
+            (&b"x"[..], "starting with byte 120"),
+        ] {
+            let err = decode_snapshot(ChannelId(6), snapshot).err().unwrap();
+            assert!(
+                matches!(err, StoreError::Corrupt(ChannelId(6), _)),
+                "{err:?}"
+            );
+            assert!(err.to_string().contains(why), "{err}");
+        }
     }
 
     /// The WAL's file is written ahead of SQLite's appends (`WalAhead`): 400 channel
@@ -1639,30 +1720,37 @@ mod tests {
     #[test]
     fn snapshots_carry_their_version_and_read_back() {
         let ch = sample();
-        let json = encode_snapshot(ChannelId(1), &ch).unwrap();
-        assert!(json.contains("\"snapshot_version\":3"));
-        let back = decode_snapshot(ChannelId(1), &json).unwrap();
-        assert_eq!((back.channel, back.version), (ch, 3));
+        let v3 = snapshot::encode_json_v3(&ch);
+        let back = decode_snapshot(ChannelId(1), v3.as_bytes()).unwrap();
+        assert_eq!((&back.channel, back.version), (&ch, 3));
+        let v4 = encode_snapshot(ChannelId(1), &ch).unwrap();
+        let back = decode_snapshot(ChannelId(1), &v4).unwrap();
+        assert_eq!((back.channel, back.version), (ch, 4));
     }
 
     /// A version 2 snapshot written by the release before hex (a busy hub channel from
     /// `examples/snapshot_bench.rs`: 49 revocation slots, 3+3 HTLCs in flight), and the
-    /// same without its version field (version 1), read as they are and write as version
-    /// 3 with the same bytes in hex, which reads back equal.
+    /// same without its version field (version 1), read as they are; written as version 3
+    /// by the release before this one (`encode_json_v3`), the same bytes in hex, and as
+    /// version 4, 2,810 bytes against version 3's 7,854; both read back equal.
     #[test]
-    fn snapshots_of_versions_1_and_2_read_and_write_as_version_3() {
+    fn snapshots_of_versions_1_and_2_read_and_write_as_versions_3_and_4() {
         let v2 = include_str!("fixtures/snapshot_v2.json").trim();
         let mut v1: serde_json::Value = serde_json::from_str(v2).unwrap();
         v1.as_object_mut().unwrap().remove("snapshot_version");
         for (json, version) in [(v2.to_owned(), 2), (v1.to_string(), 1)] {
-            let old = decode_snapshot(ChannelId(1), &json).unwrap();
+            let old = decode_snapshot(ChannelId(1), json.as_bytes()).unwrap();
             assert_eq!(old.version, version);
             assert_eq!(old.channel.revocation_slots(), 49);
             assert_eq!(old.channel.commitment_number(), 1006);
-            let v3 = encode_snapshot(ChannelId(1), &old.channel).unwrap();
+            let v3 = snapshot::encode_json_v3(&old.channel);
             assert!(v3.contains("\"snapshot_version\":3"));
-            let back = decode_snapshot(ChannelId(1), &v3).unwrap();
+            let back = decode_snapshot(ChannelId(1), v3.as_bytes()).unwrap();
             assert_eq!((&back.channel, back.version), (&old.channel, 3));
+            let v4 = encode_snapshot(ChannelId(1), &old.channel).unwrap();
+            let back = decode_snapshot(ChannelId(1), &v4).unwrap();
+            assert_eq!((&back.channel, back.version), (&old.channel, 4));
+            assert_eq!((v4.len(), v3.len()), (2_810, 7_854));
 
             // The arrays of numbers became hex strings of the same bytes.
             let (old, new): (serde_json::Value, serde_json::Value) = (
@@ -1689,10 +1777,13 @@ mod tests {
                 assert_eq!(n["hash"], as_hex(&o["hash"]));
                 assert_eq!(n["index"], o["index"]);
             }
-            // Everything else is written as before: only the arrays shrank.
+            // Everything else is written as before: only the arrays shrank (and the
+            // onions, empty, are written since version 4 needs every field).
             assert_eq!(
                 v3.len(),
-                json.len() - old_text_saved(&old) + if version == 1 { 21 } else { 0 }
+                json.len() - old_text_saved(&old)
+                    + if version == 1 { 21 } else { 0 }
+                    + r#","onions":[]"#.len()
             );
         }
     }
@@ -1726,7 +1817,7 @@ mod tests {
     /// `a_snapshot_from_a_newer_release_is_refused_by_version` on the code before.)
     #[test]
     fn a_version_3_snapshot_with_a_bad_hex_string_is_refused() {
-        let json = encode_snapshot(ChannelId(5), &sample()).unwrap();
+        let json = snapshot::encode_json_v3(&sample());
         let seed = hex::encode([3u8; 32]);
         assert!(json.contains(&seed), "{json}");
         for (bad, why) in [
@@ -1738,7 +1829,7 @@ mod tests {
             (seed.replace('3', "C"), "not a lowercase hex digit at 1"),
             (seed[2..].to_owned(), "of 31 bytes, expected 32"),
         ] {
-            let err = decode_snapshot(ChannelId(5), &json.replace(&seed, &bad))
+            let err = decode_snapshot(ChannelId(5), json.replace(&seed, &bad).as_bytes())
                 .err()
                 .unwrap();
             assert!(
@@ -1757,25 +1848,38 @@ mod tests {
         }
     }
 
+    /// A binary snapshot of a later version, or a JSON one naming a later version, is
+    /// refused as too new; a JSON one naming version 4 (which is binary) as corrupt.
     #[test]
     fn a_snapshot_from_a_newer_release_is_refused_by_version() {
-        let json = encode_snapshot(ChannelId(7), &sample())
-            .unwrap()
-            .replace("\"snapshot_version\":3", "\"snapshot_version\":4");
-        let err = decode_snapshot(ChannelId(7), &json).err().unwrap();
-        assert!(matches!(
-            err,
-            StoreError::SnapshotTooNew {
-                id: ChannelId(7),
-                version: 4
-            }
-        ));
-        assert!(err.to_string().contains("version 4"), "{err}");
+        let mut binary = encode_snapshot(ChannelId(7), &sample()).unwrap();
+        binary[0] = 5;
+        let json = |v: u64| {
+            snapshot::encode_json_v3(&sample()).replace(
+                "\"snapshot_version\":3",
+                &format!("\"snapshot_version\":{v}"),
+            )
+        };
+        for (snapshot, version) in [(binary, 5), (json(5).into_bytes(), 5)] {
+            let err = decode_snapshot(ChannelId(7), &snapshot).err().unwrap();
+            assert!(
+                matches!(err, StoreError::SnapshotTooNew { id: ChannelId(7), version: v } if v == version),
+                "{err:?}"
+            );
+            assert!(err.to_string().contains("version 5"), "{err}");
+        }
+        let err = decode_snapshot(ChannelId(7), json(4).as_bytes())
+            .err()
+            .unwrap();
+        assert!(
+            matches!(err, StoreError::Corrupt(ChannelId(7), _)),
+            "{err:?}"
+        );
     }
 
     #[test]
     fn a_broken_old_snapshot_is_refused_naming_its_version() {
-        let err = decode_snapshot(ChannelId(4), r#"{"state":"Normal","config":{}}"#)
+        let err = decode_snapshot(ChannelId(4), br#"{"state":"Normal","config":{}}"#)
             .err()
             .unwrap();
         assert!(err.to_string().contains("snapshot version 0"), "{err}");
