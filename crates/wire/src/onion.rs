@@ -55,10 +55,13 @@ impl fmt::Debug for Onion {
     }
 }
 
-// Stored in channel snapshots (JSON) as lowercase hex: a byte array would be written as
-// 1366 numbers.
+// Stored in channel snapshots: in JSON (versions up to 3) as lowercase hex, where a byte
+// array would be written as 1366 numbers; in a binary format (version 4) as its bytes.
 impl serde::Serialize for Onion {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if !s.is_human_readable() {
+            return s.serialize_bytes(&self.0[..]);
+        }
         const DIGITS: &[u8; 16] = b"0123456789abcdef";
         let mut hex = String::with_capacity(2 * Onion::LEN);
         for b in self.0.iter() {
@@ -72,6 +75,9 @@ impl serde::Serialize for Onion {
 impl<'de> serde::Deserialize<'de> for Onion {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         use serde::de::Error as _;
+        if !d.is_human_readable() {
+            return d.deserialize_bytes(BytesVisitor);
+        }
         let hex = <std::borrow::Cow<'de, str>>::deserialize(d)?;
         let hex = hex.as_bytes();
         if hex.len() != 2 * Onion::LEN {
@@ -93,5 +99,50 @@ impl<'de> serde::Deserialize<'de> for Onion {
             *out = (digit(pair[0])? << 4) | digit(pair[1])?;
         }
         Ok(Onion(bytes))
+    }
+}
+
+/// An onion's bytes from a binary format: exactly [`Onion::LEN`] of them.
+struct BytesVisitor;
+
+impl serde::de::Visitor<'_> for BytesVisitor {
+    type Value = Onion;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "an onion of {} bytes", Onion::LEN)
+    }
+
+    fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Onion, E> {
+        Onion::try_from(v).map_err(|_| E::invalid_length(v.len(), &self))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn onion() -> Onion {
+        let bytes: Vec<u8> = (0..Onion::LEN).map(|i| (i % 251) as u8).collect();
+        Onion::try_from(&bytes[..]).expect("the right length")
+    }
+
+    /// In a binary format an onion is its 1,366 bytes after their length, and reads back
+    /// only at that length; in JSON it stays hex.
+    #[test]
+    fn an_onion_is_its_bytes_in_binary_and_hex_in_json() {
+        let o = onion();
+        let binary = postcard::to_allocvec(&o).expect("encodes");
+        // The length as a varint (1366 = 0xd6 0x0a), then the bytes.
+        assert_eq!(binary[..2], [0xd6, 0x0a]);
+        assert_eq!(binary[2..], o.as_bytes()[..]);
+        assert_eq!(postcard::from_bytes::<Onion>(&binary).ok(), Some(o.clone()));
+        let short = postcard::to_allocvec(&o.as_bytes()[1..]).expect("encodes");
+        let err = postcard::from_bytes::<Onion>(&short)
+            .err()
+            .map(|e| e.to_string());
+        assert!(err.is_some(), "an onion of 1365 bytes was read");
+        let json = serde_json::to_string(&o).expect("encodes");
+        assert_eq!(json, format!("\"{}\"", hex::encode(o.as_bytes())));
+        assert_eq!(serde_json::from_str::<Onion>(&json).ok(), Some(o));
     }
 }
