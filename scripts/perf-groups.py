@@ -29,8 +29,10 @@ ACROSS = [
      r"channel::channel::Channel::(on_packet|handle_packet)|channel::channel::update::<impl channel::channel::Channel>::fulfill_htlc",
      False),
     ("the kernel", r"^(entry_SYSCALL_64|do_syscall_64|asm_)", False),
+    # glibc's (SQLite's own allocations, and Rust's before the binary took mimalloc) and
+    # mimalloc's (`mi_*`, `_mi_*`).
     ("malloc and free (innermost frame)",
-     r"^(malloc|_int_malloc|__GI___libc_malloc|_int_free|__GI___libc_free|cfree|malloc_consolidate|tcache_get|tcache_put|unlink_chunk|_int_realloc|__GI___libc_realloc)\b",
+     r"^(malloc|_int_malloc|__GI___libc_malloc|_int_free|__GI___libc_free|cfree|malloc_consolidate|tcache_get|tcache_put|unlink_chunk|_int_realloc|__GI___libc_realloc|_?mi_\w+)\b",
      True),
     ("the control API's parameters (`Method::parse`)", r"node::rpc::method::Method::parse", False),
 ]
