@@ -13,7 +13,7 @@ use crate::domain::address::{AddressBook, AddressError, Bip84AddressBook};
 use crate::domain::settings::ServiceConfig;
 use crate::domain::time::unix_now;
 use crate::http::metrics::Metrics;
-use crate::http::{router, AppState};
+use crate::http::{router, AppState, Services};
 use crate::security::admin_key::AdminKey;
 use crate::security::password::{HashError, PasswordHasher};
 use crate::security::quota::RegistrationQuota;
@@ -637,7 +637,7 @@ impl Application {
             tracing::warn!(error = %e, "first engine step failed; the worker retries");
         }
         let jwt_secret = secrets.jwt_secret;
-        let state = AppState {
+        let state = AppState::new(Services {
             accounts: Accounts::new(
                 store.clone(),
                 hasher,
@@ -667,7 +667,7 @@ impl Application {
             engine,
             dev_chain,
             config: Arc::new(config),
-        };
+        });
         let (listener, local_addr) = bind(state.config.bind).await?;
         Ok(Self {
             listener,

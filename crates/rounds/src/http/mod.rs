@@ -41,7 +41,7 @@ use crate::config::Config;
 use codes::ErrorCode;
 use error::{AdminError, ApiError};
 use metrics::Metrics;
-pub use state::AppState;
+pub use state::{AppState, Services};
 
 #[derive(OpenApi)]
 #[openapi(
