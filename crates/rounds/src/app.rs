@@ -13,6 +13,7 @@ use crate::domain::address::{AddressBook, AddressError, Bip84AddressBook};
 use crate::domain::settings::ServiceConfig;
 use crate::domain::time::unix_now;
 use crate::http::metrics::Metrics;
+use crate::http::views::AnonymousRoundCache;
 use crate::http::{router, AppState, Services};
 use crate::security::admin_key::AdminKey;
 use crate::security::password::{HashError, PasswordHasher};
@@ -656,7 +657,7 @@ impl Application {
                 config.request_timeout,
             ),
             history: History::new(store.clone(), rounds.clone()),
-            anonymous_round: Arc::default(),
+            anonymous_round: AnonymousRoundCache::default(),
             health: Health::new(store.clone(), engine.chain().clone()),
             hub,
             streams,
@@ -666,7 +667,7 @@ impl Application {
             metrics: Arc::new(Metrics::default()),
             engine,
             dev_chain,
-            config: Arc::new(config),
+            config,
         });
         let (listener, local_addr) = bind(state.config.bind).await?;
         Ok(Self {

@@ -24,8 +24,8 @@ use crate::service::stream::StreamHub;
 /// axum clones the state for every request (the router into the route, the
 /// `State` extractor into the handler). Cloning the services themselves took
 /// two dozen reference counts up and down per clone, each a cache line that
-/// both cores' workers write: 15 % of the service's CPU under a GET flood,
-/// with as much again in the drops. Behind one `Arc` a clone is one count.
+/// both cores' workers write (docs/rounds-api.md, "Performance notes", has
+/// the profile). Behind one `Arc` a clone is one count.
 #[derive(Clone)]
 pub struct AppState(Arc<Services>);
 
@@ -47,7 +47,7 @@ impl Deref for AppState {
 /// What [`AppState`] points to.
 pub struct Services {
     /// The configuration.
-    pub config: Arc<Config>,
+    pub config: Config,
     /// Registration, login, sessions, passwords.
     pub accounts: Accounts,
     /// The operator's requests.
@@ -57,7 +57,7 @@ pub struct Services {
     /// Rounds and transfers read back, and the cached current round.
     pub history: History,
     /// The current round's anonymous answer, rendered once per snapshot.
-    pub anonymous_round: Arc<AnonymousRoundCache>,
+    pub anonymous_round: AnonymousRoundCache,
     /// Readiness of the database and the chain.
     pub health: Health,
     /// Stream notifier.
